@@ -1,0 +1,29 @@
+"""snippets: a Python JIT compiler that fuses chains of memory-bound ops into generated kernels.
+
+Entry points: :func:`read_onnx` (ONNX -> Model), :func:`compile_model` (Model -> CompiledModel),
+the builder in :mod:`snippets_core.frontends.builder`, and the ``snippets`` command line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from snippets_core.errors import SnippetsError
+
+__version__ = "0.1.0"
+
+__all__ = ["SnippetsError", "__version__", "compile_model", "read_onnx"]
+
+
+def read_onnx(path_or_proto: Any, **kwargs: Any):  # type: ignore[no-untyped-def]
+    """Read an ONNX file (path or bytes) or ModelProto into a :class:`snippets_core.ir.Model`."""
+    from snippets_core.frontends.onnx import read_onnx as _read
+
+    return _read(path_or_proto, **kwargs)
+
+
+def compile_model(model: Any, target: str | None = None, config: Any = None):  # type: ignore[no-untyped-def]
+    """Tokenize and compile a Model (or an ONNX path) for ``target``; returns a CompiledModel."""
+    from snippets_core.runtime.compiled_model import compile_model as _compile
+
+    return _compile(model, target=target, config=config)

@@ -1,0 +1,52 @@
+"""Typed errors that users of snippets see.
+
+Every error a user can provoke (a bad file, an unsupported op, a wrong input) is a subclass of
+:class:`SnippetsError`, and its message names the file, node, op, pass or input at fault.
+``assert`` is kept for internal invariants only.
+"""
+
+from __future__ import annotations
+
+
+class SnippetsError(Exception):
+    """Base class of every error snippets raises on purpose."""
+
+
+class ModelFormatError(SnippetsError):
+    """A model file (ONNX) is malformed, truncated or unreadable."""
+
+
+class UnsupportedOpError(SnippetsError):
+    """An op is not in the op set, or no target/emitter supports it."""
+
+
+class ShapeInferenceError(SnippetsError):
+    """Shapes or element types of a node's inputs do not fit the op."""
+
+
+class InputError(SnippetsError):
+    """A call-time input has a wrong name, shape or dtype."""
+
+
+class PassPositionError(SnippetsError):
+    """A positioned pass names an anchor that does not exist in the pipeline."""
+
+
+class TargetNotFoundError(SnippetsError):
+    """No installed target has the requested name."""
+
+
+class PluginError(SnippetsError):
+    """A plugin failed to load or returned something of the wrong kind."""
+
+
+class ValidationError(SnippetsError):
+    """An IR (Model, body or LinearIR) fails a consistency check."""
+
+
+class CodegenError(SnippetsError):
+    """Code generation failed for a reason a user can act on."""
+
+
+class BlobFormatError(SnippetsError):
+    """A compiled blob is malformed, truncated or of a wrong version."""

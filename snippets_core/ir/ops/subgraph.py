@@ -1,0 +1,62 @@
+"""Subgraph: a node that holds a body Model, the unit the Tokenizer creates and a target compiles."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from snippets_core.errors import ShapeInferenceError
+from snippets_core.ir.element_type import ElementType
+from snippets_core.ir.model import Model
+from snippets_core.ir.node import Node, Output
+from snippets_core.ir.shape import Shape
+
+
+class Subgraph(Node):
+    """A fused region. Input ``i`` feeds ``body.parameters[i]``; output ``j`` is ``body.results[j]``.
+
+    Until a target generates a kernel for it, a Subgraph evaluates its body on the reference
+    interpreter, so a tokenized model runs before any target exists.
+    """
+
+    ATTRS = ("body",)
+
+    def __init__(self, *inputs: Output | Node, body: Model, name: str | None = None) -> None:
+        self.body = body
+        super().__init__(*inputs, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        params = self.body.parameters
+        if len(params) != len(self.inputs):
+            raise ShapeInferenceError(f"Subgraph has {len(self.inputs)} inputs but its body has {len(params)} parameters")
+        changed = False
+        for p, inp in zip(params, self.inputs):
+            if p.element_type != inp.element_type:
+                raise ShapeInferenceError(
+                    f"input {inp.index} is {inp.element_type} but body parameter {p.name} is {p.element_type}")
+            if p.shape != inp.shape:
+                p.shape = inp.shape
+                changed = True
+        if changed:
+            self.body.validate()
+        return [(r.outputs[0].element_type, r.outputs[0].shape) for r in self.body.results]
+
+    def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
+        from snippets_core.ir.evaluate import evaluate_model
+
+        outs = evaluate_model(self.body, {p.name: a for p, a in zip(self.body.parameters, args)})
+        return [outs[r.name] for r in self.body.results]
+
+    def clone_with_new_inputs(self, inputs: Sequence[Output | Node]) -> Node:
+        new = Subgraph(*inputs, body=self.body.clone(), name=self.name)
+        new.rt_info = dict(self.rt_info)
+        return new
+
+    @property
+    def body_ops(self) -> list[Node]:
+        """The body's computing ops (no Parameters, Constants or Results)."""
+        return [n for n in self.body.get_ordered_ops() if n.type_name not in ("Parameter", "Constant", "Result")]
+
+    def attrs(self) -> dict[str, Any]:
+        return {"body": self.body}
