@@ -273,15 +273,20 @@ def test_addhooks_is_historic_and_adds_specs() -> None:
 
 # --- autoload and blocking --------------------------------------------------------------------------------------
 def test_autoload_loads_entry_points_sorted(site) -> None:
-    site("fake-plugins", {"snippets.plugins": {"zz_plug": "zz_plug_mod", "aa_plug": "aa_plug_mod"}},
-         {"zz_plug_mod": PLUGIN_SRC.format(reason="zz"), "aa_plug_mod": PLUGIN_SRC.format(reason="aa")})
+    site(
+        "fake-plugins",
+        {"snippets.plugins": {"zz_plug": "zz_plug_mod", "aa_plug": "aa_plug_mod"}},
+        {"zz_plug_mod": PLUGIN_SRC.format(reason="zz"), "aa_plug_mod": PLUGIN_SRC.format(reason="aa")},
+    )
     host = PluginHost()
     assert {"aa_plug", "zz_plug"} <= set(host.plugin_names())
     assert host.tokenization_callback(object(), "t") == "aa_plug: aa"
 
 
 def test_autoload_disabled_by_env(site, monkeypatch: pytest.MonkeyPatch) -> None:
-    site("fake-plugins", {"snippets.plugins": {"aa_plug": "aa_plug_mod"}}, {"aa_plug_mod": PLUGIN_SRC.format(reason="x")})
+    site(
+        "fake-plugins", {"snippets.plugins": {"aa_plug": "aa_plug_mod"}}, {"aa_plug_mod": PLUGIN_SRC.format(reason="x")}
+    )
     monkeypatch.setenv(ENV_DISABLE_AUTOLOAD, "1")
     host = PluginHost()
     assert host.plugin_names() == []
@@ -291,8 +296,11 @@ def test_autoload_disabled_by_env(site, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_block_list_from_env_and_config(site, monkeypatch: pytest.MonkeyPatch) -> None:
-    site("fake-plugins", {"snippets.plugins": {"aa_plug": "aa_plug_mod", "bb_plug": "bb_plug_mod"}},
-         {"aa_plug_mod": PLUGIN_SRC.format(reason="aa"), "bb_plug_mod": PLUGIN_SRC.format(reason="bb")})
+    site(
+        "fake-plugins",
+        {"snippets.plugins": {"aa_plug": "aa_plug_mod", "bb_plug": "bb_plug_mod"}},
+        {"aa_plug_mod": PLUGIN_SRC.format(reason="aa"), "bb_plug_mod": PLUGIN_SRC.format(reason="bb")},
+    )
     monkeypatch.setenv(ENV_BLOCK, "aa_plug")
     host = get_host()
     assert "aa_plug" not in host.plugin_names() and "bb_plug" in host.plugin_names()
@@ -305,8 +313,11 @@ def test_block_list_from_env_and_config(site, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_plugin_that_fails_to_import_is_named(site) -> None:
-    site("fake-broken", {"snippets.plugins": {"broken_plug": "broken_plug_mod"}},
-         {"broken_plug_mod": "raise ImportError('needs libfoo')\n"})
+    site(
+        "fake-broken",
+        {"snippets.plugins": {"broken_plug": "broken_plug_mod"}},
+        {"broken_plug_mod": "raise ImportError('needs libfoo')\n"},
+    )
     with pytest.raises(PluginError, match="plugin 'broken_plug' .*needs libfoo"):
         PluginHost()
     assert "broken_plug" not in PluginHost(block=["broken_plug"]).plugin_names()
@@ -314,8 +325,11 @@ def test_plugin_that_fails_to_import_is_named(site) -> None:
 
 # --- targets --------------------------------------------------------------------------------------------------
 def test_list_targets_reads_metadata_without_importing(site) -> None:
-    site("fake-target-dist", {"snippets.targets": {"fake_tgt": "fake_tgt_mod:T"}},
-         {"fake_tgt_mod": TARGET_SRC.format(name="fake_tgt")})
+    site(
+        "fake-target-dist",
+        {"snippets.targets": {"fake_tgt": "fake_tgt_mod:T"}},
+        {"fake_tgt_mod": TARGET_SRC.format(name="fake_tgt")},
+    )
     infos = {t.name: t for t in list_targets()}
     assert infos["fake_tgt"].distribution == "fake-target-dist"
     assert infos["fake_tgt"].version == "1.2.3"
@@ -328,8 +342,11 @@ def test_list_targets_reads_metadata_without_importing(site) -> None:
 
 
 def test_load_target_registers_its_hooks(site) -> None:
-    site("fake-target-dist", {"snippets.targets": {"fake_tgt": "fake_tgt_mod:T"}},
-         {"fake_tgt_mod": TARGET_SRC.format(name="fake_tgt")})
+    site(
+        "fake-target-dist",
+        {"snippets.targets": {"fake_tgt": "fake_tgt_mod:T"}},
+        {"fake_tgt_mod": TARGET_SRC.format(name="fake_tgt")},
+    )
     host = PluginHost(autoload=False)
     target = load_target("fake_tgt", host)
     assert target.name == "fake_tgt" and target.available() is None
@@ -339,8 +356,11 @@ def test_load_target_registers_its_hooks(site) -> None:
 
 
 def test_unknown_target_lists_installed_and_builtin_names(site) -> None:
-    site("fake-target-dist", {"snippets.targets": {"fake_tgt": "fake_tgt_mod:T"}},
-         {"fake_tgt_mod": TARGET_SRC.format(name="fake_tgt")})
+    site(
+        "fake-target-dist",
+        {"snippets.targets": {"fake_tgt": "fake_tgt_mod:T"}},
+        {"fake_tgt_mod": TARGET_SRC.format(name="fake_tgt")},
+    )
     with pytest.raises(TargetNotFoundError) as e:
         load_target("no_such_target", PluginHost(autoload=False))
     msg = str(e.value)
@@ -351,7 +371,10 @@ def test_unknown_target_lists_installed_and_builtin_names(site) -> None:
 
 
 def test_target_without_protocol_members_is_plugin_error(site) -> None:
-    site("fake-bad-target", {"snippets.targets": {"bad_tgt": "bad_tgt_mod:T"}},
-         {"bad_tgt_mod": "class T:\n    name = 'bad_tgt'\n"})
+    site(
+        "fake-bad-target",
+        {"snippets.targets": {"bad_tgt": "bad_tgt_mod:T"}},
+        {"bad_tgt_mod": "class T:\n    name = 'bad_tgt'\n"},
+    )
     with pytest.raises(PluginError, match="target 'bad_tgt'.*Target protocol"):
         load_target("bad_tgt", PluginHost(autoload=False))

@@ -145,17 +145,22 @@ class PluginHost:
         from snippets_core.passes.pass_manager import PositionedPass
 
         result: list[PositionedPass] = []
-        for c in self._call_each("snippets_positioned_passes",
-                                 {"target_name": target_name, "config": dict(config or {})}):
+        for c in self._call_each(
+            "snippets_positioned_passes", {"target_name": target_name, "config": dict(config or {})}
+        ):
             if c.value is None:
                 continue
             if not isinstance(c.value, (list, tuple)):
-                raise PluginError(f"plugin '{c.plugin}': snippets_positioned_passes returned a "
-                                  f"{type(c.value).__name__}, expected a list of PositionedPass")
+                raise PluginError(
+                    f"plugin '{c.plugin}': snippets_positioned_passes returned a "
+                    f"{type(c.value).__name__}, expected a list of PositionedPass"
+                )
             for pp in c.value:
                 if not isinstance(pp, PositionedPass):
-                    raise PluginError(f"plugin '{c.plugin}': snippets_positioned_passes returned a "
-                                      f"{type(pp).__name__} in its list, expected PositionedPass")
+                    raise PluginError(
+                        f"plugin '{c.plugin}': snippets_positioned_passes returned a "
+                        f"{type(pp).__name__} in its list, expected PositionedPass"
+                    )
                 result.append(pp)
         return result
 
@@ -173,8 +178,10 @@ class PluginHost:
             if c.value is None:
                 continue  # firstresult: ask the next plugin
             if not isinstance(c.value, str):
-                raise PluginError(f"plugin '{c.plugin}': snippets_tokenization_callback returned a "
-                                  f"{type(c.value).__name__}, expected a reason string or None")
+                raise PluginError(
+                    f"plugin '{c.plugin}': snippets_tokenization_callback returned a "
+                    f"{type(c.value).__name__}, expected a reason string or None"
+                )
             return f"{c.plugin}: {c.value}"
         return None
 
@@ -186,12 +193,16 @@ class PluginHost:
             if c.value is None:
                 continue
             if not isinstance(c.value, Mapping):
-                raise PluginError(f"plugin '{c.plugin}': snippets_register_emitters returned a "
-                                  f"{type(c.value).__name__}, expected a dict of op type name -> emitter")
+                raise PluginError(
+                    f"plugin '{c.plugin}': snippets_register_emitters returned a "
+                    f"{type(c.value).__name__}, expected a dict of op type name -> emitter"
+                )
             for op_type, factory in c.value.items():
                 if op_type in owner:
-                    raise PluginError(f"emitter for op '{op_type}' on target '{target_name}' is registered by "
-                                      f"both plugin '{owner[op_type]}' and plugin '{c.plugin}'")
+                    raise PluginError(
+                        f"emitter for op '{op_type}' on target '{target_name}' is registered by "
+                        f"both plugin '{owner[op_type]}' and plugin '{c.plugin}'"
+                    )
                 owner[op_type] = c.plugin
                 merged[op_type] = factory
         return merged

@@ -63,10 +63,12 @@ def load_target(name: str, host: object | None = None) -> object:
         if name in BUILTIN_TARGETS:
             raise TargetNotFoundError(
                 f"target '{name}' is built in and has no entry point: pass it to compile_model directly "
-                f"(installed targets: {', '.join(installed) or 'none'})")
+                f"(installed targets: {', '.join(installed) or 'none'})"
+            )
         raise TargetNotFoundError(
             f"no target named '{name}'; installed: {', '.join(installed) or 'none'}; "
-            f"built in: {', '.join(BUILTIN_TARGETS)}")
+            f"built in: {', '.join(BUILTIN_TARGETS)}"
+        )
     if len(eps) > 1:
         dists = ", ".join(_info(ep).distribution for ep in eps)
         raise PluginError(f"target name '{name}' is claimed by several distributions: {dists}")
@@ -80,8 +82,10 @@ def load_target(name: str, host: object | None = None) -> object:
     except Exception as e:
         raise PluginError(f"target '{name}' ({ep.value}) failed to initialise: {type(e).__name__}: {e}") from e
     if not isinstance(target, Target):
-        raise PluginError(f"target '{name}' ({ep.value}) returned a {type(target).__name__}, which lacks "
-                          f"name/description/available() of the Target protocol")
+        raise PluginError(
+            f"target '{name}' ({ep.value}) returned a {type(target).__name__}, which lacks "
+            f"name/description/available() of the Target protocol"
+        )
     h = host if host is not None else get_host()
     assert isinstance(h, PluginHost)
     return h.register_target(target, name)
