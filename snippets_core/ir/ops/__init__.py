@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from snippets_core.ir.node import OPS
 from snippets_core.ir.ops.io import Constant, Parameter, Result
+from snippets_core.ir.ops import snippets as snippets_ops  # noqa: F401  (the snippets op set for bodies)
 
 __all__ = ["OPS", "Constant", "Parameter", "Result"]
