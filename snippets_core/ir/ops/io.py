@@ -51,7 +51,7 @@ class Constant(Node):
             arr = np.asarray(value)
             if arr.dtype == np.float64 and not isinstance(value, np.ndarray):
                 arr = arr.astype(np.float32)  # Python floats become f32, as in the op sets we model
-        arr = np.ascontiguousarray(arr)
+        arr = np.ascontiguousarray(arr).reshape(arr.shape)  # ascontiguousarray turns 0-d into 1-d
         arr.setflags(write=False)
         self.value = arr
         super().__init__(name=name)

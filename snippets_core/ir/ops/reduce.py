@@ -1,0 +1,108 @@
+"""Reductions over the axes given by a second (integer) input: ReduceMax/Min/Sum/Mean/Prod/L1/L2."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import numpy as np
+
+from snippets_core.ir.element_type import ElementType
+from snippets_core.ir.node import Node, Output
+from snippets_core.ir.ops.base import check_input_count, check_kind, known_ints, normalize_axes, same_dtype, upcast
+from snippets_core.ir.shape import Shape
+
+
+class Reduce(Node):
+    """Base: ``Reduce*(data, axes, keep_dims=False)``. Empty ``axes`` reduce nothing (OpenVINO)."""
+
+    _abstract = True
+    ATTRS = ("keep_dims",)
+    INPUT_KIND: ClassVar[str] = "numeric"
+
+    def __init__(self, data: Output | Node, axes: Output | Node, *, keep_dims: bool = False,
+                 name: str | None = None) -> None:
+        self.keep_dims = bool(keep_dims)
+        super().__init__(data, axes, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        check_input_count(self, 2)
+        et = check_kind(self, 0, self.INPUT_KIND, "data")
+        axes = known_ints(self, 1, "axes")
+        shape = self.input_shape(0)
+        if not shape.rank_is_static:
+            return [(et, Shape.dynamic())]
+        rank = shape.rank
+        if axes is None:
+            if self.keep_dims:
+                return [(et, Shape.dynamic(rank))]
+            n = self.input_shape(1)
+            if n.is_static:
+                return [(et, Shape.dynamic(rank - (n.size)))]
+            return [(et, Shape.dynamic())]
+        norm = normalize_axes(axes, rank, "axes")
+        if self.keep_dims:
+            dims = [1 if i in norm else d for i, d in enumerate(shape.dims)]
+        else:
+            dims = [d for i, d in enumerate(shape.dims) if i not in norm]
+        return [(et, Shape(dims))]
+
+    reduce: ClassVar[Callable[..., np.ndarray]]
+
+    def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
+        x = np.asarray(args[0])
+        axes = tuple(normalize_axes([int(a) for a in np.asarray(args[1]).reshape(-1)], x.ndim, "axes"))
+        with np.errstate(all="ignore"):
+            r = type(self).reduce(upcast(x), axis=axes, keepdims=self.keep_dims)
+        return [same_dtype(r, x)]
+
+
+def _l1(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    return np.sum(np.abs(x), axis=axis, keepdims=keepdims)
+
+
+def _l2(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    return np.sqrt(np.sum(x * x, axis=axis, keepdims=keepdims))
+
+
+class ReduceMax(Reduce):
+    """Maximum over ``axes``."""
+
+    reduce = staticmethod(np.max)
+
+
+class ReduceMin(Reduce):
+    """Minimum over ``axes``."""
+
+    reduce = staticmethod(np.min)
+
+
+class ReduceSum(Reduce):
+    """Sum over ``axes``."""
+
+    reduce = staticmethod(np.sum)
+
+
+class ReduceMean(Reduce):
+    """Mean over ``axes``."""
+
+    reduce = staticmethod(np.mean)
+
+
+class ReduceProd(Reduce):
+    """Product over ``axes``."""
+
+    reduce = staticmethod(np.prod)
+
+
+class ReduceL1(Reduce):
+    """Sum of absolute values over ``axes``."""
+
+    reduce = staticmethod(_l1)
+
+
+class ReduceL2(Reduce):
+    """Euclidean norm over ``axes``."""
+
+    INPUT_KIND = "real"
+    reduce = staticmethod(_l2)

@@ -1,0 +1,458 @@
+"""Data-movement ops: Transpose, Reshape, Squeeze, Unsqueeze, Broadcast, Concat, Split, VariadicSplit, Gather.
+
+Their shape-like inputs (order, target shape, axes) give static output shapes when their values are known
+(see :mod:`snippets_core.ir.const_eval`); otherwise the output dims are dynamic with the right rank.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from snippets_core.errors import InputError, ShapeInferenceError
+from snippets_core.ir.element_type import ElementType
+from snippets_core.ir.node import Node, Output
+from snippets_core.ir.ops.base import (
+    check_input_count,
+    check_kind,
+    check_rank,
+    check_same_types,
+    known_ints,
+    normalize_axes,
+)
+from snippets_core.ir.shape import Dim, Shape, broadcast_shapes, normalize_axis
+
+
+def _vector_length(node: Node, i: int) -> int | None:
+    """Element count of a rank-0/1 shape-like input when its shape is static."""
+    s = node.input_shape(i)
+    return s.size if s.is_static else None
+
+
+def _scalar_int(node: Node, i: int, what: str) -> int | None:
+    vals = known_ints(node, i, what)
+    if vals is not None and len(vals) != 1:
+        raise ShapeInferenceError(f"{what} must hold one value, got {vals}")
+    return None if vals is None else vals[0]
+
+
+# --- Transpose ----------------------------------------------------------------------------------------
+def _check_order(order: Sequence[int], rank: int) -> list[int]:
+    if not order:
+        return list(range(rank))[::-1]
+    if sorted(order) != list(range(rank)):
+        raise ShapeInferenceError(f"order {list(order)} is not a permutation of the {rank} axes")
+    return list(order)
+
+
+class Transpose(Node):
+    """Permute the axes of ``data`` by the integer input ``order`` (empty = reverse all axes)."""
+
+    def __init__(self, data: Output | Node, order: Output | Node, *, name: str | None = None) -> None:
+        super().__init__(data, order, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        check_input_count(self, 2)
+        order = known_ints(self, 1, "order")
+        shape = self.input_shape(0)
+        et = self.input_type(0)
+        if not shape.rank_is_static:
+            n = _vector_length(self, 1)
+            return [(et, Shape.dynamic(n if n else None))]
+        if order is None:
+            return [(et, Shape.dynamic(shape.rank))]
+        order = _check_order(order, shape.rank)
+        return [(et, Shape([shape.dims[i] for i in order]))]  # type: ignore[index]
+
+    def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
+        x = np.asarray(args[0])
+        order = _check_order([int(a) for a in np.asarray(args[1]).reshape(-1)], x.ndim)
+        return [np.ascontiguousarray(np.transpose(x, order))]
+
+
+# --- Reshape ------------------------------------------------------------------------------------------
+def _resolve_reshape(in_dims: Sequence[Dim] | None, target: Sequence[int], special_zero: bool) -> list[Dim]:
+    """Output dims for a Reshape: 0 copies the input dim (special_zero), -1 is inferred from the size."""
+    if sum(1 for t in target if t == -1) > 1:
+        raise ShapeInferenceError(f"target shape {list(target)} has more than one -1")
+    if any(t < -1 for t in target):
+        raise ShapeInferenceError(f"target shape {list(target)} has a negative dim other than -1")
+    out: list[Dim] = []
+    for i, t in enumerate(target):
+        if t == 0 and special_zero:
+            if in_dims is None:
+                out.append(None)
+            elif i >= len(in_dims):
+                raise ShapeInferenceError(f"target dim {i} is 0 (copy) but the input has rank {len(in_dims)}")
+            else:
+                out.append(in_dims[i])
+        else:
+            out.append(None if t == -1 else t)
+    in_known = in_dims is not None and all(d is not None for d in in_dims)
+    in_size = math.prod(in_dims) if in_known else None  # type: ignore[arg-type]
+    if -1 in target:
+        k = target.index(-1)
+        rest = [d for j, d in enumerate(out) if j != k]
+        if in_size is not None and all(d is not None for d in rest):
+            denom = math.prod(rest)  # type: ignore[arg-type]
+            if denom == 0:
+                # -1 next to a zero dim is ambiguous; only an empty input makes it meaningful
+                if in_size != 0:
+                    raise ShapeInferenceError(f"cannot infer -1 in {list(target)} next to a zero dim")
+                out[k] = 0
+            elif in_size % denom:
+                raise ShapeInferenceError(f"cannot reshape {list(in_dims)} (size {in_size}) "  # type: ignore[arg-type]
+                                          f"to {list(target)}")
+            else:
+                out[k] = in_size // denom
+    elif in_size is not None and all(d is not None for d in out) and math.prod(out) != in_size:  # type: ignore[arg-type]
+        raise ShapeInferenceError(f"cannot reshape {list(in_dims)} (size {in_size}) to {out}")  # type: ignore[arg-type]
+    return out
+
+
+class Reshape(Node):
+    """Reshape ``data`` to the integer input ``shape``: one -1 is inferred; with ``special_zero`` a 0
+    copies the input dim at that index, otherwise 0 is a zero-sized dim (ONNX ``allowzero=1``)."""
+
+    ATTRS = ("special_zero",)
+
+    def __init__(self, data: Output | Node, shape: Output | Node, *, special_zero: bool = False,
+                 name: str | None = None) -> None:
+        self.special_zero = bool(special_zero)
+        super().__init__(data, shape, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        check_input_count(self, 2)
+        target = known_ints(self, 1, "target shape")
+        shape = self.input_shape(0)
+        if target is None:
+            n = _vector_length(self, 1)
+            return [(self.input_type(0), Shape.dynamic(n))]
+        return [(self.input_type(0), Shape(_resolve_reshape(shape.dims, target, self.special_zero)))]
+
+    def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
+        x = np.asarray(args[0])
+        target = [int(a) for a in np.asarray(args[1]).reshape(-1)]
+        dims = _resolve_reshape(x.shape, target, self.special_zero)
+        return [x.reshape(dims)]
+
+
+# --- Squeeze / Unsqueeze ----------------------------------------------------------------------------
+class Squeeze(Node):
+    """Remove unit dims: those listed in the optional ``axes`` input, or all of them."""
+
+    def __init__(self, data: Output | Node, axes: Output | Node | None = None, *, name: str | None = None) -> None:
+        super().__init__(*([data] if axes is None else [data, axes]), name=name)
+
+    def _axes(self, dims: Sequence[Dim], axes: Sequence[int]) -> list[int]:
+        norm = normalize_axes(axes, len(dims), "axes")
+        for a in norm:
+            if dims[a] is not None and dims[a] != 1:
+                raise ShapeInferenceError(f"cannot squeeze axis {a} of size {dims[a]}")
+        return norm
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        check_input_count(self, 1, 2)
+        et, shape = self.input_type(0), self.input_shape(0)
+        if len(self.inputs) == 1:
+            if shape.is_static:
+                return [(et, Shape([d for d in shape.dims if d != 1]))]  # type: ignore[union-attr]
+            return [(et, Shape.dynamic())]  # which dims are 1 is only known at run time
+        axes = known_ints(self, 1, "axes")
+        if not shape.rank_is_static:
+            return [(et, Shape.dynamic())]
+        if axes is None:
+            n = _vector_length(self, 1)
+            return [(et, Shape.dynamic(None if n is None else shape.rank - n))]
+        norm = self._axes(shape.dims, axes)  # type: ignore[arg-type]
+        return [(et, Shape([d for i, d in enumerate(shape.dims) if i not in norm]))]  # type: ignore[arg-type]
+
+    def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
+        x = np.asarray(args[0])
+        if len(args) == 1:
+            return [x.reshape([d for d in x.shape if d != 1])]
+        norm = self._axes(x.shape, [int(a) for a in np.asarray(args[1]).reshape(-1)])
+        return [x.reshape([d for i, d in enumerate(x.shape) if i not in norm])]
+
+
+def _unsqueeze_dims(dims: Sequence[Dim], axes: Sequence[int]) -> list[Dim]:
+    rank = len(dims) + len(axes)
+    norm = normalize_axes(axes, rank, "axes")
+    rest = iter(dims)
+    return [1 if i in norm else next(rest) for i in range(rank)]
+
+
+class Unsqueeze(Node):
+    """Insert unit dims at ``axes`` (counted in the output's rank; negative from the end)."""
+
+    def __init__(self, data: Output | Node, axes: Output | Node, *, name: str | None = None) -> None:
+        super().__init__(data, axes, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        check_input_count(self, 2)
+        et, shape = self.input_type(0), self.input_shape(0)
+        axes = known_ints(self, 1, "axes")
+        if not shape.rank_is_static:
+            return [(et, Shape.dynamic())]
+        if axes is None:
+            n = _vector_length(self, 1)
+            return [(et, Shape.dynamic(None if n is None else shape.rank + n))]
+        return [(et, Shape(_unsqueeze_dims(shape.dims, axes)))]  # type: ignore[arg-type]
+
+    def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
+        x = np.asarray(args[0])
+        return [x.reshape(_unsqueeze_dims(x.shape, [int(a) for a in np.asarray(args[1]).reshape(-1)]))]
+
+
+# --- Broadcast --------------------------------------------------------------------------------------
+def _numpy_broadcast_to(dims: Sequence[Dim], target: Sequence[Dim]) -> list[Dim]:
+    """One-way numpy broadcast of ``dims`` to ``target``: the output is ``target``."""
+    if len(dims) > len(target):
+        raise ShapeInferenceError(f"cannot broadcast rank {len(dims)} to target shape {list(target)}")
+    out = list(target)
+    for d, t in zip(reversed(dims), range(len(target) - 1, -1, -1)):
+        if d is not None and d != 1 and out[t] is not None and out[t] != d:
+            raise ShapeInferenceError(f"cannot broadcast shape {list(dims)} to {list(target)}")
+        if out[t] is None and d is not None and d != 1:
+            out[t] = d
+    return out
+
+
+class Broadcast(Node):
+    """Broadcast ``data`` to ``target_shape``: ``mode='numpy'`` (the output is the target; data broadcasts
+    one way) or ``'bidirectional'`` (the output is numpy broadcasting of both, like ONNX Expand)."""
+
+    ATTRS = ("mode",)
+
+    def __init__(self, data: Output | Node, target_shape: Output | Node, *, mode: str = "numpy",
+                 name: str | None = None) -> None:
+        self.mode = mode.lower()
+        super().__init__(data, target_shape, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        check_input_count(self, 2)
+        if self.mode not in ("numpy", "bidirectional"):
+            raise ShapeInferenceError(f"mode must be 'numpy' or 'bidirectional', got {self.mode!r}")
+        et, shape = self.input_type(0), self.input_shape(0)
+        target = known_ints(self, 1, "target shape")
+        check_rank(self, 1, (1,), "target shape")
+        if target is None:
+            n = _vector_length(self, 1)
+            if n is None:
+                return [(et, Shape.dynamic())]
+            if self.mode == "numpy":
+                return [(et, Shape.dynamic(n))]
+            return [(et, Shape.dynamic(max(n, shape.rank)) if shape.rank_is_static else Shape.dynamic())]
+        if any(t < 0 for t in target):
+            raise ShapeInferenceError(f"target shape {target} has a negative dim")
+        if not shape.rank_is_static:
+            return [(et, Shape(target) if self.mode == "numpy" else Shape.dynamic())]
+        if self.mode == "numpy":
+            return [(et, Shape(_numpy_broadcast_to(shape.dims, target)))]  # type: ignore[arg-type]
+        return [(et, broadcast_shapes(shape, Shape(target)))]
+
+    def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
+        x = np.asarray(args[0])
+        target = tuple(int(a) for a in np.asarray(args[1]).reshape(-1))
+        if self.mode == "bidirectional":
+            target = np.broadcast_shapes(x.shape, target)
+        return [np.ascontiguousarray(np.broadcast_to(x, target))]
+
+
+# --- Concat / Split ---------------------------------------------------------------------------------
+class Concat(Node):
+    """Join inputs of one element type along ``axis``; other dims must agree."""
+
+    ATTRS = ("axis",)
+
+    def __init__(self, *inputs: Output | Node, axis: int, name: str | None = None) -> None:
+        self.axis = int(axis)
+        super().__init__(*inputs, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        if not self.inputs:
+            raise ShapeInferenceError("Concat takes at least 1 input")
+        et = check_same_types(self, range(len(self.inputs)), "Concat inputs")
+        shapes = [self.input_shape(i) for i in range(len(self.inputs))]
+        static = [s for s in shapes if s.rank_is_static]
+        if not static:
+            return [(et, Shape.dynamic())]
+        rank = static[0].rank
+        if any(s.rank != rank for s in static):
+            raise ShapeInferenceError("Concat inputs have different ranks: " + ", ".join(map(str, shapes)))
+        axis = normalize_axis(self.axis, rank)
+        dims: list[Dim] = [None] * rank
+        total: Dim = 0
+        for s in shapes:
+            if not s.rank_is_static:
+                total = None
+                continue
+            for i, d in enumerate(s.dims):  # type: ignore[arg-type]
+                if i == axis:
+                    continue
+                if d is not None and dims[i] is not None and d != dims[i]:
+                    raise ShapeInferenceError(f"Concat inputs differ in dim {i} (not the axis {axis}): "
+                                              + ", ".join(map(str, shapes)))
+                if dims[i] is None:
+                    dims[i] = d
+            a = s.dims[axis]  # type: ignore[index]
+            total = None if total is None or a is None else total + a
+        dims[axis] = total
+        return [(et, Shape(dims))]
+
+    def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
+        return [np.concatenate([np.asarray(a) for a in args], axis=self.axis)]
+
+
+class Split(Node):
+    """Split ``data`` along the scalar integer input ``axis`` into ``num_splits`` equal parts."""
+
+    ATTRS = ("num_splits",)
+
+    def __init__(self, data: Output | Node, axis: Output | Node, *, num_splits: int, name: str | None = None) -> None:
+        self.num_splits = int(num_splits)
+        super().__init__(data, axis, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        check_input_count(self, 2)
+        if self.num_splits < 1:
+            raise ShapeInferenceError(f"num_splits must be >= 1, got {self.num_splits}")
+        et, shape = self.input_type(0), self.input_shape(0)
+        axis = _scalar_int(self, 1, "axis")
+        if not shape.rank_is_static:
+            return [(et, Shape.dynamic())] * self.num_splits
+        if axis is None:
+            return [(et, Shape.dynamic(shape.rank))] * self.num_splits
+        axis = normalize_axis(axis, shape.rank)
+        d = shape.dims[axis]  # type: ignore[index]
+        if d is not None and d % self.num_splits:
+            raise ShapeInferenceError(f"dim {axis} of size {d} does not split into {self.num_splits} equal parts")
+        dims = list(shape.dims)  # type: ignore[arg-type]
+        dims[axis] = None if d is None else d // self.num_splits
+        return [(et, Shape(dims))] * self.num_splits
+
+    def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
+        x = np.asarray(args[0])
+        axis = int(np.asarray(args[1]).reshape(-1)[0])
+        return [np.ascontiguousarray(p) for p in np.split(x, self.num_splits, axis=axis)]
+
+
+def _resolve_lengths(lengths: Sequence[int], dim: Dim) -> list[Dim]:
+    if sum(1 for n in lengths if n == -1) > 1:
+        raise ShapeInferenceError(f"split_lengths {list(lengths)} has more than one -1")
+    if any(n < -1 for n in lengths):
+        raise ShapeInferenceError(f"split_lengths {list(lengths)} has a negative length other than -1")
+    known = sum(n for n in lengths if n != -1)
+    out: list[Dim] = list(lengths)
+    if dim is not None:
+        if -1 in lengths:
+            if known > dim:
+                raise ShapeInferenceError(f"split_lengths {list(lengths)} exceed the dim {dim}")
+            out[list(lengths).index(-1)] = dim - known
+        elif known != dim:
+            raise ShapeInferenceError(f"split_lengths {list(lengths)} do not add up to the dim {dim}")
+    elif -1 in lengths:
+        out[list(lengths).index(-1)] = None
+    return out
+
+
+class VariadicSplit(Node):
+    """Split ``data`` along ``axis`` into parts of ``split_lengths`` (one entry may be -1: the rest)."""
+
+    def __init__(self, data: Output | Node, axis: Output | Node, split_lengths: Output | Node, *,
+                 name: str | None = None) -> None:
+        super().__init__(data, axis, split_lengths, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        check_input_count(self, 3)
+        et, shape = self.input_type(0), self.input_shape(0)
+        axis = _scalar_int(self, 1, "axis")
+        lengths = known_ints(self, 2, "split_lengths")
+        check_rank(self, 2, (1,), "split_lengths")
+        n = _vector_length(self, 2)
+        if n is None:
+            raise ShapeInferenceError("the length of split_lengths must be static (it sets the output count)")
+        if not shape.rank_is_static:
+            return [(et, Shape.dynamic())] * n
+        if axis is None:
+            return [(et, Shape.dynamic(shape.rank))] * n
+        axis = normalize_axis(axis, shape.rank)
+        parts = [None] * n if lengths is None else _resolve_lengths(lengths, shape.dims[axis])  # type: ignore[index]
+        outs = []
+        for p in parts:
+            dims = list(shape.dims)  # type: ignore[arg-type]
+            dims[axis] = p
+            outs.append((et, Shape(dims)))
+        return outs
+
+    def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
+        x = np.asarray(args[0])
+        axis = normalize_axis(int(np.asarray(args[1]).reshape(-1)[0]), x.ndim)
+        parts = _resolve_lengths([int(a) for a in np.asarray(args[2]).reshape(-1)], x.shape[axis])
+        bounds = np.cumsum([0] + parts)  # type: ignore[operator]
+        return [np.ascontiguousarray(np.take(x, np.arange(bounds[i], bounds[i + 1]), axis=axis))
+                for i in range(len(parts))]
+
+
+# --- Gather -----------------------------------------------------------------------------------------
+class Gather(Node):
+    """Pick entries of ``data`` along ``axis`` by integer ``indices`` (negative count from the end).
+
+    The first ``batch_dims`` dims of data and indices are matching batch dims; the output shape is
+    ``data[:axis] + indices[batch_dims:] + data[axis+1:]``.
+    """
+
+    ATTRS = ("batch_dims",)
+
+    def __init__(self, data: Output | Node, indices: Output | Node, axis: Output | Node, *, batch_dims: int = 0,
+                 name: str | None = None) -> None:
+        self.batch_dims = int(batch_dims)
+        super().__init__(data, indices, axis, name=name)
+
+    def _norm(self, data_rank: int, idx_rank: int, axis: int) -> tuple[int, int]:
+        b = self.batch_dims + idx_rank if self.batch_dims < 0 else self.batch_dims
+        if not 0 <= b <= idx_rank:
+            raise ShapeInferenceError(f"batch_dims {self.batch_dims} is out of range for indices rank {idx_rank}")
+        axis = normalize_axis(axis, data_rank)
+        if b > axis:
+            raise ShapeInferenceError(f"batch_dims {b} must not exceed axis {axis}")
+        return axis, b
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        check_input_count(self, 3)
+        check_kind(self, 1, "index", "indices")
+        et, sd, si = self.input_type(0), self.input_shape(0), self.input_shape(1)
+        axis = _scalar_int(self, 2, "axis")
+        if not (sd.rank_is_static and si.rank_is_static):
+            return [(et, Shape.dynamic())]
+        b = self.batch_dims + si.rank if self.batch_dims < 0 else self.batch_dims
+        if axis is None:
+            return [(et, Shape.dynamic(sd.rank - 1 + si.rank - b))]
+        axis, b = self._norm(sd.rank, si.rank, axis)
+        dd, di = list(sd.dims), list(si.dims)  # type: ignore[arg-type]
+        for k in range(b):
+            if dd[k] is not None and di[k] is not None and dd[k] != di[k]:
+                raise ShapeInferenceError(f"batch dim {k} differs: data {sd} vs indices {si}")
+            if dd[k] is None:
+                dd[k] = di[k]
+        return [(et, Shape(dd[:axis] + di[b:] + dd[axis + 1:]))]
+
+    def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
+        x, idx = np.asarray(args[0]), np.asarray(args[1]).astype(np.int64)
+        axis, b = self._norm(x.ndim, idx.ndim, int(np.asarray(args[2]).reshape(-1)[0]))
+        n = x.shape[axis]
+        if np.any((idx < -n) | (idx >= n)):
+            raise InputError(f"indices out of range [-{n}, {n}) for axis {axis}")
+        idx = np.where(idx < 0, idx + n, idx)
+        if b == 0:
+            return [np.take(x, idx, axis=axis)]
+        batch = x.shape[:b]
+        out_shape = x.shape[:axis] + idx.shape[b:] + x.shape[axis + 1:]
+        xr = x.reshape((-1,) + x.shape[b:])
+        ir = idx.reshape((-1,) + idx.shape[b:])
+        parts = [np.take(xr[k], ir[k], axis=axis - b) for k in range(xr.shape[0])]
+        if not parts:
+            return [np.zeros(out_shape, x.dtype)]
+        return [np.stack(parts).reshape(batch + parts[0].shape)]
