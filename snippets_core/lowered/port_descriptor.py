@@ -1,0 +1,109 @@
+"""Port descriptors: how an Expression sees the tensor on one of its ports.
+
+A :class:`PortDescriptor` is a frozen value: the planar shape of the tensor on the port, the layout
+(the order in which dims are laid out in memory; identity for planar data), the subtensor (the part of
+the tensor one emitter invocation processes on a loop iteration) and the register the port's value lives
+in once registers are assigned. Passes change a port by replacing its descriptor
+(``expr.set_input_port_descriptor(i, desc.with_(subtensor=...))``).
+
+Data-flow passes that want to pass a subtensor or a layout to the LinearIR (SoftmaxDecomposition,
+ReduceToSnippetsReduce, MatMulToBrgemm, ...) record it on the node with :func:`set_port_descriptor`;
+the LinearIR reads it when it builds the Expression.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any, Sequence
+
+FULL_DIM = -1
+"""Subtensor marker: the emitter processes this whole dimension at once (no loop over it)."""
+
+RT_INFO_KEY = "snippets.port_descriptors"
+
+
+class RegType(Enum):
+    """Register classes a target has: general purpose (pointers, counters), vector and mask."""
+
+    gpr = "gpr"
+    vec = "vec"
+    mask = "mask"
+    undefined = "undefined"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, order=True)
+class Reg:
+    """A register: its class and index. Abstract (before AssignRegisters) or physical (after)."""
+
+    type: RegType
+    idx: int
+
+    def __str__(self) -> str:
+        return f"{self.type.value}[{self.idx}]"
+
+
+@dataclass(frozen=True)
+class PortDescriptor:
+    """Shape, layout, subtensor and register of one Expression port (a value type)."""
+
+    shape: tuple[int, ...] = ()
+    subtensor: tuple[int, ...] = ()
+    layout: tuple[int, ...] = ()
+    reg: Reg | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "subtensor", tuple(int(d) for d in self.subtensor))
+        layout = tuple(int(d) for d in self.layout) if self.layout else tuple(range(len(self.shape)))
+        object.__setattr__(self, "layout", layout)
+
+    def with_(self, **changes: Any) -> PortDescriptor:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+    @property
+    def is_planar(self) -> bool:
+        return self.layout == tuple(range(len(self.layout)))
+
+    @property
+    def preordered_shape(self) -> tuple[int, ...]:
+        """The shape in memory order (the planar shape permuted by the layout)."""
+        return tuple(self.shape[i] for i in self.layout)
+
+    def __str__(self) -> str:
+        sub = ",".join("FULL" if d == FULL_DIM else str(d) for d in self.subtensor)
+        parts = [f"shape=[{','.join(map(str, self.shape))}]"]
+        if self.subtensor:
+            parts.append(f"subtensor=[{sub}]")
+        if not self.is_planar:
+            parts.append(f"layout=[{','.join(map(str, self.layout))}]")
+        if self.reg is not None:
+            parts.append(f"reg={self.reg}")
+        return " ".join(parts)
+
+
+def set_port_descriptor(node: Any, port_type: str, index: int, *, subtensor: Sequence[int] | None = None,
+                        layout: Sequence[int] | None = None) -> None:
+    """Record a subtensor and/or layout for a node port (``port_type`` "in" or "out") in its rt_info.
+
+    The LinearIR picks these up when it creates the node's Expression; ``FULL_DIM`` marks a dim
+    processed whole.
+    """
+    if port_type not in ("in", "out"):
+        raise ValueError(f"port_type must be 'in' or 'out', got {port_type!r}")
+    table = node.rt_info.setdefault(RT_INFO_KEY, {})
+    entry = dict(table.get((port_type, index), {}))
+    if subtensor is not None:
+        entry["subtensor"] = tuple(int(d) for d in subtensor)
+    if layout is not None:
+        entry["layout"] = tuple(int(d) for d in layout)
+    table[(port_type, index)] = entry
+
+
+def get_port_descriptor_info(node: Any, port_type: str, index: int) -> dict[str, tuple[int, ...]]:
+    """What :func:`set_port_descriptor` recorded for a node port (empty if nothing)."""
+    return dict(node.rt_info.get(RT_INFO_KEY, {}).get((port_type, index), {}))
