@@ -1,0 +1,79 @@
+"""Fixed numbers shared by the ISA, ELF writer, kernel ABI, blob and simulator.
+
+Window bases follow the Software Layers HLD and the 37XX link scripts (shave_blob.md §3): each window is
+16 MiB; WIN_D holds kernel code and read-only data, WIN_E an invocation's arguments and RW data, WIN_F the
+tile-local CMX slice.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import numpy as np
+
+WIN_C = 0x1C000000  # runtime kernel code (the runtime loop is native Python in the simulator)
+WIN_D = 0x1D000000  # kernel .text + .rodata
+WIN_E = 0x1E000000  # invocation .data copy + params + dims/strides
+WIN_F = 0x1F000000  # CMX slice of the tile the kernel runs on
+WINDOW_SIZE = 1 << 24
+WINDOW_BASES = (WIN_C, WIN_D, WIN_E, WIN_F)
+
+ISA_VERSION = 1  # SHVX ISA version, stored in ELF e_flags and in the .note.ashv
+KERNEL_ABI_VERSION = 1  # kernel arguments contract version (docs/kernel_abi.md)
+RUNTIME_VERSION = 1  # version of the (native) runtime loop the simulator models
+BLOB_VERSION = (1, 0, 0)  # schema version written by this package; readers accept same major, minor <= ours
+
+MAX_DATA_WINDOW = 64 * 1024  # cap on one invocation's WIN_E image
+MAX_ND_DIMS = 15
+DEFAULT_STACK_SIZE = 4096  # bytes per SHAVE, as the compiler's default stack_configuration
+
+
+class DType(IntEnum):
+    """Element types; the same numbering is used in the blob schema and in ``MemRefData.dataType``."""
+
+    UNDEFINED = 0
+    F32 = 1
+    F16 = 2
+    BF16 = 3
+    I32 = 4
+    I16 = 5
+    I8 = 6
+    U8 = 7
+    I64 = 8
+
+
+def _bf16() -> np.dtype:
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+DTYPE_TO_NUMPY: dict[DType, np.dtype] = {
+    DType.F32: np.dtype(np.float32),
+    DType.F16: np.dtype(np.float16),
+    DType.BF16: _bf16(),
+    DType.I32: np.dtype(np.int32),
+    DType.I16: np.dtype(np.int16),
+    DType.I8: np.dtype(np.int8),
+    DType.U8: np.dtype(np.uint8),
+    DType.I64: np.dtype(np.int64),
+}
+NUMPY_TO_DTYPE: dict[np.dtype, DType] = {v: k for k, v in DTYPE_TO_NUMPY.items()}
+
+
+def dtype_of(value: object) -> DType:
+    """The :class:`DType` of a numpy dtype, an ``ElementType`` or a ``DType``."""
+    if isinstance(value, DType):
+        return value
+    np_dtype = getattr(value, "numpy", None)  # snippets_core ElementType
+    if np_dtype is not None and not callable(np_dtype):
+        value = np_dtype
+    return NUMPY_TO_DTYPE[np.dtype(value)]  # type: ignore[arg-type]
+
+
+class MemLocation(IntEnum):
+    """``MemRefData.location`` (the shipped kernel headers' enum)."""
+
+    NONE = 0
+    DDR = 1
+    NN_CMX = 2
