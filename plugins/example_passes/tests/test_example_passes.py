@@ -46,3 +46,22 @@ def test_blocking_the_plugin_removes_its_effect(monkeypatch: pytest.MonkeyPatch)
     blocked = PluginHost(autoload=False, block=["example_passes"])
     assert blocked.register(example, "example_passes") is None
     assert blocked.tokenization_callback(Parameter("f32", [1], name="n"), "t") is None
+
+
+def test_mark_skipped_marks_listed_op_types(host: PluginHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    from snippets_core.ir.ops import unary as eltwise
+    from snippets_core.tokenization.marks import is_skipped_by_plugin
+
+    x = Parameter("f32", [2, 3], name="x")
+    erf = eltwise.Erf(x, name="erf")
+    relu = eltwise.Relu(erf, name="relu")
+    mish = eltwise.Mish(relu, name="mish")
+    model = Model([Result(mish, name="y")])
+    monkeypatch.setenv(example.ENV_SKIP_OPS, "Mish, Erf")
+    host.mark_skipped(model, "reference")
+    assert {n.name: is_skipped_by_plugin(n) for n in (x, erf, relu, mish)} == {
+        "x": False,
+        "erf": True,
+        "relu": False,
+        "mish": True,
+    }

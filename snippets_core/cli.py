@@ -1,0 +1,532 @@
+"""The ``snippets`` command line: list targets, inspect what the Tokenizer fuses, run a model.
+
+Every error a user can cause (a missing or malformed file, an unknown target, a wrong input) is a
+:class:`~snippets_core.errors.SnippetsError` and is printed as one line on stderr with exit code 2;
+``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import traceback
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from snippets_core.errors import InputError, ModelFormatError, SnippetsError
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USER_ERROR = 2
+
+_Fmt = argparse.RawDescriptionHelpFormatter
+
+MAIN_HELP = """\
+snippets fuses chains of memory-bound ops of a neural-network model (ONNX) into generated kernels,
+and runs everything else on reference kernels.
+
+examples:
+  snippets targets
+  snippets inspect examples/transformer_block.onnx
+  snippets run examples/cnn_block.onnx --target reference --seed 1
+"""
+
+TARGETS_HELP = """\
+List the installed targets (entry points in the group 'snippets.targets') with the distribution and
+version that provide them, and the built-in ones. Listing reads package metadata only: no target is
+imported unless --check is given, which loads each and reports whether it can run on this machine.
+
+example:
+  snippets targets
+  snippets targets --check
+"""
+
+INSPECT_HELP = """\
+Read an ONNX model, tokenize it for a target, and print the result: each Subgraph (a fused region)
+with its ops, inputs and outputs, then the ops left outside Subgraphs (they run on reference
+kernels), with the reason when one is known.
+
+examples:
+  snippets inspect examples/transformer_block.onnx
+  snippets inspect model.onnx --target x86_64_avx512 --json > tokenized.json
+  snippets inspect model.onnx --mermaid graph.mmd
+"""
+
+RUN_HELP = """\
+Compile an ONNX model for a target and run it once (or --repeat N times). Inputs come from an .npz
+file (one array per input name) or, when none is given, are random with the declared shapes and
+dtypes (--seed makes them reproducible). Dynamic dims need --shape. Prints what ran where, the time
+per run, and a summary of each output; --outputs saves them; --check compares them with the
+'reference' target.
+
+examples:
+  snippets run examples/cnn_block.onnx --target reference
+  snippets run model.onnx --target x86_64_avx512 --inputs in.npz --outputs out.npz
+  snippets run model.onnx --target interpreter --shape x=1,3,224,224 --seed 3 --repeat 10 --check
+"""
+
+
+# --- helpers --------------------------------------------------------------------------------------------
+def _read_model(path: str) -> Any:
+    """Read an ONNX file; a missing path or a directory is a ModelFormatError naming it."""
+    p = Path(path)
+    if not p.exists():
+        raise ModelFormatError(f"{path}: no such file")
+    if not p.is_file():
+        raise ModelFormatError(f"{path}: not a file")
+    from snippets_core import read_onnx
+
+    return read_onnx(p)
+
+
+def _parse_config(items: Sequence[str]) -> dict[str, Any]:
+    """KEY=VALUE pairs; a VALUE that parses as JSON (numbers, true, lists) is taken as such."""
+    config: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InputError(f"--config {item!r}: expected KEY=VALUE")
+        try:
+            config[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            config[key.strip()] = value
+    return config
+
+
+def _parse_shapes(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in items:
+        name, sep, dims = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
+            if any(d < 0 for d in shape):
+                raise ValueError
+        except ValueError:
+            raise InputError(f"--shape {item!r}: expected NAME=D0,D1,... with non-negative integers") from None
+        shapes[name] = shape
+    return shapes
+
+
+def _fmt_shape(shape: Any) -> str:
+    dims = getattr(shape, "dims", shape)
+    if dims is None:
+        return "[...]"
+    return "[" + ",".join("?" if d is None else str(d) for d in dims) + "]"
+
+
+def _port(out: Any) -> dict[str, str]:
+    """An output port as the user sees it: producer, element type, shape."""
+    node = out.node
+    src = node.name if len(node.outputs) == 1 else f"{node.name}:{out.index}"
+    return {"from": src, "type": str(out.element_type), "shape": _fmt_shape(out.shape)}
+
+
+def _outside_reason(node: Any) -> str | None:
+    """Why the Tokenizer left ``node`` out of every Subgraph, when it recorded or can tell."""
+    try:
+        from snippets_core.tokenization import marks
+    except ImportError:
+        return None
+    explain = getattr(marks, "not_tokenized_reason", None)
+    if explain is not None:
+        return explain(node)
+    is_skipped = getattr(marks, "is_skipped_by_plugin", None)
+    if is_skipped is not None and is_skipped(node):
+        return "marked SkippedByPlugin"
+    return None
+
+
+_IO_TYPES = ("Parameter", "Constant", "Result")
+
+
+def describe_tokenized(model: Any, target: str) -> dict[str, Any]:
+    """The tokenized ``model`` as plain data: Subgraphs with ops, inputs, outputs; ops outside them."""
+    from snippets_core.ir.ops.subgraph import Subgraph
+
+    subgraphs = []
+    outside = []
+    for node in model.get_ordered_ops():
+        if isinstance(node, Subgraph):
+            subgraphs.append(
+                {
+                    "name": node.name,
+                    "ops": [{"name": op.name, "type": op.type_name} for op in node.body_ops],
+                    "inputs": [_port(i.source) for i in node.inputs],
+                    "outputs": [{"type": str(o.element_type), "shape": _fmt_shape(o.shape)} for o in node.outputs],
+                }
+            )
+        elif node.type_name not in _IO_TYPES:
+            outside.append({"name": node.name, "type": node.type_name, "why": _outside_reason(node)})
+    return {
+        "model": model.name,
+        "target": target,
+        "inputs": [
+            {"name": p.name, "type": str(p.element_type), "shape": _fmt_shape(p.shape)} for p in model.parameters
+        ],
+        "outputs": [
+            {"name": r.name, "type": str(r.outputs[0].element_type), "shape": _fmt_shape(r.outputs[0].shape)}
+            for r in model.results
+        ],
+        "subgraphs": subgraphs,
+        "outside": outside,
+    }
+
+
+def format_tokenized(info: Mapping[str, Any]) -> str:
+    lines = [f"model {info['model']} tokenized for target {info['target']}"]
+    lines.append("inputs:  " + ", ".join(f"{i['name']} {i['type']}{i['shape']}" for i in info["inputs"]))
+    lines.append("outputs: " + ", ".join(f"{o['name']} {o['type']}{o['shape']}" for o in info["outputs"]))
+    n_fused = sum(len(sg["ops"]) for sg in info["subgraphs"])
+    lines.append(f"{len(info['subgraphs'])} Subgraph(s) fusing {n_fused} op(s); {len(info['outside'])} op(s) outside")
+    for sg in info["subgraphs"]:
+        lines.append(f"Subgraph {sg['name']}")
+        lines.append("  ops:     " + ", ".join(f"{op['type']} ({op['name']})" for op in sg["ops"]))
+        lines.append("  inputs:  " + ", ".join(f"{i['from']} {i['type']}{i['shape']}" for i in sg["inputs"]))
+        lines.append("  outputs: " + ", ".join(f"{o['type']}{o['shape']}" for o in sg["outputs"]))
+    if info["outside"]:
+        lines.append("outside Subgraphs (reference kernels):")
+        for n in info["outside"]:
+            why = f": {n['why']}" if n["why"] else ""
+            lines.append(f"  {n['type']} ({n['name']}){why}")
+    return "\n".join(lines)
+
+
+def _mermaid_id(node: Any) -> str:
+    return f"n{node.id}"
+
+
+def _mermaid_label(text: str) -> str:
+    return text.replace('"', "'")
+
+
+def to_mermaid(model: Any) -> str:
+    """A mermaid flowchart of the tokenized model: each Subgraph as a box around its body ops."""
+    from snippets_core.ir.ops.subgraph import Subgraph
+
+    lines = ["flowchart TD"]
+    for node in model.get_ordered_ops():
+        nid = _mermaid_id(node)
+        if isinstance(node, Subgraph):
+            lines.append(f'  subgraph {nid}["Subgraph {_mermaid_label(node.name)}"]')
+            prev = None
+            for op in node.body_ops:
+                oid = f"{nid}_{op.id}"
+                lines.append(f'    {oid}["{op.type_name}"]')
+                if prev is not None:
+                    lines.append(f"    {prev} --- {oid}")
+                prev = oid
+            lines.append("  end")
+        elif node.type_name == "Constant":
+            continue  # weights would drown the picture
+        else:
+            shape = "([" if node.type_name in ("Parameter", "Result") else "["
+            close = "])" if shape == "([" else "]"
+            lines.append(f'  {nid}{shape}"{node.type_name}: {_mermaid_label(node.name)}"{close}')
+    for node in model.get_ordered_ops():
+        if node.type_name == "Constant":
+            continue
+        for inp in node.inputs:
+            src = inp.source.node
+            if src.type_name != "Constant":
+                lines.append(f"  {_mermaid_id(src)} --> {_mermaid_id(node)}")
+    return "\n".join(lines) + "\n"
+
+
+def random_inputs(model: Any, shapes: Mapping[str, tuple[int, ...]], seed: int) -> dict[str, np.ndarray]:
+    """Random arrays of each input's declared dtype and shape; ``shapes`` fills in dynamic dims."""
+    rng = np.random.default_rng(seed)
+    unknown = sorted(set(shapes) - set(model.input_names))
+    if unknown:
+        raise InputError(
+            f"--shape names unknown input {unknown[0]!r}; the model's inputs are: {', '.join(model.input_names)}"
+        )
+    out = {}
+    for p in model.parameters:
+        dims = p.shape.dims
+        if p.name in shapes:
+            shape = shapes[p.name]
+            if dims is not None and (
+                len(dims) != len(shape) or any(d is not None and d != s for d, s in zip(dims, shape))
+            ):
+                raise InputError(
+                    f"--shape {p.name}={','.join(map(str, shape))} does not fit the declared "
+                    f"shape {_fmt_shape(dims)} of input {p.name!r}"
+                )
+        elif dims is None or any(d is None for d in dims):
+            raise InputError(
+                f"input {p.name!r} has dynamic dims {_fmt_shape(dims)}: give them with --shape {p.name}=D0,D1,..."
+            )
+        else:
+            shape = tuple(dims)
+        out[p.name] = _random_array(rng, p.element_type, shape)
+    return out
+
+
+def _random_array(rng: np.random.Generator, element_type: Any, shape: tuple[int, ...]) -> np.ndarray:
+    name = str(element_type)
+    if name == "boolean":
+        return rng.random(shape) < 0.5
+    if name == "dynamic":
+        return rng.standard_normal(shape).astype(np.float32)
+    dtype = element_type.numpy
+    if element_type.is_real:
+        return rng.standard_normal(shape).astype(dtype)
+    # Small non-negative integers: valid as indices into any non-empty axis of length >= 2.
+    return rng.integers(0, 2, size=shape).astype(dtype)
+
+
+def _load_npz(path: str) -> dict[str, np.ndarray]:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{path}: no such file")
+    try:
+        with np.load(p, allow_pickle=False) as data:
+            if not hasattr(data, "files"):
+                raise InputError(f"{path}: a single array, expected an .npz with one array per input name")
+            return {k: data[k] for k in data.files}
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+        raise InputError(f"{path}: not a readable .npz file ({type(e).__name__}: {e})") from None
+
+
+def _save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
+    try:
+        np.savez(path, **arrays)
+    except OSError as e:
+        raise InputError(f"{path}: cannot write outputs ({e.strerror or e})") from None
+
+
+def max_errors(a: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+    """Max absolute and max relative error of ``a`` against ``ref``, in float64."""
+    if a.shape != ref.shape:
+        return float("inf"), float("inf")
+    if a.size == 0:
+        return 0.0, 0.0
+    a64, r64 = a.astype(np.float64), ref.astype(np.float64)
+    diff = np.abs(a64 - r64)
+    rel = diff / np.maximum(np.abs(r64), np.finfo(np.float32).tiny)
+    return float(np.max(diff)), float(np.max(rel))
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms"
+
+
+# --- commands -----------------------------------------------------------------------------------------------
+def cmd_targets(args: argparse.Namespace) -> int:
+    from snippets_core.plugins import BUILTIN_TARGETS, list_targets
+
+    rows = [(t.name, t.distribution, t.version) for t in list_targets()]
+    rows += [(b, "snippets-core (built in)", _core_version()) for b in BUILTIN_TARGETS]
+    status: dict[str, str] = {}
+    if args.check:
+        from snippets_core.plugins import PluginHost, load_target
+
+        host = PluginHost(autoload=False)  # hooks are not needed to ask available()
+        for name, _, _ in rows:
+            if name in BUILTIN_TARGETS:
+                status[name] = "available"
+                continue
+            try:
+                reason = load_target(name, host).available()
+            except SnippetsError as e:
+                reason = str(e)
+            status[name] = "available" if reason is None else f"unavailable: {reason}"
+    header = ("name", "distribution", "version") + (("status",) if args.check else ())
+    table = [header] + [r + ((status[r[0]],) if args.check else ()) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
+    return EXIT_OK
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from snippets_core import compile_model
+
+    model = _read_model(args.model)
+    cm = compile_model(model, target=args.target, config=_parse_config(args.config))
+    info = describe_tokenized(cm.model, args.target)
+    if args.mermaid:
+        try:
+            Path(args.mermaid).write_text(to_mermaid(cm.model))
+        except OSError as e:
+            raise InputError(f"{args.mermaid}: cannot write the mermaid file ({e.strerror or e})") from None
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        print(format_tokenized(info))
+        if args.mermaid:
+            print(f"wrote {args.mermaid}")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from snippets_core import compile_model
+
+    if args.repeat < 1:
+        raise InputError(f"--repeat {args.repeat}: must be at least 1")
+    model = _read_model(args.model)
+    config = _parse_config(args.config)
+    if args.inputs:
+        if args.shape:
+            raise InputError("--shape only applies to random inputs; the shapes come from --inputs")
+        inputs = _load_npz(args.inputs)
+        origin = args.inputs
+    else:
+        inputs = random_inputs(model, _parse_shapes(args.shape), args.seed)
+        origin = f"random (seed {args.seed})"
+    t0 = time.perf_counter()
+    cm = compile_model(model, target=args.target, config=config)
+    compile_s = time.perf_counter() - t0
+    times = []
+    outputs: dict[str, np.ndarray] = {}
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        outputs = cm(inputs)
+        times.append(time.perf_counter() - t0)
+    print(cm.describe())
+    print(f"inputs: {origin}: " + ", ".join(f"{k} {v.dtype}{list(v.shape)}" for k, v in inputs.items()))
+    print(f"compile: {_ms(compile_s)}; run: {_ms(statistics.median(times))} (median of {len(times)})")
+    stats = getattr(cm, "last_run_stats", None)
+    if stats is not None and hasattr(stats, "by_where"):
+        parts = ", ".join(f"{where} {_ms(t)}" for where, t in sorted(stats.by_where().items()))
+        print(f"last run by where: {parts}")
+    reference = None
+    if args.check:
+        reference = compile_model(model, target="reference", config=config)(inputs)
+    for name, value in outputs.items():
+        line = f"output {name}: {value.dtype}{list(value.shape)}"
+        if value.size and value.dtype.kind in "fiub":
+            v = value.astype(np.float64)
+            line += f" min {v.min():.6g} max {v.max():.6g} mean {v.mean():.6g}"
+        if reference is not None:
+            abs_err, rel_err = max_errors(value, reference[name])
+            line += f"; vs reference: max abs err {abs_err:.3g}, max rel err {rel_err:.3g}"
+        print(line)
+    if args.outputs:
+        _save_npz(args.outputs, outputs)
+        print(f"wrote {args.outputs}")
+    return EXIT_OK
+
+
+def _core_version() -> str:
+    from snippets_core import __version__
+
+    return __version__
+
+
+# --- parser -------------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="snippets", description=MAIN_HELP, formatter_class=_Fmt)
+    parser.add_argument("--version", action="version", version=f"snippets-core {_core_version()}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error instead of one line")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser(
+        "targets", help="list installed targets (imports none of them)", description=TARGETS_HELP, formatter_class=_Fmt
+    )
+    p.add_argument("--check", action="store_true", help="load each target and say whether it can run here")
+    p.set_defaults(func=cmd_targets)
+
+    def common(p: argparse.ArgumentParser, default_target: str | None) -> None:
+        p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model file")
+        p.add_argument(
+            "--target",
+            "-t",
+            default=default_target,
+            required=default_target is None,
+            help="target name, as `snippets targets` lists it"
+            + (f" (default: {default_target})" if default_target else ""),
+        )
+        p.add_argument(
+            "--config",
+            "-c",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="a compile_model config entry, VALUE parsed as JSON when it can be "
+            "(e.g. -c snippets_mode=Disable, -c block_plugins='[\"example_passes\"]'); repeatable",
+        )
+        # SUPPRESS: `snippets --debug run ...` must not be reset to False by the subcommand's default
+        p.add_argument(
+            "--debug",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="show the traceback of an error instead of one line",
+        )
+
+    p = sub.add_parser(
+        "inspect",
+        help="show the Subgraphs the Tokenizer forms and the ops outside them",
+        description=INSPECT_HELP,
+        formatter_class=_Fmt,
+    )
+    common(p, "reference")
+    p.add_argument("--mermaid", metavar="FILE", help="also write the tokenized graph as a mermaid flowchart")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser(
+        "run",
+        help="compile and run a model on a target, with given or random inputs",
+        description=RUN_HELP,
+        formatter_class=_Fmt,
+    )
+    common(p, None)
+    p.add_argument("--inputs", metavar="IN.npz", help="input arrays by input name (default: random)")
+    p.add_argument("--outputs", metavar="OUT.npz", help="save the output arrays by output name")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default: 0)")
+    p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=D0,D1,...",
+        help="shape of a random input with dynamic dims; repeatable",
+    )
+    p.add_argument("--repeat", type=int, default=1, metavar="N", help="run N times, report the median time")
+    p.add_argument("--check", action="store_true", help="compare the outputs with the 'reference' target")
+    p.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 ok, 2 a user error, 1 an internal error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USER_ERROR
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except SnippetsError as e:
+        if args.debug:
+            traceback.print_exc()
+        else:
+            print(f"snippets: error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("snippets: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - a bug in snippets itself: still one line unless --debug
+        if args.debug:
+            traceback.print_exc()
+        else:
+            msg = str(e).splitlines()[0] if str(e) else ""
+            print(
+                f"snippets: internal error: {type(e).__name__}: {msg} (run with --debug for the traceback)",
+                file=sys.stderr,
+            )
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
