@@ -9,6 +9,8 @@ from snippets_core.ir.ops import convert  # noqa: F401
 from snippets_core.ir.ops import fake_quantize  # noqa: F401
 from snippets_core.ir.ops import logical  # noqa: F401
 from snippets_core.ir.ops import matmul  # noqa: F401
+from snippets_core.ir.ops import misc  # noqa: F401
+from snippets_core.ir.ops import nn  # noqa: F401
 from snippets_core.ir.ops import normalization  # noqa: F401
 from snippets_core.ir.ops import reduce  # noqa: F401
 from snippets_core.ir.ops import select  # noqa: F401

@@ -1,0 +1,474 @@
+"""Reference-only ops that exported models need around the fusable core: shape computations (ShapeOf,
+Slice, ConstantOfShape, Range, Tile, Pad), index ops (ArgMax, ArgMin, TopK, CumSum), layout moves
+(DepthToSpace, SpaceToDepth) and a few element-wise ops outside the fusable set.
+
+Their shape inference uses the values of constant inputs when they are known (a Constant producer,
+or anything ``const_eval`` can fold), so shapes stay static through the shape arithmetic of ONNX exports.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from snippets_core.errors import ShapeInferenceError
+from snippets_core.ir.element_type import ElementType
+from snippets_core.ir.node import Node, Output
+from snippets_core.ir.ops.base import UnaryEltwise, same_dtype
+from snippets_core.ir.shape import Dim, Shape, normalize_axis
+
+
+def constant_input(node: Node, i: int) -> np.ndarray | None:
+    """The value of input ``i`` of ``node`` when it is known before run time, else None."""
+    src = node.inputs[i].source
+    value = getattr(src.node, "value", None)
+    if src.node.type_name == "Constant" and isinstance(value, np.ndarray):
+        return value
+    try:
+        from snippets_core.ir.const_eval import constant_value
+    except ImportError:
+        return None
+    try:
+        return constant_value(src)
+    except Exception:  # an unfoldable input simply leaves the shape dynamic
+        return None
+
+
+def _require_integral(node: Node, i: int, what: str) -> None:
+    et = node.input_type(i)
+    if et != ElementType.dynamic and not et.is_integral:
+        raise ShapeInferenceError(f"{what} must be integers, got {et}")
+
+
+class ShapeOf(Node):
+    """The shape of a tensor as a 1-D integer tensor (``output_type`` i64 or i32)."""
+
+    ATTRS = ("output_type",)
+
+    def __init__(self, x: Output | Node, *, output_type: ElementType | str = ElementType.i64,
+                 name: str | None = None) -> None:
+        self.output_type = ElementType.parse(output_type)
+        super().__init__(x, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        if self.output_type not in (ElementType.i64, ElementType.i32):
+            raise ShapeInferenceError(f"output_type must be i64 or i32, got {self.output_type}")
+        s = self.input_shape(0)
+        return [(self.output_type, Shape([s.rank] if s.rank_is_static else [None]))]
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        return [np.array(x.shape, dtype=self.output_type.numpy)]
+
+
+def _slice_indices(shape: Sequence[Dim], starts: np.ndarray, ends: np.ndarray, axes: np.ndarray,
+                   steps: np.ndarray) -> list[Dim | slice]:
+    """Per axis, a python slice (or None when the input dim is dynamic), ONNX Slice semantics."""
+    rank = len(shape)
+    result: list[Dim | slice] = [slice(None)] * rank
+    seen = set()
+    for s, e, a, st in zip(starts.tolist(), ends.tolist(), axes.tolist(), steps.tolist()):
+        ax = normalize_axis(int(a), rank, "Slice axis")
+        if ax in seen:
+            raise ShapeInferenceError(f"Slice axis {a} is repeated")
+        seen.add(ax)
+        if st == 0:
+            raise ShapeInferenceError("Slice step must not be 0")
+        dim = shape[ax]
+        if dim is None:
+            result[ax] = None
+            continue
+        # Clamp like ONNX: out-of-range starts/ends (e.g. INT64_MAX) saturate at the bounds.
+        lo, hi = (0, dim) if st > 0 else (-1, dim - 1)
+        s = s + dim if s < 0 else s
+        e = e + dim if e < 0 else e
+        s = min(max(s, lo), hi)
+        e = min(max(e, lo), hi)
+        result[ax] = slice(s, e if e >= 0 else None, st)
+    return result
+
+
+class Slice(Node):
+    """ONNX Slice: ``x[starts:ends:steps]`` along ``axes`` (all inputs 1-D integer tensors of one length)."""
+
+    def __init__(self, x: Output | Node, starts: Output | Node, ends: Output | Node, axes: Output | Node,
+                 steps: Output | Node, *, name: str | None = None) -> None:
+        super().__init__(x, starts, ends, axes, steps, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        if len(self.inputs) != 5:
+            raise ShapeInferenceError(f"Slice takes 5 inputs (data, starts, ends, axes, steps), got {len(self.inputs)}")
+        for i, what in ((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps")):
+            _require_integral(self, i, what)
+        x = self.input_shape(0)
+        et = self.input_type(0)
+        if not x.rank_is_static:
+            return [(et, Shape.dynamic())]
+        values = [constant_input(self, i) for i in range(1, 5)]
+        if any(v is None for v in values):
+            return [(et, Shape.dynamic(x.rank))]
+        starts, ends, axes, steps = (np.asarray(v).reshape(-1) for v in values)  # type: ignore[union-attr]
+        if not len(starts) == len(ends) == len(axes) == len(steps):
+            raise ShapeInferenceError("starts, ends, axes and steps must have the same length")
+        idx = _slice_indices(x.dims, starts, ends, axes, steps)  # type: ignore[arg-type]
+        dims = [None if sl is None else len(range(*sl.indices(d))) for sl, d in zip(idx, x.dims)]  # type: ignore
+        return [(et, Shape(dims))]
+
+    def evaluate(self, x: np.ndarray, starts: np.ndarray, ends: np.ndarray, axes: np.ndarray,
+                 steps: np.ndarray) -> list[np.ndarray]:
+        idx = _slice_indices(x.shape, *(np.asarray(v).reshape(-1) for v in (starts, ends, axes, steps)))
+        return [x[tuple(idx)].copy()]
+
+
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+class Pad(Node):
+    """ONNX Pad: ``pads`` is ``[begin..., end...]`` over ``axes`` (all axes when ``axes`` is not given);
+    negative pads crop. ``value`` (a scalar) fills in ``constant`` mode."""
+
+    ATTRS = ("mode",)
+
+    def __init__(self, x: Output | Node, pads: Output | Node, value: Output | Node, *axes: Output | Node,
+                 mode: str = "constant", name: str | None = None) -> None:
+        self.mode = mode
+        super().__init__(x, pads, value, *axes, name=name)
+
+    def _widths(self, shape: Sequence[Dim], pads: np.ndarray, axes: np.ndarray | None) -> list[tuple[int, int]]:
+        rank = len(shape)
+        pads = np.asarray(pads).reshape(-1).astype(np.int64)
+        axes_list = list(range(rank)) if axes is None else [normalize_axis(int(a), rank) for a in axes.reshape(-1)]
+        if len(pads) != 2 * len(axes_list):
+            raise ShapeInferenceError(f"pads has {len(pads)} values, expected {2 * len(axes_list)}")
+        widths = [(0, 0)] * rank
+        n = len(axes_list)
+        for j, ax in enumerate(axes_list):
+            widths[ax] = (int(pads[j]), int(pads[n + j]))
+        return widths
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        if self.mode not in PAD_MODES:
+            raise ShapeInferenceError(f"mode must be one of {PAD_MODES}, got {self.mode!r}")
+        if len(self.inputs) not in (3, 4):
+            raise ShapeInferenceError(f"Pad takes 3 or 4 inputs (data, pads, value[, axes]), got {len(self.inputs)}")
+        _require_integral(self, 1, "pads")
+        x = self.input_shape(0)
+        et = self.input_type(0)
+        if not x.rank_is_static:
+            return [(et, x)]
+        pads = constant_input(self, 1)
+        axes = constant_input(self, 3) if len(self.inputs) == 4 else None
+        if pads is None or (len(self.inputs) == 4 and axes is None):
+            return [(et, Shape.dynamic(x.rank))]
+        widths = self._widths(x.dims, pads, axes)  # type: ignore[arg-type]
+        dims = [None if d is None else d + b + e for d, (b, e) in zip(x.dims, widths)]  # type: ignore[union-attr]
+        if any(d is not None and d < 0 for d in dims):
+            raise ShapeInferenceError(f"pads {pads.tolist()} crop more than the input {x}")
+        return [(et, Shape(dims))]
+
+    def evaluate(self, x: np.ndarray, pads: np.ndarray, value: np.ndarray, *axes: np.ndarray) -> list[np.ndarray]:
+        widths = self._widths(x.shape, pads, axes[0] if axes else None)
+        # Negative pads crop first; numpy pads the rest.
+        crop = tuple(slice(-b if b < 0 else 0, x.shape[i] + e if e < 0 else None) for i, (b, e) in enumerate(widths))
+        x = x[crop]
+        pos = [(max(b, 0), max(e, 0)) for b, e in widths]
+        if self.mode == "constant":
+            fill = np.asarray(value).reshape(-1)
+            y = np.pad(x, pos, mode="constant", constant_values=fill[0] if fill.size else 0)
+        else:
+            y = np.pad(x, pos, mode=self.mode)
+        return [y.astype(x.dtype, copy=False)]
+
+
+class ConstantOfShape(Node):
+    """A tensor of the shape given by a 1-D integer input, filled with the one-element ``value``."""
+
+    ATTRS = ("value",)
+
+    def __init__(self, shape: Output | Node, *, value: np.ndarray | float = 0.0, name: str | None = None) -> None:
+        arr = np.asarray(value, dtype=np.float32 if isinstance(value, float) else None).reshape(-1)
+        if arr.size != 1:
+            raise ShapeInferenceError(f"ConstantOfShape value must have one element, got {arr.size}")
+        arr.setflags(write=False)
+        self.value = arr
+        super().__init__(shape, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        _require_integral(self, 0, "shape")
+        et = ElementType.from_numpy(self.value.dtype)
+        dims = constant_input(self, 0)
+        if dims is not None:
+            if (dims < 0).any():
+                raise ShapeInferenceError(f"shape {dims.tolist()} has a negative dim")
+            return [(et, Shape(dims.reshape(-1).tolist()))]
+        s = self.input_shape(0)
+        if s.is_static and s.rank == 1:
+            return [(et, Shape.dynamic(s[0]))]
+        return [(et, Shape.dynamic())]
+
+    def evaluate(self, shape: np.ndarray) -> list[np.ndarray]:
+        return [np.full(tuple(int(d) for d in shape.reshape(-1)), self.value[0], dtype=self.value.dtype)]
+
+
+class Range(Node):
+    """``[start, start + delta, ...)`` up to ``limit`` (three scalar inputs of one type)."""
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        if len(self.inputs) != 3:
+            raise ShapeInferenceError(f"Range takes 3 inputs (start, limit, delta), got {len(self.inputs)}")
+        et = self.input_type(0)
+        vals = [constant_input(self, i) for i in range(3)]
+        if all(v is not None for v in vals):
+            start, limit, delta = (np.asarray(v).reshape(-1)[0] for v in vals)  # type: ignore[union-attr]
+            if delta == 0:
+                raise ShapeInferenceError("Range delta must not be 0")
+            return [(et, Shape([max(int(np.ceil((limit - start) / delta)), 0)]))]
+        return [(et, Shape([None]))]
+
+    def evaluate(self, start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> list[np.ndarray]:
+        s, lim, d = (np.asarray(v).reshape(-1)[0] for v in (start, limit, delta))
+        n = max(int(np.ceil((lim - s) / d)), 0)
+        # Accumulate like ONNX (start + i * delta), in the input type.
+        return [(s + np.arange(n, dtype=np.float64 if np.asarray(start).dtype.kind == "f" else np.int64) * d)
+                .astype(np.asarray(start).dtype)]
+
+
+class Tile(Node):
+    """Repeat a tensor ``repeats[i]`` times along each axis."""
+
+    def __init__(self, x: Output | Node, repeats: Output | Node, *, name: str | None = None) -> None:
+        super().__init__(x, repeats, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        _require_integral(self, 1, "repeats")
+        x = self.input_shape(0)
+        et = self.input_type(0)
+        reps = constant_input(self, 1)
+        if not x.rank_is_static:
+            return [(et, Shape.dynamic())]
+        if reps is None:
+            return [(et, Shape.dynamic(x.rank))]
+        reps = reps.reshape(-1)
+        if len(reps) != x.rank:
+            raise ShapeInferenceError(f"repeats has {len(reps)} values for a rank-{x.rank} input")
+        return [(et, Shape([None if d is None else d * int(r) for d, r in zip(x.dims, reps)]))]  # type: ignore
+
+    def evaluate(self, x: np.ndarray, repeats: np.ndarray) -> list[np.ndarray]:
+        return [np.tile(x, tuple(int(r) for r in repeats.reshape(-1)))]
+
+
+class _ArgReduce(Node):
+    _abstract = True
+    ATTRS = ("axis", "keep_dims", "select_last_index")
+
+    def __init__(self, x: Output | Node, *, axis: int = 0, keep_dims: bool = True, select_last_index: bool = False,
+                 name: str | None = None) -> None:
+        self.axis = int(axis)
+        self.keep_dims = bool(keep_dims)
+        self.select_last_index = bool(select_last_index)
+        super().__init__(x, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        x = self.input_shape(0)
+        if not x.rank_is_static:
+            return [(ElementType.i64, Shape.dynamic())]
+        ax = normalize_axis(self.axis, x.rank)
+        dims = list(x.dims)  # type: ignore[arg-type]
+        if self.keep_dims:
+            dims[ax] = 1
+        else:
+            del dims[ax]
+        return [(ElementType.i64, Shape(dims))]
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        ax = normalize_axis(self.axis, x.ndim)
+        fn = np.argmax if self.type_name == "ArgMax" else np.argmin
+        if self.select_last_index:
+            flipped = np.flip(x, axis=ax)
+            idx = x.shape[ax] - 1 - fn(flipped, axis=ax)
+        else:
+            idx = fn(x, axis=ax)
+        if self.keep_dims:
+            idx = np.expand_dims(idx, ax)
+        return [idx.astype(np.int64)]
+
+
+class ArgMax(_ArgReduce):
+    """Index of the largest element along ``axis`` (first occurrence unless ``select_last_index``)."""
+
+
+class ArgMin(_ArgReduce):
+    """Index of the smallest element along ``axis`` (first occurrence unless ``select_last_index``)."""
+
+
+class TopK(Node):
+    """The ``k`` largest (or smallest) elements along ``axis`` and their i64 indices; ties keep the lower
+    index first, as ONNX requires."""
+
+    ATTRS = ("axis", "largest", "sorted")
+
+    def __init__(self, x: Output | Node, k: Output | Node, *, axis: int = -1, largest: bool = True,
+                 sorted: bool = True, name: str | None = None) -> None:  # noqa: A002 - the ONNX attribute name
+        self.axis = int(axis)
+        self.largest = bool(largest)
+        self.sorted = bool(sorted)
+        super().__init__(x, k, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        x = self.input_shape(0)
+        et = self.input_type(0)
+        if not x.rank_is_static:
+            return [(et, Shape.dynamic()), (ElementType.i64, Shape.dynamic())]
+        ax = normalize_axis(self.axis, x.rank)
+        k = constant_input(self, 1)
+        dims = list(x.dims)  # type: ignore[arg-type]
+        dims[ax] = None if k is None else int(np.asarray(k).reshape(-1)[0])
+        if dims[ax] is not None and x.dims[ax] is not None and dims[ax] > x.dims[ax]:  # type: ignore[index,operator]
+            raise ShapeInferenceError(f"k={dims[ax]} exceeds the axis size {x.dims[ax]}")  # type: ignore[index]
+        return [(et, Shape(dims)), (ElementType.i64, Shape(dims))]
+
+    def evaluate(self, x: np.ndarray, k: np.ndarray) -> list[np.ndarray]:
+        ax = normalize_axis(self.axis, x.ndim)
+        kk = int(np.asarray(k).reshape(-1)[0])
+        # A stable sort of the negated keys keeps ties in index order for "largest".
+        keys = -x if self.largest else x
+        if x.dtype.kind == "u":
+            keys = -x.astype(np.int64) if self.largest else x
+        idx = np.argsort(keys, axis=ax, kind="stable")
+        idx = np.take(idx, np.arange(kk), axis=ax)
+        return [np.take_along_axis(x, idx, axis=ax), idx.astype(np.int64)]
+
+
+class CumSum(Node):
+    """Cumulative sum along a scalar ``axis`` input; ``exclusive`` shifts by one, ``reverse`` sums from the end."""
+
+    ATTRS = ("exclusive", "reverse")
+
+    def __init__(self, x: Output | Node, axis: Output | Node, *, exclusive: bool = False, reverse: bool = False,
+                 name: str | None = None) -> None:
+        self.exclusive = bool(exclusive)
+        self.reverse = bool(reverse)
+        super().__init__(x, axis, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        _require_integral(self, 1, "axis")
+        return [(self.input_type(0), self.input_shape(0))]
+
+    def evaluate(self, x: np.ndarray, axis: np.ndarray) -> list[np.ndarray]:
+        ax = normalize_axis(int(np.asarray(axis).reshape(-1)[0]), x.ndim)
+        y = np.flip(x, ax) if self.reverse else x
+        c = np.cumsum(y, axis=ax, dtype=x.dtype)
+        if self.exclusive:
+            c = np.concatenate([np.zeros_like(np.take(c, [0], axis=ax)), np.take(c, np.arange(x.shape[ax] - 1), ax)],
+                               axis=ax)
+        return [np.flip(c, ax) if self.reverse else c]
+
+
+class DepthToSpace(Node):
+    """Move ``blocksize x blocksize`` channel blocks into space; ``mode`` is ``DCR`` or ``CRD`` as in ONNX."""
+
+    ATTRS = ("block_size", "mode")
+
+    def __init__(self, x: Output | Node, *, block_size: int, mode: str = "DCR", name: str | None = None) -> None:
+        self.block_size = int(block_size)
+        self.mode = mode
+        super().__init__(x, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        if self.mode not in ("DCR", "CRD"):
+            raise ShapeInferenceError(f"mode must be DCR or CRD, got {self.mode!r}")
+        x = self.input_shape(0)
+        b = self.block_size
+        if x.rank != 4:
+            raise ShapeInferenceError(f"DepthToSpace needs a rank-4 input, got {x}")
+        n, c, h, w = x.dims  # type: ignore[misc]
+        if c is not None and c % (b * b):
+            raise ShapeInferenceError(f"channels {c} are not divisible by block_size^2 = {b * b}")
+        return [(self.input_type(0), Shape([n, None if c is None else c // (b * b),
+                                            None if h is None else h * b, None if w is None else w * b]))]
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        n, c, h, w = x.shape
+        b = self.block_size
+        if self.mode == "DCR":
+            t = x.reshape(n, b, b, c // (b * b), h, w).transpose(0, 3, 4, 1, 5, 2)
+        else:
+            t = x.reshape(n, c // (b * b), b, b, h, w).transpose(0, 1, 4, 2, 5, 3)
+        return [t.reshape(n, c // (b * b), h * b, w * b)]
+
+
+class SpaceToDepth(Node):
+    """Move ``blocksize x blocksize`` spatial blocks into channels (ONNX SpaceToDepth)."""
+
+    ATTRS = ("block_size",)
+
+    def __init__(self, x: Output | Node, *, block_size: int, name: str | None = None) -> None:
+        self.block_size = int(block_size)
+        super().__init__(x, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        x = self.input_shape(0)
+        b = self.block_size
+        if x.rank != 4:
+            raise ShapeInferenceError(f"SpaceToDepth needs a rank-4 input, got {x}")
+        n, c, h, w = x.dims  # type: ignore[misc]
+        for d in (h, w):
+            if d is not None and d % b:
+                raise ShapeInferenceError(f"spatial dim {d} is not divisible by block_size {b}")
+        return [(self.input_type(0), Shape([n, None if c is None else c * b * b,
+                                            None if h is None else h // b, None if w is None else w // b]))]
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        n, c, h, w = x.shape
+        b = self.block_size
+        t = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+        return [t.reshape(n, c * b * b, h // b, w // b)]
+
+
+class Asinh(UnaryEltwise):
+    """Inverse hyperbolic sine."""
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        return [same_dtype(np.arcsinh(x), x)]
+
+
+class Acosh(UnaryEltwise):
+    """Inverse hyperbolic cosine."""
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        return [same_dtype(np.arccosh(x), x)]
+
+
+class Atanh(UnaryEltwise):
+    """Inverse hyperbolic tangent."""
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        return [same_dtype(np.arctanh(x), x)]
+
+
+class IsNaN(Node):
+    """True where the input is NaN."""
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        return [(ElementType.boolean, self.input_shape(0))]
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        return [np.isnan(x)]
+
+
+class IsInf(Node):
+    """True where the input is +inf (``detect_positive``) or -inf (``detect_negative``)."""
+
+    ATTRS = ("detect_negative", "detect_positive")
+
+    def __init__(self, x: Output | Node, *, detect_negative: bool = True, detect_positive: bool = True,
+                 name: str | None = None) -> None:
+        self.detect_negative = bool(detect_negative)
+        self.detect_positive = bool(detect_positive)
+        super().__init__(x, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        return [(ElementType.boolean, self.input_shape(0))]
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        return [(np.isposinf(x) & self.detect_positive) | (np.isneginf(x) & self.detect_negative)]

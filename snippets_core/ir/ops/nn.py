@@ -1,0 +1,403 @@
+"""Reference-only neural-network ops: convolution, pooling and local response normalization.
+
+These ops exist so that exported CNNs (alexnet, resnet, inception, ...) run end to end; no target fuses
+them, they run on their numpy references. Layouts follow ONNX: ``[N, C, *spatial]`` activations and
+``[M, C/group, *kernel]`` weights. Convolution and pooling are written with strided window views and one
+matmul per kernel so that the light real models run in seconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Sequence
+
+import numpy as np
+
+from snippets_core.errors import ShapeInferenceError
+from snippets_core.ir.element_type import ElementType
+from snippets_core.ir.node import Node, Output
+from snippets_core.ir.shape import Dim, Shape
+
+AUTO_PADS = ("explicit", "same_upper", "same_lower", "valid")
+
+
+def _tuple(values: Sequence[int] | None, n: int, default: int) -> tuple[int, ...]:
+    if values is None or len(values) == 0:
+        return (default,) * n
+    return tuple(int(v) for v in values)
+
+
+class WindowGeometry:
+    """Per-spatial-axis kernel, strides, dilations and pads, resolved against an input size.
+
+    ``auto_pad`` follows ONNX: ``same_upper``/``same_lower`` give ``ceil(in / stride)`` outputs with the
+    odd padding element at the end/beginning; ``valid`` pads nothing; ``explicit`` uses the given pads.
+    """
+
+    def __init__(self, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+                 pads_begin: Sequence[int], pads_end: Sequence[int], auto_pad: str, ceil_mode: bool) -> None:
+        self.kernel = tuple(kernel)
+        self.strides = tuple(strides)
+        self.dilations = tuple(dilations)
+        self.pads_begin = tuple(pads_begin)
+        self.pads_end = tuple(pads_end)
+        self.auto_pad = auto_pad
+        self.ceil_mode = ceil_mode
+
+    def axis(self, i: int, size: Dim) -> tuple[Dim, int, int]:
+        """(output size, pad begin, pad end) for spatial axis ``i`` of input size ``size``."""
+        k, s, d = self.kernel[i], self.strides[i], self.dilations[i]
+        extent = (k - 1) * d + 1
+        if self.auto_pad in ("same_upper", "same_lower"):
+            if size is None:
+                return None, 0, 0
+            out = -(-size // s)
+            total = max((out - 1) * s + extent - size, 0)
+            small, big = total // 2, total - total // 2
+            return (out, small, big) if self.auto_pad == "same_upper" else (out, big, small)
+        pb, pe = (0, 0) if self.auto_pad == "valid" else (self.pads_begin[i], self.pads_end[i])
+        if size is None:
+            return None, pb, pe
+        span = size + pb + pe - extent
+        if span < 0:
+            raise ShapeInferenceError(f"window of extent {extent} does not fit input size {size} with pads "
+                                      f"({pb}, {pe}) on spatial axis {i}")
+        if self.ceil_mode:
+            out = -(-span // s) + 1
+            # The last window must start inside the input or the begin padding (as PyTorch and ONNX do).
+            if (out - 1) * s >= size + pb:
+                out -= 1
+        else:
+            out = span // s + 1
+        return out, pb, pe
+
+    def resolve(self, spatial: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+        outs, pbs, pes = [], [], []
+        for i, size in enumerate(spatial):
+            o, pb, pe = self.axis(i, size)
+            outs.append(int(o))  # type: ignore[arg-type]
+            pbs.append(pb)
+            pes.append(pe)
+        return outs, pbs, pes
+
+
+def _padded(x: np.ndarray, pbs: Sequence[int], pes: Sequence[int], outs: Sequence[int],
+            geo: WindowGeometry, fill: float) -> np.ndarray:
+    """``x`` padded with ``fill`` so that every window of every output position is in bounds."""
+    widths = [(0, 0), (0, 0)]
+    for i, (pb, pe, o) in enumerate(zip(pbs, pes, outs)):
+        need = (o - 1) * geo.strides[i] + (geo.kernel[i] - 1) * geo.dilations[i] + 1
+        have = x.shape[2 + i] + pb + pe
+        widths.append((pb, pe + max(need - have, 0)))
+    if all(w == (0, 0) for w in widths):
+        return x
+    return np.pad(x, widths, mode="constant", constant_values=fill)
+
+
+def _windows(xp: np.ndarray, outs: Sequence[int], geo: WindowGeometry) -> itertools.product:
+    """For each kernel position, the strided view of ``xp`` it reads: ``[N, C, *outs]``."""
+    ranges = [range(k) for k in geo.kernel]
+    for pos in itertools.product(*ranges):
+        index = [slice(None), slice(None)]
+        for i, p in enumerate(pos):
+            start = p * geo.dilations[i]
+            index.append(slice(start, start + (outs[i] - 1) * geo.strides[i] + 1, geo.strides[i]))
+        yield pos, xp[tuple(index)]
+
+
+class _WindowOp(Node):
+    """Shared attributes and shape inference of convolution and pooling."""
+
+    _abstract = True
+
+    def _geometry(self, kernel: Sequence[int]) -> WindowGeometry:
+        n = len(kernel)
+        pads = _tuple(self.pads, 2 * n, 0)  # type: ignore[attr-defined]
+        return WindowGeometry(kernel, _tuple(self.strides, n, 1), _tuple(self.dilations, n, 1),  # type: ignore
+                              pads[:n], pads[n:], self.auto_pad, getattr(self, "ceil_mode", False))  # type: ignore
+
+    def _check_common(self, rank_of_kernel: int) -> None:
+        if self.auto_pad not in AUTO_PADS:  # type: ignore[attr-defined]
+            raise ShapeInferenceError(f"auto_pad must be one of {AUTO_PADS}, got {self.auto_pad!r}")  # type: ignore
+        for attr, n in (("strides", rank_of_kernel), ("dilations", rank_of_kernel), ("pads", 2 * rank_of_kernel)):
+            v = getattr(self, attr)
+            if v is not None and len(v) not in (0, n):
+                raise ShapeInferenceError(f"{attr} has {len(v)} values, expected {n}")
+
+    def _spatial_out(self, x: Shape, kernel: Sequence[int]) -> list[Dim]:
+        geo = self._geometry(kernel)
+        return [geo.axis(i, d)[0] for i, d in enumerate(x.dims[2:])]  # type: ignore[index]
+
+
+class Convolution(_WindowOp):
+    """ONNX Conv without bias: ``y[n, m] = sum_c,k x[n, g*Cg + c, s*o + d*k - pad] * w[m, c, k]``.
+
+    ``group`` splits the input channels into groups convolved with their own ``M/group`` filters
+    (depthwise convolution is ``group == C``). ``pads`` is ``[begin..., end...]`` as in ONNX.
+    """
+
+    ATTRS = ("strides", "dilations", "pads", "auto_pad", "group")
+
+    def __init__(self, x: Output | Node, w: Output | Node, *, strides: Sequence[int] | None = None,
+                 dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+                 auto_pad: str = "explicit", group: int = 1, name: str | None = None) -> None:
+        self.strides = None if strides is None else tuple(int(v) for v in strides)
+        self.dilations = None if dilations is None else tuple(int(v) for v in dilations)
+        self.pads = None if pads is None else tuple(int(v) for v in pads)
+        self.auto_pad = auto_pad
+        self.group = int(group)
+        super().__init__(x, w, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        if len(self.inputs) != 2:
+            raise ShapeInferenceError(f"Convolution takes 2 inputs (data, weights), got {len(self.inputs)}")
+        x, w = self.input_shape(0), self.input_shape(1)
+        et = self.input_type(0)
+        if not et.is_real:
+            raise ShapeInferenceError(f"Convolution needs a real element type, got {et}")
+        if not w.is_static:
+            raise ShapeInferenceError(f"Convolution weights must have a static shape, got {w}")
+        if w.rank < 3:
+            raise ShapeInferenceError(f"Convolution weights must be [M, C/group, *kernel], got {w}")
+        n_sp = w.rank - 2
+        self._check_common(n_sp)
+        if self.group < 1 or w[0] % self.group:
+            raise ShapeInferenceError(f"group {self.group} does not divide {w[0]} output channels")
+        if x.rank_is_static:
+            if x.rank != w.rank:
+                raise ShapeInferenceError(f"data {x} and weights {w} ranks differ")
+            if x[1] is not None and x[1] != w[1] * self.group:
+                raise ShapeInferenceError(f"data has {x[1]} channels but weights expect {w[1]} x group {self.group}")
+            return [(et, Shape([x[0], w[0], *self._spatial_out(x, w.dims[2:])]))]
+        return [(et, Shape.dynamic(w.rank))]
+
+    def evaluate(self, x: np.ndarray, w: np.ndarray) -> list[np.ndarray]:
+        kernel = w.shape[2:]
+        geo = self._geometry(kernel)
+        outs, pbs, pes = geo.resolve(x.shape[2:])
+        xp = _padded(x, pbs, pes, outs, geo, 0.0)
+        n, g = x.shape[0], self.group
+        cg, m = w.shape[1], w.shape[0]
+        wg = w.reshape(g, m // g, cg, -1)  # [g, Mg, Cg, K]
+        k_count = wg.shape[-1]
+        p = math.prod(outs)
+        # im2col: [N, g, Cg, K, P] then one batched matmul per group.
+        cols = np.empty((n, g, cg, k_count, p), dtype=x.dtype)
+        for ki, (_, view) in enumerate(_windows(xp, outs, geo)):
+            cols[:, :, :, ki, :] = view.reshape(n, g, cg, p)
+        cols = cols.reshape(n, g, cg * k_count, p)
+        wmat = wg.reshape(g, m // g, cg * k_count)
+        y = np.matmul(wmat[None], cols)  # [N, g, Mg, P]
+        return [y.reshape(n, m, *outs).astype(x.dtype, copy=False)]
+
+
+class ConvolutionBackpropData(_WindowOp):
+    """ONNX ConvTranspose without bias: the gradient of Convolution with respect to its input.
+
+    Weights are ``[C, M/group, *kernel]``. ``output_padding`` adds zeros at the end of each spatial
+    axis; ``output_shape`` (when given) fixes the spatial output size and the pads follow from it.
+    """
+
+    ATTRS = ("strides", "dilations", "pads", "auto_pad", "group", "output_padding", "output_shape")
+
+    def __init__(self, x: Output | Node, w: Output | Node, *, strides: Sequence[int] | None = None,
+                 dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+                 auto_pad: str = "explicit", group: int = 1, output_padding: Sequence[int] | None = None,
+                 output_shape: Sequence[int] | None = None, name: str | None = None) -> None:
+        self.strides = None if strides is None else tuple(int(v) for v in strides)
+        self.dilations = None if dilations is None else tuple(int(v) for v in dilations)
+        self.pads = None if pads is None else tuple(int(v) for v in pads)
+        self.auto_pad = auto_pad
+        self.group = int(group)
+        self.output_padding = None if output_padding is None else tuple(int(v) for v in output_padding)
+        self.output_shape = None if output_shape is None else tuple(int(v) for v in output_shape)
+        super().__init__(x, w, name=name)
+
+    def _resolve(self, spatial: Sequence[Dim], kernel: Sequence[int]) -> tuple[list[Dim], list[int], list[int]]:
+        n = len(kernel)
+        s = _tuple(self.strides, n, 1)
+        d = _tuple(self.dilations, n, 1)
+        op = _tuple(self.output_padding, n, 0)
+        pads = _tuple(self.pads, 2 * n, 0)
+        outs: list[Dim] = []
+        pbs: list[int] = []
+        pes: list[int] = []
+        for i, size in enumerate(spatial):
+            extent = (kernel[i] - 1) * d[i] + 1
+            if self.output_shape:
+                target = self.output_shape[-n + i]
+                total = s[i] * ((size or 0) - 1) + op[i] + extent - target
+                if size is None:
+                    outs.append(target)
+                    pbs.append(0)
+                    pes.append(0)
+                    continue
+                small, big = total // 2, total - total // 2
+                pb, pe = (small, big) if self.auto_pad != "same_lower" else (big, small)
+                outs.append(target)
+            elif self.auto_pad in ("same_upper", "same_lower"):
+                if size is None:
+                    outs.append(None)
+                    pbs.append(0)
+                    pes.append(0)
+                    continue
+                target = size * s[i]
+                total = max(s[i] * (size - 1) + op[i] + extent - target, 0)
+                small, big = total // 2, total - total // 2
+                pb, pe = (small, big) if self.auto_pad == "same_upper" else (big, small)
+                outs.append(target)
+            else:
+                pb, pe = (0, 0) if self.auto_pad == "valid" else (pads[i], pads[n + i])
+                outs.append(None if size is None else s[i] * (size - 1) + op[i] + extent - pb - pe)
+            pbs.append(pb)
+            pes.append(pe)
+        return outs, pbs, pes
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        if len(self.inputs) != 2:
+            raise ShapeInferenceError(f"ConvolutionBackpropData takes 2 inputs, got {len(self.inputs)}")
+        x, w = self.input_shape(0), self.input_shape(1)
+        et = self.input_type(0)
+        if not w.is_static or w.rank < 3:
+            raise ShapeInferenceError(f"weights must be static [C, M/group, *kernel], got {w}")
+        self._check_common(w.rank - 2)
+        if not x.rank_is_static:
+            return [(et, Shape.dynamic(w.rank))]
+        if x[1] is not None and x[1] != w[0]:
+            raise ShapeInferenceError(f"data has {x[1]} channels but weights have {w[0]}")
+        outs, _, _ = self._resolve(x.dims[2:], w.dims[2:])  # type: ignore[index]
+        return [(et, Shape([x[0], w[1] * self.group, *outs]))]
+
+    def evaluate(self, x: np.ndarray, w: np.ndarray) -> list[np.ndarray]:
+        kernel = w.shape[2:]
+        n_sp = len(kernel)
+        s = _tuple(self.strides, n_sp, 1)
+        d = _tuple(self.dilations, n_sp, 1)
+        outs, pbs, _ = self._resolve(x.shape[2:], kernel)
+        n, c = x.shape[:2]
+        g = self.group
+        mg = w.shape[1]
+        full = [s[i] * (x.shape[2 + i] - 1) + (kernel[i] - 1) * d[i] + 1 for i in range(n_sp)]
+        # Scatter-add each kernel tap into a buffer big enough for the full (unpadded) output.
+        size = [max(full[i], pbs[i] + outs[i]) for i in range(n_sp)]  # type: ignore[operator]
+        buf = np.zeros((n, g, mg, *size), dtype=np.float64)
+        xg = x.reshape(n, g, c // g, *x.shape[2:]).astype(np.float64)
+        wg = w.reshape(g, c // g, mg, *kernel).astype(np.float64)
+        for pos in itertools.product(*[range(k) for k in kernel]):
+            tap = wg[(slice(None), slice(None), slice(None), *pos)]  # [g, Cg, Mg]
+            contrib = np.einsum("ngc...,gcm->ngm...", xg, tap)
+            index = [slice(None)] * 3
+            for i, p in enumerate(pos):
+                start = p * d[i]
+                index.append(slice(start, start + s[i] * (x.shape[2 + i] - 1) + 1, s[i]))
+            buf[tuple(index)] += contrib
+        crop = [slice(None)] * 3 + [slice(pbs[i], pbs[i] + outs[i]) for i in range(n_sp)]  # type: ignore
+        y = buf[tuple(crop)].reshape(n, g * mg, *outs)
+        return [y.astype(x.dtype)]
+
+
+class _Pool(_WindowOp):
+    _abstract = True
+    ATTRS = ("kernel", "strides", "dilations", "pads", "auto_pad", "ceil_mode")
+
+    def __init__(self, x: Output | Node, *, kernel: Sequence[int], strides: Sequence[int] | None = None,
+                 dilations: Sequence[int] | None = None, pads: Sequence[int] | None = None,
+                 auto_pad: str = "explicit", ceil_mode: bool = False, name: str | None = None, **extra: object) -> None:
+        self.kernel = tuple(int(v) for v in kernel)
+        self.strides = None if strides is None else tuple(int(v) for v in strides)
+        self.dilations = None if dilations is None else tuple(int(v) for v in dilations)
+        self.pads = None if pads is None else tuple(int(v) for v in pads)
+        self.auto_pad = auto_pad
+        self.ceil_mode = bool(ceil_mode)
+        for k, v in extra.items():
+            setattr(self, k, v)
+        super().__init__(x, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        if len(self.inputs) != 1:
+            raise ShapeInferenceError(f"{self.type_name} takes 1 input, got {len(self.inputs)}")
+        x = self.input_shape(0)
+        self._check_common(len(self.kernel))
+        if not x.rank_is_static:
+            return [(self.input_type(0), Shape.dynamic(len(self.kernel) + 2))]
+        if x.rank != len(self.kernel) + 2:
+            raise ShapeInferenceError(f"input {x} does not fit a {len(self.kernel)}-D kernel")
+        return [(self.input_type(0), Shape([x[0], x[1], *self._spatial_out(x, self.kernel)]))]
+
+
+class MaxPool(_Pool):
+    """ONNX MaxPool (values only): the maximum over each window; padding never wins."""
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        geo = self._geometry(self.kernel)
+        outs, pbs, pes = geo.resolve(x.shape[2:])
+        low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        xp = _padded(x, pbs, pes, outs, geo, low)
+        y = None
+        for _, view in _windows(xp, outs, geo):
+            y = view.copy() if y is None else np.maximum(y, view)
+        return [y]
+
+
+class AvgPool(_Pool):
+    """ONNX AveragePool: the mean over each window. With ``count_include_pad`` the explicit/auto padding
+    counts in the divisor; positions beyond it (added by ``ceil_mode``) never count."""
+
+    ATTRS = _Pool.ATTRS + ("count_include_pad",)
+
+    def __init__(self, x: Output | Node, *, kernel: Sequence[int], count_include_pad: bool = False,
+                 **kwargs: object) -> None:
+        super().__init__(x, kernel=kernel, count_include_pad=bool(count_include_pad), **kwargs)  # type: ignore
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        geo = self._geometry(self.kernel)
+        outs, pbs, pes = geo.resolve(x.shape[2:])
+        xp = _padded(x.astype(np.float64), pbs, pes, outs, geo, 0.0)
+        # The divisor: ones over the real input (and over its padding when count_include_pad), zeros elsewhere.
+        ones = np.ones((1, 1, *x.shape[2:]))
+        if self.count_include_pad:
+            ones = np.pad(ones, [(0, 0), (0, 0)] + list(zip(pbs, pes)), constant_values=1.0)
+            mask = _padded(ones, [0] * len(pbs), [0] * len(pbs), outs, geo, 0.0)
+        else:
+            mask = _padded(ones, pbs, pes, outs, geo, 0.0)
+        total = np.zeros((x.shape[0], x.shape[1], *outs))
+        count = np.zeros((1, 1, *outs))
+        for (_, view), (_, mview) in zip(_windows(xp, outs, geo), _windows(mask, outs, geo)):
+            total += view
+            count += mview
+        return [(total / np.maximum(count, 1.0)).astype(x.dtype)]
+
+
+class LRN(Node):
+    """Local response normalization across channels (ONNX LRN):
+    ``y = x / (bias + alpha / size * sum_{window over C} x^2) ^ beta``."""
+
+    ATTRS = ("alpha", "beta", "bias", "size")
+
+    def __init__(self, x: Output | Node, *, alpha: float = 1e-4, beta: float = 0.75, bias: float = 1.0, size: int,
+                 name: str | None = None) -> None:
+        self.alpha = float(alpha)
+        self.beta = float(beta)
+        self.bias = float(bias)
+        self.size = int(size)
+        super().__init__(x, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        x = self.input_shape(0)
+        if x.rank_is_static and x.rank < 2:
+            raise ShapeInferenceError(f"LRN needs [N, C, ...], got {x}")
+        if self.size < 1:
+            raise ShapeInferenceError(f"size must be positive, got {self.size}")
+        return [(self.input_type(0), x)]
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        sq = x.astype(np.float64) ** 2
+        c = x.shape[1]
+        before, after = (self.size - 1) // 2, -(-(self.size - 1) // 2)
+        padded = np.pad(sq, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
+        csum = np.cumsum(padded, axis=1)
+        csum = np.concatenate([np.zeros_like(csum[:, :1]), csum], axis=1)
+        window = csum[:, self.size:self.size + c] - csum[:, :c]
+        y = x / (self.bias + self.alpha / self.size * window) ** self.beta
+        return [y.astype(x.dtype)]
