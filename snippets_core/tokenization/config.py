@@ -1,0 +1,115 @@
+"""The Tokenizer's knobs (``SnippetsTokenization::Config`` of the reference) and the snippets mode."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from enum import Enum
+from typing import Any
+
+from snippets_core.errors import SnippetsError
+from snippets_core.ir.node import Node
+
+#: A tokenization veto: returns the reason why ``node`` must stay out of Subgraphs, or None to allow it.
+TokenizationCallback = Callable[[Node], "str | None"]
+
+
+class TokenizationConfigError(SnippetsError):
+    """A tokenization config key or value is not valid."""
+
+
+class SnippetsMode(Enum):
+    """How much of the model snippets may take (the CPU plugin's ``SnippetsMode``).
+
+    ``Enable``: tokenize, asking the callback (plugin and target hooks) about each node.
+    ``IgnoreCallback``: tokenize everything the Tokenizer's own rules accept; the callback is not asked.
+    ``Disable``: tokenize nothing.
+    """
+
+    Enable = "Enable"
+    IgnoreCallback = "IgnoreCallback"
+    Disable = "Disable"
+
+    @staticmethod
+    def parse(value: SnippetsMode | str) -> SnippetsMode:
+        if isinstance(value, SnippetsMode):
+            return value
+        if isinstance(value, str):
+            for m in SnippetsMode:
+                if m.value.lower() == value.lower():
+                    return m
+        raise TokenizationConfigError(
+            f"snippets_mode must be one of {', '.join(m.value for m in SnippetsMode)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class TokenizationConfig:
+    """Options of the tokenizers (eltwise ``TokenizeSnippets`` and, later, ``TokenizeMHASnippets``).
+
+    ``data_ptr_gpr_count`` is the number of general-purpose registers a kernel can give to data pointers
+    (11 on x86-64: 16 GPRs - 2 work amounts - 1 runtime-params pointer - 2 stack registers); a Subgraph
+    whose parameters, results, hidden constants and estimated buffers exceed it is not grown further.
+    ``callback`` is the veto hook the runtime wires to the plugins and the target.
+    """
+
+    #: threads available to one inference (MHA tokenization checks the parallel work against it)
+    concurrency: int = 1
+    data_ptr_gpr_count: int = 11
+    split_m_dimension: bool = True
+    mha_token_enable_transpose_on_output: bool = True
+    is_dynamic_mha_token_enabled: bool = True
+    mha_supported_transpose_ranks: tuple[int, ...] = (3, 4)
+    snippets_mode: SnippetsMode = SnippetsMode.Enable
+    callback: TokenizationCallback | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "data_ptr_gpr_count"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise TokenizationConfigError(f"tokenization config '{name}' must be a positive integer, got {v!r}")
+        for name in ("split_m_dimension", "mha_token_enable_transpose_on_output", "is_dynamic_mha_token_enabled"):
+            v = getattr(self, name)
+            if not isinstance(v, bool):
+                raise TokenizationConfigError(f"tokenization config '{name}' must be a bool, got {v!r}")
+        ranks = self.mha_supported_transpose_ranks
+        try:
+            ranks_t = tuple(sorted({int(r) for r in ranks}))
+        except (TypeError, ValueError):
+            raise TokenizationConfigError(
+                f"tokenization config 'mha_supported_transpose_ranks' must be a list of ranks, got {ranks!r}") from None
+        if any(r < 1 for r in ranks_t):
+            raise TokenizationConfigError(f"tokenization config 'mha_supported_transpose_ranks' has a rank < 1: {ranks!r}")
+        object.__setattr__(self, "mha_supported_transpose_ranks", ranks_t)
+        object.__setattr__(self, "snippets_mode", SnippetsMode.parse(self.snippets_mode))
+        if self.callback is not None and not callable(self.callback):
+            raise TokenizationConfigError(f"tokenization config 'callback' must be callable, got {self.callback!r}")
+
+    @staticmethod
+    def from_dict(d: TokenizationConfig | Mapping[str, Any] | None) -> TokenizationConfig:
+        """Build a config from a plain mapping; an unknown key is a :class:`TokenizationConfigError`."""
+        if isinstance(d, TokenizationConfig):
+            return d
+        d = dict(d or {})
+        known = [f.name for f in fields(TokenizationConfig)]
+        for k in d:
+            if k not in known:
+                raise TokenizationConfigError(f"unknown tokenization config key {k!r}; known keys: {', '.join(known)}")
+        return TokenizationConfig(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def enabled(self) -> bool:
+        return self.snippets_mode is not SnippetsMode.Disable
+
+    def veto(self, node: Node) -> str | None:
+        """The callback's reason to keep ``node`` out of Subgraphs, or None. Not asked in IgnoreCallback mode."""
+        if self.callback is None or self.snippets_mode is SnippetsMode.IgnoreCallback:
+            return None
+        reason = self.callback(node)
+        if reason is not None and not isinstance(reason, str):
+            raise TokenizationConfigError(
+                f"the tokenization callback returned {type(reason).__name__} for node '{node.name}'; "
+                "it must return a reason string or None")
+        return reason
