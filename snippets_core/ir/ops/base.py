@@ -128,9 +128,8 @@ class UnaryEltwise(Node):
 
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         x = np.asarray(args[0])
-        with np.errstate(all="ignore"):  # inf/nan results are values here, as on hardware
-            r = self.compute(upcast(x))
-        return [same_dtype(r, x)]
+        with np.errstate(all="ignore"):  # inf/nan results (also from rounding back to f16) are values here
+            return [same_dtype(self.compute(upcast(x)), x)]
 
 
 class BinaryEltwise(Node):
@@ -176,5 +175,4 @@ class BinaryEltwise(Node):
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         a, b = np.asarray(args[0]), np.asarray(args[1])
         with np.errstate(all="ignore"):
-            r = self.compute(upcast(a), upcast(b))
-        return [same_dtype(r, np.bool_ if self.LOGICAL_OUTPUT else a.dtype)]
+            return [same_dtype(self.compute(upcast(a), upcast(b)), np.bool_ if self.LOGICAL_OUTPUT else a.dtype)]

@@ -54,4 +54,4 @@ class FakeQuantize(Node):
         with np.errstate(all="ignore"):  # the middle branch divides by zero where in_low == in_high; unused there
             q = np.rint((x - il) / (ih - il) * n) / n * (oh - ol) + ol
             r = np.where(x <= np.minimum(il, ih), ol, np.where(x > np.maximum(il, ih), oh, q))
-        return [same_dtype(r, np.asarray(args[0]))]
+            return [same_dtype(r, np.asarray(args[0]))]

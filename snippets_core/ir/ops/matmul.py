@@ -64,4 +64,5 @@ class MatMul(Node):
             a = np.swapaxes(a, -1, -2)
         if self.transpose_b and b.ndim > 1:
             b = np.swapaxes(b, -1, -2)
-        return [same_dtype(np.matmul(a, b), a0)]
+        with np.errstate(all="ignore"):
+            return [same_dtype(np.matmul(a, b), a0)]

@@ -53,8 +53,7 @@ class Reduce(Node):
         x = np.asarray(args[0])
         axes = tuple(normalize_axes([int(a) for a in np.asarray(args[1]).reshape(-1)], x.ndim, "axes"))
         with np.errstate(all="ignore"):
-            r = type(self).reduce(upcast(x), axis=axes, keepdims=self.keep_dims)
-        return [same_dtype(r, x)]
+            return [same_dtype(type(self).reduce(upcast(x), axis=axes, keepdims=self.keep_dims), x)]
 
 
 def _l1(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:

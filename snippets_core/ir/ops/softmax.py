@@ -31,8 +31,7 @@ class Softmax(Node):
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         x = upcast(np.asarray(args[0]))
         with np.errstate(all="ignore"):
-            r = self.compute(x, self.axis)
-        return [same_dtype(r, np.asarray(args[0]))]
+            return [same_dtype(self.compute(x, self.axis), np.asarray(args[0]))]
 
     @staticmethod
     def compute(x: np.ndarray, axis: int) -> np.ndarray:

@@ -406,5 +406,4 @@ class Swish(Node):
         xf = upcast(x)
         beta = upcast(np.asarray(args[1])).reshape(()) if len(args) > 1 else np.ones((), xf.dtype)
         with np.errstate(all="ignore"):
-            r = xf * _sigmoid(beta * xf)
-        return [same_dtype(r, x)]
+            return [same_dtype(xf * _sigmoid(beta * xf), x)]
