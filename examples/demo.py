@@ -84,6 +84,24 @@ def run_on(
         )
 
 
+def check_against_onnx(path: Path, inputs: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> str:
+    """The 'reference' target itself checked against an outside oracle: onnx's own reference evaluator."""
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        proto = onnx.load(path)
+        names = [o.name for o in proto.graph.output]
+        values = ReferenceEvaluator(proto).run(None, inputs)
+    except Exception as e:  # noqa: BLE001 - the oracle is optional; say why it could not be asked
+        return f"onnx.reference could not run this model: {_one_line(e)}"
+    parts = []
+    for name, value in zip(names, values):
+        abs_err, rel_err = max_errors(reference[name], np.asarray(value))
+        parts.append(f"{name}: max abs err {abs_err:.3g}, max rel err {rel_err:.3g}")
+    return "reference target vs onnx.reference.ReferenceEvaluator: " + "; ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", type=Path, help="ONNX models (default: the examples)")
@@ -112,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             failures += 1
             continue
         print("  inputs: " + ", ".join(f"{k} {v.dtype}{list(v.shape)}" for k, v in inputs.items()))
+        print("  " + check_against_onnx(path, inputs, reference))
         for name, reason in targets:
             if reason is not None:
                 print(f"  [{name}] skipped: {reason}")

@@ -130,25 +130,49 @@ def _port(out: Any) -> dict[str, str]:
     return {"from": src, "type": str(out.element_type), "shape": _fmt_shape(out.shape)}
 
 
-def _outside_reason(node: Any) -> str | None:
-    """Why the Tokenizer left ``node`` out of every Subgraph, when it recorded or can tell."""
-    try:
-        from snippets_core.tokenization import marks
-    except ImportError:
-        return None
-    explain = getattr(marks, "not_tokenized_reason", None)
-    if explain is not None:
-        return explain(node)
-    is_skipped = getattr(marks, "is_skipped_by_plugin", None)
-    if is_skipped is not None and is_skipped(node):
-        return "marked SkippedByPlugin"
+def _reason_checks() -> list[tuple[Callable[[Any], bool], Callable[[Any], str]]]:
+    """(the Tokenizer refuses ``node`` if this holds, the reason) in the order the Tokenizer asks."""
+    from snippets_core.tokenization.tokenize_snippets import (
+        check_broadcast,
+        has_supported_in_out,
+        is_skipped_by_plugin,
+        is_supported_op,
+    )
+
+    return [
+        (
+            lambda n: is_skipped_by_plugin(n) and n.type_name not in ("MatMul", "Transpose"),
+            lambda n: "marked SkippedByPlugin by a plugin or the target",
+        ),
+        (lambda n: not is_supported_op(n), lambda n: f"the Tokenizer does not fuse {n.type_name} (op or attributes)"),
+        (
+            lambda n: not has_supported_in_out(n),
+            lambda n: "an element type or a dynamic rank the kernels do not support",
+        ),
+        (lambda n: not check_broadcast(n), lambda n: "PDPD broadcast between inputs of different ranks"),
+        (
+            lambda n: all(i.source.node.type_name == "Constant" for i in n.inputs),
+            lambda n: "all its inputs are constants",
+        ),
+    ]
+
+
+def outside_reason(node: Any, host: Any, target: str) -> str | None:
+    """Why the Tokenizer left ``node`` out of every Subgraph, when that can be told; else None."""
+    for refused, reason in _reason_checks():
+        if refused(node):
+            return reason(node)
+    if host is not None:
+        veto = host.tokenization_callback(node, target)
+        if veto is not None:
+            return f"vetoed by {veto}"
     return None
 
 
 _IO_TYPES = ("Parameter", "Constant", "Result")
 
 
-def describe_tokenized(model: Any, target: str) -> dict[str, Any]:
+def describe_tokenized(model: Any, target: str, host: Any = None) -> dict[str, Any]:
     """The tokenized ``model`` as plain data: Subgraphs with ops, inputs, outputs; ops outside them."""
     from snippets_core.ir.ops.subgraph import Subgraph
 
@@ -165,7 +189,7 @@ def describe_tokenized(model: Any, target: str) -> dict[str, Any]:
                 }
             )
         elif node.type_name not in _IO_TYPES:
-            outside.append({"name": node.name, "type": node.type_name, "why": _outside_reason(node)})
+            outside.append({"name": node.name, "type": node.type_name, "why": outside_reason(node, host, target)})
     return {
         "model": model.name,
         "target": target,
@@ -353,7 +377,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     model = _read_model(args.model)
     cm = compile_model(model, target=args.target, config=_parse_config(args.config))
-    info = describe_tokenized(cm.model, args.target)
+    info = describe_tokenized(cm.model, args.target, getattr(getattr(cm, "target", None), "host", None))
     if args.mermaid:
         try:
             Path(args.mermaid).write_text(to_mermaid(cm.model))
