@@ -161,6 +161,26 @@ def test_target_hooks_come_first_and_only_for_their_target() -> None:
     assert host.plugin_names() == ["aaa", "target:zzz"]
 
 
+def test_positioned_passes_receive_config_as_dict() -> None:
+    from snippets_core.config import CompileConfig
+
+    seen: list[dict] = []
+
+    class Recorder:
+        @hookimpl
+        def snippets_positioned_passes(self, target_name, config):
+            seen.append(config)
+            return []
+
+    host = PluginHost(autoload=False)
+    host.register(Recorder(), "rec")
+    host.positioned_passes("t", {"a": 1})
+    host.positioned_passes("t", CompileConfig.from_mapping({"num_threads": 3}))
+    host.positioned_passes("t")
+    assert seen[0] == {"a": 1} and seen[1]["num_threads"] == 3 and seen[2] == {}
+    assert all(type(c) is dict for c in seen)
+
+
 def test_positioned_passes_type_is_checked() -> None:
     class Bad:
         @hookimpl

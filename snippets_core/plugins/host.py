@@ -7,6 +7,7 @@ gets the same answer whatever order plugins were installed or registered in.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -140,13 +141,14 @@ class PluginHost:
                 raise PluginError(f"plugin '{pname}' failed in {hook_name}: {type(e).__name__}: {e}") from e
             yield _Contribution(pname, value)
 
-    def positioned_passes(self, target_name: str, config: Mapping[str, Any] | None = None) -> list[Any]:
-        """Every plugin's PositionedPasses for ``target_name``, in the stable order."""
+    def positioned_passes(self, target_name: str, config: Any = None) -> list[Any]:
+        """Every plugin's PositionedPasses for ``target_name``, in the stable order. ``config`` (a mapping or
+        a dataclass such as CompileConfig) reaches the plugins as a plain dict."""
         from snippets_core.passes.pass_manager import PositionedPass
 
         result: list[PositionedPass] = []
         for c in self._call_each(
-            "snippets_positioned_passes", {"target_name": target_name, "config": dict(config or {})}
+            "snippets_positioned_passes", {"target_name": target_name, "config": _as_dict(config)}
         ):
             if c.value is None:
                 continue
@@ -206,6 +208,16 @@ class PluginHost:
                 owner[op_type] = c.plugin
                 merged[op_type] = factory
         return merged
+
+
+def _as_dict(config: Any) -> dict[str, Any]:
+    if config is None:
+        return {}
+    if isinstance(config, Mapping):
+        return dict(config)
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    raise PluginError(f"plugin config must be a mapping or a dataclass, got {type(config).__name__}")
 
 
 _hosts: dict[tuple[bool, tuple[str, ...]], PluginHost] = {}
