@@ -19,7 +19,8 @@ inputs through and give an empty array on their control edge.
 from __future__ import annotations
 
 import time
-from typing import Any, ClassVar, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -46,6 +47,20 @@ def _not_evaluable(node: Node, why: str) -> UnsupportedOpError:
 def _one_input(node: Node) -> None:
     if len(node.inputs) != 1:
         raise ShapeInferenceError(f"{node.type_name} takes 1 input, got {len(node.inputs)}")
+
+
+class _OneInput(Node):
+    """One data input, one output: the base of the reductions and shape-only ops (not element-wise, so
+    passes and tokenizers that look for ``UnaryEltwise`` do not take them for one)."""
+
+    _abstract = True
+
+    def __init__(self, x: Output | Node, *, name: str | None = None) -> None:
+        super().__init__(x, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        _one_input(self)
+        return [(self.input_type(0), self.input_shape(0))]
 
 
 def _check_order(order: Sequence[int], rank: int, what: str) -> tuple[int, ...]:
@@ -564,7 +579,7 @@ class Fill(Node):
         return [out.reshape(np.shape(x))]
 
 
-class _Horizon(UnaryEltwise):
+class _Horizon(_OneInput):
     """Reduce all lanes of a vector; at graph level, the last axis (the output's last dim is 1)."""
 
     _abstract = True
@@ -612,7 +627,7 @@ class VectorBuffer(Node):
 
 # --- reductions and shape-only ops --------------------------------------------------------------------------
 
-class _SnippetsReduce(UnaryEltwise):
+class _SnippetsReduce(_OneInput):
     """Reduction over one ``axis`` that keeps the reduced dim as 1 (decomposed on the LinearIR)."""
 
     _abstract = True
@@ -648,7 +663,7 @@ class SnippetsReduceSum(_SnippetsReduce):
     REDUCE = staticmethod(np.sum)
 
 
-class RankNormalization(UnaryEltwise):
+class RankNormalization(_OneInput):
     """Prepend ``num_prepend`` ones and append ``num_append`` (0 or 1) ones to the shape; data untouched."""
 
     ATTRS = ("num_prepend", "num_append")
@@ -694,7 +709,7 @@ def resolve_reshape(in_dims: Sequence[Dim], target: Sequence[int]) -> list[Dim]:
     return out
 
 
-class SnippetsReshape(UnaryEltwise):
+class SnippetsReshape(_OneInput):
     """snippets ``Reshape``: a new shape over the same data (OpenVINO ``ov::snippets::op::Reshape``).
 
     ``target_shape`` holds positive dims plus two shape-agnostic markers, so the op works on dynamic
@@ -716,16 +731,15 @@ class SnippetsReshape(UnaryEltwise):
                 return [(et, Shape.dynamic(len(self.target_shape)))]
             return [(et, Shape([None if d == -1 else d for d in self.target_shape]))]
         out = resolve_reshape(shape.dims, self.target_shape)  # type: ignore[arg-type]
-        if shape.is_static and all(d is not None for d in out):
-            if int(np.prod(out, dtype=np.int64)) != shape.size:
-                raise ShapeInferenceError(f"cannot reshape {shape} to {list(self.target_shape)}")
+        if shape.is_static and all(d is not None for d in out) and int(np.prod(out, dtype=np.int64)) != shape.size:
+            raise ShapeInferenceError(f"cannot reshape {shape} to {list(self.target_shape)}")
         return [(et, Shape(out))]
 
     def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
         return [x.reshape(tuple(resolve_reshape(x.shape, self.target_shape)))]  # type: ignore[arg-type]
 
 
-class Reorder(UnaryEltwise):
+class Reorder(_OneInput):
     """Shape-only permutation: output dim ``i`` is input dim ``order[i]``; the data layout in memory is
     described by the port descriptor, so at graph level the values are transposed."""
 
