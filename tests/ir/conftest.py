@@ -9,10 +9,10 @@ from snippets_core.ir import ElementType
 
 # f16/bf16 results are computed in f32 and rounded once: allow about one unit in the last place.
 TOLERANCES = {
-    "f64": dict(rtol=1e-12, atol=1e-12),
-    "f32": dict(rtol=2e-6, atol=2e-6),
-    "f16": dict(rtol=2e-3, atol=2e-3),
-    "bf16": dict(rtol=1.6e-2, atol=1.6e-2),
+    "f64": {"rtol": 1e-12, "atol": 1e-12},
+    "f32": {"rtol": 2e-6, "atol": 2e-6},
+    "f16": {"rtol": 2e-3, "atol": 2e-3},
+    "bf16": {"rtol": 1.6e-2, "atol": 1.6e-2},
 }
 
 

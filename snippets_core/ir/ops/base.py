@@ -39,7 +39,9 @@ def check_kind(node: Node, i: int, kind: str, what: str | None = None) -> Elemen
     """Raise unless input ``i`` has an element type of ``kind`` (see ``_KINDS``); dynamic passes."""
     et = node.input_type(i)
     if et is not ElementType.dynamic and not _KINDS[kind](et):
-        raise ShapeInferenceError(f"{what or f'input {i}'} must have a {kind} element type, got {et}")
+        words = kind.replace("_", " ")
+        article = "an" if words[0] in "aeiou" else "a"
+        raise ShapeInferenceError(f"{what or f'input {i}'} must have {article} {words} element type, got {et}")
     return et
 
 
