@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -99,3 +100,20 @@ def test_core_distribution_has_console_script_and_test_extra() -> None:
     meta = _pyproject(ROOT / "pyproject.toml")
     assert meta["project"]["scripts"]["snippets"] == "snippets_core.cli:main"
     assert any(req.startswith("pytest") for req in meta["project"]["optional-dependencies"]["test"])
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_makefile_installs_every_distribution_of_the_tree() -> None:
+    proc = subprocess.run(
+        ["make", "-n", "-B", "install"], cwd=ROOT, check=False, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    install = [line for line in proc.stdout.splitlines() if "pip install" in line]
+    assert len(install) == 1
+    dists = ["."] + sorted(
+        str(p.parent.relative_to(ROOT))
+        for p in ROOT.glob("*/*/pyproject.toml")
+        if p.parent.parent.name in ("plugins", "targets")
+    )
+    for d in dists:
+        assert f'-e "{d}[test]"' in install[0], d
