@@ -20,7 +20,7 @@ from snippets_core.ir import ElementType, Model
 from snippets_core.tokenization import TokenizationConfig
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: make the sibling helper module importable
-from tok_helpers import body_types, outer_types, subgraphs, tokenize_and_compare  # noqa: E402
+from tok_helpers import body_types, outer_types, subgraphs, tokenize_and_compare
 
 UNLIMITED = 2**31
 
