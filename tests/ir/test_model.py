@@ -43,17 +43,17 @@ def test_parameters_default_to_reachable_order():
 
 def test_to_text():
     m, _ = diamond()
-    assert m.to_text() == "\n".join([
-        "model diamond",
-        "  x = Parameter() {element_type=f32, shape=[2,3]} -> f32[2,3]",
-        "  y = Parameter() {element_type=f32, shape=[3]} -> f32[3]",
-        "  relu = Relu(x:0) -> f32[2,3]",
-        "  exp = Exp(relu:0) -> f32[2,3]",
-        "  neg = Negative(relu:0) -> f32[2,3]",
-        "  add0 = Add(exp:0, neg:0) {auto_broadcast=numpy} -> f32[2,3]",
-        "  add1 = Add(add0:0, y:0) {auto_broadcast=numpy} -> f32[2,3]",
-        "  add1_out0 = Result(add1:0) -> f32[2,3]",
-    ])
+    expected = """\
+model diamond
+  x = Parameter() {element_type=f32, shape=[2,3]} -> f32[2,3]
+  y = Parameter() {element_type=f32, shape=[3]} -> f32[3]
+  relu = Relu(x:0) -> f32[2,3]
+  exp = Exp(relu:0) -> f32[2,3]
+  neg = Negative(relu:0) -> f32[2,3]
+  add0 = Add(exp:0, neg:0) {auto_broadcast=numpy} -> f32[2,3]
+  add1 = Add(add0:0, y:0) {auto_broadcast=numpy} -> f32[2,3]
+  add1_out0 = Result(add1:0) -> f32[2,3]"""
+    assert m.to_text() == expected
 
 
 def test_evaluate_model_against_numpy():
@@ -73,8 +73,9 @@ def test_clone_is_deep_and_equivalent():
     assert c.to_text() == m.to_text()
     x = np.ones((2, 3), np.float32)
     y = np.arange(3, dtype=np.float32)
-    np.testing.assert_array_equal(list(evaluate_model(c, {"x": x, "y": y}).values())[0],
-                                  list(evaluate_model(m, {"x": x, "y": y}).values())[0])
+    (out_clone,) = evaluate_model(c, {"x": x, "y": y}).values()
+    (out_orig,) = evaluate_model(m, {"x": x, "y": y}).values()
+    np.testing.assert_array_equal(out_clone, out_orig)
     # editing the clone leaves the original alone
     relu = next(n for n in c.get_ordered_ops() if n.name == "relu")
     c.replace_node(relu, Sigmoid(relu.inputs[0].source, name="sig"))
@@ -91,7 +92,7 @@ def test_clone_keeps_rt_info_and_attributes():
 
 
 def test_replace_node_rewires_consumers_and_keeps_names():
-    m, (x, y, r, e, n, a) = diamond()
+    m, (x, _, r, *_) = diamond()
     new = Sigmoid(x, name="sig")
     replace_node(r.node, new)
     assert [t.node.name for t in new.outputs[0].targets] == ["exp", "neg"]
@@ -102,7 +103,7 @@ def test_replace_node_rewires_consumers_and_keeps_names():
 
 
 def test_insert_and_remove_node():
-    m, (x, y, r, e, n, a) = diamond()
+    m, (_, _, r, *_) = diamond()
     ins = m.insert_node_after(r, lambda o: Relu(o, name="relu2"))
     assert ins.inputs[0].source is r and [t.node.name for t in ins.outputs[0].targets] == ["exp", "neg"]
     m.remove_node(ins)
@@ -112,7 +113,7 @@ def test_insert_and_remove_node():
 
 
 def test_validate_propagates_new_parameter_shapes():
-    m, (x, y, r, e, n, a) = diamond()
+    m, (x, *_, a) = diamond()
     x.node.shape = Shape([5, 3])
     m.validate()
     assert a.shape == Shape([5, 3])

@@ -25,7 +25,7 @@ def test_layer_norm(axis, with_bias, real_type, close):
     dt = ElementType.parse(real_type).numpy
     rng = np.random.default_rng(5)
     x = rng.normal(1.0, 2.0, (2, 3, 4)).astype(dt)
-    norm_shape = x.shape[axis:] if axis >= 0 else x.shape[axis:]
+    norm_shape = x.shape[axis:]
     scale = rng.uniform(0.5, 1.5, norm_shape).astype(dt)
     bias = rng.uniform(-1, 1, norm_shape).astype(dt)
     inputs = [Parameter(real_type, [2, 3, 4]), Parameter(real_type, list(norm_shape))]
