@@ -18,7 +18,8 @@ the file, the node (name and op type) and, where it applies, the attribute.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -32,9 +33,19 @@ from snippets_core.ir.shape import Shape
 
 try:
     import onnx
+    from google.protobuf.message import DecodeError
     from onnx import TensorProto, numpy_helper
 except ImportError:  # pragma: no cover - onnx is a dependency of snippets-core
     onnx = None  # type: ignore[assignment]
+    DecodeError = ValueError  # type: ignore[assignment,misc]
+
+# What onnx and protobuf raise on bad input; each is caught and re-raised as a typed snippets error.
+_ONNX_ERRORS: tuple[type[BaseException], ...] = (DecodeError, ValueError, TypeError, RuntimeError, OSError,
+                                                 KeyError, IndexError, AttributeError)
+if onnx is not None:
+    _ONNX_ERRORS += (onnx.checker.ValidationError, onnx.defs.SchemaError)
+# What an op's numpy reference may raise on constants it cannot fold.
+_FOLD_ERRORS = (SnippetsError, ArithmeticError, ValueError, TypeError, IndexError, NotImplementedError)
 
 MIN_OPSET = 7
 """The oldest default-domain opset the frontend claims (older models are refused with a typed error)."""
@@ -98,7 +109,7 @@ def load_model_proto(source: Any) -> tuple[Any, str]:
     proto = onnx.ModelProto()
     try:
         proto.ParseFromString(data)
-    except Exception as e:  # protobuf's DecodeError and friends
+    except _ONNX_ERRORS as e:
         raise ModelFormatError(f"{label}: not a valid ONNX protobuf (truncated or corrupt): {e}") from None
     # Protobuf parses many byte strings into *some* message; a model without a graph or opset is not ONNX.
     if not proto.HasField("graph") or not proto.opset_import:
@@ -108,7 +119,7 @@ def load_model_proto(source: Any) -> tuple[Any, str]:
             from onnx.external_data_helper import load_external_data_for_model
 
             load_external_data_for_model(proto, base_dir)
-        except Exception as e:
+        except _ONNX_ERRORS as e:
             raise ModelFormatError(f"{label}: cannot load external tensor data: {e}") from None
     return proto, label
 
@@ -121,7 +132,7 @@ def _check(proto: Any, label: str) -> None:
     """Run onnx.checker; an op unknown to the table is reported as unsupported before a format error."""
     try:
         onnx.checker.check_model(proto)
-    except Exception as e:
+    except _ONNX_ERRORS as e:
         _raise_unknown_ops(proto, label)
         msg = str(e).strip().splitlines()
         raise ModelFormatError(f"{label}: the ONNX checker rejects the model: {' '.join(msg)[:600]}") from None
@@ -223,7 +234,7 @@ class NodeContext:
             return default
         try:
             value = onnx.helper.get_attribute_value(a)
-        except Exception as e:
+        except _ONNX_ERRORS as e:
             raise ModelFormatError(f"{self.where()}: attribute '{name}' cannot be read: {e}") from None
         if isinstance(value, bytes):
             return value.decode("utf-8", errors="replace")
@@ -295,7 +306,7 @@ class _GraphReader:
         element_type_of(t.data_type, what)
         try:
             arr = numpy_helper.to_array(t)
-        except Exception as e:
+        except _ONNX_ERRORS as e:
             raise ModelFormatError(f"{self.label}: {what}: tensor data cannot be decoded: {e}") from None
         return np.asarray(arr)
 
@@ -313,12 +324,12 @@ class _GraphReader:
         if not all(isinstance(i.source.node, Constant) for i in node.inputs):
             return node
         out = node.outputs[0]
-        if out.shape.is_static and out.element_type not in (ElementType.dynamic, ElementType.string):
-            if out.shape.size * out.element_type.size > _FOLD_LIMIT_BYTES:
-                return node
+        if (out.shape.is_static and out.element_type not in (ElementType.dynamic, ElementType.string)
+                and out.shape.size * out.element_type.size > _FOLD_LIMIT_BYTES):
+            return node
         try:
             (value,) = node.evaluate(*[i.source.node.value for i in node.inputs])  # type: ignore[attr-defined]
-        except Exception:  # an op that cannot run on these constants stays in the graph and fails at run time
+        except _FOLD_ERRORS:  # an op that cannot run on these constants stays in the graph and fails at run time
             return node
         value = np.asarray(value)
         if out.element_type not in (ElementType.dynamic, ElementType.string):
@@ -360,6 +371,8 @@ class _GraphReader:
         if node.domain not in ("", "ai.onnx") or node.op_type not in CONVERTERS:
             raise _unsupported_op(self.label, node, index)
         ctx = NodeContext(self, node, index)
+        if self.opset < MIN_OPSET:
+            _check_legacy_schema(ctx)
         try:
             outs = CONVERTERS[node.op_type](ctx)
         except SnippetsError as e:
@@ -381,12 +394,34 @@ class _GraphReader:
                 first.name = ctx.name
 
 
+# Ops whose pre-opset-7 versions the converters handle: legacy broadcast/axis of binary ops, channel-wise
+# PRelu slopes, is_test of BatchNormalization/Dropout; the others differ only by the ignorable
+# consumed_inputs attribute.
+LEGACY_HANDLED = frozenset({
+    "Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal", "Greater", "Less", "Gemm", "PRelu",
+    "BatchNormalization", "AveragePool", "MaxPool", "Dropout", "Relu", "Sigmoid", "Tanh", "Exp", "Log", "Neg",
+    "Abs", "Sqrt", "Ceil", "Floor", "Reciprocal", "Elu", "LeakyRelu", "HardSigmoid", "Selu", "Clip", "Sum", "Max",
+    "Min", "Mean",
+})
+
+
+def _check_legacy_schema(ctx: NodeContext) -> None:
+    """Models importing an opset older than MIN_OPSET are read only where the op's schema is the one
+    in effect at MIN_OPSET too (e.g. Not-1) or the converter handles the older version (LEGACY_HANDLED),
+    so no unhandled pre-7 semantics can slip through."""
+    try:
+        then = onnx.defs.get_schema(ctx.op_type, ctx.opset).since_version
+        at_min = onnx.defs.get_schema(ctx.op_type, MIN_OPSET).since_version
+    except _ONNX_ERRORS:
+        raise ctx.unsupported(f"ONNX has no schema for this op at opset {ctx.opset}") from None
+    if then != at_min and ctx.op_type not in LEGACY_HANDLED:
+        raise ctx.unsupported(f"opset {ctx.opset} selects the pre-opset-{MIN_OPSET} version {then} of "
+                              f"{ctx.op_type}, which is not supported (opsets {MIN_OPSET} and newer are)")
+
+
 def _default_opset(proto: Any, label: str) -> int:
     for o in proto.opset_import:
         if o.domain in ("", "ai.onnx"):
-            if o.version < MIN_OPSET:
-                raise UnsupportedOpError(f"{label}: ONNX opset {o.version} is older than the oldest supported "
-                                         f"({MIN_OPSET})")
             return int(o.version)
     raise ModelFormatError(f"{label}: the model imports no default-domain ONNX opset")
 
@@ -425,7 +460,7 @@ def read_onnx(source: Any, *, check: bool = True, fold_constants: bool = True) -
 # The converters live in a companion module; importing it fills CONVERTERS.
 CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Output | None]]] = {}
 
-from snippets_core.frontends import onnx_converters as _converters  # noqa: E402
+from snippets_core.frontends import onnx_converters as _converters
 
 CONVERTERS.update(_converters.CONVERTERS)
 SUPPORTED_OPS: tuple[str, ...] = tuple(sorted(CONVERTERS))

@@ -9,7 +9,8 @@ variable ``SNIPPETS_BACKEND_TARGET``, else ``"reference"``.
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx

@@ -7,10 +7,12 @@ ONNX output (``None`` for an output it cannot produce). Version differences are 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from snippets_core.errors import UnsupportedOpError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.node import Output
 
@@ -38,7 +40,7 @@ def _rank(ctx: NodeContext, x: Output, what: str = "input") -> int:
     return x.shape.rank
 
 
-def _scalar(ctx: NodeContext, value: float | int, like: Output) -> Output:
+def _scalar(ctx: NodeContext, value: float, like: Output) -> Output:
     return ctx.const(np.asarray(value), like)
 
 
@@ -171,16 +173,31 @@ def _clip(ctx: NodeContext) -> Outputs:
 _BINARY = {
     "Add": "Add", "Sub": "Subtract", "Mul": "Multiply", "Div": "Divide", "Equal": "Equal", "Greater": "Greater",
     "Less": "Less", "GreaterOrEqual": "GreaterEqual", "LessOrEqual": "LessEqual", "And": "LogicalAnd",
-    "Or": "LogicalOr", "Xor": "LogicalXor", "PRelu": "PRelu", "BitwiseXor": "BitwiseXor",
+    "Or": "LogicalOr", "Xor": "LogicalXor", "BitwiseXor": "BitwiseXor",
 }
+
+
+def _legacy_rhs(ctx: NodeContext, a: Output, b: Output) -> Output:
+    """Before opset 7, ``broadcast=1, axis=k`` aligns B's dims with A's starting at ``k``; trailing unit dims
+    turn that into numpy broadcasting. Without ``axis`` the legacy rule is numpy's suffix alignment."""
+    if ctx.opset >= 7 or not ctx.attr("broadcast", 0) or ctx.attr("axis") is None:
+        return b
+    ra, rb = _rank(ctx, a), _rank(ctx, b)
+    axis = int(ctx.attr("axis"))
+    axis = axis + ra if axis < 0 else axis
+    trailing = ra - axis - rb
+    if trailing < 0:
+        raise ctx.bad_attr("axis", axis, f"does not fit B of rank {rb} into A of rank {ra}")
+    if trailing == 0:
+        return b
+    target = ctx.i64([0] * rb + [1] * trailing)
+    return ctx.make("Reshape", b, target, special_zero=True).output
 
 
 def _binary(op: str) -> Converter:
     def convert(ctx: NodeContext) -> Outputs:
-        if ctx.opset < 7 and ctx.attr("broadcast") is not None:
-            raise ctx.bad_attr("broadcast", ctx.attr("broadcast"), "(legacy broadcasting before opset 7) is "
-                                                                    "not supported")
-        return [ctx.make(op, ctx.input(0), ctx.input(1)).output]
+        a = ctx.input(0)
+        return [ctx.make(op, a, _legacy_rhs(ctx, a, ctx.input(1))).output]
 
     return convert
 
@@ -189,9 +206,20 @@ for _onnx, _ours in _BINARY.items():
     CONVERTERS[_onnx] = _binary(_ours)
 
 
+@_register("PRelu")
+def _prelu(ctx: NodeContext) -> Outputs:
+    x, slope = ctx.input(0), ctx.input(1)
+    if ctx.opset < 7 and slope.shape.rank_is_static and slope.shape.rank == 1 and x.shape.rank_is_static \
+            and x.shape.rank > 2 and slope.shape.dims[0] not in (1, None) and slope.shape.dims[0] == x.shape.dims[1]:
+        # PRelu-6 applies a [C] slope per channel; from opset 7 it broadcasts numpy-style from the right.
+        slope = ctx.make("Reshape", slope, ctx.i64([-1] + [1] * (x.shape.rank - 2)), special_zero=False).output
+    return [ctx.make("PRelu", x, slope).output]
+
+
 @_register("Pow")
 def _pow(ctx: NodeContext) -> Outputs:
-    x, y = ctx.input(0), ctx.input(1)
+    x = ctx.input(0)
+    y = _legacy_rhs(ctx, x, ctx.input(1))
     if y.element_type != x.element_type:  # ONNX allows a differently typed exponent since opset 12
         y = ctx.make("Convert", y, destination_type=x.element_type).output
     return [ctx.make("Power", x, y).output]
@@ -209,8 +237,6 @@ def _mod(ctx: NodeContext) -> Outputs:
     a, b = ctx.input(0), ctx.input(1)
     if fmod not in (0, 1):
         raise ctx.bad_attr("fmod", fmod, "must be 0 or 1")
-    if fmod == 0 and a.element_type.is_real:
-        raise ctx.bad_attr("fmod", fmod, "must be 1 for floating-point inputs (ONNX Mod)")
     return [ctx.make("Mod" if fmod else "FloorMod", a, b).output]
 
 
@@ -250,7 +276,7 @@ def _onnx_type(ctx: NodeContext, attr: str) -> ElementType:
         raise ctx.unsupported(f"attribute '{attr}' is required")
     try:
         return element_type_of(int(to), f"{ctx.where()}: attribute '{attr}'")
-    except Exception:
+    except UnsupportedOpError:
         raise ctx.bad_attr(attr, onnx_type_name(int(to)), "is not a supported element type") from None
 
 
@@ -364,10 +390,9 @@ def _reduce_axes(ctx: NodeContext, x: Output) -> Output | None:
     axes_out: Output | None
     if ctx.opset >= since:
         axes_out = ctx.opt_input(1)
-        if axes_out is not None:
-            v = ctx.value(axes_out)
-            if v is not None and v.size == 0:
-                axes_out = None
+        # An empty axes tensor (a constant, or an input of static shape [0]) means "no axes given".
+        if axes_out is not None and axes_out.shape.is_static and axes_out.shape.size == 0:
+            axes_out = None
     else:
         axes = ctx.attr_ints("axes")
         axes_out = None if not axes else ctx.i64(axes)
@@ -386,7 +411,13 @@ def _reduce(op: str | None) -> Converter:
         if axes is None:
             return [_reduce_prologue(ctx, x, identity=True)]
         src = _reduce_prologue(ctx, x, identity=False)
-        y = ctx.make(op or _REDUCE_BASE[ctx.op_type], src, axes, keep_dims=keep).output
+        base = op or _REDUCE_BASE[ctx.op_type]
+        if src.element_type is ElementType.boolean and base in ("ReduceMax", "ReduceMin"):
+            # Max/min of booleans (opset 20) are any/all: reduce them as u8.
+            as_u8 = ctx.make("Convert", src, destination_type=ElementType.u8)
+            y = ctx.make(base, as_u8, axes, keep_dims=keep)
+            return [ctx.make("Convert", y, destination_type=ElementType.boolean).output]
+        y = ctx.make(base, src, axes, keep_dims=keep).output
         return [_reduce_epilogue(ctx, y)]
 
     return convert
@@ -531,12 +562,15 @@ def _split(ctx: NodeContext) -> Outputs:
     x = ctx.input(0)
     axis = int(ctx.attr("axis", 0))
     n_out = len(ctx.proto.output)
+    axis_c = ctx.const(np.int64(axis), ElementType.i64)
     if ctx.opset >= 13:
         split_out = ctx.opt_input(1)
-        split = None if split_out is None else ctx.const_input(1, "split")
+        split = None if split_out is None else ctx.value(split_out)
+        if split_out is not None and split is None:
+            # Lengths known only at run time: VariadicSplit takes them as an input.
+            return list(ctx.make("VariadicSplit", x, axis_c, split_out).outputs)
     else:
         split = ctx.attr_ints("split")
-    axis_c = ctx.const(np.int64(axis), ElementType.i64)
     if split is not None and len(np.asarray(split).reshape(-1)) > 0:
         lengths = ctx.i64(np.asarray(split).reshape(-1))
         return list(ctx.make("VariadicSplit", x, axis_c, lengths).outputs)
@@ -656,7 +690,8 @@ def _depth_to_space(ctx: NodeContext) -> Outputs:
 
 @_register("SpaceToDepth")
 def _space_to_depth(ctx: NodeContext) -> Outputs:
-    return [ctx.make("SpaceToDepth", ctx.input(0), block_size=int(ctx.attr("blocksize"))).output]
+    mode = ctx.check_attr("mode", ("DCR", "CRD"), "DCR")
+    return [ctx.make("SpaceToDepth", ctx.input(0), block_size=int(ctx.attr("blocksize")), mode=mode).output]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -768,6 +803,8 @@ def _batch_norm(ctx: NodeContext) -> Outputs:
         raise ctx.bad_attr("training_mode", 1, "(training) is not supported; inference only")
     if ctx.opset < 7 and not ctx.attr("is_test", 0):
         raise ctx.bad_attr("is_test", 0, "(training) is not supported")
+    if ctx.opset < 9 and not ctx.attr("spatial", 1):
+        raise ctx.bad_attr("spatial", 0, "(per-element statistics) is not supported")
     if sum(1 for o in ctx.proto.output if o) > 1:
         raise ctx.unsupported("the running mean/variance outputs (training) are not supported")
     x, scale, bias, mean, var = (ctx.input(i) for i in range(5))
@@ -817,15 +854,29 @@ def _mvn(ctx: NodeContext) -> Outputs:
 
 @_register("LayerNormalization")
 def _layer_norm(ctx: NodeContext) -> Outputs:
-    if sum(1 for o in ctx.proto.output if o) > 1:
-        raise ctx.unsupported("the Mean and InvStdDev outputs are not supported")
     stash = int(ctx.attr("stash_type", 1))
     if stash != 1:
         raise ctx.bad_attr("stash_type", stash, "is not supported (only 1: compute in float32)")
-    x = ctx.input(0)
-    bias = ctx.opt_input(2)
-    return [ctx.make("LayerNormalization", x, ctx.input(1), bias, axis=int(ctx.attr("axis", -1)),
-                     epsilon=float(ctx.attr("epsilon", 1e-5))).output]
+    x, scale, bias = ctx.input(0), ctx.input(1), ctx.opt_input(2)
+    axis = int(ctx.attr("axis", -1))
+    eps = float(ctx.attr("epsilon", 1e-5))
+    if sum(1 for o in ctx.proto.output if o) == 1:
+        return [ctx.make("LayerNormalization", x, scale, bias, axis=axis, epsilon=eps).output]
+    # Mean and InvStdDev requested too: decompose, in float32 as stash_type=1 asks.
+    rank = _rank(ctx, x)
+    axes = ctx.i64(list(range(axis + rank if axis < 0 else axis, rank)))
+    xf = x if x.element_type is ElementType.f32 else ctx.make("Convert", x, destination_type=ElementType.f32).output
+    mean = ctx.make("ReduceMean", xf, axes, keep_dims=True).output
+    d = ctx.make("Subtract", xf, mean)
+    var = ctx.make("ReduceMean", ctx.make("Multiply", d, d), axes, keep_dims=True)
+    inv = ctx.make("Divide", _scalar(ctx, 1, xf), ctx.make("Sqrt", ctx.make("Add", var, _scalar(ctx, eps, xf))))
+    y = ctx.make("Multiply", d, inv).output
+    if y.element_type is not x.element_type:
+        y = ctx.make("Convert", y, destination_type=x.element_type).output
+    y = ctx.make("Multiply", y, scale).output
+    if bias is not None:
+        y = ctx.make("Add", y, bias).output
+    return [y, mean, inv.output]
 
 
 @_register("GroupNormalization")

@@ -8,7 +8,7 @@ or anything ``const_eval`` can fold), so shapes stay static through the shape ar
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -21,18 +21,9 @@ from snippets_core.ir.shape import Dim, Shape, normalize_axis
 
 def constant_input(node: Node, i: int) -> np.ndarray | None:
     """The value of input ``i`` of ``node`` when it is known before run time, else None."""
-    src = node.inputs[i].source
-    value = getattr(src.node, "value", None)
-    if src.node.type_name == "Constant" and isinstance(value, np.ndarray):
-        return value
-    try:
-        from snippets_core.ir.const_eval import constant_value
-    except ImportError:
-        return None
-    try:
-        return constant_value(src)
-    except Exception:  # an unfoldable input simply leaves the shape dynamic
-        return None
+    from snippets_core.ir.const_eval import constant_value
+
+    return constant_value(node.inputs[i].source)
 
 
 def _require_integral(node: Node, i: int, what: str) -> None:
@@ -308,7 +299,7 @@ class TopK(Node):
     ATTRS = ("axis", "largest", "sorted")
 
     def __init__(self, x: Output | Node, k: Output | Node, *, axis: int = -1, largest: bool = True,
-                 sorted: bool = True, name: str | None = None) -> None:  # noqa: A002 - the ONNX attribute name
+                 sorted: bool = True, name: str | None = None) -> None:
         self.axis = int(axis)
         self.largest = bool(largest)
         self.sorted = bool(sorted)
@@ -398,15 +389,19 @@ class DepthToSpace(Node):
 
 
 class SpaceToDepth(Node):
-    """Move ``blocksize x blocksize`` spatial blocks into channels (ONNX SpaceToDepth)."""
+    """Move ``blocksize x blocksize`` spatial blocks into channels (ONNX SpaceToDepth); ``mode`` DCR puts
+    the block offset before the channel (``c_out = (bh * b + bw) * C + c``), CRD after it."""
 
-    ATTRS = ("block_size",)
+    ATTRS = ("block_size", "mode")
 
-    def __init__(self, x: Output | Node, *, block_size: int, name: str | None = None) -> None:
+    def __init__(self, x: Output | Node, *, block_size: int, mode: str = "DCR", name: str | None = None) -> None:
         self.block_size = int(block_size)
+        self.mode = mode
         super().__init__(x, name=name)
 
     def infer(self) -> list[tuple[ElementType, Shape]]:
+        if self.mode not in ("DCR", "CRD"):
+            raise ShapeInferenceError(f"mode must be DCR or CRD, got {self.mode!r}")
         x = self.input_shape(0)
         b = self.block_size
         if x.rank != 4:
@@ -421,7 +416,8 @@ class SpaceToDepth(Node):
     def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
         n, c, h, w = x.shape
         b = self.block_size
-        t = x.reshape(n, c, h // b, b, w // b, b).transpose(0, 3, 5, 1, 2, 4)
+        t = x.reshape(n, c, h // b, b, w // b, b)
+        t = t.transpose(0, 3, 5, 1, 2, 4) if self.mode == "DCR" else t.transpose(0, 1, 3, 5, 2, 4)
         return [t.reshape(n, c * b * b, h // b, w // b)]
 
 

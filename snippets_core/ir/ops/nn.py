@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -225,27 +225,27 @@ class ConvolutionBackpropData(_WindowOp):
         pes: list[int] = []
         for i, size in enumerate(spatial):
             extent = (kernel[i] - 1) * d[i] + 1
-            if self.output_shape:
-                target = self.output_shape[-n + i]
-                total = s[i] * ((size or 0) - 1) + op[i] + extent - target
+            if self.output_shape and self.auto_pad not in ("same_upper", "same_lower"):
+                # As the ONNX reference: the explicit begin pads hold, the output is cut (or zero-extended)
+                # at the end to output_shape.
+                pb = 0 if self.auto_pad == "valid" else pads[i]
+                outs.append(self.output_shape[-n + i])
+                pbs.append(pb)
+                pes.append(0)
+                continue
+            if self.auto_pad in ("same_upper", "same_lower"):
+                # ONNX: total = s * (in - 1) + output_padding + extent - out; SAME_UPPER puts total // 2 at the
+                # beginning, SAME_LOWER the rest. A negative total (an output larger than the full result)
+                # reads zeros.
                 if size is None:
-                    outs.append(target)
+                    outs.append(self.output_shape[-n + i] if self.output_shape else None)
                     pbs.append(0)
                     pes.append(0)
                     continue
-                small, big = total // 2, total - total // 2
-                pb, pe = (small, big) if self.auto_pad != "same_lower" else (big, small)
-                outs.append(target)
-            elif self.auto_pad in ("same_upper", "same_lower"):
-                if size is None:
-                    outs.append(None)
-                    pbs.append(0)
-                    pes.append(0)
-                    continue
-                target = size * s[i]
-                total = max(s[i] * (size - 1) + op[i] + extent - target, 0)
-                small, big = total // 2, total - total // 2
-                pb, pe = (small, big) if self.auto_pad == "same_upper" else (big, small)
+                target = self.output_shape[-n + i] if self.output_shape else size * s[i]
+                total = s[i] * (size - 1) + op[i] + extent - target
+                half = total // 2
+                pb, pe = (half, total - half) if self.auto_pad == "same_upper" else (total - half, half)
                 outs.append(target)
             else:
                 pb, pe = (0, 0) if self.auto_pad == "valid" else (pads[i], pads[n + i])
@@ -279,9 +279,8 @@ class ConvolutionBackpropData(_WindowOp):
         g = self.group
         mg = w.shape[1]
         full = [s[i] * (x.shape[2 + i] - 1) + (kernel[i] - 1) * d[i] + 1 for i in range(n_sp)]
-        # Scatter-add each kernel tap into a buffer big enough for the full (unpadded) output.
-        size = [max(full[i], pbs[i] + outs[i]) for i in range(n_sp)]  # type: ignore[operator]
-        buf = np.zeros((n, g, mg, *size), dtype=np.float64)
+        # Scatter-add each kernel tap into a buffer of the full (unpadded) output.
+        buf = np.zeros((n, g, mg, *full), dtype=np.float64)
         xg = x.reshape(n, g, c // g, *x.shape[2:]).astype(np.float64)
         wg = w.reshape(g, c // g, mg, *kernel).astype(np.float64)
         for pos in itertools.product(*[range(k) for k in kernel]):
@@ -292,7 +291,12 @@ class ConvolutionBackpropData(_WindowOp):
                 start = p * d[i]
                 index.append(slice(start, start + s[i] * (x.shape[2 + i] - 1) + 1, s[i]))
             buf[tuple(index)] += contrib
-        crop = [slice(None)] * 3 + [slice(pbs[i], pbs[i] + outs[i]) for i in range(n_sp)]  # type: ignore
+        # Crop the pads; negative pads (outputs larger than the full result) read zeros.
+        before = [max(-pbs[i], 0) for i in range(n_sp)]
+        after = [max(pbs[i] + outs[i] - full[i], 0) for i in range(n_sp)]  # type: ignore[operator]
+        buf = np.pad(buf, [(0, 0)] * 3 + list(zip(before, after)))
+        crop = [slice(None)] * 3 + [slice(pbs[i] + before[i], pbs[i] + before[i] + outs[i])  # type: ignore
+                                    for i in range(n_sp)]
         y = buf[tuple(crop)].reshape(n, g * mg, *outs)
         return [y.astype(x.dtype)]
 
