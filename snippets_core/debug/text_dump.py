@@ -49,7 +49,7 @@ def linear_ir_to_text(ir: LinearIR, with_descriptors: bool = False) -> str:
                         for c in e.input_connectors)
         attrs = [f"{k}={_fmt_value(v)}" for k, v in e.node.attrs().items() if k not in _SKIP_ATTRS]
         if isinstance(e, BufferExpression) and e.offset is not None:
-            attrs.append(f"reg_group={e.reg_group} cluster={e.cluster_id} offset={e.offset} size={e.allocation_size}")
+            attrs.append(f"size={e.allocation_size}")
         outs = ", ".join(f"{o.element_type}[{','.join(map(str, d.shape))}]"
                          for o, d in zip(e.node.outputs, e.output_descs))
         line = f"%{i} = {e.type_name}({ins})"
@@ -58,7 +58,7 @@ def linear_ir_to_text(ir: LinearIR, with_descriptors: bool = False) -> str:
         if outs:
             line += f" -> {outs}"
         if e.loop_ids:
-            line += f" loops={e.loop_ids}"
+            line += f" loops=[{','.join(map(str, e.loop_ids))}]"
         lines.append(line)
         if with_descriptors:
             for j, d in enumerate(e.input_descs):

@@ -104,8 +104,12 @@ class LoopManager:
 
     @staticmethod
     def common_outer_loops(a: Expression, b: Expression) -> list[int]:
+        return LoopManager.common_outer_loops_ids(a.loop_ids, b.loop_ids)
+
+    @staticmethod
+    def common_outer_loops_ids(a: list[int], b: list[int]) -> list[int]:
         out = []
-        for x, y in zip(a.loop_ids, b.loop_ids):
+        for x, y in zip(a, b):
             if x != y:
                 break
             out.append(x)

@@ -1,0 +1,44 @@
+"""AllocateBuffers: register groups, memory clusters and scratchpad offsets of every Buffer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from snippets_core.lowered.passes.compute_buffer_allocation_size import ComputeBufferAllocationSize
+from snippets_core.lowered.passes.define_buffer_clusters import DefineBufferClusters
+from snippets_core.lowered.passes.init_buffers_default import InitBuffersDefault
+from snippets_core.lowered.passes.normalize_buffer_register_groups import NormalizeBufferRegisterGroups
+from snippets_core.lowered.passes.pass_base import LoweredPass
+from snippets_core.lowered.passes.set_buffer_reg_group import SetBufferRegGroup
+from snippets_core.lowered.passes.solve_buffer_memory import SolveBufferMemory
+
+if TYPE_CHECKING:
+    from snippets_core.lowered.linear_ir import LinearIR
+
+
+@dataclass(frozen=True)
+class AllocateBuffers(LoweredPass):
+    """Optimized: ComputeBufferAllocationSize -> SetBufferRegGroup -> DefineBufferClusters ->
+    SolveBufferMemory -> NormalizeBufferRegisterGroups (minimal memory and registers). Non-optimized:
+    ComputeBufferAllocationSize -> InitBuffersDefault (one register, cluster and memory each). The
+    scratchpad size lands in ``ir.static_buffer_scratchpad_size``; the numbers are copied onto the
+    Buffer nodes."""
+
+    name: ClassVar[str] = "allocate-buffers"
+    optimized: bool = True
+
+    def run(self, ir: LinearIR) -> bool:
+        if not ir.get_buffers():
+            ir.static_buffer_scratchpad_size = 0
+            return False
+        steps = [ComputeBufferAllocationSize()]
+        if self.optimized:
+            steps += [SetBufferRegGroup(), DefineBufferClusters(), SolveBufferMemory(), NormalizeBufferRegisterGroups()]
+        else:
+            steps += [InitBuffersDefault()]
+        for step in steps:
+            step.run(ir)
+        for b in ir.get_buffers():
+            b.node.reg_group, b.node.cluster_id, b.node.offset = b.reg_group, b.cluster_id, b.offset
+        return True
