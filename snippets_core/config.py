@@ -1,0 +1,74 @@
+"""Compile-time configuration: one dict of knobs, checked once, with typed errors for unknown keys."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from snippets_core.errors import SnippetsError
+
+
+class ConfigError(SnippetsError):
+    """A configuration key or value is not valid."""
+
+
+def default_num_threads() -> int:
+    env = os.environ.get("SNIPPETS_NUM_THREADS")
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ConfigError(f"SNIPPETS_NUM_THREADS={env!r} is not an integer") from None
+        if n < 1:
+            raise ConfigError(f"SNIPPETS_NUM_THREADS={env!r} must be at least 1")
+        return n
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class CompileConfig:
+    """Everything ``compile_model`` can be told. Build it with :meth:`from_mapping`.
+
+    ``tokenization`` holds the Tokenizer's knobs (see ``TokenizationConfig``); they may also be given
+    at the top level of the mapping (``{"snippets_mode": "IgnoreCallback"}``).
+    """
+
+    num_threads: int = field(default_factory=default_num_threads)
+    #: names of passes to skip (data-flow or control-flow)
+    disabled_passes: tuple[str, ...] = ()
+    #: plugin names not to load for this compilation
+    block_plugins: tuple[str, ...] = ()
+    #: Tokenizer knobs, as a plain mapping validated by TokenizationConfig
+    tokenization: Mapping[str, Any] = field(default_factory=dict)
+    #: target-specific options, passed to the target untouched
+    target_options: Mapping[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def from_mapping(config: CompileConfig | Mapping[str, Any] | None) -> CompileConfig:
+        if isinstance(config, CompileConfig):
+            return config
+        config = dict(config or {})
+        own = {f.name for f in fields(CompileConfig)}
+        from snippets_core.tokenization.config import TokenizationConfig
+
+        tok_keys = {f.name for f in fields(TokenizationConfig)}
+        kwargs: dict[str, Any] = {}
+        tok: dict[str, Any] = dict(config.pop("tokenization", {}) or {})
+        for k, v in config.items():
+            if k in own:
+                kwargs[k] = v
+            elif k in tok_keys:
+                tok[k] = v
+            else:
+                known = sorted(own | tok_keys)
+                raise ConfigError(f"unknown config key {k!r}; known keys: {', '.join(known)}")
+        if "num_threads" in kwargs:
+            n = kwargs["num_threads"]
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ConfigError(f"num_threads must be a positive integer, got {n!r}")
+        for k in ("disabled_passes", "block_plugins"):
+            if k in kwargs:
+                kwargs[k] = tuple(kwargs[k])
+        kwargs["tokenization"] = tok
+        return CompileConfig(**kwargs)

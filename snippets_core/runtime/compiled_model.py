@@ -1,0 +1,262 @@
+"""compile_model and CompiledModel: whole-model execution, fused kernels and reference kernels together.
+
+The compiled model is a flat plan of steps in topological order. Each step reads and writes numbered
+value slots; Subgraphs run on the chosen target's executor, every other node on its numpy reference.
+Everything that can be decided once (slot numbers, which values die after which step, input checks)
+is decided at compile time so the call path stays lean.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from snippets_core.config import CompileConfig
+from snippets_core.errors import InputError
+from snippets_core.ir.element_type import ElementType
+from snippets_core.ir.evaluate import evaluate_node
+from snippets_core.ir.model import Model
+from snippets_core.ir.node import Node
+from snippets_core.ir.ops.io import Constant, Parameter, Result
+from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.runtime.targets import ResolvedTarget, resolve_target
+
+Executor = Callable[[list[np.ndarray]], Sequence[np.ndarray]]
+
+
+@dataclass
+class Step:
+    """One node of the plan: which slots it reads and writes, how it runs, and where."""
+
+    node: Node
+    args: tuple[int, ...]
+    outs: tuple[int, ...]
+    run: Executor
+    where: str
+    frees: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    slot: int
+    dtype: np.dtype
+    element_type: ElementType
+    dims: tuple[int | None, ...] | None
+
+
+@dataclass
+class RunStats:
+    """Timing of the last call: seconds per step, grouped by where it ran."""
+
+    steps: list[tuple[str, str, str, float]] = field(default_factory=list)  # (name, op, where, seconds)
+
+    @property
+    def total(self) -> float:
+        return sum(s[3] for s in self.steps)
+
+    def by_where(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for _, _, where, t in self.steps:
+            out[where] = out.get(where, 0.0) + t
+        return out
+
+
+class CompiledModel:
+    """A model compiled for one target. Call it with a dict of input arrays by name.
+
+    ``cm(inputs)`` returns a dict of numpy arrays by output name; ``cm(inputs, outputs={...})`` writes
+    into preallocated arrays (of the right shape and dtype) and returns them. ``cm.subgraphs`` lists the
+    fused Subgraphs; ``cm.describe()`` says what runs where; ``cm.last_run_stats`` times the last call.
+    """
+
+    def __init__(self, model: Model, target: ResolvedTarget, config: CompileConfig,
+                 executors: Mapping[int, tuple[Executor, str]]) -> None:
+        self.model = model
+        self.target = target
+        self.target_name = target.name
+        self.config = config
+        self.subgraphs: list[Subgraph] = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
+        self.last_run_stats = RunStats()
+        self._build_plan(executors)
+
+    # --- plan -------------------------------------------------------------------------------------
+    def _build_plan(self, executors: Mapping[int, tuple[Executor, str]]) -> None:
+        order = self.model.get_ordered_ops()
+        slot_of: dict[tuple[int, int], int] = {}
+        n_slots = 0
+        for n in order:
+            for o in n.outputs:
+                slot_of[(n.id, o.index)] = n_slots
+                n_slots += 1
+        self._n_slots = n_slots
+        self._constants: list[tuple[int, np.ndarray]] = []
+        self._inputs: list[InputSpec] = []
+        self._results: list[tuple[str, int, ElementType]] = []
+        steps: list[Step] = []
+        for n in order:
+            outs = tuple(slot_of[(n.id, o.index)] for o in n.outputs)
+            if isinstance(n, Parameter):
+                et = n.element_type
+                self._inputs.append(InputSpec(n.name, outs[0], et.numpy if et is not ElementType.dynamic else None,
+                                              et, n.shape.dims))
+                continue
+            if isinstance(n, Constant):
+                self._constants.append((outs[0], n.value))
+                continue
+            args = tuple(slot_of[(i.source.node.id, i.source.index)] for i in n.inputs)
+            if isinstance(n, Result):
+                self._results.append((n.name, args[0], n.outputs[0].element_type))
+                continue
+            if n.id in executors:
+                run, where = executors[n.id]
+            else:
+                run, where = _reference_executor(n), "reference"
+            steps.append(Step(n, args, outs, run, where))
+        # Free each slot after its last reader (results are read at the end, so they are never freed).
+        keep = {s for _, s, _ in self._results} | {s for s, _ in self._constants}
+        last_use: dict[int, int] = {}
+        for k, st in enumerate(steps):
+            for a in st.args:
+                last_use[a] = k
+        frees: dict[int, list[int]] = {}
+        for slot, k in last_use.items():
+            if slot not in keep:
+                frees.setdefault(k, []).append(slot)
+        for k, st in enumerate(steps):
+            st.frees = tuple(sorted(frees.get(k, ())))
+        self._steps = steps
+        declared = {p.name for p in self.model.parameters}
+        self._input_names = [s.name for s in self._inputs if s.name in declared]
+
+    # --- calling ----------------------------------------------------------------------------------
+    @property
+    def input_names(self) -> list[str]:
+        return list(self._input_names)
+
+    @property
+    def output_names(self) -> list[str]:
+        return [r[0] for r in self._results]
+
+    def _check_inputs(self, inputs: Mapping[str, Any]) -> list[tuple[int, np.ndarray]]:
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"inputs must be a dict of arrays by name ({', '.join(self._input_names)}), "
+                             f"got {type(inputs).__name__}")
+        unknown = [k for k in inputs if k not in self._input_names]
+        if unknown:
+            raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are: {', '.join(self._input_names)}")
+        out = []
+        for spec in self._inputs:
+            if spec.name not in inputs:
+                raise InputError(f"missing input {spec.name!r}; the model's inputs are: {', '.join(self._input_names)}")
+            a = inputs[spec.name]
+            if not isinstance(a, np.ndarray):
+                a = np.asarray(a, dtype=spec.dtype)
+            elif spec.dtype is not None and a.dtype != spec.dtype:
+                raise InputError(f"input {spec.name!r} must be {spec.element_type} ({spec.dtype}), got {a.dtype}")
+            if spec.dims is not None:
+                if a.ndim != len(spec.dims) or any(d is not None and d != s for d, s in zip(spec.dims, a.shape)):
+                    want = "[" + ",".join("?" if d is None else str(d) for d in spec.dims) + "]"
+                    raise InputError(f"input {spec.name!r} must have shape {want}, got {list(a.shape)}")
+            out.append((spec.slot, a))
+        return out
+
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, np.ndarray] | None = None,
+                 ) -> dict[str, np.ndarray]:
+        slots: list[Any] = [None] * self._n_slots
+        for slot, a in self._check_inputs(inputs):
+            slots[slot] = a
+        for slot, v in self._constants:
+            slots[slot] = v
+        stats: list[tuple[str, str, str, float]] = []
+        clock = time.perf_counter
+        for st in self._steps:
+            t0 = clock()
+            res = st.run([slots[a] for a in st.args])
+            stats.append((st.node.name, st.node.type_name, st.where, clock() - t0))
+            for s, v in zip(st.outs, res):
+                slots[s] = v
+            for s in st.frees:
+                slots[s] = None
+        self.last_run_stats = RunStats(stats)
+        result: dict[str, np.ndarray] = {}
+        for name, slot, et in self._results:
+            v = np.asarray(slots[slot])
+            if outputs is not None and name in outputs:
+                dst = outputs[name]
+                if not isinstance(dst, np.ndarray) or dst.shape != v.shape or dst.dtype != v.dtype:
+                    got = f"{getattr(dst, 'dtype', type(dst).__name__)}{list(getattr(dst, 'shape', []))}"
+                    raise InputError(f"output array {name!r} must be {v.dtype}{list(v.shape)}, got {got}")
+                np.copyto(dst, v)
+                v = dst
+            result[name] = v
+        if outputs is not None:
+            unknown = [k for k in outputs if k not in result]
+            if unknown:
+                raise InputError(f"unknown output {unknown[0]!r}; the model's outputs are: {', '.join(result)}")
+        return result
+
+    run = __call__
+
+    # --- reporting --------------------------------------------------------------------------------
+    def placement(self) -> list[tuple[str, str, str]]:
+        """(node name, op type, where it runs) for every computing node, in execution order."""
+        return [(st.node.name, st.node.type_name, st.where) for st in self._steps]
+
+    def describe(self) -> str:
+        """A human-readable account of what was fused and where each part runs."""
+        lines = [f"model '{self.model.name}' compiled for target '{self.target_name}'"]
+        n_fused = sum(len(sg.body_ops) for sg in self.subgraphs)
+        others = [st for st in self._steps if not isinstance(st.node, Subgraph)]
+        lines.append(f"  {len(self.subgraphs)} Subgraph(s) fusing {n_fused} op(s); {len(others)} op(s) outside")
+        for st in self._steps:
+            if isinstance(st.node, Subgraph):
+                ops = ", ".join(op.type_name for op in st.node.body_ops)
+                lines.append(f"  [{st.where}] Subgraph {st.node.name}: {ops}")
+        counts: dict[tuple[str, str], int] = {}
+        for st in others:
+            counts[(st.node.type_name, st.where)] = counts.get((st.node.type_name, st.where), 0) + 1
+        for (op, where), c in sorted(counts.items()):
+            lines.append(f"  [{where}] {op} x{c}")
+        return "\n".join(lines)
+
+
+def _reference_executor(node: Node) -> Executor:
+    def run(args: list[np.ndarray]) -> Sequence[np.ndarray]:
+        return evaluate_node(node, args)
+
+    return run
+
+
+def _load(model: Model | str | Path | bytes | Any) -> Model:
+    if isinstance(model, Model):
+        return model.clone()
+    from snippets_core.frontends.onnx import read_onnx
+
+    return read_onnx(model)
+
+
+def compile_model(model: Model | str | Path | bytes | Any, target: str | None = None,
+                  config: CompileConfig | Mapping[str, Any] | None = None) -> CompiledModel:
+    """Tokenize ``model`` (a Model, an ONNX path/bytes/ModelProto) and compile it for ``target``.
+
+    ``target`` is ``"reference"`` (node-by-node numpy), ``"interpreter"`` (the LinearIR interpreter) or
+    the entry-point name of an installed target (``snippets targets`` lists them); ``None`` picks
+    ``"reference"``. The caller's Model is never modified.
+    """
+    cfg = CompileConfig.from_mapping(config)
+    m = _load(model)
+    tgt = resolve_target(target, cfg)
+    from snippets_core.runtime.pipeline import run_tokenization
+
+    run_tokenization(m, tgt, cfg)
+    executors: dict[int, tuple[Executor, str]] = {}
+    for sg in (n for n in m.get_ordered_ops() if isinstance(n, Subgraph)):
+        ex = tgt.compile_subgraph(sg, cfg)
+        if ex is not None:
+            executors[sg.id] = (ex, tgt.name)
+    return CompiledModel(m, tgt, cfg, executors)
