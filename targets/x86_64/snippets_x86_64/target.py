@@ -1,0 +1,67 @@
+"""The x86_64_avx512 target: machine facts, availability, and its hooks (tokenization veto, SkippedByPlugin).
+
+Found by the core through the entry point ``x86_64_avx512`` in the group ``snippets.targets``; the core
+instantiates :class:`X86_64Target` and registers the instance as a pluggy plugin, so its ``@hookimpl``
+methods apply when compiling for this target.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+import pluggy
+
+if TYPE_CHECKING:
+    from snippets_core.ir.model import Model
+    from snippets_core.ir.node import Node
+
+# the same marker as snippets_core.plugins.hookimpl (pluggy markers are plain values keyed by project name)
+hookimpl = pluggy.HookimplMarker("snippets")
+
+
+class X86_64Target:
+    """x86-64 with AVX-512: kernels are JIT-compiled into this process and called through ctypes."""
+
+    name: ClassVar[str] = "x86_64_avx512"
+    description: ClassVar[str] = "x86-64 AVX-512 (F/BW/DQ/VL): kernels JIT-compiled into this process"
+
+    #: f32 lanes in a zmm register
+    lanes_f32: ClassVar[int] = 16
+    vector_bytes: ClassVar[int] = 64
+    vector_registers: ClassVar[int] = 32
+    mask_registers: ClassVar[int] = 8
+    #: 16 general-purpose registers minus rsp
+    gpr_pool: ClassVar[int] = 15
+    #: data pointers a kernel can keep in registers: 16 - 2 work amounts - 1 runtime params - 2 stack
+    data_ptr_gpr_count: ClassVar[int] = 11
+    #: loops shorter than this are not worth a kernel of their own (min_kernel_work_amount)
+    min_kernel_work_amount: ClassVar[int] = 256
+
+    def available(self) -> str | None:
+        """None when AVX-512 (F, BW, DQ, VL) is usable on this CPU and OS, else the reason it is not."""
+        from snippets_x86_64.cpu import UnsupportedCpuError, require_avx512
+
+        try:
+            require_avx512()
+        except UnsupportedCpuError as exc:
+            return str(exc)
+        return None
+
+    @hookimpl
+    def snippets_tokenization_callback(self, node: Node, target_name: str) -> str | None:
+        if target_name != self.name:
+            return None
+        from snippets_x86_64.tokenization_callback import tokenization_callback
+
+        return tokenization_callback(node)
+
+    @hookimpl
+    def snippets_mark_skipped(self, model: Model, target_name: str) -> None:
+        if target_name != self.name:
+            return
+        from snippets_x86_64.passes.snippets_mark_skipped import SnippetsMarkSkipped
+
+        SnippetsMarkSkipped().run(model)
+
+    def __repr__(self) -> str:
+        return f"<target {self.name}>"
