@@ -189,6 +189,17 @@ def is_tokenizable(node: Node) -> bool:
     return not skipped and appropriate_for_subgraph(node) and not _has_only_constant_inputs(node)
 
 
+def _drop_dead_consumers(ordered: list[Node]) -> None:
+    """Detach consumers that no Result depends on. They are not part of the model, but would count as outside
+    consumers: extra Subgraph outputs, and children without a topological order in the cycle check."""
+    live = {n.id for n in ordered}
+    for n in ordered:
+        for o in n.outputs:
+            for t in o.targets:
+                if t.node.id not in live:
+                    t.node.disconnect()
+
+
 # --- the pass ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TokenizeSnippets(Pass):
@@ -207,9 +218,11 @@ class TokenizeSnippets(Pass):
         if not self.config.enabled:
             return False
         EnumerateNodes().run(model)
+        ordered = model.get_ordered_ops()
+        _drop_dead_consumers(ordered)
         changed = False
         # A snapshot: new Subgraphs are never visited, merged-away nodes are never revisited.
-        for node in model.get_ordered_ops():
+        for node in ordered:
             if not is_tokenizable(node) or self.config.veto(node) is not None:
                 continue
             tokenize_node(node, self.config)
