@@ -1,0 +1,130 @@
+"""compile_model / CompiledModel on the reference target: numerics against numpy, typed errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import snippets_core as sc
+from snippets_core.config import ConfigError
+from snippets_core.errors import InputError, SnippetsError, TargetNotFoundError
+from snippets_core.frontends import builder as sb
+
+
+def _model():
+    x = sb.parameter([2, 3, 8], "f32", name="x")
+    y = sb.parameter([1, 3, 1], "f32", name="y")
+    a = sb.relu(sb.add(x, y))
+    b = sb.sigmoid(sb.multiply(a, 2.0))
+    s = sb.softmax(b, axis=1)  # not on the last axis: stays outside the Subgraph
+    return sb.model([s], name="m")
+
+
+def _numpy(x, y):
+    b = 1 / (1 + np.exp(-2 * np.maximum(x + y, 0).astype(np.float64)))
+    e = np.exp(b - b.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+@pytest.fixture
+def inputs():
+    rng = np.random.default_rng(0)
+    return {"x": rng.standard_normal((2, 3, 8), dtype=np.float32),
+            "y": rng.standard_normal((1, 3, 1), dtype=np.float32)}
+
+
+def test_matches_numpy_and_lists_subgraphs(inputs):
+    cm = sc.compile_model(_model(), target="reference")
+    (out,) = cm(inputs).values()
+    np.testing.assert_allclose(out, _numpy(inputs["x"], inputs["y"]), rtol=1e-5, atol=1e-6)
+    assert out.dtype == np.float32
+    assert len(cm.subgraphs) == 1
+    assert [op.type_name for op in cm.subgraphs[0].body_ops] == ["Add", "Relu", "Multiply", "Sigmoid"]
+    placement = cm.placement()
+    assert [p[1] for p in placement] == ["Subgraph", "Softmax"]
+    text = cm.describe()
+    assert "Add, Relu, Multiply, Sigmoid" in text and "Softmax x1" in text
+
+
+def test_user_model_is_not_modified(inputs):
+    m = _model()
+    before = m.to_text()
+    sc.compile_model(m)
+    assert m.to_text() == before
+    assert m.count("Subgraph") == 0
+
+
+def test_preallocated_outputs_are_written(inputs):
+    cm = sc.compile_model(_model())
+    name = cm.output_names[0]
+    dst = np.full((2, 3, 8), np.nan, dtype=np.float32)
+    res = cm(inputs, outputs={name: dst})
+    assert res[name] is dst
+    np.testing.assert_allclose(dst, _numpy(inputs["x"], inputs["y"]), rtol=1e-5, atol=1e-6)
+    with pytest.raises(InputError, match="must be float32\\[2, 3, 8\\]"):
+        cm(inputs, outputs={name: np.zeros((2, 3), np.float32)})
+    with pytest.raises(InputError, match="unknown output 'nope'"):
+        cm(inputs, outputs={"nope": dst})
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d.pop("y"), "missing input 'y'"),
+        (lambda d: d.update(z=np.zeros(1)), "unknown input 'z'"),
+        (lambda d: d.update(x=d["x"].astype(np.float64)), "input 'x' must be f32 \\(float32\\), got float64"),
+        (lambda d: d.update(x=d["x"][:, :, :4]), "input 'x' must have shape \\[2,3,8\\], got \\[2, 3, 4\\]"),
+        (lambda d: d.update(y=d["y"][0]), "input 'y' must have shape \\[1,3,1\\], got \\[3, 1\\]"),
+    ],
+)
+def test_bad_inputs_are_typed_errors(inputs, mutate, message):
+    cm = sc.compile_model(_model())
+    mutate(inputs)
+    with pytest.raises(InputError, match=message):
+        cm(inputs)
+
+
+def test_inputs_must_be_a_mapping(inputs):
+    cm = sc.compile_model(_model())
+    with pytest.raises(InputError, match="dict of arrays by name"):
+        cm([inputs["x"], inputs["y"]])
+
+
+def test_dynamic_dims_accept_any_size():
+    x = sb.parameter([None, 4], "f32", name="x")
+    m = sb.model([sb.exp(sb.abs(x))])
+    cm = sc.compile_model(m)
+    for n in (1, 5):
+        a = np.linspace(-1, 1, n * 4, dtype=np.float32).reshape(n, 4)
+        (out,) = cm({"x": a}).values()
+        np.testing.assert_allclose(out, np.exp(np.abs(a)), rtol=1e-6)
+
+
+def test_unknown_target_lists_installed_and_builtin():
+    with pytest.raises(TargetNotFoundError) as e:
+        sc.compile_model(_model(), target="no-such-target")
+    assert "no target named 'no-such-target'" in str(e.value)
+    assert "reference" in str(e.value) and "interpreter" in str(e.value)
+
+
+def test_unknown_config_key_is_a_typed_error():
+    with pytest.raises(ConfigError, match="unknown config key 'bogus'"):
+        sc.compile_model(_model(), config={"bogus": 1})
+    with pytest.raises(ConfigError, match="num_threads"):
+        sc.compile_model(_model(), config={"num_threads": 0})
+    assert issubclass(ConfigError, SnippetsError)
+
+
+def test_snippets_mode_disable_fuses_nothing(inputs):
+    cm = sc.compile_model(_model(), config={"snippets_mode": "Disable"})
+    assert cm.subgraphs == []
+    (out,) = cm(inputs).values()
+    np.testing.assert_allclose(out, _numpy(inputs["x"], inputs["y"]), rtol=1e-5, atol=1e-6)
+
+
+def test_run_stats_time_every_step(inputs):
+    cm = sc.compile_model(_model())
+    cm(inputs)
+    st = cm.last_run_stats
+    assert [s[1] for s in st.steps] == ["Subgraph", "Softmax"]
+    assert st.total >= 0 and set(st.by_where()) == {"reference"}
