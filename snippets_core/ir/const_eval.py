@@ -27,15 +27,37 @@ def constant_value(output: Output | Node) -> np.ndarray | None:
     The result has the output's element type (numpy dtype). Nothing is cached on the nodes, so the
     answer is always that of the graph as it is now (graphs are edited between calls).
     """
-    return _value(as_output(output), {})
+    out = as_output(output)
+    memo: dict[int, list[np.ndarray] | None] = {}
+    # An explicit post-order walk: the producers of a value can be a long chain (no recursion limit).
+    stack: list[tuple[Node, bool]] = [(out.node, False)]
+    entered: set[int] = set()
+    while stack:
+        node, ready = stack.pop()
+        if node.id in memo or (not ready and node.id in entered):
+            continue  # done, or already waiting for its inputs (a cycle)
+        preds = _needed_inputs(node)
+        if not ready and any(p.node.id not in memo for p in preds):
+            entered.add(node.id)
+            stack.append((node, True))
+            stack.extend((p.node, False) for p in reversed(preds) if p.node.id not in memo)
+            continue
+        memo[node.id] = _node_values(node, memo)  # a cycle leaves an input missing: read as unknown
+    values = memo[out.node.id]
+    return None if values is None else values[out.index]
 
 
-def _value(out: Output, memo: dict[int, list[np.ndarray] | None]) -> np.ndarray | None:
-    node = out.node
-    if node.id not in memo:
-        memo[node.id] = None  # a cycle (which validation reports elsewhere) reads as unknown
-        memo[node.id] = _node_values(node, memo)
-    values = memo[node.id]
+def _needed_inputs(node: Node) -> list[Output]:
+    """The inputs whose values ``node`` needs (a ShapeOf needs only its input's shape, not its value)."""
+    if node.type_name == "Constant" or node.type_name in _NEVER_CONSTANT:
+        return []
+    if node.type_name in SHAPE_OF_TYPES:
+        return [i.source for i in node.inputs[1:]]
+    return [i.source for i in node.inputs]
+
+
+def _get(out: Output, memo: dict[int, list[np.ndarray] | None]) -> np.ndarray | None:
+    values = memo.get(out.node.id)
     return None if values is None else values[out.index]
 
 
@@ -54,9 +76,9 @@ def _node_values(node: Node, memo: dict[int, list[np.ndarray] | None]) -> list[n
         except ValueError:
             dtype = np.dtype(np.float32)
         args = [np.broadcast_to(np.zeros((), dtype=dtype), shape.to_tuple())]
-        args += [_value(i.source, memo) for i in node.inputs[1:]]
+        args += [_get(i.source, memo) for i in node.inputs[1:]]
     else:
-        args = [_value(i.source, memo) for i in node.inputs]
+        args = [_get(i.source, memo) for i in node.inputs]
     if any(a is None for a in args):
         return None
     try:

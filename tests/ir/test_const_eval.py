@@ -63,3 +63,22 @@ def test_values_follow_graph_edits():
     assert constant_value(neg).tolist() == [-3, -4]
     neg.node.set_input(0, sb.constant(np.array([7], np.int64)))
     assert constant_value(neg).tolist() == [-7]
+
+
+def test_long_chains_do_not_hit_the_recursion_limit():
+    v = sb.constant(np.array([1], np.int64))
+    for _ in range(3000):
+        v = sb.add(v, 1)
+    assert constant_value(v).tolist() == [3001]
+    p = sb.parameter([1], "i64")
+    w = p
+    for _ in range(3000):
+        w = sb.add(w, 1)
+    assert constant_value(w) is None
+
+
+def test_a_cycle_reads_as_unknown():
+    a = sb.negative(sb.constant(np.array([1], np.int64)))
+    b = sb.negative(a)
+    a.node.set_input(0, b)
+    assert constant_value(b) is None
