@@ -7,14 +7,14 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any
 
-from snippets_core.errors import SnippetsError
+from snippets_core.config import ConfigError
 from snippets_core.ir.node import Node
 
 #: A tokenization veto: returns the reason why ``node`` must stay out of Subgraphs, or None to allow it.
 TokenizationCallback = Callable[[Node], "str | None"]
 
 
-class TokenizationConfigError(SnippetsError):
+class TokenizationConfigError(ConfigError):
     """A tokenization config key or value is not valid."""
 
 
