@@ -68,7 +68,11 @@ def test_transpose_unknown_order_and_errors():
     ([2, 3, 4], [0, 0, 2, 2], True, [2, 3, 2, 2]),
     ([2, 3, 4], [-1], False, [24]),
     ([2, 0, 4], [0, 8], False, [0, 8]),  # without special_zero a 0 is a zero-sized dim
-    ([None, 3, 4], [0, -1], True, [None, None]),
+    ([None, 3, 4], [0, -1], True, [None, 12]),
+    ([None, 128, 768], [0, 0, 12, 64], True, [None, 128, 12, 64]),
+    ([None, 128, 768], [0, -1, 64], True, [None, 1536, 64]),
+    ([None, 3, 4], [-1, 12], False, [None, 12]),
+    ([2, None, 4], [0, -1], True, [2, None]),
     ([None, 3, 4], [0, 12], True, [None, 12]),
     ([2, 3, 4], [1, 1, 24], False, [1, 1, 24]),
 ])
@@ -86,10 +90,12 @@ def test_reshape_errors():
     p = Parameter("f32", [2, 3, 4])
     with pytest.raises(ShapeInferenceError, match="more than one -1"):
         Reshape(p, i64([-1, -1]))
-    with pytest.raises(ShapeInferenceError, match=r"cannot reshape \[2, 3, 4\] \(size 24\)"):
+    with pytest.raises(ShapeInferenceError, match=r"cannot reshape \[2, 3, 4\] to \[5, -1\]"):
         Reshape(p, i64([5, -1]))
     with pytest.raises(ShapeInferenceError, match="cannot reshape"):
         Reshape(p, i64([2, 3]))
+    with pytest.raises(ShapeInferenceError, match=r"cannot reshape \[None, 3, 4\] to \[0, 5\]"):
+        Reshape(Parameter("f32", [None, 3, 4]), i64([0, 5]), special_zero=True)
     with pytest.raises(ShapeInferenceError, match="input has rank 1"):
         Reshape(Parameter("f32", [4]), i64([2, 0]), special_zero=True)
 

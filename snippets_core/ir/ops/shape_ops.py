@@ -90,12 +90,16 @@ def _resolve_reshape(in_dims: Sequence[Dim] | None, target: Sequence[int], speci
                 out.append(in_dims[i])
         else:
             out.append(None if t == -1 else t)
-    in_known = in_dims is not None and all(d is not None for d in in_dims)
-    in_size = math.prod(in_dims) if in_known else None  # type: ignore[arg-type]
+    # Dims copied by a 0 appear on both sides and cancel out, so a dynamic batch dim copied through does
+    # not hide the size of the rest: [?, 128, 768] -> [0, -1, 64] gives [?, 1536, 64].
+    copied = {i for i, t in enumerate(target) if t == 0 and special_zero and in_dims is not None}
+    in_rest = [d for j, d in enumerate(in_dims or ()) if j not in copied]
+    in_size = math.prod(in_rest) if in_dims is not None and None not in in_rest else None  # type: ignore[arg-type]
+    shown = f"{list(in_dims)}" if in_dims is not None else "[...]"
     if -1 in target:
         k = target.index(-1)
-        rest = [d for j, d in enumerate(out) if j != k]
-        if in_size is not None and all(d is not None for d in rest):
+        rest = [d for j, d in enumerate(out) if j != k and j not in copied]
+        if in_size is not None and None not in rest:
             denom = math.prod(rest)  # type: ignore[arg-type]
             if denom == 0:
                 # -1 next to a zero dim is ambiguous; only an empty input makes it meaningful
@@ -103,12 +107,13 @@ def _resolve_reshape(in_dims: Sequence[Dim] | None, target: Sequence[int], speci
                     raise ShapeInferenceError(f"cannot infer -1 in {list(target)} next to a zero dim")
                 out[k] = 0
             elif in_size % denom:
-                raise ShapeInferenceError(f"cannot reshape {list(in_dims)} (size {in_size}) "  # type: ignore[arg-type]
-                                          f"to {list(target)}")
+                raise ShapeInferenceError(f"cannot reshape {shown} to {list(target)}")
             else:
                 out[k] = in_size // denom
-    elif in_size is not None and all(d is not None for d in out) and math.prod(out) != in_size:  # type: ignore[arg-type]
-        raise ShapeInferenceError(f"cannot reshape {list(in_dims)} (size {in_size}) to {out}")  # type: ignore[arg-type]
+    else:
+        rest = [d for j, d in enumerate(out) if j not in copied]
+        if in_size is not None and None not in rest and math.prod(rest) != in_size:  # type: ignore[arg-type]
+            raise ShapeInferenceError(f"cannot reshape {shown} to {list(target)}")
     return out
 
 
