@@ -35,8 +35,9 @@ class SnippetsMode(Enum):
         if isinstance(value, SnippetsMode):
             return value
         if isinstance(value, str):
+            key = value.replace("_", "").replace("-", "").lower()  # "IgnoreCallback", "ignore_callback", ...
             for m in SnippetsMode:
-                if m.value.lower() == value.lower():
+                if m.value.lower() == key:
                     return m
         raise TokenizationConfigError(
             f"snippets_mode must be one of {', '.join(m.value for m in SnippetsMode)}, got {value!r}")

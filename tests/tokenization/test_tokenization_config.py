@@ -34,6 +34,8 @@ def test_from_dict() -> None:
     assert c.data_ptr_gpr_count == 23 and c.snippets_mode is SnippetsMode.IgnoreCallback
     assert c.mha_supported_transpose_ranks == (4,) and c.concurrency == 8
     assert TokenizationConfig.from_dict(None) == TokenizationConfig()
+    assert TokenizationConfig(snippets_mode="ignore_callback").snippets_mode is SnippetsMode.IgnoreCallback
+    assert TokenizationConfig(snippets_mode="DISABLE").snippets_mode is SnippetsMode.Disable
     assert TokenizationConfig.from_dict(c) is c
     assert TokenizationConfig.from_dict(c.to_dict()) == c
 

@@ -388,3 +388,11 @@ def test_pass_convention() -> None:
     m = chain()
     assert p.run(m) is True and len(subgraphs(m)) == 1
     assert TokenizeSnippets().run(m) is False  # nothing left to take
+
+
+@pytest.mark.parametrize(("data_et", "order_et", "count"), [("f32", "i32", 1), ("f32", "i64", 1), ("i32", "i64", 0)])
+def test_index_inputs_may_be_i32_or_i64_data_may_not(data_et: str, order_et: str, count: int) -> None:
+    # The CPU plugin narrows i64 shape-like inputs to i32 and accepts i32 only there.
+    x = sb.parameter([2, 3, 4], data_et)
+    order = sb.constant(np.array([0, 2, 1]), order_et)
+    assert _count_after(sb.model([sb.transpose(x, order)])) == count
