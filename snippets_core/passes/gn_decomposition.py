@@ -12,7 +12,7 @@ from snippets_core.ir.node import Node, Output, replace_node
 from snippets_core.ir.ops.io import Constant
 from snippets_core.ir.ops.snippets import PowerStatic, SnippetsReduceSum, SnippetsReshape
 from snippets_core.ir.ops.subgraph import Subgraph
-from snippets_core.passes.graph_utils import body_of, make, nodes_of_type
+from snippets_core.passes.graph_utils import body_of, make, nodes_of_type, set_reduce_subtensors
 from snippets_core.passes.pass_manager import Pass
 
 
@@ -83,6 +83,7 @@ class GNDecomposition(Pass):
             zero = make("Multiply", grouped, Constant(np.asarray(0, dt), name=f"{n}/zero{tag}"), name=f"{n}/zeros{tag}")
             ones = make("Add", zero, Constant(np.asarray(1, dt), name=f"{n}/one{tag}"), name=f"{n}/ones{tag}")
             count = SnippetsReduceSum(ones, axis=3, name=f"{n}/group_size{tag}")
+            set_reduce_subtensors(count)
             return PowerStatic(count, power=-1.0, name=f"{n}/inv_group_size{tag}").outputs[0]
 
         total = SnippetsReduceSum(grouped, axis=3, name=f"{n}/reduce_sum")
@@ -90,6 +91,8 @@ class GNDecomposition(Pass):
         centered = make("Subtract", grouped, mean, name=f"{n}/subtract_mean")
         sqr = make("Power", centered, Constant(np.asarray([2], dt), name=f"{n}/two"), name=f"{n}/square")
         sqr_sum = SnippetsReduceSum(sqr, axis=3, name=f"{n}/reduce_sum_square")
+        set_reduce_subtensors(total)
+        set_reduce_subtensors(sqr_sum)
         var = make("Multiply", sqr_sum, inv_size("_aux"), name=f"{n}/variance")
         var_eps = make("Add", var, Constant(np.asarray([gn.epsilon], dt), name=f"{n}/epsilon"), name=f"{n}/add_epsilon")
         std = make("Sqrt", var_eps, name=f"{n}/sqrt")

@@ -12,6 +12,7 @@ from snippets_core.errors import UnsupportedOpError
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import OPS, Node, Output
 from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.ir.shape import normalize_axis
 
 #: ops whose presence makes a body "domain sensitive": the lowering may not collapse or reorder their dims
 DOMAIN_SENSITIVE_OPS = ("Transpose", "Softmax", "MatMul", "Broadcast", "GroupNormalization", "SnippetsReshape")
@@ -79,3 +80,18 @@ def unique_name(model: Model, base: str) -> str:
     while f"{base}_{i}" in taken:
         i += 1
     return f"{base}_{i}"
+
+
+def set_reduce_subtensors(reduce: Node) -> None:
+    """Record the subtensor of a snippets reduction on its ports for the LinearIR (OpenVINO
+    ``ReduceBase::compute_and_set_reduce_subtensors``): 1 for the dims before ``axis``, FULL_DIM from it on,
+    so one emitter invocation sees whole reduced rows. Nothing is recorded while the rank is dynamic."""
+    from snippets_core.lowered.port_descriptor import FULL_DIM, set_port_descriptor
+
+    shape = reduce.input_shape(0)
+    if not shape.rank_is_static:
+        return
+    axis = normalize_axis(reduce.axis, shape.rank)  # type: ignore[attr-defined]
+    subtensor = [1] * axis + [FULL_DIM] * (shape.rank - axis)
+    set_port_descriptor(reduce, "in", 0, subtensor=subtensor)
+    set_port_descriptor(reduce, "out", 0, subtensor=subtensor)

@@ -13,7 +13,7 @@ from snippets_core.ir.ops.io import Constant
 from snippets_core.ir.ops.snippets import SnippetsReduceMax, SnippetsReduceSum, SnippetsReshape
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import normalize_axis
-from snippets_core.passes.graph_utils import body_of, nodes_of_type
+from snippets_core.passes.graph_utils import body_of, nodes_of_type, set_reduce_subtensors
 from snippets_core.passes.pass_manager import Pass
 
 #: graph reduction -> snippets reduction
@@ -24,7 +24,8 @@ SNIPPETS_REDUCE: dict[str, type[Node]] = {"ReduceMax": SnippetsReduceMax, "Reduc
 class ReduceToSnippetsReduce(Pass):
     """``ReduceMax/ReduceSum(x, axes=Constant[one axis], keep_dims)`` -> ``SnippetsReduceMax/Sum(x, axis)``
     (OpenVINO ``ReduceToSnippetsReduce``). With ``keep_dims=False`` the reduction must be over the last axis
-    of a static rank; a ``SnippetsReshape`` then drops the kept 1. Other reductions are left as they are."""
+    of a static rank; a ``SnippetsReshape`` then drops the kept 1. Other reductions are left as they are.
+    The reduction's subtensor (full dims from ``axis`` on) is recorded for the LinearIR."""
 
     name: ClassVar[str] = "reduce-to-snippets-reduce"
 
@@ -42,12 +43,13 @@ class ReduceToSnippetsReduce(Pass):
                 axis = normalize_axis(axis, x.shape.rank)
             cls = SNIPPETS_REDUCE[red.type_name]
             if red.keep_dims:
-                new = cls(x, axis=axis, name=red.name)
+                new = reduced = cls(x, axis=axis, name=red.name)
             else:
                 if not rank_known or axis != x.shape.rank - 1:
                     continue
                 reduced = cls(x, axis=axis, name=f"{red.name}/reduce")
                 new = SnippetsReshape(reduced, target_shape=[0] * (x.shape.rank - 1), name=red.name)
+            set_reduce_subtensors(reduced)
             new.rt_info = dict(red.rt_info)
             replace_node(red, new)
             changed = True

@@ -10,7 +10,7 @@ from snippets_core.ir.node import replace_node
 from snippets_core.ir.ops.snippets import PowerStatic, SnippetsReduceMax, SnippetsReduceSum
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import normalize_axis
-from snippets_core.passes.graph_utils import body_of, make, nodes_of_type
+from snippets_core.passes.graph_utils import body_of, make, nodes_of_type, set_reduce_subtensors
 from snippets_core.passes.pass_manager import Pass
 
 
@@ -18,7 +18,8 @@ from snippets_core.passes.pass_manager import Pass
 class SoftmaxDecomposition(Pass):
     """``Softmax(x, axis)`` -> ``x -> ReduceMax -> Subtract(x, max) -> Exp -> ReduceSum -> PowerStatic(-1)
     -> Multiply(exp, .)`` (OpenVINO ``SoftmaxDecomposition``); the reductions are the snippets ones over
-    ``axis`` (kept as given when the rank is dynamic). The final Multiply takes the Softmax's name."""
+    ``axis`` (kept as given when the rank is dynamic), with their subtensors recorded for the LinearIR
+    (full dims from ``axis`` on). The final Multiply takes the Softmax's name."""
 
     name: ClassVar[str] = "softmax-decomposition"
 
@@ -37,6 +38,8 @@ class SoftmaxDecomposition(Pass):
             reduce_sum = SnippetsReduceSum(exp, axis=axis, name=f"{n}/reduce_sum")
             power = PowerStatic(reduce_sum, power=-1.0, name=f"{n}/power_static")
             mul = make("Multiply", exp, power, name=n)
+            set_reduce_subtensors(reduce_max)
+            set_reduce_subtensors(reduce_sum)
             mul.rt_info = dict(sm.rt_info)
             replace_node(sm, mul)
         return bool(nodes)

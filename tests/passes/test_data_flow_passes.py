@@ -10,6 +10,7 @@ from snippets_core.errors import UnsupportedOpError, ValidationError
 from snippets_core.ir import OPS, ElementType, Model, Subgraph, evaluate_model
 from snippets_core.ir.ops.io import Constant, Parameter, Result
 from snippets_core.ir.ops.snippets import ConvertSaturation, Scalar
+from snippets_core.lowered.port_descriptor import FULL_DIM, get_port_descriptor_info
 from snippets_core.passes.align_element_types import AlignElementTypes
 from snippets_core.passes.broadcast_to_move_broadcast import BroadcastToMoveBroadcast
 from snippets_core.passes.canonicalization import BlockedShape, Canonicalization
@@ -189,6 +190,8 @@ def test_reduce_to_snippets_reduce(graph_op, keep, snippets_op, np_op, rng):
     assert ReduceToSnippetsReduce().run(m) is True
     assert m.count(graph_op) == 0 and m.count(snippets_op) == 1
     assert m.results[0].outputs[0].shape.rank == (2 if keep else 1)
+    reduce = next(n for n in m.get_ordered_ops() if n.type_name == snippets_op)
+    assert get_port_descriptor_info(reduce, "out", 0) == {"subtensor": (1, FULL_DIM)}
     xv = rng.standard_normal((3, 7)).astype(np.float32)
     np.testing.assert_allclose(evaluate_model(m, {"x": xv})["out"], np_op(xv, axis=-1, keepdims=keep), rtol=1e-6)
 

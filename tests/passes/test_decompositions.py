@@ -233,3 +233,23 @@ def test_gn_decomposition_values(shape, run_shape, groups, rng):
 
 def test_gn_with_two_dynamic_spatial_dims_is_left_alone():
     assert GNDecomposition().run(gn_body([2, 6, None, None], 6, 3)) is False
+
+
+def test_reductions_carry_their_subtensors_for_the_linear_ir():
+    from snippets_core.lowered.port_descriptor import FULL_DIM, get_port_descriptor_info
+
+    m = softmax_body([2, 3, 8], axis=1)
+    SoftmaxDecomposition().run(m)
+    reduces = [n for n in m.get_ordered_ops() if n.type_name.startswith("SnippetsReduce")]
+    assert len(reduces) == 2
+    for r in reduces:
+        for port in ("in", "out"):
+            assert get_port_descriptor_info(r, port, 0) == {"subtensor": (1, FULL_DIM, FULL_DIM)}
+    g = gn_body([2, 6, 4, 5], 6, 3)
+    GNDecomposition().run(g)
+    sums = [n for n in g.get_ordered_ops() if n.type_name == "SnippetsReduceSum"]
+    assert len(sums) == 2
+    assert all(get_port_descriptor_info(s, "in", 0) == {"subtensor": (1, 1, 1, FULL_DIM)} for s in sums)
+    dyn = softmax_body(None, axis=-1)  # dynamic rank: nothing to record yet
+    SoftmaxDecomposition().run(dyn)
+    assert all(get_port_descriptor_info(n, "in", 0) == {} for n in dyn.get_ordered_ops())
