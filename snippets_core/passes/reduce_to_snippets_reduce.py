@@ -50,7 +50,7 @@ class ReduceToSnippetsReduce(Pass):
                 reduced = cls(x, axis=axis, name=f"{red.name}/reduce")
                 new = SnippetsReshape(reduced, target_shape=[0] * (x.shape.rank - 1), name=red.name)
             set_reduce_subtensors(reduced)
-            new.rt_info = dict(red.rt_info)
+            new.rt_info = {**red.rt_info, **new.rt_info}
             replace_node(red, new)
             changed = True
         return changed
