@@ -70,6 +70,7 @@ class KernelElf:
     entry: int  # window address of the entry point
     note: KernelNote
     symbols: dict[str, int] = field(default_factory=dict)
+    text_file_offset: int = 0  # where .text sits in the ELF file (for ActKernel.text, a sub-view of the ELF)
 
     @property
     def entry_offset(self) -> int:
@@ -243,7 +244,9 @@ def read_kernel_elf(blob: bytes, what: str = "kernel ELF") -> KernelElf:
 
     text_hdr, text = section(".text")  # type: ignore[misc]
     if text_hdr[3] != WIN_D or text_hdr[1] != SHT_PROGBITS or not text_hdr[2] & SHF_EXECINSTR:
-        raise ElfFormatError(f"{what}: .text must be executable PROGBITS at WIN_D {WIN_D:#x} (sh_addr {text_hdr[3]:#x})")
+        raise ElfFormatError(
+            f"{what}: .text must be executable PROGBITS at WIN_D {WIN_D:#x} (sh_addr {text_hdr[3]:#x})"
+        )
     if not text or len(text) % 8:
         raise ElfFormatError(f"{what}: .text size {len(text)} must be a positive multiple of 8")
     rodata, rodata_addr = b"", WIN_D + _align(len(text), 16)
@@ -279,7 +282,7 @@ def read_kernel_elf(blob: bytes, what: str = "kernel ELF") -> KernelElf:
         raise ElfFormatError(f"{what}: no global function symbol at e_entry {e_entry:#x}")
     if not WIN_D <= e_entry < WIN_D + len(text) or (e_entry - WIN_D) % 8:
         raise ElfFormatError(f"{what}: e_entry {e_entry:#x} is not an instruction of .text")
-    return KernelElf(entry_name, text, rodata, rodata_addr, data, e_entry, note, symbols)
+    return KernelElf(entry_name, text, rodata, rodata_addr, data, e_entry, note, symbols, text_hdr[4])
 
 
 def _read_note(note: bytes, what: str) -> KernelNote:
@@ -289,7 +292,7 @@ def _read_note(note: bytes, what: str) -> KernelNote:
     name_end = _NOTE_HDR.size + namesz
     desc_off = _NOTE_HDR.size + _align(namesz, 4)
     if ntype != NT_ASHV_KERNEL or note[_NOTE_HDR.size : name_end] != NOTE_OWNER + b"\0":
-        raise ElfFormatError(f"{what}: .note.ashv has owner/type {note[_NOTE_HDR.size:name_end]!r}/{ntype:#x}")
+        raise ElfFormatError(f"{what}: .note.ashv has owner/type {note[_NOTE_HDR.size : name_end]!r}/{ntype:#x}")
     if desc_off + descsz > len(note) or descsz < _NOTE_DESC.size:
         raise ElfFormatError(f"{what}: .note.ashv descriptor of {descsz} bytes does not fit")
     isa, abi, params_size, sig_len = _NOTE_DESC.unpack_from(note, desc_off)

@@ -273,7 +273,9 @@ def decode(word: int, pc: int | None = None) -> Instruction:
     if d.types:
         etype = CODE_TYPES.get(type_code)
         if etype not in d.types:
-            raise InstructionDecodeError(f"word {word:#018x}{where}: {d.mnemonic} does not accept type code {type_code}")
+            raise InstructionDecodeError(
+                f"word {word:#018x}{where}: {d.mnemonic} does not accept type code {type_code}"
+            )
     else:
         etype = None
         if type_code:

@@ -1,0 +1,345 @@
+"""Load and validate a blob before anything runs (shave_blob.md §5.6 step 1).
+
+Every offset, size, window address and barrier count is checked here, so the runtime loop only meets
+errors a valid blob can cause (window faults from kernel code, deadlocks from a bad task order, traps).
+Errors name the field or the task: ``task 'x' (task_lists[1].tasks[0])``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from snippets_shave.abi import DecodedParams, ParamsLayout, unpack_params
+from snippets_shave.blob import (
+    ActKernel,
+    ActKernelTask,
+    Blob,
+    DmaDescriptor,
+    DmaTask,
+    Executor,
+    KernelDataRef,
+    Location,
+    Task,
+    TensorRef,
+    read_blob,
+)
+from snippets_shave.constants import (
+    DTYPE_TO_NUMPY,
+    KERNEL_ABI_VERSION,
+    MAX_DATA_WINDOW,
+    RUNTIME_VERSION,
+    WIN_D,
+    WIN_F,
+    MemLocation,
+)
+from snippets_shave.elf import KernelElf, read_kernel_elf
+from snippets_shave.errors import BarrierCountError, BlobFormatError, SnippetsError
+from snippets_shave.sim.interp import Program, compile_program
+
+MAX_TILES = 64
+MAX_SHAVES_PER_TILE = 16
+MAX_DMA_ENGINES = 16
+MAX_CMX_BYTES = 16 * 1024 * 1024  # one WIN_F window
+MAX_DDR_BYTES = 1 << 30
+WRITABLE_LOCATIONS = (Location.NET_OUTPUT, Location.DDR_SCRATCH, Location.CMX)
+
+
+@dataclass(frozen=True)
+class LoadedKernel:
+    ref: ActKernel
+    elf: KernelElf
+    program: Program
+    layout: ParamsLayout
+    image: bytes  # WIN_D contents
+
+    @property
+    def entry_index(self) -> int:
+        return (self.elf.entry - WIN_D) // 8
+
+
+@dataclass(frozen=True)
+class Region:
+    """A validated byte range of one memory: ``key`` is (Location, index)."""
+
+    key: tuple[Location, int]
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class LoadedTask:
+    task: Task
+    where: str  # "task 'name' (task_lists[i].tasks[j])"
+    executor: Executor
+    queue: int
+    # DMA
+    src: Region | None = None
+    dst: Region | None = None
+    descriptor: DmaDescriptor | None = None
+    # ACT
+    kernel: int = -1
+    window: bytes = b""
+    args_offset: int = 0
+    params: DecodedParams | None = None
+
+
+@dataclass(frozen=True)
+class LoadedBlob:
+    """A blob that passed every static check, ready for :class:`~snippets_shave.sim.runtime.Simulator`."""
+
+    blob: Blob
+    kernels: tuple[LoadedKernel, ...]
+    dma_queues: tuple[tuple[LoadedTask, ...], ...]  # per engine
+    tile_queues: tuple[tuple[LoadedTask, ...], ...]  # per tile
+    stack_sizes: tuple[int, ...]  # per tile, bytes per SHAVE
+    cmx_reserved: tuple[int, ...]  # per tile: stacks live below this offset
+    memory_sizes: dict[tuple[Location, int], int]
+
+    @property
+    def target(self):  # type: ignore[no-untyped-def]
+        return self.blob.header.target
+
+
+def _kernel_bytes(blob: Blob, ref: KernelDataRef, path: str) -> bytes:
+    if ref.index >= len(blob.kernel_data):
+        raise BlobFormatError(f"{path}.index = {ref.index}: only {len(blob.kernel_data)} kernel_data entries")
+    data = blob.kernel_data[ref.index]
+    if ref.offset + ref.size > len(data):
+        raise BlobFormatError(
+            f"{path}: [{ref.offset}, {ref.offset + ref.size}) is outside kernel_data[{ref.index}] ({len(data)} bytes)"
+        )
+    return data[ref.offset : ref.offset + ref.size]
+
+
+def _load_kernel(blob: Blob, k: ActKernel, path: str) -> LoadedKernel:
+    elf_bytes = _kernel_bytes(blob, k.elf, f"{path}.elf")
+    text = _kernel_bytes(blob, k.text, f"{path}.text")
+    elf = read_kernel_elf(elf_bytes, f"{path} ({k.name!r}) ELF")
+    if text != elf.text:
+        raise BlobFormatError(f"{path}.text does not hold the bytes of the ELF's .text section")
+    if k.entry + WIN_D != elf.entry:
+        raise BlobFormatError(f"{path}.entry = {k.entry}, but the ELF's e_entry is {elf.entry:#x}")
+    if k.abi_version != KERNEL_ABI_VERSION:
+        raise BlobFormatError(f"{path}.abi_version = {k.abi_version}, expected {KERNEL_ABI_VERSION}")
+    if k.params_signature != elf.note.params_signature:
+        raise BlobFormatError(
+            f"{path}.params_signature {k.params_signature!r} != ELF note {elf.note.params_signature!r}"
+        )
+    layout = ParamsLayout.from_signature(k.params_signature, k.name)
+    if elf.note.params_size != layout.size:
+        raise BlobFormatError(
+            f"{path}: note params_size {elf.note.params_size} != {layout.size} for {layout.signature}"
+        )
+    try:
+        program = compile_program(elf.text)
+    except BlobFormatError as exc:
+        raise type(exc)(f"{path} ({k.name!r}): {exc}") from None
+    return LoadedKernel(k, elf, program, layout, elf.text_image)
+
+
+class _Validator:
+    def __init__(self, blob: Blob) -> None:
+        self.blob = blob
+        h = blob.header
+        self.target = h.target
+        self.sizes: dict[tuple[Location, int], int] = {}
+
+    def check_header(self) -> None:
+        h, t = self.blob.header, self.target
+        limits = (
+            ("tiles", t.tiles, MAX_TILES),
+            ("shaves_per_tile", t.shaves_per_tile, MAX_SHAVES_PER_TILE),
+            ("dma_engines", t.dma_engines, MAX_DMA_ENGINES),
+            ("cmx_bytes_per_tile", t.cmx_bytes_per_tile, MAX_CMX_BYTES),
+        )
+        for name, value, limit in limits:
+            if not 1 <= value <= limit:
+                raise BlobFormatError(f"header.target.{name} = {value} outside 1..{limit}")
+        rt = h.act_runtime
+        if rt.runtime_version != RUNTIME_VERSION:
+            raise BlobFormatError(
+                f"header.act_runtime.runtime_version = {rt.runtime_version}, expected {RUNTIME_VERSION}"
+            )
+        if len(rt.stack_size_per_tile) != t.tiles:
+            raise BlobFormatError(
+                f"header.act_runtime.stack_size_per_tile has {len(rt.stack_size_per_tile)} entries for {t.tiles} tiles"
+            )
+        for i, size in enumerate(rt.stack_size_per_tile):
+            if size == 0 or size % 16 or size * t.shaves_per_tile >= t.cmx_bytes_per_tile:
+                raise BlobFormatError(f"header.act_runtime.stack_size_per_tile[{i}] = {size} invalid for this CMX")
+        if rt.kernel is not None:
+            _load_kernel(self.blob, rt.kernel, "header.act_runtime.kernel")
+        if h.scratch_bytes > MAX_DDR_BYTES:
+            raise BlobFormatError(f"header.scratch_bytes = {h.scratch_bytes} exceeds {MAX_DDR_BYTES}")
+        self.sizes[(Location.DDR_SCRATCH, 0)] = h.scratch_bytes
+        for kind, refs, location in (
+            ("inputs", h.inputs, Location.NET_INPUT),
+            ("outputs", h.outputs, Location.NET_OUTPUT),
+        ):
+            names = set()
+            for i, ref in enumerate(refs):
+                path = f"header.{kind}[{i}]"
+                if ref.location != location or ref.index != i or ref.offset != 0:
+                    raise BlobFormatError(f"{path}: must be {location.name} #{i} at offset 0")
+                if ref.name in names or not ref.name:
+                    raise BlobFormatError(f"{path}: name {ref.name!r} empty or duplicated")
+                names.add(ref.name)
+                self.sizes[(location, i)] = self.nbytes(ref, path)
+        for i, data in enumerate(self.blob.constants):
+            self.sizes[(Location.CONSTANT, i)] = len(data)
+        for tile in range(t.tiles):
+            self.sizes[(Location.CMX, tile)] = t.cmx_bytes_per_tile
+
+    def nbytes(self, ref: TensorRef, path: str) -> int:
+        if ref.dtype not in DTYPE_TO_NUMPY:
+            raise BlobFormatError(f"{path}.dtype = {ref.dtype.name} has no element size")
+        if ref.strides_bits and len(ref.strides_bits) != len(ref.dims):
+            raise BlobFormatError(f"{path}: {len(ref.strides_bits)} strides for {len(ref.dims)} dims")
+        size = ref.nbytes
+        if size > MAX_DDR_BYTES:
+            raise BlobFormatError(f"{path}: {size} bytes is larger than any memory")
+        return size
+
+    def region(self, ref: TensorRef, path: str, extent: int | None = None) -> Region:
+        key = (ref.location, ref.index)
+        if key not in self.sizes:
+            raise BlobFormatError(f"{path}: location {ref.location.name} #{ref.index} does not exist")
+        size = self.nbytes(ref, path) if extent is None else extent
+        low = self.reserved[ref.index] if ref.location == Location.CMX else 0
+        if ref.offset < low or ref.offset + size > self.sizes[key]:
+            raise BlobFormatError(
+                f"{path}: bytes [{ref.offset}, {ref.offset + size}) outside {ref.location.name} #{ref.index} "
+                f"([{low}, {self.sizes[key]}))"
+            )
+        return Region(key, ref.offset, size)
+
+    @staticmethod
+    def descriptor_extents(d: DmaDescriptor, path: str) -> tuple[int, int]:
+        fields = (d.len, d.src_width, d.dst_width, d.num_planes)
+        if min(fields) == 0 or d.len * d.num_planes > MAX_DDR_BYTES:
+            raise BlobFormatError(f"{path}: len/src_width/dst_width/num_planes must be positive and bounded")
+
+        def extent(width: int, stride: int, plane_stride: int) -> int:
+            last_line = (d.len - 1) // width
+            end = last_line * stride + (d.len - last_line * width)
+            if last_line:
+                end = max(end, (last_line - 1) * stride + width)
+            return (d.num_planes - 1) * plane_stride + end
+
+        return (
+            extent(d.src_width, d.src_stride, d.src_plane_stride),
+            extent(d.dst_width, d.dst_stride, d.dst_plane_stride),
+        )
+
+    def dma(self, task: Task, p: DmaTask, where: str, queue: int) -> LoadedTask:
+        if p.engine != queue:
+            raise BlobFormatError(f"{where}: engine {p.engine} in the task list of DMA engine {queue}")
+        if p.dst.location not in WRITABLE_LOCATIONS:
+            raise BlobFormatError(f"{where}: DMA destination {p.dst.location.name} is read-only")
+        if p.descriptor is None:
+            src = self.region(p.src, f"{where}.src")
+            dst = self.region(p.dst, f"{where}.dst")
+            if src.size != dst.size or src.size == 0:
+                raise BlobFormatError(f"{where}: flat DMA of {src.size} bytes into {dst.size} bytes")
+        else:
+            src_extent, dst_extent = self.descriptor_extents(p.descriptor, f"{where}.descriptor")
+            src = self.region(p.src, f"{where}.src", src_extent)
+            dst = self.region(p.dst, f"{where}.dst", dst_extent)
+        return LoadedTask(task, where, Executor.DMA, queue, src=src, dst=dst, descriptor=p.descriptor)
+
+    def act(
+        self, task: Task, p: ActKernelTask, where: str, queue: int, kernels: tuple[LoadedKernel, ...]
+    ) -> LoadedTask:
+        inv = p.invocation
+        if inv.tile != queue:
+            raise BlobFormatError(f"{where}: invocation.tile {inv.tile} in the ACT_SHAVE list of tile {queue}")
+        if inv.kernel >= len(kernels):
+            raise BlobFormatError(f"{where}: invocation.kernel {inv.kernel} but the blob has {len(kernels)} kernels")
+        kernel = kernels[inv.kernel]
+        window = _kernel_bytes(self.blob, inv.data_window, f"{where}.invocation.data_window")
+        if len(window) > MAX_DATA_WINDOW:
+            raise BlobFormatError(f"{where}: WIN_E image of {len(window)} bytes exceeds {MAX_DATA_WINDOW}")
+        if inv.args_size != kernel.layout.size or inv.args_offset + inv.args_size > len(window):
+            raise BlobFormatError(
+                f"{where}: args [{inv.args_offset}, +{inv.args_size}) vs a {len(window)}-byte image and a "
+                f"{kernel.layout.size}-byte {kernel.layout.signature} params struct"
+            )
+        data = kernel.elf.data
+        if window[: len(data)] != data or inv.args_offset < len(data):
+            raise BlobFormatError(f"{where}: WIN_E image does not start with the kernel's .data section")
+        params = unpack_params(window, inv.args_offset, kernel.layout, f"{where} params")
+        cmx = self.target.cmx_bytes_per_tile
+        for name, m in params.memrefs.items():
+            off = m.data_addr - WIN_F
+            if m.location != MemLocation.NN_CMX or not m.is_static:
+                raise BlobFormatError(f"{where} params.{name}: only static CMX MemRefs are supported")
+            if off < self.reserved[queue] or off + m.extent_bytes() > cmx:
+                raise BlobFormatError(
+                    f"{where} params.{name}.dataAddr = {m.data_addr:#x}: {m.extent_bytes()} bytes outside the "
+                    f"CMX workspace [{self.reserved[queue]}, {cmx}) of tile {queue}"
+                )
+        return LoadedTask(
+            task, where, Executor.ACT_SHAVE, queue, kernel=inv.kernel, window=window,
+            args_offset=inv.args_offset, params=params,
+        )  # fmt: skip
+
+    def load(self) -> LoadedBlob:
+        self.check_header()
+        t = self.target
+        stacks = self.blob.header.act_runtime.stack_size_per_tile
+        self.reserved = tuple((t.shaves_per_tile * s + 63) // 64 * 64 for s in stacks)
+        kernels = tuple(_load_kernel(self.blob, k, f"kernels[{i}]") for i, k in enumerate(self.blob.kernels))
+        nbar = len(self.blob.barriers)
+        producers, consumers = [0] * nbar, [0] * nbar
+        dma: list[list[LoadedTask]] = [[] for _ in range(t.dma_engines)]
+        tiles: list[list[LoadedTask]] = [[] for _ in range(t.tiles)]
+        seen_lists: set[tuple[int, int]] = set()
+        seen_ids: set[int] = set()
+        for i, tl in enumerate(self.blob.task_lists):
+            limit = t.dma_engines if tl.executor == Executor.DMA else t.tiles
+            if tl.queue >= limit or (int(tl.executor), tl.queue) in seen_lists:
+                raise BlobFormatError(f"task_lists[{i}]: {tl.executor.name} queue {tl.queue} invalid or repeated")
+            seen_lists.add((int(tl.executor), tl.queue))
+            for j, task in enumerate(tl.tasks):
+                where = f"task {task.name!r} (task_lists[{i}].tasks[{j}])"
+                if task.id in seen_ids:
+                    raise BlobFormatError(f"{where}: id {task.id} repeated")
+                seen_ids.add(task.id)
+                for kind, ids, counts in (("wait", task.wait, consumers), ("update", task.update, producers)):
+                    if len(set(ids)) != len(ids):
+                        raise BlobFormatError(f"{where}: barriers.{kind} lists a barrier twice")
+                    for b in ids:
+                        if b >= nbar:
+                            raise BlobFormatError(f"{where}: barriers.{kind} names barrier {b}; the blob has {nbar}")
+                        counts[b] += 1
+                if tl.executor == Executor.DMA:
+                    if not isinstance(task.payload, DmaTask):
+                        raise BlobFormatError(f"{where}: a DMA task list holds a non-DMA task")
+                    dma[tl.queue].append(self.dma(task, task.payload, where, tl.queue))
+                else:
+                    if not isinstance(task.payload, ActKernelTask):
+                        raise BlobFormatError(f"{where}: an ACT_SHAVE task list holds a non-kernel task")
+                    tiles[tl.queue].append(self.act(task, task.payload, where, tl.queue, kernels))
+        for b, bar in enumerate(self.blob.barriers):
+            if bar.id != b:
+                raise BlobFormatError(f"barriers[{b}].id = {bar.id}: virtual barrier ids must equal their index")
+            if (bar.producers, bar.consumers) != (producers[b], consumers[b]):
+                raise BarrierCountError(
+                    f"barriers[{b}]: producers/consumers {bar.producers}/{bar.consumers}, but the task lists have "
+                    f"{producers[b]} updating and {consumers[b]} waiting tasks"
+                )
+        return LoadedBlob(
+            self.blob, kernels, tuple(map(tuple, dma)), tuple(map(tuple, tiles)), tuple(stacks), self.reserved,
+            dict(self.sizes),
+        )  # fmt: skip
+
+
+def load_blob(data: bytes | Blob) -> LoadedBlob:
+    """Parse (if bytes) and validate a blob; raises BlobFormatError (or a subclass) naming the field or task."""
+    blob = data if isinstance(data, Blob) else read_blob(data)
+    try:
+        return _Validator(blob).load()
+    except SnippetsError:
+        raise
+    except (ValueError, KeyError, OverflowError) as exc:  # e.g. an enum value no table knows
+        raise BlobFormatError(f"blob failed validation: {type(exc).__name__}: {exc}") from None

@@ -1,0 +1,231 @@
+"""The runtime model: DMA engines and per-tile SHAVE FIFOs driven by barriers (shave_blob.md §4, §5.6).
+
+A discrete-event loop over every executor. A DMA engine runs its list in order: the head waits until each of
+its wait barriers has P == 0, consumes them (C -= 1), copies, and later produces (P -= 1 on its update
+barriers). Each tile has one FIFO in ACT_SHAVE list order; each of its SHAVEs pops the next invocation when
+idle, then (head-of-line, like nnActEntry) waits for its barriers, consumes, runs the kernel, and produces.
+``seed=None`` picks ready actions round-robin; a seed picks them at random, so tests can check that outputs
+do not depend on the interleaving. Nothing runnable while tasks remain is a :class:`DeadlockError`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from snippets_core.errors import InputError
+from snippets_shave.blob import Blob, Location
+from snippets_shave.constants import DTYPE_TO_NUMPY, WIN_E, WIN_F
+from snippets_shave.errors import DeadlockError, SimulationError
+from snippets_shave.sim.interp import AddressSpace, CoreState, Window, execute
+from snippets_shave.sim.loader import LoadedBlob, LoadedTask, Region, load_blob
+
+DEFAULT_STEP_LIMIT = 50_000_000  # instructions per invocation
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    executor: str  # "DMA0", "tile1.shave0"
+    task: str
+    event: str  # "start" or "end"
+
+
+@dataclass
+class SimResult:
+    outputs: dict[str, np.ndarray]
+    trace: list[TraceEvent] = field(default_factory=list)
+    instructions: int = 0
+
+
+def _copy_with_descriptor(src: np.ndarray, dst: np.ndarray, task: LoadedTask) -> None:
+    d = task.descriptor
+    assert d is not None and task.src is not None and task.dst is not None
+    k = np.arange(d.len, dtype=np.int64)
+    planes = np.arange(d.num_planes, dtype=np.int64)[:, None]
+    src_idx = task.src.offset + planes * d.src_plane_stride + (k // d.src_width) * d.src_stride + k % d.src_width
+    dst_idx = task.dst.offset + planes * d.dst_plane_stride + (k // d.dst_width) * d.dst_stride + k % d.dst_width
+    dst[dst_idx.ravel()] = src[src_idx.ravel()]
+
+
+class Simulator:
+    """Runs a loaded blob; one instance can run many inputs."""
+
+    def __init__(self, loaded: LoadedBlob, *, step_limit: int = DEFAULT_STEP_LIMIT) -> None:
+        self.loaded = loaded
+        self.step_limit = step_limit
+        self._text = [bytearray(k.image) for k in loaded.kernels]
+
+    def _memories(self, inputs: dict[str, np.ndarray]) -> dict[tuple[Location, int], bytearray]:
+        header = self.loaded.blob.header
+        expected = [ref.name for ref in header.inputs]
+        if sorted(inputs) != sorted(expected):
+            raise InputError(f"blob {header.name!r} takes inputs {expected}, got {sorted(inputs)}")
+        mem = {key: bytearray(size) for key, size in self.loaded.memory_sizes.items()}
+        for i, ref in enumerate(header.inputs):
+            value = np.asarray(inputs[ref.name])
+            want = DTYPE_TO_NUMPY[ref.dtype]
+            if value.shape != tuple(ref.dims) or value.dtype != want:
+                raise InputError(
+                    f"input {ref.name!r}: expected {want} {tuple(ref.dims)}, got {value.dtype} {value.shape}"
+                )
+            mem[(Location.NET_INPUT, i)][:] = np.ascontiguousarray(value).tobytes()
+        for i, data in enumerate(self.loaded.blob.constants):
+            mem[(Location.CONSTANT, i)][:] = data
+        return mem
+
+    def run(self, inputs: dict[str, np.ndarray], seed: int | None = None) -> SimResult:
+        loaded = self.loaded
+        blob = loaded.blob
+        mem = self._memories(inputs)
+        views = {
+            key: np.frombuffer(ba, dtype=np.uint8) if len(ba) else np.zeros(0, np.uint8) for key, ba in mem.items()
+        }
+        cmx = [Window("WIN_F", mem[(Location.CMX, t)], True) for t in range(blob.header.target.tiles)]
+        producers = [b.producers for b in blob.barriers]
+        consumers = [b.consumers for b in blob.barriers]
+        dma_q = [deque(q) for q in loaded.dma_queues]
+        dma_running: list[LoadedTask | None] = [None] * len(dma_q)
+        fifo = [deque(q) for q in loaded.tile_queues]
+        spt = blob.header.target.shaves_per_tile
+        held: list[list[LoadedTask | None]] = [[None] * spt for _ in fifo]
+        running: list[list[LoadedTask | None]] = [[None] * spt for _ in fifo]
+        rng = random.Random(seed) if seed is not None else None
+        result = SimResult({})
+        turn = 0
+
+        def ready(task: LoadedTask) -> bool:
+            return all(producers[b] == 0 for b in task.task.wait)
+
+        def consume(task: LoadedTask) -> None:
+            for b in task.task.wait:
+                consumers[b] -= 1
+
+        def produce(task: LoadedTask) -> None:
+            for b in task.task.update:
+                producers[b] -= 1
+
+        def region_view(region: Region) -> np.ndarray:
+            return views[region.key]
+
+        while True:
+            actions: list[tuple[str, int, int]] = []
+            for e, q in enumerate(dma_q):
+                if dma_running[e] is not None:
+                    actions.append(("dma_end", e, 0))
+                elif q and ready(q[0]):
+                    actions.append(("dma_start", e, 0))
+            for t in range(len(fifo)):
+                for s in range(spt):
+                    if running[t][s] is not None:
+                        actions.append(("act_end", t, s))
+                    elif held[t][s] is not None:
+                        if ready(held[t][s]):  # type: ignore[arg-type]
+                            actions.append(("act_start", t, s))
+                    elif fifo[t]:
+                        actions.append(("pop", t, s))
+            if not actions:
+                break
+            kind, a, b = rng.choice(actions) if rng is not None else actions[turn % len(actions)]
+            turn += 1
+            if kind == "dma_start":
+                task = dma_q[a].popleft()
+                consume(task)
+                assert task.src is not None and task.dst is not None
+                src, dst = region_view(task.src), region_view(task.dst)
+                if task.descriptor is None:
+                    dst[task.dst.offset : task.dst.offset + task.dst.size] = src[
+                        task.src.offset : task.src.offset + task.src.size
+                    ]
+                else:
+                    _copy_with_descriptor(src, dst, task)
+                dma_running[a] = task
+                result.trace.append(TraceEvent(f"DMA{a}", task.task.name, "start"))
+            elif kind == "dma_end":
+                task = dma_running[a]  # type: ignore[assignment]
+                dma_running[a] = None
+                produce(task)
+                result.trace.append(TraceEvent(f"DMA{a}", task.task.name, "end"))
+            elif kind == "pop":
+                held[a][b] = fifo[a].popleft()
+            elif kind == "act_start":
+                task = held[a][b]  # type: ignore[assignment]
+                held[a][b] = None
+                consume(task)
+                result.instructions += self._run_kernel(task, cmx[a], a, b)
+                running[a][b] = task
+                result.trace.append(TraceEvent(f"tile{a}.shave{b}", task.task.name, "start"))
+            else:  # act_end
+                task = running[a][b]  # type: ignore[assignment]
+                running[a][b] = None
+                produce(task)
+                result.trace.append(TraceEvent(f"tile{a}.shave{b}", task.task.name, "end"))
+
+        blocked = [
+            f"DMA{e}: {q[0].where} waits {self._barrier_states(q[0], producers)}" for e, q in enumerate(dma_q) if q
+        ]
+        for t in range(len(fifo)):
+            for s in range(spt):
+                task = held[t][s]
+                if task is not None:
+                    blocked.append(f"tile{t}.shave{s}: {task.where} waits {self._barrier_states(task, producers)}")
+            if fifo[t] and all(h is not None for h in held[t]):
+                blocked.append(f"tile{t}: {len(fifo[t])} more invocations queued behind blocked SHAVEs")
+        if blocked:
+            raise DeadlockError("deadlock, no executor can proceed:\n  " + "\n  ".join(blocked))
+        left = [
+            f"barriers[{i}] P={p} C={c}" for i, (p, c) in enumerate(zip(producers, consumers, strict=True)) if p or c
+        ]
+        if left:
+            raise DeadlockError("barriers not drained at the end of the schedule: " + ", ".join(left))
+        for i, ref in enumerate(blob.header.outputs):
+            data = mem[(Location.NET_OUTPUT, i)]
+            result.outputs[ref.name] = np.frombuffer(bytes(data), dtype=DTYPE_TO_NUMPY[ref.dtype]).reshape(ref.dims)
+        return result
+
+    @staticmethod
+    def _barrier_states(task: LoadedTask, producers: list[int]) -> str:
+        return ", ".join(f"b{b} (P={producers[b]})" for b in task.task.wait) or "nothing"
+
+    def _run_kernel(self, task: LoadedTask, cmx: Window, tile: int, shave: int) -> int:
+        kernel = self.loaded.kernels[task.kernel]
+        windows: list[Window | None] = [
+            None,
+            Window("WIN_D", self._text[task.kernel], False),
+            Window("WIN_E", bytearray(task.window), True),
+            cmx,
+        ]
+        state = CoreState(AddressSpace(windows), len(kernel.program))
+        state.r[0] = WIN_E + task.args_offset
+        state.r[1] = kernel.layout.size
+        state.r[30] = WIN_F + (shave + 1) * self.loaded.stack_sizes[tile]
+        state.r[31] = 0
+        try:
+            return execute(kernel.program, kernel.entry_index, state, self.step_limit)
+        except SimulationError as exc:
+            raise type(exc)(f"{task.where} on tile {tile}, SHAVE {shave}: {exc}") from None
+
+
+def simulate(
+    blob: bytes | Blob | LoadedBlob,
+    inputs: dict[str, np.ndarray],
+    *,
+    seed: int | None = None,
+    step_limit: int = DEFAULT_STEP_LIMIT,
+) -> SimResult:
+    """Load (validating everything first) and run a blob; returns outputs, the task trace and instruction count."""
+    loaded = blob if isinstance(blob, LoadedBlob) else load_blob(blob)
+    return Simulator(loaded, step_limit=step_limit).run(inputs, seed=seed)
+
+
+def run(
+    blob: bytes | Blob | LoadedBlob,
+    inputs: dict[str, np.ndarray],
+    *,
+    seed: int | None = None,
+    step_limit: int = DEFAULT_STEP_LIMIT,
+) -> dict[str, np.ndarray]:
+    """Run a blob and return its outputs by name."""
+    return simulate(blob, inputs, seed=seed, step_limit=step_limit).outputs
