@@ -211,3 +211,16 @@ def test_builder_softmax_reduce_matmul():
     assert sb.matmul(x, x, transpose_b=True).shape == Shape([2, 8, 8])
     w = sb.matmul(x, np.ones((16, 4), np.float32))
     assert w.shape == Shape([2, 8, 4]) and w.node.inputs[1].source.node.type_name == "Constant"
+
+
+@pytest.mark.parametrize(("op", "et", "expected"), [
+    ("ReduceMax", "f32", -np.inf), ("ReduceMin", "f32", np.inf), ("ReduceMax", "i32", -(2**31)),
+    ("ReduceMin", "u8", 255), ("ReduceSum", "f32", 0.0), ("ReduceProd", "f16", 1.0), ("ReduceMean", "f32", np.nan),
+])
+def test_reduce_over_an_empty_axis_gives_the_identity(op, et, expected):
+    dt = ElementType.parse(et).numpy
+    node = OPS[op](Parameter(et, [2, 0, 3]), i64([1]), keep_dims=True)
+    assert node.outputs[0].shape == Shape([2, 1, 3])
+    (y,) = node.evaluate(np.zeros((2, 0, 3), dt), np.array([1]))
+    assert y.dtype == dt and y.shape == (2, 1, 3)
+    np.testing.assert_array_equal(y, np.full((2, 1, 3), expected, dt))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -56,6 +57,29 @@ class Reduce(Node):
             return [same_dtype(type(self).reduce(upcast(x), axis=axes, keepdims=self.keep_dims), x)]
 
 
+def _extreme(dtype: np.dtype, lowest: bool) -> np.ndarray:
+    if dtype.kind == "f":
+        return np.asarray(-np.inf if lowest else np.inf, dtype)
+    info = np.iinfo(dtype)
+    return np.asarray(info.min if lowest else info.max, dtype)
+
+
+def _max(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    # ``initial`` is the identity of max, so an empty reduction gives -inf (ONNX) instead of raising.
+    return np.max(x, axis=axis, keepdims=keepdims, initial=_extreme(x.dtype, lowest=True))
+
+
+def _min(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    return np.min(x, axis=axis, keepdims=keepdims, initial=_extreme(x.dtype, lowest=False))
+
+
+def _mean(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    # sum / count: an empty reduction gives nan (0/0) without numpy's "mean of empty slice" warning
+    count = math.prod(x.shape[a] for a in axis) if axis else 1
+    s = np.sum(x, axis=axis, keepdims=keepdims)
+    return s / count if count else s * np.nan
+
+
 def _l1(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
     return np.sum(np.abs(x), axis=axis, keepdims=keepdims)
 
@@ -67,13 +91,13 @@ def _l2(x: np.ndarray, axis: tuple[int, ...], keepdims: bool) -> np.ndarray:
 class ReduceMax(Reduce):
     """Maximum over ``axes``."""
 
-    reduce = staticmethod(np.max)
+    reduce = staticmethod(_max)
 
 
 class ReduceMin(Reduce):
     """Minimum over ``axes``."""
 
-    reduce = staticmethod(np.min)
+    reduce = staticmethod(_min)
 
 
 class ReduceSum(Reduce):
@@ -85,7 +109,7 @@ class ReduceSum(Reduce):
 class ReduceMean(Reduce):
     """Mean over ``axes``."""
 
-    reduce = staticmethod(np.mean)
+    reduce = staticmethod(_mean)
 
 
 class ReduceProd(Reduce):
