@@ -15,9 +15,10 @@ from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import normalize_axis
 
 #: ops whose presence makes a body "domain sensitive": the lowering may not collapse or reorder their dims
-DOMAIN_SENSITIVE_OPS = ("Transpose", "Softmax", "MatMul", "Broadcast", "GroupNormalization", "SnippetsReshape")
+DOMAIN_SENSITIVE_OPS = ("Transpose", "Softmax", "MatMul", "Broadcast", "GroupNormalization", "SnippetsReshape",
+                        "Reshape")
 #: ops that break the implicit broadcasting Canonicalization relies on
-BROADCAST_SENSITIVE_OPS = ("GroupNormalization", "SnippetsReshape")
+BROADCAST_SENSITIVE_OPS = ("GroupNormalization", "SnippetsReshape", "Reshape")
 
 
 def body_of(ir: Model | Subgraph) -> Model:

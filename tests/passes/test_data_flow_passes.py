@@ -163,6 +163,18 @@ def test_broadcast_last_dim_becomes_broadcast_move(dump, golden, rng):
     np.testing.assert_allclose(evaluate_model(m, {"x": x, "y": y})["out"], x + y)
 
 
+def test_broadcast_move_with_dynamic_dims(rng):
+    x = Parameter(F32, [None, 1], name="x")
+    y = Parameter(F32, [None, 5], name="y")
+    bc = op("Broadcast", x, Constant(np.array([1, 5], np.int64)), mode="bidirectional", name="bc")
+    m = Model([Result(op("Add", bc, y, name="add"), name="out")], [x, y])
+    assert BroadcastToMoveBroadcast().run(m) is True
+    move = m.results[0].inputs[0].source.node.inputs[0].source.node
+    assert (move.type_name, move.broadcast_dim, str(move.outputs[0].shape)) == ("BroadcastMove", 5, "[?,5]")
+    xv, yv = rng.standard_normal((3, 1)).astype(np.float32), rng.standard_normal((3, 5)).astype(np.float32)
+    np.testing.assert_allclose(evaluate_model(m, {"x": xv, "y": yv})["out"], xv + yv)
+
+
 def test_broadcast_of_outer_dims_is_left_to_implicit_broadcasting(rng):
     m = broadcast_body([1, 5], [3, 5], [3, 5])
     assert BroadcastToMoveBroadcast().run(m) is True
