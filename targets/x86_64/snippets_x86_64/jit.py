@@ -79,9 +79,18 @@ class JitFunction:
     Holds the executable memory; ``close()`` (or leaving a ``with`` block, or garbage collection) frees it.
     """
 
-    def __init__(self, code: bytes, restype: Any = None, argtypes: Sequence[Any] = (), name: str = "function") -> None:
+    def __init__(
+        self,
+        code: bytes,
+        restype: Any = None,
+        argtypes: Sequence[Any] = (),
+        name: str = "function",
+        code_size: int | None = None,
+    ) -> None:
         self.name = name
         self.code = bytes(code)
+        #: bytes of instructions; the rest of ``code`` is the constant pool
+        self.code_size = len(self.code) if code_size is None else code_size
         self.memory = ExecutableMemory(self.code)
         self.restype = restype
         self.argtypes = tuple(argtypes)
@@ -111,7 +120,7 @@ class JitFunction:
         """The placed code decoded by iced, with the real addresses."""
         from snippets_x86_64.asm.assembler import disassemble
 
-        return disassemble(self.code, self.address)
+        return disassemble(self.code, self.address, self.code_size)
 
     def __repr__(self) -> str:
         state = "closed" if self.memory.closed else f"at {self.address:#x}"

@@ -20,11 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 from iced_x86 import BlockEncoder, Decoder, Formatter, FormatterSyntax, Instruction
 
 from snippets_core.errors import CodegenError
 from snippets_x86_64.asm.instructions import ALIASES, MNEMONICS, build
-from snippets_x86_64.asm.operands import Label, Operand
+from snippets_x86_64.asm.operands import Label, Masked, Mem, Operand
+
+#: the constant pool starts on this boundary (one zmm load), and no constant asks for more
+POOL_ALIGN = 64
 
 
 def make_formatter() -> Formatter:
@@ -39,19 +43,29 @@ def make_formatter() -> Formatter:
     return fmt
 
 
-def disassemble(code: bytes, ip: int = 0) -> str:
-    """One line per instruction, ``<offset>: <intel syntax>``, decoded from machine code by iced."""
+def disassemble(code: bytes, ip: int = 0, code_size: int | None = None) -> str:
+    """One line per instruction, ``<address>: <intel syntax>``, decoded from machine code by iced; the
+    constant pool after ``code_size`` bytes of code is listed as ``db`` lines of up to 16 bytes."""
+    code_size = len(code) if code_size is None else code_size
     fmt = make_formatter()
     lines = []
-    for instr in Decoder(64, code, ip=ip):
+    for instr in Decoder(64, code[:code_size], ip=ip):
         if instr.is_invalid:
-            raise CodegenError(f"undecodable bytes at {instr.ip:#x}: {code[instr.ip - ip : instr.ip - ip + 15].hex()}")
+            at = instr.ip - ip
+            raise CodegenError(f"undecodable bytes at {instr.ip:#x}: {code[at : at + 15].hex()}")
         lines.append(f"{instr.ip:6x}: {fmt.format(instr)}")
+    # the pool starts at the next 64-byte boundary; what lies before it is int3 filler
+    for at in range(-(-code_size // POOL_ALIGN) * POOL_ALIGN, len(code), 16):
+        lines.append(f"{ip + at:6x}: db " + " ".join(f"{b:02x}" for b in code[at : at + 16]))
     return "\n".join(lines)
 
 
 class Assembler:
-    """A straight list of x86-64 instructions and labels; each mnemonic is a method (``a.vaddps(...)``)."""
+    """A straight list of x86-64 instructions and labels; each mnemonic is a method (``a.vaddps(...)``).
+
+    Constants go to a pool placed after the code (64-byte aligned, deduplicated by value):
+    ``a.vmulps(zmm0, zmm0, bcst(a.const_f32(0.5)))`` reads ``[rip+const]{1to16}``.
+    """
 
     def __init__(self) -> None:
         self._instructions: list[Instruction] = []
@@ -59,6 +73,11 @@ class Assembler:
         self._branches: dict[int, Label] = {}
         # label -> index of the instruction it is bound to (== len(instructions) when bound at the end)
         self._labels: dict[Label, int] = {}
+        # instruction index -> the constant-pool label its memory operand reads
+        self._rip_refs: dict[int, Label] = {}
+        # constant-pool label -> (bytes, alignment); several labels may name equal constants
+        self._pool: dict[Label, tuple[bytes, int]] = {}
+        self._pool_by_value: dict[tuple[bytes, int], Label] = {}
 
     # -- emitting ---------------------------------------------------------------------------------------------
 
@@ -66,9 +85,15 @@ class Assembler:
         """Append one instruction. ``rc`` ("rn", "rd", "ru", "rz") is EVEX embedded rounding, ``sae``
         suppresses floating-point exceptions; both need register operands and an EVEX form."""
         instr = build(mnemonic, tuple(operands), rc=rc, sae=sae)
-        label = next((op for op in operands if isinstance(op, Label)), None)
-        if label is not None:
-            self._branches[len(self._instructions)] = label
+        index = len(self._instructions)
+        for op in operands:
+            target = op.target if isinstance(op, Masked) else op
+            if isinstance(target, Label):
+                self._branches[index] = target
+            elif isinstance(target, Mem) and target.label is not None:
+                if target.label not in self._pool:
+                    raise CodegenError(f"{mnemonic}: {target} is not a constant of this assembler's pool")
+                self._rip_refs[index] = target.label
         self._instructions.append(instr)
 
     def new_label(self, name: str = "") -> Label:
@@ -86,8 +111,41 @@ class Assembler:
         """Create a label bound here (a backward-jump target such as a loop head)."""
         return self.bind(Label(name))
 
+    # -- constants --------------------------------------------------------------------------------------------
+
+    def const_data(self, data: bytes, align: int = 4) -> Mem:
+        """``[rip + constant]`` for ``data`` placed in the pool at an ``align``-byte boundary (<= 64)."""
+        data = bytes(data)
+        if not data:
+            raise CodegenError("a constant needs at least one byte")
+        if align <= 0 or align & (align - 1) or align > POOL_ALIGN:
+            raise CodegenError(f"constant alignment must be a power of two <= {POOL_ALIGN}, got {align}")
+        key = (data, align)
+        label = self._pool_by_value.get(key)
+        if label is None:
+            label = Label(f"const{len(self._pool_by_value)}")
+            self._pool_by_value[key] = label
+            self._pool[label] = key
+        return Mem(label=label)
+
+    def const_f32(self, value: float) -> Mem:
+        """A float32 constant (use ``bcst(...)`` to broadcast it to every lane)."""
+        return self.const_data(np.float32(value).tobytes(), 4)
+
+    def const_i32(self, value: int) -> Mem:
+        """An int32 (or uint32 bit pattern) constant."""
+        if not -(2**31) <= value < 2**32:
+            raise CodegenError(f"{value} does not fit in 32 bits")
+        return self.const_data((value & 0xFFFF_FFFF).to_bytes(4, "little"), 4)
+
+    def const_array(self, values: np.ndarray, align: int = POOL_ALIGN) -> Mem:
+        """A whole array (e.g. a 64-byte permutation table), aligned for full-vector loads."""
+        return self.const_data(np.ascontiguousarray(values).tobytes(), align)
+
+    # -- composing --------------------------------------------------------------------------------------------
+
     def extend(self, other: Assembler) -> None:
-        """Append another assembler's instructions and labels (e.g. an emitter's code into a kernel)."""
+        """Append another assembler's instructions, labels and constants (e.g. an emitter's code)."""
         base = len(self._instructions)
         for label, pos in other._labels.items():
             if label in self._labels:
@@ -95,6 +153,11 @@ class Assembler:
             self._labels[label] = base + pos
         for index, label in other._branches.items():
             self._branches[base + index] = label
+        for index, label in other._rip_refs.items():
+            self._rip_refs[base + index] = label
+        for label, key in other._pool.items():
+            self._pool[label] = key
+            self._pool_by_value.setdefault(key, label)
         self._instructions.extend(instr.copy() for instr in other._instructions)
 
     def __len__(self) -> int:
@@ -102,17 +165,56 @@ class Assembler:
 
     # -- encoding ---------------------------------------------------------------------------------------------
 
+    def _final(self) -> Assembler:
+        """The complete program (a Function adds its prologue and epilogue here)."""
+        return self
+
+    def _program(self) -> tuple[list[Instruction], int]:
+        """Instructions with labels resolved, then the constant pool as data; and the code's byte size."""
+        code = _resolve(self._instructions, self._branches, self._labels)
+        code_size = len(_encode(code, 0))  # RIP-relative operands are rel32 whatever their target
+        if not self._pool:
+            return code, code_size
+        data: list[Instruction] = []
+        offset = code_size
+        value_ip: dict[tuple[bytes, int], int] = {}
+        for key in self._pool_by_value:  # first-use order: deterministic
+            payload, align = key
+            # the pool starts on a 64-byte boundary (the code is placed page-aligned)
+            pad = (-offset) % (POOL_ALIGN if not data else align)
+            data += _declare(b"\xcc" * pad)  # int3 filler, never executed
+            offset += pad
+            value_ip[key] = len(code) + len(data) + 1
+            chunk = _declare(payload)
+            chunk[0].ip = value_ip[key]
+            data += chunk
+            offset += len(payload)
+        for index, label in self._rip_refs.items():
+            code[index].memory_displacement = value_ip[self._pool[label]]
+        return code + data, code_size
+
     def instructions(self) -> list[Instruction]:
         """Copies of the instructions with labels resolved to iced branch targets (ip = index + 1)."""
-        return _resolve(self._instructions, self._branches, self._labels)
+        return self._final()._program()[0]
+
+    def assemble(self, ip: int = 0) -> tuple[bytes, int]:
+        """Machine code as if loaded at ``ip`` (it is position independent), and the size of its code part
+        (the constant pool follows)."""
+        instructions, code_size = self._final()._program()
+        return _encode(instructions, ip), code_size
 
     def encode(self, ip: int = 0) -> bytes:
-        """Machine code, as if loaded at address ``ip`` (the code is position independent)."""
-        return _encode(self.instructions(), ip)
+        """Machine code (with the constant pool after the code)."""
+        return self.assemble(ip)[0]
 
     def disassemble(self, ip: int = 0) -> str:
-        """The encoded code decoded again by iced, in Intel syntax."""
-        return disassemble(self.encode(ip), ip)
+        """The encoded code decoded again by iced, in Intel syntax, then the constant pool as bytes."""
+        code, code_size = self.assemble(ip)
+        return disassemble(code, ip, code_size)
+
+
+def _declare(payload: bytes) -> list[Instruction]:
+    return [Instruction.create_declare_byte(payload[i : i + 16]) for i in range(0, len(payload), 16)]
 
 
 def _resolve(instructions: Sequence[Instruction], branches: dict[int, Label], labels: dict[Label, int]) -> list:

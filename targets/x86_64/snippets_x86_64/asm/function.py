@@ -92,8 +92,8 @@ class Function(Assembler):
         saved = [reg for reg in SYSV_CALLEE_SAVED if reg.code in used]
         return saved, self._slots_size > 0 or calls, wide
 
-    def instructions(self) -> list[Instruction]:
-        """Prologue, body and epilogue, with labels resolved."""
+    def _final(self) -> Assembler:
+        """Prologue, body and epilogue."""
         saved, framed, wide = self._frame(self._instructions)
         slots = -(-self._slots_size // _FRAME_ALIGN) * _FRAME_ALIGN
 
@@ -121,7 +121,7 @@ class Function(Assembler):
         whole.extend(self)
         whole.bind(self.exit)
         whole.extend(epilogue)
-        return whole.instructions()
+        return whole
 
     def finalize(self, restype: Any = None, argtypes: Sequence[Any] | None = None) -> JitFunction:
         """Encode, place in executable memory and return the callable (a :class:`~snippets_x86_64.jit.JitFunction`).
@@ -134,4 +134,5 @@ class Function(Assembler):
             argtypes = (ctypes.c_void_p,) * len(self.args)
         if len(argtypes) != len(self.args):
             raise CodegenError(f"function {self.name!r}: {len(argtypes)} argtypes for {len(self.args)} arguments")
-        return JitFunction(self.encode(), restype=restype, argtypes=tuple(argtypes), name=self.name)
+        code, code_size = self.assemble()
+        return JitFunction(code, restype=restype, argtypes=tuple(argtypes), name=self.name, code_size=code_size)

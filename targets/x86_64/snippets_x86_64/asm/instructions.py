@@ -10,7 +10,7 @@ EVEX, ``add rax, 1`` gets the imm8 form). Adding an instruction to the DSL is ad
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache, lru_cache
 
 from iced_x86 import (
@@ -269,6 +269,9 @@ def _fits(form: Form, operands: tuple[object, ...], masked: Masked | None, rc: s
 
 
 def _memory_operand(m: Mem) -> MemoryOperand:
+    if m.label is not None:
+        # RIP-relative: the displacement is the target address (a label id until the assembler resolves it)
+        return MemoryOperand(Register.RIP, Register.NONE, 1, 0, 8, m.bcst)
     return MemoryOperand(
         Register.NONE if m.base is None else m.base.code,
         Register.NONE if m.index is None else m.index.code,
@@ -369,12 +372,20 @@ def _finish(instr: Instruction, masked: Masked | None, rc: str | None, sae: bool
     return instr
 
 
+_POOL_STAND_IN = Label("constant")
+
+
 def build(mnemonic: str, operands: tuple[Operand, ...], rc: str | None = None, sae: bool = False) -> Instruction:
     """One iced ``Instruction`` for ``mnemonic operands`` (branch targets are given later, see Assembler)."""
     mnemonic = ALIASES.get(mnemonic, mnemonic)
     if rc is not None and rc not in ROUNDING:
         raise CodegenError(f"{mnemonic}: unknown rounding {rc!r}, expected one of {sorted(ROUNDING)}")
     plain, masked = _split_mask(operands)
+    if any(isinstance(op, Mem) and op.label is not None for op in plain):
+        # the choice does not depend on which constant is addressed: select with one stand-in label
+        key = tuple(replace(op, label=_POOL_STAND_IN) if isinstance(op, Mem) and op.label else op for op in plain)
+        form = _select(mnemonic, key, masked, rc, sae)
+        return _finish(_create(form.code, plain, form), masked, rc, sae)
     if any(isinstance(op, Label) for op in plain):
         # a branch: the target (a label id) is patched in by the assembler once labels are bound
         return Instruction.create_branch(_select_branch(mnemonic, plain).code, 0)

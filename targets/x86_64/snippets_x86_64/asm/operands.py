@@ -33,7 +33,8 @@ class Mem:
     """A memory operand ``[base + index * scale + disp]``.
 
     ``size`` (bytes) is an optional hint set by ``byte/word/dword/qword/xword/yword/zword[...]``;
-    ``bcst`` marks an AVX-512 embedded broadcast of one element to every lane.
+    ``bcst`` marks an AVX-512 embedded broadcast of one element to every lane. ``label`` makes it
+    ``[rip + label]``, a constant of the pool (see ``Assembler.const_f32``): no base, index or displacement.
     """
 
     base: GpReg | None = None
@@ -42,8 +43,14 @@ class Mem:
     disp: int = 0
     size: int | None = None
     bcst: bool = False
+    label: Label | None = None
 
     def __post_init__(self) -> None:
+        if self.label is not None and (self.base is not None or self.index is not None or self.disp):
+            raise CodegenError(
+                f"a constant-pool operand [rip+{self.label.name}] takes no base, index or displacement; "
+                f"load its address with lea and index from there"
+            )
         for reg in (self.base, self.index):
             if reg is not None and (not isinstance(reg, GpReg) or reg.bits not in (32, 64)):
                 raise CodegenError(f"memory operands address through 64-bit (or 32-bit) GP registers, got {reg!r}")
@@ -88,6 +95,8 @@ class Mem:
         return Masked(self, k)
 
     def __str__(self) -> str:
+        if self.label is not None:
+            return f"[rip+{self.label.name}]" + ("{bcst}" if self.bcst else "")
         parts = [] if self.base is None else [self.base.name]
         if self.index is not None:
             parts.append(self.index.name if self.scale == 1 else f"{self.index.name}*{self.scale}")
