@@ -74,45 +74,13 @@ ALIASES: dict[str, str] = {
 }  # fmt: skip
 
 #: ``vcmpps`` predicates (imm8), in the order of the Intel SDM table.
-CMP_PREDICATES: dict[str, int] = {
-    name: i
-    for i, name in enumerate(
-        [
-            "eq_oq",
-            "lt_os",
-            "le_os",
-            "unord_q",
-            "neq_uq",
-            "nlt_us",
-            "nle_us",
-            "ord_q",
-            "eq_uq",
-            "nge_us",
-            "ngt_us",
-            "false_oq",
-            "neq_oq",
-            "ge_os",
-            "gt_os",
-            "true_uq",
-            "eq_os",
-            "lt_oq",
-            "le_oq",
-            "unord_s",
-            "neq_us",
-            "nlt_uq",
-            "nle_uq",
-            "ord_s",
-            "eq_us",
-            "nge_uq",
-            "ngt_uq",
-            "false_os",
-            "neq_os",
-            "ge_oq",
-            "gt_oq",
-            "true_us",
-        ]
-    )
-}
+_CMP_NAMES = (
+    "eq_oq", "lt_os", "le_os", "unord_q", "neq_uq", "nlt_us", "nle_us", "ord_q",
+    "eq_uq", "nge_us", "ngt_us", "false_oq", "neq_oq", "ge_os", "gt_os", "true_uq",
+    "eq_os", "lt_oq", "le_oq", "unord_s", "neq_us", "nlt_uq", "nle_uq", "ord_s",
+    "eq_us", "nge_uq", "ngt_uq", "false_os", "neq_os", "ge_oq", "gt_oq", "true_us",
+)  # fmt: skip
+CMP_PREDICATES: dict[str, int] = {name: i for i, name in enumerate(_CMP_NAMES)}
 
 #: ``vpcmpd``/``vpcmpud`` predicates.
 VPCMP_PREDICATES: dict[str, int] = {"eq": 0, "lt": 1, "le": 2, "false": 3, "ne": 4, "nlt": 5, "nle": 6, "true": 7}
