@@ -78,6 +78,6 @@ EXCLUDED_TESTS: list[tuple[str, str]] = [
     (r"test_reduce_(max|min)_empty_set(_bool)?",
      "ReduceMax/ReduceMin over an empty axis: ir/ops/reduce.py raises instead of giving -inf/+inf (reported)"),
     (r"test_attention_4d_causal_fp16_expanded",
-     "f16 chain of 27 ops: 2 of 192 outputs differ from onnx's f16 reference by more than rtol 1e-3 because "
-     "snippets rounds each op's f32 result to f16 at different points"),
+     ("f16 chain of 27 ops: 2 of 192 outputs differ from onnx's f16 reference by more than rtol 1e-3 because "
+      "snippets rounds each op's f32 result to f16 at different points")),
 ]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import re
-import sys
 import warnings
 from pathlib import Path
 from types import ModuleType

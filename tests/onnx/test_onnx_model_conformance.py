@@ -1,0 +1,103 @@
+"""The ONNX backend model tests shipped inside the onnx package, run through SnippetsBackend.
+
+- ``real``: the light real models (alexnet, densenet121, inception v1/v2, resnet50, shufflenet,
+  squeezenet, vgg19, zfnet512). Each ``data/real/<test>/data.json`` names a model in ``data/light``; as in
+  ``onnx.backend.test.runner`` the input is ``arange(n).reshape(shape) / n`` (float32, unknown dims = 1)
+  and the expected output is ``light_<model>_output_0.pb``.
+- ``pytorch-converted``, ``pytorch-operator``, ``simple``: ``model.onnx`` with ``test_data_set_*``.
+
+Tolerances are the test's own (data.json) or the runner's defaults (rtol 1e-3, atol 1e-7).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from snippets_core.frontends.onnx import SUPPORTED_OPS
+from snippets_core.frontends.onnx_backend import SnippetsBackend
+
+
+def _suite():  # type: ignore[no-untyped-def]
+    name = "snippets_onnx_suite"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "suite.py")
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[name] = module
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return sys.modules[name]
+
+
+suite = _suite()
+EXCL = suite.load_exclusions()
+DATA = suite.ONNX_DATA
+REAL = sorted(p.parent for p in (DATA / "real").glob("*/data.json"))
+DIR_KINDS = ("pytorch-converted", "pytorch-operator", "simple")
+
+
+def _dummy_input(vi: onnx.ValueInfoProto) -> np.ndarray:
+    """onnx.backend.test.runner.Runner.generate_dummy_data(random=False)."""
+    assert vi.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim)
+    n = int(np.prod(shape))
+    return (np.arange(n).reshape(shape) / n).astype(np.float32)
+
+
+@pytest.mark.parametrize("test_dir", REAL, ids=[p.name for p in REAL])
+def test_light_real_model(test_dir: Path) -> None:
+    spec = json.loads((test_dir / "data.json").read_text())
+    model_path = DATA / "light" / Path(spec["url"]).name
+    model = onnx.load(str(model_path))
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [_dummy_input(vi) for vi in model.graph.input if vi.name not in inits]
+    refs = [onnx.numpy_helper.to_array(onnx.load_tensor(str(model_path.with_suffix("")) + f"_output_{i}.pb"))
+            for i in range(len(model.graph.output))]
+    outputs = SnippetsBackend.prepare(model, "CPU").run(inputs)
+    suite.assert_similar_outputs(refs, list(outputs), spec["rtol"], spec["atol"])
+
+
+def _dir_cases() -> list[tuple[str, Path, str]]:
+    """(id, directory, exclusion reason or '') for every model test directory of DIR_KINDS."""
+    supported = frozenset(SUPPORTED_OPS)
+    out = []
+    for kind in DIR_KINDS:
+        for d in sorted((DATA / kind).glob("*/model.onnx")):
+            ops = sorted({n.op_type for n in onnx.load(str(d), load_external_data=False).graph.node})
+            missing = [op for op in ops if op not in supported]
+            reason = "; ".join(f"{op}: {EXCL.EXCLUDED_OPS.get(op, 'UNCLASSIFIED')}" for op in missing)
+            out.append((f"{kind}/{d.parent.name}", d.parent, reason))
+    return out
+
+
+DIR_CASES = _dir_cases()
+DIR_INCLUDED = [(i, d) for i, d, reason in DIR_CASES if not reason]
+
+
+@pytest.mark.parametrize("test_dir", [d for _, d in DIR_INCLUDED], ids=[i for i, _ in DIR_INCLUDED])
+def test_model_directory(test_dir: Path) -> None:
+    model = onnx.load(str(test_dir / "model.onnx"))
+    rep = SnippetsBackend.prepare(model, "CPU")
+    data_sets = sorted(test_dir.glob("test_data_set_*"))
+    assert data_sets
+    for ds in data_sets:
+        inputs = [onnx.numpy_helper.to_array(onnx.load_tensor(str(ds / f"input_{i}.pb")))
+                  for i in range(len(list(ds.glob("input_*.pb"))))]
+        refs = [onnx.numpy_helper.to_array(onnx.load_tensor(str(ds / f"output_{i}.pb")))
+                for i in range(len(list(ds.glob("output_*.pb"))))]
+        suite.assert_similar_outputs(refs, list(rep.run(inputs)), 1e-3, 1e-7)
+
+
+def test_model_directories_are_classified(pytestconfig: pytest.Config) -> None:
+    unclassified = [i for i, _, reason in DIR_CASES if "UNCLASSIFIED" in reason]
+    assert not unclassified, unclassified
+    suite.record_summary(pytestconfig, f"light real models: {len(REAL)} included")
+    suite.record_summary(pytestconfig, f"model directories ({', '.join(DIR_KINDS)}): {len(DIR_CASES)} found, "
+                                       f"{len(DIR_INCLUDED)} included, {len(DIR_CASES) - len(DIR_INCLUDED)} "
+                                       "excluded (sequence, string or gradient ops)")
+    assert len(REAL) == 9
