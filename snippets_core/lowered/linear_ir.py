@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from snippets_core.errors import ShapeInferenceError, ValidationError
 from snippets_core.lowered.expression import BufferExpression, Expression, ExpressionPort
 from snippets_core.lowered.loop_manager import LoopManager
 from snippets_core.lowered.port_connector import PortConnector
-from snippets_core.lowered.port_descriptor import PortDescriptor, get_port_descriptor_info
+from snippets_core.lowered.port_descriptor import FULL_DIM, PortDescriptor, get_port_descriptor_info
 
 if TYPE_CHECKING:
     from snippets_core.ir.model import Model
@@ -62,6 +62,8 @@ class LinearIR:
         #: the tile rank: how many innermost dims the kernel iterates (OptimizeDomain may change it)
         self.loop_depth = self.config.loop_depth
         self.static_buffer_scratchpad_size = 0
+        #: set by InitLiveRanges, read by AssignRegisters
+        self.live_ranges: Any = None
         self.model = model
         if model is not None:
             for node in model.get_ordered_ops():
@@ -78,15 +80,18 @@ class LinearIR:
         expr: Expression = BufferExpression(node) if node.type_name in BUFFER_TYPES else Expression(node)
         if input_connectors is None:
             input_connectors = [self._connector_of(inp.source) for inp in node.inputs]
+        default_sub = _default_subtensor(node)
         for i, conn in enumerate(input_connectors):
             expr.input_connectors.append(conn)
             conn.add_consumer(expr.get_input_port(i))
             src_desc = conn.source.descriptor
             info = get_port_descriptor_info(node, "in", i)
-            expr.input_descs.append(PortDescriptor(src_desc.shape, info.get("subtensor", ()), info.get("layout", ())))
+            expr.input_descs.append(PortDescriptor(src_desc.shape, info.get("subtensor", default_sub),
+                                                   info.get("layout", ())))
         for j, out in enumerate(node.outputs):
             info = get_port_descriptor_info(node, "out", j)
-            expr.output_descs.append(PortDescriptor(_static(out), info.get("subtensor", ()), info.get("layout", ())))
+            expr.output_descs.append(PortDescriptor(_static(out), info.get("subtensor", default_sub),
+                                                    info.get("layout", ())))
             expr.output_connectors.append(PortConnector(expr.get_output_port(j)))
         self._by_node[node.id] = expr
         return expr
@@ -286,6 +291,18 @@ class LinearIR:
     def debug_print(self, file=None) -> None:  # type: ignore[no-untyped-def]
         """Print the dump with every connector and descriptor to stderr (or ``file``)."""
         print(self.to_text(with_descriptors=True), file=file or sys.stderr)
+
+
+#: reductions process the reduced dims whole (compute_and_set_reduce_subtensors)
+_REDUCE_TYPES = ("SnippetsReduceMax", "SnippetsReduceSum")
+
+
+def _default_subtensor(node: Node) -> tuple[int, ...]:
+    if node.type_name in _REDUCE_TYPES and node.inputs and node.inputs[0].shape.rank_is_static:
+        rank = node.inputs[0].shape.rank
+        axis = node.axis + rank if node.axis < 0 else node.axis
+        return tuple(FULL_DIM if d >= axis else 1 for d in range(rank))
+    return ()
 
 
 def _static(out: Output) -> tuple[int, ...]:

@@ -35,7 +35,7 @@ class RegType(Enum):
         return self.value
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Reg:
     """A register: its class and index. Abstract (before AssignRegisters) or physical (after)."""
 

@@ -1,0 +1,450 @@
+"""The LinearIR interpreter: a TargetMachine whose emitters are numpy closures.
+
+It executes the *final* LinearIR (after InsertLoops, AllocateBuffers, register assignment,
+InsertSpecificIterations, CleanupLoopOffsets and OptimizeLoopSingleEvaluation) the way machine code
+would: data pointers are byte addresses into flat memory regions (inputs, outputs, the buffer
+scratchpad), vector registers hold ``vector_size`` lanes, loops count their work amount down by their
+increment and move pointers by ``ptr_increment * increment * data_size`` per iteration and by
+``finalization_offset * data_size`` at the end, tails load and store fewer lanes. Lanes a load does
+not fill hold a poison value, so results that depend on them come out wrong. Every memory access
+is bounds-checked: an access outside its region raises :class:`OutOfBoundsAccessError` naming the
+expression - the proof that the passes never make a real kernel touch memory it does not own.
+
+    ir = lower(body, Config(vector_size=8), InterpreterTarget(8))
+    kernel = Generator(InterpreterTarget(8)).generate(ir)
+    outputs = kernel.run(inputs)               # host loop over the parallel domain
+
+or simply ``run_body(body, inputs, vector_size=8)``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import numpy as np
+
+from snippets_core.codegen.emitter import Emitter, KernelEmitter
+from snippets_core.codegen.generator import Generator
+from snippets_core.codegen.target_machine import Jitter, TargetMachine
+from snippets_core.errors import CodegenError, InputError
+from snippets_core.ir.element_type import ElementType
+from snippets_core.lowered.expression import BufferExpression
+from snippets_core.lowered.port_descriptor import Reg, RegType
+
+if TYPE_CHECKING:
+    from snippets_core.ir.model import Model
+    from snippets_core.lowered.expression import Expression
+    from snippets_core.lowered.linear_ir import Config, LinearIR
+
+
+class OutOfBoundsAccessError(CodegenError):
+    """A generated access would read or write outside the memory it points into."""
+
+
+@dataclass
+class Pointer:
+    """A data pointer: a memory region and a byte address inside (or, wrongly, outside) it."""
+
+    region: str
+    addr: int
+
+    def __add__(self, delta: int) -> Pointer:
+        return Pointer(self.region, self.addr + int(delta))
+
+
+@dataclass
+class MachineState:
+    """Registers and memory of one kernel call."""
+
+    vector_size: int
+    memory: dict[str, np.ndarray]
+    gpr: dict[int, Any] = field(default_factory=dict)
+    vec: dict[int, np.ndarray] = field(default_factory=dict)
+    pc: int = 0
+
+    def read(self, reg: Reg | None) -> Any:
+        if reg is None:
+            raise CodegenError("an expression reads a value that has no register")
+        bank = self.gpr if reg.type == RegType.gpr else self.vec
+        try:
+            return bank[reg.idx]
+        except KeyError:
+            raise CodegenError(f"register {reg} is read before anything was written to it") from None
+
+    def write(self, reg: Reg | None, value: Any) -> None:
+        if reg is None:
+            return
+        (self.gpr if reg.type == RegType.gpr else self.vec)[reg.idx] = value
+
+
+def poison(dtype: np.dtype, n: int) -> np.ndarray:
+    """Lanes nobody wrote: NaN for floats, a byte pattern for integers."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f" or dtype == ElementType.bf16.numpy:
+        return np.full(n, np.nan, dtype=dtype)
+    if dtype.kind == "b":
+        return np.ones(n, dtype=dtype)
+    return np.frombuffer(b"\xa5" * (n * dtype.itemsize), dtype=dtype).copy()
+
+
+Step = Callable[[MachineState], None]
+
+
+# --- emitters ------------------------------------------------------------------------------------------------
+
+class InterpreterEmitter(Emitter):
+    """Emits a closure over the machine state."""
+
+    def __init__(self, expr: Expression, target: InterpreterTarget) -> None:
+        super().__init__(expr)
+        self.target = target
+        self.lanes = target.vector_size
+
+    def emit_code(self, in_regs=None, out_regs=None, aux=None) -> Step:  # type: ignore[no-untyped-def,override]
+        return self.step()
+
+    def step(self) -> Step:
+        return lambda st: None
+
+    def oob(self, what: str, ptr: Pointer, nbytes: int, size: int) -> OutOfBoundsAccessError:
+        e = self.expr
+        return OutOfBoundsAccessError(
+            f"{e.type_name} '{e.name}' {what} bytes [{ptr.addr}, {ptr.addr + nbytes}) of region '{ptr.region}' "
+            f"({size} bytes)")
+
+
+class NopEmitter(InterpreterEmitter):
+    """Parameter, Result, Buffer, shape-only ops: nothing happens at run time."""
+
+
+def _compiled_offset(expr: Expression, port_is_input: bool) -> int:
+    """Byte offset added at compile time: the Buffer's place in the scratchpad."""
+    if port_is_input:
+        src = expr.input_connectors[0].source.expr
+        return src.offset or 0 if isinstance(src, BufferExpression) else 0
+    for c in expr.output_connectors[0].get_consumers():
+        if isinstance(c.expr, BufferExpression):
+            return c.expr.offset or 0
+    return 0
+
+
+class LoadEmitter(InterpreterEmitter):
+    """Load ``count`` elements into the low lanes; the others are poison. ``broadcast`` (BroadcastLoad)
+    loads one element into every lane."""
+
+    broadcast = False
+
+    def step(self) -> Step:
+        node = self.expr.node
+        src = self.expr.input_connectors[0].source
+        dtype = src.expr.node.outputs[src.index].element_type.numpy
+        size = np.dtype(dtype).itemsize
+        count = 1 if self.broadcast else node.count
+        offset = _compiled_offset(self.expr, True) + node.offset * size
+        lanes, in_reg, out_reg, broadcast = self.lanes, self.in_regs[0], self.out_regs[0], self.broadcast
+        if count > lanes:
+            raise CodegenError(f"{self.expr.type_name} '{self.expr.name}' loads {count} elements into {lanes} lanes")
+
+        def run(st: MachineState) -> None:
+            ptr = st.read(in_reg) + offset
+            mem = st.memory[ptr.region]
+            nbytes = count * size
+            if ptr.addr < 0 or ptr.addr + nbytes > mem.size:
+                raise self.oob("reads", ptr, nbytes, mem.size)
+            vals = mem[ptr.addr:ptr.addr + nbytes].view(dtype)
+            if broadcast:
+                st.write(out_reg, np.full(lanes, vals[0], dtype=dtype))
+            else:
+                v = poison(dtype, lanes)
+                v[:count] = vals
+                st.write(out_reg, v)
+        return run
+
+
+class BroadcastLoadEmitter(LoadEmitter):
+    broadcast = True
+
+
+class StoreEmitter(InterpreterEmitter):
+    """Store the low ``count`` lanes."""
+
+    def step(self) -> Step:
+        node = self.expr.node
+        dtype = node.outputs[0].element_type.numpy
+        size = np.dtype(dtype).itemsize
+        count = node.count
+        offset = _compiled_offset(self.expr, False) + node.offset * size
+        in_reg, out_reg = self.in_regs[0], self.out_regs[0]
+
+        def run(st: MachineState) -> None:
+            ptr = st.read(out_reg) + offset
+            mem = st.memory[ptr.region]
+            nbytes = count * size
+            if ptr.addr < 0 or ptr.addr + nbytes > mem.size:
+                raise self.oob("writes", ptr, nbytes, mem.size)
+            vals = np.asarray(st.read(in_reg)[:count]).astype(dtype, copy=False)
+            mem[ptr.addr:ptr.addr + nbytes] = np.ascontiguousarray(vals).view(np.uint8)
+        return run
+
+
+class BroadcastMoveEmitter(InterpreterEmitter):
+    def step(self) -> Step:
+        i, o, lanes = self.in_regs[0], self.out_regs[0], self.lanes
+        return lambda st: st.write(o, np.full(lanes, st.read(i)[0]))
+
+
+class ScalarEmitter(InterpreterEmitter):
+    def step(self) -> Step:
+        value = self.expr.node.value.reshape(-1)[0]
+        o, lanes = self.out_regs[0], self.lanes
+        return lambda st: st.write(o, np.full(lanes, value))
+
+
+class VectorBufferEmitter(InterpreterEmitter):
+    def step(self) -> Step:
+        o, lanes = self.out_regs[0], self.lanes
+        dtype = self.expr.node.outputs[0].element_type.numpy
+        return lambda st: st.write(o, poison(dtype, lanes))
+
+
+class FillEmitter(InterpreterEmitter):
+    def step(self) -> Step:
+        node = self.expr.node
+        i, o, offset = self.in_regs[0], self.out_regs[0], node.offset
+        pattern = np.asarray(node.fill_value, dtype=np.uint32)
+
+        def run(st: MachineState) -> None:
+            v = np.array(st.read(i), copy=True)
+            if v.dtype.itemsize != 4:
+                raise CodegenError(f"Fill '{self.expr.name}' needs 32-bit lanes, got {v.dtype}")
+            v[offset:] = pattern.view(v.dtype)
+            st.write(o, v)
+        return run
+
+
+class HorizonEmitter(InterpreterEmitter):
+    def step(self) -> Step:
+        reduce = np.max if self.expr.type_name == "HorizonMax" else np.sum
+        i, o, lanes = self.in_regs[0], self.out_regs[0], self.lanes
+
+        def run(st: MachineState) -> None:
+            v = st.read(i)
+            st.write(o, np.full(lanes, reduce(v), dtype=v.dtype))
+        return run
+
+
+class ComputeEmitter(InterpreterEmitter):
+    """Any element-wise op: its own numpy reference applied to the lane vectors."""
+
+    def step(self) -> Step:
+        node = self.expr.node
+        ins, o = self.in_regs, self.out_regs[0]
+        dtypes = [src.expr.node.outputs[src.index].element_type.numpy
+                  for src in (c.source for c in self.expr.input_connectors)]
+
+        def run(st: MachineState) -> None:
+            args = [np.asarray(st.read(r)).astype(dt, copy=False) for r, dt in zip(ins, dtypes)]
+            with np.errstate(all="ignore"):
+                st.write(o, np.asarray(node.evaluate(*args)[0]))
+        return run
+
+
+class LoopBeginEmitter(InterpreterEmitter):
+    """Load the work amount into the counter; skip the loop when it is below one increment."""
+
+    def __init__(self, expr: Expression, target: InterpreterTarget) -> None:
+        super().__init__(expr, target)
+        self.end_pc = -1  # set by the kernel emitter
+
+    def step(self) -> Step:
+        end = next(c.expr for c in self.expr.output_connectors[-1].get_consumers() if c.expr.type_name == "LoopEnd")
+        node = end.node
+        o = self.out_regs[-1]
+
+        def run(st: MachineState) -> None:
+            st.write(o, node.work_amount)
+            if not node.evaluate_once and node.work_amount < node.increment:
+                st.pc = self.end_pc  # the LoopEnd applies the finalization offsets
+        return run
+
+
+class LoopEndEmitter(InterpreterEmitter):
+    """Move the pointers, count down, jump back while a whole increment is left; then finalize."""
+
+    def __init__(self, expr: Expression, target: InterpreterTarget) -> None:
+        super().__init__(expr, target)
+        self.body_pc = -1
+
+    def step(self) -> Step:
+        node = self.expr.node
+        ptr_regs = self.in_regs[:-1]
+        counter = self.in_regs[-1]
+        inc = [p * node.increment * s for p, s in zip(node.ptr_increments, node.element_type_sizes)]
+        fin = [f * s for f, s in zip(node.finalization_offsets, node.element_type_sizes)]
+
+        def shift(st: MachineState, deltas: list[int]) -> None:
+            for r, d in zip(ptr_regs, deltas):
+                if d:
+                    st.write(r, st.read(r) + d)
+
+        def run(st: MachineState) -> None:
+            if not node.evaluate_once:
+                left = st.read(counter)
+                if left >= node.increment:
+                    shift(st, inc)
+                    left -= node.increment
+                    st.write(counter, left)
+                    if left >= node.increment:
+                        st.pc = self.body_pc
+                        return
+            shift(st, fin)
+        return run
+
+
+def _compute_types() -> tuple[type, ...]:
+    from snippets_core.ir.ops.base import BinaryEltwise, UnaryEltwise
+    from snippets_core.ir.ops.select import Select
+    from snippets_core.ir.ops.snippets import ConvertSaturation, ConvertTruncation
+
+    return (UnaryEltwise, BinaryEltwise, Select, ConvertSaturation, ConvertTruncation)
+
+
+_SPECIAL: dict[str, type[InterpreterEmitter]] = {
+    "Parameter": NopEmitter, "Result": NopEmitter, "Buffer": NopEmitter, "RankNormalization": NopEmitter,
+    "SnippetsReshape": NopEmitter, "Reorder": NopEmitter, "Nop": NopEmitter,
+    "PerfCountBegin": NopEmitter, "PerfCountEnd": NopEmitter, "RegSpillBegin": NopEmitter, "RegSpillEnd": NopEmitter,
+    "Load": LoadEmitter, "BroadcastLoad": BroadcastLoadEmitter, "Store": StoreEmitter,
+    "BroadcastMove": BroadcastMoveEmitter, "Scalar": ScalarEmitter, "VectorBuffer": VectorBufferEmitter,
+    "Fill": FillEmitter, "HorizonMax": HorizonEmitter, "HorizonSum": HorizonEmitter,
+    "LoopBegin": LoopBeginEmitter, "LoopEnd": LoopEndEmitter,
+}
+
+
+# --- the target machine ---------------------------------------------------------------------------------------
+
+class InterpreterTarget(TargetMachine):
+    """A TargetMachine that 'generates' numpy closures. ``vector_size`` is the lanes of every vector
+    register (4, 8, 16 model SSE, AVX2, AVX-512 for f32)."""
+
+    name = "interpreter"
+
+    def __init__(self, vector_size: int = 16, gprs: int = 15, vecs: int = 32) -> None:
+        super().__init__()
+        self._lanes = vector_size
+        self._gprs, self._vecs = gprs, vecs
+        from snippets_core.ir.node import OPS
+
+        for type_name, cls in sorted(OPS.items()):
+            if type_name in _SPECIAL:
+                self.jitters[type_name] = Jitter(lambda expr, c=_SPECIAL[type_name]: c(expr, self))
+            elif issubclass(cls, _compute_types()):
+                self.jitters[type_name] = Jitter(lambda expr: ComputeEmitter(expr, self))
+
+    def lanes(self, element_type: ElementType) -> int:
+        return self._lanes
+
+    def reg_pool(self, reg_type: RegType) -> tuple[int, ...]:
+        return {RegType.gpr: tuple(range(self._gprs)), RegType.vec: tuple(range(self._vecs)),
+                RegType.mask: ()}.get(reg_type, ())
+
+    def make_kernel_emitter(self, ir: LinearIR, compile_params: Any = None) -> InterpreterKernelEmitter:
+        return InterpreterKernelEmitter(ir, compile_params)
+
+    def get_snippet(self, kernel_emitter: KernelEmitter) -> InterpretedKernel:
+        assert isinstance(kernel_emitter, InterpreterKernelEmitter)
+        return kernel_emitter.kernel
+
+
+class InterpreterKernelEmitter(KernelEmitter):
+    """Collects the closures of every expression and resolves the loop jumps."""
+
+    def emit_code(self, in_regs=None, out_regs=None, aux=None) -> None:  # type: ignore[no-untyped-def,override]
+        ir = self.ir
+        pos = {id(e): i for i, e in enumerate(ir.exprs)}
+        for i, e in enumerate(ir.exprs):
+            if isinstance(e.emitter, LoopEndEmitter):
+                begin = e.input_connectors[-1].source.expr
+                e.emitter.body_pc = pos[id(begin)] + 1
+                begin.emitter.end_pc = i
+        self.kernel = InterpretedKernel(self, [e.emitter.emit_code() for e in ir.exprs])
+
+
+class InterpretedKernel:
+    """The interpreter's Kernel: ``run(inputs)`` plays the host, calling the kernel once per index of
+    the parallel domain with the data pointers moved by the per-dim data offsets."""
+
+    def __init__(self, emitter: InterpreterKernelEmitter, program: list[Step]) -> None:
+        ir = emitter.ir
+        self.program = program
+        self.vector_size = ir.config.vector_size
+        self.data_offsets = emitter.data_offsets
+        self.data_ptr_regs = emitter.data_ptr_regs
+        self.buffer_regs = emitter.buffer_regs
+        self.parallel_domain = emitter.parallel_domain
+        self.scratchpad_size = emitter.scratchpad_size
+        self.input_specs = [(p.node.outputs[0].element_type, p.output_descs[0].shape) for p in ir.parameters]
+        self.output_specs = []
+        for r in ir.results:
+            src = r.input_connectors[0].source
+            self.output_specs.append((src.expr.node.outputs[src.index].element_type, r.input_descs[0].shape))
+
+    def __call__(self, memory: dict[str, np.ndarray], indexes: Sequence[int]) -> None:
+        """One kernel call for one parallel-domain index (the static kernel signature)."""
+        st = MachineState(self.vector_size, memory)
+        names = [f"in{i}" for i in range(len(self.input_specs))] + [f"out{j}" for j in range(len(self.output_specs))]
+        for name, reg, offs in zip(names, self.data_ptr_regs, self.data_offsets):
+            st.write(reg, Pointer(name, sum(i * o for i, o in zip(indexes, offs))))
+        for reg in self.buffer_regs:
+            st.write(reg, Pointer("scratchpad", 0))
+        program = self.program
+        n = len(program)
+        while st.pc < n:
+            pc = st.pc
+            program[pc](st)
+            if st.pc == pc:
+                st.pc = pc + 1
+            else:
+                st.pc += 0  # a jump set the next pc
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Execute the kernel over the whole parallel domain; outputs have the LinearIR result shapes."""
+        if len(inputs) != len(self.input_specs):
+            raise InputError(f"the kernel takes {len(self.input_specs)} inputs, got {len(inputs)}")
+        memory: dict[str, np.ndarray] = {}
+        for i, (arr, (et, shape)) in enumerate(zip(inputs, self.input_specs)):
+            arr = np.ascontiguousarray(np.asarray(arr, dtype=et.numpy))
+            if arr.size != int(np.prod(shape, dtype=np.int64)):
+                raise InputError(f"input {i} has {arr.size} elements, the kernel expects shape {list(shape)}")
+            memory[f"in{i}"] = arr.reshape(-1).view(np.uint8).copy()
+        outs = []
+        for j, (et, shape) in enumerate(self.output_specs):
+            out = poison(et.numpy, int(np.prod(shape, dtype=np.int64)))
+            outs.append((out, shape))
+            memory[f"out{j}"] = out.view(np.uint8)
+        for idx in itertools.product(*(range(d) for d in self.parallel_domain)):
+            memory["scratchpad"] = np.full(self.scratchpad_size, 0xFF, dtype=np.uint8)
+            self(memory, idx)
+        return [out.reshape(shape) for out, shape in outs]
+
+
+def compile_body(body: Model, vector_size: int = 16, config: Config | None = None) -> tuple[LinearIR, InterpretedKernel]:
+    """Lower a body Model (after the data-flow passes) and generate its interpreted kernel."""
+    from dataclasses import replace
+
+    from snippets_core.lowered.linear_ir import Config as _Config
+    from snippets_core.lowered.pipeline import lower
+
+    target = InterpreterTarget(vector_size)
+    cfg = replace(config or _Config(), vector_size=vector_size)
+    ir = lower(body, cfg, target)
+    return ir, Generator(target).generate(ir)
+
+
+def run_body(body: Model, inputs: Sequence[np.ndarray], vector_size: int = 16,
+             config: Config | None = None) -> list[np.ndarray]:
+    """Lower, generate and execute a body; outputs take the body's result shapes."""
+    shapes = [r.outputs[0].shape.to_tuple() for r in body.results]
+    _, kernel = compile_body(body, vector_size, config)
+    return [o.reshape(s) for o, s in zip(kernel.run(inputs), shapes)]

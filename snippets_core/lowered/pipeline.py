@@ -1,0 +1,92 @@
+"""The control-flow and pre-generation pipelines, in their mandatory order, and ``lower``.
+
+    lower(body, config, target_machine) -> LinearIR   # ready for Generator(target).generate(ir)
+
+Positioned passes (from targets and plugins) are placed relative to these names; the list of names
+is the contract.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+from snippets_core.lowered.linear_ir import Config, LinearIR
+from snippets_core.lowered.passes.allocate_buffers import AllocateBuffers
+from snippets_core.lowered.passes.assign_registers import AssignRegisters
+from snippets_core.lowered.passes.clean_repeated_data_pointer_shifts import CleanRepeatedDataPointerShifts
+from snippets_core.lowered.passes.cleanup_loop_offsets import CleanupLoopOffsets
+from snippets_core.lowered.passes.fuse_loops import FuseLoops
+from snippets_core.lowered.passes.init_live_ranges import InitLiveRanges
+from snippets_core.lowered.passes.init_loops import InitLoops
+from snippets_core.lowered.passes.insert_broadcast_move import InsertBroadcastMove
+from snippets_core.lowered.passes.insert_buffers import InsertBuffers
+from snippets_core.lowered.passes.insert_load_store import InsertLoadStore
+from snippets_core.lowered.passes.insert_loops import InsertLoops
+from snippets_core.lowered.passes.insert_reg_spills import InsertRegSpills
+from snippets_core.lowered.passes.insert_specific_iterations import InsertSpecificIterations
+from snippets_core.lowered.passes.load_move_broadcast_to_broadcast_load import LoadMoveBroadcastToBroadcastLoad
+from snippets_core.lowered.passes.mark_loops import MarkLoops
+from snippets_core.lowered.passes.move_result_out_of_loop import MoveResultOutOfLoop
+from snippets_core.lowered.passes.move_scalar_to_consumer import MoveScalarToConsumer
+from snippets_core.lowered.passes.optimize_domain import OptimizeDomain
+from snippets_core.lowered.passes.optimize_loop_single_evaluation import OptimizeLoopSingleEvaluation
+from snippets_core.lowered.port_descriptor import RegType
+from snippets_core.passes.pass_manager import PassPipeline, PositionedPass
+
+if TYPE_CHECKING:
+    from snippets_core.codegen.target_machine import TargetMachine
+    from snippets_core.ir.model import Model
+
+
+def control_flow_pipeline(config: Config) -> PassPipeline:
+    """MarkLoops ... CleanRepeatedDataPointerShifts (Subgraph::control_flow_transformations)."""
+    from snippets_core.lowered.passes.reduce_decomposition import ReduceDecomposition
+    from snippets_core.lowered.passes.validate_shapes import ValidateShapes
+    from snippets_core.lowered.passes.validate_unified_loops import ValidateUnifiedLoops
+
+    vs = config.vector_size
+    return PassPipeline("control-flow", [
+        MarkLoops(vs), ReduceDecomposition(vs), FuseLoops(), MoveResultOutOfLoop(), InsertBuffers(),
+        InsertLoadStore(vs), MoveScalarToConsumer(), InsertBroadcastMove(), LoadMoveBroadcastToBroadcastLoad(),
+        ValidateShapes(), ValidateUnifiedLoops(), InitLoops(), InsertLoops(),
+        AllocateBuffers(config.are_buffers_optimized), CleanRepeatedDataPointerShifts(),
+    ])
+
+
+def validation_pipeline() -> PassPipeline:
+    from snippets_core.lowered.passes.validate import Validate
+    from snippets_core.lowered.passes.validate_buffers import ValidateBuffers
+
+    return PassPipeline("validation", [ValidateBuffers(), Validate()])
+
+
+def pre_generation_pipeline(target: TargetMachine) -> PassPipeline:
+    """InitRegisters (InitLiveRanges, AssignRegisters, InsertRegSpills), InsertSpecificIterations,
+    ValidateExpandedLoops, CleanupLoopOffsets, OptimizeLoopSingleEvaluation. The order is mandatory."""
+    from snippets_core.lowered.passes.validate_expanded_loops import ValidateExpandedLoops
+
+    return PassPipeline("pre-generation", [
+        InitLiveRanges(tuple(sorted(target.specific_reg_types().items()))),
+        AssignRegisters(target.reg_pool(RegType.gpr), target.reg_pool(RegType.vec), target.reg_pool(RegType.mask)),
+        InsertRegSpills(target.abi_call_ops()), InsertSpecificIterations(), ValidateExpandedLoops(),
+        CleanupLoopOffsets(), OptimizeLoopSingleEvaluation(),
+    ])
+
+
+def lower(body: Model, config: Config, target: TargetMachine,
+          positioned_passes: Iterable[PositionedPass] = (), disabled: Iterable[str] = ()) -> LinearIR:
+    """Build the LinearIR of a body Model (after the data-flow passes) and run OptimizeDomain, the
+    control-flow, validation and pre-generation pipelines. Positioned passes whose ``pipeline`` (or
+    pass kind) is "control-flow" or "pre-generation" are placed in that pipeline."""
+    ir = LinearIR(body, config)
+    OptimizeDomain().run(ir)
+    pipelines = {"control-flow": control_flow_pipeline(config), "validation": validation_pipeline(),
+                 "pre-generation": pre_generation_pipeline(target)}
+    for pp in positioned_passes:
+        if pp.pipeline_kind in pipelines:
+            pipelines[pp.pipeline_kind].register_positioned(pp)
+    for p in pipelines.values():
+        for name in disabled:
+            p.disable(name)
+        p.run(ir)
+    return ir
