@@ -37,6 +37,11 @@ class X86_64Target:
     #: loops shorter than this are not worth a kernel of their own (min_kernel_work_amount)
     min_kernel_work_amount: ClassVar[int] = 256
 
+    def tokenization_defaults(self) -> dict[str, object]:
+        """Tokenizer knobs of this machine: the data-pointer register budget, and MHA transposes of rank 4
+        only (3D ones regressed in the CPU plugin)."""
+        return {"data_ptr_gpr_count": self.data_ptr_gpr_count, "mha_supported_transpose_ranks": (4,)}
+
     def available(self) -> str | None:
         """None when AVX-512 (F, BW, DQ, VL) is usable on this CPU and OS, else the reason it is not."""
         from snippets_x86_64.cpu import UnsupportedCpuError, require_avx512

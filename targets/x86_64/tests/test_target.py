@@ -183,3 +183,32 @@ def test_mark_skipped_ignores_other_targets():
     model = Model([Result(Relu(conv(x), name="relu"))], [x])
     X86_64Target().snippets_mark_skipped(model=model, target_name="shave")
     assert not any(is_skipped_by_plugin(n) for n in model.get_ordered_ops())
+
+
+# -- through the core's compile pipeline ---------------------------------------------------------------------
+
+
+@pytest.mark.avx512
+def test_compile_model_applies_the_hooks():
+    from snippets_core import compile_model
+    from snippets_core.ir.evaluate import evaluate_model
+
+    x = f32(1, 3, 8, 8, name="x")
+    y = f32(1, 4, 8, 8, name="y")
+    post = Sigmoid(Relu(conv(x), name="conv_relu"), name="conv_sigmoid")  # fused into the convolution
+    chain = Tanh(Exp(Add(y, Constant(np.float32(0.5)), name="add"), name="exp"), name="tanh")  # tokenized
+    mish = Mish(y, name="mish")  # vetoed by the callback
+    model = Model([Result(Add(post, chain, name="join"), name="out"), Result(mish, name="m")], [x, y])
+    cm = compile_model(model, target=NAME)
+    fused = sorted(n.type_name for sg in cm.subgraphs for n in sg.body.get_ordered_ops())
+    assert "Exp" in fused and "Tanh" in fused
+    assert "Mish" not in fused and "Relu" not in fused and "Sigmoid" not in fused
+    rng = np.random.default_rng(0)
+    inputs = {
+        "x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32),
+        "y": rng.standard_normal((1, 4, 8, 8)).astype(np.float32),
+    }
+    expected = evaluate_model(model, inputs)
+    got = cm(inputs)
+    for name in ("out", "m"):
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-6)
