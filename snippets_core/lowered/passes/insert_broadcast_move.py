@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from snippets_core.lowered.op_kinds import LANE_UNIFORM
+from snippets_core.lowered.passes.init_live_ranges import INPLACE_INPUT
 from snippets_core.lowered.passes.pass_base import LoweredPass
 
 if TYPE_CHECKING:
@@ -18,7 +19,8 @@ _NOT_ELTWISE = frozenset({"LoopBegin", "LoopEnd", "Brgemm", "Result", "Buffer"})
 @dataclass(frozen=True)
 class InsertBroadcastMove(LoweredPass):
     """Before an op with several inputs, insert ``BroadcastMove`` on each input whose last dim is 1
-    while another input's is larger (unless its producer already fills every lane)."""
+    while another input's is larger (unless its producer already fills every lane, or the input is
+    a reduction's accumulator register)."""
 
     name: ClassVar[str] = "insert-broadcast-move"
 
@@ -33,9 +35,10 @@ class InsertBroadcastMove(LoweredPass):
             target = max(lasts)
             if target == 1:
                 continue
+            accumulator_input = expr.node.rt_info.get(INPLACE_INPUT)
             for i, last in enumerate(lasts):
                 src = expr.input_connectors[i].source
-                if last != 1 or src.expr.type_name in LANE_UNIFORM:
+                if last != 1 or src.expr.type_name in LANE_UNIFORM or i == accumulator_input:
                     continue
                 node = BroadcastMove(src.expr.node.outputs[src.index], broadcast_dim=target)
                 ir.insert_node(node, ir.index(expr), loop_ids=expr.loop_ids, consumers=[expr.get_input_port(i)])
