@@ -37,10 +37,15 @@ MNEMONICS: tuple[str, ...] = (
     "mov", "movzx", "movsxd", "lea", "add", "sub", "imul", "and", "or", "xor", "neg", "not",
     "shl", "shr", "sar", "cmp", "test", "inc", "dec", "push", "pop", "ret", "jmp", "call", "nop",
     "ja", "jae", "jb", "jbe", "je", "jne", "jg", "jge", "jl", "jle", "js", "jns", "jo", "jno", "jp", "jnp",
-    "cpuid", "xgetbv",
+    "cmova", "cmovb", "cmove", "cmovne", "cmovg", "cmovge", "cmovl", "cmovle", "movsx",
+    "bzhi", "shlx", "shrx", "sarx",  # BMI2: tail masks and shifts without flags or cl
+    "cpuid", "xgetbv", "rdtsc", "sfence", "lfence", "mfence",
+    "prefetcht0", "prefetcht1", "prefetcht2", "prefetchnta",
     # vector moves and broadcasts
     "vmovups", "vmovaps", "vmovdqu8", "vmovdqu16", "vmovdqu32", "vmovdqu64", "vmovss", "vmovd", "vmovq",
-    "vbroadcastss", "vpbroadcastd", "vpbroadcastw", "vpbroadcastb",
+    "vmovdqa32", "vmovdqa64", "vmovntps", "vmovntdq",  # aligned and non-temporal (streaming) moves
+    "vbroadcastss", "vpbroadcastd", "vpbroadcastw", "vpbroadcastb", "vpbroadcastq", "vbroadcastf32x4",
+    "vbroadcastf32x8",
     # f32 arithmetic
     "vaddps", "vsubps", "vmulps", "vdivps", "vmaxps", "vminps", "vsqrtps", "vrcp14ps", "vrsqrt14ps",
     "vaddss", "vsubss", "vmulss", "vdivss", "vmaxss", "vminss",
@@ -48,18 +53,20 @@ MNEMONICS: tuple[str, ...] = (
     "vfnmadd132ps", "vfnmadd213ps", "vfnmadd231ps", "vfnmsub132ps", "vfnmsub213ps", "vfnmsub231ps",
     "vscalefps", "vgetexpps", "vgetmantps", "vfixupimmps", "vreduceps", "vroundps", "vrndscaleps",
     # logic
-    "vandps", "vorps", "vxorps", "vandnps", "vpandd", "vpandnd", "vpord", "vpxord", "vpternlogd",
+    "vandps", "vorps", "vxorps", "vandnps", "vpandd", "vpandnd", "vpord", "vpxord", "vpandq", "vporq", "vpxorq",
+    "vpternlogd",
     # compares and selects
-    "vcmpps", "vpcmpd", "vpcmpud", "vpcmpeqd", "vpcmpgtd", "vptestmd", "vptestnmd", "vblendmps", "vpblendmd",
+    "vcmpps", "vfpclassps", "vpcmpd", "vpcmpud", "vpcmpeqd", "vpcmpgtd", "vptestmd", "vptestnmd", "vblendmps", "vpblendmd",
     # conversions
     "vcvtps2dq", "vcvttps2dq", "vcvtdq2ps", "vcvtudq2ps", "vcvtps2udq", "vcvttps2udq", "vcvtps2ph", "vcvtph2ps",
     "vcvtneps2bf16", "vpmovdb", "vpmovsdb", "vpmovusdb", "vpmovdw", "vpmovsdw", "vpmovusdw",
-    "vpmovzxbd", "vpmovsxbd", "vpmovzxwd", "vpmovsxwd",
+    "vpmovwb", "vpmovswb", "vpmovuswb", "vpmovzxbd", "vpmovsxbd", "vpmovzxwd", "vpmovsxwd", "vpmovzxbw",
+    "vpmovsxbw",
     # integer
     "vpslld", "vpsrld", "vpsrad", "vpsllvd", "vpsrlvd", "vpaddd", "vpsubd", "vpmulld", "vpminsd", "vpmaxsd",
-    "vpminud", "vpmaxud", "vpabsd",
+    "vpminud", "vpmaxud", "vpabsd", "vpsravd",
     # permutes and lane moves
-    "vpermps", "vpermd", "vpermilps", "vshufps", "vshuff32x4", "vextractf32x4", "vextractf32x8", "vextractf128",
+    "vpermps", "vpermd", "vpermt2ps", "vpermi2ps", "vpermt2d", "vpermilps", "vshufps", "vshuff32x4", "vextractf32x4", "vextractf32x8", "vextractf128",
     "vinsertf32x4", "vinsertf32x8", "vmovshdup", "vmovhlps", "vunpcklps", "vunpckhps",
     # mask registers
     "kmovw", "kmovd", "kmovq", "kandw", "kandnw", "korw", "kxorw", "knotw", "kxnorw", "kortestw", "ktestw",
@@ -230,8 +237,10 @@ def _fits(form: Form, operands: tuple[object, ...], masked: Masked | None, rc: s
         if isinstance(op, Mem):
             if op.bcst and not form.can_broadcast:
                 return False
-            size = form.broadcast_size if op.bcst else form.memory_size
-            if op.size is not None and size and op.size != size:
+            # under broadcast a hint may name the element or the whole vector (zword[...] picks the 512-bit
+            # form where only the memory operand tells the vector length, e.g. vfpclassps k1, [m]{1to16})
+            sizes = (form.broadcast_size, form.memory_size) if op.bcst else (form.memory_size,)
+            if op.size is not None and sizes[-1] and op.size not in sizes:
                 return False
     return True
 
@@ -319,7 +328,7 @@ def _select(mnemonic: str, operands: tuple[object, ...], masked: Masked | None, 
     if len(mem_sizes) > 1 and any(isinstance(op, Mem) and op.size is None for op in operands):
         raise CodegenError(
             f"`{_describe(mnemonic, operands)}`: the memory operand size is ambiguous, "
-            f"write it with a size hint, e.g. qword[...] or dword[...]"
+            f"write it with a size hint, e.g. dword[...], qword[...] or zword[...]"
         )
     encoder = Encoder(64)
 
