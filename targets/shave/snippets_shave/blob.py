@@ -378,6 +378,7 @@ class _Writer:
 
     def blob(self, blob: Blob) -> bytes:
         b = self.b
+        b.Prep(KERNEL_DATA_ALIGN, 0)  # minalign 64: the finished buffer's length is a multiple of 64
         # Big byte payloads first: they end up at the end of the buffer, after every table.
         kernel_data = self.kernel_data(fb.BlobStartKernelDataVector, blob.kernel_data)
         constants = self.kernel_data(fb.BlobStartConstantsVector, blob.constants)
@@ -612,6 +613,9 @@ def read_blob(data: bytes) -> Blob:
     buf = bytes(data)
     if len(buf) < 8:
         raise BlobFormatError(f"blob of {len(buf)} bytes is too short for a FlatBuffers header")
+    if len(buf) % KERNEL_DATA_ALIGN:
+        # The writer pads every blob to a multiple of 64 bytes, so any other length means it was truncated.
+        raise BlobFormatError(f"blob length {len(buf)} is not a multiple of {KERNEL_DATA_ALIGN}: truncated")
     if buf[4:8] != FILE_IDENTIFIER:
         raise BlobFormatError(f"blob file identifier {buf[4:8]!r}, expected {FILE_IDENTIFIER!r}")
     reader = _Reader(buf)

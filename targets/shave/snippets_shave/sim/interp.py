@@ -521,7 +521,7 @@ def compile_program(text: bytes) -> Program:
         return cached
     instrs = decode_program(text)
     ops = [_BUILDERS[ins.definition.unit](ins, i) for i, ins in enumerate(instrs)]
-    program = Program(tuple(instrs), tuple([*ops, _fell_off]))
+    program = Program(tuple(instrs), (*ops, _fell_off))
     if len(_CACHE) >= _CACHE_LIMIT:
         _CACHE.pop(next(iter(_CACHE)))
     _CACHE[text] = program

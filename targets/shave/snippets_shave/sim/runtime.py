@@ -63,14 +63,17 @@ class Simulator:
         expected = [ref.name for ref in header.inputs]
         if sorted(inputs) != sorted(expected):
             raise InputError(f"blob {header.name!r} takes inputs {expected}, got {sorted(inputs)}")
-        mem = {key: bytearray(size) for key, size in self.loaded.memory_sizes.items()}
-        for i, ref in enumerate(header.inputs):
+        values = []
+        for ref in header.inputs:
             value = np.asarray(inputs[ref.name])
             want = DTYPE_TO_NUMPY[ref.dtype]
             if value.shape != tuple(ref.dims) or value.dtype != want:
                 raise InputError(
                     f"input {ref.name!r}: expected {want} {tuple(ref.dims)}, got {value.dtype} {value.shape}"
                 )
+            values.append(value)
+        mem = {key: bytearray(size) for key, size in self.loaded.memory_sizes.items()}
+        for i, value in enumerate(values):
             mem[(Location.NET_INPUT, i)][:] = np.ascontiguousarray(value).tobytes()
         for i, data in enumerate(self.loaded.blob.constants):
             mem[(Location.CONSTANT, i)][:] = data
