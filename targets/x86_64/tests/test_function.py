@@ -167,3 +167,41 @@ def test_function_with_loop_and_arguments():
     data = np.random.default_rng(0).integers(-(10**9), 10**9, size=1001, dtype=np.int64)
     for n in (0, 1, 2, 17, 1001):
         assert f(data.ctypes.data, n) == int(data[:n].sum())
+
+
+def test_a_body_that_calls_out_gets_an_aligned_frame():
+    fn = Function("caller", args=("f", "x"))
+    fn.mov(rax, rdi)
+    fn.mov(rdi, rsi)
+    fn.call(rax)
+    assert lines(fn) == [
+        "mov r11, rsp",
+        "and rsp, 0xffffffffffffffc0",
+        "sub rsp, 0x40",
+        "mov [rsp], r11",
+        "mov rax, rdi",
+        "mov rdi, rsi",
+        "call rax",
+        "mov rsp, [rsp]",
+        "ret",
+    ]
+
+
+def test_calling_back_into_python_through_the_aligned_frame():
+    # libffi's callback thunk and the interpreter rely on the ABI's 16-byte stack alignment at the call;
+    # pushes in the body itself would break it (the README says so), the prologue's own pushes do not
+    callback_type = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)
+    seen = []
+
+    def square(v: int) -> int:
+        seen.append(v)
+        return v * v
+
+    callback = callback_type(square)
+    fn = Function("caller", args=("f", "x"))
+    fn.mov(rbx, rdi)  # a callee-saved register: one push before the frame, which realigns anyway
+    fn.mov(rdi, rsi)
+    fn.call(rbx)
+    f = fn.finalize(ctypes.c_int64, (ctypes.c_void_p, ctypes.c_int64))
+    assert [f(ctypes.cast(callback, ctypes.c_void_p), v) for v in (3, -4, 12)] == [9, 16, 144]
+    assert seen == [3, -4, 12]
