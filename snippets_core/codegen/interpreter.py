@@ -30,7 +30,6 @@ from snippets_core.codegen.generator import Generator
 from snippets_core.codegen.target_machine import Jitter, TargetMachine
 from snippets_core.errors import CodegenError, InputError
 from snippets_core.ir.element_type import ElementType
-from snippets_core.lowered.expression import BufferExpression
 from snippets_core.lowered.port_descriptor import Reg, RegType
 
 if TYPE_CHECKING:
@@ -119,15 +118,11 @@ class NopEmitter(InterpreterEmitter):
     """Parameter, Result, Buffer, shape-only ops: nothing happens at run time."""
 
 
-def _compiled_offset(expr: Expression, port_is_input: bool) -> int:
-    """Byte offset added at compile time: the Buffer's place in the scratchpad."""
-    if port_is_input:
-        src = expr.input_connectors[0].source.expr
-        return src.offset or 0 if isinstance(src, BufferExpression) else 0
-    for c in expr.output_connectors[0].get_consumers():
-        if isinstance(c.expr, BufferExpression):
-            return c.expr.offset or 0
-    return 0
+def _compiled_offset(expr: Expression) -> int:
+    """Byte offset added at compile time: the place in the scratchpad of the Buffer accessed."""
+    from snippets_core.lowered.passes.allocate_buffers import BUFFER_OFFSET
+
+    return int(expr.node.rt_info.get(BUFFER_OFFSET, 0))
 
 
 class LoadEmitter(InterpreterEmitter):
@@ -142,7 +137,7 @@ class LoadEmitter(InterpreterEmitter):
         dtype = src.expr.node.outputs[src.index].element_type.numpy
         size = np.dtype(dtype).itemsize
         count = 1 if self.broadcast else node.count
-        offset = _compiled_offset(self.expr, True) + node.offset * size
+        offset = _compiled_offset(self.expr) + node.offset * size
         lanes, in_reg, out_reg, broadcast = self.lanes, self.in_regs[0], self.out_regs[0], self.broadcast
         if count > lanes:
             raise CodegenError(f"{self.expr.type_name} '{self.expr.name}' loads {count} elements into {lanes} lanes")
@@ -175,7 +170,7 @@ class StoreEmitter(InterpreterEmitter):
         dtype = node.outputs[0].element_type.numpy
         size = np.dtype(dtype).itemsize
         count = node.count
-        offset = _compiled_offset(self.expr, False) + node.offset * size
+        offset = _compiled_offset(self.expr) + node.offset * size
         in_reg, out_reg = self.in_regs[0], self.out_regs[0]
 
         def run(st: MachineState) -> None:

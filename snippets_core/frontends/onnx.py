@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 
 from snippets_core.errors import ModelFormatError, ShapeInferenceError, SnippetsError, UnsupportedOpError
+from snippets_core.frontends.onnx_functions import expand as expand_function
+from snippets_core.frontends.onnx_functions import has_function_body
 from snippets_core.ir import ops as _ops  # noqa: F401  (registers the op set)
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.model import Model
@@ -139,8 +141,10 @@ def _check(proto: Any, label: str) -> None:
 
 
 def _raise_unknown_ops(proto: Any, label: str) -> None:
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
     for i, node in enumerate(proto.graph.node):
-        if node.domain not in ("", "ai.onnx") or node.op_type not in CONVERTERS:
+        if node.domain not in ("", "ai.onnx") or (node.op_type not in CONVERTERS
+                                                   and not has_function_body(node.op_type, opset)):
             raise _unsupported_op(label, node, i)
 
 
@@ -165,12 +169,12 @@ def _unsupported_op(label: str, node: Any, index: int) -> UnsupportedOpError:
 class NodeContext:
     """What a converter sees of one ONNX node: its inputs, attributes and opset, and a node factory."""
 
-    def __init__(self, reader: _GraphReader, node: Any, index: int) -> None:
+    def __init__(self, reader: _GraphReader, node: Any, index: int, opset: int) -> None:
         self.reader = reader
         self.proto = node
         self.op_type: str = node.op_type
         self.name: str = _node_label(node, index)
-        self.opset: int = reader.opset
+        self.opset: int = opset
         self.attrs: dict[str, Any] = {a.name: a for a in node.attribute}
         self.created: list[Node] = []
 
@@ -367,10 +371,14 @@ class _GraphReader:
             raise ModelFormatError(f"{self.label}: the graph has no outputs")
         return Model(results, params, name=g.name or "model")
 
-    def _convert(self, node: Any, index: int) -> None:
+    def _convert(self, node: Any, index: int, opset: int | None = None) -> None:
+        opset = self.opset if opset is None else opset
+        if node.domain in ("", "ai.onnx") and node.op_type not in CONVERTERS and has_function_body(node.op_type, opset):
+            self._expand(node, index, opset)
+            return
         if node.domain not in ("", "ai.onnx") or node.op_type not in CONVERTERS:
             raise _unsupported_op(self.label, node, index)
-        ctx = NodeContext(self, node, index)
+        ctx = NodeContext(self, node, index, opset)
         if self.opset < MIN_OPSET:
             _check_legacy_schema(ctx)
         try:
@@ -417,6 +425,18 @@ def _check_legacy_schema(ctx: NodeContext) -> None:
     if then != at_min and ctx.op_type not in LEGACY_HANDLED:
         raise ctx.unsupported(f"opset {ctx.opset} selects the pre-opset-{MIN_OPSET} version {then} of "
                               f"{ctx.op_type}, which is not supported (opsets {MIN_OPSET} and newer are)")
+
+
+    def _expand(self, node: Any, index: int, opset: int) -> None:
+        """Convert an op that ONNX defines as a function through the nodes of its body."""
+        name = _node_label(node, index)
+        where = f"{self.label}: node '{name}' ({node.op_type})"
+        inputs = [self.values.get(n) if n else None for n in node.input]
+        inner_nodes, body_opset = expand_function(node, opset, inputs, name, where)
+        for i, inner in enumerate(inner_nodes):
+            if not inner.name:
+                inner.name = f"{name}/{inner.op_type}_{i}"
+            self._convert(inner, i, body_opset)
 
 
 def _default_opset(proto: Any, label: str) -> int:

@@ -15,8 +15,9 @@ An anchor that is not in the pipeline is a :class:`~snippets_core.errors.PassPos
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Iterable, Literal
+from typing import Any, ClassVar, Literal
 
 from snippets_core.errors import PassPositionError
 

@@ -13,6 +13,9 @@ from snippets_core.lowered.passes.pass_base import LoweredPass
 from snippets_core.lowered.passes.set_buffer_reg_group import SetBufferRegGroup
 from snippets_core.lowered.passes.solve_buffer_memory import SolveBufferMemory
 
+#: rt_info key on a Load/Store of a Buffer: the buffer's byte offset in the scratchpad
+BUFFER_OFFSET = "snippets.buffer_offset"
+
 if TYPE_CHECKING:
     from snippets_core.lowered.linear_ir import LinearIR
 
@@ -41,4 +44,10 @@ class AllocateBuffers(LoweredPass):
             step.run(ir)
         for b in ir.get_buffers():
             b.node.reg_group, b.node.cluster_id, b.node.offset = b.reg_group, b.cluster_id, b.offset
+            # the accesses add the buffer's place in the scratchpad at compile time (their pointer
+            # register may be shared with other buffers of the group)
+            accesses = ([b.input_expr(0)] if b.input_count else []) + [c.expr for c in b.consumers(0)]
+            for acc in accesses:
+                if acc.type_name != "LoopEnd":
+                    acc.node.rt_info[BUFFER_OFFSET] = b.offset
         return True
