@@ -13,7 +13,6 @@ import pluggy
 
 if TYPE_CHECKING:
     from snippets_core.ir.node import Node
-
     from snippets_shave.blob import Target
 
 # the same marker as snippets_core.plugins.hookimpl (pluggy markers are plain values keyed by project name)

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from snippets_core.ir.element_type import ElementType
-
 from snippets_shave.constants import MAX_ND_DIMS
 
 if TYPE_CHECKING:
