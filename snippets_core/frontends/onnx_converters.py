@@ -591,6 +591,11 @@ def _gather(ctx: NodeContext) -> Outputs:
     return [ctx.make("Gather", ctx.input(0), ctx.input(1), axis).output]
 
 
+@_register("GatherElements")
+def _gather_elements(ctx: NodeContext) -> Outputs:
+    return [ctx.make("GatherElements", ctx.input(0), ctx.input(1), axis=int(ctx.attr("axis", 0))).output]
+
+
 @_register("Expand")
 def _expand(ctx: NodeContext) -> Outputs:
     return [ctx.make("Broadcast", ctx.input(0), ctx.input(1), mode="bidirectional").output]

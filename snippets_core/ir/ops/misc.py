@@ -468,3 +468,31 @@ class IsInf(Node):
 
     def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
         return [(np.isposinf(x) & self.detect_positive) | (np.isneginf(x) & self.detect_negative)]
+
+
+class GatherElements(Node):
+    """ONNX GatherElements: ``y[i][j][k] = x[i][indices[i][j][k]][k]`` for ``axis = 1`` (likewise for the
+    other axes); ``indices`` has the output's shape and may be negative (counted from the end)."""
+
+    ATTRS = ("axis",)
+
+    def __init__(self, x: Output | Node, indices: Output | Node, *, axis: int = 0, name: str | None = None) -> None:
+        self.axis = int(axis)
+        super().__init__(x, indices, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        _require_integral(self, 1, "indices")
+        x, idx = self.input_shape(0), self.input_shape(1)
+        if x.rank_is_static and idx.rank_is_static:
+            if x.rank != idx.rank:
+                raise ShapeInferenceError(f"data {x} and indices {idx} must have the same rank")
+            normalize_axis(self.axis, x.rank)
+        return [(self.input_type(0), idx)]
+
+    def evaluate(self, x: np.ndarray, indices: np.ndarray) -> list[np.ndarray]:
+        ax = normalize_axis(self.axis, x.ndim)
+        idx = indices.astype(np.int64)
+        idx = np.where(idx < 0, idx + x.shape[ax], idx)
+        if idx.size and (idx.min() < 0 or idx.max() >= x.shape[ax]):
+            raise ShapeInferenceError(f"indices out of range for axis {ax} of size {x.shape[ax]}")
+        return [np.take_along_axis(x, idx, axis=ax)]

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 #: rt_info key: output 0 of this node must live in the register of input ``k`` (an accumulator)
 INPLACE_INPUT = "snippets.inplace_input"
+#: ops whose unread outputs need no register
+_NO_VALUE = ("LoopEnd", "Result")
 #: never freed: data pointers live for the whole kernel
 KERNEL_END = 1 << 30
 
@@ -113,8 +115,8 @@ class InitLiveRanges(LoweredPass):
         ranges = LiveRanges()
         for root in sorted(groups):
             members = groups[root]
-            if all(not c.get_consumers() for c in members) and members[0].source.expr.type_name == "LoopEnd":
-                continue  # LoopEnd's pass-through outputs carry nothing
+            if all(not c.get_consumers() for c in members) and members[0].source.expr.type_name in _NO_VALUE:
+                continue  # pass-through outputs nobody reads carry nothing
             rtype = reg_type_of(members[0], specific)
             reg = Reg(rtype, counters[rtype])
             counters[rtype] += 1
