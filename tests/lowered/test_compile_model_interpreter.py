@@ -1,0 +1,32 @@
+"""``compile_model(model, target="interpreter")``: tokenized Subgraphs run as their final LinearIR."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from snippets_core.ir.model import Model
+from snippets_core.ir.ops.binary import Add, Multiply
+from snippets_core.ir.ops.io import Constant, Parameter, Result
+from snippets_core.ir.ops.softmax import Softmax
+from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.ir.ops.unary import Exp, Relu
+from snippets_core.runtime.compiled_model import compile_model
+
+
+@pytest.mark.parametrize("width", [4, 8, 16])
+def test_eltwise_and_softmax_model(width):
+    p0, p1 = Parameter("f32", (2, 3, 5, 7), name="p0"), Parameter("f32", (2, 1, 5, 1), name="p1")
+    a = Add(p0, p1)
+    s = Softmax(Exp(Multiply(Relu(a), Constant(np.float32(0.5)))), axis=-1)
+    model = Model([Result(s, name="y"), Result(Exp(a), name="z")], [p0, p1])
+    cm = compile_model(model, target="interpreter", config={"target_options": {"vector_size": width}})
+    assert any(isinstance(n, Subgraph) for n in cm.model.get_ordered_ops())
+    rng = np.random.default_rng(5)
+    x0 = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
+    x1 = rng.standard_normal((2, 1, 5, 1)).astype(np.float32)
+    out = cm({"p0": x0, "p1": x1})
+    t = np.exp(np.maximum(x0.astype(np.float64) + x1, 0) * 0.5)
+    e = np.exp(t - t.max(-1, keepdims=True))
+    np.testing.assert_allclose(out["y"], e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(out["z"], np.exp(x0.astype(np.float64) + x1), rtol=1e-6)
