@@ -148,3 +148,11 @@ def test_every_error_is_a_snippets_error(tmp_path: Path) -> None:
     for data in (b"\x08", b"\xff" * 10, LIGHT.read_bytes()[:100]):
         with pytest.raises(SnippetsError):
             read_onnx(data)
+
+
+def test_function_body_with_an_unsupported_op_names_both_nodes() -> None:
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"], name="dq")
+    outs = [helper.make_tensor_value_info("y", TensorProto.UINT8, [4]), _f32("s", []),
+            helper.make_tensor_value_info("z", TensorProto.UINT8, [])]
+    with pytest.raises(UnsupportedOpError, match=r"node 'dq/QuantizeLinear_\d+' \(QuantizeLinear\)"):
+        read_onnx(_model([node], [_f32("x", [4])], outs, opset=21))

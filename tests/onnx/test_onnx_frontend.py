@@ -384,3 +384,19 @@ def test_accepts_path_bytes_and_proto(tmp_path) -> None:  # type: ignore[no-unty
     results = [evaluate_model(read_onnx(src), feeds)["y"] for src in (proto, str(path), path, path.read_bytes())]
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
+
+
+def test_attention_reads_through_its_function_body_as_matmul_softmax() -> None:
+    n = helper.make_node("Attention", ["q", "k", "v"], ["y"], name="mha")
+    ins = [_vi("q", [1, 2, 3, 4]), _vi("k", [1, 2, 5, 4]), _vi("v", [1, 2, 5, 4])]
+    proto = _model([n], ins, [_vi("y", [1, 2, 3, 4])], 23)
+    model = read_onnx(proto)
+    types = _types(model)
+    assert types.count("MatMul") == 2 and "Softmax" in types
+    assert all(n.name.startswith("mha/") for n in model.get_ordered_ops() if n.type_name in ("MatMul", "Softmax"))
+    feeds = {"q": _f((1, 2, 3, 4)), "k": _f((1, 2, 5, 4)), "v": _f((1, 2, 5, 4))}
+    q, k, v = (feeds[x].astype(np.float64) for x in ("q", "k", "v"))
+    s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(4)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    expected = (p / p.sum(-1, keepdims=True)) @ v
+    np.testing.assert_allclose(evaluate_model(model, feeds)["y"], expected, rtol=1e-5, atol=1e-6)
