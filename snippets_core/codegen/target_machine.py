@@ -8,8 +8,9 @@ core never imports a target; a target subclasses :class:`TargetMachine` in its o
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from snippets_core.errors import UnsupportedOpError
 from snippets_core.ir.element_type import ElementType

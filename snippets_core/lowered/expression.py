@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class ExpressionPort:
     """One port of an Expression: (expression, "in"/"out", index). Built on demand; compared by value."""
 
-    __slots__ = ("expr", "type", "index")
+    __slots__ = ("expr", "index", "type")
 
     def __init__(self, expr: Expression, type_: str, index: int) -> None:
         assert type_ in ("in", "out")

@@ -9,8 +9,9 @@ ranges of them and insert memory accesses between them. All edits go through the
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from snippets_core.errors import ShapeInferenceError, ValidationError
 from snippets_core.lowered.expression import BufferExpression, Expression, ExpressionPort

@@ -9,9 +9,10 @@ into :class:`ExpandedLoopInfo` s, one per specific iteration (first, main body, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from snippets_core.lowered.expression import ExpressionPort

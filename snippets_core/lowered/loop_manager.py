@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from snippets_core.errors import ValidationError
 from snippets_core.lowered.loop_info import LoopInfo, LoopPort, LoopPortType, UnifiedLoopInfo

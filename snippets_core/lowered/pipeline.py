@@ -8,7 +8,8 @@ is the contract.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from snippets_core.lowered.linear_ir import Config, LinearIR
 from snippets_core.lowered.passes.allocate_buffers import AllocateBuffers

@@ -14,7 +14,7 @@ class PortConnector:
     Consumers are kept in connection order, so everything derived from them is deterministic.
     """
 
-    __slots__ = ("source", "_consumers")
+    __slots__ = ("_consumers", "source")
 
     def __init__(self, source: ExpressionPort) -> None:
         self.source = source

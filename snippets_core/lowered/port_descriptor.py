@@ -13,9 +13,10 @@ the LinearIR reads it when it builds the Expression.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any, Sequence
+from typing import Any
 
 FULL_DIM = -1
 """Subtensor marker: the emitter processes this whole dimension at once (no loop over it)."""

@@ -15,8 +15,13 @@ from snippets_core.ir.model import Model
 from snippets_core.ir.ops.binary import Add, Greater, Multiply, Subtract
 from snippets_core.ir.ops.io import Parameter, Result
 from snippets_core.ir.ops.select import Select
-from snippets_core.ir.ops.snippets import ConvertSaturation, ConvertTruncation, Scalar, SnippetsReduceMax, \
-    SnippetsReduceSum
+from snippets_core.ir.ops.snippets import (
+    ConvertSaturation,
+    ConvertTruncation,
+    Scalar,
+    SnippetsReduceMax,
+    SnippetsReduceSum,
+)
 from snippets_core.ir.ops.softmax import Softmax
 from snippets_core.ir.ops.unary import Exp, Relu
 from snippets_core.lowered.linear_ir import Config

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -91,7 +92,7 @@ class FuseLoops(LoweredPass):
         lm = ir.loop_manager
         segs = _segments(ir, level, begin, end)
         loop_segs = [k for k, s in enumerate(segs) if s[0] is not None]
-        for x, y in zip(loop_segs, loop_segs[1:]):
+        for x, y in itertools.pairwise(loop_segs):
             a_id, a0, a1 = segs[x]
             b_id, b0, b1 = segs[y]
             if not _compatible(lm.get_loop_info(a_id), lm.get_loop_info(b_id)):  # type: ignore[arg-type]

@@ -40,7 +40,7 @@ def clone_range(ir: LinearIR, exprs: list[Expression], pos: int, loop_map: dict[
     copies: dict[int, Expression] = {}
     for k, e in enumerate(exprs):
         srcs = [c.source for c in e.input_connectors]
-        node_inputs = [(copies[id(s.expr)] if id(s.expr) in copies else s.expr).node.outputs[s.index] for s in srcs]
+        node_inputs = [(copies.get(id(s.expr), s.expr)).node.outputs[s.index] for s in srcs]
         conns = [copies[id(s.expr)].output_connectors[s.index] if id(s.expr) in copies else s.connector for s in srcs]
         node = e.node.clone_with_new_inputs(node_inputs)
         if e.type_name == "LoopEnd":
