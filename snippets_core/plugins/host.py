@@ -171,12 +171,15 @@ class PluginHost:
         for _ in self._call_each("snippets_mark_skipped", {"model": model, "target_name": target_name}):
             pass
 
-    def tokenization_callback(self, node: Any, target_name: str) -> str | None:
-        """The first veto reason for tokenizing ``node``, prefixed with the plugin name; None if all allow."""
+    def tokenization_callback(self, node: Any, target_name: str, tokenizer: str = "eltwise") -> str | None:
+        """The first veto reason for tokenizing ``node``, prefixed with the plugin name; None if all allow.
+        ``tokenizer`` is "eltwise" or "mha" (see the hookspec)."""
         # Called per node by the Tokenizer: skip the ordering machinery when nobody implements it.
         if not self.pm.hook.snippets_tokenization_callback.get_hookimpls():
             return None
-        for c in self._call_each("snippets_tokenization_callback", {"node": node, "target_name": target_name}):
+        for c in self._call_each(
+            "snippets_tokenization_callback", {"node": node, "target_name": target_name, "tokenizer": tokenizer}
+        ):
             if c.value is None:
                 continue  # firstresult: ask the next plugin
             if not isinstance(c.value, str):
