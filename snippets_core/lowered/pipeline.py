@@ -16,6 +16,7 @@ from snippets_core.lowered.passes.allocate_buffers import AllocateBuffers
 from snippets_core.lowered.passes.assign_registers import AssignRegisters
 from snippets_core.lowered.passes.clean_repeated_data_pointer_shifts import CleanRepeatedDataPointerShifts
 from snippets_core.lowered.passes.cleanup_loop_offsets import CleanupLoopOffsets
+from snippets_core.lowered.passes.extract_loop_invariants import ExtractLoopInvariants
 from snippets_core.lowered.passes.fuse_loops import FuseLoops
 from snippets_core.lowered.passes.init_live_ranges import InitLiveRanges
 from snippets_core.lowered.passes.init_loops import InitLoops
@@ -29,6 +30,7 @@ from snippets_core.lowered.passes.load_move_broadcast_to_broadcast_load import L
 from snippets_core.lowered.passes.mark_loops import MarkLoops
 from snippets_core.lowered.passes.move_result_out_of_loop import MoveResultOutOfLoop
 from snippets_core.lowered.passes.move_scalar_to_consumer import MoveScalarToConsumer
+from snippets_core.lowered.passes.normalize_loop_ids import NormalizeLoopIDs
 from snippets_core.lowered.passes.optimize_domain import OptimizeDomain
 from snippets_core.lowered.passes.optimize_loop_single_evaluation import OptimizeLoopSingleEvaluation
 from snippets_core.lowered.port_descriptor import RegType
@@ -49,6 +51,7 @@ def control_flow_pipeline(config: Config) -> PassPipeline:
     return PassPipeline("control-flow", [
         MarkLoops(vs), ReduceDecomposition(vs), FuseLoops(), MoveResultOutOfLoop(), InsertBuffers(),
         InsertLoadStore(vs), MoveScalarToConsumer(), InsertBroadcastMove(), LoadMoveBroadcastToBroadcastLoad(),
+        ExtractLoopInvariants(),
         ValidateShapes(), ValidateUnifiedLoops(), InitLoops(), InsertLoops(),
         AllocateBuffers(config.are_buffers_optimized), CleanRepeatedDataPointerShifts(),
     ])
@@ -63,13 +66,13 @@ def validation_pipeline() -> PassPipeline:
 
 def pre_generation_pipeline(target: TargetMachine) -> PassPipeline:
     """InitRegisters (InitLiveRanges, AssignRegisters, InsertRegSpills), InsertSpecificIterations,
-    ValidateExpandedLoops, CleanupLoopOffsets, OptimizeLoopSingleEvaluation. The order is mandatory."""
+    NormalizeLoopIDs, ValidateExpandedLoops, CleanupLoopOffsets, OptimizeLoopSingleEvaluation. The order is mandatory."""
     from snippets_core.lowered.passes.validate_expanded_loops import ValidateExpandedLoops
 
     return PassPipeline("pre-generation", [
         InitLiveRanges(tuple(sorted(target.specific_reg_types().items()))),
         AssignRegisters(target.reg_pool(RegType.gpr), target.reg_pool(RegType.vec), target.reg_pool(RegType.mask)),
-        InsertRegSpills(target.abi_call_ops()), InsertSpecificIterations(), ValidateExpandedLoops(),
+        InsertRegSpills(target.abi_call_ops()), InsertSpecificIterations(), NormalizeLoopIDs(), ValidateExpandedLoops(),
         CleanupLoopOffsets(), OptimizeLoopSingleEvaluation(),
     ])
 

@@ -5,7 +5,8 @@ text was derived by hand from the algorithms: the inner loop runs 17 elements by
 and a one-element tail), the outer loop 3 rows; p1 broadcasts along the row (pointer increment 0 in the
 inner loop, 1 element per row), its one-element Load and BroadcastMove fuse into a BroadcastLoad; after
 pre-generation the tail's finalization offset (-17) is folded into the row increment (17 - 17 = 0)
-and the last loop's offsets are dropped because only the Result follows.
+and the last loop's offsets are dropped because only the Result follows; NormalizeLoopIDs numbers the
+loops in the order their LoopEnds run (main 0, tail 1, rows 2).
 """
 
 from __future__ import annotations
@@ -68,32 +69,32 @@ LinearIR master_shape=[3,17] loop_depth=2
 %0 = Parameter() -> f32[3,17]
 %1 = Parameter() -> f32[3,1]
 %2 = LoopBegin() -> dynamic[]
-%3 = LoopBegin() -> dynamic[] loops=[1]
-%4 = Load(%0) {count=8 offset=0} -> f32[3,17] loops=[1,0]
-%5 = BroadcastLoad(%1) {broadcast_dim=17 offset=0} -> f32[3,17] loops=[1,0]
-%6 = Add(%4, %5) {auto_broadcast=numpy} -> f32[3,17] loops=[1,0]
-%7 = Relu(%6) -> f32[3,17] loops=[1,0]
-%8 = Store(%7) {count=8 offset=0} -> f32[3,17] loops=[1,0]
+%3 = LoopBegin() -> dynamic[] loops=[2]
+%4 = Load(%0) {count=8 offset=0} -> f32[3,17] loops=[2,0]
+%5 = BroadcastLoad(%1) {broadcast_dim=17 offset=0} -> f32[3,17] loops=[2,0]
+%6 = Add(%4, %5) {auto_broadcast=numpy} -> f32[3,17] loops=[2,0]
+%7 = Relu(%6) -> f32[3,17] loops=[2,0]
+%8 = Store(%7) {count=8 offset=0} -> f32[3,17] loops=[2,0]
 %9 = LoopEnd(%0, %1, %8, %3) {work_amount=16 increment=8 is_incremented=[True,True,True] \
 ptr_increments=[1,0,1] finalization_offsets=[0,0,0] element_type_sizes=[4,4,4] input_num=2 output_num=1 \
-loop_id=0 evaluate_once=False} -> f32[3,17], f32[3,1], f32[3,17] loops=[1]
-%10 = LoopBegin() -> dynamic[] loops=[1]
-%11 = Load(%0) {count=1 offset=0} -> f32[3,17] loops=[1,2]
-%12 = BroadcastLoad(%1) {broadcast_dim=17 offset=0} -> f32[3,17] loops=[1,2]
-%13 = Add(%11, %12) {auto_broadcast=numpy} -> f32[3,17] loops=[1,2]
-%14 = Relu(%13) -> f32[3,17] loops=[1,2]
-%15 = Store(%14) {count=1 offset=0} -> f32[3,17] loops=[1,2]
+loop_id=0 evaluate_once=False} -> f32[3,17], f32[3,1], f32[3,17] loops=[2]
+%10 = LoopBegin() -> dynamic[] loops=[2]
+%11 = Load(%0) {count=1 offset=0} -> f32[3,17] loops=[2,1]
+%12 = BroadcastLoad(%1) {broadcast_dim=17 offset=0} -> f32[3,17] loops=[2,1]
+%13 = Add(%11, %12) {auto_broadcast=numpy} -> f32[3,17] loops=[2,1]
+%14 = Relu(%13) -> f32[3,17] loops=[2,1]
+%15 = Store(%14) {count=1 offset=0} -> f32[3,17] loops=[2,1]
 %16 = LoopEnd(%0, %1, %15, %10) {work_amount=1 increment=1 is_incremented=[True,True,True] \
 ptr_increments=[0,0,0] finalization_offsets=[1,0,1] element_type_sizes=[4,4,4] input_num=2 output_num=1 \
-loop_id=2 evaluate_once=True} -> f32[3,17], f32[3,1], f32[3,17] loops=[1]
+loop_id=1 evaluate_once=True} -> f32[3,17], f32[3,1], f32[3,17] loops=[2]
 %17 = LoopEnd(%0, %1, %8, %2) {work_amount=3 increment=1 is_incremented=[True,True,True] \
 ptr_increments=[0,1,0] finalization_offsets=[0,0,0] element_type_sizes=[4,4,4] input_num=2 output_num=1 \
-loop_id=1 evaluate_once=False} -> f32[3,17], f32[3,1], f32[3,17]
+loop_id=2 evaluate_once=False} -> f32[3,17], f32[3,1], f32[3,17]
 %18 = Result(%8) -> f32[3,17]
 loop 0 (expanded main): work_amount=16 increment=8 in=[%4.in0@d0 (1,0,4), %5.in0@d0 (0,0,4)] out=[%8@d0 (1,0,4)]
-loop 1 (expanded main): work_amount=3 increment=1 in=[%4.in0@d1 (0,0,4), %5.in0@d1 (1,0,4)] out=[%8@d1 (0,0,4)]
-loop 2 (expanded last once): work_amount=1 increment=1 in=[%11.in0@d0 (0,1,4), %12.in0@d0 (0,0,4)] \
-out=[%15@d0 (0,1,4)]"""
+loop 1 (expanded last once): work_amount=1 increment=1 in=[%11.in0@d0 (0,1,4), %12.in0@d0 (0,0,4)] \
+out=[%15@d0 (0,1,4)]
+loop 2 (expanded main): work_amount=3 increment=1 in=[%4.in0@d1 (0,0,4), %5.in0@d1 (1,0,4)] out=[%8@d1 (0,0,4)]"""
 
 
 def _lower_with_dumps() -> dict[str, str]:
