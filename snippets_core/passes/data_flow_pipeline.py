@@ -5,8 +5,11 @@ Order of :func:`data_flow_pipeline`::
 
     canonicalization            only with blocked input shapes and no broadcast-sensitive ops
     align-element-types         only with input/output precisions
-    softmax-decomposition       only with domain-sensitive ops (MatMulToBrgemm, FuseTransposeBrgemm and
-    gn-decomposition              TransposeDecomposition join here with the MHA passes)
+    matmul-to-brgemm            only with domain-sensitive ops
+    fuse-transpose-brgemm
+    transpose-decomposition
+    softmax-decomposition
+    gn-decomposition
     broadcast-to-move-broadcast
     reduce-to-snippets-reduce
     convert-constants-to-scalars
@@ -41,13 +44,16 @@ from snippets_core.passes.convert_constants_to_scalars import ConvertConstantsTo
 from snippets_core.passes.convert_power_to_power_static import ConvertPowerToPowerStatic
 from snippets_core.passes.extract_constants import ExtractConstants
 from snippets_core.passes.fake_quantize_decomposition import FakeQuantizeDecomposition
+from snippets_core.passes.fuse_transpose_brgemm import FuseTransposeBrgemm
 from snippets_core.passes.gn_decomposition import GNDecomposition
 from snippets_core.passes.graph_utils import has_broadcast_sensitive_ops, has_domain_sensitive_ops, is_quantized
+from snippets_core.passes.matmul_to_brgemm import MatMulToBrgemm
 from snippets_core.passes.pass_manager import Pass, PassPipeline, PositionedPass
 from snippets_core.passes.propagate_precision import PropagatePrecision, SupportedPrecisions
 from snippets_core.passes.reduce_to_snippets_reduce import ReduceToSnippetsReduce
 from snippets_core.passes.softmax_decomposition import SoftmaxDecomposition
 from snippets_core.passes.transform_convert_to_convert_truncation import TransformConvertToConvertTruncation
+from snippets_core.passes.transpose_decomposition import TransposeDecomposition
 from snippets_core.passes.validate import Validate
 
 
@@ -88,7 +94,8 @@ def data_flow_pipeline(config: DataFlowConfig | None = None,
     if cfg.input_precisions or cfg.output_precisions:
         passes.append(AlignElementTypes(cfg.input_precisions, cfg.output_precisions))
     if cfg.has_domain_sensitive_ops:
-        passes += [SoftmaxDecomposition(), GNDecomposition()]
+        passes += [MatMulToBrgemm(), FuseTransposeBrgemm(), TransposeDecomposition(), SoftmaxDecomposition(),
+                   GNDecomposition()]
     passes += [BroadcastToMoveBroadcast(), ReduceToSnippetsReduce(), ConvertConstantsToScalars(),
                ConvertPowerToPowerStatic()]
     if cfg.supported_precisions is not None:
