@@ -3,6 +3,7 @@ tokenization (MHA first, then eltwise), then the per-Subgraph common optimizatio
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
 from snippets_core.config import CompileConfig
@@ -12,7 +13,8 @@ from snippets_core.runtime.targets import ResolvedTarget
 
 def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig) -> None:
     """Mark nodes the target fuses elsewhere, then replace fusable regions by Subgraph nodes."""
-    from snippets_core.tokenization import TokenizationConfig, TokenizeSnippets
+    from snippets_core.passes.extract_reshapes_from_mha import ExtractReshapesFromMHA
+    from snippets_core.tokenization import TokenizationConfig, TokenizeMHASnippets, TokenizeSnippets
 
     host = target.host
     host.mark_skipped(model, target.name)
@@ -20,4 +22,38 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
     knobs.setdefault("concurrency", config.num_threads)
     tcfg = TokenizationConfig.from_dict(knobs)
     tcfg = replace(tcfg, callback=lambda node: host.tokenization_callback(node, target.name))
+    disabled = set(config.disabled_passes)
+    if tcfg.enabled:
+        if ExtractReshapesFromMHA.name not in disabled:
+            ExtractReshapesFromMHA().run(model)
+        if TokenizeMHASnippets.name not in disabled:
+            # a target object may veto MHAs on its own (asked with MatMul0); the eltwise callback is not asked
+            mha_callback = getattr(target.obj, "mha_tokenization_callback", None)
+            TokenizeMHASnippets(tcfg, callback=mha_callback).run(model)
     TokenizeSnippets(tcfg).run(model)
+    run_mha_common_optimizations(model, tcfg, disabled)
+
+
+def run_mha_common_optimizations(model: Model, tcfg, disabled_passes: Iterable[str] = ()) -> bool:  # type: ignore[no-untyped-def]
+    """The MHA part of CommonOptimizations on every Subgraph with domain-sensitive ops: body passes
+    ExplicitTransposeMatMulInputs, SoftmaxReshapeElimination; Subgraph passes ExtractUnsupportedTransposes,
+    SplitDimensionM (when ``tcfg.split_m_dimension``). A pass named in ``disabled_passes`` is skipped."""
+    from snippets_core.ir.ops.subgraph import Subgraph
+    from snippets_core.passes.explicit_transpose_matmul_inputs import ExplicitTransposeMatMulInputs
+    from snippets_core.passes.extract_unsupported_transposes import ExtractUnsupportedTransposes
+    from snippets_core.passes.graph_utils import has_domain_sensitive_ops
+    from snippets_core.passes.pass_manager import PassPipeline
+    from snippets_core.passes.softmax_reshape_elimination import SoftmaxReshapeElimination
+    from snippets_core.passes.split_dimension_m import SplitDimensionM
+
+    if not tcfg.enabled:
+        return False
+    passes = [ExplicitTransposeMatMulInputs(), SoftmaxReshapeElimination(), ExtractUnsupportedTransposes()]
+    if tcfg.split_m_dimension:
+        passes.append(SplitDimensionM(tcfg.concurrency))
+    pipeline = PassPipeline("mha-common-optimizations", passes, disabled=set(disabled_passes))
+    changed = False
+    for sg in [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]:
+        if has_domain_sensitive_ops(sg.body):
+            changed |= pipeline.run(sg)
+    return changed
