@@ -189,3 +189,20 @@ def test_too_long_access_count_is_caught():
     kernel = Generator(InterpreterTarget(8)).generate(ir)
     with pytest.raises(OutOfBoundsAccessError, match=f"Store '{store.name}'"):
         kernel.run([rand(shape), rand(shape)])
+
+
+@pytest.mark.parametrize("et", ["i32", "f16", "bf16", "u8", "i8"])
+def test_element_types(et):
+    """Memory accesses move elements of the tensor's own size; the math is the type's."""
+    from snippets_core.ir.element_type import ElementType
+    from snippets_core.ir.ops.binary import Maximum
+
+    p0, p1 = Parameter(et, (3, 11), name="a"), Parameter(et, (1, 11), name="b")
+    body = Model([Result(Maximum(Add(p0, p1), p0), name="r")], [p0, p1])
+    dt = ElementType.parse(et).numpy
+    a = (RNG.standard_normal((3, 11)) * 10).astype(dt)
+    b = (RNG.standard_normal((1, 11)) * 10).astype(dt)
+    (out,) = run_body(body, [a, b], vector_size=8)
+    assert out.dtype == dt
+    ref = np.maximum(a + b, a)  # numpy in the same type: wrap-around for integers, rounding for f16/bf16
+    np.testing.assert_array_equal(out.astype(np.float64), ref.astype(np.float64))
