@@ -26,13 +26,15 @@ def build_tiled(
     order_seed: int | None = None,
     layout=None,  # type: ignore[no-untyped-def]
     slots_per_tile: int | None = None,
+    war_barriers: bool = True,
 ) -> Blob:
     """Split the flat tensor into ``chunks`` uneven pieces of whole rows (``row_len`` elements each; CMX
     chunks are then 2-D ``(rows, row_len)``, else 1-D), give
     chunk i to tile i % tiles, and add its tasks (DMA in on every input, the kernel, DMA out) in an order
     shuffled by ``order_seed``. Each chunk has its own barriers; its CMX buffers are its own, or with
     ``slots_per_tile`` one of a ring of buffer sets per tile, reused once the previous chunk in that slot
-    has been copied out (its DMA-in waits on that chunk's "done" barrier: a write-after-read dependency)."""
+    has been copied out (its DMA-in waits on that chunk's "done" barrier: a write-after-read dependency;
+    ``war_barriers=False`` leaves that wait out, a racy schedule)."""
     dt = dtype_of(dtype)
     esize = DTYPE_TO_NUMPY[dt].itemsize
     sb = ScheduleBuilder("tiled", target=target)
@@ -75,7 +77,7 @@ def build_tiled(
                 TensorRef(f"slot{slot}.{k}", dt, dims, b.location, b.index, b.offset)
                 for k, b in enumerate(slots[tile][slot])
             ]
-            if (tile, slot) in slot_done:
+            if (tile, slot) in slot_done and war_barriers:
                 in_wait = [slot_done[(tile, slot)]]
             slot_done[(tile, slot)] = b_done
         else:

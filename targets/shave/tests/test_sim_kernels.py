@@ -8,7 +8,7 @@ import pytest
 from snippets_shave import reference_kernels as rk
 from snippets_shave.abi import CLAMP_PARAMS, SOFTMAX_PARAMS
 from snippets_shave.blob import Target, write_blob
-from snippets_shave.sim import load_blob, run, simulate
+from snippets_shave.sim import RaceError, find_races, load_blob, run, simulate
 
 TARGETS = {"2tiles": Target(), "6tiles": Target.lnl()}
 NUMPY_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -85,6 +85,7 @@ def test_task_orderings_give_identical_outputs(tiled, target: Target) -> None:
     for order_seed in (None, 1, 2):
         blob = tiled(rk.sigmoid("f32"), 1, shape, np.float32, target, chunks=3 * target.tiles, order_seed=order_seed)
         loaded = load_blob(write_blob(blob))
+        assert find_races(loaded) == []
         for seed in (None, 11, 12, 13):
             res = simulate(loaded, x, seed=seed)
             results.append(res.outputs["y"])
@@ -101,7 +102,26 @@ def test_tensor_larger_than_one_cmx_streams_through_tiles(tiled) -> None:
     blob = tiled(rk.eltwise_binary("add", "f32"), 2, (n,), np.float32, target, chunks=24, slots_per_tile=2)
     x = _inputs(np.random.default_rng(4), 2, (n,), np.float32)
     loaded = load_blob(write_blob(blob))
+    assert find_races(loaded) == []
     res = simulate(loaded, x)
     np.testing.assert_array_equal(res.outputs["y"], x["x0"] + x["x1"])
     np.testing.assert_array_equal(simulate(loaded, x, seed=5).outputs["y"], res.outputs["y"])
     assert res.instructions > n // 4 * 8
+
+
+def test_buffer_reuse_without_its_barrier_is_a_race(tiled) -> None:
+    """Reusing a CMX slot before the previous chunk is copied out: the race checker names both tasks, and
+    some interleavings really produce wrong data."""
+    target = Target(tiles=1, shaves_per_tile=2, dma_engines=4)  # 4 queues: little implicit ordering
+    shape = (4000,)
+    x = _inputs(np.random.default_rng(6), 2, shape, np.float32)
+    blob = tiled(rk.eltwise_binary("add", "f32"), 2, shape, np.float32, target, chunks=8, slots_per_tile=2,
+                 war_barriers=False)  # fmt: skip
+    loaded = load_blob(write_blob(blob))
+    races = find_races(loaded)
+    assert races and all("with no barrier or queue order" in r for r in races)
+    assert any("writes" in r and "CMX #0" in r for r in races)
+    with pytest.raises(RaceError, match="data race"):
+        run(loaded, x, check_races=True)
+    wrong = sum(not np.array_equal(run(loaded, x, seed=s)["y"], x["x0"] + x["x1"]) for s in range(20))
+    assert wrong > 0

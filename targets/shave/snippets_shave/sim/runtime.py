@@ -217,9 +217,17 @@ def simulate(
     *,
     seed: int | None = None,
     step_limit: int = DEFAULT_STEP_LIMIT,
+    check_races: bool = False,
 ) -> SimResult:
-    """Load (validating everything first) and run a blob; returns outputs, the task trace and instruction count."""
+    """Load (validating everything first) and run a blob; returns outputs, the task trace and instruction count.
+
+    ``check_races`` first runs the static race checker (:mod:`snippets_shave.sim.races`) and raises
+    ``RaceError`` if two unordered tasks touch the same bytes and one of them writes."""
     loaded = blob if isinstance(blob, LoadedBlob) else load_blob(blob)
+    if check_races:
+        from snippets_shave.sim.races import check_races as _check
+
+        _check(loaded)
     return Simulator(loaded, step_limit=step_limit).run(inputs, seed=seed)
 
 
@@ -229,6 +237,7 @@ def run(
     *,
     seed: int | None = None,
     step_limit: int = DEFAULT_STEP_LIMIT,
+    check_races: bool = False,
 ) -> dict[str, np.ndarray]:
     """Run a blob and return its outputs by name."""
-    return simulate(blob, inputs, seed=seed, step_limit=step_limit).outputs
+    return simulate(blob, inputs, seed=seed, step_limit=step_limit, check_races=check_races).outputs
