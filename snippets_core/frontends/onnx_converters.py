@@ -906,3 +906,52 @@ def _repeat_groups(ctx: NodeContext, v: Output, reps: Output, groups: int) -> Ou
     col = ctx.make("Reshape", v, ctx.i64([groups, 1]), special_zero=False)
     tiled = ctx.make("Tile", col, ctx.make("Concat", ctx.i64([1]), reps, axis=0))
     return ctx.make("Reshape", tiled, ctx.i64([-1]), special_zero=False).output
+
+
+def _resize_common(ctx: NodeContext, x: Output, target: Output, calc: str, roi: Output | None,
+                   legacy: bool) -> Output:
+    mode = ctx.check_attr("mode", ("nearest", "linear", "cubic", "bilinear", "trilinear"), "nearest")
+    mode = "linear" if mode in ("bilinear", "trilinear") else mode  # Upsample-7/9 spellings
+    if legacy:
+        # Upsample and Resize-10 sample at x_out / scale and take the floor for nearest.
+        coord, nearest = "asymmetric", "floor"
+    else:
+        coord = ctx.check_attr("coordinate_transformation_mode", ("half_pixel", "half_pixel_symmetric",
+                               "pytorch_half_pixel", "align_corners", "asymmetric", "tf_crop_and_resize"),
+                               "half_pixel")
+        nearest = ctx.check_attr("nearest_mode", ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"),
+                                 "round_prefer_floor")
+    axes = ctx.attr_ints("axes")
+    args = [x, target] + ([roi] if roi is not None and coord == "tf_crop_and_resize" else [])
+    return ctx.make("Interpolate", *args, mode=mode, shape_calculation_mode=calc, axes=axes,
+                    coordinate_transformation_mode=coord, nearest_mode=nearest,
+                    cubic_coeff_a=float(ctx.attr("cubic_coeff_a", -0.75)),
+                    exclude_outside=bool(ctx.attr("exclude_outside", 0)),
+                    extrapolation_value=float(ctx.attr("extrapolation_value", 0.0)),
+                    antialias=bool(ctx.attr("antialias", 0)),
+                    keep_aspect_ratio_policy=ctx.check_attr("keep_aspect_ratio_policy",
+                                                            ("stretch", "not_larger", "not_smaller"),
+                                                            "stretch")).output
+
+
+@_register("Resize")
+def _resize(ctx: NodeContext) -> Outputs:
+    x = ctx.input(0)
+    if ctx.opset < 11:
+        return [_resize_common(ctx, x, ctx.input(1), "scales", None, legacy=True)]
+    roi, scales, sizes = ctx.opt_input(1), ctx.opt_input(2), ctx.opt_input(3)
+    # An empty scales tensor (opset 11-12 style "not given") defers to sizes.
+    if scales is not None and scales.shape.is_static and scales.shape.size == 0:
+        scales = None
+    if sizes is not None:
+        return [_resize_common(ctx, x, sizes, "sizes", roi, legacy=False)]
+    if scales is None:
+        raise ctx.unsupported("one of 'scales' and 'sizes' is required")
+    return [_resize_common(ctx, x, scales, "scales", roi, legacy=False)]
+
+
+@_register("Upsample")
+def _upsample(ctx: NodeContext) -> Outputs:
+    x = ctx.input(0)
+    scales = ctx.const(np.asarray(ctx.attr("scales"), np.float32)) if ctx.opset < 9 else ctx.input(1)
+    return [_resize_common(ctx, x, scales, "scales", None, legacy=True)]

@@ -55,8 +55,6 @@ EXCLUDED_OPS: dict[str, str] = {
     "Unique": _NOTSET, "ReverseSequence": _NOTSET, "CumProd": _NOTSET,
     "GatherND": _NOTSET, "Scatter": _NOTSET, "ScatterElements": _NOTSET,
     "ScatterND": _NOTSET,
-    "Resize": "image resizing is not needed by the light models and not in the op set",
-    "Upsample": "image resizing is not needed by the light models and not in the op set",
 }
 
 _LOWBIT = "element type without a snippets counterpart (float8, float4, int4, int2 families)"

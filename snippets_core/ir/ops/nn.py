@@ -405,3 +405,184 @@ class LRN(Node):
         window = csum[:, self.size:self.size + c] - csum[:, :c]
         y = x / (self.bias + self.alpha / self.size * window) ** self.beta
         return [y.astype(x.dtype)]
+
+
+COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+                    "tf_crop_and_resize")
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+INTERPOLATE_MODES = ("nearest", "linear", "cubic")
+
+
+class Interpolate(Node):
+    """ONNX Resize: resample the axes of ``x`` to ``target`` sizes (``shape_calculation_mode='sizes'``, i64)
+    or by ``target`` scales (``'scales'``, f32), one entry per axis of ``axes`` (all axes when ``axes`` is
+    None). An optional third input is the ``roi`` of ``tf_crop_and_resize`` (``[starts..., ends...]``).
+
+    Resampling is separable: each axis is resized in turn with per-output-position taps and weights
+    (nearest: one tap by ``nearest_mode``; linear: two; cubic: four with ``cubic_coeff_a``; with
+    ``antialias`` the linear/cubic kernels widen by 1/scale when downsampling). Taps outside the input read
+    the edge value, or get zero weight with ``exclude_outside``.
+    """
+
+    ATTRS = ("mode", "shape_calculation_mode", "axes", "coordinate_transformation_mode", "nearest_mode",
+             "cubic_coeff_a", "exclude_outside", "extrapolation_value", "antialias", "keep_aspect_ratio_policy")
+
+    def __init__(self, x: Output | Node, target: Output | Node, *roi: Output | Node, mode: str = "nearest",
+                 shape_calculation_mode: str = "scales", axes: Sequence[int] | None = None,
+                 coordinate_transformation_mode: str = "half_pixel", nearest_mode: str = "round_prefer_floor",
+                 cubic_coeff_a: float = -0.75, exclude_outside: bool = False, extrapolation_value: float = 0.0,
+                 antialias: bool = False, keep_aspect_ratio_policy: str = "stretch", name: str | None = None) -> None:
+        self.mode = mode
+        self.shape_calculation_mode = shape_calculation_mode
+        self.axes = None if axes is None else tuple(int(a) for a in axes)
+        self.coordinate_transformation_mode = coordinate_transformation_mode
+        self.nearest_mode = nearest_mode
+        self.cubic_coeff_a = float(cubic_coeff_a)
+        self.exclude_outside = bool(exclude_outside)
+        self.extrapolation_value = float(extrapolation_value)
+        self.antialias = bool(antialias)
+        self.keep_aspect_ratio_policy = keep_aspect_ratio_policy
+        super().__init__(x, target, *roi, name=name)
+
+    def _check(self) -> None:
+        for attr, allowed in (("mode", INTERPOLATE_MODES), ("shape_calculation_mode", ("sizes", "scales")),
+                              ("coordinate_transformation_mode", COORDINATE_MODES), ("nearest_mode", NEAREST_MODES),
+                              ("keep_aspect_ratio_policy", ("stretch", "not_larger", "not_smaller"))):
+            if getattr(self, attr) not in allowed:
+                raise ShapeInferenceError(f"{attr} must be one of {allowed}, got {getattr(self, attr)!r}")
+
+    def _plan(self, shape: Sequence[int], target: np.ndarray) -> tuple[list[int], list[float], list[int]]:
+        """(full output shape, per-axis scales, the resized axes) for an input of ``shape``."""
+        rank = len(shape)
+        axes = list(range(rank)) if self.axes is None else [a + rank if a < 0 else a for a in self.axes]
+        target = np.asarray(target).reshape(-1)
+        if len(target) != len(axes):
+            raise ShapeInferenceError(f"{self.shape_calculation_mode} has {len(target)} values for {len(axes)} axes")
+        out, scales = list(shape), [1.0] * rank
+        if self.shape_calculation_mode == "scales":
+            for a, s in zip(axes, target.tolist()):
+                if s <= 0:
+                    raise ShapeInferenceError(f"scale {s} must be positive")
+                scales[a] = float(s)
+                out[a] = int(shape[a] * float(s))
+            return out, scales, axes
+        for a, size in zip(axes, target.tolist()):
+            scales[a] = int(size) / shape[a] if shape[a] else 1.0
+            out[a] = int(size)
+        if self.keep_aspect_ratio_policy != "stretch":
+            pick = min if self.keep_aspect_ratio_policy == "not_larger" else max
+            s = pick(scales[a] for a in axes)
+            for a in axes:
+                scales[a] = s
+                out[a] = int(s * shape[a] + 0.5)
+        return out, scales, axes
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        self._check()
+        if len(self.inputs) not in (2, 3):
+            raise ShapeInferenceError(f"Interpolate takes 2 or 3 inputs (data, sizes|scales[, roi]), "
+                                      f"got {len(self.inputs)}")
+        x = self.input_shape(0)
+        et = self.input_type(0)
+        if not x.rank_is_static:
+            return [(et, Shape.dynamic())]
+        from snippets_core.ir.const_eval import constant_value
+
+        target = constant_value(self.inputs[1].source)
+        if target is None or not x.is_static:
+            return [(et, Shape.dynamic(x.rank))]
+        out, _, _ = self._plan(x.to_tuple(), target)
+        return [(et, Shape(out))]
+
+    def _x_original(self, y: np.ndarray, scale: float, size_in: int, size_out: int,
+                    roi: tuple[float, float] | None) -> np.ndarray:
+        mode = self.coordinate_transformation_mode
+        width = scale * size_in  # the un-rounded output length
+        if mode == "align_corners":
+            return np.zeros_like(y) if width == 1 else y * (size_in - 1) / (width - 1)
+        if mode == "asymmetric":
+            return y / scale
+        if mode == "tf_crop_and_resize":
+            lo, hi = roi if roi is not None else (0.0, 1.0)
+            base = np.full_like(y, (hi - lo) * (size_in - 1) / 2) if width == 1 else \
+                y * (hi - lo) * (size_in - 1) / (width - 1)
+            return base + lo * (size_in - 1)
+        if mode == "pytorch_half_pixel":
+            return np.full_like(y, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+        if mode == "half_pixel_symmetric":
+            offset = size_in / 2 * (1 - size_out / width)
+            return offset + (y + 0.5) / scale - 0.5
+        return (y + 0.5) / scale - 0.5
+
+    def _taps(self, ratio: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+        """(tap offsets k relative to base = ceil(x) - 1, weights [out, taps]) for ratios in (0, 1]."""
+        r = ratio[:, None]
+        if self.mode == "nearest":
+            integer = ratio == 1.0
+            choose_high = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
+                           "floor": np.zeros_like(integer), "ceil": np.ones_like(integer)}[self.nearest_mode]
+            high = (integer | choose_high).astype(np.float64)[:, None]
+            return np.array([0, 1]), np.concatenate([1 - high, high], axis=1)
+        a = self.cubic_coeff_a
+        if self.antialias and scale < 1.0:
+            if self.mode == "linear":
+                start = int(np.floor(-1 / scale) + 1)
+                k = np.arange(start, 2 - start)
+                w = np.clip(1 - np.abs((k[None, :] - r) * scale), 0, 1)
+            else:
+                start = int(np.floor(-2 / scale) + 1)
+                k = np.arange(start, 2 - start)
+                w = _cubic_kernel(np.abs(scale * (k[None, :] - r)), a)
+            return k, w / w.sum(axis=1, keepdims=True)
+        if self.mode == "linear":
+            return np.array([0, 1]), np.concatenate([1 - r, r], axis=1)
+        k = np.arange(-1, 3)
+        return k, _cubic_kernel(np.abs(k[None, :] - r), a)
+
+    def _resize_axis(self, x: np.ndarray, axis: int, scale: float, size_out: int,
+                     roi: tuple[float, float] | None) -> np.ndarray:
+        size_in = x.shape[axis]
+        y = np.arange(size_out, dtype=np.float64)
+        xo = self._x_original(y, scale, size_in, size_out, roi)
+        base = np.ceil(xo).astype(np.int64) - 1
+        ratio = xo - base  # in (0, 1]: an integer coordinate is "ratio 1 above the pixel to its left"
+        k, w = self._taps(ratio, scale)
+        idx = base[:, None] + k[None, :]
+        if self.exclude_outside:
+            w = np.where((idx < 0) | (idx >= size_in), 0.0, w)
+            w = w / w.sum(axis=1, keepdims=True)
+        idx = np.clip(idx, 0, size_in - 1)
+        moved = np.moveaxis(x, axis, -1)
+        out = np.einsum("...ok,ok->...o", moved[..., idx], w)
+        if self.coordinate_transformation_mode == "tf_crop_and_resize":
+            outside = (xo < 0) | (xo > size_in - 1)
+            out = np.where(outside, self.extrapolation_value, out)
+        return np.moveaxis(out, -1, axis)
+
+    def evaluate(self, x: np.ndarray, target: np.ndarray, *roi: np.ndarray) -> list[np.ndarray]:
+        out_shape, scales, axes = self._plan(x.shape, target)
+        rank = x.ndim
+        roi_full: np.ndarray | None = None
+        if roi and np.asarray(roi[0]).size:
+            r = np.asarray(roi[0], dtype=np.float64).reshape(-1)
+            roi_full = np.concatenate([np.zeros(rank), np.ones(rank)])
+            n = len(r) // 2
+            for i, a in enumerate(axes if n == len(axes) else range(rank)):
+                roi_full[a], roi_full[rank + a] = r[i], r[n + i]
+        y = x.astype(np.float64)
+        for a in axes:
+            axis_roi = None if roi_full is None else (float(roi_full[a]), float(roi_full[rank + a]))
+            if scales[a] == 1.0 and out_shape[a] == y.shape[a] and (axis_roi in (None, (0.0, 1.0))):
+                continue
+            y = self._resize_axis(y, a, scales[a], out_shape[a], axis_roi)
+        if x.dtype.kind in "iu":
+            info = np.iinfo(x.dtype)
+            y = np.clip(np.rint(y), info.min, info.max)
+        return [y.astype(x.dtype)]
+
+
+def _cubic_kernel(d: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel with parameter ``a`` at distances ``d >= 0``."""
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
