@@ -206,3 +206,19 @@ def test_element_types(et):
     assert out.dtype == dt
     ref = np.maximum(a + b, a)  # numpy in the same type: wrap-around for integers, rounding for f16/bf16
     np.testing.assert_array_equal(out.astype(np.float64), ref.astype(np.float64))
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("domain_opt", [True, False])
+@pytest.mark.parametrize("s0, s1, s2", [((3, 1), (3, 1), (3, 17)), ((2, 1, 5), (1, 4, 1), (2, 4, 5)),
+                                        ((1, 6), (1, 6), (5, 6)), ((4, 1, 1), (4, 1, 1), (4, 3, 9))])
+def test_broadcast_intermediate_is_also_an_output(s0, s1, s2, domain_opt, width):
+    """A small (broadcast) value computed inside the big loop is stored as its own output too."""
+    p0, p1, p2 = Parameter("f32", s0, name="a"), Parameter("f32", s1, name="b"), Parameter("f32", s2, name="c")
+    a = Add(p0, p1)
+    body = Model([Result(Multiply(Exp(a), p2), name="r0"), Result(Relu(a), name="r1"),
+                  Result(Subtract(p2, a), name="r2")], [p0, p1, p2])
+    x0, x1, x2 = rand(s0), rand(s1), rand(s2)
+    s = x0.astype(np.float64) + x1
+    outs = run_body(body, [x0, x1, x2], vector_size=width, config=Config(enable_domain_optimization=domain_opt))
+    check(outs, [np.exp(s) * x2, np.maximum(s, 0), x2 - s])
