@@ -133,6 +133,9 @@ def print_machine(info: Mapping[str, Any]) -> None:
     mhz = info["nominal_mhz"]
     print(f"# {info['date_utc']}  {info['cpu']} (family {info['cpu_family']}), {info['cores']} cores, "
           f"{mhz:.0f} MHz nominal, L3 {info['l3']}, load avg {info['loadavg_1min']}")
+    if info["loadavg_1min"] > 0.5 * info["cores"]:
+        print(f"# WARNING: load average {info['loadavg_1min']} on {info['cores']} cores: other processes compete "
+              f"for the CPU and memory, so times are noisy (see the iqr column)")
     peers = ", ".join(f"{k} {info[k]}" for k in ("numpy", "onnxruntime", "openvino", "torch") if info[k])
     print(f"# python {info['python']}; {peers}")
 
