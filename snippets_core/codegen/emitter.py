@@ -48,6 +48,20 @@ def data_offsets(shape: tuple[int, ...], rank: int, element_size: int) -> list[i
     return [prod(shape[i + 1:]) * element_size if shape[i] != 1 else 0 for i in range(rank)]
 
 
+def memory_shape(param: Expression) -> tuple[int, ...]:
+    """The shape an input is read with: after the shape-only ops (RankNormalization, SnippetsReshape)
+    between the Parameter and its first memory access."""
+    from snippets_core.lowered.op_kinds import SHAPE_ONLY
+
+    expr, desc = param, param.output_descs[0]
+    while True:
+        consumers = [c for c in expr.output_connectors[0].get_consumers() if c.expr.type_name in SHAPE_ONLY]
+        if not consumers:
+            return desc.preordered_shape
+        expr = consumers[0].expr
+        desc = expr.output_descs[0]
+
+
 class KernelEmitter(Emitter):
     """Emits the whole LinearIR: the kernel prologue (data pointers from the call arguments, moved to
     the tile of the parallel-domain indices), every expression's emitter in order, the epilogue.
@@ -65,7 +79,7 @@ class KernelEmitter(Emitter):
         self.data_offsets: list[list[int]] = []
         for p in ir.parameters:
             out = p.node.outputs[0]
-            self.data_offsets.append(data_offsets(p.output_descs[0].preordered_shape, rank, out.element_type.size))
+            self.data_offsets.append(data_offsets(memory_shape(p), rank, out.element_type.size))
         for r in ir.results:
             src = r.input_connectors[0].source
             size = src.expr.node.outputs[src.index].element_type.size

@@ -51,7 +51,12 @@ BUFFER_TYPES = ("Buffer",)
 
 
 class LinearIR:
-    """A kernel body as an ordered list of Expressions plus the loops over them."""
+    """A kernel body as an ordered list of Expressions plus the loops over them.
+
+    The LinearIR takes the Model's nodes as they are and keeps the node graph in step with its edits
+    (inserted Loads become the nodes' inputs, OptimizeDomain reshapes Parameters): pass a copy
+    (``model.clone()``) when the Model is needed afterwards, as :func:`~snippets_core.lowered.pipeline.lower`
+    does."""
 
     def __init__(self, model: Model | None = None, config: Config | None = None) -> None:
         self.config = config or Config()

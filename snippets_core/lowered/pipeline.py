@@ -81,8 +81,9 @@ def lower(body: Model, config: Config, target: TargetMachine,
           positioned_passes: Iterable[PositionedPass] = (), disabled: Iterable[str] = ()) -> LinearIR:
     """Build the LinearIR of a body Model (after the data-flow passes) and run OptimizeDomain, the
     control-flow, validation and pre-generation pipelines. Positioned passes whose ``pipeline`` (or
-    pass kind) is "control-flow" or "pre-generation" are placed in that pipeline."""
-    ir = LinearIR(body, config)
+    pass kind) is "control-flow" or "pre-generation" are placed in that pipeline. ``body`` is left
+    untouched: the LinearIR works on a copy (its edits rewire nodes)."""
+    ir = LinearIR(body.clone(), config)
     OptimizeDomain().run(ir)
     pipelines = {"control-flow": control_flow_pipeline(config), "validation": validation_pipeline(),
                  "pre-generation": pre_generation_pipeline(target)}

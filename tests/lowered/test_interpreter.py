@@ -222,3 +222,28 @@ def test_broadcast_intermediate_is_also_an_output(s0, s1, s2, domain_opt, width)
     s = x0.astype(np.float64) + x1
     outs = run_body(body, [x0, x1, x2], vector_size=width, config=Config(enable_domain_optimization=domain_opt))
     check(outs, [np.exp(s) * x2, np.maximum(s, 0), x2 - s])
+
+
+def test_reshaped_and_rank_normalized_inputs_and_body_reuse():
+    """Inputs read through SnippetsReshape/RankNormalization use the reshaped strides; one body lowers
+    for several widths (lowering works on a copy)."""
+    from snippets_core.ir.ops.snippets import RankNormalization, SnippetsReshape
+
+    x, s, t = Parameter("f32", (2, 6, 5), name="x"), Parameter("f32", (6,), name="s"), Parameter("f32", (5,), name="t")
+    body = Model([Result(Add(Add(x, SnippetsReshape(s, target_shape=(6, 1))), RankNormalization(t, num_prepend=2)),
+                         name="y")], [x, s, t])
+    before = body.to_text()
+    xs, ss, ts = rand((2, 6, 5)), rand((6,)), rand((5,))
+    for width in WIDTHS:
+        check(run_body(body, [xs, ss, ts], vector_size=width), [xs + ss.reshape(6, 1).astype(np.float64) + ts])
+    assert body.to_text() == before
+
+
+def test_reshape_of_a_computed_value_is_rejected():
+    from snippets_core.errors import UnsupportedOpError
+    from snippets_core.ir.ops.snippets import SnippetsReshape
+
+    p = Parameter("f32", (2, 6), name="p")
+    body = Model([Result(Relu(SnippetsReshape(Exp(p), target_shape=(3, 4))), name="y")], [p])
+    with pytest.raises(UnsupportedOpError, match="SnippetsReshape .* reshapes the computed value of Exp"):
+        run_body(body, [rand((2, 6))], vector_size=4)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from snippets_core.errors import ValidationError
+from snippets_core.errors import UnsupportedOpError, ValidationError
 from snippets_core.lowered.loop_manager import LoopManager
-from snippets_core.lowered.op_kinds import NOT_IN_LOOPS
+from snippets_core.lowered.op_kinds import NOT_IN_LOOPS, SHAPE_ONLY
 from snippets_core.lowered.passes.move_scalar_to_consumer import place_scalars_before_consumers
 from snippets_core.lowered.passes.pass_base import LoweredPass
 from snippets_core.lowered.port_descriptor import FULL_DIM
@@ -71,6 +71,20 @@ def mark_loop_nest(ir: LinearIR, begin: int, end: int, loop_depth: int, vector_s
     return ids
 
 
+def _check_shape_only_ops(ir: LinearIR) -> None:
+    """A shape-only op must reinterpret memory (an input), not a computed register value: a reshape in
+    the middle of a body changes the iteration domain (GroupNormalization-style bodies)."""
+    for e in ir.exprs:
+        if e.type_name not in SHAPE_ONLY:
+            continue
+        src = e.input_expr(0)
+        while src.type_name in SHAPE_ONLY:
+            src = src.input_expr(0)
+        if src.type_name not in ("Parameter", "Buffer"):
+            raise UnsupportedOpError(f"{e.type_name} '{e.name}' reshapes the computed value of {src.type_name} "
+                                     f"'{src.name}'; the lowering only reshapes inputs")
+
+
 @dataclass(frozen=True)
 class MarkLoops(LoweredPass):
     """Split the expression list into runs of expressions each reading the previous one with matching
@@ -82,6 +96,7 @@ class MarkLoops(LoweredPass):
     vector_size: int = 16
 
     def run(self, ir: LinearIR) -> bool:
+        _check_shape_only_ops(ir)
         place_scalars_before_consumers(ir)
         exprs = ir.exprs
         changed = False
