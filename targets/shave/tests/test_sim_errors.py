@@ -186,3 +186,31 @@ def test_strided_dma_descriptor_against_numpy_slicing() -> None:
     sb.dma(c, y, engine=1, wait=[b])
     value = np.arange(40, dtype=np.float32).reshape(4, 10)
     np.testing.assert_array_equal(run(write_blob(sb.build()), {"x": value})["y"], value[:, 2:8])
+
+
+def test_simulate_files_round_trip(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from snippets_shave.sim import simulate_files
+
+    blob = tmp_path / "relu.ashvb"
+    sb = ScheduleBuilder("relu")
+    x, y = sb.add_input("x", (5,), DType.F32), sb.add_output("y", (5,), DType.F32)
+    k = sb.add_kernel(rk.relu("f32"))
+    cin, cout = (
+        sb.cmx(0, sb.cmx_workspace_start, (5,), DType.F32),
+        sb.cmx(0, sb.cmx_workspace_start + 64, (5,), DType.F32),
+    )
+    b0, b1 = sb.new_barrier(), sb.new_barrier()
+    sb.dma(x, cin, update=[b0])
+    sb.act(k, 0, [cin, cout], wait=[b0], update=[b1])
+    sb.dma(cout, y, wait=[b1])
+    blob.write_bytes(write_blob(sb.build()))
+    value = np.array([-1, 2, -3, 4, 0.5], np.float32)
+    np.savez(tmp_path / "in.npz", x=value)
+    simulate_files(blob, tmp_path / "in.npz", tmp_path / "out.npz")
+    with np.load(tmp_path / "out.npz") as out:
+        np.testing.assert_array_equal(out["y"], np.maximum(value, 0))
+    with pytest.raises(BlobFormatError, match="cannot read blob"):
+        simulate_files(tmp_path / "missing.ashvb", tmp_path / "in.npz")
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    with pytest.raises(InputError, match="cannot read inputs"):
+        simulate_files(blob, tmp_path / "bad.npz")

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from snippets_shave.sim.loader import LoadedBlob, load_blob
 from snippets_shave.sim.races import RaceError, check_races, find_races
-from snippets_shave.sim.runtime import DEFAULT_STEP_LIMIT, SimResult, Simulator, TraceEvent, run, simulate
+from snippets_shave.sim.runtime import (
+    DEFAULT_STEP_LIMIT,
+    SimResult,
+    Simulator,
+    TraceEvent,
+    run,
+    simulate,
+    simulate_files,
+)
 
 __all__ = [
     "DEFAULT_STEP_LIMIT",
@@ -22,4 +30,5 @@ __all__ = [
     "load_blob",
     "run",
     "simulate",
+    "simulate_files",
 ]

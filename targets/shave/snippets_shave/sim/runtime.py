@@ -13,10 +13,11 @@ from __future__ import annotations
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from snippets_core.errors import InputError
+from snippets_core.errors import BlobFormatError, InputError
 from snippets_shave.blob import Blob, Location
 from snippets_shave.constants import DTYPE_TO_NUMPY, WIN_E, WIN_F
 from snippets_shave.errors import DeadlockError, SimulationError
@@ -241,3 +242,28 @@ def run(
 ) -> dict[str, np.ndarray]:
     """Run a blob and return its outputs by name."""
     return simulate(blob, inputs, seed=seed, step_limit=step_limit, check_races=check_races).outputs
+
+
+def simulate_files(
+    blob_path: str | Path,
+    inputs_path: str | Path,
+    outputs_path: str | Path | None = None,
+    *,
+    seed: int | None = None,
+    check_races: bool = False,
+) -> dict[str, np.ndarray]:
+    """``snippets simulate model.blob --inputs IN.npz --outputs OUT.npz``: run a blob file on an .npz of
+    inputs (array names = input names) and optionally save the outputs as an .npz."""
+    try:
+        data = Path(blob_path).read_bytes()
+    except OSError as exc:
+        raise BlobFormatError(f"cannot read blob {str(blob_path)!r}: {exc.strerror}") from None
+    try:
+        with np.load(inputs_path, allow_pickle=False) as npz:
+            inputs = {name: npz[name] for name in npz.files}
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read inputs {str(inputs_path)!r} as .npz: {exc}") from None
+    outputs = run(data, inputs, seed=seed, check_races=check_races)
+    if outputs_path is not None:
+        np.savez(outputs_path, **outputs)
+    return outputs
