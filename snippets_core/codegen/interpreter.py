@@ -399,10 +399,8 @@ class InterpretedKernel:
         while st.pc < n:
             pc = st.pc
             program[pc](st)
-            if st.pc == pc:
+            if st.pc == pc:  # no jump: fall through
                 st.pc = pc + 1
-            else:
-                st.pc += 0  # a jump set the next pc
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Execute the kernel over the whole parallel domain; outputs have the LinearIR result shapes."""

@@ -30,3 +30,19 @@ def test_eltwise_and_softmax_model(width):
     e = np.exp(t - t.max(-1, keepdims=True))
     np.testing.assert_allclose(out["y"], e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(out["z"], np.exp(x0.astype(np.float64) + x1), rtol=1e-6)
+
+
+def test_dynamic_body_compiles_per_input_shape():
+    from snippets_core.codegen.interpreter import compile_subgraph
+
+    p0, p1 = Parameter("f32", (None, 7), name="a"), Parameter("f32", (1, 7), name="b")
+    body = Model([Result(Exp(Add(p0, p1)), name="y")], [p0, p1])
+    outer0, outer1 = Parameter("f32", (None, 7), name="a"), Parameter("f32", (1, 7), name="b")
+    sg = Subgraph(outer0, outer1, body=body)
+    run = compile_subgraph(sg, vector_size=4)
+    rng = np.random.default_rng(2)
+    b = rng.standard_normal((1, 7)).astype(np.float32)
+    for rows in (1, 5, 3):
+        a = rng.standard_normal((rows, 7)).astype(np.float32)
+        (y,) = run([a, b])
+        np.testing.assert_allclose(y, np.exp(a.astype(np.float64) + b), rtol=1e-6)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from snippets_core.lowered.loop_info import UnifiedLoopInfo
-from snippets_core.lowered.loop_utils import data_pointer_connector, processed_ports
+from snippets_core.lowered.loop_utils import processed_ports
 
 if TYPE_CHECKING:
     from snippets_core.lowered.expression import BufferExpression, Expression
@@ -38,5 +38,4 @@ def loop_signatures(ir: LinearIR, buf: BufferExpression) -> dict[int, Signature]
             if id(p.expr_port.expr) in access_ids:
                 d = descs[k]
                 sig[loop_id] = (d.ptr_increment, d.finalization_offset, d.data_size)
-                _ = data_pointer_connector(p)
     return sig
