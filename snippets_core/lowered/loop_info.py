@@ -75,22 +75,17 @@ class SpecificIterationHandlers:
 
 
 class LoopInfo:
-    """A loop's work amount, increment and ports."""
+    """A loop's work amount, increment, the dim it iterates (0 = innermost) and its ports."""
 
     def __init__(self, work_amount: int, increment: int, input_ports: list[LoopPort],
-                 output_ports: list[LoopPort]) -> None:
+                 output_ports: list[LoopPort], dim_idx: int | None = None) -> None:
         self.work_amount = work_amount
         self.increment = increment
         self.input_ports = list(input_ports)
         self.output_ports = list(output_ports)
-
-    @property
-    def dim_idx(self) -> int:
-        """The dim the loop iterates over (the first incremented port's), -1 if none is incremented."""
-        for p in self.input_ports + self.output_ports:
-            if p.is_incremented:
-                return p.dim_idx
-        return -1
+        if dim_idx is None:
+            dim_idx = next((p.dim_idx for p in self.all_ports() if p.is_incremented), 0)
+        self.dim_idx = dim_idx
 
     def all_ports(self) -> list[LoopPort]:
         return self.input_ports + self.output_ports
@@ -114,8 +109,9 @@ class UnifiedLoopInfo(LoopInfo):
     handlers the specific iterations run."""
 
     def __init__(self, work_amount: int, increment: int, input_ports: list[LoopPort],
-                 output_ports: list[LoopPort], handlers: SpecificIterationHandlers | None = None) -> None:
-        super().__init__(work_amount, increment, input_ports, output_ports)
+                 output_ports: list[LoopPort], handlers: SpecificIterationHandlers | None = None,
+                 dim_idx: int | None = None) -> None:
+        super().__init__(work_amount, increment, input_ports, output_ports, dim_idx)
         self.input_port_descs = [LoopPortDesc() for _ in self.input_ports]
         self.output_port_descs = [LoopPortDesc() for _ in self.output_ports]
         self.handlers = handlers or SpecificIterationHandlers()
@@ -135,7 +131,7 @@ class ExpandedLoopInfo(LoopInfo):
     def __init__(self, work_amount: int, increment: int, input_ports: list[LoopPort], output_ports: list[LoopPort],
                  ptr_increments: list[int], finalization_offsets: list[int], data_sizes: list[int],
                  type_: SpecificLoopIterType, unified: UnifiedLoopInfo, evaluate_once: bool = False) -> None:
-        super().__init__(work_amount, increment, input_ports, output_ports)
+        super().__init__(work_amount, increment, input_ports, output_ports, unified.dim_idx)
         self.ptr_increments = list(ptr_increments)
         self.finalization_offsets = list(finalization_offsets)
         self.data_sizes = list(data_sizes)

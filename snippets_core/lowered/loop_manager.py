@@ -63,7 +63,7 @@ class LoopManager:
         """Create a loop over expressions ``ir.exprs[begin:end]`` and make it their outermost loop."""
         info = UnifiedLoopInfo(work_amount, increment,
                                [LoopPort(p, LoopPortType.INCREMENTED, dim_idx) for p in entries],
-                               [LoopPort(p, LoopPortType.INCREMENTED, dim_idx) for p in exits])
+                               [LoopPort(p, LoopPortType.INCREMENTED, dim_idx) for p in exits], dim_idx=dim_idx)
         loop_id = self.add_loop_info(info)
         for expr in ir.exprs[begin:end]:
             expr.loop_ids.insert(0, loop_id)

@@ -51,7 +51,7 @@ class ExtractLoopInvariants(LoweredPass):
                 inside = [c for c in expr.consumers(0) if loop_id in c.expr.loop_ids]
                 if any(p.expr_port == expr.get_output_port(0) for p in info.output_ports):
                     info.replace_port(expr.get_output_port(0), [])
-                dim_idx = max(info.dim_idx, 0)
+                dim_idx = info.dim_idx
                 for c in inside:
                     info.input_ports.append(LoopPort(c, LoopPortType.INCREMENTED, dim_idx))
                     if isinstance(info, UnifiedLoopInfo):

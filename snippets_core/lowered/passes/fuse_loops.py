@@ -69,7 +69,7 @@ def fuse_into(ir: LinearIR, a_id: int, b_id: int, level: int) -> None:
     outs = [p for p in a.output_ports + b.output_ports
             if any(id(c.expr) not in members for c in p.expr_port.connector.get_consumers())]
     fused = UnifiedLoopInfo(a.work_amount, a.increment, ins, outs,
-                            a.handlers if isinstance(a, UnifiedLoopInfo) else None)
+                            a.handlers if isinstance(a, UnifiedLoopInfo) else None, dim_idx=a.dim_idx)
     lm.set_loop_info(a_id, fused)
     lm.remove_loop_info(b_id)
 
