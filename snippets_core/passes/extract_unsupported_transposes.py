@@ -33,7 +33,9 @@ class ExtractUnsupportedTransposes(Pass):
     A body Parameter whose only consumer is a Transpose with a Constant order that ``is_supported`` rejects
     loses that Transpose: it is recreated outside, between the Subgraph input and the Subgraph, where the
     reference kernel runs it (faster than the element-by-element TransposeDecomposition inside a kernel).
-    By default only Transposes that fold into a Brgemm stay. Disable the pass to measure the decomposition.
+    By default only Transposes that fold into a Brgemm stay. Only Subgraphs with a MatMul are touched (MHA,
+    MatMul): an eltwise Subgraph built around a Transpose is there to run it. Disable the pass to measure the
+    decomposition.
     """
 
     name: ClassVar[str] = "extract-unsupported-transposes"
@@ -45,6 +47,8 @@ class ExtractUnsupportedTransposes(Pass):
         body = ir.body
         if len(body.parameters) != len(ir.inputs):
             return False
+        if not any(n.type_name in ("MatMul", "Brgemm") for n in body.get_ordered_ops()):
+            return False  # an eltwise Subgraph around a Transpose exists to run that Transpose
         moved = False
         for i, param in enumerate(body.parameters):
             targets = param.outputs[0].targets
