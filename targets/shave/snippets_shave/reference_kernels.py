@@ -18,6 +18,7 @@ from snippets_shave.abi import (
     ELTWISE_BINARY_PARAMS,
     ELTWISE_UNARY_PARAMS,
     MEMREF_SIZE,
+    REDUCE_PARAMS,
     SOFTMAX_PARAMS,
     ParamsLayout,
 )
@@ -309,5 +310,85 @@ def softmax_last_axis_f32() -> bytes:
         a.assemble(),
         params_signature=SOFTMAX_PARAMS.signature,
         params_size=SOFTMAX_PARAMS.size,
+        labels=a.labels,
+    )
+
+
+def _rows_prologue(a: Assembler, axis_offset: int) -> None:
+    """r8 = innermost dim L, r4 = rows (product of the other dims), r10/r12 = in/out data; trap 1 unless
+    the i64 axis at ``axis_offset`` is the last logical dim."""
+    a.LD32(r2, r0, 8)
+    a.LD32(r3, r0, 12)
+    a.LD64(r13, r0, axis_offset)
+    a.ADDI(r6, r2, -1)
+    a.BNE(r13, r6, "bad_axis")
+    a.LD32(r8, r3, 0)
+    a.MOVI(r4, 1)
+    a.MOVI(r5, 1)
+    a.label("dims")
+    a.BGE(r5, r2, "dims_done")
+    a.ADDI(r3, r3, 4)
+    a.LD32(r6, r3, 0)
+    a.MUL(r4, r4, r6)
+    a.ADDI(r5, r5, 1)
+    a.JMP("dims")
+    a.label("dims_done")
+    a.LD32(r10, r0, 0)
+    a.LD32(r12, r0, MEMREF_SIZE)
+    a.MOVI(r7, 4)
+    a.MOVI(r9, 0)
+
+
+def reduce_last_axis_f32(kind: str) -> bytes:
+    """``ReduceParams {input, output, i64 axis}``: ``max`` or ``sum`` over the innermost axis of a dense f32
+    tensor into one f32 per row (the output MemRef has the other dims, keep_dims or not).
+
+    The tail uses VLDN's merge: lanes it does not load keep the accumulator's identity (the row's first
+    element for max, zero for sum), so no mask is needed.
+    """
+    vertical, horizontal = {"max": ("VMAX", "VMAXX"), "sum": ("VADD", "VSUMX")}[kind]
+    a = Assembler()
+    _rows_prologue(a, REDUCE_PARAMS.offset_of("axis"))
+    a.VBCAST(v21, r9, t="f32")
+    if kind == "max":
+        a.BEQ(r8, r9, "done")  # max of an empty row is undefined: leave the output alone
+    a.label("row")
+    a.BEQ(r4, r9, "done")
+    if kind == "max":
+        a.LD32(r13, r10, 0)
+        a.VBCAST(v1, r13, t="f32")  # identity for max: the row's first element (L >= 1)
+    else:
+        a.VMOV(v1, v21, t="f32")
+    a.ADDI(r15, r8, 0)
+    a.label("loop")
+    a.BLTU(r15, r7, "tail")
+    a.VLD(v0, r10, 0, t="f32")
+    a.emit(vertical, v1, v1, v0, t="f32")
+    a.ADDI(r10, r10, 16)
+    a.SUB(r15, r15, r7)
+    a.JMP("loop")
+    a.label("tail")
+    a.BEQ(r15, r9, "reduce")
+    a.VMOV(v0, v1 if kind == "max" else v21, t="f32")
+    a.VLDN(v0, r10, 0, r15, t="f32")
+    a.emit(vertical, v1, v1, v0, t="f32")
+    a.SHLI(r16, r15, 2)
+    a.ADD(r10, r10, r16)
+    a.label("reduce")
+    a.emit(horizontal, v1, v1, t="f32")
+    a.VEXTRACT(r13, v1, 0, t="f32")
+    a.ST32(r13, r12, 0)
+    a.ADDI(r12, r12, 4)
+    a.ADDI(r4, r4, -1)
+    a.JMP("row")
+    a.label("done")
+    a.RET()
+    a.label("bad_axis")
+    a.TRAP(1)
+    return write_kernel_elf(
+        f"reduce_{kind}_f32",
+        a.assemble(),
+        params_signature=REDUCE_PARAMS.signature,
+        params_size=REDUCE_PARAMS.size,
         labels=a.labels,
     )

@@ -125,3 +125,36 @@ def test_buffer_reuse_without_its_barrier_is_a_race(tiled) -> None:
         run(loaded, x, check_races=True)
     wrong = sum(not np.array_equal(run(loaded, x, seed=s)["y"], x["x0"] + x["x1"]) for s in range(20))
     assert wrong > 0
+
+
+@pytest.mark.parametrize("target", TARGETS.values(), ids=TARGETS.keys())
+@pytest.mark.parametrize("kind", ["max", "sum"])
+@pytest.mark.parametrize("row_len", [1, 5, 64, 131])
+def test_reduce_last_axis(kind: str, row_len: int, target: Target) -> None:
+    """Rows split over the tiles; each tile reduces its rows into a (rows,) output chunk."""
+    from snippets_shave.abi import REDUCE_PARAMS
+    from snippets_shave.blob import TensorRef
+    from snippets_shave.constants import DType
+    from snippets_shave.schedule import ScheduleBuilder
+
+    rows = 23
+    sb = ScheduleBuilder("reduce", target=target)
+    x = sb.add_input("x", (rows, row_len), DType.F32)
+    y = sb.add_output("y", (rows,), DType.F32)
+    k = sb.add_kernel(rk.reduce_last_axis_f32(kind))
+    for tile, part in enumerate(np.array_split(np.arange(rows), target.tiles)):
+        start, n = int(part[0]), len(part)
+        base = sb.cmx_workspace_start
+        cin = sb.cmx(tile, base, (n, row_len), DType.F32)
+        cout = sb.cmx(tile, base + (n * row_len * 4 + 63) // 64 * 64, (n,), DType.F32)
+        b_in, b_out = sb.new_barrier(), sb.new_barrier()
+        src = TensorRef("x", DType.F32, (n, row_len), x.location, 0, start * row_len * 4)
+        sb.dma(src, cin, engine=tile % 2, update=[b_in])
+        sb.act(k, tile, [cin, cout], {"axis": 1}, wait=[b_in], update=[b_out], layout=REDUCE_PARAMS)
+        sb.dma(cout, TensorRef("y", DType.F32, (n,), y.location, 0, start * 4), engine=(tile + 1) % 2, wait=[b_out])
+    value = (np.random.default_rng(row_len).standard_normal((rows, row_len)) * 3).astype(np.float32)
+    out = run(write_blob(sb.build()), {"x": value}, check_races=True)["y"]
+    if kind == "max":
+        np.testing.assert_array_equal(out, value.max(axis=1))
+    else:  # per-lane f32 partial sums, then an exact horizontal sum
+        np.testing.assert_allclose(out, value.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
