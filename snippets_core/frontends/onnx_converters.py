@@ -751,19 +751,22 @@ def _conv_transpose(ctx: NodeContext) -> Outputs:
 
 def _pool(op: str) -> Converter:
     def convert(ctx: NodeContext) -> Outputs:
-        if len(ctx.proto.output) > 1 and ctx.proto.output[1]:
-            raise ctx.unsupported("the Indices output of MaxPool is not supported")
-        if int(ctx.attr("storage_order", 0)) != 0:
-            raise ctx.bad_attr("storage_order", ctx.attr("storage_order"), "is not supported (only 0, row major)")
         kernel = ctx.attr_ints("kernel_shape")
         if not kernel:
             raise ctx.unsupported("attribute 'kernel_shape' is required")
-        extra = {}
+        extra: dict[str, object] = {}
         if op == "AvgPool":
             extra["count_include_pad"] = bool(ctx.attr("count_include_pad", 0))
-        return [ctx.make(op, ctx.input(0), kernel=kernel, strides=ctx.attr_ints("strides"),
-                         dilations=ctx.attr_ints("dilations"), pads=ctx.attr_ints("pads"), auto_pad=_auto_pad(ctx),
-                         ceil_mode=bool(ctx.attr("ceil_mode", 0)), **extra).output]
+        else:
+            storage_order = int(ctx.attr("storage_order", 0))
+            if storage_order not in (0, 1):
+                raise ctx.bad_attr("storage_order", storage_order, "must be 0 (row major) or 1 (column major)")
+            extra["storage_order"] = storage_order
+            extra["with_indices"] = len(ctx.proto.output) > 1 and bool(ctx.proto.output[1])
+        node = ctx.make(op, ctx.input(0), kernel=kernel, strides=ctx.attr_ints("strides"),
+                        dilations=ctx.attr_ints("dilations"), pads=ctx.attr_ints("pads"), auto_pad=_auto_pad(ctx),
+                        ceil_mode=bool(ctx.attr("ceil_mode", 0)), **extra)
+        return list(node.outputs)
 
     return convert
 

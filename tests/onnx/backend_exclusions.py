@@ -66,8 +66,6 @@ EXCLUDED_TESTS: list[tuple[str, str]] = [
     (r"test_identity_opt", _SEQ),
     (r"test_batchnorm_(example|epsilon)_training_mode", "BatchNormalization training_mode=1 (training)"),
     (r"test_training_dropout.*", "Dropout with training_mode=true draws a random mask (training)"),
-    (r"test_maxpool_with_argmax_2d_precomputed_(pads|strides)",
-     "MaxPool's Indices output is not supported (values only)"),
     (r"test_attention_4d_causal_fp16(_expanded)?",
      ("f16 chain of 27 ops: 2 of 192 outputs differ from onnx's f16 reference by more than rtol 1e-3 because "
       "snippets rounds each op's f32 result to f16 at different points")),

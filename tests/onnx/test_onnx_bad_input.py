@@ -97,7 +97,7 @@ def test_custom_domain_op() -> None:
 @pytest.mark.parametrize(("node", "attr"), [
     (helper.make_node("Gelu", ["x"], ["y"], name="n", approximate="fast"), "approximate"),
     (helper.make_node("MaxPool", ["x"], ["y"], name="n", kernel_shape=[1, 1], auto_pad="SOMETIMES"), "auto_pad"),
-    (helper.make_node("MaxPool", ["x"], ["y"], name="n", kernel_shape=[1, 1], storage_order=1), "storage_order"),
+    (helper.make_node("MaxPool", ["x"], ["y"], name="n", kernel_shape=[1, 1], storage_order=2), "storage_order"),
     (helper.make_node("DepthToSpace", ["x"], ["y"], name="n", blocksize=1, mode="XYZ"), "mode"),
 ])
 def test_unsupported_attribute_value_names_the_attribute(node: onnx.NodeProto, attr: str) -> None:

@@ -331,7 +331,22 @@ class _Pool(_WindowOp):
 
 
 class MaxPool(_Pool):
-    """ONNX MaxPool (values only): the maximum over each window; padding never wins."""
+    """ONNX MaxPool: the maximum over each window; padding never wins. With ``with_indices`` a second
+    i64 output holds the flat index of each maximum in the input (the first one on ties), with the
+    spatial dims in row-major (``storage_order`` 0) or column-major (1) order."""
+
+    ATTRS = _Pool.ATTRS + ("with_indices", "storage_order")
+
+    def __init__(self, x: Output | Node, *, kernel: Sequence[int], with_indices: bool = False,
+                 storage_order: int = 0, **kwargs: object) -> None:
+        super().__init__(x, kernel=kernel, with_indices=bool(with_indices), storage_order=int(storage_order),
+                         **kwargs)  # type: ignore[arg-type]
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        if self.storage_order not in (0, 1):
+            raise ShapeInferenceError(f"storage_order must be 0 or 1, got {self.storage_order}")
+        (spec,) = super().infer()
+        return [spec, (ElementType.i64, spec[1])] if self.with_indices else [spec]
 
     def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
         geo = self._geometry(self.kernel)
@@ -339,9 +354,36 @@ class MaxPool(_Pool):
         low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
         xp = _padded(x, pbs, pes, outs, geo, low)
         y = None
-        for _, view in _windows(xp, outs, geo):
-            y = view.copy() if y is None else np.maximum(y, view)
-        return [y]
+        best_pos: np.ndarray | None = None
+        for ki, (_, view) in enumerate(_windows(xp, outs, geo)):
+            if y is None:
+                y = view.copy()
+                best_pos = np.zeros(view.shape, dtype=np.int64)
+            else:
+                better = view > y  # strict: the first maximum in kernel order wins ties
+                y = np.where(better, view, y)
+                best_pos = np.where(better, ki, best_pos)
+        if not self.with_indices:
+            return [y]
+        return [y, self._indices(x.shape, outs, pbs, geo, best_pos)]  # type: ignore[arg-type]
+
+    def _indices(self, shape: Sequence[int], outs: Sequence[int], pbs: Sequence[int], geo: WindowGeometry,
+                 best_pos: np.ndarray) -> np.ndarray:
+        """Flat input indices of the winning kernel positions ``best_pos`` (an index into the kernel)."""
+        spatial = list(shape[2:])
+        taps = np.stack(np.unravel_index(best_pos, geo.kernel), axis=0)  # [n_sp, N, C, *outs]
+        coords = []
+        for i, o in enumerate(outs):
+            grid = np.arange(o).reshape([o if j == i else 1 for j in range(len(outs))])
+            coords.append(grid * geo.strides[i] + taps[i] * geo.dilations[i] - pbs[i])
+        order = range(len(spatial)) if self.storage_order == 0 else reversed(range(len(spatial)))
+        flat = np.zeros(best_pos.shape, dtype=np.int64)
+        for i in order:
+            flat = flat * spatial[i] + coords[i]
+        n, c = shape[:2]
+        plane = int(np.prod(spatial))
+        nc = (np.arange(n)[:, None] * c + np.arange(c)[None, :]).reshape(n, c, *([1] * len(spatial)))
+        return (nc * plane + flat).astype(np.int64)
 
 
 class AvgPool(_Pool):
