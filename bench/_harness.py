@@ -419,10 +419,11 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], aligns: s
 
     def fmt(values: Sequence[str]) -> str:
         return "| " + " | ".join(v.rjust(w) if a == "r" else v.ljust(w)
-                                 for v, w, a in zip(values, widths, aligns)) + " |"
+                                 for v, w, a in zip(values, widths, aligns, strict=True)) + " |"
 
     print(fmt(headers))
-    print("|" + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2)) for w, a in zip(widths, aligns)) + "|")
+    rule = (("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2)) for w, a in zip(widths, aligns, strict=True))
+    print("|" + "|".join(rule) + "|")
     for r in cells:
         print(fmt(r))
 
@@ -431,6 +432,11 @@ def fmt_ms(t: Timing) -> str:
     ms = t.median * 1e3
     text = f"{ms:.3f}" if ms < 10 else f"{ms:.1f}"
     return text + (" (1 call)" if t.single_call else "")
+
+
+def fmt_best(t: Timing) -> str:
+    ms = min(t.samples) * 1e3
+    return f"{ms:.3f}" if ms < 10 else f"{ms:.1f}"
 
 
 def fmt_spread(t: Timing) -> str:

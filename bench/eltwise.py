@@ -218,9 +218,11 @@ def reference64(chain: Chain, x: np.ndarray) -> np.ndarray:
 
 
 # --- the benchmark --------------------------------------------------------------------------------------
+Contenders = tuple[dict[str, Callable[[], Any]], dict[str, np.ndarray], dict[str, str], list[Callable[[], None]]]
+
+
 def make_contenders(chain: Chain, path: Path, x: np.ndarray, threads: int, contenders: list[str], ort: Any,
-                    ov: Any, notes: list[str], fallback_max_mib: float) -> tuple[dict[str, Callable[[], Any]], dict[str, np.ndarray],
-                                                        dict[str, str], list[Callable[[], None]]]:
+                    ov: Any, notes: list[str], fallback_max_mib: float) -> Contenders:
     """The callables to time for one row and thread count, each writing its own NaN-filled output array."""
     outs: dict[str, np.ndarray] = {}
     fns: dict[str, Callable[[], Any]] = {}
@@ -319,28 +321,29 @@ def main(argv: list[str] | None = None) -> int:
             for name, t in timings.items():
                 gbs = chain.io_bytes / t.median / 1e9
                 err = H.max_abs_error(outs[name], want)
-                table.append([row, n, labels.get(name, name), H.fmt_ms(t), H.fmt_spread(t), f"{gbs:.1f}",
-                              f"{t.median / fastest:.2f}", f"{100 * gbs / copy_gbs:.0f}%", H.fmt_err(err, tol)])
+                table.append([row, n, labels.get(name, name), H.fmt_ms(t), H.fmt_best(t), H.fmt_spread(t),
+                              f"{gbs:.1f}", f"{t.median / fastest:.2f}", f"{100 * gbs / copy_gbs:.0f}%",
+                              H.fmt_err(err, tol)])
                 results.append({"row": row, "shape": list(chain.shape), "threads": n, "contender": name,
                                 "label": labels.get(name, name), "gb_s": gbs, "copy_gb_s": copy_gbs,
                                 "ratio_to_fastest": t.median / fastest, "max_abs_err": err, **t.to_json()})
-            table.append([row, n, "memcpy (np.copyto 128 MiB)", H.fmt_ms(copy_t), H.fmt_spread(copy_t),
-                          f"{copy_gbs:.1f}", "", "100%", ""])
+            table.append([row, n, "memcpy (np.copyto 128 MiB)", H.fmt_ms(copy_t), H.fmt_best(copy_t),
+                          H.fmt_spread(copy_t), f"{copy_gbs:.1f}", "", "100%", ""])
             del fns, timings
     print()
     for c in copiers.values():
         c.close()
-    H.print_table(["row", "thr", "contender", "ms/call", "iqr", "GB/s", "x fastest", "% copy", "max abs err"],
-                  table, "lrlrrrrrr")
+    H.print_table(["row", "thr", "contender", "ms/call", "best", "iqr", "GB/s", "x fastest", "% copy", "max abs err"],
+                  table, "lrlrrrrrrr")
     print()
     for note in notes:
         print(f"note: {note}")
     copy_summary = {n: float(np.median(v)) for n, v in copy_seen.items() if v}
     print("# memory copy, median over rows: " + ", ".join(f"{n} thread(s) {g:.1f} GB/s"
                                                           for n, g in copy_summary.items()))
-    print(f"# total {time.perf_counter() - started:.0f} s; ms = median of the timed calls (iqr: interquartile "
-          f"range / median); x fastest = time / fastest time of the row and thread count; % copy = GB/s / the "
-          f"memcpy GB/s timed alongside")
+    print(f"# total {time.perf_counter() - started:.0f} s; ms = median of the timed calls, best = the fastest "
+          f"(iqr: interquartile range / median); x fastest = time / fastest time of the row and thread count; "
+          f"% copy = GB/s / the memcpy GB/s timed alongside")
     H.write_json(args.json, {"benchmark": "eltwise", "machine": info, "copy_gb_s": copy_summary, "notes": notes,
                              "results": results})
     return 0
