@@ -61,10 +61,18 @@ DTYPE_TO_NUMPY: dict[DType, np.dtype] = {
 NUMPY_TO_DTYPE: dict[np.dtype, DType] = {v: k for k, v in DTYPE_TO_NUMPY.items()}
 
 
+_SHORT_NAMES: dict[str, DType] = {
+    "f32": DType.F32, "f16": DType.F16, "bf16": DType.BF16, "i32": DType.I32,
+    "i16": DType.I16, "i8": DType.I8, "u8": DType.U8, "i64": DType.I64,
+}  # fmt: skip
+
+
 def dtype_of(value: object) -> DType:
-    """The :class:`DType` of a numpy dtype, an ``ElementType`` or a ``DType``."""
+    """The :class:`DType` of a numpy dtype, an ``ElementType``, a short name (``"f32"``) or a ``DType``."""
     if isinstance(value, DType):
         return value
+    if isinstance(value, str) and value in _SHORT_NAMES:
+        return _SHORT_NAMES[value]
     np_dtype = getattr(value, "numpy", None)  # snippets_core ElementType
     if np_dtype is not None and not callable(np_dtype):
         value = np_dtype

@@ -214,3 +214,21 @@ def test_simulate_files_round_trip(tmp_path) -> None:  # type: ignore[no-untyped
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
     with pytest.raises(InputError, match="cannot read inputs"):
         simulate_files(blob, tmp_path / "bad.npz")
+
+
+def test_invocation_tensors_must_agree_with_the_memrefs() -> None:
+    from snippets_shave.blob import read_blob
+
+    blob_bytes, x = _one_kernel(_asm("RET"))
+    blob = read_blob(blob_bytes)
+    act_list = next(i for i, tl in enumerate(blob.task_lists) if tl.executor.name == "ACT_SHAVE")
+    task = blob.task_lists[act_list].tasks[0]
+    inv = task.payload.invocation
+    moved = dataclasses.replace(inv.inputs[0], offset=inv.inputs[0].offset + 64)
+    bad_task = dataclasses.replace(
+        task, payload=dataclasses.replace(task.payload, invocation=dataclasses.replace(inv, inputs=(moved,)))
+    )
+    lists = list(blob.task_lists)
+    lists[act_list] = dataclasses.replace(lists[act_list], tasks=(bad_task,))
+    with pytest.raises(BlobFormatError, match=r"task 'kernel'.*invocation tensor 0 .* disagrees with params.m0"):
+        run(write_blob(dataclasses.replace(blob, task_lists=tuple(lists))), x)

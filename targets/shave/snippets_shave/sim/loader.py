@@ -278,6 +278,19 @@ class _Validator:
                     f"{where} params.{name}.dataAddr = {m.data_addr:#x}: {m.extent_bytes()} bytes outside the "
                     f"CMX workspace [{self.reserved[queue]}, {cmx}) of tile {queue}"
                 )
+        described = (*inv.inputs, *inv.outputs)
+        if described:
+            if len(described) != len(params.memrefs):
+                raise BlobFormatError(
+                    f"{where}: invocation lists {len(described)} input/output tensors for {len(params.memrefs)} MemRefs"
+                )
+            for i, (ref, (name, m)) in enumerate(zip(described, params.memrefs.items(), strict=True)):
+                same = (
+                    ref.location == Location.CMX and ref.index == queue and WIN_F + ref.offset == m.data_addr
+                    and tuple(ref.dims) == m.dims and ref.dtype == m.dtype
+                )  # fmt: skip
+                if not same:
+                    raise BlobFormatError(f"{where}: invocation tensor {i} ({ref.name!r}) disagrees with params.{name}")
         return LoadedTask(
             task, where, Executor.ACT_SHAVE, queue, kernel=inv.kernel, window=window,
             args_offset=inv.args_offset, params=params,
