@@ -7,13 +7,16 @@ methods apply when compiling for this target.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pluggy
 
 if TYPE_CHECKING:
+    from snippets_core.config import CompileConfig
     from snippets_core.ir.model import Model
     from snippets_core.ir.node import Node
+    from snippets_core.ir.ops.subgraph import Subgraph
+    from snippets_x86_64.runtime import KernelExecutor
 
 # the same marker as snippets_core.plugins.hookimpl (pluggy markers are plain values keyed by project name)
 hookimpl = pluggy.HookimplMarker("snippets")
@@ -51,6 +54,14 @@ class X86_64Target:
         except UnsupportedCpuError as exc:
             return str(exc)
         return None
+
+    def compile_subgraph(self, sg: Subgraph, config: CompileConfig, host: Any) -> KernelExecutor | None:
+        """Compile ``sg`` into a kernel run over its parallel domain on ``config.num_threads`` threads; None
+        (with ``sg.rt_info["SnippetsFallbackReason"]``) when the target cannot, so it runs on its reference.
+        The executor is ``run(inputs, outs=None) -> outputs``; see :mod:`snippets_x86_64.runtime`."""
+        from snippets_x86_64.runtime import compile_subgraph
+
+        return compile_subgraph(sg, config, host)
 
     @hookimpl
     def snippets_tokenization_callback(self, node: Node, target_name: str) -> str | None:

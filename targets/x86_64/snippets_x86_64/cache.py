@@ -1,0 +1,162 @@
+"""The kernel cache: a second compile of the same Subgraph body with the same config reuses the kernel.
+
+The key is a SHA-256 over a canonical text of the body (op types, attributes, element types, shapes,
+constants' bytes, recorded port descriptors; node names are left out), the compile config that changes the
+code (threads, disabled passes, positioned passes, plugin emitters) and the target's code version. The
+cache lives in memory (bounded, oldest dropped first) and, when a directory is given by
+``target_options["cache_dir"]`` or the environment variable ``SNIPPETS_CACHE_DIR``, on disk: per key a
+``<key>.bin`` with the machine code and a ``<key>.json`` with the calling metadata, written atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from snippets_x86_64.kernel import Kernel, KernelInfo
+
+if TYPE_CHECKING:
+    from snippets_core.ir.model import Model
+
+#: bump when generated code or the kernel ABI changes, so stale disk entries are never loaded
+CODE_VERSION = 1
+ENV_CACHE_DIR = "SNIPPETS_CACHE_DIR"
+MEMORY_ENTRIES = 256
+
+
+def _canon(value: Any) -> str:
+    """A stable text for an attribute value (no ids, no set order)."""
+    if isinstance(value, np.ndarray):
+        arr = np.ascontiguousarray(value)
+        return f"array({arr.dtype.str},{list(arr.shape)},{hashlib.sha256(arr.tobytes()).hexdigest()})"
+    if isinstance(value, np.generic):
+        return f"{type(value).__name__}({value.item()!r})"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{_canon(k)}:{_canon(value[k])}" for k in sorted(value, key=repr)) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_canon(v) for v in value) + "]"
+    if isinstance(value, (set, frozenset)):
+        return "{" + ",".join(sorted(_canon(v) for v in value)) + "}"
+    return repr(value)
+
+
+def body_text(model: Model) -> str:
+    """The canonical text of a body Model: one line per node, inputs by position in the order."""
+    from snippets_core.lowered.port_descriptor import RT_INFO_KEY
+
+    order = model.get_ordered_ops()
+    index = {n.id: i for i, n in enumerate(order)}
+    lines = []
+    for i, n in enumerate(order):
+        ins = ",".join(f"{index[inp.source.node.id]}.{inp.source.index}" for inp in n.inputs)
+        attrs = ",".join(f"{a}={_canon(getattr(n, a, None))}" for a in n.ATTRS)
+        outs = ",".join(f"{o.element_type}{o.shape}" for o in n.outputs)
+        value = _canon(n.value) if hasattr(n, "value") and n.type_name in ("Constant", "Scalar") else ""
+        ports = _canon(n.rt_info.get(RT_INFO_KEY, {}))
+        lines.append(f"{i}:{n.type_name}({ins}){{{attrs}}}{value}->{outs} {ports}")
+    lines.append("params:" + ",".join(str(index[p.id]) for p in model.parameters))
+    lines.append("results:" + ",".join(str(index[r.id]) for r in model.results))
+    return "\n".join(lines)
+
+
+def cache_key(model: Model, config_parts: Iterable[Any]) -> str:
+    """SHA-256 of the body's canonical text, the config parts and the code version."""
+    h = hashlib.sha256()
+    h.update(f"x86_64_avx512 code v{CODE_VERSION}\n".encode())
+    h.update(body_text(model).encode())
+    for part in config_parts:
+        h.update(b"\0" + _canon(part).encode())
+    return h.hexdigest()
+
+
+class KernelCache:
+    """Kernels by key, in memory and optionally on disk. Thread-safe."""
+
+    def __init__(self, max_entries: int = MEMORY_ENTRIES) -> None:
+        self._mem: OrderedDict[str, Kernel] = OrderedDict()
+        self._lock = threading.Lock()
+        self.max_entries = max_entries
+        #: counters for tests and reports: memory hits, disk hits, misses
+        self.stats = {"memory": 0, "disk": 0, "miss": 0}
+
+    def get(self, key: str, cache_dir: str | Path | None) -> Kernel | None:
+        with self._lock:
+            kernel = self._mem.get(key)
+            if kernel is not None:
+                self._mem.move_to_end(key)
+                self.stats["memory"] += 1
+                return kernel
+        if cache_dir is not None:
+            kernel = self._load(Path(cache_dir), key)
+            if kernel is not None:
+                self.stats["disk"] += 1
+                self._remember(key, kernel)
+                return kernel
+        self.stats["miss"] += 1
+        return None
+
+    def put(self, key: str, kernel: Kernel, cache_dir: str | Path | None) -> None:
+        self._remember(key, kernel)
+        if cache_dir is not None:
+            self._store(Path(cache_dir), key, kernel)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._mem.clear()
+            self.stats = {"memory": 0, "disk": 0, "miss": 0}
+
+    def _remember(self, key: str, kernel: Kernel) -> None:
+        with self._lock:
+            self._mem[key] = kernel
+            self._mem.move_to_end(key)
+            while len(self._mem) > self.max_entries:
+                self._mem.popitem(last=False)
+
+    @staticmethod
+    def _load(directory: Path, key: str) -> Kernel | None:
+        meta_path, code_path = directory / f"{key}.json", directory / f"{key}.bin"
+        try:
+            meta = json.loads(meta_path.read_text())
+            code = code_path.read_bytes()
+        except (OSError, ValueError):
+            return None
+        if meta.get("code_version") != CODE_VERSION or meta.get("key") != key or len(code) != meta.get("code_len"):
+            return None  # another version's entry, or a torn write: recompile
+        return Kernel(code, int(meta["code_size"]), KernelInfo.from_json(meta["info"]))
+
+    @staticmethod
+    def _store(directory: Path, key: str, kernel: Kernel) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "key": key,
+            "code_version": CODE_VERSION,
+            "code_size": kernel.code_size,
+            "code_len": len(kernel.code),
+            "info": kernel.info.to_json(),
+        }
+        # data first, metadata last: a reader that finds the metadata finds whole code (checked by length)
+        for path, data in (
+            (directory / f"{key}.bin", kernel.code),
+            (directory / f"{key}.json", json.dumps(meta, sort_keys=True).encode()),
+        ):
+            tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}.{threading.get_ident()}")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+
+
+#: the process-wide kernel cache
+KERNEL_CACHE = KernelCache()
+
+
+def cache_dir_from(target_options: dict[str, Any]) -> str | None:
+    """The disk cache directory: ``target_options["cache_dir"]``, else ``$SNIPPETS_CACHE_DIR``, else None."""
+    d = target_options.get("cache_dir") or os.environ.get(ENV_CACHE_DIR)
+    return str(d) if d else None

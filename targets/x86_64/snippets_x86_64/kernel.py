@@ -1,0 +1,288 @@
+"""The x86-64 KernelEmitter, the kernel ABI, the Kernel object and the harness that runs a chunk of the domain.
+
+Kernel ABI (System V)::
+
+    struct call_args {                    // one int64/pointer slot each
+        void* data_ptrs[n_inputs + n_outputs];   // inputs then outputs, in the Subgraph's order
+        void* buffer_scratchpad_ptr;             // this thread's scratchpad (absent when no Buffer)
+    };
+    void kernel(const call_args* args, const int64_t* indexes);
+
+``indexes`` holds one index per dim of the parallel domain (the master shape without the last
+``loop_depth`` dims). The prologue loads each data pointer and moves it by ``data_offsets[i][j] *
+indexes[j]`` bytes for every domain dim ``j`` that is not 1 (and where the tensor is not broadcast); every
+Buffer register group starts at the scratchpad pointer (buffers add their compiled offsets). Then comes the
+body, expression by expression, then the Function's epilogue.
+
+The harness ``void harness(kernel, const call_args*, const int64_t* start, int64_t count)`` calls the kernel
+``count`` times from the multi-index ``start`` on, stepping the multi-index in row-major order (an odometer
+unrolled over the domain dims), so one ctypes call (which releases the GIL) runs a whole chunk.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from snippets_core.codegen.emitter import KernelEmitter
+from snippets_core.errors import CodegenError
+from snippets_core.lowered.port_descriptor import Reg, RegType
+from snippets_x86_64.asm import GP64, ZMM, Function, K, qword, r12, r13, r14, rbx, rdi, rsi
+from snippets_x86_64.jit import JitFunction
+from snippets_x86_64.jit_emitter import AuxRegs, to_asm
+
+if TYPE_CHECKING:
+    from snippets_core.lowered.linear_ir import LinearIR
+    from snippets_x86_64.asm import Mem
+    from snippets_x86_64.target_machine import X86_64TargetMachine
+
+
+def live_across(ir: LinearIR, always: set[Reg]) -> list[frozenset[Reg]]:
+    """For each expression, the registers whose values must survive it (defined before, read after).
+
+    A value read inside a loop that does not contain its definition stays live to that loop's end (every
+    iteration reads it). ``always`` (the data pointers) is live everywhere.
+    """
+    exprs = ir.exprs
+    pos = {id(e): i for i, e in enumerate(exprs)}
+    loops = []
+    for i, e in enumerate(exprs):
+        if e.type_name == "LoopEnd":
+            loops.append((pos[id(e.input_connectors[-1].source.expr)], i))
+    intervals: list[tuple[int, int, Reg]] = []
+    for d, e in enumerate(exprs):
+        for j, conn in enumerate(e.output_connectors):
+            reg = e.output_descs[j].reg
+            if reg is None or reg in always:
+                continue
+            end = d
+            for c in conn.get_consumers():
+                u = pos[id(c.expr)]
+                end = max(end, u)
+                for b, le in loops:
+                    if d < b < u <= le:
+                        end = max(end, le)
+            intervals.append((d, end, reg))
+    live: list[frozenset[Reg]] = []
+    for i in range(len(exprs)):
+        live.append(frozenset(always) | frozenset(r for d, end, r in intervals if d < i < end))
+    return live
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """What the host needs to call a kernel (JSON-serializable, stored with the code in the disk cache)."""
+
+    n_inputs: int
+    n_outputs: int
+    parallel_domain: tuple[int, ...]
+    scratchpad_size: int
+    has_scratchpad: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> KernelInfo:
+        return KernelInfo(
+            int(d["n_inputs"]),
+            int(d["n_outputs"]),
+            tuple(int(x) for x in d["parallel_domain"]),
+            int(d["scratchpad_size"]),
+            bool(d["has_scratchpad"]),
+        )
+
+    @property
+    def call_args_len(self) -> int:
+        return self.n_inputs + self.n_outputs + (1 if self.has_scratchpad else 0)
+
+
+class Kernel:
+    """A compiled kernel: its machine code in executable memory, the harness, and the calling metadata."""
+
+    def __init__(self, code: bytes, code_size: int, info: KernelInfo, asm_text: str | None = None) -> None:
+        self.code = bytes(code)
+        self.code_size = code_size
+        self.info = info
+        self.fn = JitFunction(self.code, None, (ctypes.c_void_p, ctypes.c_void_p), name="kernel", code_size=code_size)
+        self.harness = harness_for(info.parallel_domain)
+
+    @property
+    def address(self) -> int:
+        return self.fn.address
+
+    def disassemble(self) -> str:
+        """The kernel's machine code decoded by iced (Intel syntax)."""
+        return self.fn.disassemble()
+
+    def close(self) -> None:
+        self.fn.close()
+
+
+# --- the KernelEmitter -----------------------------------------------------------------------------------------
+
+
+class X86_64KernelEmitter(KernelEmitter):
+    """Emits the prologue (data pointers), every expression with its aux registers, and finishes the Kernel."""
+
+    def __init__(self, ir: LinearIR, h: X86_64TargetMachine, compile_params: Any = None) -> None:
+        super().__init__(ir, compile_params)
+        self.h = h
+        self.kernel: Kernel | None = None
+        self._slots: dict[str, list[Mem]] = {"gpr": [], "vec": []}
+
+    def emit_code(self, in_regs: Any = None, out_regs: Any = None, aux: Any = None) -> None:  # type: ignore[override]
+        a = self.h.asm
+        ptr_regs = self._check_pointers()
+        self._prologue(a, ptr_regs)
+        live = live_across(self.ir, set(ptr_regs))
+        for i, e in enumerate(self.ir.exprs):
+            em = e.emitter
+            needs = em.aux_needs() if hasattr(em, "aux_needs") else (em.aux_gprs, em.aux_vecs, em.aux_masks)
+            own = {r for r in e.in_regs + e.out_regs if r is not None}
+            aux_regs, spills = self._aux(needs, live[i], own, e)
+            for reg, slot in spills:
+                self.h.save(a, reg, slot)
+            em.emit_code(e.in_regs, e.out_regs, aux_regs)
+            for reg, slot in reversed(spills):
+                self.h.restore(a, reg, slot)
+        code, code_size = a.assemble()
+        info = KernelInfo(
+            len(self.ir.parameters),
+            len(self.ir.results),
+            tuple(self.parallel_domain),
+            int(self.scratchpad_size),
+            bool(self.buffer_regs),
+        )
+        self.kernel = Kernel(code, code_size, info)
+
+    # --- prologue ----------------------------------------------------------------------------------------------
+    def _check_pointers(self) -> list[Reg]:
+        regs = [r for r in self.data_ptr_regs if r is not None] + [r for r in self.buffer_regs if r is not None]
+        if len(set(regs)) != len(regs):
+            raise CodegenError(
+                "two data pointers of the kernel share one register (an output that is also an "
+                "input or another output); the x86-64 kernel ABI needs one pointer each"
+            )
+        banned = {rdi.number, rsi.number}
+        if any(r.type != RegType.gpr or r.idx in banned for r in regs):
+            raise CodegenError(f"{len(regs)} data pointers do not fit in the gprs the kernel prologue leaves free")
+        return regs
+
+    def _prologue(self, a: Function, ptr_regs: list[Reg]) -> None:
+        taken = {r.idx for r in ptr_regs} | {rdi.number, rsi.number}
+        tmp = next((GP64[n] for n in self.h.reg_pool(RegType.gpr) if n not in taken), None)
+        call_args, indexes = a.args
+        for k, (reg, offsets) in enumerate(zip(self.data_ptr_regs, self.data_offsets)):
+            if reg is None:
+                continue
+            ptr = GP64[reg.idx]
+            a.mov(ptr, qword[call_args + 8 * k])
+            for j, dim in enumerate(self.parallel_domain):
+                off = offsets[j]
+                if dim == 1 or off == 0:
+                    continue
+                if tmp is None:
+                    raise CodegenError("no scratch gpr left for the kernel prologue")
+                if -(2**31) <= off < 2**31:
+                    a.imul(tmp, qword[indexes + 8 * j], off)
+                else:
+                    a.mov(tmp, off)
+                    a.imul(tmp, qword[indexes + 8 * j])
+                a.add(ptr, tmp)
+        scratch = 8 * len(self.data_ptr_regs)
+        for reg in self.buffer_regs:
+            if reg is not None:
+                a.mov(GP64[reg.idx], qword[call_args + scratch])
+
+    # --- aux registers ---------------------------------------------------------------------------------------
+    def _slot(self, kind: str, n: int) -> Mem:
+        slots = self._slots[kind]
+        while len(slots) <= n:
+            slots.append(self.h.asm.stack_slot(64 if kind == "vec" else 8))
+        return slots[n]
+
+    def _aux(
+        self, needs: tuple[int, int, int], live: frozenset[Reg], own: set[Reg], expr: Any
+    ) -> tuple[AuxRegs, list[tuple[Any, Mem]]]:
+        n_gpr, n_vec, n_mask = needs
+        spills: list[tuple[Any, Mem]] = []
+        chosen: dict[RegType, list[int]] = {}
+        for rtype, n, kind in ((RegType.gpr, n_gpr, "gpr"), (RegType.vec, n_vec, "vec")):
+            pool = self.h.reg_pool(rtype)
+            busy = {r.idx for r in live | own if r.type == rtype}
+            free = [x for x in pool if x not in busy]
+            if len(free) < n:
+                # spill live values that this expression does not touch, restore them right after it
+                owned = {r.idx for r in own if r.type == rtype}
+                victims = [x for x in pool if x in busy and x not in owned][: n - len(free)]
+                if len(free) + len(victims) < n:
+                    raise CodegenError(
+                        f"{expr.type_name} '{expr.name}' needs {n} aux {kind} registers; "
+                        f"{len(free) + len(victims)} can be freed"
+                    )
+                for m, x in enumerate(victims):
+                    spills.append((to_asm(Reg(rtype, x)), self._slot(kind, m)))
+                free += victims
+            chosen[rtype] = free[:n]
+        if n_mask > 7:
+            raise CodegenError(f"{expr.type_name} '{expr.name}' needs {n_mask} aux mask registers; k1..k7 exist")
+        aux = AuxRegs(
+            tuple(GP64[x] for x in chosen[RegType.gpr]),
+            tuple(ZMM[x] for x in chosen[RegType.vec]),
+            tuple(K[x] for x in range(1, 1 + n_mask)),
+        )
+        return aux, spills
+
+
+# --- the harness -------------------------------------------------------------------------------------------------
+
+_HARNESSES: dict[tuple[int, ...], JitFunction] = {}
+
+
+def build_harness(domain: tuple[int, ...]) -> Function:
+    """``harness(kernel, call_args, start, count)``: ``count`` kernel calls from multi-index ``start`` on."""
+    fn = Function("harness", args=("kernel", "call_args", "start", "count"))
+    kernel, call_args, start, count = fn.args
+    nd = max(len(domain), 1)
+    idx = fn.stack_slot(8 * nd, align=8)
+    # callee-saved registers survive the kernel calls
+    a = fn
+    a.mov(rbx, kernel)
+    a.mov(r12, call_args)
+    a.mov(r13, count)
+    for d in range(nd):
+        if d < len(domain):
+            a.mov(r14, qword[start + 8 * d])
+        else:
+            a.xor(r14.r32, r14.r32)
+        a.mov(qword[idx + 8 * d], r14)
+    a.test(r13, r13)
+    a.jz(fn.exit)
+    loop = a.label("harness.loop")
+    a.mov(rdi, r12)
+    a.lea(rsi, idx)
+    a.call(rbx)
+    stepped = a.new_label("harness.stepped")
+    for d in reversed(range(len(domain))):
+        slot = qword[idx + 8 * d]
+        a.inc(slot)
+        if d == 0:
+            break  # the outermost dim never wraps within the chunk
+        a.cmp(slot, domain[d])
+        a.jl(stepped)
+        a.mov(slot, 0)
+    a.bind(stepped)
+    a.dec(r13)
+    a.jnz(loop)
+    return fn
+
+
+def harness_for(domain: tuple[int, ...]) -> JitFunction:
+    """The harness JIT function for a parallel domain (one per distinct domain, shared by kernels)."""
+    fn = _HARNESSES.get(domain)
+    if fn is None:
+        fn = build_harness(domain).finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64))
+        _HARNESSES[domain] = fn
+    return fn

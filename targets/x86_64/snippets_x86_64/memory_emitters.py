@@ -1,0 +1,217 @@
+"""Load, Store and BroadcastLoad: vectors between memory and registers, with masked tails.
+
+Register form (shared with the arithmetic emitters): every lane is 32 bits. f32/f16/bf16 elements are held
+as f32, i32/u32/i16/u16/i8/u8/boolean elements as i32 (sign- or zero-extended). A Load widens from the
+memory type, a Store narrows to it (by truncation: the values fit, the IR's Convert ops did any saturation;
+f32 -> f16/bf16 rounds to nearest even). A vector holds 16 elements whatever their type.
+
+A full access (``count`` equal to the vector size) is a plain move (widening/narrowing moves read or write
+memory directly). A shorter one (a tail, or a one-element access) is a masked move whose op-mask selects
+exactly ``count`` elements, read from the constant pool with ``kmovw``: AVX-512 masked ``vmovups``/
+``vmovdqu8``/``vmovdqu16`` never touch the memory of unselected elements, so a tail never reads or writes
+past the end of its array (and never faults on an inaccessible page behind it); narrower types are moved
+with the masked move first and widened/narrowed in registers. Masked loads zero the unselected lanes, so
+those hold no garbage (NaN, denormals).
+
+The byte offset added to the pointer is ``offset * sizeof(T)`` plus, for accesses to a Buffer, the place of
+that buffer in the scratchpad (``BUFFER_OFFSET`` in the node's rt_info, set by AllocateBuffers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from snippets_core.errors import CodegenError
+from snippets_core.ir.element_type import ElementType
+from snippets_x86_64.asm import Assembler, Mem, byte, dword, word
+from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter
+
+if TYPE_CHECKING:
+    from snippets_core.lowered.expression import Expression
+    from snippets_x86_64.asm import MaskReg, VecReg
+    from snippets_x86_64.target_machine import X86_64TargetMachine
+
+ET = ElementType
+
+#: memory type -> how a 32-bit lane holds it: "f32" (floats) or "i32" (integers, booleans)
+LANE_FORM = {
+    ET.f32: "f32",
+    ET.f16: "f32",
+    ET.bf16: "f32",
+    ET.i32: "i32",
+    ET.u32: "i32",
+    ET.i16: "i32",
+    ET.u16: "i32",
+    ET.i8: "i32",
+    ET.u8: "i32",
+    ET.boolean: "i32",
+}
+MEMORY_TYPES = tuple(LANE_FORM)
+
+#: element size -> masked move of raw elements (the mask counts elements of that size)
+_RAW_MOVE = {4: "vmovups", 2: "vmovdqu16", 1: "vmovdqu8"}
+
+
+def buffer_offset(expr: Expression) -> int:
+    """Bytes added at compile time: the place in the scratchpad of the Buffer accessed (0 otherwise)."""
+    from snippets_core.lowered.passes.allocate_buffers import BUFFER_OFFSET
+
+    return int(expr.node.rt_info.get(BUFFER_OFFSET, 0))
+
+
+def raw(reg: VecReg, nbytes: int) -> VecReg:
+    """The register at the narrowest width (xmm, ymm, zmm) that holds ``nbytes`` of raw elements."""
+    if nbytes <= 16:
+        return reg.xmm
+    if nbytes <= 32:
+        return reg.ymm
+    return reg.zmm
+
+
+def element_type_of_input(expr: Expression, port: int = 0) -> ElementType:
+    src = expr.input_connectors[port].source
+    return src.expr.node.outputs[src.index].element_type
+
+
+# --- widening (memory image -> 32-bit lanes) ---------------------------------------------------------------------
+# each takes (a, dst zmm, src) where src is a memory operand of 16 elements or the register holding their raw image
+
+
+def _widen_bf16(a: Assembler, dst: VecReg, src: VecReg | Mem) -> None:
+    a.vpmovzxwd(dst, src)
+    a.vpslld(dst, dst, 16)  # bf16 is the high half of an f32
+
+
+WIDEN: dict[ElementType, Callable[[Assembler, VecReg, object], None]] = {
+    ET.f16: lambda a, dst, src: a.vcvtph2ps(dst, src),
+    ET.bf16: _widen_bf16,
+    ET.i16: lambda a, dst, src: a.vpmovsxwd(dst, src),
+    ET.u16: lambda a, dst, src: a.vpmovzxwd(dst, src),
+    ET.i8: lambda a, dst, src: a.vpmovsxbd(dst, src),
+    ET.u8: lambda a, dst, src: a.vpmovzxbd(dst, src),
+    ET.boolean: lambda a, dst, src: a.vpmovzxbd(dst, src),
+}
+
+# --- narrowing (32-bit lanes -> raw image in the low bytes of a register) -----------------------------------------
+
+NARROW: dict[ElementType, Callable[[Assembler, VecReg, VecReg], None]] = {
+    ET.f16: lambda a, dst, src: a.vcvtps2ph(dst.ymm, src, 0),  # imm 0: round to nearest even
+    ET.bf16: lambda a, dst, src: a.vcvtneps2bf16(dst.ymm, src),
+    ET.i16: lambda a, dst, src: a.vpmovdw(dst.ymm, src),
+    ET.u16: lambda a, dst, src: a.vpmovdw(dst.ymm, src),
+    ET.i8: lambda a, dst, src: a.vpmovdb(dst.xmm, src),
+    ET.u8: lambda a, dst, src: a.vpmovdb(dst.xmm, src),
+    ET.boolean: lambda a, dst, src: a.vpmovdb(dst.xmm, src),
+}
+
+
+class MemoryEmitter(JitEmitter):
+    """Shared by the memory emitters: the memory element type, the count, and the memory operand."""
+
+    def __init__(self, expr: Expression, h: X86_64TargetMachine, element_type: ElementType, count: int) -> None:
+        super().__init__(expr, h)
+        if element_type not in LANE_FORM:
+            raise CodegenError(f"{expr.type_name} '{expr.name}': no memory access for element type {element_type}")
+        self.element_type = element_type
+        self.size = element_type.size
+        self.count = count
+        if self.count < 1 or self.count > h.vector_size:
+            raise CodegenError(
+                f"{expr.type_name} '{expr.name}' moves {self.count} elements; a vector holds {h.vector_size}"
+            )
+        self.byte_offset = buffer_offset(expr) + int(expr.node.offset) * self.size
+
+    @property
+    def masked(self) -> bool:
+        return self.count < self.h.vector_size
+
+    @property
+    def full_bytes(self) -> int:
+        return self.h.vector_size * self.size
+
+    def load_mask(self, a: Assembler, aux: AuxRegs) -> MaskReg:
+        """Put the mask of ``count`` elements into the aux mask register (from the constant pool)."""
+        k = aux.masks[0]
+        a.kmovw(k, word[a.const_data(((1 << self.count) - 1).to_bytes(2, "little"), 2)])
+        return k
+
+
+class LoadEmitter(MemoryEmitter):
+    """Load (and LoadReorder, whose permutation is in the pointer arithmetic): ``count`` elements, widened."""
+
+    def __init__(self, expr: Expression, h: X86_64TargetMachine) -> None:
+        super().__init__(expr, h, element_type_of_input(expr), int(expr.node.count))
+
+    def aux_needs(self) -> tuple[int, int, int]:
+        return 0, 0, 1 if self.masked else 0
+
+    def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
+        src: Mem = ins[0] + self.byte_offset
+        dst = outs[0].zmm
+        widen = WIDEN.get(self.element_type)
+        if not self.masked:
+            if widen is None:
+                a.vmovups(dst, src)
+            else:
+                widen(a, dst, src)
+            return
+        k = self.load_mask(a, aux)
+        image = raw(dst, self.full_bytes)
+        a.emit(_RAW_MOVE[self.size], image.mask(k).z, src)
+        if widen is not None:
+            widen(a, dst, image)
+
+
+class StoreEmitter(MemoryEmitter):
+    """Store the low ``count`` elements of a register, narrowed to the memory type (the input register is
+    left intact: the value may be read again after the Store)."""
+
+    def __init__(self, expr: Expression, h: X86_64TargetMachine) -> None:
+        et = expr.node.outputs[0].element_type
+        super().__init__(expr, h, et, int(expr.node.count))
+        if et == ET.bf16 and "avx512_bf16" not in h.cpu_features:
+            raise CodegenError(f"Store '{expr.name}' of bf16 needs AVX512_BF16 (vcvtneps2bf16), which this CPU lacks")
+
+    def aux_needs(self) -> tuple[int, int, int]:
+        return 0, (1 if self.element_type in NARROW else 0), (1 if self.masked else 0)
+
+    def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
+        dst: Mem = outs[0] + self.byte_offset
+        src = ins[0].zmm
+        narrow = NARROW.get(self.element_type)
+        if narrow is not None:
+            image = raw(aux.vecs[0], self.full_bytes)
+            narrow(a, image, src)
+        else:
+            image = src
+        if not self.masked:
+            a.vmovups(dst, image)
+            return
+        k = self.load_mask(a, aux)
+        a.emit(_RAW_MOVE[self.size], dst.mask(k), image)
+
+
+#: memory element size -> broadcast of one raw element from memory, and the size hint of its source
+_BROADCAST = {4: ("vbroadcastss", dword), 2: ("vpbroadcastw", word), 1: ("vpbroadcastb", byte)}
+
+
+class BroadcastLoadEmitter(MemoryEmitter):
+    """Read one element, widen it, and broadcast it to every lane."""
+
+    def __init__(self, expr: Expression, h: X86_64TargetMachine) -> None:
+        super().__init__(expr, h, element_type_of_input(expr), 1)
+
+    def aux_needs(self) -> tuple[int, int, int]:
+        return 0, 0, 0
+
+    def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
+        mnemonic, hint = _BROADCAST[self.size]
+        dst = outs[0].zmm
+        widen = WIDEN.get(self.element_type)
+        if widen is None:
+            a.emit(mnemonic, dst, hint[ins[0] + self.byte_offset])
+            return
+        image = raw(dst, self.full_bytes)
+        a.emit(mnemonic, image, hint[ins[0] + self.byte_offset])
+        widen(a, dst, image)

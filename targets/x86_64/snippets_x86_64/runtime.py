@@ -1,0 +1,328 @@
+"""Compiling a Subgraph for x86-64 and running its kernel over the parallel domain on N threads.
+
+``compile_subgraph(sg, config, host)`` runs the core pipeline on a copy of the Subgraph's body (data-flow
+passes, the LinearIR pipelines, plugins' positioned passes), generates the kernel with the
+X86_64TargetMachine (or takes it from the kernel cache) and returns a :class:`KernelExecutor`. A Subgraph
+the target cannot compile (an op without an emitter, dynamic shapes, too many data pointers...) returns
+None: it runs on its reference, and ``sg.rt_info["SnippetsFallbackReason"]`` says why.
+
+The executor splits the parallel domain into contiguous chunks, one per thread; each thread has its own
+call arguments and its own slice of the buffer scratchpad, and runs its chunk with one call of the JIT
+harness (ctypes releases the GIL, so the threads run in parallel). Threads come from a persistent pool.
+Small problems run on the calling thread only (below ``target_options["parallel_min_bytes"]`` bytes of
+inputs and outputs per thread, default 256 KiB).
+
+Arrays: inputs must have the body's element types and shapes (InputError otherwise); a non-contiguous
+input is copied to a contiguous one first (the kernel addresses memory by row-major strides). Outputs are
+fresh arrays, or the preallocated ``outs`` (C-contiguous, right shape and dtype) when given.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from snippets_core.errors import CodegenError, InputError, SnippetsError
+from snippets_x86_64.cache import KERNEL_CACHE, cache_dir_from, cache_key
+
+if TYPE_CHECKING:
+    from snippets_core.config import CompileConfig
+    from snippets_core.ir.model import Model
+    from snippets_core.ir.ops.subgraph import Subgraph
+    from snippets_x86_64.kernel import Kernel
+
+TARGET_NAME = "x86_64_avx512"
+FALLBACK_KEY = "SnippetsFallbackReason"
+PARALLEL_MIN_BYTES = 256 * 1024
+#: the scratchpad of each thread starts on a cache line
+_ALIGN = 64
+
+
+# --- the thread pool -------------------------------------------------------------------------------------------
+
+
+class ThreadPool:
+    """Persistent worker threads; ``run(tasks)`` runs ``tasks[0]`` on the caller and the others on workers
+    ``0..len-2``, and returns when all are done (re-raising the first error)."""
+
+    def __init__(self) -> None:
+        self._queues: list[queue.SimpleQueue] = []
+        self._lock = threading.Lock()
+
+    def _grow(self, n: int) -> None:
+        with self._lock:
+            while len(self._queues) < n:
+                q: queue.SimpleQueue = queue.SimpleQueue()
+                threading.Thread(
+                    target=self._work, args=(q,), name=f"snippets-x86-{len(self._queues)}", daemon=True
+                ).start()
+                self._queues.append(q)
+
+    @staticmethod
+    def _work(q: queue.SimpleQueue) -> None:
+        while True:
+            task, done = q.get()
+            try:
+                task()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller, which re-raises it
+                done.put(exc)
+            else:
+                done.put(None)
+
+    def run(self, tasks: Sequence[Callable[[], Any]]) -> None:
+        if len(tasks) == 1:
+            tasks[0]()
+            return
+        if len(self._queues) < len(tasks) - 1:
+            self._grow(len(tasks) - 1)
+        done: queue.SimpleQueue = queue.SimpleQueue()
+        for q, task in zip(self._queues, tasks[1:]):
+            q.put((task, done))
+        error: BaseException | None = None
+        try:
+            tasks[0]()
+        except BaseException as exc:  # noqa: BLE001 - re-raised after the workers are done
+            error = exc
+        for _ in tasks[1:]:
+            result = done.get()
+            if result is not None and error is None:
+                error = result
+        if error is not None:
+            raise error
+
+
+POOL = ThreadPool()
+
+
+# --- the executor ------------------------------------------------------------------------------------------------
+
+
+def _aligned_empty(nbytes: int) -> tuple[np.ndarray, int]:
+    """A byte array with a 64-byte aligned region of ``nbytes``; returns (array, aligned address)."""
+    buf = np.empty(max(nbytes, 1) + _ALIGN, dtype=np.uint8)
+    addr = buf.ctypes.data
+    return buf, addr + (-addr) % _ALIGN
+
+
+def _split(work: int, parts: int) -> list[tuple[int, int]]:
+    """(start, count) of ``parts`` contiguous chunks of ``range(work)``, sizes differing by at most one."""
+    base, extra = divmod(work, parts)
+    out, start = [], 0
+    for t in range(parts):
+        n = base + (1 if t < extra else 0)
+        out.append((start, n))
+        start += n
+    return out
+
+
+class _CallState:
+    """Per-thread call arguments and scratchpad for one set of threads."""
+
+    def __init__(self, kernel: Kernel, chunks: list[tuple[int, int]]) -> None:
+        info = kernel.info
+        domain = info.parallel_domain
+        self.scratch_stride = -(-info.scratchpad_size // _ALIGN) * _ALIGN
+        self.scratch, base = _aligned_empty(self.scratch_stride * len(chunks)) if info.has_scratchpad else (None, 0)
+        self.args = []
+        self.tasks = []
+        self.starts = []
+        harness = kernel.harness.cfunc
+        for t, (start, count) in enumerate(chunks):
+            ca = (ctypes.c_uint64 * max(info.call_args_len, 1))()
+            if info.has_scratchpad:
+                ca[info.n_inputs + info.n_outputs] = base + t * self.scratch_stride
+            idx = (
+                (ctypes.c_int64 * max(len(domain), 1))(*np.unravel_index(start, domain))
+                if domain
+                else (ctypes.c_int64 * 1)()
+            )
+            self.args.append(ca)
+            self.starts.append(idx)
+            self.tasks.append(_bind(harness, kernel.address, ctypes.addressof(ca), ctypes.addressof(idx), count))
+
+
+def _bind(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+    return lambda: fn(*args)
+
+
+class KernelExecutor:
+    """Runs a compiled kernel on numpy arrays: ``executor(inputs, outs=None) -> outputs``."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        input_specs: Sequence[tuple[np.dtype, tuple[int, ...]]],
+        output_specs: Sequence[tuple[np.dtype, tuple[int, ...]]],
+        num_threads: int,
+        parallel_min_bytes: int = PARALLEL_MIN_BYTES,
+    ) -> None:
+        self.kernel = kernel
+        self.input_specs = [(np.dtype(d), tuple(s)) for d, s in input_specs]
+        self.output_specs = [(np.dtype(d), tuple(s)) for d, s in output_specs]
+        info = kernel.info
+        if len(self.input_specs) != info.n_inputs or len(self.output_specs) != info.n_outputs:
+            raise CodegenError(
+                f"kernel has {info.n_inputs} inputs and {info.n_outputs} outputs, the Subgraph "
+                f"{len(self.input_specs)} and {len(self.output_specs)}"
+            )
+        work = math.prod(info.parallel_domain)
+        nbytes = sum(d.itemsize * math.prod(s) for d, s in (*self.input_specs, *self.output_specs))
+        by_size = max(1, nbytes // max(parallel_min_bytes, 1)) if parallel_min_bytes > 0 else num_threads
+        self.num_threads = max(1, min(num_threads, work, by_size))
+        self.chunks = _split(work, self.num_threads)
+        self._state = _CallState(kernel, self.chunks)
+        self._busy = threading.Lock()
+        self._n_data = info.n_inputs + info.n_outputs
+
+    def _input(self, i: int, a: Any) -> np.ndarray:
+        """The i-th input as a C-contiguous array of the kernel's type and shape (copies if needed)."""
+        dtype, shape = self.input_specs[i]
+        if not isinstance(a, np.ndarray):
+            a = np.asarray(a)
+        if a.dtype != dtype:
+            raise InputError(f"kernel input {i} must be {dtype}, got {a.dtype}")
+        if a.shape != shape:
+            raise InputError(f"kernel input {i} must have shape {list(shape)}, got {list(a.shape)}")
+        if not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a)
+        return a
+
+    def _output(self, j: int, o: Any) -> np.ndarray:
+        dtype, shape = self.output_specs[j]
+        if o is None:
+            return np.empty(shape, dtype)
+        if (
+            not isinstance(o, np.ndarray)
+            or o.dtype != dtype
+            or o.shape != shape
+            or not o.flags.c_contiguous
+            or not o.flags.writeable
+        ):
+            got = f"{getattr(o, 'dtype', type(o).__name__)}{list(getattr(o, 'shape', []))}"
+            raise InputError(f"output array {j} must be a writeable C-contiguous {dtype}{list(shape)}, got {got}")
+        return o
+
+    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        if len(args) != len(self.input_specs):
+            raise InputError(f"the kernel takes {len(self.input_specs)} inputs, got {len(args)}")
+        ins = []
+        for i, (a, (dtype, shape)) in enumerate(zip(args, self.input_specs)):
+            # the common case costs three attribute checks; anything else goes through the slow path
+            if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
+                a = self._input(i, a)
+            ins.append(a)
+        if outs is None:
+            results = [np.empty(shape, dtype) for dtype, shape in self.output_specs]
+        else:
+            if len(outs) != len(self.output_specs):
+                raise InputError(f"the kernel has {len(self.output_specs)} outputs, got {len(outs)} arrays")
+            results = [self._output(j, o) for j, o in enumerate(outs)]
+        ptrs = [a.ctypes.data for a in ins] + [o.ctypes.data for o in results]
+        if self._busy.acquire(blocking=False):
+            try:
+                self._launch(self._state, ptrs)
+            finally:
+                self._busy.release()
+        else:  # called again from another thread while running: that call gets its own arguments
+            self._launch(_CallState(self.kernel, self.chunks), ptrs)
+        return results
+
+    def _launch(self, state: _CallState, ptrs: list[int]) -> None:
+        n = self._n_data
+        for ca in state.args:
+            ca[:n] = ptrs
+        POOL.run(state.tasks)
+
+    run = __call__
+
+
+# --- compile_subgraph --------------------------------------------------------------------------------------------
+
+
+def _specs(sg: Subgraph) -> tuple[list[tuple[np.dtype, tuple[int, ...]]], list[tuple[np.dtype, tuple[int, ...]]]]:
+    body = sg.body
+    ins = [(p.outputs[0].element_type.numpy, p.outputs[0].shape.to_tuple()) for p in body.parameters]
+    outs = [(r.outputs[0].element_type.numpy, r.outputs[0].shape.to_tuple()) for r in body.results]
+    return ins, outs
+
+
+def _is_static(model: Model) -> bool:
+    return all(o.shape.is_static for n in model.get_ordered_ops() for o in n.outputs)
+
+
+def lowering_config(body: Model, num_threads: int) -> Any:
+    """The LinearIR Config for this machine: 16 lanes, the CPU plugin's domain-optimization knobs."""
+    from snippets_core.lowered.linear_ir import Config
+    from snippets_core.passes.graph_utils import has_domain_sensitive_ops
+
+    sensitive = has_domain_sensitive_ops(body)
+    return Config(
+        vector_size=16,
+        loop_depth=1,
+        enable_domain_optimization=not sensitive,
+        min_parallel_work_amount=max(1, num_threads),
+        min_kernel_work_amount=256,
+        need_fill_tail_register=sensitive,
+    )
+
+
+def generate_kernel(body: Model, config: CompileConfig, host: Any) -> Kernel:
+    """Data-flow passes, lowering and code generation of a body (modified in place)."""
+    from snippets_core.codegen.generator import Generator
+    from snippets_core.lowered.pipeline import lower
+    from snippets_core.passes.data_flow_pipeline import DataFlowConfig, data_flow_pipeline
+    from snippets_x86_64.target_machine import X86_64TargetMachine
+
+    positioned = list(host.positioned_passes(TARGET_NAME, config)) if host is not None else []
+    plugin_emitters = host.register_emitters(TARGET_NAME) if host is not None else {}
+    dfp = data_flow_pipeline(DataFlowConfig.for_body(body), positioned)
+    for name in config.disabled_passes:
+        dfp.disable(name)
+    dfp.run(body)
+    lcfg = lowering_config(body, config.num_threads)
+    tm = X86_64TargetMachine(plugin_emitters=plugin_emitters)
+    ir = lower(body, lcfg, tm, positioned, config.disabled_passes)
+    return Generator(tm).generate(ir)
+
+
+def _key_parts(config: CompileConfig, host: Any) -> list[Any]:
+    positioned = list(host.positioned_passes(TARGET_NAME, config)) if host is not None else []
+    emitters = sorted(host.register_emitters(TARGET_NAME)) if host is not None else []
+    return [
+        ("threads", config.num_threads),
+        ("disabled", sorted(config.disabled_passes)),
+        ("positioned", [repr(p) for p in positioned]),
+        ("plugin_emitters", emitters),
+    ]
+
+
+def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> KernelExecutor | None:
+    """An executor running ``sg`` on this machine, or None (reason in ``sg.rt_info``) to use the reference."""
+    try:
+        if not _is_static(sg.body):
+            raise CodegenError("dynamic shapes are not supported by the x86-64 target yet")
+        options = dict(config.target_options)
+        cache_dir = cache_dir_from(options)
+        key = cache_key(sg.body, _key_parts(config, host))
+        kernel = KERNEL_CACHE.get(key, cache_dir)
+        if kernel is None:
+            kernel = generate_kernel(sg.body.clone(), config, host)
+            KERNEL_CACHE.put(key, kernel, cache_dir)
+        ins, outs = _specs(sg)
+        min_bytes = int(options.get("parallel_min_bytes", PARALLEL_MIN_BYTES))
+        executor = KernelExecutor(kernel, ins, outs, config.num_threads, min_bytes)
+    except SnippetsError as exc:
+        sg.rt_info[FALLBACK_KEY] = f"{type(exc).__name__}: {exc}"
+        return None
+    sg.rt_info.pop(FALLBACK_KEY, None)
+    sg.rt_info["SnippetsCacheKey"] = key
+    return executor
+
+
+__all__ = ["KernelExecutor", "ThreadPool", "compile_subgraph", "generate_kernel", "lowering_config"]

@@ -1,0 +1,157 @@
+"""X86_64TargetMachine: what the Generator needs to know about x86-64 with AVX-512.
+
+* 16 f32 lanes (64-byte zmm vectors); ``lanes(t)`` is ``64 // sizeof(t)``;
+* register pools in hardware numbers: 15 gprs (all but ``rsp``), ordered so that the data pointers (which
+  AssignRegisters hands out first) never land on ``rdi``/``rsi``, the two kernel arguments the prologue
+  reads while it sets the pointers up; 32 zmm; op-masks k1..k7 (k0 means "no mask" as a write mask);
+* the jitters table: this module's memory and control-flow emitters, the arithmetic ``EMITTERS`` table of
+  :mod:`snippets_x86_64.emitters`, and the emitters plugins register for ``x86_64_avx512`` (a plugin's
+  factory is called as ``factory(expr, target_machine)``; a plugin overrides a built-in emitter of the same
+  op);
+* the KernelEmitter (:class:`~snippets_x86_64.kernel.X86_64KernelEmitter`) and the Kernel it produces.
+
+One TargetMachine generates one kernel at a time: ``asm`` is the Function being written, replaced by a fresh
+one when ``get_snippet`` has taken the finished kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from snippets_core.codegen.target_machine import Jitter, TargetMachine
+from snippets_core.ir.element_type import ElementType
+from snippets_core.lowered.port_descriptor import RegType
+from snippets_x86_64.asm import Function, Mem, r8, r9, r10, r11, r12, r13, r14, r15, rax, rbp, rbx, rcx, rdi, rdx, rsi
+from snippets_x86_64.jit_emitter import JitEmitter, NopEmitter
+from snippets_x86_64.loop_emitters import (
+    LoopBeginEmitter,
+    LoopEndEmitter,
+    RegSpillBeginEmitter,
+    RegSpillEndEmitter,
+)
+from snippets_x86_64.memory_emitters import BroadcastLoadEmitter, LoadEmitter, StoreEmitter
+
+if TYPE_CHECKING:
+    from snippets_core.codegen.emitter import Emitter, KernelEmitter
+    from snippets_core.lowered.expression import Expression
+    from snippets_core.lowered.linear_ir import LinearIR
+    from snippets_x86_64.asm import GpReg, VecReg
+    from snippets_x86_64.kernel import Kernel, X86_64KernelEmitter
+
+#: gprs in the order AssignRegisters hands them out: scratch registers first (no push/pop), callee-saved
+#: next, the kernel arguments rsi (indexes) and rdi (call_args) last
+GPR_ORDER = (r8, r9, r10, r11, rax, rcx, rdx, rbx, rbp, r12, r13, r14, r15, rsi, rdi)
+KERNEL_ARGS = ("call_args", "indexes")
+
+#: ops that generate no code
+NOP_OPS = (
+    "Parameter",
+    "Result",
+    "Buffer",
+    "RankNormalization",
+    "SnippetsReshape",
+    "Reorder",
+    "Nop",
+    "VectorBuffer",
+    "PerfCountBegin",
+    "PerfCountEnd",
+)
+#: memory and control-flow emitters of this module, by op type name
+CONTROL_EMITTERS: dict[str, type[JitEmitter]] = {
+    **{op: NopEmitter for op in NOP_OPS},
+    "Load": LoadEmitter,
+    "LoadReorder": LoadEmitter,  # its permutation is in the pointer increments and data offsets
+    "BroadcastLoad": BroadcastLoadEmitter,
+    "Store": StoreEmitter,
+    "LoopBegin": LoopBeginEmitter,
+    "LoopEnd": LoopEndEmitter,
+    "RegSpillBegin": RegSpillBeginEmitter,
+    "RegSpillEnd": RegSpillEndEmitter,
+}
+
+EmitterFactory = Callable[["Expression", "X86_64TargetMachine"], "Emitter"]
+
+
+def arithmetic_emitters() -> Mapping[str, EmitterFactory]:
+    """The arithmetic emitters table (op type name -> emitter class built as ``cls(expr, h)``)."""
+    from snippets_x86_64.emitters import EMITTERS
+
+    return EMITTERS
+
+
+class X86_64TargetMachine(TargetMachine):
+    """The x86-64 AVX-512 TargetMachine (see the module docstring)."""
+
+    name = "x86_64_avx512"
+
+    def __init__(
+        self, plugin_emitters: Mapping[str, Any] | None = None, arithmetic: Mapping[str, EmitterFactory] | None = None
+    ) -> None:
+        super().__init__()
+        table: dict[str, EmitterFactory] = {}
+        table.update(arithmetic_emitters() if arithmetic is None else arithmetic)
+        table.update(CONTROL_EMITTERS)
+        table.update(plugin_emitters or {})
+        for op in sorted(table):
+            factory = table[op]
+            self.jitters[op] = factory if isinstance(factory, Jitter) else Jitter(self._bind(factory))
+        self.asm: Function = self.new_function()
+        from snippets_x86_64.cpu import cpu_features
+
+        #: CPUID features of this machine (emitters choose instructions by them)
+        self.cpu_features: frozenset[str] = cpu_features()
+
+    def _bind(self, factory: EmitterFactory) -> Callable[[Expression], Emitter]:
+        return lambda expr: factory(expr, self)
+
+    # --- machine facts ------------------------------------------------------------------------------------------
+    def lanes(self, element_type: ElementType) -> int:
+        return 64 // max(element_type.size, 1)
+
+    def reg_pool(self, reg_type: RegType) -> tuple[int, ...]:
+        if reg_type == RegType.gpr:
+            return tuple(r.number for r in GPR_ORDER)
+        if reg_type == RegType.vec:
+            return tuple(range(32))
+        if reg_type == RegType.mask:
+            return tuple(range(1, 8))
+        return ()
+
+    def is_supported(self) -> bool:
+        from snippets_x86_64.cpu import missing_features
+
+        return not missing_features()
+
+    # --- code generation ----------------------------------------------------------------------------------------
+    @staticmethod
+    def new_function() -> Function:
+        return Function("kernel", args=KERNEL_ARGS)
+
+    def make_kernel_emitter(self, ir: LinearIR, compile_params: Any = None) -> X86_64KernelEmitter:
+        from snippets_x86_64.kernel import X86_64KernelEmitter
+
+        return X86_64KernelEmitter(ir, self, compile_params)
+
+    def get_snippet(self, kernel_emitter: KernelEmitter) -> Kernel:
+        from snippets_x86_64.kernel import X86_64KernelEmitter
+
+        assert isinstance(kernel_emitter, X86_64KernelEmitter)
+        kernel = kernel_emitter.kernel
+        self.asm = self.new_function()
+        return kernel
+
+    # --- spill helpers (RegSpill and the KernelEmitter's aux spills) -------------------------------------------
+    @staticmethod
+    def save(a: Function, reg: GpReg | VecReg, slot: Mem) -> None:
+        if reg.kind == "vec":
+            a.vmovups(slot, reg.zmm)
+        else:
+            a.mov(slot, reg)
+
+    @staticmethod
+    def restore(a: Function, reg: GpReg | VecReg, slot: Mem) -> None:
+        if reg.kind == "vec":
+            a.vmovups(reg.zmm, slot)
+        else:
+            a.mov(reg, slot)
