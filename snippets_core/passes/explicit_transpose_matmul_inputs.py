@@ -75,11 +75,13 @@ class ExplicitTransposeMatMulInputs(Pass):
     def _extract(inp: Input) -> None:
         rank = inp.shape.rank
         parent = inp.source.node
+        chain: list[Node] = []  # scalar-weight ops between the Transpose/Parameter and the MatMul
         chain_ok = _single_consumer(parent)
         while parent.type_name not in ("Transpose", "Parameter") and chain_ok and parent.inputs:
             if not are_weights_scalar(parent):
                 chain_ok = False
                 break
+            chain.append(parent)
             parent = parent.inputs[0].source.node
             chain_ok = _single_consumer(parent)
         if chain_ok and parent.type_name == "Transpose":
@@ -88,6 +90,8 @@ class ExplicitTransposeMatMulInputs(Pass):
                 order = [int(v) for v in np.asarray(order_node.value).reshape(-1)]
                 order[-1], order[-2] = order[-2], order[-1]
                 parent.set_input(1, Constant(np.asarray(order, dtype=order_node.value.dtype), name=order_node.name))
+                for n in [parent, *reversed(chain)]:
+                    n.revalidate()  # the swapped shape flows down to the MatMul
                 return
         order = Constant(np.asarray(_swapped_identity(rank), dtype=np.int32))
         if chain_ok and isinstance(parent, Parameter) and parent.outputs[0].shape.rank == rank:
@@ -95,6 +99,8 @@ class ExplicitTransposeMatMulInputs(Pass):
             consumer = parent.outputs[0].targets[0]
             transpose = make("Transpose", parent.outputs[0], order, name=f"{parent.name}/transpose")
             consumer.replace_source(transpose.outputs[0])
+            for n in reversed(chain):
+                n.revalidate()
             return
         transpose = make("Transpose", inp.source, order, name=f"{inp.node.name}/transpose{inp.index}")
         inp.replace_source(transpose.outputs[0])
