@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from snippets_core.codegen.target_machine import Jitter, TargetMachine
+from snippets_core.errors import CodegenError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.lowered.port_descriptor import RegType
 from snippets_x86_64.asm import Function, Mem, r8, r9, r10, r11, r12, r13, r14, r15, rax, rbp, rbx, rcx, rdi, rdx, rsi
@@ -75,8 +76,10 @@ EmitterFactory = Callable[["Expression", "X86_64TargetMachine"], "Emitter"]
 
 def arithmetic_emitters() -> Mapping[str, EmitterFactory]:
     """The arithmetic emitters table (op type name -> emitter class built as ``cls(expr, h)``)."""
-    from snippets_x86_64.emitters import EMITTERS
-
+    try:
+        from snippets_x86_64.emitters import EMITTERS
+    except ImportError as exc:  # a broken or partial install: the Subgraphs fall back to their references
+        raise CodegenError(f"the x86-64 arithmetic emitter table cannot be imported: {exc}") from exc
     return EMITTERS
 
 
