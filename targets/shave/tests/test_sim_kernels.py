@@ -158,3 +158,44 @@ def test_reduce_last_axis(kind: str, row_len: int, target: Target) -> None:
         np.testing.assert_array_equal(out, value.max(axis=1))
     else:  # per-lane f32 partial sums, then an exact horizontal sum
         np.testing.assert_allclose(out, value.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_kernel_reads_its_rodata_in_win_d_and_its_data_copy_in_win_e() -> None:
+    """.rodata is mapped after .text in WIN_D, .data is copied to the start of every WIN_E image."""
+    from snippets_shave.asm import Assembler, r0, r2, r3, r4, v0, v1, v2
+    from snippets_shave.constants import WIN_D, WIN_E, DType
+    from snippets_shave.elf import write_kernel_elf
+    from snippets_shave.schedule import ScheduleBuilder
+
+    a = Assembler()
+    a.LD32(r4, r0, 0)  # input dataAddr
+    a.VLD(v0, r4, 0, t="f32")
+    n_instr = 11  # every instruction is 8 bytes, so the .rodata address is known before assembling
+    a.MOVI(r2, WIN_D + (n_instr * 8 + 15) // 16 * 16)  # .rodata follows .text, 16-aligned
+    a.VLD(v1, r2, 0, t="f32")
+    a.MOVI(r3, WIN_E)
+    a.VLD(v2, r3, 0, t="f32")
+    a.VADD(v0, v0, v1, t="f32")
+    a.VADD(v0, v0, v2, t="f32")
+    a.LD32(r4, r0, 40)  # output dataAddr
+    a.VST(v0, r4, 0, t="f32")
+    a.RET()
+    assert len(a) == n_instr
+    a_text = a.assemble()
+    rodata = np.array([10, 20, 30, 40], np.float32).tobytes()
+    data = np.array([0.5, 0.25, 0.125, 1], np.float32).tobytes()
+    elf = write_kernel_elf("consts", a_text, rodata=rodata, data=data, params_signature="mm:", params_size=80)
+    sb = ScheduleBuilder("consts")
+    x, y = sb.add_input("x", (4,), DType.F32), sb.add_output("y", (4,), DType.F32)
+    k = sb.add_kernel(elf)
+    cin, cout = (
+        sb.cmx(0, sb.cmx_workspace_start, (4,), DType.F32),
+        sb.cmx(0, sb.cmx_workspace_start + 64, (4,), DType.F32),
+    )
+    b0, b1 = sb.new_barrier(), sb.new_barrier()
+    sb.dma(x, cin, update=[b0])
+    sb.act(k, 0, [cin, cout], wait=[b0], update=[b1])
+    sb.dma(cout, y, wait=[b1])
+    value = np.array([1, 2, 3, 4], np.float32)
+    out = run(write_blob(sb.build()), {"x": value})["y"]
+    np.testing.assert_array_equal(out, value + np.frombuffer(rodata, np.float32) + np.frombuffer(data, np.float32))
