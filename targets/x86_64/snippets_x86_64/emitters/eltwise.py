@@ -1,0 +1,467 @@
+"""Arithmetic, comparison, logical and selection ops as pure emitter functions, per register form.
+
+Every lane is 32 bits. A lane holds an f32 value (for f32, f16 and bf16 tensors) or an i32 value (for i32, i8,
+u8 and boolean tensors, sign- or zero-extended); see ``convert.py``. ``*_f32`` functions work on the first form,
+``*_i32`` on the second; the emitter table picks one by the expression's element types.
+
+Booleans. A boolean lives in a register as the i32 0 or 1 (as a u8 0/1 byte does once widened), so it is
+stored as a 0/1 byte by the u8 store, and converts to 0.0/1.0 with ``vcvtdq2ps``. Comparisons produce it
+(compare into a mask, then a zero-masked broadcast of 1); LogicalAnd/Or/Xor/Not are then plain bitwise ops on
+0/1; Select takes any non-zero lane as true (``vptestmd``).
+
+NaN follows numpy: Maximum/Minimum/Relu/Clamp propagate a NaN operand (``vmaxps`` alone would return the
+second operand), comparisons with NaN are false except NotEqual.
+"""
+
+from __future__ import annotations
+
+import math
+
+from snippets_x86_64.asm import Assembler, VPCMP_PREDICATES, VecReg
+from snippets_x86_64.emitters.base import Aux, f32, i32, kernel, move
+from snippets_x86_64.emitters.math import ABS_MASK, SIGN_MASK, RND_TRUNC, cmp, emit_exp, emit_log
+
+# --- f32 binary ----------------------------------------------------------------------------------------------
+
+
+def _binary(mnemonic: str, doc: str):  # type: ignore[no-untyped-def]
+    @kernel()
+    def emit(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
+        a.emit(mnemonic, dst, x, y)
+
+    emit.__doc__ = doc
+    return emit
+
+
+emit_add_f32 = _binary("vaddps", "x + y")
+emit_sub_f32 = _binary("vsubps", "x - y")
+emit_mul_f32 = _binary("vmulps", "x * y")
+emit_div_f32 = _binary("vdivps", "x / y (correctly rounded)")
+emit_add_i32 = _binary("vpaddd", "x + y, wrapping")
+emit_sub_i32 = _binary("vpsubd", "x - y, wrapping")
+emit_mul_i32 = _binary("vpmulld", "x * y, the low 32 bits")
+emit_max_i32 = _binary("vpmaxsd", "max(x, y), signed")
+emit_min_i32 = _binary("vpminsd", "min(x, y), signed")
+emit_and_i32 = _binary("vpandd", "x & y (LogicalAnd on 0/1)")
+emit_or_i32 = _binary("vpord", "x | y (LogicalOr on 0/1)")
+emit_xor_i32 = _binary("vpxord", "x ^ y (LogicalXor on 0/1, BitwiseXor)")
+for _fn, _name in (
+    (emit_add_f32, "emit_add_f32"), (emit_sub_f32, "emit_sub_f32"), (emit_mul_f32, "emit_mul_f32"),
+    (emit_div_f32, "emit_div_f32"), (emit_add_i32, "emit_add_i32"), (emit_sub_i32, "emit_sub_i32"),
+    (emit_mul_i32, "emit_mul_i32"), (emit_max_i32, "emit_max_i32"), (emit_min_i32, "emit_min_i32"),
+    (emit_and_i32, "emit_and_i32"), (emit_or_i32, "emit_or_i32"), (emit_xor_i32, "emit_xor_i32"),
+):  # fmt: skip
+    _fn.__name__ = _fn.__qualname__ = _name
+
+
+def _minmax(a: Assembler, mnemonic: str, dst: VecReg, x: VecReg, y: VecReg, k) -> None:  # type: ignore[no-untyped-def]
+    # vmaxps/vminps return their second source when either is NaN: order the sources so that the NaN of one
+    # operand comes through, and patch the lanes where the other one is NaN
+    if dst == y:
+        a.vcmpps(k, x, x, cmp("unord_q"))
+        a.emit(mnemonic, dst, x, y)
+        a.vmovaps(dst.mask(k), x)
+    else:
+        a.vcmpps(k, y, y, cmp("unord_q"))
+        a.emit(mnemonic, dst, y, x)
+        a.vmovaps(dst.mask(k), y)
+
+
+@kernel(masks=1)
+def emit_max_f32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
+    """max(x, y), NaN if either is NaN (numpy ``maximum``)."""
+    _minmax(a, "vmaxps", dst, x, y, aux.masks[0])
+
+
+@kernel(masks=1)
+def emit_min_f32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
+    """min(x, y), NaN if either is NaN (numpy ``minimum``)."""
+    _minmax(a, "vminps", dst, x, y, aux.masks[0])
+
+
+@kernel()
+def emit_squared_difference_f32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
+    """(x - y)**2."""
+    a.vsubps(dst, x, y)
+    a.vmulps(dst, dst, dst)
+
+
+@kernel()
+def emit_squared_difference_i32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
+    """(x - y)**2, wrapping."""
+    a.vpsubd(dst, x, y)
+    a.vpmulld(dst, dst, dst)
+
+
+@kernel(vecs=1, masks=1)
+def emit_prelu_f32(a: Assembler, dst: VecReg, x: VecReg, slope: VecReg, aux: Aux) -> None:
+    """x for x >= 0, slope * x otherwise."""
+    k = aux.masks[0]
+    a.vcmpps(k, x, f32(a, 0.0), cmp("lt_oq"))
+    a.vmulps(aux.vecs[0], x, slope)
+    a.vblendmps(dst.mask(k), x, aux.vecs[0])
+
+
+@kernel(vecs=1, masks=1)
+def emit_prelu_i32(a: Assembler, dst: VecReg, x: VecReg, slope: VecReg, aux: Aux) -> None:
+    """x for x >= 0, slope * x (wrapping) otherwise."""
+    k = aux.masks[0]
+    a.vpcmpd(k, x, i32(a, 0), VPCMP_PREDICATES["lt"])
+    a.vpmulld(aux.vecs[0], x, slope)
+    a.vpblendmd(dst.mask(k), x, aux.vecs[0])
+
+
+def _fmod(a: Assembler, x: VecReg, y: VecReg, aux: Aux) -> VecReg:
+    """The C fmod of x and y into aux.vecs[0] (returned); writes only aux registers, so dst may alias x or y."""
+    r, step, t, ay = aux.vecs[:4]
+    k, k2 = aux.masks[:2]
+    sign, absm = i32(a, SIGN_MASK), i32(a, ABS_MASK)
+    a.vdivps(r, x, y)
+    a.vrndscaleps(r, r, RND_TRUNC)
+    a.vfnmadd213ps(r, y, x)  # x - q*y, exact for the right q
+    a.vandps(ay, y, absm)
+    a.vandps(t, x, sign)
+    a.vorps(step, ay, t)  # |y| with the sign of x
+    # r != 0 with the sign opposite to x: the quotient was one too large
+    a.vxorps(t, r, x)
+    a.vcmpps(k, r, f32(a, 0.0), cmp("neq_oq"))
+    a.vptestmd(k2.mask(k), t, sign)
+    a.vaddps(r.mask(k2), r, step)
+    # |r| >= |y|: one too small
+    a.vandps(t, r, absm)
+    a.vcmpps(k2, t, ay, cmp("ge_oq"))
+    a.vsubps(r.mask(k2), r, step)
+    # fmod(finite x, +-inf) = x (the division gave 0 * inf)
+    a.vcmpps(k, ay, f32(a, math.inf), cmp("eq_oq"))
+    a.vandps(t, x, absm)
+    a.vcmpps(k2.mask(k), t, f32(a, math.inf), cmp("lt_oq"))
+    a.vmovaps(r.mask(k2), x)
+    return r
+
+
+@kernel(vecs=4, masks=2)
+def emit_mod_f32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
+    """C ``fmod``: x - trunc(x/y) y with the sign of x (numpy ``fmod``). The quotient is rounded, so the
+    remainder (exact by FMA) is corrected by one |y| when it left the range; exact while |x/y| < 2**23.
+    fmod(x, +-inf) = x for finite x; fmod(x, 0) and fmod(+-inf, y) are NaN."""
+    move(a, dst, _fmod(a, x, y, aux))
+
+
+@kernel(vecs=4, masks=2)
+def emit_floor_mod_f32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
+    """x - floor(x/y) y with the sign of y (numpy ``mod``): fmod, plus y where it is non-zero and its sign
+    differs from y's."""
+    r, t = aux.vecs[0], aux.vecs[2]
+    k, k2 = aux.masks[:2]
+    _fmod(a, x, y, aux)
+    a.vxorps(t, r, y)
+    a.vcmpps(k, r, f32(a, 0.0), cmp("neq_oq"))
+    a.vptestmd(k2.mask(k), t, i32(a, SIGN_MASK))
+    a.vaddps(r.mask(k2), r, y)
+    move(a, dst, r)
+
+
+# --- f32 and i32 unary -----------------------------------------------------------------------------------------
+
+
+@kernel()
+def emit_abs_f32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux) -> None:
+    """|x| (clears the sign bit)."""
+    a.vandps(dst, x, i32(a, ABS_MASK))
+
+
+@kernel()
+def emit_neg_f32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux) -> None:
+    """-x (flips the sign bit)."""
+    a.vxorps(dst, x, i32(a, SIGN_MASK))
+
+
+@kernel()
+def emit_abs_i32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux) -> None:
+    """|x| (INT_MIN stays INT_MIN, as numpy's wrap-around)."""
+    a.vpabsd(dst, x)
+
+
+@kernel(vecs=1)
+def emit_neg_i32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux) -> None:
+    """-x, wrapping."""
+    zero = aux.vecs[0]
+    a.vpxord(zero, zero, zero)
+    a.vpsubd(dst, zero, x)
+
+
+@kernel(masks=1)
+def emit_relu_f32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux) -> None:
+    """max(x, 0); NaN stays NaN."""
+    k = aux.masks[0]
+    a.vcmpps(k, x, f32(a, 0.0), cmp("nlt_uq"))
+    a.vmovaps(dst.mask(k).z, x)
+
+
+@kernel()
+def emit_relu_i32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux) -> None:
+    """max(x, 0)."""
+    a.vpmaxsd(dst, x, i32(a, 0))
+
+
+@kernel()
+def emit_sqrt_f32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux) -> None:
+    """Square root (correctly rounded; NaN for x < 0)."""
+    a.vsqrtps(dst, x)
+
+
+@kernel()
+def emit_identity(a: Assembler, dst: VecReg, x: VecReg, aux: Aux) -> None:
+    """x (Floor, Ceiling and Round of integers; Convert between types of one register form)."""
+    move(a, dst, x)
+
+
+def clamp_f32(a: Assembler, dst: VecReg, x: VecReg, lo: float, hi: float, tmp: VecReg) -> None:
+    """dst = min(max(x, lo), hi) with NaN propagated (the constant is the first source, x the second)."""
+    a.vbroadcastss(tmp, a.const_f32(lo))
+    a.vmaxps(dst, tmp, x)
+    a.vbroadcastss(tmp, a.const_f32(hi))
+    a.vminps(dst, tmp, dst)
+
+
+@kernel(vecs=1)
+def emit_clamp_f32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux, min: float = -math.inf, max: float = math.inf) -> None:
+    """min(max(x, min), max); NaN stays NaN."""
+    clamp_f32(a, dst, x, min, max, aux.vecs[0])
+
+
+@kernel()
+def emit_clamp_i32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux, min: float = -math.inf, max: float = math.inf) -> None:
+    """min(max(x, ceil(min)), floor(max)), the bounds taken inward and into the i32 range."""
+    lo = -(2**31) if min < -(2**31) else math.ceil(min)
+    hi = 2**31 - 1 if max > 2**31 - 1 else math.floor(max)
+    a.vpmaxsd(dst, x, i32(a, lo))
+    a.vpminsd(dst, dst, i32(a, hi))
+
+
+@kernel(vecs=1)
+def emit_hsigmoid_f32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux) -> None:
+    """min(max(x + 3, 0), 6) / 6."""
+    a.vaddps(dst, x, f32(a, 3.0))
+    clamp_f32(a, dst, dst, 0.0, 6.0, aux.vecs[0])
+    a.vmulps(dst, dst, f32(a, 1.0 / 6.0))
+
+
+@kernel(vecs=2)
+def emit_hswish_f32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux) -> None:
+    """x min(max(x + 3, 0), 6) / 6."""
+    t = aux.vecs[1]
+    a.vaddps(t, x, f32(a, 3.0))
+    clamp_f32(a, t, t, 0.0, 6.0, aux.vecs[0])
+    a.vmulps(t, t, x)
+    a.vmulps(dst, t, f32(a, 1.0 / 6.0))
+
+
+@kernel(vecs=1)
+def emit_hard_sigmoid_f32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux, alpha: float = 0.2, beta: float = 0.5) -> None:
+    """max(0, min(1, alpha x + beta))."""
+    a.vmulps(dst, x, f32(a, alpha))
+    a.vaddps(dst, dst, f32(a, beta))
+    clamp_f32(a, dst, dst, 0.0, 1.0, aux.vecs[0])
+
+
+@kernel(vecs=1)
+def emit_softsign_f32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux) -> None:
+    """x / (1 + |x|)."""
+    t = aux.vecs[0]
+    a.vandps(t, x, i32(a, ABS_MASK))
+    a.vaddps(t, t, f32(a, 1.0))
+    a.vdivps(dst, x, t)
+
+
+@kernel(vecs=1, masks=1)
+def emit_sign_i32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux) -> None:
+    """-1, 0 or 1."""
+    k = aux.masks[0]
+    a.vpcmpd(k, x, i32(a, 0), VPCMP_PREDICATES["nle"])
+    a.vpsrad(aux.vecs[0], x, 31)  # -1 for x < 0, else 0
+    a.vpbroadcastd(aux.vecs[0].mask(k), a.const_i32(1))
+    move(a, dst, aux.vecs[0])
+
+
+@kernel()
+def emit_logical_not(a: Assembler, dst: VecReg, x: VecReg, aux: Aux) -> None:
+    """not x, on the 0/1 form of booleans."""
+    a.vpxord(dst, x, i32(a, 1))
+
+
+# --- comparisons, select, fused multiply-add ---------------------------------------------------------------
+
+
+def bool_from_mask(a: Assembler, dst: VecReg, k) -> None:  # type: ignore[no-untyped-def]
+    """dst = 1 where ``k`` is set, else 0: the register form of a boolean."""
+    a.vpbroadcastd(dst.mask(k).z, a.const_i32(1))
+
+
+#: comparison op -> (vcmpps predicate, vpcmpd predicate)
+COMPARISONS: dict[str, tuple[str, str]] = {
+    "Equal": ("eq_oq", "eq"),
+    "NotEqual": ("neq_uq", "ne"),
+    "Greater": ("gt_oq", "nle"),
+    "GreaterEqual": ("ge_oq", "nlt"),
+    "Less": ("lt_oq", "lt"),
+    "LessEqual": ("le_oq", "le"),
+}
+
+
+@kernel(masks=1)
+def emit_compare_f32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux, predicate: str = "eq_oq") -> None:
+    """x <op> y on f32 lanes as a boolean (0/1); ordered predicates are false on NaN, ``neq_uq`` true."""
+    a.vcmpps(aux.masks[0], x, y, cmp(predicate))
+    bool_from_mask(a, dst, aux.masks[0])
+
+
+@kernel(masks=1)
+def emit_compare_i32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux, predicate: str = "eq") -> None:
+    """x <op> y on signed i32 lanes as a boolean (0/1)."""
+    a.vpcmpd(aux.masks[0], x, y, VPCMP_PREDICATES[predicate])
+    bool_from_mask(a, dst, aux.masks[0])
+
+
+@kernel(masks=1)
+def emit_select(a: Assembler, dst: VecReg, cond: VecReg, then: VecReg, else_: VecReg, aux: Aux) -> None:
+    """then where cond is non-zero, else else_ (any 32-bit lanes: f32 and i32 alike)."""
+    k = aux.masks[0]
+    a.vptestmd(k, cond, cond)
+    a.vpblendmd(dst.mask(k), else_, then)
+
+
+@kernel()
+def emit_fused_mul_add_f32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, z: VecReg, aux: Aux) -> None:
+    """x * y + z with one rounding (FusedMulAdd)."""
+    if dst == z and dst not in (x, y):
+        a.vfmadd231ps(dst, x, y)
+    elif dst == y:
+        a.vfmadd213ps(dst, x, z)
+    else:
+        move(a, dst, x)
+        a.vfmadd213ps(dst, y, z)
+
+
+@kernel(vecs=1)
+def emit_fused_mul_add_i32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, z: VecReg, aux: Aux) -> None:
+    """x * y + z, wrapping."""
+    a.vpmulld(aux.vecs[0], x, y)
+    a.vpaddd(dst, aux.vecs[0], z)
+
+
+# --- powers --------------------------------------------------------------------------------------------------
+
+#: integer exponents up to this magnitude are computed by repeated squaring (exact to a few roundings)
+MAX_SQUARING_POWER = 64
+
+
+def power_static_needs(power: float) -> tuple[int, int]:
+    """Aux (vecs, masks) of :func:`emit_power_static` for this exponent."""
+    if power == int(power) and abs(power) <= MAX_SQUARING_POWER:
+        return 1, 0
+    if 2 * power == int(2 * power) and abs(power) <= MAX_SQUARING_POWER:
+        return 2, 0
+    return 4, 1
+
+
+def _power_squaring(a: Assembler, dst: VecReg, x: VecReg, b: VecReg, n: int, negative: bool) -> None:
+    """dst = x**n (n >= 1) by repeated squaring of b; of 1/x when ``negative`` (no spurious overflow of x**n
+    when the result is small). dst may be x."""
+    if negative:
+        a.vbroadcastss(b, a.const_f32(1.0))
+        a.vdivps(b, b, x)
+    else:
+        move(a, b, x)
+    first = True
+    while n:
+        if n & 1:
+            if first:
+                move(a, dst, b)
+                first = False
+            else:
+                a.vmulps(dst, dst, b)
+        n >>= 1
+        if n:
+            a.vmulps(b, b, b)
+
+
+@kernel(vecs=2)
+def _power_small(a: Assembler, dst: VecReg, x: VecReg, aux: Aux, power: float = 1.0) -> None:
+    b, r = aux.vecs[:2]
+    n = int(abs(power))
+    if power == 0.0:  # x**0 = 1 for every x, NaN included
+        a.vbroadcastss(dst, a.const_f32(1.0))
+    elif power == int(power):
+        _power_squaring(a, dst, x, b, n, power < 0)
+    else:  # n + 1/2: x**n sqrt(x) (NaN for x < 0, as numpy)
+        a.vsqrtps(r, x)
+        if n:
+            _power_squaring(a, dst, x, b, n, False)
+            a.vmulps(dst, dst, r)
+        else:
+            move(a, dst, r)
+        if power < 0:
+            a.vbroadcastss(b, a.const_f32(1.0))
+            a.vdivps(dst, b, dst)
+
+
+@kernel(vecs=4, masks=1)
+def emit_power_static(a: Assembler, dst: VecReg, x: VecReg, aux: Aux, power: float = 1.0) -> None:
+    """x**power for a constant power: integers up to 64 by repeated squaring (of 1/x for negative powers),
+    halves up to 64 as x**n sqrt(x) (``vsqrtps``), others as e**(power log x) (NaN for x < 0 when the power is not an integer,
+    with the sign of x for odd integers)."""
+    if power_static_needs(power)[1] == 0:
+        _power_small(a, dst, x, Aux(aux.vecs[:2]), power=power)
+        return
+    t, s = aux.vecs[2], aux.vecs[3]
+    a.vandps(t, x, i32(a, ABS_MASK))
+    if power == int(power):
+        a.vandps(s, x, i32(a, SIGN_MASK if int(power) % 2 else 0))
+    else:  # finite x < 0: NaN; (-inf)**p is +inf or +0 as for +inf (C pow)
+        k = aux.masks[0]
+        a.vxorps(s, s, s)
+        a.vcmpps(k, x, f32(a, 0.0), cmp("lt_oq"))
+        a.vcmpps(k.mask(k), x, f32(a, -math.inf), cmp("neq_oq"))
+        a.vbroadcastss(s.mask(k), a.const_f32(math.nan))
+    emit_log(a, t, t, Aux(aux.vecs[:2], aux.masks[:1]))
+    a.vmulps(t, t, f32(a, power))
+    emit_exp(a, dst, t, Aux(aux.vecs[:2]))
+    a.vorps(dst, dst, s)
+
+
+@kernel(vecs=5, masks=2)
+def emit_power_f32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
+    """x**y lane by lane (numpy ``power`` on f32): e**(y log|x|), negative for x < 0 (or -0) and odd integer
+    y, NaN for finite x < 0 and non-integer y, 1 where y == 0 or x == 1 or (|x| == 1 and |y| == inf)."""
+    v0, v1, t, s, w = aux.vecs[:5]
+    k, k2 = aux.masks[:2]
+    absm = i32(a, ABS_MASK)
+    # s = sign bit of the result: x's sign where y is an odd integer
+    a.vmulps(w, y, f32(a, 0.5))
+    a.vrndscaleps(t, w, RND_TRUNC)
+    a.vcmpps(k, t, w, cmp("neq_oq"))  # y/2 not an integer ...
+    a.vrndscaleps(t, y, RND_TRUNC)
+    a.vcmpps(k2, t, y, cmp("eq_oq"))  # ... and y an integer: odd
+    a.kandw(k, k, k2)
+    a.vandps(s.mask(k).z, x, i32(a, SIGN_MASK))
+    # NaN where x is finite, x < 0 and y is not an integer
+    a.vandps(w, x, absm)
+    a.vcmpps(k, w, f32(a, math.inf), cmp("lt_oq"))
+    a.vcmpps(k.mask(k), x, f32(a, 0.0), cmp("lt_oq"))
+    a.kandnw(k, k2, k)
+    a.vorps(s.mask(k), s, i32(a, 0x7FC0_0000))
+    # the magnitude
+    emit_log(a, t, w, Aux((v0, v1), (k2,)))
+    a.vmulps(t, t, y)
+    # 1 where y == 0, x == 1, or |x| == 1 and |y| == inf (checked before dst, which may be x or y, is written)
+    a.vcmpps(k, y, f32(a, 0.0), cmp("eq_oq"))
+    a.vcmpps(k2, x, f32(a, 1.0), cmp("eq_oq"))
+    a.korw(k, k, k2)
+    a.vcmpps(k2, w, f32(a, 1.0), cmp("eq_oq"))
+    a.vandps(w, y, absm)
+    a.vcmpps(k2.mask(k2), w, f32(a, math.inf), cmp("eq_oq"))
+    a.korw(k, k, k2)
+    emit_exp(a, dst, t, Aux((v0, v1)))
+    a.vorps(dst, dst, s)
+    a.vbroadcastss(dst.mask(k), a.const_f32(1.0))

@@ -1,0 +1,438 @@
+"""Transcendental and other floating-point functions as pure emitter functions over f32 lanes.
+
+Each ``emit_<fn>(a, dst, src, aux)`` appends to the Assembler ``a`` the code that computes ``dst = fn(src)`` on
+16 f32 lanes. ``dst`` may be ``src``; the code writes only ``dst`` and the aux registers it declares with
+:func:`~snippets_x86_64.emitters.base.kernel`. Range reduction and polynomials, in the style of Cephes and
+oneDNN's injectors, with AVX-512's ``vscalefps`` (2**n without integer tricks, exact over- and underflow),
+``vgetexpps``/``vgetmantps`` (exponent and mantissa, denormals included), ``vrndscaleps`` (rounding) and
+``vfixupimmps`` (special inputs: NaN, +-inf, zero) doing what scalar code does with branches.
+
+The measured accuracy of each against numpy float64 is in docs/x86_64_math.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+from snippets_x86_64.asm import Assembler, CMP_PREDICATES, VecReg
+from snippets_x86_64.emitters.base import (
+    DEFAULT_NAN,
+    INPUT,
+    KEEP,
+    NINF,
+    PINF,
+    PLUS_ONE,
+    MINUS_ONE,
+    PZERO,
+    QNAN,
+    Aux,
+    f32,
+    fixup_table,
+    i32,
+    kernel,
+    move,
+)
+
+# vrndscaleps immediates: rounding mode in bits 1:0, bit 3 suppresses the precision exception
+RND_NEAREST, RND_FLOOR, RND_CEIL, RND_TRUNC = 0x08, 0x09, 0x0A, 0x0B
+
+LOG2E = 1.4426950408889634
+# ln2 split so that n * LN2_HI is exact for |n| < 2**12 (LN2_HI has 12 significant bits), both parts positive
+# so that -inf * ln2 stays -inf in log
+LN2_HI = 0.693145751953125
+LN2_LO = 1.428606765330187e-06
+
+# Cephes expf: exp(r) = 1 + r + r**2 * P(r) on |r| <= ln2/2
+EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+# Cephes logf: log(1 + f) = f - f**2/2 + f**3 * P(f) on sqrt(1/2) - 1 <= f < sqrt(2) - 1
+LOG_P = (
+    7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+    -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1,
+)  # fmt: skip
+
+ABS_MASK = 0x7FFF_FFFF
+SIGN_MASK = 0x8000_0000
+
+
+def cmp(name: str) -> int:
+    """The ``vcmpps`` immediate of a predicate name (``"lt_oq"``...)."""
+    return CMP_PREDICATES[name]
+
+
+def horner(a: Assembler, dst: VecReg, x: VecReg, coeffs: tuple[float, ...]) -> None:
+    """``dst = ((c0 * x + c1) * x + ...) + cN`` (``dst`` must not be ``x``)."""
+    a.vbroadcastss(dst, a.const_f32(coeffs[0]))
+    for c in coeffs[1:]:
+        a.vfmadd213ps(dst, x, f32(a, c))
+
+
+# --- exp and log ------------------------------------------------------------------------------------------
+
+
+@kernel(vecs=2)
+def emit_exp(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """``e**x``: n = round(x log2 e), r = x - n ln2 (two FMAs), e**r by a degree-7 polynomial, then
+    ``vscalefps`` multiplies by 2**n, over- and underflowing exactly. NaN and +-inf reach the result through n."""
+    r, n = aux.vecs[:2]
+    # clamped so that r stays small; beyond these bounds exp is inf or 0 in f32 anyway
+    a.vmaxps(r, src, f32(a, -104.0))
+    a.vminps(r, r, f32(a, 89.0))
+    a.vmulps(n, r, f32(a, LOG2E))
+    a.vrndscaleps(n, n, RND_NEAREST)
+    a.vfnmadd231ps(r, n, f32(a, LN2_HI))
+    a.vfnmadd231ps(r, n, f32(a, LN2_LO))
+    # the clamp lost NaN and inf: put them into n, where scalef(p, n) gives NaN, +inf, +0
+    a.vfixupimmps(n, src, i32(a, fixup_table(qnan=QNAN, snan=QNAN, pinf=PINF, ninf=NINF)), 0)
+    horner(a, dst, r, EXP_P)  # src is dead from here on: dst may be src
+    a.vfmadd213ps(dst, r, f32(a, 1.0))
+    a.vfmadd213ps(dst, r, f32(a, 1.0))
+    a.vscalefps(dst, dst, n)
+
+
+@kernel(vecs=2, masks=1)
+def emit_log(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """Natural logarithm: x = m 2**e with m in [sqrt(1/2), sqrt(2)) (``vgetmantps``/``vgetexpps``, denormals
+    included), log x = e ln2 + log1p(m - 1) by a polynomial. log(+-0) = -inf, log(x < 0) = NaN."""
+    m, e = aux.vecs[:2]
+    k = aux.masks[0]
+    a.vgetmantps(m, src, 0)  # [1, 2)
+    a.vgetexpps(e, src)
+    a.vcmpps(k, m, f32(a, math.sqrt(2.0)), cmp("gt_oq"))
+    a.vmulps(m.mask(k), m, f32(a, 0.5))
+    a.vaddps(e.mask(k), e, f32(a, 1.0))
+    a.vsubps(m, m, f32(a, 1.0))
+    # special inputs go through e: -inf * ln2 + finite = -inf, NaN stays NaN
+    table = fixup_table(qnan=QNAN, snan=QNAN, zero=NINF, ninf=DEFAULT_NAN, neg=DEFAULT_NAN, pinf=PINF)
+    a.vfixupimmps(e, src, i32(a, table), 0)
+    horner(a, dst, m, LOG_P)
+    a.vfmadd213ps(dst, m, f32(a, -0.5))
+    a.vmulps(dst, dst, m)
+    a.vfmadd213ps(dst, m, m)  # f + f**2 (f P(f) - 1/2)
+    a.vfmadd231ps(dst, e, f32(a, LN2_LO))
+    a.vfmadd231ps(dst, e, f32(a, LN2_HI))
+
+
+@kernel(vecs=3, masks=1)
+def emit_expm1(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """``e**x - 1`` without the cancellation near 0: on |x| < ln2/2 the exp polynomial without its 1,
+    elsewhere exp(x) - 1."""
+    small = aux.vecs[2]
+    k = aux.masks[0]
+    horner(a, small, src, EXP_P)
+    a.vmulps(small, small, src)
+    a.vfmadd213ps(small, src, src)  # x + x**2 P(x)
+    a.vandps(aux.vecs[0], src, i32(a, ABS_MASK))
+    a.vcmpps(k, aux.vecs[0], f32(a, 0.5 * math.log(2.0)), cmp("lt_oq"))
+    emit_exp(a, dst, src, Aux(aux.vecs[:2]))
+    a.vsubps(dst, dst, f32(a, 1.0))
+    a.vmovaps(dst.mask(k), small)
+
+
+@kernel(vecs=3, masks=1)
+def emit_sigmoid(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """``1 / (1 + e**-x)`` through e = exp(-|x|) <= 1, so nothing overflows: 1/(1+e) for x >= 0, e/(1+e) else."""
+    e = aux.vecs[2]
+    k = aux.masks[0]
+    a.vcmpps(k, src, f32(a, 0.0), cmp("lt_oq"))
+    a.vorps(e, src, i32(a, SIGN_MASK))  # -|x|
+    emit_exp(a, e, e, Aux(aux.vecs[:2]))
+    a.vaddps(aux.vecs[0], e, f32(a, 1.0))
+    a.vbroadcastss(dst, a.const_f32(1.0))
+    a.vmovaps(dst.mask(k), e)
+    a.vdivps(dst, dst, aux.vecs[0])
+
+
+# Cephes tanhf: tanh(x) = x + x**3 P(x**2) on |x| < 0.625
+TANH_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)
+
+
+@kernel(vecs=5, masks=1)
+def emit_tanh(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """Hyperbolic tangent: an odd polynomial on |x| < 0.625, else 1 - 2/(e**2|x| + 1); the sign is put back."""
+    s0, s1, ax, sign, t = aux.vecs[:5]
+    k = aux.masks[0]
+    a.vandps(ax, src, i32(a, ABS_MASK))
+    a.vandps(sign, src, i32(a, SIGN_MASK))
+    a.vcmpps(k, ax, f32(a, 0.625), cmp("lt_oq"))
+    a.vaddps(t, ax, ax)
+    emit_exp(a, t, t, Aux((s0, s1)))
+    a.vaddps(t, t, f32(a, 1.0))
+    a.vbroadcastss(dst, a.const_f32(2.0))
+    a.vdivps(dst, dst, t)
+    a.vsubps(dst, dst, f32(a, 1.0))
+    a.vxorps(dst, dst, i32(a, SIGN_MASK))  # 1 - 2/(e+1)
+    a.vmulps(s0, ax, ax)
+    horner(a, s1, s0, TANH_P)
+    a.vmulps(s1, s1, s0)
+    a.vfmadd213ps(s1, ax, ax)
+    a.vmovaps(dst.mask(k), s1)
+    a.vorps(dst, dst, sign)
+
+
+# erf(x) = x P(x**2) on |x| < 1/2 (least-squares fit of the relative error, f32 coefficients)
+ERF_SMALL_P = (
+    0.004717317409813404, -0.026755178347229958, 0.11282754689455032, -0.3761260211467743, 1.1283791065216064,
+)  # fmt: skip
+ERF_SPLIT = 0.5
+# erfc(x) = e**-x**2 t Q(t), t = 1 / (1 + x/2), on 1/2 <= x <= 10.5 (beyond, erfc is 0 in f32)
+ERFC_T = 0.5
+ERFC_Q = (
+    -0.05812562629580498, 0.28496086597442627, -0.49465957283973694, 0.2911313772201538, -0.03721051663160324,
+    0.20738160610198975, 0.24193912744522095, 0.2825259268283844, 0.2820785641670227,
+)  # fmt: skip
+ERFC_MAX = 10.5
+
+
+def _erf_pieces(a: Assembler, dst: VecReg, src: VecReg, aux: Aux, scale: float) -> None:
+    """For u = scale * |x|: dst = erfc(u) by the tail formula, vecs[6] = erf(u) by the small-|u| polynomial,
+    mask 0 = (u < 1/2); vecs[2] = |x| (clamped), vecs[3] = the sign bit of x. u**2 is taken as x**2 scale**2
+    in two parts (hi + lo, FMA), so e**-u**2 keeps its accuracy for large u."""
+    v0, v1, ax, sign, zhi, zlo, small, e = aux.vecs[:8]
+    k = aux.masks[0]
+    a.vandps(ax, src, i32(a, ABS_MASK))
+    a.vandps(sign, src, i32(a, SIGN_MASK))
+    a.vbroadcastss(zhi, a.const_f32(ERFC_MAX / scale))
+    a.vminps(ax, zhi, ax)  # the NaN operand last: vminps returns it
+    sq = scale * scale  # 1 or 1/2: exact
+    a.vmulps(zhi, ax, ax)
+    a.vmovaps(zlo, zhi)
+    a.vfmsub231ps(zlo, ax, ax)  # x*x - hi, exactly
+    if sq != 1.0:
+        a.vmulps(zhi, zhi, f32(a, sq))
+        a.vmulps(zlo, zlo, f32(a, sq))
+    a.vcmpps(k, zhi, f32(a, ERF_SPLIT * ERF_SPLIT), cmp("lt_oq"))
+    # tail: t = 1 / (1 + u/2)
+    a.vmulps(small, ax, f32(a, ERFC_T * scale))
+    a.vaddps(small, small, f32(a, 1.0))
+    a.vbroadcastss(e, a.const_f32(1.0))
+    a.vdivps(small, e, small)
+    horner(a, dst, small, ERFC_Q)
+    a.vmulps(dst, dst, small)
+    a.vxorps(e, zhi, i32(a, SIGN_MASK))
+    emit_exp(a, e, e, Aux((v0, v1)))
+    a.vfnmadd231ps(e, e, zlo)  # e**-(hi+lo) = e**-hi (1 - lo)
+    a.vmulps(dst, dst, e)
+    # small: erf(u) = u P(u**2)
+    horner(a, small, zhi, ERF_SMALL_P)
+    a.vmulps(small, small, ax)
+    if scale != 1.0:
+        a.vmulps(small, small, f32(a, scale))
+
+
+@kernel(vecs=8, masks=1)
+def emit_erf(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """The error function: x P(x**2) for |x| < 1/2, else 1 - erfc(|x|) with erfc = e**-x**2 t Q(t); odd."""
+    _erf_pieces(a, dst, src, aux, 1.0)
+    a.vsubps(dst, dst, f32(a, 1.0))
+    a.vxorps(dst, dst, i32(a, SIGN_MASK))
+    a.vmovaps(dst.mask(aux.masks[0]), aux.vecs[6])
+    a.vorps(dst, dst, aux.vecs[3])
+
+
+@kernel(vecs=9, masks=2)
+def emit_gelu_erf(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """``x/2 (1 + erf(x/sqrt 2))``; for x < 0 as x/2 erfc(|x|/sqrt 2), which keeps the relative accuracy of the
+    tail where 1 + erf cancels."""
+    x = aux.vecs[8]
+    k_small, k_pos = aux.masks[:2]
+    a.vmovaps(x, src)
+    _erf_pieces(a, dst, src, aux, 1.0 / math.sqrt(2.0))
+    a.vcmpps(k_pos, x, f32(a, 0.0), cmp("nlt_uq"))  # x >= 0 (or NaN, which stays NaN)
+    a.vsubps(dst.mask(k_pos), dst, f32(a, 2.0))
+    a.vxorps(dst.mask(k_pos), dst, i32(a, SIGN_MASK))  # 2 - erfc(u) for x >= 0, erfc(u) for x < 0
+    small = aux.vecs[6]
+    a.vorps(small, small, aux.vecs[3])
+    a.vaddps(small, small, f32(a, 1.0))  # 1 +- erf(u)
+    a.vmovaps(dst.mask(k_small), small)
+    a.vmulps(x, x, f32(a, 0.5))  # x/2 first: (1 + erf) x would overflow near FLT_MAX
+    a.vmulps(dst, dst, x)
+
+
+@kernel(vecs=5, masks=1)
+def emit_gelu_tanh(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """``x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x**3)))`` as ``x sigmoid(2 sqrt(2/pi) (x + 0.044715 x**3))``
+    (the same function; sigmoid has no cancellation for x < 0)."""
+    x, u = aux.vecs[3:5]
+    c = 2.0 * math.sqrt(2.0 / math.pi)
+    a.vmovaps(x, src)
+    a.vmulps(u, src, src)
+    a.vmulps(u, u, f32(a, 0.044715 * c))
+    a.vaddps(u, u, f32(a, c))
+    a.vmulps(u, u, x)
+    emit_sigmoid(a, u, u, Aux(aux.vecs[:3], aux.masks[:1]))
+    a.vmulps(dst, u, x)
+
+
+@kernel(vecs=4, masks=1)
+def emit_elu(a: Assembler, dst: VecReg, src: VecReg, aux: Aux, alpha: float = 1.0) -> None:
+    """``x`` for x > 0, ``alpha (e**x - 1)`` otherwise (expm1, accurate near 0)."""
+    e = aux.vecs[3]
+    k = aux.masks[0]
+    emit_expm1(a, e, src, Aux(aux.vecs[:3], aux.masks[:1]))
+    if alpha != 1.0:
+        a.vmulps(e, e, f32(a, alpha))
+    a.vcmpps(k, src, f32(a, 0.0), cmp("gt_oq"))
+    a.vblendmps(dst.mask(k), e, src)
+
+
+@kernel(vecs=4, masks=1)
+def emit_selu(a: Assembler, dst: VecReg, src: VecReg, aux: Aux, alpha: float = 1.0, lambda_: float = 1.0) -> None:
+    """``lambda (x for x > 0, alpha (e**x - 1) otherwise)``."""
+    emit_elu(a, dst, src, aux, alpha=alpha)
+    a.vmulps(dst, dst, f32(a, lambda_))
+
+
+@kernel(vecs=4, masks=1)
+def emit_swish(a: Assembler, dst: VecReg, src: VecReg, aux: Aux, beta: float = 1.0) -> None:
+    """``x sigmoid(beta x)`` with a constant beta."""
+    x = aux.vecs[3]
+    a.vmovaps(x, src)
+    if beta != 1.0:
+        a.vmulps(dst, src, f32(a, beta))
+        emit_sigmoid(a, dst, dst, Aux(aux.vecs[:3], aux.masks[:1]))
+    else:
+        emit_sigmoid(a, dst, src, Aux(aux.vecs[:3], aux.masks[:1]))
+    a.vmulps(dst, dst, x)
+
+
+@kernel(vecs=4, masks=1)
+def emit_swish_beta(a: Assembler, dst: VecReg, src: VecReg, beta: VecReg, aux: Aux) -> None:
+    """``x sigmoid(beta x)`` with beta in a register (Swish with a second input)."""
+    x = aux.vecs[3]
+    a.vmovaps(x, src)
+    a.vmulps(dst, src, beta)
+    emit_sigmoid(a, dst, dst, Aux(aux.vecs[:3], aux.masks[:1]))
+    a.vmulps(dst, dst, x)
+
+
+@kernel(vecs=6, masks=1)
+def emit_softplus(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """``log(1 + e**x)`` = max(x, 0) + log1p(e**-|x|); log1p(y) = log(u) y / (u - 1) with u = 1 + y (exact
+    where u - 1 == y is not, y where u == 1)."""
+    m, y, u, d = aux.vecs[2:6]
+    k = aux.masks[0]
+    a.vmaxps(m, src, f32(a, 0.0))
+    a.vorps(y, src, i32(a, SIGN_MASK))
+    emit_exp(a, y, y, Aux(aux.vecs[:2]))
+    a.vaddps(u, y, f32(a, 1.0))
+    a.vsubps(d, u, f32(a, 1.0))
+    emit_log(a, u, u, Aux(aux.vecs[:2], aux.masks[:1]))
+    a.vmulps(dst, u, y)
+    a.vdivps(dst, dst, d)
+    a.vcmpps(k, d, f32(a, 0.0), cmp("eq_oq"))
+    a.vmovaps(dst.mask(k), y)
+    a.vaddps(dst, dst, m)
+
+
+@kernel(vecs=5)
+def emit_mish(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """``x tanh(softplus(x))`` = x n / (n + 2) with n = e**x (e**x + 2) (no cancellation); e**x is taken at
+    min(x, 20), beyond which the factor is 1."""
+    x, e, n = aux.vecs[2:5]
+    a.vmovaps(x, src)
+    a.vminps(e, src, f32(a, 20.0))
+    emit_exp(a, e, e, Aux(aux.vecs[:2]))
+    a.vaddps(n, e, f32(a, 2.0))
+    a.vmulps(n, n, e)
+    a.vaddps(e, n, f32(a, 2.0))
+    a.vdivps(dst, n, e)
+    a.vmulps(dst, dst, x)
+
+
+# --- sin and cos ----------------------------------------------------------------------------------------------
+
+# pi/2 in three parts (Cephes DP1..3 doubled): k * PIO2_1 and k * PIO2_2 are exact for the k this reduction serves
+PIO2_1, PIO2_2, PIO2_3 = 1.5703125, 4.837512969970703125e-4, 7.54978995489188216e-8
+SIN_P = (-1.9515295891e-4, 8.3321608736e-3, -1.6666654611e-1)
+COS_P = (2.443315711809948e-5, -1.388731625493765e-3, 4.166664568298827e-2)
+
+
+def _sincos(a: Assembler, dst: VecReg, src: VecReg, aux: Aux, quadrant_shift: int) -> None:
+    kq, r, q, s = aux.vecs[:4]
+    k = aux.masks[0]
+    a.vmulps(kq, src, f32(a, 2.0 / math.pi))
+    a.vrndscaleps(kq, kq, RND_NEAREST)
+    a.vmovaps(r, src)
+    a.vfnmadd231ps(r, kq, f32(a, PIO2_1))
+    a.vfnmadd231ps(r, kq, f32(a, PIO2_2))
+    a.vfnmadd231ps(r, kq, f32(a, PIO2_3))
+    a.vfixupimmps(r, src, i32(a, fixup_table(qnan=QNAN, snan=QNAN, ninf=DEFAULT_NAN, pinf=DEFAULT_NAN)), 0)
+    a.vcvtps2dq(q, kq)
+    if quadrant_shift:
+        a.vpaddd(q, q, i32(a, quadrant_shift))
+    z = kq
+    a.vmulps(z, r, r)
+    horner(a, s, z, SIN_P)
+    a.vmulps(s, s, z)
+    a.vfmadd213ps(s, r, r)  # sin r
+    horner(a, dst, z, COS_P)
+    a.vfmadd213ps(dst, z, f32(a, -0.5))
+    a.vfmadd213ps(dst, z, f32(a, 1.0))  # cos r
+    a.vptestnmd(k, q, i32(a, 1))
+    a.vmovaps(dst.mask(k), s)  # even quadrant: sin r, odd: cos r
+    a.vpslld(q, q, 30)
+    a.vpandd(q, q, i32(a, SIGN_MASK))
+    a.vpxord(dst, dst, q)  # quadrants 2 and 3 are negated
+
+
+@kernel(vecs=4, masks=1)
+def emit_sin(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """Sine: x = k pi/2 + r (three-part Cody-Waite with FMA), then +-sin r or +-cos r by the quadrant k mod 4."""
+    _sincos(a, dst, src, aux, 0)
+
+
+@kernel(vecs=4, masks=1)
+def emit_cos(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """Cosine: sin(x + pi/2), the quadrant moved by one."""
+    _sincos(a, dst, src, aux, 1)
+
+
+# --- rounding, sign and piecewise-linear functions -----------------------------------------------------------
+
+
+@kernel()
+def emit_floor(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """Largest integer <= x (``vrndscaleps``, round down)."""
+    a.vrndscaleps(dst, src, RND_FLOOR)
+
+
+@kernel()
+def emit_ceil(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """Smallest integer >= x (``vrndscaleps``, round up)."""
+    a.vrndscaleps(dst, src, RND_CEIL)
+
+
+@kernel()
+def emit_trunc(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """x rounded toward zero."""
+    a.vrndscaleps(dst, src, RND_TRUNC)
+
+
+@kernel()
+def emit_round_half_to_even(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """x rounded to the nearest integer, ties to even."""
+    a.vrndscaleps(dst, src, RND_NEAREST)
+
+
+@kernel(vecs=2, masks=1)
+def emit_round_half_away(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """x rounded to the nearest integer, ties away from zero: t = trunc(|x|), +1 where |x| - t >= 1/2
+    (``trunc(|x| + 0.5)`` would round 0.49999997 up to 1), then the sign of x."""
+    sign, t = aux.vecs[:2]
+    k = aux.masks[0]
+    a.vandps(sign, src, i32(a, SIGN_MASK))
+    a.vandps(dst, src, i32(a, ABS_MASK))
+    a.vrndscaleps(t, dst, RND_TRUNC)
+    a.vsubps(dst, dst, t)
+    a.vcmpps(k, dst, f32(a, 0.5), cmp("ge_oq"))
+    a.vaddps(t.mask(k), t, f32(a, 1.0))
+    a.vorps(dst, t, sign)
+
+
+@kernel()
+def emit_sign(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """-1, +-0 or 1 (NaN stays NaN), one ``vfixupimmps`` on the class of x."""
+    table = fixup_table(
+        qnan=QNAN, snan=QNAN, zero=INPUT, one=PLUS_ONE, ninf=MINUS_ONE, pinf=PLUS_ONE, neg=MINUS_ONE, pos=PLUS_ONE
+    )
+    a.vfixupimmps(dst, src, i32(a, table), 0)
