@@ -23,14 +23,19 @@ from typing import ClassVar
 
 import numpy as np
 
+from snippets_core.errors import ShapeInferenceError
+from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node
 from snippets_core.ir.ops.io import Constant, Parameter
 from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.ir.shape import Shape
 from snippets_core.passes.graph_utils import has_domain_sensitive_ops, make
 from snippets_core.passes.pass_manager import Pass
 
 #: a kernel should keep at least this many rows of M (smaller M blocks waste the Brgemm micro-kernel)
 MIN_KERNEL_M = 32
+#: ops whose Constant shapes would have to follow the split (SoftmaxReshapeElimination removes the MHA ones)
+SHAPE_FIXING_OPS = ("Reshape", "SnippetsReshape", "GroupNormalization")
 #: rt_info key on a Subgraph that was split: ``(batch_m, new_m)``; a second run leaves it alone
 SPLIT_M_RT_INFO = "SplitDimensionM"
 
@@ -181,16 +186,33 @@ class SplitDimensionM(Pass):
         found = split(mm_shape, self.concurrency)
         if found is None:
             return False
-        plan = self._plan(ir, mm_shape, *found)
-        if plan is None:
+        if not self._validates_on_a_copy(body, mm_shape, *found):
             return False
+        plan = self._plan(body, mm_shape, *found)
+        assert plan is not None, "the plan succeeded on a copy of the same body"
         self._apply(ir, plan)
         ir.rt_info[SPLIT_M_RT_INFO] = found
         return True
 
     # --- planning ------------------------------------------------------------------------------------------
-    def _plan(self, sg: Subgraph, mm_shape: tuple[int, ...], batch_m: int, new_m: int) -> _Plan | None:
-        body = sg.body
+    def _validates_on_a_copy(self, body: Model, mm_shape: tuple[int, ...], batch_m: int, new_m: int) -> bool:
+        """Split a copy of the body first: a body the rules did not foresee must stay untouched, not half-split."""
+        trial = body.clone()
+        plan = self._plan(trial, mm_shape, batch_m, new_m)
+        if plan is None:
+            return False
+        self._apply_body(trial, plan)
+        for i, shape in plan.param_shapes.items():
+            trial.parameters[i].shape = Shape(shape)  # what Subgraph.infer does with the reshaped inputs
+        try:
+            trial.validate()
+        except ShapeInferenceError:
+            return False
+        return True
+
+    def _plan(self, body: Model, mm_shape: tuple[int, ...], batch_m: int, new_m: int) -> _Plan | None:
+        if any(n.type_name in SHAPE_FIXING_OPS for n in body.get_ordered_ops()):
+            return None  # their target shapes would need the split too
         params = body.parameters
         index_of = {p.id: i for i, p in enumerate(params)}
         m_dim = mm_shape[-2]
@@ -265,8 +287,8 @@ class SplitDimensionM(Pass):
         return plan
 
     # --- applying ------------------------------------------------------------------------------------------
-    def _apply(self, sg: Subgraph, plan: _Plan) -> None:
-        body = sg.body
+    @staticmethod
+    def _apply_body(body: Model, plan: _Plan) -> None:
         for transpose, order in plan.orders.values():
             transpose.set_input(1, Constant(np.asarray(order, dtype=np.int64), name=transpose.inputs[1].source.node.name))
         for broadcast, target in plan.targets.values():
@@ -276,6 +298,10 @@ class SplitDimensionM(Pass):
             new = make("Softmax", softmax.inputs[0].source, axis=-1, name=softmax.name)
             new.rt_info = dict(softmax.rt_info)
             body.replace_node(softmax, new)
+
+    def _apply(self, sg: Subgraph, plan: _Plan) -> None:
+        body = sg.body
+        self._apply_body(body, plan)
         for i, shape in sorted(plan.param_shapes.items()):
             if list(body.parameters[i].shape.to_tuple()) == shape:
                 continue

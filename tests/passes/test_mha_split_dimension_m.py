@@ -197,3 +197,38 @@ def test_split_m_updates_a_broadcast_between_the_matmuls() -> None:
     e = np.exp(s - s.max(-1, keepdims=True))
     want = (e / e.sum(-1, keepdims=True)) @ inputs["v"]
     np.testing.assert_allclose(cm(inputs)["matmul1_out0"], want, rtol=2e-4, atol=2e-5)
+
+
+def test_split_m_on_a_matmul_with_bias() -> None:
+    # an eltwise MatMul Subgraph is domain-sensitive too: batch 2 x 3 (broadcast), M 64 -> (2, 32)
+    a, b = sb.parameter([2, 1, 64, 5], name="a"), sb.parameter([1, 3, 5, 7], name="b")
+    bias = sb.parameter([1, 1, 1, 7], name="bias")
+    model = sb.model([sb.add(sb.matmul(a, b, name="matmul"), bias, name="add")], name="matmul_bias")
+    cm = snippets_core.compile_model(model, target="reference",
+                                     config={"num_threads": 4, "snippets_mode": "IgnoreCallback"})
+    sg = mha_subgraph(cm.model)
+    assert sg.rt_info[SPLIT_M_RT_INFO] == (2, 32)
+    assert [p.shape.to_tuple() for p in sg.body.parameters] == [(2, 1, 2, 32, 5), (1, 3, 1, 5, 7), (1, 1, 1, 1, 7)]
+    inputs = inputs_for(model)
+    want = np.matmul(inputs["a"].astype(np.float64), inputs["b"]) + inputs["bias"]
+    np.testing.assert_allclose(cm(inputs)["add_out0"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_split_m_leaves_bodies_with_reshapes_alone() -> None:
+    # with SoftmaxReshapeElimination disabled the Reshape pair stays; its target shapes cannot follow a split
+    q, k, v = (sb.parameter([1, 2, 64, 16], name=n) for n in "qkv")
+    s = sb.reshape(sb.matmul(q, sb.transpose(k, [0, 1, 3, 2]), name="matmul0"), [128, 64])
+    out = sb.matmul(sb.reshape(sb.softmax(s, 1), [1, 2, 64, 64]), v, name="matmul1")
+    model = sb.model([out], name="reshaped_softmax")
+    config = {"num_threads": 4, "disabled_passes": ["softmax-reshape-elimination"]}
+    cm = snippets_core.compile_model(model, target="reference", config=config)
+    sg = mha_subgraph(cm.model)
+    assert SPLIT_M_RT_INFO not in sg.rt_info and sg.body.count("Reshape") == 2
+    rng = np.random.default_rng(5)
+    inputs = {n: rng.standard_normal([1, 2, 64, 16]).astype(np.float32) for n in "qkv"}
+    x = np.matmul(inputs["q"].astype(np.float64), np.swapaxes(inputs["k"], -1, -2))
+    e = np.exp(x - x.max(-1, keepdims=True))
+    np.testing.assert_allclose(cm(inputs)["matmul1_out0"], (e / e.sum(-1, keepdims=True)) @ inputs["v"],
+                               rtol=2e-4, atol=2e-5)
+    cm = snippets_core.compile_model(model, target="reference", config={"num_threads": 4})
+    assert mha_subgraph(cm.model).rt_info[SPLIT_M_RT_INFO] == (2, 32)
