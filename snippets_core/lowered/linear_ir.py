@@ -192,16 +192,16 @@ class LinearIR:
             for c in consumers:
                 if any(p.expr_port == c for p in info.input_ports):
                     info.replace_port(c, outside_inputs)
-            # a producer whose value left the loop only through the new expression: the new
-            # expression's output takes its place as the exit port
+            # a producer whose value leaves the loop (also) through the new expression: the new
+            # expression's leaving outputs become exit ports; the producer stays one only while some
+            # of its consumers are still outside the loop
             for p in expr.input_ports():
                 src = p.connector.source
                 if any(lp.expr_port == src for lp in info.output_ports):
                     still_leaves = any(loop_id not in c.expr.loop_ids for c in src.connector.get_consumers())
-                    if not still_leaves:
-                        leaving = [o for o in expr.output_ports()
-                                   if any(loop_id not in c.expr.loop_ids for c in o.connector.get_consumers())]
-                        info.replace_port(src, leaving)
+                    leaving = [o for o in expr.output_ports()
+                               if any(loop_id not in c.expr.loop_ids for c in o.connector.get_consumers())]
+                    info.replace_port(src, ([src] if still_leaves else []) + leaving)
 
     def replace_input(self, port: ExpressionPort, new_conn: PortConnector) -> None:
         """Make input ``port`` read ``new_conn`` (and keep the node graph in step)."""
