@@ -57,3 +57,16 @@ def test_disabled_optimization_means_tile_rank_two():
     ir = LinearIR(body, Config(enable_domain_optimization=False))
     assert not OptimizeDomain().run(ir)
     assert ir.loop_depth == 2 and ir.get_master_shape() == (4, 5, 6, 7)
+
+
+def test_whole_dim_ops_keep_the_domain():
+    """A last-axis reduction sees whole rows: merging dims would change them, so no collapse, tile rank 2."""
+    from snippets_core.ir.ops.snippets import SnippetsReduceSum
+    from snippets_core.passes.graph_utils import set_reduce_subtensors
+
+    p0 = Parameter("f32", (10, 2, 2), name="p0")
+    red = SnippetsReduceSum(p0, axis=-1)
+    set_reduce_subtensors(red)
+    ir = LinearIR(Model([Result(red, name="r")], [p0]), Config(min_parallel_work_amount=1))
+    assert not OptimizeDomain().run(ir)
+    assert ir.get_master_shape() == (10, 2, 1) and ir.loop_depth == 2

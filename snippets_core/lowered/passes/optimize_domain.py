@@ -7,6 +7,7 @@ from math import prod
 from typing import TYPE_CHECKING, ClassVar
 
 from snippets_core.lowered.passes.pass_base import LoweredPass
+from snippets_core.lowered.port_descriptor import FULL_DIM
 
 if TYPE_CHECKING:
     from snippets_core.lowered.linear_ir import LinearIR
@@ -53,7 +54,7 @@ class OptimizeDomain(LoweredPass):
     two dims while every input has them unbroadcast and the parallel domain keeps at least
     ``min_parallel_work_amount`` work; then raise the tile rank to 2 if the domain still allows it.
     The tile rank is written to ``ir.loop_depth`` (1 for dynamic shapes, 2 when the optimization is
-    disabled)."""
+    disabled or an op processes whole dims)."""
 
     name: ClassVar[str] = "optimize-domain"
 
@@ -62,7 +63,10 @@ class OptimizeDomain(LoweredPass):
         if ir.empty():
             return False
         ir.loop_depth = 1
-        if not config.enable_domain_optimization:
+        # an op that processes whole dims (a reduction, a Brgemm) would see other elements once dims
+        # are merged: such a body is domain-sensitive whatever the config says
+        whole_dims = any(FULL_DIM in d.subtensor for e in ir.exprs for d in e.input_descs + e.output_descs)
+        if not config.enable_domain_optimization or whole_dims:
             ir.loop_depth = 2  # not allowed to optimize: assume a 2D tile
             return False
         if ir.is_dynamic:
