@@ -405,3 +405,53 @@ def test_fusion_order_helpers() -> None:
     assert get_fusion_transpose_order(3) == [1, 0, 2]
     assert get_decomposed_transpose_order(4) == [0, 2, 3, 1]
     assert get_decomposed_transpose_order(5) == [0, 1, 3, 4, 2]
+
+
+def mha_fq(lo: np.ndarray) -> Model:
+    """MatMul0 -> FakeQuantize(lo..-lo) -> Softmax -> FakeQuantize(0..1) -> MatMul1."""
+    q, k, v = sb.parameter([1, 2, 16, 8], name="q"), sb.parameter([1, 2, 8, 16], name="k"), sb.parameter(
+        [1, 2, 16, 8], name="v")
+    fq0 = sb.fake_quantize(sb.matmul(q, k, name="matmul0"), lo, -lo, lo, -lo, 256, name="fq0")
+    fq1 = sb.fake_quantize(sb.softmax(fq0, 3), 0.0, 1.0, 0.0, 1.0, 256, name="fq1")
+    return sb.model([sb.matmul(fq1, v, name="matmul1")], name="mha_fq")
+
+
+def test_fake_quantize_between_the_matmuls() -> None:
+    lo = np.float32(-3.0)
+
+    def fq(x, il, ih, levels=256):  # type: ignore[no-untyped-def]
+        n = levels - 1
+        return np.where(x <= il, il, np.where(x > ih, ih, np.rint((x - il) / (ih - il) * n) / n * (ih - il) + il))
+
+    def expected(i):  # type: ignore[no-untyped-def]
+        return fq(softmax(fq(np.matmul(i["q"], i["k"]).astype(np.float64), -3.0, 3.0)), 0.0, 1.0) @ i["v"]
+
+    model = mha_fq(lo)
+    inputs = random_inputs(model)
+    cm = snippets_core.compile_model(model, target="reference", config=IGNORE)
+    sg = mha_subgraph(cm.model)
+    assert body_types(sg) == ["MatMul", "FakeQuantize", "Softmax", "FakeQuantize", "MatMul"]
+    np.testing.assert_allclose(cm(inputs)["matmul1_out0"], expected(inputs), rtol=1e-4, atol=1e-5)
+
+
+def test_fake_quantize_hidden_constants_count_against_the_budget() -> None:
+    # per-head ranges leave 6 non-scalar constants after FakeQuantize decomposition: 3 + 1 + 6 = 10 > 5
+    model = mha_fq(np.array([-3.0, -2.0], np.float32).reshape(1, 2, 1, 1))
+    assert not TokenizeMHASnippets(TokenizationConfig()).run(model)
+    assert matmul0(model).rt_info[REJECT_REASON_KEY] == (
+        "needs 11 data pointers (inputs/outputs 10, buffers 1) but only 10 registers are available")
+    model = mha_fq(np.array([-3.0, -2.0], np.float32).reshape(1, 2, 1, 1))
+    assert TokenizeMHASnippets(TokenizationConfig(data_ptr_gpr_count=12)).run(model)
+    assert mha_subgraph(model).rt_info["VirtualPortCount"] == 6
+
+
+def test_dynamic_mha_runs_on_the_reference() -> None:
+    model = mha([[1, None, 2, 8], [1, None, 2, 8], [1, 2, None, None], [1, None, 2, 8]])
+    cm = snippets_core.compile_model(model, target="reference", config=IGNORE)
+    sg = mha_subgraph(cm.model)
+    assert not sg.inputs[0].shape.is_static
+    for s in (16, 5):
+        rng = np.random.default_rng(s)
+        inputs = {n: rng.standard_normal([1, s, 2, 8]).astype(np.float32) for n in "qkv"}
+        inputs["bias"] = rng.standard_normal([1, 2, s, s]).astype(np.float32)
+        np.testing.assert_allclose(cm(inputs)["transpose3_out0"], mha_reference(inputs), rtol=2e-4, atol=2e-5)
