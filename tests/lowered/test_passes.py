@@ -84,3 +84,35 @@ def test_specific_iterations_main_and_tail():
     assert kinds == sorted([(SpecificLoopIterType.MAIN_BODY.value, 16, 8), (SpecificLoopIterType.LAST_ITER.value, 3, 3)])
     counts = sorted(e.node.count for e in ir.exprs if e.type_name in ("Load", "Store"))
     assert counts == [3, 3, 8, 8]
+
+
+def test_positioned_passes_in_the_lowering_pipelines():
+    from dataclasses import dataclass, field
+    from typing import ClassVar
+
+    import pytest
+
+    from snippets_core.errors import PassPositionError
+    from snippets_core.lowered.passes.pass_base import LoweredPass
+    from snippets_core.passes.pass_manager import PassPosition, PositionedPass
+
+    @dataclass(frozen=True)
+    class CountLoopEnds(LoweredPass):
+        name: ClassVar[str] = "count-loop-ends"
+        seen: list = field(default_factory=list)
+
+        def run(self, ir):
+            self.seen.append(sum(e.type_name == "LoopEnd" for e in ir.exprs))
+            return False
+
+    p = Parameter("f32", (2, 19), name="p")
+    body = Model([Result(Relu(p), name="r")], [p])
+    after_loops, at_end = CountLoopEnds(), CountLoopEnds()
+    passes = [PositionedPass(after_loops, PassPosition("insert-loops", after=True)),
+              PositionedPass(at_end, PassPosition.pipeline_end(), pipeline="pre-generation")]
+    lower(body, Config(vector_size=8, enable_domain_optimization=False), InterpreterTarget(8), passes)
+    assert after_loops.seen == [2]  # rows and columns
+    assert at_end.seen == [3]  # plus the column tail
+    with pytest.raises(PassPositionError, match="no-such-pass"):
+        lower(body, Config(vector_size=8), InterpreterTarget(8),
+              [PositionedPass(CountLoopEnds(), PassPosition("no-such-pass"))])
