@@ -228,6 +228,15 @@ class Timing:
         return statistics.median(self.samples)
 
     @property
+    def best(self) -> float:
+        return min(self.samples)
+
+    def pick(self, stat: str) -> float:
+        """Seconds per call by the statistic the ratios use: "median" (default) or "best" (the fastest call,
+        the better estimate on a machine that other processes load: they only ever add time)."""
+        return self.best if stat == "best" else self.median
+
+    @property
     def spread(self) -> float:
         """Interquartile range relative to the median (0.05 = the middle half within 5 %)."""
         if len(self.samples) < 4:
@@ -236,7 +245,8 @@ class Timing:
         return (q[2] - q[0]) / self.median
 
     def to_json(self) -> dict[str, Any]:
-        return {"median_ms": self.median * 1e3, "min_ms": min(self.samples) * 1e3, "iqr_rel": self.spread,
+        return {"median_ms": self.median * 1e3, "min_ms": self.best * 1e3,
+                "iqr_rel": None if math.isnan(self.spread) else self.spread,
                 "n": len(self.samples), "single_call": self.single_call}
 
 
@@ -299,11 +309,11 @@ class CopyRunner:
     def __call__(self) -> None:
         self.par.run(self.parts)
 
-    def gb_s(self, t: Timing) -> float:
+    def gb_s(self, t: Timing, stat: str = "median") -> float:
         """Bytes read + bytes written (1e9 bytes per GB), as the contenders' effective GB/s counts them."""
         if not np.array_equal(self.src[-1000:], self.dst[-1000:]):
             raise RuntimeError("the copy benchmark did not copy")
-        return 2 * self.nbytes / t.median / 1e9
+        return 2 * self.nbytes / t.pick(stat) / 1e9
 
     def close(self) -> None:
         self.par.close()
@@ -435,7 +445,7 @@ def fmt_ms(t: Timing) -> str:
 
 
 def fmt_best(t: Timing) -> str:
-    ms = min(t.samples) * 1e3
+    ms = t.best * 1e3
     return f"{ms:.3f}" if ms < 10 else f"{ms:.1f}"
 
 
@@ -446,6 +456,25 @@ def fmt_spread(t: Timing) -> str:
 def fmt_err(err: float, tol: float) -> str:
     text = "nan" if math.isinf(err) else f"{err:.1e}"
     return text if err <= tol else text + " WRONG"
+
+
+STATS = ("median", "best")
+
+
+def add_common_args(ap: Any) -> None:
+    """Options both benchmarks share."""
+    ap.add_argument("--threads", default="1,2", help="thread counts to run, comma-separated (default 1,2)")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="timed calls per contender (default: as many as fit --budget, at least 5)")
+    ap.add_argument("--budget", type=float, default=1.5,
+                    help="seconds of timed calls per contender, per row and thread count (default 1.5)")
+    ap.add_argument("--max-call", type=float, default=1.5,
+                    help="a contender whose first call takes longer is timed by that call only (default 1.5 s)")
+    ap.add_argument("--stat", choices=STATS, default="median",
+                    help="what the rates and ratios are computed from: the median call (default) or the best "
+                         "(fastest) call, steadier when other processes load the machine")
+    ap.add_argument("--onnx-dir", default=None, help="keep the generated ONNX files here (default: a temp dir)")
+    ap.add_argument("--json", default=None, metavar="FILE", help="also write all results as JSON to FILE")
 
 
 def write_json(path: str | None, payload: Mapping[str, Any]) -> None:

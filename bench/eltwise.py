@@ -262,21 +262,13 @@ def make_contenders(chain: Chain, path: Path, x: np.ndarray, threads: int, conte
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench/eltwise.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", default="1,2", help="thread counts to run, comma-separated (default 1,2)")
+    H.add_common_args(ap)
     ap.add_argument("--rows", default="a,b,c", help="rows to run, comma-separated from a,b,c (default all)")
-    ap.add_argument("--repeat", type=int, default=None,
-                    help="timed calls per contender (default: as many as fit --budget, at least 5)")
-    ap.add_argument("--budget", type=float, default=1.5,
-                    help="seconds of timed calls per contender per row and thread count (default 1.5)")
-    ap.add_argument("--max-call", type=float, default=1.5,
-                    help="a contender whose first call takes longer is timed by that call only (default 1.5 s)")
     ap.add_argument("--fallback-max-mib", type=float, default=32.0,
                     help=f"when x86_64_avx512 is not available, run us on the {H.FALLBACK_TARGET} target only on "
                          "rows whose input is at most this many MiB (default 32: rows b and c)")
     ap.add_argument("--contenders", default="us,numpy,onnxruntime,openvino",
                     help="which contenders to run (default all: us,numpy,onnxruntime,openvino)")
-    ap.add_argument("--onnx-dir", default=None, help="keep the generated ONNX files here (default: a temp dir)")
-    ap.add_argument("--json", default=None, metavar="FILE", help="also write all results as JSON to FILE")
     args = ap.parse_args(argv)
     threads = H.parse_int_list(args.threads)
     rows = H.parse_name_list(args.rows, list(ROWS))
@@ -315,36 +307,36 @@ def main(argv: list[str] | None = None) -> int:
             for close in closers:
                 close()
             copy_t = timings.pop("memcpy")
-            copy_gbs = copiers[n].gb_s(copy_t)
+            copy_gbs = copiers[n].gb_s(copy_t, args.stat)
             copy_seen[n].append(copy_gbs)
-            fastest = min(t.median for t in timings.values())
+            fastest = min(t.pick(args.stat) for t in timings.values())
             for name, t in timings.items():
-                gbs = chain.io_bytes / t.median / 1e9
+                gbs = chain.io_bytes / t.pick(args.stat) / 1e9
                 err = H.max_abs_error(outs[name], want)
                 table.append([row, n, labels.get(name, name), H.fmt_ms(t), H.fmt_best(t), H.fmt_spread(t),
-                              f"{gbs:.1f}", f"{t.median / fastest:.2f}", f"{100 * gbs / copy_gbs:.0f}%",
+                              f"{gbs:.1f}", f"{t.pick(args.stat) / fastest:.2f}", f"{100 * gbs / copy_gbs:.0f}%",
                               H.fmt_err(err, tol)])
                 results.append({"row": row, "shape": list(chain.shape), "threads": n, "contender": name,
                                 "label": labels.get(name, name), "gb_s": gbs, "copy_gb_s": copy_gbs,
-                                "ratio_to_fastest": t.median / fastest, "max_abs_err": err, **t.to_json()})
+                                "ratio_to_fastest": t.pick(args.stat) / fastest, "max_abs_err": err, **t.to_json()})
             table.append([row, n, "memcpy (np.copyto 128 MiB)", H.fmt_ms(copy_t), H.fmt_best(copy_t),
                           H.fmt_spread(copy_t), f"{copy_gbs:.1f}", "", "100%", ""])
             del fns, timings
     print()
     for c in copiers.values():
         c.close()
-    H.print_table(["row", "thr", "contender", "ms/call", "best", "iqr", "GB/s", "x fastest", "% copy", "max abs err"],
-                  table, "lrlrrrrrrr")
+    H.print_table(["row", "thr", "contender", "median ms", "best ms", "iqr", "GB/s", "x fastest", "% copy",
+                   "max abs err"], table, "lrlrrrrrrr")
     print()
     for note in notes:
         print(f"note: {note}")
     copy_summary = {n: float(np.median(v)) for n, v in copy_seen.items() if v}
-    print("# memory copy, median over rows: " + ", ".join(f"{n} thread(s) {g:.1f} GB/s"
+    print(f"# memory copy ({args.stat} call), median over rows: " + ", ".join(f"{n} thread(s) {g:.1f} GB/s"
                                                           for n, g in copy_summary.items()))
-    print(f"# total {time.perf_counter() - started:.0f} s; ms = median of the timed calls, best = the fastest "
-          f"(iqr: interquartile range / median); x fastest = time / fastest time of the row and thread count; "
-          f"% copy = GB/s / the memcpy GB/s timed alongside")
-    H.write_json(args.json, {"benchmark": "eltwise", "machine": info, "copy_gb_s": copy_summary, "notes": notes,
+    print(f"# total {time.perf_counter() - started:.0f} s. median/best ms: of the timed calls; iqr: interquartile "
+          f"range / median; GB/s, x fastest and % copy use the {args.stat}; x fastest = time / the fastest of the "
+          f"row and thread count; % copy = GB/s / the memcpy GB/s timed alongside")
+    H.write_json(args.json, {"benchmark": "eltwise", "stat": args.stat, "machine": info, "copy_gb_s": copy_summary, "notes": notes,
                              "results": results})
     return 0
 

@@ -268,18 +268,10 @@ def make_contenders(layout: str, path: Path, inputs: dict[str, np.ndarray], thre
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench/mha.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", default="1,2", help="thread counts to run, comma-separated (default 1,2)")
+    H.add_common_args(ap)
     ap.add_argument("--layouts", default="bhsd,bshd", help="layouts to run: bhsd,bshd (default both)")
-    ap.add_argument("--repeat", type=int, default=None,
-                    help="timed calls per contender (default: as many as fit --budget, at least 5)")
-    ap.add_argument("--budget", type=float, default=1.5,
-                    help="seconds of timed calls per contender per layout and thread count (default 1.5)")
-    ap.add_argument("--max-call", type=float, default=1.5,
-                    help="a contender whose first call takes longer is timed by that call only (default 1.5 s)")
     ap.add_argument("--contenders", default="us,numpy,onnxruntime,openvino,torch",
                     help="which contenders to run (default all: us,numpy,onnxruntime,openvino,torch)")
-    ap.add_argument("--onnx-dir", default=None, help="keep the generated ONNX files here (default: a temp dir)")
-    ap.add_argument("--json", default=None, metavar="FILE", help="also write all results as JSON to FILE")
     args = ap.parse_args(argv)
     threads = H.parse_int_list(args.threads)
     layouts = H.parse_name_list(args.layouts, list(LAYOUTS))
@@ -320,28 +312,28 @@ def main(argv: list[str] | None = None) -> int:
             timings = H.time_round_robin(fns, args.budget, args.repeat, max_call_s=args.max_call)
             for close in closers:
                 close()
-            fastest = min(t.median for t in timings.values())
+            fastest = min(t.pick(args.stat) for t in timings.values())
             fma_peak = peaks[n]["jit_fma"] or peaks[n]["theoretical_nominal"]
             for name, t in timings.items():
-                gflops = FLOPS / t.median / 1e9
+                gflops = FLOPS / t.pick(args.stat) / 1e9
                 err = H.max_abs_error(outs[name], want)
                 table.append([layout, n, labels.get(name, name), H.fmt_ms(t), H.fmt_best(t), H.fmt_spread(t),
-                              f"{gflops:.1f}", f"{t.median / fastest:.2f}",
+                              f"{gflops:.1f}", f"{t.pick(args.stat) / fastest:.2f}",
                               f"{100 * gflops / fma_peak:.0f}%" if fma_peak else "-",
                               f"{100 * gflops / peaks[n]['gemm']:.0f}%", H.fmt_err(err, tol)])
                 results.append({"layout": layout, "threads": n, "contender": name, "label": labels.get(name, name),
-                                "gflop_s": gflops, "ratio_to_fastest": t.median / fastest, "max_abs_err": err,
+                                "gflop_s": gflops, "ratio_to_fastest": t.pick(args.stat) / fastest, "max_abs_err": err,
                                 **t.to_json()})
     print()
-    H.print_table(["layout", "thr", "contender", "ms/call", "best", "iqr", "GFLOP/s", "x fastest", "% FMA", "% GEMM",
-                   "max abs err"], table, "lrlrrrrrrrr")
+    H.print_table(["layout", "thr", "contender", "median ms", "best ms", "iqr", "GFLOP/s", "x fastest", "% FMA",
+                   "% GEMM", "max abs err"], table, "lrlrrrrrrrr")
     print()
     for note in notes:
         print(f"note: {note}")
-    print(f"# total {time.perf_counter() - started:.0f} s; ms = median of the timed calls, best = the fastest "
-          f"(iqr: interquartile range / median); GFLOP/s counts {FLOPS / 1e9:.3f} GFLOP per call; % FMA = of the "
-          f"JIT FMA loop (else of the theoretical peak); % GEMM = of numpy's GEMM with the same threads")
-    H.write_json(args.json, {"benchmark": "mha", "machine": info, "peaks_gflop_s": peaks, "notes": notes,
+    print(f"# total {time.perf_counter() - started:.0f} s. median/best ms: of the timed calls; iqr: interquartile "
+          f"range / median; GFLOP/s ({FLOPS / 1e9:.3f} GFLOP per call), x fastest and the % use the {args.stat}; "
+          f"% FMA = of the JIT FMA loop (else of the theoretical peak); % GEMM = of numpy's GEMM, same threads")
+    H.write_json(args.json, {"benchmark": "mha", "stat": args.stat, "machine": info, "peaks_gflop_s": peaks, "notes": notes,
                              "results": results})
     return 0
 
