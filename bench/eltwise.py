@@ -336,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# total {time.perf_counter() - started:.0f} s. median/best ms: of the timed calls; iqr: interquartile "
           f"range / median; GB/s, x fastest and % copy use the {args.stat}; x fastest = time / the fastest of the "
           f"row and thread count; % copy = GB/s / the memcpy GB/s timed alongside")
-    H.write_json(args.json, {"benchmark": "eltwise", "stat": args.stat, "machine": info, "copy_gb_s": copy_summary, "notes": notes,
+    H.write_json(args.json, {"benchmark": "eltwise", "stat": args.stat, "machine": info, "copy_gb_s": copy_summary,
+                             "notes": notes,
                              "results": results})
     return 0
 

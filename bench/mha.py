@@ -333,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# total {time.perf_counter() - started:.0f} s. median/best ms: of the timed calls; iqr: interquartile "
           f"range / median; GFLOP/s ({FLOPS / 1e9:.3f} GFLOP per call), x fastest and the % use the {args.stat}; "
           f"% FMA = of the JIT FMA loop (else of the theoretical peak); % GEMM = of numpy's GEMM, same threads")
-    H.write_json(args.json, {"benchmark": "mha", "stat": args.stat, "machine": info, "peaks_gflop_s": peaks, "notes": notes,
+    H.write_json(args.json, {"benchmark": "mha", "stat": args.stat, "machine": info, "peaks_gflop_s": peaks,
+                             "notes": notes,
                              "results": results})
     return 0
 
