@@ -439,7 +439,6 @@ def _build_subgraph(ordered: list[Node], hidden: int, live: set[int]) -> Subgrap
     mapping: dict[tuple[int, int], Output] = {}
     params: list[Parameter] = []
     sg_inputs: list[Output] = []
-    param_of: dict[tuple[int, int], Output] = {}
     for op in ordered:
         new_inputs: list[Output] = []
         for inp in op.inputs:
@@ -451,12 +450,12 @@ def _build_subgraph(ordered: list[Node], hidden: int, live: set[int]) -> Subgrap
             elif constant_goes_inside(op, src):
                 new_inputs.append(_copy_constant(src.node).outputs[0])
             else:
-                if key not in param_of:
-                    p = Parameter(src.element_type, src.shape, name=_input_name(src))
-                    params.append(p)
-                    sg_inputs.append(src)
-                    param_of[key] = p.outputs[0]
-                new_inputs.append(param_of[key])
+                # One Parameter per use, as the reference: SplitDimensionM reshapes each by its own consumer
+                # (the same tensor can be an A-side and a B-side input, as in self-attention).
+                p = Parameter(src.element_type, src.shape, name=_input_name(src))
+                params.append(p)
+                sg_inputs.append(src)
+                new_inputs.append(p.outputs[0])
         clone = op.clone_with_new_inputs(new_inputs)
         clone.rt_info.pop(SNIPPETS_NODE_TYPE, None)
         clone.rt_info.pop(REJECT_REASON_KEY, None)

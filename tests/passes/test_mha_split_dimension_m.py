@@ -232,3 +232,23 @@ def test_split_m_leaves_bodies_with_reshapes_alone() -> None:
                                rtol=2e-4, atol=2e-5)
     cm = snippets_core.compile_model(model, target="reference", config={"num_threads": 4})
     assert mha_subgraph(cm.model).rt_info[SPLIT_M_RT_INFO] == (2, 32)
+
+
+def test_split_m_on_self_attention_with_one_input() -> None:
+    # Q, K and V are the same tensor: each use is its own body Parameter, reshaped for its side
+    x = sb.parameter([1, 128, 2, 16], name="x")
+    t0 = sb.transpose(x, [0, 2, 1, 3], name="transpose0")
+    t1 = sb.transpose(x, [0, 2, 1, 3], name="transpose1")
+    scores = sb.matmul(t0, t1, transpose_b=True, name="matmul0")
+    out = sb.matmul(sb.softmax(scores, 3), sb.transpose(x, [0, 2, 1, 3], name="transpose2"), name="matmul1")
+    model = sb.model([sb.transpose(out, [0, 2, 1, 3], name="transpose3")], name="self_attention")
+    cm = snippets_core.compile_model(model, target="reference", config={"num_threads": 4})
+    sg = mha_subgraph(cm.model)
+    assert sg.rt_info[SPLIT_M_RT_INFO] == (2, 64) and len(sg.inputs) == 3
+    rng = np.random.default_rng(7)
+    xv = rng.standard_normal([1, 128, 2, 16]).astype(np.float32)
+    h = np.transpose(xv, (0, 2, 1, 3)).astype(np.float64)
+    s = h @ np.swapaxes(h, -1, -2)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    want = np.transpose((e / e.sum(-1, keepdims=True)) @ h, (0, 2, 1, 3))
+    np.testing.assert_allclose(cm({"x": xv})["transpose3_out0"], want, rtol=2e-4, atol=2e-5)
