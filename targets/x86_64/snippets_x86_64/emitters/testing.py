@@ -17,7 +17,7 @@ import numpy as np
 
 from snippets_core.errors import CodegenError
 from snippets_x86_64.asm import ZMM, Function, K, eax, ecx, edi, k1, r9, rcx
-from snippets_x86_64.emitters.base import Aux, needs
+from snippets_x86_64.emitters.base import NEEDS, Aux, Needs
 
 LANES = 16
 #: registers the harness gives: inputs zmm0.., output zmm8 (unless aliased), aux from zmm16, aux masks from k2
@@ -25,8 +25,9 @@ _IN_BASE, _OUT, _AUX_BASE, _MASK_BASE = 0, 8, 16, 2
 
 
 def aux_for(fn: Callable[..., None], extra_vecs: int = 0) -> Aux:
-    """The aux registers the harness hands to ``fn``: exactly as many as it declares."""
-    need = needs(fn)
+    """The aux registers the harness hands to ``fn``: exactly as many as it declares (none if it declares
+    nothing: a wrapper around an Emitter picks its own registers)."""
+    need = NEEDS.get(fn, Needs())
     return Aux(
         tuple(ZMM[_AUX_BASE + i] for i in range(need.vecs + extra_vecs)),
         tuple(K[_MASK_BASE + i] for i in range(need.masks)),
