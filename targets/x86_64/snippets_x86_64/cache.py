@@ -2,7 +2,8 @@
 
 The key is a SHA-256 over a canonical text of the body (op types, attributes, element types, shapes,
 constants' bytes, recorded port descriptors; node names are left out), the compile config that changes the
-code (threads, disabled passes, positioned passes, plugin emitters) and the target's code version. The
+code (threads, disabled passes, positioned passes, the emitter classes of the jitters table) and a
+fingerprint of the sources of the core and of this package (so no stale code is ever served). The
 cache lives in memory (bounded, oldest dropped first) and, when a directory is given by
 ``target_options["cache_dir"]`` or the environment variable ``SNIPPETS_CACHE_DIR``, on disk: per key a
 ``<key>.bin`` with the machine code and a ``<key>.json`` with the calling metadata, written atomically.
@@ -10,6 +11,7 @@ cache lives in memory (bounded, oldest dropped first) and, when a directory is g
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -67,10 +69,25 @@ def body_text(model: Model) -> str:
     return "\n".join(lines)
 
 
-def cache_key(model: Model, config_parts: Iterable[Any]) -> str:
-    """SHA-256 of the body's canonical text, the config parts and the code version."""
+@functools.cache
+def code_fingerprint() -> str:
+    """SHA-256 of the sources of this package and of the core (the passes and emitters that made a kernel):
+    any change to them makes new keys, so the disk cache never serves code of another version."""
+    import snippets_core
+    import snippets_x86_64
+
     h = hashlib.sha256()
-    h.update(f"x86_64_avx512 code v{CODE_VERSION}\n".encode())
+    for pkg in (snippets_core, snippets_x86_64):
+        root = Path(pkg.__file__).parent
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def cache_key(model: Model, config_parts: Iterable[Any]) -> str:
+    """SHA-256 of the body's canonical text, the config parts, the code version and the code fingerprint."""
+    h = hashlib.sha256()
+    h.update(f"x86_64_avx512 code v{CODE_VERSION} {code_fingerprint()}\n".encode())
     h.update(body_text(model).encode())
     for part in config_parts:
         h.update(b"\0" + _canon(part).encode())

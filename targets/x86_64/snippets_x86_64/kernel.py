@@ -30,7 +30,7 @@ from snippets_core.errors import CodegenError
 from snippets_core.lowered.port_descriptor import Reg, RegType
 from snippets_x86_64.asm import GP64, ZMM, Function, K, qword, r12, r13, r14, rbx, rdi, rsi
 from snippets_x86_64.jit import JitFunction
-from snippets_x86_64.jit_emitter import AuxRegs, to_asm
+from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter, to_asm
 
 if TYPE_CHECKING:
     from snippets_core.lowered.linear_ir import LinearIR
@@ -144,7 +144,15 @@ class X86_64KernelEmitter(KernelEmitter):
             aux_regs, spills = self._aux(needs, live[i], own, e)
             for reg, slot in spills:
                 self.h.save(a, reg, slot)
-            em.emit_code(e.in_regs, e.out_regs, aux_regs)
+            if isinstance(em, JitEmitter):
+                em.emit_code(e.in_regs, e.out_regs, aux_regs)
+            else:  # the arithmetic table's emitters take aux register numbers by class
+                numbers = {
+                    "gpr": [r.number for r in aux_regs.gprs],
+                    "vec": [r.number for r in aux_regs.vecs],
+                    "mask": [r.number for r in aux_regs.masks],
+                }
+                em.emit_code(e.in_regs, e.out_regs, numbers)
             for reg, slot in reversed(spills):
                 self.h.restore(a, reg, slot)
         code, code_size = a.assemble()

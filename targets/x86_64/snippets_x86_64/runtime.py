@@ -110,6 +110,17 @@ def _aligned_empty(nbytes: int) -> tuple[np.ndarray, int]:
     return buf, addr + (-addr) % _ALIGN
 
 
+def _address(a: np.ndarray) -> int:
+    """The data address of a C-contiguous array (``c_char.from_buffer`` is five times cheaper than ``.ctypes``,
+    but needs a writeable, non-empty buffer)."""
+    if a.flags.writeable and a.size:
+        try:
+            return ctypes.addressof(ctypes.c_char.from_buffer(a))
+        except ValueError:  # dtypes the buffer protocol cannot express (ml_dtypes' bfloat16)
+            pass
+    return a.__array_interface__["data"][0]
+
+
 def _split(work: int, parts: int) -> list[tuple[int, int]]:
     """(start, count) of ``parts`` contiguous chunks of ``range(work)``, sizes differing by at most one."""
     base, extra = divmod(work, parts)
@@ -209,21 +220,23 @@ class KernelExecutor:
         return o
 
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
-        if len(args) != len(self.input_specs):
-            raise InputError(f"the kernel takes {len(self.input_specs)} inputs, got {len(args)}")
-        ins = []
-        for i, (a, (dtype, shape)) in enumerate(zip(args, self.input_specs)):
-            # the common case costs three attribute checks; anything else goes through the slow path
+        specs = self.input_specs
+        if len(args) != len(specs):
+            raise InputError(f"the kernel takes {len(specs)} inputs, got {len(args)}")
+        ins = list(args)
+        for i, a in enumerate(ins):
+            dtype, shape = specs[i]
+            # the common case costs four attribute checks; anything else goes through the slow path
             if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
-                a = self._input(i, a)
-            ins.append(a)
+                ins[i] = self._input(i, a)
         if outs is None:
             results = [np.empty(shape, dtype) for dtype, shape in self.output_specs]
         else:
             if len(outs) != len(self.output_specs):
                 raise InputError(f"the kernel has {len(self.output_specs)} outputs, got {len(outs)} arrays")
             results = [self._output(j, o) for j, o in enumerate(outs)]
-        ptrs = [a.ctypes.data for a in ins] + [o.ctypes.data for o in results]
+        ptrs = [_address(a) for a in ins]
+        ptrs += [_address(o) for o in results]
         if self._busy.acquire(blocking=False):
             try:
                 self._launch(self._state, ptrs)
@@ -237,7 +250,10 @@ class KernelExecutor:
         n = self._n_data
         for ca in state.args:
             ca[:n] = ptrs
-        POOL.run(state.tasks)
+        if len(state.tasks) == 1:
+            state.tasks[0]()
+        else:
+            POOL.run(state.tasks)
 
     run = __call__
 
@@ -292,14 +308,21 @@ def generate_kernel(body: Model, config: CompileConfig, host: Any) -> Kernel:
 
 
 def _key_parts(config: CompileConfig, host: Any) -> list[Any]:
+    from snippets_x86_64.target_machine import arithmetic_emitters
+
     positioned = list(host.positioned_passes(TARGET_NAME, config)) if host is not None else []
-    emitters = sorted(host.register_emitters(TARGET_NAME)) if host is not None else []
+    plugins = host.register_emitters(TARGET_NAME) if host is not None else {}
+    table = {**arithmetic_emitters(), **plugins}
     return [
         ("threads", config.num_threads),
         ("disabled", sorted(config.disabled_passes)),
         ("positioned", [repr(p) for p in positioned]),
-        ("plugin_emitters", emitters),
+        ("emitters", [(op, _qualname(table[op])) for op in sorted(table)]),
     ]
+
+
+def _qualname(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
 
 
 def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> KernelExecutor | None:

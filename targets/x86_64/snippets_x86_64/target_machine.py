@@ -4,10 +4,11 @@
 * register pools in hardware numbers: 15 gprs (all but ``rsp``), ordered so that the data pointers (which
   AssignRegisters hands out first) never land on ``rdi``/``rsi``, the two kernel arguments the prologue
   reads while it sets the pointers up; 32 zmm; op-masks k1..k7 (k0 means "no mask" as a write mask);
-* the jitters table: this module's memory and control-flow emitters, the arithmetic ``EMITTERS`` table of
-  :mod:`snippets_x86_64.emitters`, and the emitters plugins register for ``x86_64_avx512`` (a plugin's
-  factory is called as ``factory(expr, target_machine)``; a plugin overrides a built-in emitter of the same
-  op);
+* the jitters table: this module's memory and control-flow emitters (:class:`JitEmitter` s, built as
+  ``cls(expr, target_machine)``), the arithmetic ``EMITTERS`` of :mod:`snippets_x86_64.emitters.table` (built
+  as ``cls(expr, target_machine.asm)``, their input precisions checked), and the emitters plugins register
+  for ``x86_64_avx512`` (a factory called as ``factory(expr, target_machine)``, or a core Emitter class built
+  on the Assembler like the arithmetic ones; a plugin overrides a built-in emitter of the same op);
 * the KernelEmitter (:class:`~snippets_x86_64.kernel.X86_64KernelEmitter`) and the Kernel it produces.
 
 One TargetMachine generates one kernel at a time: ``asm`` is the Function being written, replaced by a fresh
@@ -16,9 +17,10 @@ one when ``get_snippet`` has taken the finished kernel.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from snippets_core.codegen.emitter import Emitter
 from snippets_core.codegen.target_machine import Jitter, TargetMachine
 from snippets_core.errors import CodegenError
 from snippets_core.ir.element_type import ElementType
@@ -34,7 +36,8 @@ from snippets_x86_64.loop_emitters import (
 from snippets_x86_64.memory_emitters import BroadcastLoadEmitter, LoadEmitter, StoreEmitter
 
 if TYPE_CHECKING:
-    from snippets_core.codegen.emitter import Emitter, KernelEmitter
+    from snippets_core.codegen.emitter import KernelEmitter
+    from snippets_core.ir.node import Node
     from snippets_core.lowered.expression import Expression
     from snippets_core.lowered.linear_ir import LinearIR
     from snippets_x86_64.asm import GpReg, VecReg
@@ -71,16 +74,23 @@ CONTROL_EMITTERS: dict[str, type[JitEmitter]] = {
     "RegSpillEnd": RegSpillEndEmitter,
 }
 
-EmitterFactory = Callable[["Expression", "X86_64TargetMachine"], "Emitter"]
+EmitterFactory = Callable[..., "Emitter"]
 
 
-def arithmetic_emitters() -> Mapping[str, EmitterFactory]:
-    """The arithmetic emitters table (op type name -> emitter class built as ``cls(expr, h)``)."""
+def arithmetic_emitters() -> Mapping[str, type[Emitter]]:
+    """The arithmetic emitters table of :mod:`snippets_x86_64.emitters.table` (op type name -> Emitter class)."""
     try:
-        from snippets_x86_64.emitters import EMITTERS
+        from snippets_x86_64.emitters.table import EMITTERS
     except ImportError as exc:  # a broken or partial install: the Subgraphs fall back to their references
         raise CodegenError(f"the x86-64 arithmetic emitter table cannot be imported: {exc}") from exc
     return EMITTERS
+
+
+def arithmetic_precisions() -> Callable[[Node], Sequence[tuple[ElementType, ...]]]:
+    """Input element types the arithmetic emitters take, per node (for PropagatePrecision and the jitters)."""
+    from snippets_x86_64.emitters.table import supported_precisions
+
+    return supported_precisions
 
 
 class X86_64TargetMachine(TargetMachine):
@@ -92,13 +102,19 @@ class X86_64TargetMachine(TargetMachine):
         self, plugin_emitters: Mapping[str, Any] | None = None, arithmetic: Mapping[str, EmitterFactory] | None = None
     ) -> None:
         super().__init__()
-        table: dict[str, EmitterFactory] = {}
-        table.update(arithmetic_emitters() if arithmetic is None else arithmetic)
-        table.update(CONTROL_EMITTERS)
-        table.update(plugin_emitters or {})
-        for op in sorted(table):
-            factory = table[op]
-            self.jitters[op] = factory if isinstance(factory, Jitter) else Jitter(self._bind(factory))
+        if arithmetic is None:
+            arithmetic, precisions = arithmetic_emitters(), arithmetic_precisions()
+        else:
+            precisions = None
+        rows: dict[str, Jitter] = {}
+        for op, factory in arithmetic.items():
+            checked = (lambda expr: precisions(expr.node)) if precisions is not None else (lambda expr: ())
+            rows[op] = Jitter(self._bind(factory), checked)
+        for op, cls in CONTROL_EMITTERS.items():
+            rows[op] = Jitter(self._bind(cls))
+        for op, factory in (plugin_emitters or {}).items():
+            rows[op] = factory if isinstance(factory, Jitter) else Jitter(self._bind(factory))
+        self.jitters.update((op, rows[op]) for op in sorted(rows))
         self.asm: Function = self.new_function()
         from snippets_x86_64.cpu import cpu_features
 
@@ -106,6 +122,10 @@ class X86_64TargetMachine(TargetMachine):
         self.cpu_features: frozenset[str] = cpu_features()
 
     def _bind(self, factory: EmitterFactory) -> Callable[[Expression], Emitter]:
+        """``factory(expr, self)``; Emitter classes of the arithmetic table (which are not JitEmitters) are
+        built on the kernel's Assembler instead: ``cls(expr, self.asm)``."""
+        if isinstance(factory, type) and issubclass(factory, Emitter) and not issubclass(factory, JitEmitter):
+            return lambda expr: factory(expr, self.asm)
         return lambda expr: factory(expr, self)
 
     # --- machine facts ------------------------------------------------------------------------------------------
