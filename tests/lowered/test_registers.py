@@ -92,3 +92,30 @@ def test_too_few_vector_registers_is_a_codegen_error():
 def test_too_few_gprs_for_data_pointers():
     with pytest.raises(CodegenError, match="data pointers"):
         lower(_chain_body(), Config(vector_size=8), InterpreterTarget(8, gprs=3))
+
+
+def test_reg_spills_around_calls_hold_the_live_registers():
+    """Registers live across a 'call' (here Exp, declared an ABI call) are saved around it; the
+    expression's own registers are not."""
+    from snippets_core.codegen.generator import Generator
+
+    class CallingTarget(InterpreterTarget):
+        def abi_call_ops(self):
+            return frozenset({"Exp"})
+
+    target = CallingTarget(8)
+    ir = lower(_chain_body(), Config(vector_size=8), target)
+    exps = [i for i, e in enumerate(ir.exprs) if e.type_name == "Exp"]
+    assert exps
+    for i in exps:
+        begin, exp, end = ir.exprs[i - 1], ir.exprs[i], ir.exprs[i + 1]
+        assert (begin.type_name, end.type_name) == ("RegSpillBegin", "RegSpillEnd")
+        own = {d.reg for d in exp.input_descs + exp.output_descs}
+        spilled = set(begin.node.regs_to_spill)
+        assert spilled and not (spilled & own)
+        assert {r for r in exp.live_regs if r not in own} == spilled
+        assert any(r.type == RegType.gpr for r in spilled)  # at least the data pointers
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((4, 21)).astype(np.float32), rng.standard_normal((4, 21)).astype(np.float32)
+    outs = Generator(target).generate(ir).run([x, w])
+    np.testing.assert_allclose(outs[1].reshape(4, 21), x.astype(np.float64) * w, rtol=1e-6)

@@ -5,14 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from snippets_core.lowered.op_kinds import MEMORY_SINKS, MEMORY_SOURCES, SHAPE_ONLY, STORES
+from snippets_core.lowered.op_kinds import LOADS, MEMORY_SINKS, MEMORY_SOURCES, SHAPE_ONLY, STORES
 from snippets_core.lowered.passes.pass_base import LoweredPass
 
 if TYPE_CHECKING:
     from snippets_core.lowered.expression import ExpressionPort
     from snippets_core.lowered.linear_ir import LinearIR
 
-_NO_LOAD_CONSUMERS = frozenset({"LoopEnd", "Buffer"}) | SHAPE_ONLY
+#: consumers of memory that need no Load: control, buffers, shape-only ops and memory accesses themselves
+_NO_LOAD_CONSUMERS = frozenset({"LoopEnd", "Buffer", "Brgemm"}) | SHAPE_ONLY | LOADS
 
 
 def access_count(shape: tuple[int, ...], vector_size: int) -> int:
