@@ -33,6 +33,7 @@ from snippets_core.lowered.passes.move_scalar_to_consumer import MoveScalarToCon
 from snippets_core.lowered.passes.normalize_loop_ids import NormalizeLoopIDs
 from snippets_core.lowered.passes.optimize_domain import OptimizeDomain
 from snippets_core.lowered.passes.optimize_loop_single_evaluation import OptimizeLoopSingleEvaluation
+from snippets_core.lowered.passes.split_loops import SplitLoops
 from snippets_core.lowered.port_descriptor import RegType
 from snippets_core.passes.pass_manager import PassPipeline, PositionedPass
 
@@ -49,7 +50,7 @@ def control_flow_pipeline(config: Config) -> PassPipeline:
 
     vs = config.vector_size
     return PassPipeline("control-flow", [
-        MarkLoops(vs), ReduceDecomposition(vs), FuseLoops(), MoveResultOutOfLoop(), InsertBuffers(),
+        MarkLoops(vs), ReduceDecomposition(vs), FuseLoops(), SplitLoops(), MoveResultOutOfLoop(), InsertBuffers(),
         InsertLoadStore(vs), MoveScalarToConsumer(), InsertBroadcastMove(), LoadMoveBroadcastToBroadcastLoad(),
         ExtractLoopInvariants(),
         ValidateShapes(), ValidateUnifiedLoops(), InitLoops(), InsertLoops(),

@@ -116,3 +116,29 @@ def test_positioned_passes_in_the_lowering_pipelines():
     with pytest.raises(PassPositionError, match="no-such-pass"):
         lower(body, Config(vector_size=8), InterpreterTarget(8),
               [PositionedPass(CountLoopEnds(), PassPosition("no-such-pass"))])
+
+
+def test_split_loops_lets_a_finer_loop_fuse_into_a_coarser_one():
+    """A processes 16-element blocks (subtensor), B reads A with vector increments of 4: B is split into
+    a 16-step outer loop (fused with A's) and a 4-step inner loop over the block."""
+    from snippets_core.lowered.passes.split_loops import SplitLoops
+    from snippets_core.lowered.port_descriptor import set_port_descriptor
+
+    p = Parameter("f32", (3, 64), name="p")
+    a = Exp(p)
+    set_port_descriptor(a, "in", 0, subtensor=(1, 16))
+    set_port_descriptor(a, "out", 0, subtensor=(1, 16))
+    b = Relu(a)
+    ir = LinearIR(Model([Result(b, name="r")], [p]), Config(vector_size=4))
+    MarkLoops(4).run(ir)
+    ea, eb = ir.get_expr_by_node(a), ir.get_expr_by_node(b)
+    assert ea.loop_ids != eb.loop_ids
+    assert SplitLoops().run(ir)
+    lm = ir.loop_manager
+    assert len(eb.loop_ids) == len(ea.loop_ids) + 1 and eb.loop_ids[:-1] == ea.loop_ids
+    outer, inner = lm.get_loop_info(ea.loop_ids[-1]), lm.get_loop_info(eb.loop_ids[-1])
+    assert (outer.work_amount, outer.increment, outer.dim_idx) == (64, 16, 0)
+    assert (inner.work_amount, inner.increment, inner.dim_idx) == (16, 4, 0)
+    # the fused outer loop: data enters at A and leaves at B
+    assert [p.expr_port for p in outer.input_ports] == [ea.get_input_port(0)]
+    assert [p.expr_port for p in outer.output_ports] == [eb.get_output_port(0)]
