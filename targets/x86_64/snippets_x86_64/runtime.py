@@ -297,7 +297,10 @@ def generate_kernel(body: Model, config: CompileConfig, host: Any) -> Kernel:
 
     positioned = list(host.positioned_passes(TARGET_NAME, config)) if host is not None else []
     plugin_emitters = host.register_emitters(TARGET_NAME) if host is not None else {}
-    dfp = data_flow_pipeline(DataFlowConfig.for_body(body), positioned)
+    from snippets_x86_64.target_machine import arithmetic_precisions
+
+    # PropagatePrecision inserts the converts that make every op's inputs a type its emitter takes
+    dfp = data_flow_pipeline(DataFlowConfig.for_body(body, supported_precisions=arithmetic_precisions()), positioned)
     for name in config.disabled_passes:
         dfp.disable(name)
     dfp.run(body)
