@@ -350,6 +350,7 @@ def _softmax_like(op: str) -> Converter:
 
 CONVERTERS["Softmax"] = _softmax_like("Softmax")
 CONVERTERS["LogSoftmax"] = _softmax_like("LogSoftmax")
+CONVERTERS["Hardmax"] = _softmax_like("Hardmax")
 
 
 @_register("MatMul")
@@ -473,10 +474,63 @@ def _topk(ctx: NodeContext) -> Outputs:
     return list(node.outputs)
 
 
-@_register("CumSum")
-def _cumsum(ctx: NodeContext) -> Outputs:
-    return [ctx.make("CumSum", ctx.input(0), ctx.input(1), exclusive=bool(ctx.attr("exclusive", 0)),
+@_register("CumSum", "CumProd")
+def _cumulative(ctx: NodeContext) -> Outputs:
+    return [ctx.make(ctx.op_type, ctx.input(0), ctx.input(1), exclusive=bool(ctx.attr("exclusive", 0)),
                      reverse=bool(ctx.attr("reverse", 0))).output]
+
+
+@_register("Trilu")
+def _trilu(ctx: NodeContext) -> Outputs:
+    k = ctx.opt_input(1)
+    args = [ctx.input(0)] + ([k] if k is not None else [])
+    return [ctx.make("Trilu", *args, upper=bool(ctx.attr("upper", 1))).output]
+
+
+@_register("OneHot")
+def _one_hot(ctx: NodeContext) -> Outputs:
+    return [ctx.make("OneHot", ctx.input(0), ctx.input(1), ctx.input(2), axis=int(ctx.attr("axis", -1))).output]
+
+
+@_register("EyeLike")
+def _eye_like(ctx: NodeContext) -> Outputs:
+    et = _onnx_type(ctx, "dtype") if ctx.attr("dtype") is not None else None
+    return [ctx.make("EyeLike", ctx.input(0), k=int(ctx.attr("k", 0)), element_type=et).output]
+
+
+@_register("NonZero")
+def _non_zero(ctx: NodeContext) -> Outputs:
+    return [ctx.make("NonZero", ctx.input(0)).output]
+
+
+@_register("GatherND")
+def _gather_nd(ctx: NodeContext) -> Outputs:
+    return [ctx.make("GatherND", ctx.input(0), ctx.input(1), batch_dims=int(ctx.attr("batch_dims", 0))).output]
+
+
+@_register("ScatterElements", "Scatter")
+def _scatter_elements(ctx: NodeContext) -> Outputs:
+    reduction = ctx.check_attr("reduction", ("none", "add", "mul", "max", "min"), "none")
+    return [ctx.make("ScatterElements", ctx.input(0), ctx.input(1), ctx.input(2), axis=int(ctx.attr("axis", 0)),
+                     reduction=reduction).output]
+
+
+@_register("ScatterND")
+def _scatter_nd(ctx: NodeContext) -> Outputs:
+    reduction = ctx.check_attr("reduction", ("none", "add", "mul", "max", "min"), "none")
+    return [ctx.make("ScatterND", ctx.input(0), ctx.input(1), ctx.input(2), reduction=reduction).output]
+
+
+@_register("LpNormalization")
+def _lp_normalization(ctx: NodeContext) -> Outputs:
+    p = int(ctx.attr("p", 2))
+    if p not in (1, 2):
+        raise ctx.bad_attr("p", p, "must be 1 or 2")
+    x = ctx.input(0)
+    norm = ctx.make("ReduceL1" if p == 1 else "ReduceL2", x, ctx.i64([int(ctx.attr("axis", -1))]), keep_dims=True)
+    # A zero norm gives 0, not 0/0.
+    zero = _scalar(ctx, 0, x)
+    return [ctx.make("Select", ctx.make("Equal", norm, zero), zero, ctx.make("Divide", x, norm)).output]
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -50,11 +50,8 @@ EXCLUDED_OPS: dict[str, str] = {
     "ImageDecoder": "decodes image files; not a tensor op",
     "GridSample": _NOTSET, "RoiAlign": _NOTSET, "NonMaxSuppression": _NOTSET,
     "DeformConv": _NOTSET, "Col2Im": _NOTSET, "MaxUnpool": _NOTSET,
-    "LpPool": _NOTSET, "LpNormalization": _NOTSET, "Hardmax": _NOTSET, "Det": _NOTSET, "Einsum": _NOTSET,
-    "EyeLike": _NOTSET, "Trilu": _NOTSET, "OneHot": _NOTSET, "Compress": _NOTSET, "NonZero": _NOTSET,
-    "Unique": _NOTSET, "ReverseSequence": _NOTSET, "CumProd": _NOTSET,
-    "GatherND": _NOTSET, "Scatter": _NOTSET, "ScatterElements": _NOTSET,
-    "ScatterND": _NOTSET,
+    "LpPool": _NOTSET, "Det": _NOTSET, "Einsum": _NOTSET,
+    "Compress": _NOTSET, "Unique": _NOTSET, "ReverseSequence": _NOTSET,
 }
 
 _LOWBIT = "element type without a snippets counterpart (float8, float4, int4, int2 families)"

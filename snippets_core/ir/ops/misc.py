@@ -345,14 +345,28 @@ class CumSum(Node):
         _require_integral(self, 1, "axis")
         return [(self.input_type(0), self.input_shape(0))]
 
+    IDENTITY = 0
+
+    def accumulate(self, y: np.ndarray, axis: int) -> np.ndarray:
+        return np.cumsum(y, axis=axis, dtype=y.dtype)
+
     def evaluate(self, x: np.ndarray, axis: np.ndarray) -> list[np.ndarray]:
         ax = normalize_axis(int(np.asarray(axis).reshape(-1)[0]), x.ndim)
         y = np.flip(x, ax) if self.reverse else x
-        c = np.cumsum(y, axis=ax, dtype=x.dtype)
+        c = self.accumulate(y, ax)
         if self.exclusive:
-            c = np.concatenate([np.zeros_like(np.take(c, [0], axis=ax)), np.take(c, np.arange(x.shape[ax] - 1), ax)],
-                               axis=ax)
+            first = np.full_like(np.take(c, [0], axis=ax), self.IDENTITY)
+            c = np.concatenate([first, np.take(c, np.arange(x.shape[ax] - 1), ax)], axis=ax)
         return [np.flip(c, ax) if self.reverse else c]
+
+
+class CumProd(CumSum):
+    """Cumulative product along a scalar ``axis`` input (``exclusive``/``reverse`` as in CumSum)."""
+
+    IDENTITY = 1
+
+    def accumulate(self, y: np.ndarray, axis: int) -> np.ndarray:
+        return np.cumprod(y, axis=axis, dtype=y.dtype)
 
 
 class DepthToSpace(Node):
@@ -496,3 +510,222 @@ class GatherElements(Node):
         if idx.size and (idx.min() < 0 or idx.max() >= x.shape[ax]):
             raise ShapeInferenceError(f"indices out of range for axis {ax} of size {x.shape[ax]}")
         return [np.take_along_axis(x, idx, axis=ax)]
+
+
+class Trilu(Node):
+    """The upper (``upper``) or lower triangle of the last two dims, from diagonal ``k`` (an optional
+    scalar input, 0 when absent); the rest is zero."""
+
+    ATTRS = ("upper",)
+
+    def __init__(self, x: Output | Node, *k: Output | Node, upper: bool = True, name: str | None = None) -> None:
+        self.upper = bool(upper)
+        super().__init__(x, *k, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        x = self.input_shape(0)
+        if x.rank_is_static and x.rank < 2:
+            raise ShapeInferenceError(f"Trilu needs rank >= 2, got {x}")
+        if len(self.inputs) == 2:
+            _require_integral(self, 1, "k")
+        return [(self.input_type(0), x)]
+
+    def evaluate(self, x: np.ndarray, *k: np.ndarray) -> list[np.ndarray]:
+        kk = int(np.asarray(k[0]).reshape(-1)[0]) if k else 0
+        return [np.triu(x, kk) if self.upper else np.tril(x, kk)]
+
+
+class Hardmax(Node):
+    """1 at the first maximum along ``axis``, 0 elsewhere."""
+
+    ATTRS = ("axis",)
+
+    def __init__(self, x: Output | Node, *, axis: int = -1, name: str | None = None) -> None:
+        self.axis = int(axis)
+        super().__init__(x, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        x = self.input_shape(0)
+        if x.rank_is_static:
+            normalize_axis(self.axis, x.rank)
+        return [(self.input_type(0), x)]
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        ax = normalize_axis(self.axis, x.ndim)
+        idx = np.expand_dims(np.argmax(x, axis=ax), ax)
+        y = np.zeros_like(x)
+        np.put_along_axis(y, idx, 1, axis=ax)
+        return [y]
+
+
+class OneHot(Node):
+    """``values[1]`` where the new ``axis`` equals the index (negative indices count from ``depth``),
+    ``values[0]`` elsewhere; ``depth`` is a scalar input, ``values`` a 2-element input."""
+
+    ATTRS = ("axis",)
+
+    def __init__(self, indices: Output | Node, depth: Output | Node, values: Output | Node, *, axis: int = -1,
+                 name: str | None = None) -> None:
+        self.axis = int(axis)
+        super().__init__(indices, depth, values, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        idx = self.input_shape(0)
+        et = self.input_type(2)
+        if not idx.rank_is_static:
+            return [(et, Shape.dynamic())]
+        ax = normalize_axis(self.axis, idx.rank + 1)
+        depth = constant_input(self, 1)
+        d = None if depth is None else int(np.asarray(depth).reshape(-1)[0])
+        dims = list(idx.dims)  # type: ignore[arg-type]
+        dims.insert(ax, d)
+        return [(et, Shape(dims))]
+
+    def evaluate(self, indices: np.ndarray, depth: np.ndarray, values: np.ndarray) -> list[np.ndarray]:
+        d = int(np.asarray(depth).reshape(-1)[0])
+        ax = normalize_axis(self.axis, indices.ndim + 1)
+        idx = np.asarray(indices).astype(np.int64)
+        idx = np.where(idx < 0, idx + d, idx)
+        hot = np.expand_dims(idx, ax) == np.arange(d).reshape([d if i == ax else 1 for i in range(indices.ndim + 1)])
+        vals = np.asarray(values).reshape(-1)
+        return [np.where(hot, vals[1], vals[0]).astype(vals.dtype)]
+
+
+class EyeLike(Node):
+    """A 2-D tensor of the input's shape with ones on diagonal ``k``, in ``element_type`` (the input's
+    when None)."""
+
+    ATTRS = ("k", "element_type")
+
+    def __init__(self, x: Output | Node, *, k: int = 0, element_type: ElementType | str | None = None,
+                 name: str | None = None) -> None:
+        self.k = int(k)
+        self.element_type = None if element_type is None else ElementType.parse(element_type)
+        super().__init__(x, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        x = self.input_shape(0)
+        if x.rank_is_static and x.rank != 2:
+            raise ShapeInferenceError(f"EyeLike needs a rank-2 input, got {x}")
+        return [(self.element_type or self.input_type(0), x)]
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        et = self.element_type or ElementType.from_numpy(x.dtype)
+        return [np.eye(x.shape[0], x.shape[1], k=self.k, dtype=et.numpy)]
+
+
+class NonZero(Node):
+    """The indices of the non-zero elements, ``[rank, count]`` in row-major order (count known only at
+    run time)."""
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        x = self.input_shape(0)
+        return [(ElementType.i64, Shape([x.rank if x.rank_is_static else None, None]))]
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        return [np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)]
+
+
+class GatherND(Node):
+    """ONNX GatherND: the last dim of ``indices`` indexes the leading dims of ``data`` after
+    ``batch_dims`` shared batch dims; negative indices count from the end."""
+
+    ATTRS = ("batch_dims",)
+
+    def __init__(self, data: Output | Node, indices: Output | Node, *, batch_dims: int = 0,
+                 name: str | None = None) -> None:
+        self.batch_dims = int(batch_dims)
+        super().__init__(data, indices, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        _require_integral(self, 1, "indices")
+        d, i = self.input_shape(0), self.input_shape(1)
+        et = self.input_type(0)
+        if not (d.rank_is_static and i.rank_is_static) or i.dims[-1] is None:  # type: ignore[index]
+            return [(et, Shape.dynamic())]
+        last = i.dims[-1]  # type: ignore[index]
+        if self.batch_dims + last > d.rank:  # type: ignore[operator]
+            raise ShapeInferenceError(f"indices of depth {last} after {self.batch_dims} batch dims exceed data {d}")
+        return [(et, Shape(list(i.dims[:-1]) + list(d.dims[self.batch_dims + last:])))]  # type: ignore[index,operator]
+
+    def evaluate(self, data: np.ndarray, indices: np.ndarray) -> list[np.ndarray]:
+        b = self.batch_dims
+        batch_shape = data.shape[:b]
+        nb = int(np.prod(batch_shape, dtype=np.int64))
+        d = data.reshape(nb, *data.shape[b:])
+        idx = indices.astype(np.int64).reshape(nb, -1, indices.shape[-1])
+        depth = idx.shape[-1]
+        idx = np.where(idx < 0, idx + np.array(d.shape[1:1 + depth]), idx)
+        out = np.stack([d[j][tuple(idx[j].T)] for j in range(nb)])
+        return [out.reshape(*indices.shape[:-1], *data.shape[b + depth:])]
+
+
+_SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+def _scatter_apply(target: np.ndarray, where: tuple, updates: np.ndarray, reduction: str) -> None:
+    """``target[where] (op)= updates`` one update at a time, so repeated indices accumulate."""
+    ufunc = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}.get(reduction)
+    if ufunc is None:
+        target[where] = updates
+    else:
+        ufunc.at(target, where, updates)
+
+
+class ScatterElements(Node):
+    """ONNX ScatterElements: a copy of ``data`` where ``data[..., indices[i], ...]`` along ``axis`` takes (or
+    is combined by ``reduction`` with) ``updates[i]``."""
+
+    ATTRS = ("axis", "reduction")
+
+    def __init__(self, data: Output | Node, indices: Output | Node, updates: Output | Node, *, axis: int = 0,
+                 reduction: str = "none", name: str | None = None) -> None:
+        self.axis = int(axis)
+        self.reduction = reduction
+        super().__init__(data, indices, updates, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        if self.reduction not in _SCATTER_REDUCTIONS:
+            raise ShapeInferenceError(f"reduction must be one of {_SCATTER_REDUCTIONS}, got {self.reduction!r}")
+        _require_integral(self, 1, "indices")
+        return [(self.input_type(0), self.input_shape(0))]
+
+    def evaluate(self, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> list[np.ndarray]:
+        ax = normalize_axis(self.axis, data.ndim)
+        idx = indices.astype(np.int64)
+        idx = np.where(idx < 0, idx + data.shape[ax], idx)
+        grids = list(np.indices(idx.shape, sparse=True))
+        grids[ax] = idx
+        out = data.copy()
+        _scatter_apply(out, tuple(np.broadcast_arrays(*grids)), updates, self.reduction)
+        return [out]
+
+
+class ScatterND(Node):
+    """ONNX ScatterND: a copy of ``data`` where the slices addressed by the last dim of ``indices`` take (or
+    are combined by ``reduction`` with) ``updates``."""
+
+    ATTRS = ("reduction",)
+
+    def __init__(self, data: Output | Node, indices: Output | Node, updates: Output | Node, *,
+                 reduction: str = "none", name: str | None = None) -> None:
+        self.reduction = reduction
+        super().__init__(data, indices, updates, name=name)
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        if self.reduction not in _SCATTER_REDUCTIONS:
+            raise ShapeInferenceError(f"reduction must be one of {_SCATTER_REDUCTIONS}, got {self.reduction!r}")
+        _require_integral(self, 1, "indices")
+        return [(self.input_type(0), self.input_shape(0))]
+
+    def evaluate(self, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> list[np.ndarray]:
+        out = data.copy()
+        idx = indices.astype(np.int64).reshape(-1, indices.shape[-1])
+        upd = updates.reshape(idx.shape[0], *data.shape[indices.shape[-1]:])
+        for row, u in zip(idx, upd):
+            where = tuple(int(v) for v in row)
+            if self.reduction == "none":
+                out[where] = u
+            else:
+                _scatter_apply(out, where, u, self.reduction)
+        return [out]
