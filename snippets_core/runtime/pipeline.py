@@ -27,9 +27,9 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
         if ExtractReshapesFromMHA.name not in disabled:
             ExtractReshapesFromMHA().run(model)
         if TokenizeMHASnippets.name not in disabled:
-            # a target object may veto MHAs on its own (asked with MatMul0); the eltwise callback is not asked
-            mha_callback = getattr(target.obj, "mha_tokenization_callback", None)
-            TokenizeMHASnippets(tcfg, callback=mha_callback).run(model)
+            # asked once per match, about MatMul0; the hooks learn it is the MHA tokenizer asking
+            TokenizeMHASnippets(tcfg, callback=lambda node: host.tokenization_callback(node, target.name, "mha")
+                                ).run(model)
     TokenizeSnippets(tcfg).run(model)
     run_mha_common_optimizations(model, tcfg, disabled)
 

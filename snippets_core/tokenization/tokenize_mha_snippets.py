@@ -273,7 +273,8 @@ class TokenizeMHASnippets(Pass):
     and the snippets mode (nothing happens in Disable). ``callback`` is the target's MHA veto, asked about
     MatMul0 once the skeleton matched (not asked in IgnoreCallback mode); it returns a reason or None.
     The eltwise Tokenizer's ``config.callback`` is not asked here: it speaks for single nodes, and targets
-    typically veto a lone MatMul there while they want it inside an MHA.
+    typically veto a lone MatMul there while they want it inside an MHA (the runtime passes the plugin
+    hook with ``tokenizer="mha"``).
     """
 
     name: ClassVar[str] = "tokenize-mha-snippets"

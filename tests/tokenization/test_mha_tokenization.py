@@ -455,3 +455,38 @@ def test_dynamic_mha_runs_on_the_reference() -> None:
         inputs = {n: rng.standard_normal([1, s, 2, 8]).astype(np.float32) for n in "qkv"}
         inputs["bias"] = rng.standard_normal([1, 2, s, s]).astype(np.float32)
         np.testing.assert_allclose(cm(inputs)["transpose3_out0"], mha_reference(inputs), rtol=2e-4, atol=2e-5)
+
+
+def test_plugin_callback_is_asked_as_the_mha_tokenizer() -> None:
+    from snippets_core.plugins import hookimpl
+    from snippets_core.plugins.host import get_host
+
+    asked: list[tuple[str, str]] = []
+
+    class Plugin:
+        veto_mha = True
+
+        @hookimpl
+        def snippets_tokenization_callback(self, node, target_name, tokenizer):  # type: ignore[no-untyped-def]
+            asked.append((node.type_name, tokenizer))
+            if node.type_name == "MatMul" and tokenizer == "eltwise":
+                return "MatMul alone is not fused"
+            if tokenizer == "mha" and self.veto_mha:
+                return "not enough parallel work"
+            return None
+
+    config = {"block_plugins": ["test-mha-private-host"]}  # a private plugin host for this test
+    host = get_host(config)
+    plugin = Plugin()
+    host.register(plugin, "test-mha-callback")
+    try:
+        model = small_mha()
+        cm = compile_and_check(model, mha_reference, config)
+        assert ("MatMul", "mha") in asked and not any(is_completed(sg) for sg in subgraphs(cm.model))
+        reasons = [n.rt_info.get(REJECT_REASON_KEY, "") for n in cm.model.get_ordered_ops() if n.name == "matmul0"]
+        assert reasons and "not enough parallel work" in reasons[0]
+        plugin.veto_mha = False
+        cm = compile_and_check(small_mha(), mha_reference, config)
+        assert is_completed(mha_subgraph(cm.model))
+    finally:
+        host.unregister("test-mha-callback")
