@@ -1,0 +1,248 @@
+"""The x86-64 runtime: compile_subgraph's fallbacks, the executor's array handling (preallocated outputs,
+non-contiguous inputs, typed errors, concurrent calls), the thread pool, and the kernel cache in memory and
+on disk. Results are checked against numpy."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from snippets_core.config import CompileConfig
+from snippets_core.errors import InputError
+from snippets_core.ir.model import Model
+from snippets_core.ir.ops.binary import Add, Multiply
+from snippets_core.ir.ops.io import Constant, Parameter, Result
+from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.ir.ops.unary import Atan, Exp, Relu
+from snippets_core.plugins.host import get_host
+from snippets_core.runtime.compiled_model import compile_model
+from snippets_x86_64.cache import KERNEL_CACHE, cache_key
+from snippets_x86_64.runtime import FALLBACK_KEY, KernelExecutor, ThreadPool, compile_subgraph
+from snippets_x86_64.target import X86_64Target
+
+pytestmark = pytest.mark.avx512
+RNG = np.random.default_rng(5)
+
+
+def rand(shape):  # type: ignore[no-untyped-def]
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def subgraph(shape=(3, 37), op=Relu, name="x"):  # type: ignore[no-untyped-def]
+    """A Subgraph computing op(x) * x + 1 on an f32 input of ``shape``."""
+    outer = Parameter("f32", shape, name=name)
+    p = Parameter("f32", shape, name="p")
+    body = Model([Result(Add(Multiply(op(p), p), Constant(np.float32(1.0))), name="r")], [p])
+    return Subgraph(outer, body=body)
+
+
+def compile_sg(sg, **config):  # type: ignore[no-untyped-def]
+    cfg = CompileConfig.from_mapping(config)
+    return compile_subgraph(sg, cfg, get_host())
+
+
+def expected(x):  # type: ignore[no-untyped-def]
+    return np.maximum(x, 0) * x + np.float32(1.0)
+
+
+# --- fallbacks ----------------------------------------------------------------------------------------------
+
+
+def test_an_op_without_emitter_falls_back_with_the_reason():
+    sg = subgraph(op=Atan)
+    assert compile_sg(sg) is None
+    reason = sg.rt_info[FALLBACK_KEY]
+    assert "UnsupportedOpError" in reason and "Atan" in reason
+
+
+def test_dynamic_shapes_fall_back_with_the_reason():
+    sg = subgraph(shape=(None, 8))
+    assert compile_sg(sg) is None
+    assert "dynamic shapes" in sg.rt_info[FALLBACK_KEY]
+
+
+def test_fallback_subgraph_still_gives_numpy_results_through_compile_model():
+    x = Parameter("f32", (None, 9), name="x")
+    m = Model([Result(Multiply(Exp(x), x), name="y")], [x])
+    cm = compile_model(m, target="x86_64_avx512", config={"snippets_mode": "IgnoreCallback"})
+    assert len(cm.subgraphs) == 1
+    assert "dynamic shapes" in cm.subgraphs[0].rt_info[FALLBACK_KEY]
+    assert ("Subgraph", "reference") in {(op, where) for _, op, where in cm.placement()}
+    xv = rand((4, 9))
+    np.testing.assert_allclose(cm({"x": xv})["y"], np.exp(xv) * xv, rtol=1e-6)
+
+
+def test_target_object_compiles_through_its_hook():
+    sg = subgraph()
+    run = X86_64Target().compile_subgraph(sg, CompileConfig.from_mapping({}), get_host())
+    xv = rand((3, 37))
+    np.testing.assert_array_equal(run([xv])[0], expected(xv))
+
+
+# --- the executor -----------------------------------------------------------------------------------------
+
+
+def test_preallocated_outputs_are_written_in_place():
+    run = compile_sg(subgraph())
+    xv = rand((3, 37))
+    out = np.full((3, 37), np.nan, np.float32)
+    (res,) = run([xv], [out])
+    assert res is out
+    np.testing.assert_array_equal(out, expected(xv))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        np.empty((3, 36), np.float32),
+        np.empty((3, 37), np.float64),
+        np.empty((37, 3), np.float32).T,
+        [[0.0] * 37] * 3,
+    ],
+    ids=["shape", "dtype", "non-contiguous", "not-an-array"],
+)
+def test_bad_preallocated_outputs_are_input_errors(bad):
+    run = compile_sg(subgraph())
+    with pytest.raises(InputError, match="output array 0"):
+        run([rand((3, 37))], [bad])
+
+
+def test_non_contiguous_inputs_are_copied():
+    run = compile_sg(subgraph(shape=(5, 40)))
+    big = rand((10, 80))
+    view = big[::2, ::2]
+    assert not view.flags.c_contiguous
+    np.testing.assert_array_equal(run([view])[0], expected(view))
+
+
+@pytest.mark.parametrize(
+    "arg, match",
+    [(np.zeros((3, 36), np.float32), "shape"), (np.zeros((3, 37), np.float64), "float32")],
+    ids=["shape", "dtype"],
+)
+def test_wrong_inputs_are_input_errors(arg, match):
+    run = compile_sg(subgraph())
+    with pytest.raises(InputError, match=match):
+        run([arg])
+    with pytest.raises(InputError, match="1 inputs"):
+        run([arg, arg])
+
+
+def test_lists_are_accepted_as_inputs():
+    run = compile_sg(subgraph(shape=(2, 3)))
+    xv = [[1.0, -2.0, 3.0], [0.5, -0.5, 4.0]]
+    np.testing.assert_array_equal(run([np.asarray(xv, np.float32)])[0], expected(np.asarray(xv, np.float32)))
+
+
+def test_concurrent_calls_from_python_threads():
+    run = compile_sg(subgraph(shape=(16, 1000)), num_threads=2, target_options={"parallel_min_bytes": 0})
+    assert isinstance(run, KernelExecutor) and run.num_threads == 2
+    inputs = [rand((16, 1000)) for _ in range(8)]
+    results: dict[int, np.ndarray] = {}
+
+    def work(i: int) -> None:
+        for _ in range(20):
+            results[i] = run([inputs[i]])[0]
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, x in enumerate(inputs):
+        np.testing.assert_array_equal(results[i], expected(x))
+
+
+def test_small_problems_stay_on_the_calling_thread():
+    assert compile_sg(subgraph(shape=(4, 16)), num_threads=2).num_threads == 1
+    big = compile_sg(subgraph(shape=(256, 1024)), num_threads=2)
+    assert big.num_threads == 2
+
+
+def test_thread_pool_runs_every_task_and_reraises_the_first_error():
+    pool = ThreadPool()
+    seen: list[int] = []
+    pool.run([lambda: seen.append(0), lambda: seen.append(1), lambda: seen.append(2)])
+    assert sorted(seen) == [0, 1, 2]
+
+    def boom() -> None:
+        raise ValueError("worker failed")
+
+    with pytest.raises(ValueError, match="worker failed"):
+        pool.run([lambda: None, boom])
+    pool.run([lambda: seen.append(3), lambda: seen.append(4)])  # the pool survives the error
+    assert sorted(seen) == [0, 1, 2, 3, 4]
+
+
+# --- the kernel cache -------------------------------------------------------------------------------------
+
+
+def test_second_compile_of_the_same_body_hits_the_memory_cache():
+    KERNEL_CACHE.clear()
+    first = compile_sg(subgraph(name="a"))
+    second = compile_sg(subgraph(name="b"))  # other node names, same computation
+    assert second.kernel is first.kernel
+    assert KERNEL_CACHE.stats == {"memory": 1, "disk": 0, "miss": 1}
+    xv = rand((3, 37))
+    np.testing.assert_array_equal(second([xv])[0], expected(xv))
+
+
+def test_compile_model_twice_reuses_the_kernel():
+    KERNEL_CACHE.clear()
+    x = Parameter("f32", (8, 100), name="x")
+    m = Model([Result(Multiply(Relu(x), x), name="y")], [x])
+    compile_model(m, target="x86_64_avx512")
+    compile_model(m, target="x86_64_avx512")
+    assert KERNEL_CACHE.stats["memory"] == 1 and KERNEL_CACHE.stats["miss"] == 1
+
+
+def test_disk_cache_survives_a_cleared_memory_cache(tmp_path):
+    KERNEL_CACHE.clear()
+    options = {"cache_dir": str(tmp_path)}
+    first = compile_sg(subgraph(), target_options=options)
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".bin", ".json"]
+    KERNEL_CACHE.clear()
+    second = compile_sg(subgraph(), target_options=options)
+    assert KERNEL_CACHE.stats == {"memory": 0, "disk": 1, "miss": 0}
+    assert second.kernel is not first.kernel and second.kernel.code == first.kernel.code
+    xv = rand((3, 37))
+    np.testing.assert_array_equal(second([xv])[0], expected(xv))
+
+
+def test_environment_variable_names_the_disk_cache(tmp_path, monkeypatch):
+    KERNEL_CACHE.clear()
+    monkeypatch.setenv("SNIPPETS_CACHE_DIR", str(tmp_path / "cache"))
+    compile_sg(subgraph())
+    assert len(list((tmp_path / "cache").glob("*.bin"))) == 1
+
+
+def test_a_torn_disk_entry_is_recompiled(tmp_path):
+    KERNEL_CACHE.clear()
+    options = {"cache_dir": str(tmp_path)}
+    compile_sg(subgraph(), target_options=options)
+    (bin_file,) = tmp_path.glob("*.bin")
+    bin_file.write_bytes(bin_file.read_bytes()[:10])
+    KERNEL_CACHE.clear()
+    run = compile_sg(subgraph(), target_options=options)
+    assert KERNEL_CACHE.stats == {"memory": 0, "disk": 0, "miss": 1}
+    xv = rand((3, 37))
+    np.testing.assert_array_equal(run([xv])[0], expected(xv))
+
+
+def _key(sg, **config):  # type: ignore[no-untyped-def]
+    from snippets_x86_64.runtime import _key_parts
+
+    return cache_key(sg.body, _key_parts(CompileConfig.from_mapping(config), get_host()))
+
+
+def test_cache_key_depends_on_the_computation_and_config_not_on_names():
+    assert _key(subgraph(name="a")) == _key(subgraph(name="b"))
+    assert _key(subgraph()) != _key(subgraph(shape=(3, 38)))
+    assert _key(subgraph()) != _key(subgraph(op=Exp))
+    assert _key(subgraph()) != _key(subgraph(), num_threads=7)
+    other = subgraph()
+    (const,) = [n for n in other.body.get_ordered_ops() if n.type_name == "Constant"]
+    other.body.replace_node(const, Constant(np.float32(2.0)))
+    assert _key(subgraph()) != _key(other)
