@@ -63,12 +63,19 @@ def test_convert_matches_the_core_reference(mode, src, dst):
     assert same.all(), list(zip(x[~same][:8], got[~same][:8], want[~same][:8]))
 
 
-@pytest.mark.parametrize("src,dst", [(ElementType.f32, ElementType.u8), (ElementType.f32, ElementType.i32),
-                                     (ElementType.i32, ElementType.bf16), (ElementType.f32, ElementType.boolean)])
+@pytest.mark.parametrize(
+    "src,dst",
+    [
+        (ElementType.f32, ElementType.u8),
+        (ElementType.f32, ElementType.i32),
+        (ElementType.i32, ElementType.bf16),
+        (ElementType.f32, ElementType.boolean),
+    ],
+)
 def test_convert_in_place(src, dst):
     x = lanes(source_values(src), src)
     for mode in REFERENCES:
-        kw = dict(src_type=src, dst_type=dst, mode=mode)
+        kw = {"src_type": src, "dst_type": dst, "mode": mode}
         out_dtype = np.float32 if register_form(dst) == "f32" else np.int32
         a = run_eltwise(emit_convert, x, out_dtype=out_dtype, **kw)
         b = run_eltwise(emit_convert, x, out_dtype=out_dtype, alias=0, **kw)

@@ -124,7 +124,10 @@ def measure(case: Case) -> Measured:
 
 
 def table() -> str:
-    lines = ["| function | domain | max ulp (normal results) | max abs error where \|f\| <= 1 | worst x |", "|---|---|---|---|---|"]
+    lines = [
+        r"| function | domain | max ulp (normal results) | max abs error where \|f\| <= 1 | worst x |",
+        "|---|---|---|---|---|",
+    ]
     for case in CASES:
         m = measure(case)
         lines.append(f"| {case.name} | {case.domain} | {m.max_ulp:.2f} | {m.max_abs:.3g} | {m.worst_x:.7g} |")

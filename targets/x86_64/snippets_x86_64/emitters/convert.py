@@ -60,7 +60,7 @@ def register_form(et: ElementType) -> str:
 
 def _wrap(a: Assembler, dst: VecReg, src: VecReg, to: ElementType) -> None:
     """Keep the low bits of i32 lanes as ``to`` (sign- or zero-extended again)."""
-    lo, hi, bits, signed = INT_RANGES[to]
+    _lo, _hi, bits, signed = INT_RANGES[to]
     if bits == 32:
         move(a, dst, src)
     elif signed:
@@ -96,7 +96,7 @@ def _round_bf16(a: Assembler, dst: VecReg, src: VecReg, tmp: VecReg, k) -> None:
 
 
 def _float_to_int(a: Assembler, dst: VecReg, src: VecReg, to: ElementType, mode: str, tmp: VecReg, k) -> None:  # type: ignore[no-untyped-def]
-    lo, hi, bits, signed = INT_RANGES[to]
+    lo, hi, bits, _signed = INT_RANGES[to]
     if mode == "truncation":
         a.vcvttps2dq(dst, src)  # NaN and out of range: INT_MIN, whose low bits are kept
         _wrap(a, dst, dst, to)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import math
 
-from snippets_x86_64.asm import Assembler, VPCMP_PREDICATES, VecReg
-from snippets_x86_64.emitters.base import Aux, f32, i32, kernel, move
-from snippets_x86_64.emitters.math import ABS_MASK, SIGN_MASK, RND_TRUNC, cmp, emit_exp, emit_log
+from snippets_x86_64.asm import VPCMP_PREDICATES, Assembler, VecReg
+from snippets_x86_64.emitters.base import PINF, Aux, f32, fixup_table, i32, kernel, move
+from snippets_x86_64.emitters.math import ABS_MASK, RND_TRUNC, SIGN_MASK, cmp, emit_exp, emit_log
 
 # --- f32 binary ----------------------------------------------------------------------------------------------
 
@@ -225,13 +225,17 @@ def clamp_f32(a: Assembler, dst: VecReg, x: VecReg, lo: float, hi: float, tmp: V
 
 
 @kernel(vecs=1)
-def emit_clamp_f32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux, min: float = -math.inf, max: float = math.inf) -> None:
+def emit_clamp_f32(
+    a: Assembler, dst: VecReg, x: VecReg, aux: Aux, min: float = -math.inf, max: float = math.inf
+) -> None:
     """min(max(x, min), max); NaN stays NaN."""
     clamp_f32(a, dst, x, min, max, aux.vecs[0])
 
 
 @kernel()
-def emit_clamp_i32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux, min: float = -math.inf, max: float = math.inf) -> None:
+def emit_clamp_i32(
+    a: Assembler, dst: VecReg, x: VecReg, aux: Aux, min: float = -math.inf, max: float = math.inf
+) -> None:
     """min(max(x, ceil(min)), floor(max)), the bounds taken inward and into the i32 range."""
     lo = -(2**31) if min < -(2**31) else math.ceil(min)
     hi = 2**31 - 1 if max > 2**31 - 1 else math.floor(max)
@@ -258,7 +262,9 @@ def emit_hswish_f32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux) -> None:
 
 
 @kernel(vecs=1)
-def emit_hard_sigmoid_f32(a: Assembler, dst: VecReg, x: VecReg, aux: Aux, alpha: float = 0.2, beta: float = 0.5) -> None:
+def emit_hard_sigmoid_f32(
+    a: Assembler, dst: VecReg, x: VecReg, aux: Aux, alpha: float = 0.2, beta: float = 0.5
+) -> None:
     """max(0, min(1, alpha x + beta))."""
     a.vmulps(dst, x, f32(a, alpha))
     a.vaddps(dst, dst, f32(a, beta))
@@ -356,8 +362,13 @@ def emit_fused_mul_add_i32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, z: V
 MAX_SQUARING_POWER = 64
 
 
+def power_static_function(power: float):  # type: ignore[no-untyped-def]
+    """The function for this constant exponent: the squaring one (2 aux vecs) or the general one."""
+    return emit_power_static_small if power_static_needs(power)[1] == 0 else emit_power_static
+
+
 def power_static_needs(power: float) -> tuple[int, int]:
-    """Aux (vecs, masks) of :func:`emit_power_static` for this exponent."""
+    """Aux (vecs, masks) that this exponent needs."""
     if power == int(power) and abs(power) <= MAX_SQUARING_POWER:
         return 1, 0
     if 2 * power == int(2 * power) and abs(power) <= MAX_SQUARING_POWER:
@@ -387,17 +398,22 @@ def _power_squaring(a: Assembler, dst: VecReg, x: VecReg, b: VecReg, n: int, neg
 
 
 @kernel(vecs=2)
-def _power_small(a: Assembler, dst: VecReg, x: VecReg, aux: Aux, power: float = 1.0) -> None:
+def emit_power_static_small(a: Assembler, dst: VecReg, x: VecReg, aux: Aux, power: float = 1.0) -> None:
+    """x**power for integer and half-integer powers up to 64 in magnitude (see :func:`power_static_function`)."""
     b, r = aux.vecs[:2]
     n = int(abs(power))
     if power == 0.0:  # x**0 = 1 for every x, NaN included
         a.vbroadcastss(dst, a.const_f32(1.0))
     elif power == int(power):
         _power_squaring(a, dst, x, b, n, power < 0)
-    else:  # n + 1/2: x**n sqrt(x) (NaN for x < 0, as numpy)
+    elif power == 0.5:  # numpy's own fast path: sqrt, so (-inf)**0.5 is NaN there
+        a.vsqrtps(dst, x)
+    else:  # n + 1/2: |x|**n sqrt(x): NaN for finite x < 0; (-inf)**p is +inf or +0 (C pow)
         a.vsqrtps(r, x)
+        a.vfixupimmps(r, x, i32(a, fixup_table(ninf=PINF)), 0)
         if n:
-            _power_squaring(a, dst, x, b, n, False)
+            a.vandps(dst, x, i32(a, ABS_MASK))
+            _power_squaring(a, dst, dst, b, n, False)
             a.vmulps(dst, dst, r)
         else:
             move(a, dst, r)
@@ -412,7 +428,7 @@ def emit_power_static(a: Assembler, dst: VecReg, x: VecReg, aux: Aux, power: flo
     halves up to 64 as x**n sqrt(x) (``vsqrtps``), others as e**(power log x) (NaN for x < 0 when the power is not an integer,
     with the sign of x for odd integers)."""
     if power_static_needs(power)[1] == 0:
-        _power_small(a, dst, x, Aux(aux.vecs[:2]), power=power)
+        emit_power_static_small(a, dst, x, Aux(aux.vecs[:2]), power=power)
         return
     t, s = aux.vecs[2], aux.vecs[3]
     a.vandps(t, x, i32(a, ABS_MASK))

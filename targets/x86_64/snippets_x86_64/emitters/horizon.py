@@ -63,7 +63,7 @@ def emit_fill(a: Assembler, dst: VecReg, src: VecReg, aux: Aux, offset: int = 0,
         a.vpbroadcastd(dst.mask(k), pattern)
 
 
-def scalar_bits(value: float | int | bool, form: str) -> int:
+def scalar_bits(value: float | bool, form: str) -> int:
     """The 32-bit lane pattern of a scalar in a register form (``"f32"`` or ``"i32"``)."""
     if form == "f32":
         return int(np.float32(value).view(np.uint32))

@@ -14,23 +14,20 @@ from __future__ import annotations
 
 import math
 
-from snippets_x86_64.asm import Assembler, CMP_PREDICATES, VecReg
+from snippets_x86_64.asm import CMP_PREDICATES, Assembler, VecReg
 from snippets_x86_64.emitters.base import (
     DEFAULT_NAN,
     INPUT,
-    KEEP,
+    MINUS_ONE,
     NINF,
     PINF,
     PLUS_ONE,
-    MINUS_ONE,
-    PZERO,
     QNAN,
     Aux,
     f32,
     fixup_table,
     i32,
     kernel,
-    move,
 )
 
 # vrndscaleps immediates: rounding mode in bits 1:0, bit 3 suppresses the precision exception

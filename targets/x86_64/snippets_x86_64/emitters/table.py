@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from snippets_core.codegen.emitter import Emitter
 from snippets_core.errors import CodegenError, UnsupportedOpError
 from snippets_core.ir.element_type import ElementType
-from snippets_x86_64.asm import K, ZMM, Assembler, VecReg
+from snippets_x86_64.asm import ZMM, Assembler, K, VecReg
 from snippets_x86_64.emitters import eltwise as E
 from snippets_x86_64.emitters import horizon as H
 from snippets_x86_64.emitters import math as M
-from snippets_x86_64.emitters.base import Aux, Needs, needs
+from snippets_x86_64.emitters.base import Aux, needs
 from snippets_x86_64.emitters.convert import FLOAT_FORM, INT_FORM, emit_convert, register_form
 
 if TYPE_CHECKING:
@@ -58,7 +58,6 @@ class OpSpec:
     form_input: int = 0
     choose: Callable[[Node, str], Fn | None] | None = None
     precisions: Callable[[Node], Sequence[tuple[ElementType, ...]]] | None = None
-    needs: Callable[[Node, Fn], Needs] | None = None
 
     def function(self, node: Node, form: str) -> Fn | None:
         return self.choose(node, form) if self.choose is not None else self.forms.get(form)
@@ -142,12 +141,11 @@ class EltwiseEmitter(X86Emitter):
         fn = spec.function(node, self.form)
         if fn is None:
             raise UnsupportedOpError(
-                f"target 'x86_64_avx512': op {node.type_name} (node '{node.name}') has no emitter for "
-                f"element type {et}"
+                f"target 'x86_64_avx512': op {node.type_name} (node '{node.name}') has no emitter for element type {et}"
             )
         self.fn = fn
         self.kwargs = spec.attrs(node)
-        need = spec.needs(node, fn) if spec.needs is not None else needs(fn)
+        need = needs(fn)
         self.aux_vecs = need.vecs
         self.aux_masks = need.masks
 
@@ -185,9 +183,8 @@ def _swish_precisions(node: Node) -> list[tuple[ElementType, ...]]:
     return [(F32,) * len(node.inputs)]
 
 
-def _power_static_needs(node: Node, fn: Fn) -> Needs:
-    vecs, masks = E.power_static_needs(node.power)  # type: ignore[attr-defined]
-    return Needs(vecs, masks)
+def _power_static(node: Node, form: str) -> Fn | None:
+    return E.power_static_function(node.power) if form == "f32" else None  # type: ignore[attr-defined]
 
 
 def _compare(name: str) -> OpSpec:
@@ -262,7 +259,7 @@ SPECS: dict[str, OpSpec] = {
     "Sin": _unary(M.emit_sin),
     "Cos": _unary(M.emit_cos),
     "Swish": OpSpec(choose=_swish, precisions=_swish_precisions),
-    "PowerStatic": OpSpec(forms={"f32": E.emit_power_static}, attrs=_attrs("power"), needs=_power_static_needs),
+    "PowerStatic": OpSpec(choose=_power_static, attrs=_attrs("power")),
     "LogicalNot": _logical(E.emit_logical_not, 1),
     # binary
     "Add": _binary(E.emit_add_f32, E.emit_add_i32),
@@ -280,8 +277,7 @@ SPECS: dict[str, OpSpec] = {
     "LogicalAnd": _logical(E.emit_and_i32, 2),
     "LogicalOr": _logical(E.emit_or_i32, 2),
     "LogicalXor": _logical(E.emit_xor_i32, 2),
-    "BitwiseXor": OpSpec(forms={"i32": E.emit_xor_i32}, inputs=2,
-                         precisions=lambda node: [(I32, I32), (BOOL, BOOL)]),  # fmt: skip
+    "BitwiseXor": OpSpec(forms={"i32": E.emit_xor_i32}, inputs=2, precisions=lambda node: [(I32, I32), (BOOL, BOOL)]),
     # ternary
     "Select": OpSpec(
         forms={"f32": E.emit_select, "i32": E.emit_select},

@@ -122,8 +122,8 @@ def written_registers(fn: Callable[..., None], arity: int, alias: int | None = N
     fn(a, dst, *src, aux_for(fn), **attrs)
     factory = InstructionInfoFactory()
     names: set[str] = set()
-    from snippets_x86_64.asm.registers import K as KS
     from snippets_x86_64.asm.registers import XMM, YMM
+    from snippets_x86_64.asm.registers import K as KS
 
     by_code = {r.code: r.name for r in (*ZMM, *YMM, *XMM, *KS)}
     for instr in a.instructions():
