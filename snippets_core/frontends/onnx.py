@@ -244,11 +244,11 @@ class NodeContext:
             return value.decode("utf-8", errors="replace")
         if isinstance(value, onnx.TensorProto):
             return self.reader.tensor_value(value, f"attribute '{name}' of {self.where()}")
-        if isinstance(value, list):
-            return [v.decode("utf-8", errors="replace") if isinstance(v, bytes) else v for v in value]
         if isinstance(value, onnx.GraphProto) or (isinstance(value, list) and value and
                                                    isinstance(value[0], onnx.GraphProto)):
             raise self.unsupported(f"attribute '{name}' holds a subgraph; control flow is not supported")
+        if isinstance(value, list):
+            return [v.decode("utf-8", errors="replace") if isinstance(v, bytes) else v for v in value]
         return value
 
     def attr_ints(self, name: str, default: Sequence[int] | None = None) -> list[int] | None:
@@ -379,7 +379,7 @@ class _GraphReader:
         if node.domain not in ("", "ai.onnx") or node.op_type not in CONVERTERS:
             raise _unsupported_op(self.label, node, index)
         ctx = NodeContext(self, node, index, opset)
-        if self.opset < MIN_OPSET:
+        if ctx.opset < MIN_OPSET:
             _check_legacy_schema(ctx)
         try:
             outs = CONVERTERS[node.op_type](ctx)

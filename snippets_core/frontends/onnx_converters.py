@@ -409,9 +409,12 @@ def _reduce(op: str | None) -> Converter:
         x = ctx.input(0)
         keep = bool(ctx.attr("keepdims", 1))
         axes = _reduce_axes(ctx, x)
+        src = _reduce_prologue(ctx, x)
         if axes is None:
-            return [_reduce_prologue(ctx, x, identity=True)]
-        src = _reduce_prologue(ctx, x, identity=False)
+            # noop_with_empty_axes: each element is its own reduction (|x| for the norms).
+            if ctx.op_type in ("ReduceL1", "ReduceL2"):
+                src = ctx.make("Abs", src).output
+            return [_reduce_epilogue(ctx, src)]
         base = op or _REDUCE_BASE[ctx.op_type]
         if src.element_type is ElementType.boolean and base in ("ReduceMax", "ReduceMin"):
             # Max/min of booleans (opset 20) are any/all: reduce them as u8.
@@ -428,16 +431,11 @@ def _reduce(op: str | None) -> Converter:
 _REDUCE_BASE = {"ReduceSumSquare": "ReduceSum", "ReduceLogSum": "ReduceSum", "ReduceLogSumExp": "ReduceSum"}
 
 
-def _reduce_prologue(ctx: NodeContext, x: Output, identity: bool) -> Output:
+def _reduce_prologue(ctx: NodeContext, x: Output) -> Output:
     if ctx.op_type == "ReduceSumSquare":
         return ctx.make("Multiply", x, x).output
     if ctx.op_type == "ReduceLogSumExp":
-        y = ctx.make("Exp", x).output
-        return ctx.make("Log", y).output if identity else y
-    if ctx.op_type == "ReduceL1":
-        return ctx.make("Abs", x).output if identity else x
-    if ctx.op_type == "ReduceL2" and identity:
-        return ctx.make("Abs", x).output
+        return ctx.make("Exp", x).output
     return x
 
 

@@ -400,3 +400,14 @@ def test_attention_reads_through_its_function_body_as_matmul_softmax() -> None:
     p = np.exp(s - s.max(-1, keepdims=True))
     expected = (p / p.sum(-1, keepdims=True)) @ v
     np.testing.assert_allclose(evaluate_model(model, feeds)["y"], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+                                "ReduceSumSquare", "ReduceMax"])
+def test_noop_with_empty_axes_reduces_each_element_alone(op: str) -> None:
+    n = helper.make_node(op, ["x"], ["y"], noop_with_empty_axes=1)
+    proto = _model([n], [_vi("x", [2, 3])], [_vi("y", [2, 3])], 18)
+    x = np.abs(_f((2, 3))) + 0.1
+    per_element = {"ReduceSum": x, "ReduceL1": np.abs(x), "ReduceL2": np.abs(x), "ReduceLogSum": np.log(x),
+                   "ReduceLogSumExp": x, "ReduceSumSquare": x * x, "ReduceMax": x}[op]
+    np.testing.assert_allclose(evaluate_model(read_onnx(proto), {"x": x})["y"], per_element, rtol=1e-6)
