@@ -36,6 +36,7 @@ BOUNDS = {
     ("mish", "[-100, 100]"): (50.0, 1e-6),
     ("sin", "[-pi, pi]"): (1.5, 1e-7),
     ("sin", "[-1e4, 1e4]"): (130.0, 1e-7),  # large ulps only near the zeros, where k pi/2 is rounded
+    ("sin", "[-1e6, 1e6]"): (1300.0, 1e-7),
     ("cos", "[-pi, pi]"): (1.5, 1e-7),
     ("cos", "[-1e4, 1e4]"): (10.0, 1e-7),
     ("pow x**0.3 (PowerStatic)", "[1e-30, 1e37]"): (55.0, 1e-7),  # e**(0.3 log x): |0.3 log x| up to 26
@@ -106,10 +107,13 @@ def test_exp_denormal_results_and_overflow_edges():
     assert err.max() <= 1.0, err
 
 
-def test_sin_cos_of_infinity_and_nan_are_nan():
+def test_sin_cos_of_infinity_and_nan_are_nan_and_huge_arguments_stay_in_range():
     x = np.array([np.inf, -np.inf, np.nan], dtype=np.float32)
     assert np.isnan(run_eltwise(M.emit_sin, x)).all()
     assert np.isnan(run_eltwise(M.emit_cos, x)).all()
+    huge = np.array([1e30, -1e30, 3.4e38, 1e9, -1e12], dtype=np.float32)
+    for fn in (M.emit_sin, M.emit_cos):
+        assert (np.abs(run_eltwise(fn, huge)) <= 1).all()
 
 
 def test_rounding_on_ties_and_large_values():

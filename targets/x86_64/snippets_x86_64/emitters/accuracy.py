@@ -81,6 +81,7 @@ CASES: tuple[Case, ...] = (
     Case("mish", M.emit_mish, lambda x: x * np.tanh(_softplus(x)), "[-100, 100]", lambda: lin(-100, 100)),
     Case("sin", M.emit_sin, np.sin, "[-pi, pi]", lambda: lin(-math.pi, math.pi)),
     Case("sin", M.emit_sin, np.sin, "[-1e4, 1e4]", lambda: lin(-1e4, 1e4)),
+    Case("sin", M.emit_sin, np.sin, "[-1e6, 1e6]", lambda: lin(-1e6, 1e6)),
     Case("cos", M.emit_cos, np.cos, "[-pi, pi]", lambda: lin(-math.pi, math.pi)),
     Case("cos", M.emit_cos, np.cos, "[-1e4, 1e4]", lambda: lin(-1e4, 1e4)),
     Case("pow x**0.3 (PowerStatic)", E.emit_power_static, lambda x: x**0.3, "[1e-30, 1e37]", lambda: geo(1e-30, 1e37), {"power": 0.3}),

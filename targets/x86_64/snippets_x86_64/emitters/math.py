@@ -370,6 +370,11 @@ def _sincos(a: Assembler, dst: VecReg, src: VecReg, aux: Aux, quadrant_shift: in
     a.vpslld(q, q, 30)
     a.vpandd(q, q, i32(a, SIGN_MASK))
     a.vpxord(dst, dst, q)  # quadrants 2 and 3 are negated
+    # beyond |x| ~ 1e5 the reduction has lost its precision; keep such results in [-1, 1] (NaN stays NaN)
+    a.vbroadcastss(s, a.const_f32(-1.0))
+    a.vmaxps(dst, s, dst)
+    a.vbroadcastss(s, a.const_f32(1.0))
+    a.vminps(dst, s, dst)
 
 
 @kernel(vecs=4, masks=1)
