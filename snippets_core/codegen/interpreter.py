@@ -450,34 +450,14 @@ def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence
     """An executor for a Subgraph node: its body goes through the data-flow passes, the lowering and
     the Generator for the interpreter target, once per distinct set of input shapes (compiled now when
     the body's shapes are static). Unsupported ops are an UnsupportedOpError naming the op."""
-    from snippets_core.ir.shape import Shape
-    from snippets_core.passes.data_flow_pipeline import DataFlowConfig, data_flow_pipeline
-
     kernels: dict[tuple[Any, ...], tuple[InterpretedKernel, list[tuple[int, ...]]]] = {}
 
     def build(shapes: list[tuple[int, ...]]) -> tuple[InterpretedKernel, list[tuple[int, ...]]]:
         key = tuple(shapes)
         if key not in kernels:
-            body = sg.body.clone()
-            for p, s in zip(body.parameters, shapes):
-                p.shape = Shape(s)
-            body.validate()
-            pipeline = data_flow_pipeline(DataFlowConfig.for_body(body), positioned_passes)
-            for name in disabled_passes:
-                pipeline.disable(name)
-            pipeline.run(body)
-            from dataclasses import replace
-
-            from snippets_core.lowered.linear_ir import Config as _Config
-            from snippets_core.lowered.pipeline import lower
-            from snippets_core.passes.graph_utils import has_domain_sensitive_ops
-
-            target = InterpreterTarget(vector_size)
-            cfg = replace(config or _Config(), vector_size=vector_size,
-                          enable_domain_optimization=not has_domain_sensitive_ops(sg.body))
-            ir = lower(body, cfg, target, positioned_passes, disabled_passes)
-            out_shapes = [r.outputs[0].shape.to_tuple() for r in body.results]
-            kernels[key] = (Generator(target).generate(ir), out_shapes)
+            gen = sg.generate(InterpreterTarget(vector_size), positioned_passes=positioned_passes,
+                              disabled_passes=disabled_passes, input_shapes=shapes, lowering_config=config)
+            kernels[key] = (gen.kernel, list(gen.output_shapes))
         return kernels[key]
 
     static = [p.shape for p in sg.body.parameters]

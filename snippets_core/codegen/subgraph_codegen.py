@@ -1,0 +1,72 @@
+"""The whole per-Subgraph pipeline in one place: data-flow passes on a copy of the body, the lowering
+to a LinearIR (control-flow, validation and pre-generation pipelines), then the Generator.
+
+Every target (the interpreter, x86-64, SHAVE) reaches code through here, via ``Subgraph.generate``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from snippets_core.ir.model import Model
+from snippets_core.ir.shape import Shape
+
+if TYPE_CHECKING:
+    from snippets_core.codegen.target_machine import TargetMachine
+    from snippets_core.ir.ops.subgraph import Subgraph
+    from snippets_core.lowered.linear_ir import Config, LinearIR
+    from snippets_core.passes.data_flow_pipeline import DataFlowConfig
+    from snippets_core.passes.pass_manager import PositionedPass
+
+
+@dataclass(frozen=True)
+class GeneratedSubgraph:
+    """What generation produced: the target's Kernel, the final LinearIR (for dumps such as
+    ``snippets inspect --lir``), the body after the data-flow passes and the output shapes."""
+
+    kernel: Any
+    linear_ir: LinearIR
+    body: Model
+    output_shapes: tuple[tuple[int, ...], ...]
+
+
+def generate_subgraph(
+    sg: Subgraph,
+    target: TargetMachine,
+    *,
+    positioned_passes: Iterable[PositionedPass] = (),
+    disabled_passes: Iterable[str] = (),
+    input_shapes: Sequence[tuple[int, ...]] | None = None,
+    lowering_config: Config | None = None,
+    data_flow_config: DataFlowConfig | None = None,
+) -> GeneratedSubgraph:
+    """Generate ``sg``'s kernel for ``target``. ``input_shapes`` fixes dynamic dims (one shape per
+    Subgraph input); the Subgraph itself is left untouched."""
+    from snippets_core.codegen.generator import Generator
+    from snippets_core.lowered.linear_ir import Config
+    from snippets_core.lowered.pipeline import lower
+    from snippets_core.passes.data_flow_pipeline import DataFlowConfig, data_flow_pipeline
+    from snippets_core.passes.graph_utils import has_domain_sensitive_ops
+
+    positioned = list(positioned_passes)
+    disabled = tuple(disabled_passes)
+    body = sg.body.clone()
+    if input_shapes is not None:
+        for p, s in zip(body.parameters, input_shapes):
+            p.shape = Shape(s)
+        body.validate()
+    sensitive = has_domain_sensitive_ops(sg.body)
+    dcfg = data_flow_config or DataFlowConfig.for_body(body)
+    pipeline = data_flow_pipeline(dcfg, positioned)
+    for name in disabled:
+        pipeline.disable(name)
+    pipeline.run(body)
+    lcfg = lowering_config or Config(need_fill_tail_register=sensitive)
+    # Domain-sensitive ops (softmax, MatMul, ...) need their dims kept apart, so no domain collapsing.
+    lcfg = replace(lcfg, vector_size=target.vector_size,
+                   enable_domain_optimization=lcfg.enable_domain_optimization and not sensitive)
+    ir = lower(body, lcfg, target, positioned, disabled)
+    kernel = Generator(target).generate(ir)
+    out_shapes = tuple(r.outputs[0].shape.to_tuple() for r in body.results)
+    return GeneratedSubgraph(kernel, ir, body, out_shapes)
