@@ -6,9 +6,8 @@ Order of :func:`data_flow_pipeline`::
     canonicalization            only with blocked input shapes and no broadcast-sensitive ops
     align-element-types         only with input/output precisions
     matmul-to-brgemm            only with domain-sensitive ops
-    fuse-transpose-brgemm
-    transpose-decomposition
-    softmax-decomposition
+    fuse-transpose-brgemm       (TransposeDecomposition goes here too once the LinearIR turns a port layout
+    softmax-decomposition        into pointer increments; until then a target registers it by position)
     gn-decomposition
     broadcast-to-move-broadcast
     reduce-to-snippets-reduce
@@ -53,7 +52,6 @@ from snippets_core.passes.propagate_precision import PropagatePrecision, Support
 from snippets_core.passes.reduce_to_snippets_reduce import ReduceToSnippetsReduce
 from snippets_core.passes.softmax_decomposition import SoftmaxDecomposition
 from snippets_core.passes.transform_convert_to_convert_truncation import TransformConvertToConvertTruncation
-from snippets_core.passes.transpose_decomposition import TransposeDecomposition
 from snippets_core.passes.validate import Validate
 
 
@@ -94,8 +92,9 @@ def data_flow_pipeline(config: DataFlowConfig | None = None,
     if cfg.input_precisions or cfg.output_precisions:
         passes.append(AlignElementTypes(cfg.input_precisions, cfg.output_precisions))
     if cfg.has_domain_sensitive_ops:
-        passes += [MatMulToBrgemm(), FuseTransposeBrgemm(), TransposeDecomposition(), SoftmaxDecomposition(),
-                   GNDecomposition()]
+        # TransposeDecomposition is not in the default list: its LoadReorder is only right where the lowering
+        # applies the load's layout to the pointer increments, which InitLoops does not do yet.
+        passes += [MatMulToBrgemm(), FuseTransposeBrgemm(), SoftmaxDecomposition(), GNDecomposition()]
     passes += [BroadcastToMoveBroadcast(), ReduceToSnippetsReduce(), ConvertConstantsToScalars(),
                ConvertPowerToPowerStatic()]
     if cfg.supported_precisions is not None:

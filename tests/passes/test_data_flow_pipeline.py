@@ -55,7 +55,7 @@ def test_full_order_with_every_option():
                          supported_precisions={"Add": [(F32, F32)]})
     assert data_flow_pipeline(cfg).names() == [
         "canonicalization", "align-element-types", "matmul-to-brgemm", "fuse-transpose-brgemm",
-        "transpose-decomposition", "softmax-decomposition", "gn-decomposition",
+        "softmax-decomposition", "gn-decomposition",
         "broadcast-to-move-broadcast", "reduce-to-snippets-reduce", "convert-constants-to-scalars",
         "convert-power-to-power-static", "propagate-precision", "constant-folding", "convert-constants-to-scalars"]
 
@@ -80,7 +80,7 @@ def test_positioned_passes():
         PositionedPass(probe, PassPosition.pipeline_end()),
     ])
     names = pipeline.names()
-    assert names[3:6] == ["count-ops", "softmax-decomposition", "count-ops"] and names[-1] == "count-ops"
+    assert names[2:5] == ["count-ops", "softmax-decomposition", "count-ops"] and names[-1] == "count-ops"
     x = Parameter(F32, [2, 5], name="x")
     pipeline.run(Model([Result(op("Softmax", x, axis=-1))], [x]))
     assert seen == [1, 0, 0]
