@@ -148,11 +148,9 @@ class _CallState:
             ca = (ctypes.c_uint64 * max(info.call_args_len, 1))()
             if info.has_scratchpad:
                 ca[info.n_inputs + info.n_outputs] = base + t * self.scratch_stride
-            idx = (
-                (ctypes.c_int64 * max(len(domain), 1))(*np.unravel_index(start, domain))
-                if domain
-                else (ctypes.c_int64 * 1)()
-            )
+            # an empty domain (a zero dim) has one chunk of no calls: its start index is never read
+            first = np.unravel_index(start, domain) if domain and count else ()
+            idx = (ctypes.c_int64 * max(len(domain), 1))(*first)
             self.args.append(ca)
             self.starts.append(idx)
             self.tasks.append(_bind(harness, kernel.address, ctypes.addressof(ca), ctypes.addressof(idx), count))

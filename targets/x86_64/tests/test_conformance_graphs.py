@@ -198,3 +198,12 @@ def test_eight_op_chain_large_tensor(threads):
     ref = np.maximum(np.tanh(1 / (1 + np.exp(-(xd * 0.5 + 0.1))) * xd) - 0.2, -0.5)
     out = compiled(m, {"num_threads": threads})({"x": xv})
     check(out["y"], ref)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (3, 0), (0,), (), (1,), (1, 1, 1, 1, 1, 1), (2, 1, 1, 3, 1, 5, 1)])
+def test_empty_scalar_and_unit_dims(shape):
+    x, y = Parameter("f32", shape, name="x"), Parameter("f32", shape, name="y")
+    m = Model([Result(Multiply(Exp(Add(x, y)), x), name="z")], [x, y])
+    xv, yv = rand(shape), rand(shape)
+    out = compiled(m, IGNORE_CALLBACK)({"x": xv, "y": yv})["z"]
+    check(out, np.exp(xv.astype(np.float64) + yv) * xv)
