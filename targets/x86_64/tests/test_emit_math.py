@@ -13,7 +13,7 @@ import pytest
 
 from snippets_x86_64.emitters import eltwise as E
 from snippets_x86_64.emitters import math as M
-from snippets_x86_64.emitters.accuracy import CASES, measure, ulp_errors
+from snippets_x86_64.emitters.accuracy import BINARY_CASES, CASES, measure, ulp_errors
 from snippets_x86_64.emitters.testing import expected_writable, run_eltwise, written_registers
 
 pytestmark = pytest.mark.avx512
@@ -44,14 +44,16 @@ BOUNDS = {
     ("pow x**-2.5 (PowerStatic)", "[1e-15, 1e15]"): (3.5, 2e-7),
     ("pow x**3 (PowerStatic)", "+-[1e-12, 1e12]"): (1.5, 1e-7),
     ("pow x**-1 (PowerStatic)", "+-[1e-37, 1e37]"): (0.5, 1e-7),
+    ("pow x**y (Power)", "x in [0.5, 2], y in [-4, 4]"): (5.0, 1e-7),
+    ("pow x**y (Power)", "x in [1e-3, 1e3] geometric, y in [-10, 10]"): (100.0, 1e-7),  # |y log x| up to 69
 }
 
 
 def test_every_case_has_a_bound():
-    assert sorted(BOUNDS) == sorted((c.name, c.domain) for c in CASES)
+    assert sorted(BOUNDS) == sorted((c.name, c.domain) for c in CASES + BINARY_CASES)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.name} {c.domain}")
+@pytest.mark.parametrize("case", CASES + BINARY_CASES, ids=lambda c: f"{c.name} {c.domain}")
 def test_accuracy_against_float64(case):
     max_ulp, max_abs = BOUNDS[(case.name, case.domain)]
     m = measure(case)
