@@ -6,8 +6,9 @@ Every target (the interpreter, x86-64, SHAVE) reaches code through here, via ``S
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from snippets_core.ir.model import Model
 from snippets_core.ir.shape import Shape

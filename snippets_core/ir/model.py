@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from snippets_core.errors import SnippetsError, ValidationError
 from snippets_core.ir.node import Node, Output, as_output, replace_node, topological_sort
@@ -73,7 +73,7 @@ class Model:
     def replace_output(self, old: Output, new: Output) -> None:
         old.replace(new)
 
-    def insert_node_after(self, output: Output, make: "type[Node] | callable") -> Node:  # type: ignore[valid-type]
+    def insert_node_after(self, output: Output, make: type[Node] | callable) -> Node:  # type: ignore[valid-type]
         """Insert a one-input node on ``output``: consumers of ``output`` now read the new node."""
         consumers = output.targets
         new = make(output)

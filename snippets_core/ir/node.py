@@ -12,7 +12,8 @@ Convention for op constructors: ``Op(*inputs, <attributes as keywords>, name=Non
 from __future__ import annotations
 
 import itertools
-from typing import Any, ClassVar, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -29,7 +30,7 @@ _ids = itertools.count()
 class Output:
     """An output port of a node: the source of an edge."""
 
-    __slots__ = ("node", "index", "element_type", "shape", "_targets", "names")
+    __slots__ = ("_targets", "element_type", "index", "names", "node", "shape")
 
     def __init__(self, node: Node, index: int, element_type: ElementType, shape: Shape) -> None:
         self.node = node
@@ -63,7 +64,7 @@ class Output:
 class Input:
     """An input port of a node: the end of an edge."""
 
-    __slots__ = ("node", "index", "_source")
+    __slots__ = ("_source", "index", "node")
 
     def __init__(self, node: Node, index: int, source: Output) -> None:
         self.node = node

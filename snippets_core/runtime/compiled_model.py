@@ -9,9 +9,10 @@ is decided at compile time so the call path stays lean.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -158,10 +159,11 @@ class CompiledModel:
                 a = np.asarray(a, dtype=spec.dtype)
             elif spec.dtype is not None and a.dtype != spec.dtype:
                 raise InputError(f"input {spec.name!r} must be {spec.element_type} ({spec.dtype}), got {a.dtype}")
-            if spec.dims is not None:
-                if a.ndim != len(spec.dims) or any(d is not None and d != s for d, s in zip(spec.dims, a.shape)):
-                    want = "[" + ",".join("?" if d is None else str(d) for d in spec.dims) + "]"
-                    raise InputError(f"input {spec.name!r} must have shape {want}, got {list(a.shape)}")
+            if spec.dims is not None and (
+                a.ndim != len(spec.dims) or any(d is not None and d != s for d, s in zip(spec.dims, a.shape))
+            ):
+                want = "[" + ",".join("?" if d is None else str(d) for d in spec.dims) + "]"
+                raise InputError(f"input {spec.name!r} must have shape {want}, got {list(a.shape)}")
             out.append((spec.slot, a))
         return out
 

@@ -7,8 +7,9 @@ the LinearIR interpreter). Any other name is an installed target found by entry 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
