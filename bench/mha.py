@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             timings = H.time_round_robin(fns, args.budget, args.repeat, max_call_s=args.max_call)
             for close in closers:
                 close()
-            fastest = min(t.pick(args.stat) for t in timings.values())
+            fastest = min((t.pick(args.stat) for t in timings.values()), default=1.0)
             fma_peak = peaks[n]["jit_fma"] or peaks[n]["theoretical_nominal"]
             for name, t in timings.items():
                 gflops = FLOPS / t.pick(args.stat) / 1e9
