@@ -101,3 +101,37 @@ def test_model_directories_are_classified(pytestconfig: pytest.Config) -> None:
                                        f"{len(DIR_INCLUDED)} included, {len(DIR_CASES) - len(DIR_INCLUDED)} "
                                        "excluded (sequence, string or gradient ops)")
     assert len(REAL) == 9
+
+
+def test_light_squeezenet_with_random_weights_matches_onnx_reference() -> None:
+    """The light models' constant-filled weights make their outputs almost uniform; with random weights the
+    convolution/pooling/concat numerics of a whole network are checked against onnx's ReferenceEvaluator.
+    The comparison stops before the final Softmax: for opset 9 on a 4-D input the evaluator applies the
+    opset-13 semantics (last axis), not the flatten-at-axis rule of the spec."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    model = onnx.load(str(DATA / "light" / "light_squeezenet.onnx"))
+    rng = np.random.default_rng(0)
+    shapes = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    nodes, inits = [], list(model.graph.initializer)
+    for n in model.graph.node:
+        if n.op_type == "ConstantOfShape" and n.input[0] in shapes:
+            shape = tuple(int(d) for d in shapes[n.input[0]])
+            w = rng.standard_normal(shape) / np.sqrt(max(int(np.prod(shape[1:])), 1))
+            inits.append(onnx.numpy_helper.from_array(w.astype(np.float32), n.output[0]))
+        else:
+            nodes.append(n)
+    softmax = next(n for n in nodes if n.op_type == "Softmax")
+    nodes.remove(softmax)
+    logits = helper.make_tensor_value_info(softmax.input[0], onnx.TensorProto.FLOAT, [1, 1000, 1, 1])
+    graph = helper.make_graph(nodes, "squeezenet_random", list(model.graph.input), [logits], initializer=inits)
+    proto = helper.make_model(graph, opset_imports=model.opset_import)
+    proto.ir_version = 4  # initializers need not be listed as inputs
+    inits_names = {t.name for t in inits}
+    feed_vi = next(vi for vi in model.graph.input if vi.name not in inits_names)
+    x = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+    expected = ReferenceEvaluator(proto).run(None, {feed_vi.name: x})[0]
+    (got,) = SnippetsBackend.prepare(proto, "CPU").run([x])
+    assert np.abs(expected).max() > 1e-3  # the check means something
+    np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-5)
