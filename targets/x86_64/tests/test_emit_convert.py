@@ -1,5 +1,5 @@
 """Conversions between register forms, bit-exact against the core's numpy references (convert_truncation,
-convert_saturation, convert_array) for every pair of f32, f16, bf16, i32, i8, u8 and boolean."""
+convert_saturation, convert_array) for every pair of f32, f16, bf16, i32, i16, u16, i8, u8 and boolean."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from snippets_x86_64.emitters.testing import expected_writable, run_eltwise, wri
 
 pytestmark = pytest.mark.avx512
 
-TYPES = [ElementType.f32, ElementType.f16, ElementType.bf16, ElementType.i32, ElementType.i8, ElementType.u8,
-         ElementType.boolean]  # fmt: skip
+TYPES = [ElementType.f32, ElementType.f16, ElementType.bf16, ElementType.i32, ElementType.i16, ElementType.u16,
+         ElementType.i8, ElementType.u8, ElementType.boolean]  # fmt: skip
 REFERENCES = {"truncation": convert_truncation, "saturation": convert_saturation, "convert": convert_array}
 
 _EDGES = [0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 0.49999997, 126.5, 127.0, 127.5, 128.0, -128.5, -129.0, 254.5,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from snippets_core.errors import UnsupportedOpError
 from snippets_core.ir.element_type import ElementType
-from snippets_x86_64.asm import Assembler, VecReg
+from snippets_x86_64.asm import Assembler, MaskReg, VecReg
 from snippets_x86_64.emitters.base import Aux, f32, i32, kernel, move
 from snippets_x86_64.emitters.eltwise import bool_from_mask
 from snippets_x86_64.emitters.math import cmp
@@ -84,7 +84,7 @@ def _round_f16(a: Assembler, dst: VecReg, src: VecReg, tmp: VecReg) -> None:
     a.vcvtph2ps(dst, tmp.ymm)
 
 
-def _round_bf16(a: Assembler, dst: VecReg, src: VecReg, tmp: VecReg, k) -> None:  # type: ignore[no-untyped-def]
+def _round_bf16(a: Assembler, dst: VecReg, src: VecReg, tmp: VecReg, k: MaskReg) -> None:
     # integer rounding to nearest even on the bit pattern; vcvtneps2bf16 would flush denormals to zero
     a.vpsrld(tmp, src, 16)
     a.vpandd(tmp, tmp, i32(a, 1))
@@ -95,7 +95,7 @@ def _round_bf16(a: Assembler, dst: VecReg, src: VecReg, tmp: VecReg, k) -> None:
     a.vpandd(dst, tmp, i32(a, 0xFFFF_0000))
 
 
-def _float_to_int(a: Assembler, dst: VecReg, src: VecReg, to: ElementType, mode: str, tmp: VecReg, k) -> None:  # type: ignore[no-untyped-def]
+def _float_to_int(a: Assembler, dst: VecReg, src: VecReg, to: ElementType, mode: str, tmp: VecReg, k: MaskReg) -> None:
     lo, hi, bits, _signed = INT_RANGES[to]
     if mode == "truncation":
         a.vcvttps2dq(dst, src)  # NaN and out of range: INT_MIN, whose low bits are kept
@@ -121,7 +121,7 @@ def _float_to_int(a: Assembler, dst: VecReg, src: VecReg, to: ElementType, mode:
         a.vcvttps2dq(dst.mask(k).z, tmp)  # NaN gives 0
 
 
-def _to_boolean(a: Assembler, dst: VecReg, src: VecReg, form: str, k) -> None:  # type: ignore[no-untyped-def]
+def _to_boolean(a: Assembler, dst: VecReg, src: VecReg, form: str, k: MaskReg) -> None:
     if form == "f32":
         a.vcmpps(k, src, f32(a, 0.0), cmp("neq_uq"))  # NaN is true
     else:

@@ -16,15 +16,16 @@ second operand), comparisons with NaN are false except NotEqual.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
-from snippets_x86_64.asm import VPCMP_PREDICATES, Assembler, VecReg
+from snippets_x86_64.asm import VPCMP_PREDICATES, Assembler, MaskReg, VecReg
 from snippets_x86_64.emitters.base import PINF, Aux, f32, fixup_table, i32, kernel, move
 from snippets_x86_64.emitters.math import ABS_MASK, RND_TRUNC, SIGN_MASK, cmp, emit_exp, emit_log
 
 # --- f32 binary ----------------------------------------------------------------------------------------------
 
 
-def _binary(mnemonic: str, doc: str):  # type: ignore[no-untyped-def]
+def _binary(mnemonic: str, doc: str) -> Callable[..., None]:
     @kernel()
     def emit(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
         a.emit(mnemonic, dst, x, y)
@@ -54,7 +55,8 @@ for _fn, _name in (
     _fn.__name__ = _fn.__qualname__ = _name
 
 
-def _minmax(a: Assembler, mnemonic: str, dst: VecReg, x: VecReg, y: VecReg, k) -> None:  # type: ignore[no-untyped-def]
+def minmax_f32(a: Assembler, mnemonic: str, dst: VecReg, x: VecReg, y: VecReg, k: MaskReg) -> None:
+    """dst = ``mnemonic`` (vmaxps/vminps) of x and y with a NaN operand propagated; k is clobbered."""
     # vmaxps/vminps return their second source when either is NaN: order the sources so that the NaN of one
     # operand comes through, and patch the lanes where the other one is NaN
     if dst == y:
@@ -70,13 +72,13 @@ def _minmax(a: Assembler, mnemonic: str, dst: VecReg, x: VecReg, y: VecReg, k) -
 @kernel(masks=1)
 def emit_max_f32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
     """max(x, y), NaN if either is NaN (numpy ``maximum``)."""
-    _minmax(a, "vmaxps", dst, x, y, aux.masks[0])
+    minmax_f32(a, "vmaxps", dst, x, y, aux.masks[0])
 
 
 @kernel(masks=1)
 def emit_min_f32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
     """min(x, y), NaN if either is NaN (numpy ``minimum``)."""
-    _minmax(a, "vminps", dst, x, y, aux.masks[0])
+    minmax_f32(a, "vminps", dst, x, y, aux.masks[0])
 
 
 @kernel()
@@ -299,7 +301,7 @@ def emit_logical_not(a: Assembler, dst: VecReg, x: VecReg, aux: Aux) -> None:
 # --- comparisons, select, fused multiply-add ---------------------------------------------------------------
 
 
-def bool_from_mask(a: Assembler, dst: VecReg, k) -> None:  # type: ignore[no-untyped-def]
+def bool_from_mask(a: Assembler, dst: VecReg, k: MaskReg) -> None:
     """dst = 1 where ``k`` is set, else 0: the register form of a boolean."""
     a.vpbroadcastd(dst.mask(k).z, a.const_i32(1))
 
@@ -362,7 +364,7 @@ def emit_fused_mul_add_i32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, z: V
 MAX_SQUARING_POWER = 64
 
 
-def power_static_function(power: float):  # type: ignore[no-untyped-def]
+def power_static_function(power: float) -> Callable[..., None]:
     """The function for this constant exponent: the squaring one (2 aux vecs) or the general one."""
     return emit_power_static_small if power_static_needs(power)[1] == 0 else emit_power_static
 

@@ -15,7 +15,7 @@ import numpy as np
 from snippets_core.errors import CodegenError
 from snippets_x86_64.asm import Assembler, VecReg
 from snippets_x86_64.emitters.base import Aux, kernel, move
-from snippets_x86_64.emitters.eltwise import _minmax
+from snippets_x86_64.emitters.eltwise import minmax_f32
 
 LANES = 16
 
@@ -36,7 +36,7 @@ def _fold(a: Assembler, dst: VecReg, src: VecReg, t: VecReg, step: Callable[[Vec
 def emit_horizon_max(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
     """The maximum of the 16 f32 lanes, in every lane (NaN if a lane is NaN)."""
     k = aux.masks[0]
-    _fold(a, dst, src, aux.vecs[0], lambda d, x, y: _minmax(a, "vmaxps", d, x, y, k))
+    _fold(a, dst, src, aux.vecs[0], lambda d, x, y: minmax_f32(a, "vmaxps", d, x, y, k))
 
 
 @kernel(vecs=1)

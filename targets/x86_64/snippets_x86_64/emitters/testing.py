@@ -14,9 +14,10 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from iced_x86 import InstructionInfoFactory, OpAccess
 
 from snippets_core.errors import CodegenError
-from snippets_x86_64.asm import ZMM, Function, K, eax, ecx, edi, k1, r9, rcx
+from snippets_x86_64.asm import ZMM, Assembler, Function, K, eax, ecx, edi, k1, r9, rcx
 from snippets_x86_64.emitters.base import NEEDS, Aux, Needs
 
 LANES = 16
@@ -112,10 +113,6 @@ def run_eltwise(
 def written_registers(fn: Callable[..., None], arity: int, alias: int | None = None, **attrs: Any) -> set[str]:
     """The names of the registers the code of ``fn`` writes (iced's instruction info), for checking that an
     emitter function writes only its destination and its aux registers."""
-    from iced_x86 import InstructionInfoFactory, OpAccess
-
-    from snippets_x86_64.asm import Assembler
-
     a = Assembler()
     src = [ZMM[_IN_BASE + i] for i in range(arity)]
     dst = ZMM[_OUT] if alias is None else src[alias]
