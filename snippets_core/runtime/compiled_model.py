@@ -256,6 +256,9 @@ def compile_model(model: Model | str | Path | bytes | Any, target: str | None = 
     from snippets_core.runtime.pipeline import run_tokenization
 
     run_tokenization(m, tgt, cfg)
+    whole_model = getattr(tgt.obj, "compile_model", None)
+    if whole_model is not None:  # a target that compiles the whole model at once (e.g. into one blob)
+        return whole_model(m, cfg, tgt.host)
     executors: dict[int, tuple[Executor, str]] = {}
     for sg in (n for n in m.get_ordered_ops() if isinstance(n, Subgraph)):
         ex = tgt.compile_subgraph(sg, cfg)

@@ -169,10 +169,12 @@ class ScheduleBuilder:
         update: tuple[int, ...] | list[int] = (),
         name: str | None = None,
         layout: ParamsLayout | None = None,
+        outputs: int = 1,
     ) -> Task:
         """Invoke ``kernel`` on ``tile``; ``memrefs`` may be CMX TensorRefs (converted with :func:`cmx_memref`).
 
         Scalars are named as in ``layout`` (default: the generic ``s0, s1, ...`` of the kernel's signature).
+        The last ``outputs`` MemRefs are the ones the kernel writes (by default only the last one).
         """
         k = self._by_elf[self.kernel_data[self.kernels[kernel].elf.index]]
         layout = layout or k.layout
@@ -183,7 +185,9 @@ class ScheduleBuilder:
         window = build_data_window(layout, refs, scalars, data_section=k.elf.data)
         self.kernel_data.append(window.image)
         data_ref = KernelDataRef(f"{name or 'act'}.win_e", len(self.kernel_data) - 1, 0, len(window.image))
-        n_in = len(layout.memrefs) - 1  # by convention the last MemRef is the output
+        if not 1 <= outputs <= len(layout.memrefs):
+            raise KernelAbiError(f"kernel {k.elf.name}: {outputs} outputs of {len(layout.memrefs)} MemRefs")
+        n_in = len(layout.memrefs) - outputs
         invocation = ActKernelInvocation(
             kernel, data_ref, window.args_offset, window.args_size, tile,
             inputs=tuple(tensors[:n_in]) if len(tensors) == len(refs) else (),

@@ -7,12 +7,15 @@ for this target. Nothing heavy is imported at module level: listing targets stay
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pluggy
 
 if TYPE_CHECKING:
+    from snippets_core.config import CompileConfig
+    from snippets_core.ir.model import Model
     from snippets_core.ir.node import Node
+    from snippets_shave.compiler import ShaveCompiledModel
     from snippets_shave.blob import Target
 
 # the same marker as snippets_core.plugins.hookimpl (pluggy markers are plain values keyed by project name)
@@ -43,6 +46,39 @@ class ShaveTarget:
         from snippets_shave.blob import Target
 
         return Target()
+
+    def tokenization_defaults(self) -> dict[str, object]:
+        """Tokenizer knobs of this machine: data pointers a kernel keeps in its 22 allocatable gprs."""
+        from snippets_shave.target_machine import MAX_DATA_POINTERS
+
+        return {"data_ptr_gpr_count": MAX_DATA_POINTERS}
+
+    def compile_model(self, model: Model, config: CompileConfig, host: Any) -> ShaveCompiledModel:
+        """The whole tokenized model as one blob (the core calls this instead of compiling Subgraph by
+        Subgraph): see :mod:`snippets_shave.compiler`. Ops outside Subgraphs are an UnsupportedOpError."""
+        from snippets_shave.compiler import compile_model
+
+        return compile_model(model, config, host)
+
+    # --- artifacts, for `snippets inspect` and `snippets simulate` --------------------------------------------
+    def recognizes_artifact(self, head: bytes) -> bool:
+        """True for the first bytes of an ASHV blob (the FlatBuffers file identifier at offset 4)."""
+        return len(head) >= 8 and head[4:8] == b"ASHV"
+
+    def inspect_artifact(self, data: bytes) -> str:
+        """The schedule of a blob in the HLD's MLIR-like text."""
+        from snippets_shave.inspect import format_schedule
+
+        return format_schedule(data)
+
+    def simulate_artifact(
+        self, path: str, inputs: str, outputs: str | None = None, *, seed: int | None = None,
+        check_races: bool = False,
+    ) -> dict[str, Any]:
+        """Run a blob file on an .npz of inputs in the simulator; optionally save the outputs as an .npz."""
+        from snippets_shave.sim import simulate_files
+
+        return simulate_files(path, inputs, outputs, seed=seed, check_races=check_races)
 
     @hookimpl
     def snippets_tokenization_callback(self, node: Node, target_name: str) -> str | None:

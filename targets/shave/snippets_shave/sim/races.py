@@ -4,7 +4,8 @@ Happens-before edges (shave_blob.md §5.6): a task that updates a barrier preced
 it; a DMA engine runs its list one task at a time; a tile with one SHAVE runs its FIFO one task at a time
 (with more SHAVEs only the pop order is fixed, which orders nothing). Accesses: a DMA reads its source and
 writes its destination (descriptor copies: their whole extent); a kernel reads every MemRef but the last
-and writes the last (the params convention of docs/kernel_abi.md). The check needs no execution.
+and writes the last (the params convention of docs/kernel_abi.md), or those its invocation lists as
+outputs. The check needs no execution.
 """
 
 from __future__ import annotations
@@ -31,10 +32,13 @@ def _accesses(task: LoadedTask) -> list[tuple[tuple[Location, int], int, int, bo
         ]
     assert task.params is not None
     refs = list(task.params.memrefs.values())
+    # the invocation's described outputs are the MemRefs it writes; undescribed: the last one (kernel ABI)
+    invocation = getattr(task.task.payload, "invocation", None)
+    n_out = len(invocation.outputs) if invocation is not None and invocation.outputs else 1
     out = []
     for i, m in enumerate(refs):
         start = m.data_addr - WIN_F
-        out.append(((Location.CMX, task.queue), start, start + m.extent_bytes(), i == len(refs) - 1))
+        out.append(((Location.CMX, task.queue), start, start + m.extent_bytes(), i >= len(refs) - n_out))
     return out
 
 

@@ -1,0 +1,543 @@
+"""The whole-model compiler of the shave target: Subgraph kernels, CMX tiling, DMA, barriers, one blob.
+
+``compile_model(model, config, host)`` takes a tokenized Model (the core ran the Tokenizer for ``shave``) and
+returns a :class:`ShaveCompiledModel` holding one blob for the whole model:
+
+* every Subgraph goes through the core pipeline (data-flow passes, LinearIR, Generator with the
+  :class:`~snippets_shave.target_machine.ShaveTargetMachine`) into one kernel ELF;
+* its parallel domain (one kernel call per index, see :mod:`snippets_shave.target_machine`) is split into
+  invocations that fit a CMX *slot*: each tile's workspace is cut into ``slots_per_tile`` equal slots, and
+  invocation ``g`` of the model runs on tile ``g % tiles`` in slot ``(g // tiles) % slots_per_tile``. There are
+  at least as many invocations as SHAVEs (when the domain allows), more when a slot cannot hold the work;
+* per invocation (per-invocation barriers, as the HLD proposes): the input DMAs (engine 0) wait for the slot to
+  be free (barrier ``free`` of its previous user) and for their tensor to be ready (barrier ``ready`` of the
+  producing Subgraph), and update ``in``; the kernel waits ``in`` and updates ``out``; the output DMAs (engine 1)
+  wait ``out`` and update ``free`` (and ``ready`` of their tensor when something reads it later). The producer
+  and consumer counts are counted from the tasks by the ScheduleBuilder;
+* a DMA gathers each input's blocks for the invocation's calls into CMX, so broadcast inputs are expanded by
+  DMA (a repeated run is one descriptor DMA with a zero source stride); an input that is the same block for
+  every call is copied once;
+* values between Subgraphs live in DDR scratch; Reshape/Squeeze/Unsqueeze/Flatten outside Subgraphs are views
+  of their input's bytes; a Result of a model input or constant is a DDR-to-DDR DMA.
+
+Any other node outside the Subgraphs is an :class:`UnsupportedOpError` listing them: a blob cannot run the
+reference kernels. Hardware knobs come from ``config.target_options`` (:class:`ShaveOptions`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, fields
+from math import ceil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+
+from snippets_core.config import ConfigError
+from snippets_core.errors import CodegenError, InputError, UnsupportedOpError
+from snippets_shave.blob import DmaDescriptor, Target, TensorRef, write_blob
+from snippets_shave.constants import DEFAULT_STACK_SIZE, DType, dtype_of
+from snippets_shave.schedule import ScheduleBuilder
+
+if TYPE_CHECKING:
+    from snippets_core.config import CompileConfig
+    from snippets_core.ir.model import Model
+    from snippets_core.ir.node import Node, Output
+    from snippets_core.ir.ops.subgraph import Subgraph
+    from snippets_shave.target_machine import ShaveKernel, TensorBlock
+
+TARGET_NAME = "shave"
+#: ops outside Subgraphs that only reinterpret their input's bytes
+VIEW_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Flatten")
+_ALIGN = 64
+
+
+def _align(value: int, alignment: int = _ALIGN) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+@dataclass(frozen=True)
+class ShaveOptions:
+    """``config.target_options`` of the shave target. ``preset`` picks the defaults ("37xx": 2 tiles, "40xx":
+    6 tiles, 96 barriers); the other keys override them."""
+
+    preset: str = "37xx"
+    tiles: int | None = None
+    shaves_per_tile: int | None = None
+    cmx_bytes_per_tile: int | None = None
+    dma_engines: int | None = None
+    stack_size: int = DEFAULT_STACK_SIZE
+    #: CMX slots per tile (default: one per SHAVE)
+    slots_per_tile: int | None = None
+
+    @staticmethod
+    def from_mapping(options: Mapping[str, Any]) -> ShaveOptions:
+        known = {f.name for f in fields(ShaveOptions)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ConfigError(f"unknown target_options {unknown} for target 'shave'; known: {sorted(known)}")
+        opts = ShaveOptions(**dict(options))
+        if opts.preset not in ("37xx", "40xx"):
+            raise ConfigError(f"target_options preset {opts.preset!r}: one of '37xx', '40xx'")
+        for name in ("tiles", "shaves_per_tile", "cmx_bytes_per_tile", "dma_engines", "slots_per_tile", "stack_size"):
+            value = getattr(opts, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ConfigError(f"target_options {name} must be a positive integer, got {value!r}")
+        if opts.stack_size % 16:
+            raise ConfigError(f"target_options stack_size {opts.stack_size} must be a multiple of 16")
+        return opts
+
+    def hardware(self) -> Target:
+        base = Target() if self.preset == "37xx" else Target.lnl()
+        return Target(
+            name=base.name,
+            tiles=self.tiles or base.tiles,
+            shaves_per_tile=self.shaves_per_tile or base.shaves_per_tile,
+            cmx_bytes_per_tile=self.cmx_bytes_per_tile or base.cmx_bytes_per_tile,
+            dma_engines=self.dma_engines or base.dma_engines,
+            max_barriers=base.max_barriers,
+        )
+
+
+# --- kernels --------------------------------------------------------------------------------------------------
+
+
+def _kernel_name(sg: Subgraph) -> str:
+    return "snippet_" + re.sub(r"[^A-Za-z0-9_]", "_", sg.name)
+
+
+def generate_kernel(sg: Subgraph, config: CompileConfig, host: Any, name: str | None = None,
+                    parallel_work: int = 4) -> ShaveKernel:
+    """Data-flow passes, lowering and code generation of a copy of ``sg``'s body into a SHAVE kernel."""
+    from snippets_core.codegen.generator import Generator
+    from snippets_core.ir.element_type import ElementType
+    from snippets_core.lowered.linear_ir import Config
+    from snippets_core.lowered.pipeline import lower
+    from snippets_core.passes.data_flow_pipeline import DataFlowConfig, data_flow_pipeline
+    from snippets_core.passes.graph_utils import has_domain_sensitive_ops
+    from snippets_shave.target_machine import ShaveTargetMachine
+
+    body = sg.body.clone()
+    ops = body.get_ordered_ops()
+    if not all(o.shape.is_static for n in ops for o in n.outputs):
+        raise CodegenError(f"Subgraph '{sg.name}' has dynamic shapes; a SHAVE blob is compiled for static shapes")
+    positioned = list(host.positioned_passes(TARGET_NAME, config)) if host is not None else []
+    sensitive = has_domain_sensitive_ops(body)
+    dfp = data_flow_pipeline(DataFlowConfig.for_body(body), positioned)
+    for pass_name in config.disabled_passes:
+        dfp.disable(pass_name)
+    dfp.run(body)
+    # 8 f16 lanes when every value is f16, else 4 lanes (f32, or f16 in the low half of a register)
+    types = {o.element_type for n in body.get_ordered_ops() for o in n.outputs if n.type_name != "Result"}
+    lanes = 8 if types == {ElementType.f16} else 4
+    lcfg = Config(
+        vector_size=lanes,
+        loop_depth=1,
+        enable_domain_optimization=not sensitive,
+        min_parallel_work_amount=max(1, parallel_work),
+        min_kernel_work_amount=256,
+        need_fill_tail_register=sensitive,
+    )
+    tm = ShaveTargetMachine(lanes, name or _kernel_name(sg))
+    ir = lower(body, lcfg, tm, positioned, config.disabled_passes)
+    return Generator(tm).generate(ir)
+
+
+# --- DMA planning -----------------------------------------------------------------------------------------------
+
+
+def block_runs(block: TensorBlock, domain: tuple[int, ...], start: int, count: int) -> list[tuple[int, int, int]]:
+    """The source blocks of calls ``[start, start + count)`` as ``(first block, run length, repeats)``: a run of
+    consecutive blocks, the same run ``repeats`` times in a row (a broadcast over an outer dim)."""
+    k = np.arange(start, start + count, dtype=np.int64)
+    idx = np.unravel_index(k, domain) if domain else ()
+    offsets = np.zeros(count, dtype=np.int64)
+    for i, step in zip(idx, block.domain_offsets, strict=True):
+        offsets += i.astype(np.int64) * step
+    blocks = offsets // block.block_bytes
+    runs: list[tuple[int, int]] = []
+    for b in blocks.tolist():
+        if runs and b == runs[-1][0] + runs[-1][1]:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((b, 1))
+    merged: list[tuple[int, int, int]] = []
+    for first, length in runs:
+        if merged and merged[-1][0] == first and merged[-1][1] == length:
+            merged[-1] = (first, length, merged[-1][2] + 1)
+        else:
+            merged.append((first, length, 1))
+    return merged
+
+
+def _flat(ref: TensorRef, byte_offset: int, nbytes: int, dtype: DType, name: str) -> TensorRef:
+    size = np.dtype(_numpy(dtype)).itemsize
+    return TensorRef(name, dtype, (nbytes // size,), ref.location, ref.index, ref.offset + byte_offset)
+
+
+def _numpy(dtype: DType) -> np.dtype:
+    from snippets_shave.constants import DTYPE_TO_NUMPY
+
+    return DTYPE_TO_NUMPY[dtype]
+
+
+# --- the schedule -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Value:
+    """Where a value of the model lives in DDR, and the barrier its writers update (None: nothing to wait)."""
+
+    ref: TensorRef
+    ready: int | None = None
+
+
+class _Compiler:
+    def __init__(self, model: Model, config: CompileConfig, host: Any, options: ShaveOptions) -> None:
+        self.model = model
+        self.config = config
+        self.host = host
+        self.options = options
+        self.hw = options.hardware()
+        self.b = ScheduleBuilder(model.name or "model", target=self.hw, stack_size=options.stack_size)
+        self.values: dict[tuple[int, int], _Value] = {}
+        self.slot_free: dict[tuple[int, int], int] = {}
+        self.invocations = 0
+        self.slots_per_tile = options.slots_per_tile or self.hw.shaves_per_tile
+        workspace = self.hw.cmx_bytes_per_tile - self.b.cmx_workspace_start
+        self.slot_bytes = workspace // self.slots_per_tile // _ALIGN * _ALIGN
+        if self.slot_bytes <= 0:
+            raise ConfigError(
+                f"target_options: {self.hw.cmx_bytes_per_tile} bytes of CMX leave no workspace after the stacks of "
+                f"{self.hw.shaves_per_tile} SHAVEs ({options.stack_size} bytes each)"
+            )
+        self.kernels: dict[str, ShaveKernel] = {}
+        self.placement: list[tuple[str, str, str]] = []
+
+    # -- values -----------------------------------------------------------------------------------------------
+    @staticmethod
+    def key(out: Output) -> tuple[int, int]:
+        return (out.node.id, out.index)
+
+    def value(self, out: Output) -> _Value:
+        return self.values[self.key(out)]
+
+    def check_supported(self, order: list[Node]) -> None:
+        from snippets_shave.tokenization_callback import tokenization_callback
+
+        outside = []
+        for n in order:
+            if n.type_name in ("Parameter", "Result", "Constant", "Subgraph") or n.type_name in VIEW_OPS:
+                continue
+            reason = tokenization_callback(n) or "it was not fused into a Subgraph"
+            outside.append(f"{n.name} ({n.type_name}): {reason}")
+        if outside:
+            raise UnsupportedOpError(
+                f"model '{self.model.name}': the shave target runs only fused Subgraphs (a blob has no reference "
+                f"kernels); {len(outside)} op(s) outside them: " + "; ".join(outside)
+            )
+
+    def _consumers(self, out: Output) -> list[Node]:
+        return [t.node for t in out.targets]
+
+    def place_output(self, out: Output) -> _Value:
+        """DDR home of a computed value: the first Result reading it, else DDR scratch; a ready barrier when a
+        Subgraph or another Result reads it afterwards."""
+        consumers = self._consumers(out)
+        results = [c for c in consumers if c.id in self.result_refs]
+        et = out.element_type
+        dims = out.shape.to_tuple()
+        if results:
+            ref = self.result_refs[results[0].id]
+        else:
+            ref = self.b.alloc_scratch(f"{out.node.name}:{out.index}", dims, et)
+        needs_ready = len(results) > 1 or any(c.id not in self.result_refs for c in consumers)
+        value = _Value(ref, self.b.new_barrier() if needs_ready else None)
+        self.values[self.key(out)] = value
+        return value
+
+    # -- the model --------------------------------------------------------------------------------------------
+    def compile(self) -> tuple[bytes, dict[str, ShaveKernel], list[tuple[str, str, str]]]:
+        from snippets_core.ir.ops.subgraph import Subgraph
+
+        model = self.model
+        order = model.get_ordered_ops()
+        self.check_supported(order)
+        for p in model.parameters:
+            ref = self.b.add_input(p.name, p.outputs[0].shape.to_tuple(), p.outputs[0].element_type)
+            self.values[self.key(p.outputs[0])] = _Value(ref)
+        self.result_refs: dict[int, TensorRef] = {}
+        for r in model.results:
+            out = r.outputs[0]
+            self.result_refs[r.id] = self.b.add_output(r.name, out.shape.to_tuple(), out.element_type)
+        for n in order:
+            if n.type_name == "Constant":
+                # only data read by a Subgraph, a Result or a view goes into the blob (not a view's shape input)
+                readers = [t for t in n.outputs[0].targets if t.node.type_name in ("Subgraph", "Result")
+                           or (t.node.type_name in VIEW_OPS and t.index == 0)]
+                if readers:
+                    value = np.ascontiguousarray(n.value)  # type: ignore[attr-defined]
+                    self.values[self.key(n.outputs[0])] = _Value(self.b.add_constant(n.name, value))
+            elif n.type_name in VIEW_OPS or (n.type_name == "Result" and n.id not in self.result_refs):
+                src = self.value(n.inputs[0].source)
+                out = n.outputs[0]
+                ref = TensorRef(
+                    n.name, src.ref.dtype, out.shape.to_tuple(), src.ref.location, src.ref.index, src.ref.offset
+                )
+                self.values[self.key(out)] = _Value(ref, src.ready)
+            elif isinstance(n, Subgraph):
+                self.subgraph(n)
+            elif n.type_name == "Result":
+                self.result(n)
+        blob = write_blob(self.b.build())
+        return blob, self.kernels, self.placement
+
+    def result(self, r: Node) -> None:
+        """A Result whose value is not already written into it by a Subgraph's output DMAs: copy it."""
+        src_out = r.inputs[0].source
+        src = self.value(src_out)
+        dst = self.result_refs[r.id]
+        if src.ref == dst:
+            return
+        nbytes = dst.nbytes
+        if nbytes == 0:
+            return
+        self.b.dma(
+            _flat(src.ref, 0, nbytes, src.ref.dtype, f"{r.name}.src"),
+            _flat(dst, 0, nbytes, dst.dtype, r.name),
+            engine=0,
+            wait=[src.ready] if src.ready is not None else [],
+            name=f"copy_{r.name}",
+        )
+        self.placement.append((r.name, "Result", "dma"))
+
+    def subgraph(self, sg: Subgraph) -> None:
+        hw = self.hw
+        total_shaves = hw.tiles * hw.shaves_per_tile
+        kernel = generate_kernel(sg, self.config, self.host, parallel_work=total_shaves)
+        self.kernels[sg.name] = kernel
+        self.placement.append((sg.name, "Subgraph", TARGET_NAME))
+        kidx = self.b.add_kernel(kernel.elf)
+        ins = [self.value(i.source) for i in sg.inputs]
+        outs = [self.place_output(o) for o in sg.outputs]
+        blocks = (*kernel.inputs, *kernel.outputs)
+        # an invariant input is one block whatever the calls; outputs have one block per call
+        fixed = sum(_align(b.block_bytes) for b in kernel.inputs if b.invariant)
+        fixed += _align(kernel.scratchpad_size)
+        per_call = sum(b.block_bytes for b in kernel.inputs if not b.invariant)
+        per_call += sum(b.block_bytes for b in kernel.outputs)
+        room = self.slot_bytes - fixed - _ALIGN * len(blocks)
+        calls = kernel.calls
+        if calls == 0 or per_call == 0:
+            return  # nothing to compute: empty tensors
+        max_calls = room // per_call if room > 0 else 0
+        if max_calls < 1:
+            raise CodegenError(
+                f"Subgraph '{sg.name}': one kernel call needs {per_call + fixed} bytes of CMX, a slot has "
+                f"{self.slot_bytes} ({self.slots_per_tile} slots per tile of {hw.cmx_bytes_per_tile} bytes)"
+            )
+        n_inv = max(ceil(calls / max_calls), min(calls, total_shaves))
+        base, extra = divmod(calls, n_inv)
+        start = 0
+        for j in range(n_inv):
+            count = base + (1 if j < extra else 0)
+            self.invocation(sg, kernel, kidx, ins, outs, start, count, j)
+            start += count
+
+    def invocation(self, sg: Subgraph, kernel: ShaveKernel, kidx: int, ins: list[_Value], outs: list[_Value],
+                   start: int, count: int, j: int) -> None:
+        hw, b = self.hw, self.b
+        g = self.invocations
+        self.invocations += 1
+        tile = g % hw.tiles
+        slot = (g // hw.tiles) % self.slots_per_tile
+        base = b.cmx_workspace_start + slot * self.slot_bytes
+        free = self.slot_free.get((tile, slot))
+        tag = f"{sg.name}.{j}"
+        # CMX layout of the slot: every input, every output, the scratchpad
+        cursor = base
+        cmx_refs: list[TensorRef] = []
+        for i, block in enumerate((*kernel.inputs, *kernel.outputs)):
+            rows = 1 if block.invariant and i < len(kernel.inputs) else count
+            dtype = dtype_of(block.element_type)
+            role = f"in{i}" if i < len(kernel.inputs) else f"out{i - len(kernel.inputs)}"
+            cmx_refs.append(b.cmx(tile, cursor, (rows, block.block_elems), dtype, f"{tag}.{role}"))
+            cursor = _align(cursor + rows * block.block_bytes)
+        if kernel.scratchpad_size:
+            cmx_refs.append(b.cmx(tile, cursor, (kernel.scratchpad_size,), DType.U8, f"{tag}.scratch"))
+            cursor = _align(cursor + kernel.scratchpad_size)
+        assert cursor <= base + self.slot_bytes, "slot overflow"
+        domain = kernel.parallel_domain
+        b_in = b.new_barrier()
+        n_in_dmas = 0
+        in_engine = 0
+        out_engine = 1 % hw.dma_engines
+        for i, (block, value) in enumerate(zip(kernel.inputs, ins, strict=True)):
+            wait = [x for x in (free, value.ready) if x is not None]
+            dst = cmx_refs[i]
+            if block.invariant:
+                runs = [(0, 1, 1)]
+            else:
+                runs = block_runs(block, domain, start, count)
+            at = 0
+            for first, length, repeats in runs:
+                nbytes = length * block.block_bytes
+                src = _flat(value.ref, first * block.block_bytes, nbytes, dst.dtype, f"{value.ref.name}")
+                dst_ref = _flat(dst, at, nbytes * repeats, dst.dtype, dst.name)
+                descriptor = None
+                if repeats > 1:
+                    total = nbytes * repeats
+                    descriptor = DmaDescriptor(total, nbytes, 0, 0, total, 0, 0, 1)
+                b.dma(src, dst_ref, engine=in_engine, wait=wait, update=[b_in], descriptor=descriptor,
+                      name=f"{tag}.dma_in{i}" + (f".{n_in_dmas}" if len(runs) > 1 else ""))
+                n_in_dmas += 1
+                at += nbytes * repeats
+        b_out = b.new_barrier()
+        act_wait = [b_in] if n_in_dmas else ([free] if free is not None else [])
+        n_act_outputs = len(kernel.outputs) + (1 if kernel.scratchpad_size else 0)
+        b.act(kidx, tile, cmx_refs, wait=act_wait, update=[b_out], name=tag, outputs=n_act_outputs)
+        b_free = b.new_barrier()
+        for o, (block, value) in enumerate(zip(kernel.outputs, outs, strict=True)):
+            src = cmx_refs[len(kernel.inputs) + o]
+            runs = block_runs(block, domain, start, count)
+            at = 0
+            for first, length, repeats in runs:
+                if repeats != 1:
+                    raise CodegenError(f"Subgraph '{sg.name}': output {o} is written twice by one invocation")
+                nbytes = length * block.block_bytes
+                update = [b_free] + ([value.ready] if value.ready is not None else [])
+                b.dma(_flat(src, at, nbytes, src.dtype, src.name),
+                      _flat(value.ref, first * block.block_bytes, nbytes, src.dtype, value.ref.name),
+                      engine=out_engine, wait=[b_out], update=update, name=f"{tag}.dma_out{o}")
+                at += nbytes
+        self.slot_free[(tile, slot)] = b_free
+
+
+# --- the compiled model -----------------------------------------------------------------------------------------
+
+
+class ShaveCompiledModel:
+    """A model compiled into one SHAVE blob; calling it runs the blob in the simulator.
+
+    ``cm(inputs)`` returns a dict of arrays by output name (``outputs=`` fills preallocated arrays);
+    ``cm.target_artifact`` is the blob's bytes, ``cm.save_blob(path)`` writes it, ``cm.schedule()`` prints it
+    in the HLD's MLIR-like text. ``seed`` (constructor or call) picks a random interleaving of the executors in
+    the simulator; ``check_races`` runs the static race checker before each run.
+    """
+
+    target_name = TARGET_NAME
+
+    def __init__(self, model: Model, config: CompileConfig, blob: bytes, kernels: dict[str, ShaveKernel],
+                 placement: list[tuple[str, str, str]], *, seed: int | None = None,
+                 check_races: bool = False) -> None:
+        from snippets_core.ir.ops.subgraph import Subgraph
+        from snippets_core.runtime.compiled_model import RunStats
+        from snippets_shave.sim import load_blob
+
+        self.model = model
+        self.config = config
+        self.target_artifact = blob
+        self.kernels = kernels
+        self.subgraphs: list[Subgraph] = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
+        self._placement = placement
+        self.seed = seed
+        self.check_races = check_races
+        self.last_run_stats = RunStats()
+        self.loaded = load_blob(blob)
+        header = self.loaded.blob.header
+        self._inputs = [(ref.name, np.dtype(_numpy(ref.dtype)), tuple(ref.dims)) for ref in header.inputs]
+        self._outputs = [ref.name for ref in header.outputs]
+
+    @property
+    def input_names(self) -> list[str]:
+        return [name for name, _, _ in self._inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self._outputs)
+
+    def save_blob(self, path: str | Path) -> None:
+        try:
+            Path(path).write_bytes(self.target_artifact)
+        except OSError as exc:
+            raise InputError(f"cannot write the blob to {str(path)!r}: {exc.strerror}") from None
+
+    def schedule(self) -> str:
+        from snippets_shave.inspect import format_schedule
+
+        return format_schedule(self.loaded.blob)
+
+    def _check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"inputs must be a dict of arrays by name ({', '.join(self.input_names)}), "
+                             f"got {type(inputs).__name__}")
+        unknown = [k for k in inputs if k not in self.input_names]
+        if unknown:
+            raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are: {', '.join(self.input_names)}")
+        out = {}
+        for name, dtype, dims in self._inputs:
+            if name not in inputs:
+                raise InputError(f"missing input {name!r}; the model's inputs are: {', '.join(self.input_names)}")
+            a = inputs[name]
+            a = np.asarray(a, dtype=dtype) if not isinstance(a, np.ndarray) else a
+            if a.dtype != dtype:
+                raise InputError(f"input {name!r} must be {dtype}, got {a.dtype}")
+            if a.shape != dims:
+                raise InputError(f"input {name!r} must have shape {list(dims)}, got {list(a.shape)}")
+            out[name] = np.ascontiguousarray(a)
+        return out
+
+    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, np.ndarray] | None = None, *,
+                 seed: int | None = None) -> dict[str, np.ndarray]:
+        from snippets_core.runtime.compiled_model import RunStats
+        from snippets_shave.sim import simulate
+
+        arrays = self._check_inputs(inputs)
+        t0 = time.perf_counter()
+        result = simulate(self.loaded, arrays, seed=self.seed if seed is None else seed,
+                          check_races=self.check_races)
+        elapsed = time.perf_counter() - t0
+        self.last_run_stats = RunStats([(self.model.name, "Blob", "shave-simulator", elapsed)])
+        values = {name: np.array(v) for name, v in result.outputs.items()}
+        if outputs is not None:
+            for name, dst in outputs.items():
+                if name not in values:
+                    raise InputError(f"unknown output {name!r}; the model's outputs are: {', '.join(values)}")
+                v = values[name]
+                if not isinstance(dst, np.ndarray) or dst.shape != v.shape or dst.dtype != v.dtype:
+                    raise InputError(f"output array {name!r} must be {v.dtype}{list(v.shape)}")
+                np.copyto(dst, v)
+                values[name] = dst
+        return values
+
+    run = __call__
+
+    def placement(self) -> list[tuple[str, str, str]]:
+        """(node name, op type, where it runs) for the Subgraphs (``shave``) and Result copies (``dma``)."""
+        return list(self._placement)
+
+    def describe(self) -> str:
+        blob = self.loaded.blob
+        n_dma = sum(len(tl.tasks) for tl in blob.task_lists if tl.executor.name == "DMA")
+        n_act = sum(len(tl.tasks) for tl in blob.task_lists if tl.executor.name == "ACT_SHAVE")
+        hw = blob.header.target
+        lines = [
+            f"model '{self.model.name}' compiled for target 'shave' into one blob of {len(self.target_artifact)} bytes",
+            f"  {hw.name}: {hw.tiles} tiles x {hw.shaves_per_tile} SHAVEs, {hw.cmx_bytes_per_tile} bytes of CMX per "
+            f"tile; {len(blob.kernels)} kernel(s), {n_act} invocation(s), {n_dma} DMA task(s), "
+            f"{len(blob.barriers)} barrier(s)",
+        ]
+        for sg in self.subgraphs:
+            ops = ", ".join(op.type_name for op in sg.body_ops)
+            lines.append(f"  [shave] Subgraph {sg.name}: {ops}")
+        return "\n".join(lines)
+
+
+def compile_model(model: Model, config: CompileConfig, host: Any) -> ShaveCompiledModel:
+    """Compile a tokenized model into one blob (see the module docstring)."""
+    options = ShaveOptions.from_mapping(dict(config.target_options))
+    blob, kernels, placement = _Compiler(model, config, host, options).compile()
+    return ShaveCompiledModel(model, config, blob, kernels, placement)
+
