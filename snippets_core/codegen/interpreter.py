@@ -20,7 +20,7 @@ or simply ``run_body(body, inputs, vector_size=8)``.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -322,11 +322,13 @@ _SPECIAL: dict[str, type[InterpreterEmitter]] = {
 
 class InterpreterTarget(TargetMachine):
     """A TargetMachine that 'generates' numpy closures. ``vector_size`` is the lanes of every vector
-    register (4, 8, 16 model SSE, AVX2, AVX-512 for f32)."""
+    register (4, 8, 16 model SSE, AVX2, AVX-512 for f32). ``plugin_emitters`` ({op type name: factory},
+    from ``host.register_emitters("interpreter")``) add rows to the jitters table."""
 
     name = "interpreter"
 
-    def __init__(self, vector_size: int = 16, gprs: int = 15, vecs: int = 32) -> None:
+    def __init__(self, vector_size: int = 16, gprs: int = 15, vecs: int = 32,
+                 plugin_emitters: Mapping[str, Any] | None = None) -> None:
         super().__init__()
         self._lanes = vector_size
         self._gprs, self._vecs = gprs, vecs
@@ -337,6 +339,11 @@ class InterpreterTarget(TargetMachine):
                 self.jitters[type_name] = Jitter(lambda expr, c=_SPECIAL[type_name]: c(expr, self))
             elif issubclass(cls, _compute_types()):
                 self.jitters[type_name] = Jitter(lambda expr: ComputeEmitter(expr, self))
+        # Emitters plugins register for "interpreter" (snippets_register_emitters) are built like the built-in
+        # ones, as factory(expr, target); a plugin's row replaces a built-in row of the same op.
+        for type_name, factory in sorted((plugin_emitters or {}).items()):
+            self.jitters[type_name] = (factory if isinstance(factory, Jitter)
+                                       else Jitter(lambda expr, f=factory: f(expr, self)))
 
     def lanes(self, element_type: ElementType) -> int:
         return self._lanes
@@ -445,17 +452,20 @@ def run_body(body: Model, inputs: Sequence[np.ndarray], vector_size: int = 16,
 
 
 def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence[Any] = (),
-                     disabled_passes: Sequence[str] = (), config: Config | None = None
+                     disabled_passes: Sequence[str] = (), config: Config | None = None,
+                     plugin_emitters: Mapping[str, Any] | None = None,
                      ) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
     """An executor for a Subgraph node: its body goes through the data-flow passes, the lowering and
     the Generator for the interpreter target, once per distinct set of input shapes (compiled now when
-    the body's shapes are static). Unsupported ops are an UnsupportedOpError naming the op."""
+    the body's shapes are static). Unsupported ops are an UnsupportedOpError naming the op.
+    ``plugin_emitters`` are the plugins' emitters for "interpreter" (see :class:`InterpreterTarget`)."""
     kernels: dict[tuple[Any, ...], tuple[InterpretedKernel, list[tuple[int, ...]]]] = {}
 
     def build(shapes: list[tuple[int, ...]]) -> tuple[InterpretedKernel, list[tuple[int, ...]]]:
         key = tuple(shapes)
         if key not in kernels:
-            gen = sg.generate(InterpreterTarget(vector_size), positioned_passes=positioned_passes,
+            gen = sg.generate(InterpreterTarget(vector_size, plugin_emitters=plugin_emitters),
+                              positioned_passes=positioned_passes,
                               disabled_passes=disabled_passes, input_shapes=shapes, lowering_config=config)
             kernels[key] = (gen.kernel, list(gen.output_shapes))
         return kernels[key]

@@ -9,7 +9,9 @@ from snippets_core.codegen.interpreter import compile_subgraph
 
 
 def compile_subgraph_for_interpreter(sg: Any, config: Any, host: Any) -> Any:
-    """An executor for ``sg``: positioned passes come from the plugins, disabled passes from the config."""
+    """An executor for ``sg``: positioned passes and extra emitters come from the plugins, disabled passes from
+    the config."""
     vector_size = int(dict(config.target_options).get("vector_size", 16))
     passes = host.positioned_passes("interpreter", config)
-    return compile_subgraph(sg, vector_size, passes, tuple(config.disabled_passes))
+    emitters = host.register_emitters("interpreter")
+    return compile_subgraph(sg, vector_size, passes, tuple(config.disabled_passes), plugin_emitters=emitters)
