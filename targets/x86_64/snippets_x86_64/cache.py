@@ -147,7 +147,7 @@ class KernelCache:
             return None
         if meta.get("code_version") != CODE_VERSION or meta.get("key") != key or len(code) != meta.get("code_len"):
             return None  # another version's entry, or a torn write: recompile
-        return Kernel(code, int(meta["code_size"]), KernelInfo.from_json(meta["info"]))
+        return Kernel(code, int(meta["code_size"]), KernelInfo.from_json(meta["info"]), meta.get("lir"))
 
     @staticmethod
     def _store(directory: Path, key: str, kernel: Kernel) -> None:
@@ -158,6 +158,7 @@ class KernelCache:
             "code_size": kernel.code_size,
             "code_len": len(kernel.code),
             "info": kernel.info.to_json(),
+            "lir": kernel.lir_text,
         }
         # data first, metadata last: a reader that finds the metadata finds whole code (checked by length)
         for path, data in (

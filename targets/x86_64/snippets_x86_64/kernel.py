@@ -101,10 +101,12 @@ class KernelInfo:
 class Kernel:
     """A compiled kernel: its machine code in executable memory, the harness, and the calling metadata."""
 
-    def __init__(self, code: bytes, code_size: int, info: KernelInfo, asm_text: str | None = None) -> None:
+    def __init__(self, code: bytes, code_size: int, info: KernelInfo, lir_text: str | None = None) -> None:
         self.code = bytes(code)
         self.code_size = code_size
         self.info = info
+        #: the final LinearIR the kernel was generated from (``snippets inspect --lir``), as text
+        self.lir_text = lir_text
         self.fn = JitFunction(self.code, None, (ctypes.c_void_p, ctypes.c_void_p), name="kernel", code_size=code_size)
         self.harness = harness_for(info.parallel_domain)
 
@@ -163,7 +165,7 @@ class X86_64KernelEmitter(KernelEmitter):
             int(self.scratchpad_size),
             bool(self.buffer_regs),
         )
-        self.kernel = Kernel(code, code_size, info)
+        self.kernel = Kernel(code, code_size, info, self.ir.to_text())
 
     # --- prologue ----------------------------------------------------------------------------------------------
     def _check_pointers(self) -> list[Reg]:

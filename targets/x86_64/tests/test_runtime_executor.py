@@ -44,7 +44,13 @@ def compile_sg(sg, **config):  # type: ignore[no-untyped-def]
 
 
 def expected(x):  # type: ignore[no-untyped-def]
-    return np.maximum(x, 0) * x + np.float32(1.0)
+    x = np.asarray(x, np.float64)
+    return np.maximum(x, 0) * x + 1.0
+
+
+def close(out, x):  # type: ignore[no-untyped-def]
+    """out == relu(x) * x + 1, up to the rounding of a fused multiply-add (the example plugin fuses them)."""
+    np.testing.assert_allclose(out, expected(x), rtol=1e-6, atol=1e-7)
 
 
 # --- fallbacks ----------------------------------------------------------------------------------------------
@@ -78,7 +84,7 @@ def test_target_object_compiles_through_its_hook():
     sg = subgraph()
     run = X86_64Target().compile_subgraph(sg, CompileConfig.from_mapping({}), get_host())
     xv = rand((3, 37))
-    np.testing.assert_array_equal(run([xv])[0], expected(xv))
+    close(run([xv])[0], xv)
 
 
 # --- the executor -----------------------------------------------------------------------------------------
@@ -90,7 +96,7 @@ def test_preallocated_outputs_are_written_in_place():
     out = np.full((3, 37), np.nan, np.float32)
     (res,) = run([xv], [out])
     assert res is out
-    np.testing.assert_array_equal(out, expected(xv))
+    close(out, xv)
 
 
 @pytest.mark.parametrize(
@@ -114,7 +120,7 @@ def test_non_contiguous_inputs_are_copied():
     big = rand((10, 80))
     view = big[::2, ::2]
     assert not view.flags.c_contiguous
-    np.testing.assert_array_equal(run([view])[0], expected(view))
+    close(run([view])[0], view)
 
 
 @pytest.mark.parametrize(
@@ -133,7 +139,7 @@ def test_wrong_inputs_are_input_errors(arg, match):
 def test_lists_are_accepted_as_inputs():
     run = compile_sg(subgraph(shape=(2, 3)))
     xv = [[1.0, -2.0, 3.0], [0.5, -0.5, 4.0]]
-    np.testing.assert_array_equal(run([np.asarray(xv, np.float32)])[0], expected(np.asarray(xv, np.float32)))
+    close(run([np.asarray(xv, np.float32)])[0], np.asarray(xv, np.float32))
 
 
 def test_concurrent_calls_from_python_threads():
@@ -152,7 +158,7 @@ def test_concurrent_calls_from_python_threads():
     for t in threads:
         t.join()
     for i, x in enumerate(inputs):
-        np.testing.assert_array_equal(results[i], expected(x))
+        close(results[i], x)
 
 
 def test_small_problems_stay_on_the_calling_thread():
@@ -186,7 +192,7 @@ def test_second_compile_of_the_same_body_hits_the_memory_cache():
     assert second.kernel is first.kernel
     assert KERNEL_CACHE.stats == {"memory": 1, "disk": 0, "miss": 1}
     xv = rand((3, 37))
-    np.testing.assert_array_equal(second([xv])[0], expected(xv))
+    close(second([xv])[0], xv)
 
 
 def test_compile_model_twice_reuses_the_kernel():
@@ -207,8 +213,9 @@ def test_disk_cache_survives_a_cleared_memory_cache(tmp_path):
     second = compile_sg(subgraph(), target_options=options)
     assert KERNEL_CACHE.stats == {"memory": 0, "disk": 1, "miss": 0}
     assert second.kernel is not first.kernel and second.kernel.code == first.kernel.code
+    assert "LoopBegin" in first.kernel.lir_text and second.kernel.lir_text == first.kernel.lir_text
     xv = rand((3, 37))
-    np.testing.assert_array_equal(second([xv])[0], expected(xv))
+    close(second([xv])[0], xv)
 
 
 def test_environment_variable_names_the_disk_cache(tmp_path, monkeypatch):
@@ -228,7 +235,7 @@ def test_a_torn_disk_entry_is_recompiled(tmp_path):
     run = compile_sg(subgraph(), target_options=options)
     assert KERNEL_CACHE.stats == {"memory": 0, "disk": 0, "miss": 1}
     xv = rand((3, 37))
-    np.testing.assert_array_equal(run([xv])[0], expected(xv))
+    close(run([xv])[0], xv)
 
 
 def _key(sg, **config):  # type: ignore[no-untyped-def]
