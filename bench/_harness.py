@@ -384,6 +384,17 @@ class UsChoice:
     note: str | None
 
 
+def placement_summary(cm: Any) -> str:
+    """What runs where in a CompiledModel, short: 'Subgraph x1 on x86_64_avx512; MatMul x2 on reference'."""
+    counts: dict[tuple[str, str], int] = {}
+    for _, op, where in cm.placement():
+        counts[(op, where)] = counts.get((op, where), 0) + 1
+    by_where: dict[str, list[str]] = {}
+    for (op, where), c in counts.items():
+        by_where.setdefault(where, []).append(f"{op} x{c}")
+    return "; ".join(f"{', '.join(ops)} on {where}" for where, ops in by_where.items())
+
+
 def compile_us(onnx_path: Path, threads: int, allow_fallback: bool = True) -> UsChoice:
     """Compile with the best target: x86_64_avx512 when it is installed, runs here and compiles at least one
     Subgraph into a kernel; else the reference target (with a note saying why)."""

@@ -237,6 +237,10 @@ def make_contenders(chain: Chain, path: Path, x: np.ndarray, threads: int, conte
         choice = H.compile_us(path, threads)
         if choice.note and choice.note not in notes:
             notes.append(choice.note)
+        if choice.compiled is not None:
+            where = f"us on row {chain.name}: {H.placement_summary(choice.compiled)}"
+            if where not in notes:
+                notes.append(where)
         mib = x.nbytes / H.MIB
         if choice.target == H.FALLBACK_TARGET and mib > fallback_max_mib:
             skip = (f"us ({H.FALLBACK_TARGET}) skipped on row {chain.name}: {mib:g} MiB > --fallback-max-mib "

@@ -250,6 +250,10 @@ def make_contenders(layout: str, path: Path, inputs: dict[str, np.ndarray], thre
         if choice.note and choice.note not in notes:
             notes.append(choice.note)
         if choice.compiled is not None:
+            where = f"us on layout {layout}: {H.placement_summary(choice.compiled)}"
+            if where not in notes:
+                notes.append(where)
+        if choice.compiled is not None:
             cm, fetch = choice.compiled, {"out": new_out("us")}
             fns["us"] = lambda: cm(inputs, outputs=fetch)
             labels["us"] = f"us ({choice.target})"
