@@ -291,6 +291,7 @@ class _Compiler:
                 self.subgraph(n)
             elif n.type_name == "Result":
                 self.result(n)
+        self.b.prune_barriers()  # the free barriers of the last user of each slot
         blob = write_blob(self.b.build())
         return blob, self.kernels, self.placement
 

@@ -8,7 +8,7 @@ consumers from the tasks that update and wait on it, so the counts are right by 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -194,6 +194,19 @@ class ScheduleBuilder:
             outputs=tuple(tensors[n_in:]) if len(tensors) == len(refs) else (),
         )  # fmt: skip
         return self._add(Executor.ACT_SHAVE, tile, name, ActKernelTask(invocation), wait, update)
+
+    def prune_barriers(self) -> None:
+        """Drop the barriers no task waits on (nobody observes their producers) and renumber the others in
+        order, so a compiler may give every task the barriers it might need and prune once at the end."""
+        waited = sorted({b for _, _, task in self.tasks for b in task.wait})
+        new_id = {b: i for i, b in enumerate(waited)}
+        self.tasks = [
+            (executor, queue, replace(
+                task, wait=tuple(new_id[b] for b in task.wait), update=tuple(new_id[b] for b in task.update if b in new_id)
+            ))
+            for executor, queue, task in self.tasks
+        ]  # fmt: skip
+        self.num_barriers = len(waited)
 
     # -- result -----------------------------------------------------------------------------------------
     def barrier_counts(self) -> list[Barrier]:

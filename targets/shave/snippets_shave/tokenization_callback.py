@@ -43,6 +43,7 @@ SUPPORTED_OPS: dict[str, str] = {
     "HSigmoid": "VCLAMP, VMUL",
     "SoftPlus": "VEXP2, VLOG2",
     "PowerStatic": "VMUL, VRSQRT, VRCP",
+    "Power": "as PowerStatic (scalar Constant exponent)",
     "Convert": "VCVT",
     "ConvertSaturation": "VCVT",
     "ConvertTruncation": "VCVT",
@@ -106,7 +107,19 @@ def _last_axis(node: Node) -> str | None:
     return None
 
 
-RULES: tuple[Callable[[Node], str | None], ...] = (_unsupported_op, _element_types, _static_shapes, _last_axis)
+def _static_power(node: Node) -> str | None:
+    """Power runs as PowerStatic (ConvertPowerToPowerStatic), which needs a scalar Constant exponent."""
+    if node.type_name != "Power":
+        return None
+    exponent = node.inputs[1].source.node
+    if exponent.type_name != "Constant" or exponent.value.size != 1:  # type: ignore[attr-defined]
+        return "Power with a non-scalar or non-Constant exponent (the SHAVE kernels take a static power)"
+    return None
+
+
+RULES: tuple[Callable[[Node], str | None], ...] = (
+    _unsupported_op, _element_types, _static_shapes, _last_axis, _static_power,
+)
 
 
 def tokenization_callback(node: Node) -> str | None:
