@@ -323,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
                 results.append({"row": row, "shape": list(chain.shape), "threads": n, "contender": name,
                                 "label": labels.get(name, name), "gb_s": gbs, "copy_gb_s": copy_gbs,
                                 "ratio_to_fastest": t.pick(args.stat) / fastest, "max_abs_err": err, **t.to_json()})
+            results.append({"row": row, "shape": list(chain.shape), "threads": n, "contender": "memcpy",
+                            "label": "memcpy (np.copyto 128 MiB)", "gb_s": copy_gbs, "copy_gb_s": copy_gbs,
+                            "best_gb_s": copiers[n].gb_s(copy_t, "best"), **copy_t.to_json()})
             table.append([row, n, "memcpy (np.copyto 128 MiB)", H.fmt_ms(copy_t), H.fmt_best(copy_t),
                           H.fmt_spread(copy_t), f"{copy_gbs:.1f}", "", "100%", ""])
             del fns, timings
