@@ -20,11 +20,13 @@ class FusedMulAddEmitter(InterpreterEmitter):
         if any(t not in FUSED_TYPES for t in types):
             raise UnsupportedOpError(
                 f"target 'interpreter': FusedMulAdd '{expr.name}' takes {[str(t) for t in FUSED_TYPES]} inputs, "
-                f"got {[str(t) for t in types]}")
+                f"got {[str(t) for t in types]}"
+            )
         dtypes = [t.numpy for t in types]
         (ra, rb, rc), out = self.in_regs, self.out_regs[0]
 
         def run(st: MachineState) -> None:
             a, b, c = (np.asarray(st.read(r)).astype(dt, copy=False) for r, dt in zip((ra, rb, rc), dtypes))
             st.write(out, fused_mul_add(a, b, c))
+
         return run
