@@ -1,6 +1,7 @@
 """X86_64TargetMachine: what the Generator needs to know about x86-64 with AVX-512.
 
-* 16 f32 lanes (64-byte zmm vectors); ``lanes(t)`` is ``64 // sizeof(t)``;
+* 16 lanes (64-byte zmm vectors) for every element type: each lane is 32 bits (f16/bf16 are held as f32,
+  narrow integers as i32; the Loads widen and the Stores narrow);
 * register pools in hardware numbers: 15 gprs (all but ``rsp``), ordered so that the data pointers (which
   AssignRegisters hands out first) never land on ``rdi``/``rsi``, the two kernel arguments the prologue
   reads while it sets the pointers up; 32 zmm; op-masks k1..k7 (k0 means "no mask" as a write mask);
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 #: next, the kernel arguments rsi (indexes) and rdi (call_args) last
 GPR_ORDER = (r8, r9, r10, r11, rax, rcx, rdx, rbx, rbp, r12, r13, r14, r15, rsi, rdi)
 KERNEL_ARGS = ("call_args", "indexes")
+LANES = 16
 
 #: ops that generate no code
 NOP_OPS = (
@@ -130,7 +132,8 @@ class X86_64TargetMachine(TargetMachine):
 
     # --- machine facts ------------------------------------------------------------------------------------------
     def lanes(self, element_type: ElementType) -> int:
-        return 64 // max(element_type.size, 1)
+        """16 for every element type: each lane is 32 bits, narrower types are widened by the Loads."""
+        return LANES
 
     def reg_pool(self, reg_type: RegType) -> tuple[int, ...]:
         if reg_type == RegType.gpr:
