@@ -299,6 +299,36 @@ class LoopEndEmitter(InterpreterEmitter):
         return run
 
 
+class PerfCountBeginEmitter(InterpreterEmitter):
+    """Reads the clock (``time.perf_counter_ns``) into its output register, the edge to its PerfCountEnd."""
+
+    def step(self) -> Step:
+        from time import perf_counter_ns
+
+        from snippets_core.debug.perf_count import PERF_COUNTERS
+
+        counters = self.expr.node.rt_info.get(PERF_COUNTERS)
+        if counters is not None:
+            counters.unit = "ns"
+        o = self.out_regs[0]
+        return lambda st: st.write(o, perf_counter_ns())
+
+
+class PerfCountEndEmitter(InterpreterEmitter):
+    """Adds the time since its PerfCountBegin (read from the edge's register) and one call to the counters."""
+
+    def step(self) -> Step:
+        from time import perf_counter_ns
+
+        from snippets_core.debug.perf_count import PERF_COUNTERS
+
+        counters = self.expr.input_connectors[0].source.expr.node.rt_info.get(PERF_COUNTERS)
+        i = self.in_regs[0]
+        if counters is None:
+            return lambda st: None
+        return lambda st: counters.add(perf_counter_ns() - st.read(i))
+
+
 def _compute_types() -> tuple[type, ...]:
     from snippets_core.ir.ops.base import BinaryEltwise, UnaryEltwise
     from snippets_core.ir.ops.select import Select
@@ -310,7 +340,7 @@ def _compute_types() -> tuple[type, ...]:
 _SPECIAL: dict[str, type[InterpreterEmitter]] = {
     "Parameter": NopEmitter, "Result": NopEmitter, "Buffer": NopEmitter, "RankNormalization": NopEmitter,
     "SnippetsReshape": NopEmitter, "Reorder": NopEmitter, "Nop": NopEmitter,
-    "PerfCountBegin": NopEmitter, "PerfCountEnd": NopEmitter, "RegSpillBegin": NopEmitter, "RegSpillEnd": NopEmitter,
+    "PerfCountBegin": PerfCountBeginEmitter, "PerfCountEnd": PerfCountEndEmitter, "RegSpillBegin": NopEmitter, "RegSpillEnd": NopEmitter,
     "Load": LoadEmitter, "BroadcastLoad": BroadcastLoadEmitter, "Store": StoreEmitter,
     "BroadcastMove": BroadcastMoveEmitter, "Scalar": ScalarEmitter, "VectorBuffer": VectorBufferEmitter,
     "Fill": FillEmitter, "HorizonMax": HorizonEmitter, "HorizonSum": HorizonEmitter,
@@ -326,6 +356,8 @@ class InterpreterTarget(TargetMachine):
     from ``host.register_emitters("interpreter")``) add rows to the jitters table."""
 
     name = "interpreter"
+    #: the clocks its PerfCount emitters read (the first is the default)
+    perf_clocks = ("chrono",)
 
     def __init__(self, vector_size: int = 16, gprs: int = 15, vecs: int = 32,
                  plugin_emitters: Mapping[str, Any] | None = None) -> None:
@@ -453,12 +485,13 @@ def run_body(body: Model, inputs: Sequence[np.ndarray], vector_size: int = 16,
 
 def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence[Any] = (),
                      disabled_passes: Sequence[str] = (), config: Config | None = None,
-                     plugin_emitters: Mapping[str, Any] | None = None,
+                     plugin_emitters: Mapping[str, Any] | None = None, debug: Any = None,
                      ) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
     """An executor for a Subgraph node: its body goes through the data-flow passes, the lowering and
     the Generator for the interpreter target, once per distinct set of input shapes (compiled now when
     the body's shapes are static). Unsupported ops are an UnsupportedOpError naming the op.
-    ``plugin_emitters`` are the plugins' emitters for "interpreter" (see :class:`InterpreterTarget`)."""
+    ``plugin_emitters`` are the plugins' emitters for "interpreter" (see :class:`InterpreterTarget`);
+    ``debug`` is a DebugConfig (default: the environment's)."""
     kernels: dict[tuple[Any, ...], tuple[InterpretedKernel, list[tuple[int, ...]]]] = {}
 
     def build(shapes: list[tuple[int, ...]]) -> tuple[InterpretedKernel, list[tuple[int, ...]]]:
@@ -466,7 +499,8 @@ def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence
         if key not in kernels:
             gen = sg.generate(InterpreterTarget(vector_size, plugin_emitters=plugin_emitters),
                               positioned_passes=positioned_passes,
-                              disabled_passes=disabled_passes, input_shapes=shapes, lowering_config=config)
+                              disabled_passes=disabled_passes, input_shapes=shapes, lowering_config=config,
+                              debug=debug)
             kernels[key] = (gen.kernel, list(gen.output_shapes))
         return kernels[key]
 

@@ -15,6 +15,7 @@ from snippets_core.ir.shape import Shape
 
 if TYPE_CHECKING:
     from snippets_core.codegen.target_machine import TargetMachine
+    from snippets_core.debug.config import DebugConfig
     from snippets_core.ir.ops.subgraph import Subgraph
     from snippets_core.lowered.linear_ir import Config, LinearIR
     from snippets_core.passes.data_flow_pipeline import DataFlowConfig
@@ -41,17 +42,33 @@ def generate_subgraph(
     input_shapes: Sequence[tuple[int, ...]] | None = None,
     lowering_config: Config | None = None,
     data_flow_config: DataFlowConfig | None = None,
+    debug: DebugConfig | None = None,
 ) -> GeneratedSubgraph:
     """Generate ``sg``'s kernel for ``target``. ``input_shapes`` fixes dynamic dims (one shape per
-    Subgraph input); the Subgraph itself is left untouched."""
+    Subgraph input); the Subgraph itself is left untouched, except that with perf counters on, the
+    kernel's counters are appended to ``sg.rt_info`` (see ``snippets_core.debug.perf_count``).
+
+    ``debug`` (default: the ``SNIPPETS_*`` environment variables) turns on LinearIR dumps after the named
+    passes and of the final LinearIR, and perf counters (InsertPerfCount at the end of the control-flow
+    pipeline; the clock must be one of ``target.perf_clocks``, default ``("chrono",)``)."""
     from snippets_core.codegen.generator import Generator
     from snippets_core.lowered.linear_ir import Config
     from snippets_core.lowered.pipeline import lower
     from snippets_core.passes.data_flow_pipeline import DataFlowConfig, data_flow_pipeline
     from snippets_core.passes.graph_utils import has_domain_sensitive_ops
 
+    from snippets_core.debug.config import DebugConfig
+
+    debug = DebugConfig.from_env() if debug is None else debug
     positioned = list(positioned_passes)
     disabled = tuple(disabled_passes)
+    if debug.perf_count is not None:
+        from snippets_core.lowered.passes.insert_perf_count import InsertPerfCount
+        from snippets_core.passes.pass_manager import PassPosition, PositionedPass
+
+        clocks = tuple(getattr(target, "perf_clocks", ("chrono",)))
+        debug.perf_mode(clocks[0], clocks)  # a clock the target lacks is an error before any work
+        positioned.append(PositionedPass(InsertPerfCount(), PassPosition.pipeline_end(), pipeline="control-flow"))
     body = sg.body.clone()
     if input_shapes is not None:
         for p, s in zip(body.parameters, input_shapes):
@@ -67,7 +84,20 @@ def generate_subgraph(
     # Domain-sensitive ops (softmax, MatMul, ...) need their dims kept apart, so no domain collapsing.
     lcfg = replace(lcfg, vector_size=target.vector_size,
                    enable_domain_optimization=lcfg.enable_domain_optimization and not sensitive)
-    ir = lower(body, lcfg, target, positioned, disabled)
+    dumper = None
+    if debug.dump_lir is not None:
+        from snippets_core.debug.dump import LirDumper
+
+        dumper = LirDumper(debug.dump_lir, sg.name)
+    ir = lower(body, lcfg, target, positioned, disabled, after_pass=[dumper.after_pass] if dumper else [])
+    if dumper is not None:
+        dumper.final(ir)
     kernel = Generator(target).generate(ir)
+    if debug.perf_count is not None:
+        from snippets_core.debug.perf_count import PERF_COUNTERS, SUBGRAPH_PERF_COUNTERS
+
+        counters = [e.node.rt_info[PERF_COUNTERS] for e in ir.exprs
+                    if e.type_name == "PerfCountBegin" and PERF_COUNTERS in e.node.rt_info]
+        sg.rt_info.setdefault(SUBGRAPH_PERF_COUNTERS, []).extend(counters)
     out_shapes = tuple(r.outputs[0].shape.to_tuple() for r in body.results)
     return GeneratedSubgraph(kernel, ir, body, out_shapes)

@@ -35,7 +35,7 @@ from snippets_core.lowered.passes.optimize_domain import OptimizeDomain
 from snippets_core.lowered.passes.optimize_loop_single_evaluation import OptimizeLoopSingleEvaluation
 from snippets_core.lowered.passes.split_loops import SplitLoops
 from snippets_core.lowered.port_descriptor import RegType
-from snippets_core.passes.pass_manager import PassPipeline, PositionedPass
+from snippets_core.passes.pass_manager import PassHook, PassPipeline, PositionedPass
 
 if TYPE_CHECKING:
     from snippets_core.codegen.target_machine import TargetMachine
@@ -79,13 +79,19 @@ def pre_generation_pipeline(target: TargetMachine) -> PassPipeline:
 
 
 def lower(body: Model, config: Config, target: TargetMachine,
-          positioned_passes: Iterable[PositionedPass] = (), disabled: Iterable[str] = ()) -> LinearIR:
+          positioned_passes: Iterable[PositionedPass] = (), disabled: Iterable[str] = (),
+          after_pass: Iterable[PassHook] = ()) -> LinearIR:
     """Build the LinearIR of a body Model (after the data-flow passes) and run OptimizeDomain, the
     control-flow, validation and pre-generation pipelines. Positioned passes whose ``pipeline`` (or
-    pass kind) is "control-flow" or "pre-generation" are placed in that pipeline. ``body`` is left
-    untouched: the LinearIR works on a copy (its edits rewire nodes)."""
+    pass kind) is "control-flow" or "pre-generation" are placed in that pipeline. ``after_pass`` hooks
+    (``hook(pass, ir, changed)``, e.g. LinearIR dumps) run after every pass, OptimizeDomain included.
+    ``body`` is left untouched: the LinearIR works on a copy (its edits rewire nodes)."""
+    hooks = list(after_pass)
     ir = LinearIR(body.clone(), config)
-    OptimizeDomain().run(ir)
+    optimize_domain = OptimizeDomain()
+    changed = optimize_domain.run(ir)
+    for hook in hooks:
+        hook(optimize_domain, ir, bool(changed))
     pipelines = {"control-flow": control_flow_pipeline(config), "validation": validation_pipeline(),
                  "pre-generation": pre_generation_pipeline(target)}
     for pp in positioned_passes:
@@ -94,5 +100,6 @@ def lower(body: Model, config: Config, target: TargetMachine,
     for p in pipelines.values():
         for name in disabled:
             p.disable(name)
+        p.after_pass.extend(hooks)
         p.run(ir)
     return ir

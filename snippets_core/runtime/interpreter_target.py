@@ -14,4 +14,7 @@ def compile_subgraph_for_interpreter(sg: Any, config: Any, host: Any) -> Any:
     vector_size = int(dict(config.target_options).get("vector_size", 16))
     passes = host.positioned_passes("interpreter", config)
     emitters = host.register_emitters("interpreter")
-    return compile_subgraph(sg, vector_size, passes, tuple(config.disabled_passes), plugin_emitters=emitters)
+    from snippets_core.debug.config import debug_config
+
+    return compile_subgraph(sg, vector_size, passes, tuple(config.disabled_passes), plugin_emitters=emitters,
+                            debug=debug_config(config))
