@@ -8,12 +8,14 @@ so a burst of load from another process hits all contenders alike. The reported 
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import datetime as _dt
 import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import tempfile
 import time
@@ -57,12 +59,14 @@ def parse_name_list(text: str, known: Sequence[str]) -> list[str]:
 
 
 def onnx_dir(requested: str | None) -> Path:
-    """Where the generated ONNX files go: the --onnx-dir given, else a fresh temporary directory."""
+    """Where the generated ONNX files go: the --onnx-dir given, else a temporary directory removed at exit."""
     if requested:
         p = Path(requested)
         p.mkdir(parents=True, exist_ok=True)
         return p
-    return Path(tempfile.mkdtemp(prefix="snippets-bench-"))
+    p = Path(tempfile.mkdtemp(prefix="snippets-bench-"))
+    atexit.register(shutil.rmtree, p, ignore_errors=True)
+    return p
 
 
 def save_onnx(model: Any, path: Path) -> Path:
