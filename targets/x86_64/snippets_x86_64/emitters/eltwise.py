@@ -22,37 +22,33 @@ from snippets_x86_64.asm import VPCMP_PREDICATES, Assembler, MaskReg, VecReg
 from snippets_x86_64.emitters.base import PINF, Aux, f32, fixup_table, i32, kernel, move
 from snippets_x86_64.emitters.math import ABS_MASK, RND_TRUNC, SIGN_MASK, cmp, emit_exp, emit_log
 
-# --- f32 binary ----------------------------------------------------------------------------------------------
+# --- binary ops that are one instruction -------------------------------------------------------------------
 
 
-def _binary(mnemonic: str, doc: str) -> Callable[..., None]:
-    @kernel()
+def _binary(name: str, mnemonic: str, doc: str) -> Callable[..., None]:
     def emit(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
         a.emit(mnemonic, dst, x, y)
 
+    emit.__name__ = emit.__qualname__ = name
     emit.__doc__ = doc
-    return emit
+    return kernel()(emit)
 
 
-emit_add_f32 = _binary("vaddps", "x + y")
-emit_sub_f32 = _binary("vsubps", "x - y")
-emit_mul_f32 = _binary("vmulps", "x * y")
-emit_div_f32 = _binary("vdivps", "x / y (correctly rounded)")
-emit_add_i32 = _binary("vpaddd", "x + y, wrapping")
-emit_sub_i32 = _binary("vpsubd", "x - y, wrapping")
-emit_mul_i32 = _binary("vpmulld", "x * y, the low 32 bits")
-emit_max_i32 = _binary("vpmaxsd", "max(x, y), signed")
-emit_min_i32 = _binary("vpminsd", "min(x, y), signed")
-emit_and_i32 = _binary("vpandd", "x & y (LogicalAnd on 0/1)")
-emit_or_i32 = _binary("vpord", "x | y (LogicalOr on 0/1)")
-emit_xor_i32 = _binary("vpxord", "x ^ y (LogicalXor on 0/1, BitwiseXor)")
-for _fn, _name in (
-    (emit_add_f32, "emit_add_f32"), (emit_sub_f32, "emit_sub_f32"), (emit_mul_f32, "emit_mul_f32"),
-    (emit_div_f32, "emit_div_f32"), (emit_add_i32, "emit_add_i32"), (emit_sub_i32, "emit_sub_i32"),
-    (emit_mul_i32, "emit_mul_i32"), (emit_max_i32, "emit_max_i32"), (emit_min_i32, "emit_min_i32"),
-    (emit_and_i32, "emit_and_i32"), (emit_or_i32, "emit_or_i32"), (emit_xor_i32, "emit_xor_i32"),
-):  # fmt: skip
-    _fn.__name__ = _fn.__qualname__ = _name
+emit_add_f32 = _binary("emit_add_f32", "vaddps", "x + y")
+emit_sub_f32 = _binary("emit_sub_f32", "vsubps", "x - y")
+emit_mul_f32 = _binary("emit_mul_f32", "vmulps", "x * y")
+emit_div_f32 = _binary("emit_div_f32", "vdivps", "x / y (correctly rounded)")
+emit_add_i32 = _binary("emit_add_i32", "vpaddd", "x + y, wrapping")
+emit_sub_i32 = _binary("emit_sub_i32", "vpsubd", "x - y, wrapping")
+emit_mul_i32 = _binary("emit_mul_i32", "vpmulld", "x * y, the low 32 bits")
+emit_max_i32 = _binary("emit_max_i32", "vpmaxsd", "max(x, y), signed")
+emit_min_i32 = _binary("emit_min_i32", "vpminsd", "min(x, y), signed")
+emit_and_i32 = _binary("emit_and_i32", "vpandd", "x & y (LogicalAnd on 0/1)")
+emit_or_i32 = _binary("emit_or_i32", "vpord", "x | y (LogicalOr on 0/1)")
+emit_xor_i32 = _binary("emit_xor_i32", "vpxord", "x ^ y (LogicalXor on 0/1, BitwiseXor)")
+
+
+# --- f32 min/max, mod --------------------------------------------------------------------------------------
 
 
 def minmax_f32(a: Assembler, mnemonic: str, dst: VecReg, x: VecReg, y: VecReg, k: MaskReg) -> None:

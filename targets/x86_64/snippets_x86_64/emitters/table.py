@@ -323,15 +323,16 @@ def supported_precisions(node: Node) -> list[tuple[ElementType, ...]]:
 
 
 def _emitter_class(name: str, spec: OpSpec) -> type[EltwiseEmitter]:
+    # one class per op, so the jitters table, error messages and dumps name it (ExpEmitter, AddEmitter, ...)
     cls = type(f"{name}Emitter", (EltwiseEmitter,), {"SPEC": spec, "__doc__": f"The {name} emitter."})
     cls.__module__ = __name__
+    cls.__qualname__ = cls.__name__
     return cls
 
 
 #: op type name -> Emitter class (the x86-64 jitters table, without the memory and control-flow emitters)
 EMITTERS: dict[str, type[X86Emitter]] = {name: _emitter_class(name, spec) for name, spec in SPECS.items()}
 EMITTERS["VectorBuffer"] = NopEmitter
-globals().update({cls.__name__: cls for cls in EMITTERS.values() if cls is not NopEmitter})
 
 
 def jitters(asm: Assembler | None = None) -> dict[str, Any]:
