@@ -8,6 +8,7 @@ import zlib
 
 import numpy as np
 import pytest
+from iced_x86 import Code, Decoder
 
 from snippets_core.codegen.emitter import Emitter
 from snippets_core.errors import CodegenError, UnsupportedOpError
@@ -17,10 +18,10 @@ from snippets_core.ir.ops.io import Parameter
 from snippets_core.ir.ops.snippets import Scalar
 from snippets_core.lowered.expression import Expression
 from snippets_core.lowered.port_descriptor import PortDescriptor, Reg, RegType
-from snippets_x86_64.asm import Assembler
+from snippets_x86_64.asm import ZMM, Assembler
 from snippets_x86_64.emitters.convert import register_form
 from snippets_x86_64.emitters.table import EMITTERS, SPECS, jitters, supported_precisions
-from snippets_x86_64.emitters.testing import expected_writable, run_eltwise, written_registers
+from snippets_x86_64.emitters.testing import aux_for, expected_writable, run_eltwise, written_registers
 
 pytestmark = pytest.mark.avx512
 
@@ -189,6 +190,25 @@ def test_emitter_function_may_write_over_any_input_and_writes_nothing_else(op, a
         assert np.array_equal(got, base), f"{op}: output in the register of input {alias}"
         written = written_registers(emitter.fn, len(types), alias, **emitter.kwargs)
         assert written <= expected_writable(emitter.fn, len(types), alias), written
+
+
+def _shape(instr) -> tuple:  # type: ignore[no-untyped-def]
+    regs = tuple(instr.op_register(i) for i in range(instr.op_count))
+    mem = (instr.memory_base, instr.memory_index, instr.is_broadcast) if instr.memory_base or instr.memory_index else ()
+    return (instr.code, instr.op_mask, instr.zeroing_masking, instr.rounding_control, instr.immediate8, regs, mem)
+
+
+@pytest.mark.parametrize("op,attrs,types", list(table_cases()))
+def test_emitted_code_decodes_to_the_instructions_built(op, attrs, types):
+    """iced's decoder reads back exactly the instructions (form, mask, rounding, registers, memory) the
+    emitter function built."""
+    emitter = EMITTERS[op](expression(make_node(op, attrs, types), len(types)))
+    a = Assembler()
+    emitter.fn(a, ZMM[OUT_REG], *ZMM[: len(types)], aux_for(emitter.fn), **emitter.kwargs)
+    code, code_size = a.assemble()
+    decoded = [_shape(i) for i in Decoder(64, code[:code_size])]
+    built = [_shape(i) for i in a.instructions() if i.code != Code.DECLAREBYTE]
+    assert decoded == built
 
 
 def test_scalar_emitter_broadcasts_its_value():
