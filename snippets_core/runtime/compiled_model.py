@@ -8,6 +8,7 @@ is decided at compile time so the call path stays lean.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,9 @@ class Step:
     run: Executor
     where: str
     frees: tuple[int, ...] = ()
+    #: per output: the model output name it is, when nothing else reads it and the executor can write
+    #: into a caller's array (``run(args, outs)``); then preallocated outputs are written in place
+    direct: tuple[str | None, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,25 @@ class CompiledModel:
                 frees.setdefault(k, []).append(slot)
         for k, st in enumerate(steps):
             st.frees = tuple(sorted(frees.get(k, ())))
+        readers: dict[int, int] = {}
+        for st in steps:
+            for a in st.args:
+                readers[a] = readers.get(a, 0) + 1
+        result_of_slot: dict[int, str] = {}
+        for name, slot, _ in self._results:
+            readers[slot] = readers.get(slot, 0) + 1
+            result_of_slot.setdefault(slot, name)
+        for st in steps:
+            if isinstance(st.node, Subgraph) and _accepts_outs(st.run):
+                direct = tuple(result_of_slot.get(o) if readers.get(o) == 1 else None for o in st.outs)
+                if any(direct):
+                    st.direct = direct
         self._steps = steps
+        self._result_specs = {
+            r.name: (r.outputs[0].element_type.numpy, r.outputs[0].shape.to_tuple())
+            for r in self.model.results
+            if r.outputs[0].shape.is_static and r.outputs[0].element_type not in (ElementType.string, ElementType.dynamic)
+        }
         declared = {p.name for p in self.model.parameters}
         self._input_names = [s.name for s in self._inputs if s.name in declared]
 
@@ -176,9 +198,14 @@ class CompiledModel:
             slots[slot] = v
         stats: list[tuple[str, str, str, float]] = []
         clock = time.perf_counter
+        if outputs is not None:
+            self._check_outputs(outputs)
         for st in self._steps:
             t0 = clock()
-            res = st.run([slots[a] for a in st.args])
+            if outputs is not None and st.direct is not None:
+                res = st.run([slots[a] for a in st.args], [outputs.get(n) if n else None for n in st.direct])
+            else:
+                res = st.run([slots[a] for a in st.args])
             stats.append((st.node.name, st.node.type_name, st.where, clock() - t0))
             for s, v in zip(st.outs, res):
                 slots[s] = v
@@ -190,17 +217,28 @@ class CompiledModel:
             v = np.asarray(slots[slot])
             if outputs is not None and name in outputs:
                 dst = outputs[name]
-                if not isinstance(dst, np.ndarray) or dst.shape != v.shape or dst.dtype != v.dtype:
-                    got = f"{getattr(dst, 'dtype', type(dst).__name__)}{list(getattr(dst, 'shape', []))}"
-                    raise InputError(f"output array {name!r} must be {v.dtype}{list(v.shape)}, got {got}")
-                np.copyto(dst, v)
+                if dst is not v:  # not written in place by a kernel: copy
+                    if not isinstance(dst, np.ndarray) or dst.shape != v.shape or dst.dtype != v.dtype:
+                        raise InputError(f"output array {name!r} must be {v.dtype}{list(v.shape)}, got {_desc(dst)}")
+                    np.copyto(dst, v)
                 v = dst
             result[name] = v
-        if outputs is not None:
-            unknown = [k for k in outputs if k not in result]
-            if unknown:
-                raise InputError(f"unknown output {unknown[0]!r}; the model's outputs are: {', '.join(result)}")
         return result
+
+    def _check_outputs(self, outputs: Mapping[str, np.ndarray]) -> None:
+        """Preallocated outputs: known names, and the right dtype/shape where the model fixes them."""
+        names = self.output_names
+        for name, dst in outputs.items():
+            if name not in names:
+                raise InputError(f"unknown output {name!r}; the model's outputs are: {', '.join(names)}")
+            spec = self._result_specs.get(name)
+            if spec is None:
+                continue
+            dtype, shape = spec
+            if (not isinstance(dst, np.ndarray) or dst.dtype != dtype or dst.shape != shape
+                    or not dst.flags.c_contiguous or not dst.flags.writeable):
+                raise InputError(f"output array {name!r} must be a writeable C-contiguous "
+                                 f"{np.dtype(dtype)}{list(shape)}, got {_desc(dst)}")
 
     run = __call__
 
@@ -225,6 +263,20 @@ class CompiledModel:
         for (op, where), c in sorted(counts.items()):
             lines.append(f"  [{where}] {op} x{c}")
         return "\n".join(lines)
+
+
+def _desc(a: Any) -> str:
+    return f"{getattr(a, 'dtype', type(a).__name__)}{list(getattr(a, 'shape', []))}"
+
+
+def _accepts_outs(run: Callable[..., Any]) -> bool:
+    """True if an executor takes a second argument: the arrays to write its outputs into."""
+    try:
+        params = list(inspect.signature(run).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
 def _reference_executor(node: Node) -> Executor:

@@ -61,7 +61,7 @@ def test_preallocated_outputs_are_written(inputs):
     res = cm(inputs, outputs={name: dst})
     assert res[name] is dst
     np.testing.assert_allclose(dst, _numpy(inputs["x"], inputs["y"]), rtol=1e-5, atol=1e-6)
-    with pytest.raises(InputError, match="must be float32\\[2, 3, 8\\]"):
+    with pytest.raises(InputError, match="must be a writeable C-contiguous float32\\[2, 3, 8\\], got float32\\[2, 3\\]"):
         cm(inputs, outputs={name: np.zeros((2, 3), np.float32)})
     with pytest.raises(InputError, match="unknown output 'nope'"):
         cm(inputs, outputs={"nope": dst})
@@ -128,3 +128,32 @@ def test_run_stats_time_every_step(inputs):
     st = cm.last_run_stats
     assert [s[1] for s in st.steps] == ["Subgraph", "Softmax"]
     assert st.total >= 0 and set(st.by_where()) == {"reference"}
+
+
+def test_preallocated_outputs_go_straight_to_an_executor_that_takes_them(inputs):
+    """A Subgraph whose output is a model output gets the caller's array (no copy) when its executor
+    accepts ``outs``; checked with a spy executor standing in for a target kernel."""
+    from snippets_core.runtime import compiled_model as cmod
+
+    x = sb.parameter([4, 8], "f32", name="x")
+    m = sb.model([sb.relu(sb.add(x, 1.0))])
+    cm = sc.compile_model(m)
+    (step,) = cm._steps
+    seen = {}
+
+    def kernel(args, outs=None):
+        seen["outs"] = outs
+        out = outs[0] if outs and outs[0] is not None else np.empty((4, 8), np.float32)
+        np.maximum(args[0] + 1.0, 0, out=out)
+        return [out]
+
+    assert cmod._accepts_outs(kernel) and not cmod._accepts_outs(lambda args: args)
+    cm2 = cmod.CompiledModel(cm.model, cm.target, cm.config, {step.node.id: (kernel, "spy")})
+    name = cm2.output_names[0]
+    a = np.linspace(-2, 2, 32, dtype=np.float32).reshape(4, 8)
+    dst = np.empty((4, 8), np.float32)
+    res = cm2({"x": a}, outputs={name: dst})
+    assert seen["outs"][0] is dst and res[name] is dst
+    np.testing.assert_array_equal(dst, np.maximum(a + 1, 0))
+    with pytest.raises(InputError, match="writeable C-contiguous"):
+        cm2({"x": a}, outputs={name: np.empty((8, 4), np.float32).T})
