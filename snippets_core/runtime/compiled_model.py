@@ -52,6 +52,8 @@ class InputSpec:
     dtype: np.dtype
     element_type: ElementType
     dims: tuple[int | None, ...] | None
+    #: the shape when every dim is static, else None (the fast path of the input check compares it)
+    static_shape: tuple[int, ...] | None
 
 
 @dataclass
@@ -107,8 +109,9 @@ class CompiledModel:
             outs = tuple(slot_of[(n.id, o.index)] for o in n.outputs)
             if isinstance(n, Parameter):
                 et = n.element_type
+                static = n.shape.to_tuple() if n.shape.is_static else None
                 self._inputs.append(InputSpec(n.name, outs[0], et.numpy if et is not ElementType.dynamic else None,
-                                              et, n.shape.dims))
+                                              et, n.shape.dims, static))
                 continue
             if isinstance(n, Constant):
                 self._constants.append((outs[0], n.value))
@@ -148,6 +151,7 @@ class CompiledModel:
                 if any(direct):
                     st.direct = direct
         self._steps = steps
+        self._output_name_set = frozenset(r[0] for r in self._results)
         self._result_specs = {
             r.name: (r.outputs[0].element_type.numpy, r.outputs[0].shape.to_tuple())
             for r in self.model.results
@@ -169,25 +173,33 @@ class CompiledModel:
         if not isinstance(inputs, Mapping):
             raise InputError(f"inputs must be a dict of arrays by name ({', '.join(self._input_names)}), "
                              f"got {type(inputs).__name__}")
-        unknown = [k for k in inputs if k not in self._input_names]
-        if unknown:
-            raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are: {', '.join(self._input_names)}")
         out = []
         for spec in self._inputs:
-            if spec.name not in inputs:
-                raise InputError(f"missing input {spec.name!r}; the model's inputs are: {', '.join(self._input_names)}")
-            a = inputs[spec.name]
-            if not isinstance(a, np.ndarray):
-                a = np.asarray(a, dtype=spec.dtype)
-            elif spec.dtype is not None and a.dtype != spec.dtype:
-                raise InputError(f"input {spec.name!r} must be {spec.element_type} ({spec.dtype}), got {a.dtype}")
-            if spec.dims is not None and (
-                a.ndim != len(spec.dims) or any(d is not None and d != s for d, s in zip(spec.dims, a.shape))
-            ):
-                want = "[" + ",".join("?" if d is None else str(d) for d in spec.dims) + "]"
-                raise InputError(f"input {spec.name!r} must have shape {want}, got {list(a.shape)}")
+            a = inputs.get(spec.name)
+            # the common case (an exact ndarray of a static shape) costs three comparisons
+            if type(a) is not np.ndarray or a.dtype != spec.dtype or a.shape != spec.static_shape:
+                a = self._check_input(spec, inputs)
             out.append((spec.slot, a))
+        if len(inputs) != len(self._inputs):
+            unknown = [k for k in inputs if k not in self._input_names]
+            raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are: {', '.join(self._input_names)}")
         return out
+
+    def _check_input(self, spec: InputSpec, inputs: Mapping[str, Any]) -> np.ndarray:
+        """The slow path of the input check: conversions and the error messages."""
+        if spec.name not in inputs:
+            raise InputError(f"missing input {spec.name!r}; the model's inputs are: {', '.join(self._input_names)}")
+        a = inputs[spec.name]
+        if not isinstance(a, np.ndarray):
+            a = np.asarray(a, dtype=spec.dtype)
+        elif spec.dtype is not None and a.dtype != spec.dtype:
+            raise InputError(f"input {spec.name!r} must be {spec.element_type} ({spec.dtype}), got {a.dtype}")
+        if spec.dims is not None and (
+            a.ndim != len(spec.dims) or any(d is not None and d != s for d, s in zip(spec.dims, a.shape))
+        ):
+            want = "[" + ",".join("?" if d is None else str(d) for d in spec.dims) + "]"
+            raise InputError(f"input {spec.name!r} must have shape {want}, got {list(a.shape)}")
+        return a
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, np.ndarray] | None = None,
                  ) -> dict[str, np.ndarray]:
@@ -227,10 +239,9 @@ class CompiledModel:
 
     def _check_outputs(self, outputs: Mapping[str, np.ndarray]) -> None:
         """Preallocated outputs: known names, and the right dtype/shape where the model fixes them."""
-        names = self.output_names
         for name, dst in outputs.items():
-            if name not in names:
-                raise InputError(f"unknown output {name!r}; the model's outputs are: {', '.join(names)}")
+            if name not in self._output_name_set:
+                raise InputError(f"unknown output {name!r}; the model's outputs are: {', '.join(self.output_names)}")
             spec = self._result_specs.get(name)
             if spec is None:
                 continue
