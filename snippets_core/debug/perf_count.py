@@ -13,6 +13,7 @@ address of :attr:`PerfCounters.data`). ``generate_subgraph`` collects them on th
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,12 +29,14 @@ class PerfCounters:
     """The counters of one measured region of one kernel: total time and number of calls.
 
     ``data`` is a 2-element uint64 array ``[total, calls]`` that JIT code may update in place (its address is
-    stable for the object's life); ``unit`` is set by the emitter that measures ("ns" or "cycles")."""
+    stable for the object's life). It lives in ``MAP_SHARED`` memory, so a kernel run in a forked child (the
+    segfault detector) still counts. ``unit`` is set by the emitter that measures ("ns" or "cycles")."""
 
     def __init__(self, label: str) -> None:
         self.label = label
         self.unit = "ns"
-        self.data = np.zeros(2, dtype=np.uint64)
+        self._mm = mmap.mmap(-1, 16, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+        self.data = np.frombuffer(self._mm, dtype=np.uint64, count=2)
 
     @property
     def address(self) -> int:

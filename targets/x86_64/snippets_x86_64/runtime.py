@@ -328,6 +328,13 @@ def _qualname(obj: Any) -> str:
 
 def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> KernelExecutor | None:
     """An executor running ``sg`` on this machine, or None (reason in ``sg.rt_info``) to use the reference."""
+    from snippets_core.debug.config import debug_config
+
+    debug = debug_config(config)  # a bad SNIPPETS_* debug setting is an error, not a fallback
+    if debug.enabled:  # dumps, perf counters, segfault detector: see snippets_x86_64.debug_caps
+        from snippets_x86_64.debug_caps import compile_subgraph_debug
+
+        return compile_subgraph_debug(sg, config, host, debug)
     try:
         if not _is_static(sg.body):
             raise CodegenError("dynamic shapes are not supported by the x86-64 target yet")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pluggy
 
 if TYPE_CHECKING:
+    from snippets_core.codegen.subgraph_codegen import GeneratedSubgraph
     from snippets_core.config import CompileConfig
     from snippets_core.ir.model import Model
     from snippets_core.ir.node import Node
@@ -62,6 +63,13 @@ class X86_64Target:
         from snippets_x86_64.runtime import compile_subgraph
 
         return compile_subgraph(sg, config, host)
+
+    def generate_subgraph(self, sg: Subgraph, config: CompileConfig, host: Any) -> GeneratedSubgraph:
+        """``sg`` through ``Subgraph.generate`` with this target's machine, passes and precisions (the Kernel and
+        the final LinearIR, for ``snippets inspect --lir/--asm``); debug capabilities from ``config``/environment."""
+        from snippets_x86_64.debug_caps import generate_subgraph
+
+        return generate_subgraph(sg, config, host)[0]
 
     @hookimpl
     def snippets_tokenization_callback(self, node: Node, target_name: str) -> str | None:
