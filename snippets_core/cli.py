@@ -1,4 +1,5 @@
-"""The ``snippets`` command line: list targets, inspect what the Tokenizer fuses, run a model.
+"""The ``snippets`` command line: list targets, inspect what the Tokenizer fuses, run a model, compile a
+model into a target artifact (a blob) and simulate or inspect that artifact.
 
 Every error a user can cause (a missing or malformed file, an unknown target, a wrong input) is a
 :class:`~snippets_core.errors.SnippetsError` and is printed as one line on stderr with exit code 2;
@@ -36,6 +37,8 @@ examples:
   snippets targets
   snippets inspect examples/transformer_block.onnx
   snippets run examples/cnn_block.onnx --target reference --seed 1
+  snippets compile model.onnx --target shave -o model.blob
+  snippets simulate model.blob --inputs in.npz --outputs out.npz
 """
 
 TARGETS_HELP = """\
@@ -51,12 +54,33 @@ example:
 INSPECT_HELP = """\
 Read an ONNX model, tokenize it for a target, and print the result: each Subgraph (a fused region)
 with its ops, inputs and outputs, then the ops left outside Subgraphs (they run on reference
-kernels), with the reason when one is known.
+kernels), with the reason when one is known. Given a saved target artifact instead (a 'shave' blob
+from `snippets compile`), print its schedule.
 
 examples:
   snippets inspect examples/transformer_block.onnx
+  snippets inspect model.blob
   snippets inspect model.onnx --target x86_64_avx512 --json > tokenized.json
   snippets inspect model.onnx --mermaid graph.mmd
+"""
+
+COMPILE_HELP = """\
+Compile an ONNX model for a target that produces an artifact (the 'shave' target writes one blob for the
+whole model: its kernels, DMA and barrier schedule) and save it. `snippets inspect FILE` prints a saved
+artifact's schedule, `snippets simulate FILE` runs it.
+
+examples:
+  snippets compile model.onnx --target shave -o model.blob
+  snippets compile model.onnx -t shave -c 'target_options={"preset": "40xx"}' -o model.blob
+"""
+
+SIMULATE_HELP = """\
+Run a saved target artifact (e.g. a 'shave' blob) in its target's simulator on inputs from an .npz file
+(one array per input name), print a summary of each output, and optionally save them.
+
+examples:
+  snippets simulate model.blob --inputs in.npz --outputs out.npz
+  snippets simulate model.blob --inputs in.npz --seed 3 --check-races
 """
 
 RUN_HELP = """\
@@ -372,9 +396,48 @@ def cmd_targets(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _artifact_target(path: str) -> Any | None:
+    """The installed target whose artifact ``path`` is (asked through ``recognizes_artifact(first bytes)``), or
+    None. ``.onnx`` files are models; other files make the targets load (and only then)."""
+    p = Path(path)
+    if p.suffix.lower() == ".onnx" or not p.is_file():
+        return None
+    try:
+        with p.open("rb") as f:
+            head = f.read(64)
+    except OSError as e:
+        raise ModelFormatError(f"{path}: cannot read ({e.strerror or e})") from None
+    from snippets_core.plugins import PluginHost, list_targets, load_target
+
+    host = PluginHost(autoload=False)  # recognizing a file needs no hooks
+    for info in list_targets():
+        try:
+            target = load_target(info.name, host)
+        except SnippetsError:
+            continue  # a broken target cannot own the file; the others may
+        recognizes = getattr(target, "recognizes_artifact", None)
+        if recognizes is not None and recognizes(head):
+            return target
+    return None
+
+
+def _require_artifact_target(path: str) -> Any:
+    p = Path(path)
+    if not p.exists():
+        raise ModelFormatError(f"{path}: no such file")
+    target = _artifact_target(path)
+    if target is None:
+        raise ModelFormatError(f"{path}: not an artifact of any installed target (`snippets compile` writes them)")
+    return target
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from snippets_core import compile_model
 
+    artifact_target = _artifact_target(args.model)
+    if artifact_target is not None:
+        print(artifact_target.inspect_artifact(Path(args.model).read_bytes()))
+        return EXIT_OK
     model = _read_model(args.model)
     cm = compile_model(model, target=args.target, config=_parse_config(args.config))
     info = describe_tokenized(cm.model, args.target, getattr(getattr(cm, "target", None), "host", None))
@@ -441,6 +504,39 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_compile(args: argparse.Namespace) -> int:
+    from snippets_core import compile_model
+
+    model = _read_model(args.model)
+    cm = compile_model(model, target=args.target, config=_parse_config(args.config))
+    artifact = getattr(cm, "target_artifact", None)
+    if artifact is None:
+        raise InputError(f"target '{args.target}' runs models in this process and writes no artifact to save")
+    try:
+        Path(args.output).write_bytes(artifact)
+    except OSError as e:
+        raise InputError(f"{args.output}: cannot write the artifact ({e.strerror or e})") from None
+    print(cm.describe())
+    print(f"wrote {args.output} ({len(artifact)} bytes)")
+    return EXIT_OK
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    target = _require_artifact_target(args.artifact)
+    outputs = target.simulate_artifact(
+        args.artifact, args.inputs, args.outputs, seed=args.seed, check_races=args.check_races
+    )
+    for name, value in outputs.items():
+        line = f"output {name}: {value.dtype}{list(value.shape)}"
+        if value.size and value.dtype.kind in "fiub":
+            v = value.astype(np.float64)
+            line += f" min {v.min():.6g} max {v.max():.6g} mean {v.mean():.6g}"
+        print(line)
+    if args.outputs:
+        print(f"wrote {args.outputs}")
+    return EXIT_OK
+
+
 def _core_version() -> str:
     from snippets_core import __version__
 
@@ -497,6 +593,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mermaid", metavar="FILE", help="also write the tokenized graph as a mermaid flowchart")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser(
+        "compile",
+        help="compile a model into a target artifact (a 'shave' blob) and save it",
+        description=COMPILE_HELP,
+        formatter_class=_Fmt,
+    )
+    common(p, None)
+    p.add_argument("--output", "-o", required=True, metavar="FILE", help="where to write the artifact")
+    p.set_defaults(func=cmd_compile)
+
+    p = sub.add_parser(
+        "simulate",
+        help="run a saved target artifact (a 'shave' blob) in its simulator",
+        description=SIMULATE_HELP,
+        formatter_class=_Fmt,
+    )
+    p.add_argument("artifact", metavar="FILE", help="the artifact, e.g. model.blob")
+    p.add_argument("--inputs", required=True, metavar="IN.npz", help="input arrays by input name")
+    p.add_argument("--outputs", metavar="OUT.npz", help="save the output arrays by output name")
+    p.add_argument("--seed", type=int, default=None, help="a random interleaving of the executors (default: none)")
+    p.add_argument("--check-races", action="store_true", help="check the schedule for data races first")
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show the traceback of an error instead of one line",
+    )
+    p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser(
         "run",

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from math import ceil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -108,8 +109,9 @@ def _kernel_name(sg: Subgraph) -> str:
     return "snippet_" + re.sub(r"[^A-Za-z0-9_]", "_", sg.name)
 
 
-def generate_kernel(sg: Subgraph, config: CompileConfig, host: Any, name: str | None = None,
-                    parallel_work: int = 4) -> ShaveKernel:
+def generate_kernel(
+    sg: Subgraph, config: CompileConfig, host: Any, name: str | None = None, parallel_work: int = 4
+) -> ShaveKernel:
     """Data-flow passes, lowering and code generation of a copy of ``sg``'s body into a SHAVE kernel."""
     from snippets_core.codegen.generator import Generator
     from snippets_core.ir.element_type import ElementType
@@ -275,8 +277,11 @@ class _Compiler:
         for n in order:
             if n.type_name == "Constant":
                 # only data read by a Subgraph, a Result or a view goes into the blob (not a view's shape input)
-                readers = [t for t in n.outputs[0].targets if t.node.type_name in ("Subgraph", "Result")
-                           or (t.node.type_name in VIEW_OPS and t.index == 0)]
+                readers = [
+                    t
+                    for t in n.outputs[0].targets
+                    if t.node.type_name in ("Subgraph", "Result") or (t.node.type_name in VIEW_OPS and t.index == 0)
+                ]
                 if readers:
                     value = np.ascontiguousarray(n.value)  # type: ignore[attr-defined]
                     self.values[self.key(n.outputs[0])] = _Value(self.b.add_constant(n.name, value))
@@ -347,8 +352,17 @@ class _Compiler:
             self.invocation(sg, kernel, kidx, ins, outs, start, count, j)
             start += count
 
-    def invocation(self, sg: Subgraph, kernel: ShaveKernel, kidx: int, ins: list[_Value], outs: list[_Value],
-                   start: int, count: int, j: int) -> None:
+    def invocation(
+        self,
+        sg: Subgraph,
+        kernel: ShaveKernel,
+        kidx: int,
+        ins: list[_Value],
+        outs: list[_Value],
+        start: int,
+        count: int,
+        j: int,
+    ) -> None:
         hw, b = self.hw, self.b
         g = self.invocations
         self.invocations += 1
@@ -391,8 +405,15 @@ class _Compiler:
                 if repeats > 1:
                     total = nbytes * repeats
                     descriptor = DmaDescriptor(total, nbytes, 0, 0, total, 0, 0, 1)
-                b.dma(src, dst_ref, engine=in_engine, wait=wait, update=[b_in], descriptor=descriptor,
-                      name=f"{tag}.dma_in{i}" + (f".{n_in_dmas}" if len(runs) > 1 else ""))
+                b.dma(
+                    src,
+                    dst_ref,
+                    engine=in_engine,
+                    wait=wait,
+                    update=[b_in],
+                    descriptor=descriptor,
+                    name=f"{tag}.dma_in{i}" + (f".{n_in_dmas}" if len(runs) > 1 else ""),
+                )
                 n_in_dmas += 1
                 at += nbytes * repeats
         b_out = b.new_barrier()
@@ -409,9 +430,14 @@ class _Compiler:
                     raise CodegenError(f"Subgraph '{sg.name}': output {o} is written twice by one invocation")
                 nbytes = length * block.block_bytes
                 update = [b_free] + ([value.ready] if value.ready is not None else [])
-                b.dma(_flat(src, at, nbytes, src.dtype, src.name),
-                      _flat(value.ref, first * block.block_bytes, nbytes, src.dtype, value.ref.name),
-                      engine=out_engine, wait=[b_out], update=update, name=f"{tag}.dma_out{o}")
+                b.dma(
+                    _flat(src, at, nbytes, src.dtype, src.name),
+                    _flat(value.ref, first * block.block_bytes, nbytes, src.dtype, value.ref.name),
+                    engine=out_engine,
+                    wait=[b_out],
+                    update=update,
+                    name=f"{tag}.dma_out{o}",
+                )
                 at += nbytes
         self.slot_free[(tile, slot)] = b_free
 
@@ -430,9 +456,17 @@ class ShaveCompiledModel:
 
     target_name = TARGET_NAME
 
-    def __init__(self, model: Model, config: CompileConfig, blob: bytes, kernels: dict[str, ShaveKernel],
-                 placement: list[tuple[str, str, str]], *, seed: int | None = None,
-                 check_races: bool = False) -> None:
+    def __init__(
+        self,
+        model: Model,
+        config: CompileConfig,
+        blob: bytes,
+        kernels: dict[str, ShaveKernel],
+        placement: list[tuple[str, str, str]],
+        *,
+        seed: int | None = None,
+        check_races: bool = False,
+    ) -> None:
         from snippets_core.ir.ops.subgraph import Subgraph
         from snippets_core.runtime.compiled_model import RunStats
         from snippets_shave.sim import load_blob
@@ -472,8 +506,9 @@ class ShaveCompiledModel:
 
     def _check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         if not isinstance(inputs, Mapping):
-            raise InputError(f"inputs must be a dict of arrays by name ({', '.join(self.input_names)}), "
-                             f"got {type(inputs).__name__}")
+            raise InputError(
+                f"inputs must be a dict of arrays by name ({', '.join(self.input_names)}), got {type(inputs).__name__}"
+            )
         unknown = [k for k in inputs if k not in self.input_names]
         if unknown:
             raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are: {', '.join(self.input_names)}")
@@ -490,15 +525,15 @@ class ShaveCompiledModel:
             out[name] = np.ascontiguousarray(a)
         return out
 
-    def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, np.ndarray] | None = None, *,
-                 seed: int | None = None) -> dict[str, np.ndarray]:
+    def __call__(
+        self, inputs: Mapping[str, Any], outputs: Mapping[str, np.ndarray] | None = None, *, seed: int | None = None
+    ) -> dict[str, np.ndarray]:
         from snippets_core.runtime.compiled_model import RunStats
         from snippets_shave.sim import simulate
 
         arrays = self._check_inputs(inputs)
         t0 = time.perf_counter()
-        result = simulate(self.loaded, arrays, seed=self.seed if seed is None else seed,
-                          check_races=self.check_races)
+        result = simulate(self.loaded, arrays, seed=self.seed if seed is None else seed, check_races=self.check_races)
         elapsed = time.perf_counter() - t0
         self.last_run_stats = RunStats([(self.model.name, "Blob", "shave-simulator", elapsed)])
         values = {name: np.array(v) for name, v in result.outputs.items()}
@@ -526,9 +561,11 @@ class ShaveCompiledModel:
         hw = blob.header.target
         lines = [
             f"model '{self.model.name}' compiled for target 'shave' into one blob of {len(self.target_artifact)} bytes",
-            f"  {hw.name}: {hw.tiles} tiles x {hw.shaves_per_tile} SHAVEs, {hw.cmx_bytes_per_tile} bytes of CMX per "
-            f"tile; {len(blob.kernels)} kernel(s), {n_act} invocation(s), {n_dma} DMA task(s), "
-            f"{len(blob.barriers)} barrier(s)",
+            (
+                f"  {hw.name}: {hw.tiles} tiles x {hw.shaves_per_tile} SHAVEs, {hw.cmx_bytes_per_tile} bytes of CMX "
+                f"per tile; {len(blob.kernels)} kernel(s), {n_act} invocation(s), {n_dma} DMA task(s), "
+                f"{len(blob.barriers)} barrier(s)"
+            ),
         ]
         for sg in self.subgraphs:
             ops = ", ".join(op.type_name for op in sg.body_ops)
@@ -541,4 +578,3 @@ def compile_model(model: Model, config: CompileConfig, host: Any) -> ShaveCompil
     options = ShaveOptions.from_mapping(dict(config.target_options))
     blob, kernels, placement = _Compiler(model, config, host, options).compile()
     return ShaveCompiledModel(model, config, blob, kernels, placement)
-

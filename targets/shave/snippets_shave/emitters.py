@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 #: registers the allocator hands out
 GPR_POOL: tuple[int, ...] = tuple(range(2, 24))
-VEC_POOL: tuple[int, ...] = tuple(range(0, 24))
+VEC_POOL: tuple[int, ...] = tuple(range(24))
 #: scratch registers of the emitters (never live across expressions)
 AUX_V: tuple[VReg, ...] = VREGS[24:32]
 AUX_R: tuple[SReg, ...] = SREGS[24:27]

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
     from snippets_core.config import CompileConfig
     from snippets_core.ir.model import Model
     from snippets_core.ir.node import Node
-    from snippets_shave.compiler import ShaveCompiledModel
     from snippets_shave.blob import Target
+    from snippets_shave.compiler import ShaveCompiledModel
 
 # the same marker as snippets_core.plugins.hookimpl (pluggy markers are plain values keyed by project name)
 hookimpl = pluggy.HookimplMarker("snippets")
@@ -72,7 +72,12 @@ class ShaveTarget:
         return format_schedule(data)
 
     def simulate_artifact(
-        self, path: str, inputs: str, outputs: str | None = None, *, seed: int | None = None,
+        self,
+        path: str,
+        inputs: str,
+        outputs: str | None = None,
+        *,
+        seed: int | None = None,
         check_races: bool = False,
     ) -> dict[str, Any]:
         """Run a blob file on an .npz of inputs in the simulator; optionally save the outputs as an .npz."""

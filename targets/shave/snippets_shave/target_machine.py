@@ -104,9 +104,7 @@ class ShaveTargetMachine(TargetMachine):
         if op in ("Convert", "ConvertSaturation", "ConvertTruncation"):
             return lambda expr: [(ElementType.f32,), (ElementType.f16,)]
         if op in EMITTERS and EMITTERS[op].__name__ in ("DirectEmitter", "CompositeEmitter"):
-            return lambda expr: [
-                (et,) * len(expr.input_connectors) for et in (ElementType.f32, ElementType.f16)
-            ]
+            return lambda expr: [(et,) * len(expr.input_connectors) for et in (ElementType.f32, ElementType.f16)]
         return lambda expr: ()
 
     def new_label_id(self) -> int:

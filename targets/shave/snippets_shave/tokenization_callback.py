@@ -118,7 +118,11 @@ def _static_power(node: Node) -> str | None:
 
 
 RULES: tuple[Callable[[Node], str | None], ...] = (
-    _unsupported_op, _element_types, _static_shapes, _last_axis, _static_power,
+    _unsupported_op,
+    _element_types,
+    _static_shapes,
+    _last_axis,
+    _static_power,
 )
 
 

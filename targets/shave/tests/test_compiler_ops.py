@@ -52,8 +52,9 @@ def _inputs(shapes: list[tuple[int, ...]], dtype: type, seed: int = 0, positive:
 NOT_TOKENIZED = ("hsigmoid", "log", "softplus")
 
 
-def _run(build: Callable[..., object], arrays: list[np.ndarray], config: dict | None = None,
-         tokenize: bool = True) -> np.ndarray:
+def _run(
+    build: Callable[..., object], arrays: list[np.ndarray], config: dict | None = None, tokenize: bool = True
+) -> np.ndarray:
     et = "f32" if arrays[0].dtype == np.float32 else "f16"
     params = [sb.parameter(list(a.shape), et, name=f"x{i}") for i, a in enumerate(arrays)]
     out = build(*params)
@@ -172,8 +173,11 @@ def test_reductions_last_axis(dtype: type) -> None:
 @pytest.mark.parametrize("saturate", [False, True])
 def test_convert_f32_f16(saturate: bool) -> None:
     a = np.array([[0.1, -2.5, 7e4, -1e5, 3.0, 65519.0, 1e-8]], dtype=np.float32)
-    build = (lambda x: sb.make("ConvertSaturation", x, destination_type="f16")) if saturate else (
-        lambda x: sb.convert(x, "f16"))
+    build = (
+        (lambda x: sb.make("ConvertSaturation", x, destination_type="f16"))
+        if saturate
+        else (lambda x: sb.convert(x, "f16"))
+    )
     # ConvertSaturation is what passes insert; the Tokenizer fuses only Convert, so it gets a Subgraph of its own
     got = _run(lambda x: sb.relu(build(sb.multiply(x, 1.0))), [a], tokenize=not saturate)
     with np.errstate(over="ignore"):

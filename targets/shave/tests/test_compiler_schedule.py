@@ -184,8 +184,14 @@ def test_save_blob_and_schedule_text(tmp_path) -> None:  # type: ignore[no-untyp
     cm.save_blob(path)
     assert path.read_bytes() == cm.target_artifact
     text = cm.schedule()
-    for piece in ("module @VPU.SW", "VPURT.TaskList @DMA", "VPURT.TaskList @ACT_SHAVE", "VPUIP.SW.Kernel.run",
-                  "VPURT.Graph", "stack_configuration"):
+    for piece in (
+        "module @VPU.SW",
+        "VPURT.TaskList @DMA",
+        "VPURT.TaskList @ACT_SHAVE",
+        "VPUIP.SW.Kernel.run",
+        "VPURT.Graph",
+        "stack_configuration",
+    ):
         assert piece in text
     assert "Subgraph" in cm.describe()
 
