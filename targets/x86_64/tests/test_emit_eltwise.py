@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from snippets_core.ir.ops.binary import _int_div_trunc
 from snippets_x86_64.emitters import eltwise as E
 from snippets_x86_64.emitters import horizon as H
 from snippets_x86_64.emitters.base import kernel
@@ -155,6 +156,18 @@ def test_i32_binary_bit_exact(name, alias):
     with np.errstate(all="ignore"):
         want = ref(x, y)
     assert np.array_equal(run_eltwise(fn, x, y, alias=alias), want.astype(np.int32))
+
+
+@pytest.mark.parametrize("alias", [None, 0, 1])
+def test_i32_divide_truncates_like_the_core_reference(alias):
+    rng = np.random.default_rng(9)
+    small = np.arange(-300, 301)
+    x = np.concatenate([np.repeat(small, 41), rng.integers(-(2**24) + 1, 2**24, 20000)])
+    y = np.concatenate([np.tile(np.arange(-20, 21), small.size), rng.integers(-(2**24) + 1, 2**24, 20000) >> 8])
+    y[-5:] = [1, -1, 2**24 - 1, 0, 3]
+    x, y = x.astype(np.int32), y.astype(np.int32)
+    want = _int_div_trunc(x, y).astype(np.int32)
+    assert np.array_equal(run_eltwise(E.emit_div_i32, x, y, alias=alias), want)
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,20 @@ emit_or_i32 = _binary("emit_or_i32", "vpord", "x | y (LogicalOr on 0/1)")
 emit_xor_i32 = _binary("emit_xor_i32", "vpxord", "x ^ y (LogicalXor on 0/1, BitwiseXor)")
 
 
+@kernel(vecs=2, masks=1)
+def emit_div_i32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
+    """x / y rounded toward zero (C, ONNX Div on integers); x / 0 = 0 (the core's reference). Through f32:
+    exact while |x| < 2**24, which holds for every i8/u8/i16/u16 value (the rounded quotient of such integers is
+    never an integer unless the exact one is, so truncating it truncates the exact quotient)."""
+    fx, fy = aux.vecs[:2]
+    k = aux.masks[0]
+    a.vptestmd(k, y, y)
+    a.vcvtdq2ps(fx, x)
+    a.vcvtdq2ps(fy, y)
+    a.vdivps(fx, fx, fy)
+    a.vcvttps2dq(dst.mask(k).z, fx)
+
+
 # --- f32 min/max, mod --------------------------------------------------------------------------------------
 
 

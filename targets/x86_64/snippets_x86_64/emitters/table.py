@@ -265,7 +265,7 @@ SPECS: dict[str, OpSpec] = {
     "Add": _binary(E.emit_add_f32, E.emit_add_i32),
     "Subtract": _binary(E.emit_sub_f32, E.emit_sub_i32),
     "Multiply": _binary(E.emit_mul_f32, E.emit_mul_i32),
-    "Divide": _binary(E.emit_div_f32),
+    "Divide": _binary(E.emit_div_f32, E.emit_div_i32),
     "Maximum": _binary(E.emit_max_f32, E.emit_max_i32),
     "Minimum": _binary(E.emit_min_f32, E.emit_min_i32),
     "Power": _binary(E.emit_power_f32),
