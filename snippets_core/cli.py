@@ -62,6 +62,8 @@ examples:
   snippets inspect model.blob
   snippets inspect model.onnx --target x86_64_avx512 --json > tokenized.json
   snippets inspect model.onnx --mermaid graph.mmd
+  snippets inspect model.onnx --target interpreter --lir       # each Subgraph's final LinearIR
+  snippets inspect model.onnx --target x86_64_avx512 --asm     # each kernel's disassembly
 """
 
 COMPILE_HELP = """\
@@ -94,6 +96,7 @@ examples:
   snippets run examples/cnn_block.onnx --target reference
   snippets run model.onnx --target x86_64_avx512 --inputs in.npz --outputs out.npz
   snippets run model.onnx --target interpreter --shape x=1,3,224,224 --seed 3 --repeat 10 --check
+  snippets run model.onnx --target x86_64_avx512 --repeat 100 --perf   # perf counters per Subgraph
 """
 
 
@@ -431,6 +434,68 @@ def _require_artifact_target(path: str) -> Any:
     return target
 
 
+def generate_for_inspect(cm: Any, sg: Any) -> Any:
+    """Generate ``sg`` (a Subgraph of the compiled model ``cm``) again for ``cm``'s target and return the
+    GeneratedSubgraph (kernel and final LinearIR): the interpreter's TargetMachine for "interpreter", the target
+    object's ``generate_subgraph`` for installed targets."""
+    target = cm.target
+    config = cm.config
+    if target.name == "interpreter":
+        from snippets_core.codegen.interpreter import InterpreterTarget
+        from snippets_core.debug.config import debug_config
+
+        vector_size = int(dict(config.target_options).get("vector_size", 16))
+        host = target.host
+        tm = InterpreterTarget(vector_size, plugin_emitters=host.register_emitters("interpreter"))
+        return sg.generate(tm, positioned_passes=host.positioned_passes("interpreter", config),
+                           disabled_passes=config.disabled_passes, debug=debug_config(config))
+    generate = getattr(target.obj, "generate_subgraph", None)
+    if generate is None:
+        raise InputError(f"target '{target.name}' generates no code to show; use --target interpreter or an "
+                         f"installed target that generates kernels (`snippets targets` lists them)")
+    return generate(sg, config, target.host)
+
+
+def _generated_views(cm: Any, lir: bool, asm: bool) -> list[dict[str, str]]:
+    """Per Subgraph: its name and, as asked, the final LinearIR text and the kernel disassembly (or why not)."""
+    views = []
+    for sg in cm.subgraphs:
+        view = {"name": sg.name}
+        try:
+            gen = generate_for_inspect(cm, sg)
+        except InputError:
+            raise
+        except SnippetsError as e:  # this Subgraph runs on its reference: say why instead of a listing
+            view["error"] = f"{type(e).__name__}: {e}"
+            views.append(view)
+            continue
+        if lir:
+            view["linear_ir"] = gen.linear_ir.to_text()
+        if asm:
+            disassemble = getattr(gen.kernel, "disassemble", None)
+            if disassemble is None:
+                raise InputError(f"target '{cm.target.name}' does not generate machine code: --asm needs a target "
+                                 f"such as x86_64_avx512 (try --lir for the LinearIR)")
+            view["asm"] = disassemble()
+        views.append(view)
+    return views
+
+
+def format_generated(views: Sequence[Mapping[str, str]], target: str) -> str:
+    lines = []
+    for v in views:
+        if "error" in v:
+            lines.append(f"Subgraph {v['name']}: no code for target {target}: {v['error']}")
+            continue
+        if "linear_ir" in v:
+            lines.append(f"Subgraph {v['name']}: final LinearIR (target {target})")
+            lines.extend("  " + line for line in v["linear_ir"].splitlines())
+        if "asm" in v:
+            lines.append(f"Subgraph {v['name']}: kernel disassembly (target {target})")
+            lines.extend("  " + line for line in v["asm"].splitlines())
+    return "\n".join(lines)
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from snippets_core import compile_model
 
@@ -441,6 +506,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     model = _read_model(args.model)
     cm = compile_model(model, target=args.target, config=_parse_config(args.config))
     info = describe_tokenized(cm.model, args.target, getattr(getattr(cm, "target", None), "host", None))
+    views: list[dict[str, str]] = []
+    if args.lir or args.asm:
+        views = _generated_views(cm, args.lir, args.asm)
+        for sg_info, view in zip(info["subgraphs"], views):
+            sg_info.update({k: v for k, v in view.items() if k != "name"})
     if args.mermaid:
         try:
             Path(args.mermaid).write_text(to_mermaid(cm.model))
@@ -450,6 +520,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=2))
     else:
         print(format_tokenized(info))
+        if views:
+            print(format_generated(views, args.target))
         if args.mermaid:
             print(f"wrote {args.mermaid}")
     return EXIT_OK
@@ -462,6 +534,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise InputError(f"--repeat {args.repeat}: must be at least 1")
     model = _read_model(args.model)
     config = _parse_config(args.config)
+    if args.perf:
+        config = _with_perf_counters(config)
     if args.inputs:
         if args.shape:
             raise InputError("--shape only applies to random inputs; the shapes come from --inputs")
@@ -498,10 +572,25 @@ def cmd_run(args: argparse.Namespace) -> int:
             abs_err, rel_err = max_errors(value, reference[name])
             line += f"; vs reference: max abs err {abs_err:.3g}, max rel err {rel_err:.3g}"
         print(line)
+    if args.perf:
+        from snippets_core.debug.perf_count import format_perf, perf_counters
+
+        print(format_perf(perf_counters(cm)))
     if args.outputs:
         _save_npz(args.outputs, outputs)
         print(f"wrote {args.outputs}")
     return EXIT_OK
+
+
+def _with_perf_counters(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with perf counters on (the target's clock) unless ``target_options.debug.perf_count`` says one."""
+    options = config.get("target_options") or {}
+    if not isinstance(options, Mapping):
+        raise InputError(f"--config target_options must be a JSON object, got {options!r}")
+    debug = options.get("debug") or {}
+    if not isinstance(debug, Mapping):
+        raise InputError(f"--config target_options.debug must be a JSON object, got {debug!r}")
+    return {**config, "target_options": {**options, "debug": {"perf_count": "1", **debug}}}
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -592,6 +681,9 @@ def build_parser() -> argparse.ArgumentParser:
     common(p, "reference")
     p.add_argument("--mermaid", metavar="FILE", help="also write the tokenized graph as a mermaid flowchart")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--lir", action="store_true", help="also print each Subgraph's final LinearIR for the target")
+    p.add_argument("--asm", action="store_true",
+                   help="also print each Subgraph's kernel disassembly (targets with machine code: x86_64_avx512)")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser(
@@ -642,6 +734,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--repeat", type=int, default=1, metavar="N", help="run N times, report the median time")
     p.add_argument("--check", action="store_true", help="compare the outputs with the 'reference' target")
+    p.add_argument("--perf", action="store_true",
+                   help="insert perf counters in the kernels (the target's clock) and print calls, total and mean "
+                   "per Subgraph after the runs")
     p.set_defaults(func=cmd_run)
     return parser
 
