@@ -188,6 +188,10 @@ class CompiledModel:
     def _check_input(self, spec: InputSpec, inputs: Mapping[str, Any]) -> np.ndarray:
         """The slow path of the input check: conversions and the error messages."""
         if spec.name not in inputs:
+            unknown = [k for k in inputs if k not in self._input_names]
+            if unknown:  # a misspelt name explains the missing one best
+                raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are: "
+                                 f"{', '.join(self._input_names)}")
             raise InputError(f"missing input {spec.name!r}; the model's inputs are: {', '.join(self._input_names)}")
         a = inputs[spec.name]
         if not isinstance(a, np.ndarray):
