@@ -20,6 +20,7 @@ fresh arrays, or the preallocated ``outs`` (C-contiguous, right shape and dtype)
 from __future__ import annotations
 
 import ctypes
+import logging
 import math
 import queue
 import threading
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from snippets_core.ir.ops.subgraph import Subgraph
     from snippets_x86_64.kernel import Kernel
 
+log = logging.getLogger(__name__)
 TARGET_NAME = "x86_64_avx512"
 FALLBACK_KEY = "SnippetsFallbackReason"
 PARALLEL_MIN_BYTES = 256 * 1024
@@ -295,10 +297,10 @@ def generate_kernel(body: Model, config: CompileConfig, host: Any) -> Kernel:
 
     positioned = list(host.positioned_passes(TARGET_NAME, config)) if host is not None else []
     plugin_emitters = host.register_emitters(TARGET_NAME) if host is not None else {}
-    from snippets_x86_64.target_machine import arithmetic_precisions
+    from snippets_x86_64.target_machine import propagation_precisions
 
     # PropagatePrecision inserts the converts that make every op's inputs a type its emitter takes
-    dfp = data_flow_pipeline(DataFlowConfig.for_body(body, supported_precisions=arithmetic_precisions()), positioned)
+    dfp = data_flow_pipeline(DataFlowConfig.for_body(body, supported_precisions=propagation_precisions), positioned)
     for name in config.disabled_passes:
         dfp.disable(name)
     dfp.run(body)
@@ -350,6 +352,10 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> KernelEx
         executor = KernelExecutor(kernel, ins, outs, config.num_threads, min_bytes)
     except SnippetsError as exc:
         sg.rt_info[FALLBACK_KEY] = f"{type(exc).__name__}: {exc}"
+        return None
+    except Exception as exc:  # a bug in a pass or emitter must not fail a model the reference runs
+        sg.rt_info[FALLBACK_KEY] = f"internal error {type(exc).__name__}: {exc}"
+        log.warning("x86-64: Subgraph %s falls back to its reference after an internal error", sg.name, exc_info=True)
         return None
     sg.rt_info.pop(FALLBACK_KEY, None)
     sg.rt_info["SnippetsCacheKey"] = key

@@ -95,6 +95,29 @@ def arithmetic_precisions() -> Callable[[Node], Sequence[tuple[ElementType, ...]
     return supported_precisions
 
 
+#: ops whose own semantics PropagatePrecision may change the type of: they convert by definition
+_CONVERTS = frozenset({"Convert", "ConvertSaturation", "ConvertTruncation"})
+_WIDE_INT = (ElementType.i32, ElementType.boolean)
+
+
+def propagation_precisions(node: Node) -> Sequence[tuple[ElementType, ...]]:
+    """The table PropagatePrecision gets: the emitters' precisions, except where its conversions would change
+    the result. It wraps an op in ``ConvertSaturation`` s; numpy (the reference) wraps narrow integers on
+    overflow instead of saturating, and integer division truncates where a float division converted back
+    rounds. Such ops get no entry ("leave it"), so the jitters' own check keeps them off this target and
+    the Subgraph falls back to its reference instead of computing something else."""
+    supported = arithmetic_precisions()(node)
+    if node.type_name in _CONVERTS or not supported:
+        return supported
+    types = [inp.element_type for inp in node.inputs]
+    ints = [t for t in types if not t.is_real]
+    if any(t not in _WIDE_INT for t in ints):
+        return []
+    if ints and not any(all(not t.is_real for t in combo) for combo in supported):
+        return []  # integers would be computed in float (Divide, FloorMod, ...)
+    return supported
+
+
 class X86_64TargetMachine(TargetMachine):
     """The x86-64 AVX-512 TargetMachine (see the module docstring)."""
 
