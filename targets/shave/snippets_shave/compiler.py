@@ -53,6 +53,8 @@ TARGET_NAME = "shave"
 #: ops outside Subgraphs that only reinterpret their input's bytes
 VIEW_OPS = ("Reshape", "Squeeze", "Unsqueeze", "Flatten")
 _ALIGN = 64
+#: ops that compute over whole rows (the last axis, as the tokenization veto requires)
+ROW_OPS = ("Softmax", "ReduceMax", "ReduceSum")
 
 
 def _align(value: int, alignment: int = _ALIGN) -> int:
@@ -109,6 +111,41 @@ def _kernel_name(sg: Subgraph) -> str:
     return "snippet_" + re.sub(r"[^A-Za-z0-9_]", "_", sg.name)
 
 
+def _row_shape(dims: tuple[int, ...]) -> tuple[int, ...]:
+    return dims if not dims else (*dims[:-1], 1, dims[-1])
+
+
+def split_rows(body: Model) -> Model:
+    """A copy of a body whose row ops (Softmax, ReduceMax/ReduceSum) all work on the last axis, with a unit dim
+    inserted before the last dim of every tensor: the same values in the same bytes, but the kernel's tile (the
+    last two dims, for a body with row ops) becomes one row, so the rows form the parallel domain and can be
+    spread over SHAVEs and split to fit CMX. Row ops get axis -1; numpy broadcasting is unchanged (every
+    tensor keeps its last dim last)."""
+    from snippets_core.ir.model import Model as _Model
+    from snippets_core.ir.ops.io import Constant, Parameter
+    from snippets_core.ir.ops.softmax import Softmax
+
+    mapping: dict[int, Node] = {}
+    for n in body.get_ordered_ops():
+        ins = [mapping[i.source.node.id].outputs[i.source.index] for i in n.inputs]
+        if isinstance(n, Parameter):
+            new: Node = Parameter(n.element_type, _row_shape(n.outputs[0].shape.to_tuple()), name=n.name)
+        elif isinstance(n, Constant):
+            axes_only = n.outputs[0].targets and all(
+                t.node.type_name in ROW_OPS and t.index == 1 for t in n.outputs[0].targets
+            )
+            value = np.asarray(n.value)
+            value = np.array([-1], dtype=value.dtype) if axes_only else value.reshape(_row_shape(value.shape))
+            new = Constant(value, n.outputs[0].element_type, name=n.name)
+        elif isinstance(n, Softmax):
+            new = Softmax(ins[0], axis=-1, name=n.name)
+        else:
+            new = n.clone_with_new_inputs(ins)
+        new.rt_info = dict(n.rt_info)
+        mapping[n.id] = new
+    return _Model([mapping[r.id] for r in body.results], [mapping[p.id] for p in body.parameters], name=body.name)
+
+
 def generate_kernel(
     sg: Subgraph, config: CompileConfig, host: Any, name: str | None = None, parallel_work: int = 4
 ) -> ShaveKernel:
@@ -127,6 +164,8 @@ def generate_kernel(
         raise CodegenError(f"Subgraph '{sg.name}' has dynamic shapes; a SHAVE blob is compiled for static shapes")
     positioned = list(host.positioned_passes(TARGET_NAME, config)) if host is not None else []
     sensitive = has_domain_sensitive_ops(body)
+    if any(n.type_name in ROW_OPS for n in ops):
+        body = split_rows(body)
     dfp = data_flow_pipeline(DataFlowConfig.for_body(body), positioned)
     for pass_name in config.disabled_passes:
         dfp.disable(pass_name)

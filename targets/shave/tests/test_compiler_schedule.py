@@ -127,11 +127,17 @@ def test_tensors_larger_than_a_tile_of_cmx() -> None:
     np.testing.assert_array_equal(got, np.minimum(xv + yv, np.float32(1.5)))
 
 
-def test_softmax_rows_tiled_over_small_cmx() -> None:
-    config = {"target_options": {"cmx_bytes_per_tile": 32 * 1024, "stack_size": 1024}}
-    x = sb.parameter([12, 4, 100], "f32", name="x")
+@pytest.mark.parametrize("shape", [(12, 4, 100), (48, 100)])
+def test_softmax_rows_tiled_over_small_cmx(shape: tuple[int, ...]) -> None:
+    # 19 KiB of rows in and out: every row is a kernel call, the rows are split over the SHAVEs and slots
+    config = {"target_options": {"cmx_bytes_per_tile": 16 * 1024, "stack_size": 1024}}
+    x = sb.parameter(list(shape), "f32", name="x")
     cm = compile_model(sb.model([sb.softmax(x, -1)], name="sm"), target="shave", config=config)
-    xv = _rand(12, 4, 100)
+    loaded = load_blob(cm.target_artifact)
+    acts = [t for q in loaded.tile_queues for t in q]
+    assert len(acts) > 4 and all(len(q) > 1 for q in loaded.tile_queues)
+    assert find_races(loaded) == []
+    xv = _rand(*shape)
     (got,) = cm({"x": xv}).values()
     e = np.exp(xv.astype(np.float64) - xv.max(-1, keepdims=True))
     np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
