@@ -48,18 +48,42 @@ emit_or_i32 = _binary("emit_or_i32", "vpord", "x | y (LogicalOr on 0/1)")
 emit_xor_i32 = _binary("emit_xor_i32", "vpxord", "x ^ y (LogicalXor on 0/1, BitwiseXor)")
 
 
-@kernel(vecs=2, masks=1)
+@kernel(vecs=5, masks=2)
 def emit_div_i32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
-    """x / y rounded toward zero (C, ONNX Div on integers); x / 0 = 0 (the core's reference). Through f32:
-    exact while |x| < 2**24, which holds for every i8/u8/i16/u16 value (the rounded quotient of such integers is
-    never an integer unless the exact one is, so truncating it truncates the exact quotient)."""
-    fx, fy = aux.vecs[:2]
-    k = aux.masks[0]
-    a.vptestmd(k, y, y)
-    a.vcvtdq2ps(fx, x)
-    a.vcvtdq2ps(fy, y)
-    a.vdivps(fx, fx, fy)
-    a.vcvttps2dq(dst.mask(k).z, fx)
+    """x / y rounded toward zero (C, ONNX Div on integers), x / 0 = 0 (the core's reference), INT_MIN / -1
+    wraps to INT_MIN (numpy's int32). Exact for all i32, on the magnitudes |x|, |y| (u32): an f32 quotient q0
+    (off by at most ~400 for the largest quotients), one f32 correction trunc(r / |y|) from the exact
+    remainder r = |x| - q0 |y| (wrapping arithmetic; its true value stays within i32), then one +-1 step where
+    the remainder is still outside [0, |y|); the sign of x xor y last."""
+    sign, uy, fy, q, r = aux.vecs[:5]
+    k, nonzero = aux.masks[:2]
+    ux = dst
+    a.vpxord(sign, x, y)
+    a.vptestmd(nonzero, y, y)
+    a.vpabsd(uy, y)  # INT_MIN stays 0x80000000: 2**31 as u32
+    a.vpabsd(ux, x)  # x and y are read for the last time: dst may have been either
+    a.vcvtudq2ps(fy, uy)
+    a.vcvtudq2ps(r, ux)
+    a.vdivps(r, r, fy)
+    a.vcvttps2udq(q, r)  # q0
+    a.vpmulld(r, q, uy)
+    a.vpsubd(r, ux, r)  # r = |x| - q0 |y|
+    a.vcvtdq2ps(r, r)
+    a.vdivps(r, r, fy)
+    a.vcvttps2dq(r, r)
+    a.vpaddd(q, q, r)  # q0 + trunc(r / |y|)
+    a.vpmulld(r, q, uy)
+    a.vpsubd(r, ux, r)
+    one = i32(a, 1)
+    a.vpcmpd(k, r, i32(a, 0), VPCMP_PREDICATES["lt"])  # one too many
+    a.vpsubd(q.mask(k), q, one)
+    a.vpaddd(r.mask(k), r, uy)
+    a.vpcmpud(k, r, uy, VPCMP_PREDICATES["nlt"])  # one too few
+    a.vpaddd(q.mask(k), q, one)
+    a.vpsrad(sign, sign, 31)  # -1 where the quotient is negative
+    a.vpxord(q, q, sign)
+    a.vpsubd(q, q, sign)
+    a.vmovaps(dst.mask(nonzero).z, q)
 
 
 # --- f32 min/max, mod --------------------------------------------------------------------------------------
