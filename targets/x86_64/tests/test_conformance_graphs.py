@@ -227,3 +227,21 @@ def test_integer_arithmetic_keeps_numpy_semantics(dtype):
     np.testing.assert_array_equal(out["sum"], xv + yv)  # numpy wraps
     quot = np.trunc(xv.astype(np.float64) / yv).astype(dtype)
     np.testing.assert_array_equal(out["quot"], quot)
+
+
+@pytest.mark.parametrize("shape", [(4, 32, 300), (8, 16, 37)])
+def test_softmax_per_thread_scratchpads_give_identical_bytes(shape):
+    """Softmax keeps intermediate rows in Buffers: each thread works in its own slice of the scratchpad."""
+    x = Parameter("f32", shape, name="x")
+    m = Model([Result(Softmax(x, axis=-1), name="y")], [x])
+    xv = rand(shape) * 3
+    outs = []
+    for threads in (1, 2):
+        config = {**IGNORE_CALLBACK, "num_threads": threads, "target_options": {"parallel_min_bytes": 0}}
+        cm = compiled(m, config)
+        (step,) = [s for s in cm._steps if s.where == TARGET]
+        assert step.run.num_threads == threads and step.run.kernel.info.has_scratchpad
+        outs.append(cm({"x": xv})["y"])
+    assert outs[0].tobytes() == outs[1].tobytes()
+    e = np.exp(xv.astype(np.float64) - xv.max(-1, keepdims=True))
+    check(outs[1], e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
