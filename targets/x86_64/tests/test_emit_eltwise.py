@@ -145,6 +145,8 @@ I32_BINARY = {
     "xor": (E.emit_xor_i32, np.bitwise_xor),
     "squared_difference": (E.emit_squared_difference_i32, lambda a, b: (a - b) * (a - b)),
     "prelu": (E.emit_prelu_i32, lambda a, b: np.where(a < 0, a * b, a)),
+    "fmod": (E.emit_mod_i32, lambda a, b: np.where(b == 0, 0, np.fmod(a, np.where(b == 0, 1, b)))),
+    "floor_mod": (E.emit_floor_mod_i32, lambda a, b: np.where(b == 0, 0, np.mod(a, np.where(b == 0, 1, b)))),
 }
 
 

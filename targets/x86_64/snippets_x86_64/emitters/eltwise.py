@@ -86,6 +86,36 @@ def emit_div_i32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> N
     a.vmovaps(dst.mask(nonzero).z, q)
 
 
+def _mod_i32(a: Assembler, x: VecReg, y: VecReg, aux: Aux) -> VecReg:
+    """x - trunc(x/y) y into aux.vecs[5] (returned), 0 where y == 0; writes only aux registers."""
+    cx, r = aux.vecs[5:7]
+    a.vmovaps(cx, x)
+    emit_div_i32(a, r, x, y, Aux(aux.vecs[:5], aux.masks[:2]))
+    a.vpmulld(r, r, y)
+    a.vpsubd(r, cx, r)
+    a.vptestmd(aux.masks[0], y, y)
+    a.vmovaps(cx.mask(aux.masks[0]).z, r)
+    return cx
+
+
+@kernel(vecs=7, masks=2)
+def emit_mod_i32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
+    """x - trunc(x/y) y, the sign of x (numpy ``fmod`` on integers); 0 where y == 0."""
+    move(a, dst, _mod_i32(a, x, y, aux))
+
+
+@kernel(vecs=7, masks=2)
+def emit_floor_mod_i32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
+    """x - floor(x/y) y, the sign of y (numpy ``mod`` on integers); 0 where y == 0."""
+    r, t = _mod_i32(a, x, y, aux), aux.vecs[0]
+    k, k2 = aux.masks[:2]
+    a.vpxord(t, r, y)
+    a.vptestmd(k, r, r)
+    a.vpcmpd(k2.mask(k), t, i32(a, 0), VPCMP_PREDICATES["lt"])  # r != 0 with the sign opposite to y
+    a.vpaddd(r.mask(k2), r, y)
+    move(a, dst, r)
+
+
 # --- f32 min/max, mod --------------------------------------------------------------------------------------
 
 
