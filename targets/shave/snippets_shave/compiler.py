@@ -181,7 +181,8 @@ def generate_kernel(
         min_kernel_work_amount=256,
         need_fill_tail_register=sensitive,
     )
-    tm = ShaveTargetMachine(lanes, name or _kernel_name(sg))
+    plugin_emitters = host.register_emitters(TARGET_NAME) if host is not None else {}
+    tm = ShaveTargetMachine(lanes, name or _kernel_name(sg), plugin_emitters)
     ir = lower(body, lcfg, tm, positioned, config.disabled_passes)
     return Generator(tm).generate(ir)
 

@@ -4,7 +4,7 @@
   is f16, else 4 (an f16 value then uses the low half of its register);
 * register pools: ``r2..r23`` and ``v0..v23`` for the allocator (the rest: calling convention, kernel loop,
   emitter scratch, see :mod:`snippets_shave.emitters`);
-* the jitters table :data:`snippets_shave.emitters.EMITTERS`;
+* the jitters table :data:`snippets_shave.emitters.EMITTERS`, plus the emitters plugins register for ``shave``;
 * the KernelEmitter (:class:`ShaveKernelEmitter`) and the Kernel it produces (:class:`ShaveKernel`), whose
   ``elf`` is a kernel ELF ready for a blob.
 
@@ -20,6 +20,7 @@ every index of the domain (it broadcasts over all parallel dims). Call ``k`` poi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from math import prod
 from typing import TYPE_CHECKING, Any
@@ -84,7 +85,9 @@ class ShaveTargetMachine(TargetMachine):
 
     name = "shave"
 
-    def __init__(self, valid_lanes: int = 4, kernel_name: str = "snippet") -> None:
+    def __init__(
+        self, valid_lanes: int = 4, kernel_name: str = "snippet", plugin_emitters: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__()
         if valid_lanes not in (4, 8):
             raise CodegenError(f"the shave target runs 4 (f32) or 8 (f16) lanes, not {valid_lanes}")
@@ -94,6 +97,10 @@ class ShaveTargetMachine(TargetMachine):
         self._labels = 0
         for op in sorted(EMITTERS):
             self.jitters[op] = Jitter(self._bind(EMITTERS[op]), self._precisions(op))
+        # a plugin's factory is called as factory(expr, target_machine) and overrides a built-in emitter
+        for op in sorted(plugin_emitters or {}):
+            factory = (plugin_emitters or {})[op]
+            self.jitters[op] = factory if isinstance(factory, Jitter) else Jitter(self._bind(factory))
 
     def _bind(self, cls: type[ShaveEmitter]) -> Any:
         return lambda expr: cls(expr, self)
