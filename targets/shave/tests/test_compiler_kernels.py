@@ -63,18 +63,18 @@ def test_lane_width_follows_the_body_types(et: str, lanes: int) -> None:
 
 
 def test_plugin_emitters_override_builtin_ones() -> None:
-    class Host:
-        calls: list[str] = []
+    calls: list[str] = []
 
+    class Host:
         def positioned_passes(self, target_name: str, config: object) -> list[object]:
             return []
 
         def register_emitters(self, target_name: str) -> dict[str, object]:
             def factory(expr, tm):  # type: ignore[no-untyped-def]
-                Host.calls.append(expr.type_name)
+                calls.append(expr.type_name)
                 return DirectEmitter(expr, tm)
 
             return {"Add": factory}
 
     generate_kernel(_subgraph((2, 8), (2, 8)), CONFIG, Host())
-    assert Host.calls == ["Add"]
+    assert calls == ["Add"]
