@@ -33,6 +33,7 @@ from snippets_core.errors import CodegenError, InputError, SnippetsError
 from snippets_x86_64.cache import KERNEL_CACHE, cache_dir_from, cache_key
 
 if TYPE_CHECKING:
+    from snippets_core.codegen.subgraph_codegen import GeneratedSubgraph
     from snippets_core.config import CompileConfig
     from snippets_core.ir.model import Model
     from snippets_core.ir.ops.subgraph import Subgraph
@@ -288,26 +289,24 @@ def lowering_config(body: Model, num_threads: int) -> Any:
     )
 
 
-def generate_kernel(body: Model, config: CompileConfig, host: Any) -> Kernel:
-    """Data-flow passes, lowering and code generation of a body (modified in place)."""
-    from snippets_core.codegen.generator import Generator
-    from snippets_core.lowered.pipeline import lower
-    from snippets_core.passes.data_flow_pipeline import DataFlowConfig, data_flow_pipeline
-    from snippets_x86_64.target_machine import X86_64TargetMachine
+def generate_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> GeneratedSubgraph:
+    """The core's per-Subgraph pipeline (``Subgraph.generate``: data-flow passes with PropagatePrecision fed by
+    this target's precisions, lowering, the plugins' positioned passes, the Generator) with an
+    X86_64TargetMachine; the Subgraph is left untouched. Returns the Kernel and the final LinearIR."""
+    from snippets_core.passes.data_flow_pipeline import DataFlowConfig
+    from snippets_x86_64.target_machine import X86_64TargetMachine, propagation_precisions
 
     positioned = list(host.positioned_passes(TARGET_NAME, config)) if host is not None else []
     plugin_emitters = host.register_emitters(TARGET_NAME) if host is not None else {}
-    from snippets_x86_64.target_machine import propagation_precisions
-
-    # PropagatePrecision inserts the converts that make every op's inputs a type its emitter takes
-    dfp = data_flow_pipeline(DataFlowConfig.for_body(body, supported_precisions=propagation_precisions), positioned)
-    for name in config.disabled_passes:
-        dfp.disable(name)
-    dfp.run(body)
-    lcfg = lowering_config(body, config.num_threads)
     tm = X86_64TargetMachine(plugin_emitters=plugin_emitters)
-    ir = lower(body, lcfg, tm, positioned, config.disabled_passes)
-    return Generator(tm).generate(ir)
+    return sg.generate(
+        tm,
+        positioned_passes=positioned,
+        disabled_passes=config.disabled_passes,
+        lowering_config=lowering_config(sg.body, config.num_threads),
+        # PropagatePrecision inserts the converts that make every op's inputs a type its emitter takes
+        data_flow_config=DataFlowConfig.for_body(sg.body, supported_precisions=propagation_precisions),
+    )
 
 
 def _key_parts(config: CompileConfig, host: Any) -> list[Any]:
@@ -345,7 +344,7 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> KernelEx
         key = cache_key(sg.body, _key_parts(config, host))
         kernel = KERNEL_CACHE.get(key, cache_dir)
         if kernel is None:
-            kernel = generate_kernel(sg.body.clone(), config, host)
+            kernel = generate_subgraph(sg, config, host).kernel
             KERNEL_CACHE.put(key, kernel, cache_dir)
         ins, outs = _specs(sg)
         min_bytes = int(options.get("parallel_min_bytes", PARALLEL_MIN_BYTES))
@@ -362,4 +361,4 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> KernelEx
     return executor
 
 
-__all__ = ["KernelExecutor", "ThreadPool", "compile_subgraph", "generate_kernel", "lowering_config"]
+__all__ = ["KernelExecutor", "ThreadPool", "compile_subgraph", "generate_subgraph", "lowering_config"]
