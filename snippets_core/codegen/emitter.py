@@ -6,7 +6,7 @@ from abc import ABC, abstractmethod
 from math import prod
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from snippets_core.lowered.port_descriptor import Reg
+from snippets_core.lowered.port_descriptor import PortDescriptor, Reg
 
 if TYPE_CHECKING:
     from snippets_core.lowered.expression import Expression
@@ -48,8 +48,21 @@ def data_offsets(shape: tuple[int, ...], rank: int, element_size: int) -> list[i
     return [prod(shape[i + 1:]) * element_size if shape[i] != 1 else 0 for i in range(rank)]
 
 
-def memory_shape(param: Expression) -> tuple[int, ...]:
-    """The shape an input is read with: after the shape-only ops (RankNormalization, SnippetsReshape)
+def layout_data_offsets(desc: PortDescriptor, rank: int, element_size: int) -> list[int]:
+    """:func:`data_offsets` of a kernel input/output whose descriptor has a layout (PropagateLayout gives
+    them the input-port convention: planar dim ``i`` is stored dim ``layout[i]``): the offset of planar dim
+    ``i`` is the stride of its stored dim, so the parallel-domain indexes, which are planar, land right."""
+    if desc.is_planar:
+        return data_offsets(desc.shape, rank, element_size)
+    stored = desc.shape
+    strides = [prod(stored[i + 1:]) * element_size for i in range(len(stored))]
+    planar = [(stored[o], strides[o]) for o in desc.layout]
+    planar = [(1, 0)] * (rank - len(planar)) + planar
+    return [stride if dim != 1 else 0 for dim, stride in planar]
+
+
+def memory_desc(param: Expression) -> PortDescriptor:
+    """The descriptor an input is read with: after the shape-only ops (RankNormalization, SnippetsReshape)
     between the Parameter and its first memory access."""
     from snippets_core.lowered.op_kinds import SHAPE_ONLY
 
@@ -57,9 +70,14 @@ def memory_shape(param: Expression) -> tuple[int, ...]:
     while True:
         consumers = [c for c in expr.output_connectors[0].get_consumers() if c.expr.type_name in SHAPE_ONLY]
         if not consumers:
-            return desc.preordered_shape
+            return desc
         expr = consumers[0].expr
         desc = expr.output_descs[0]
+
+
+def memory_shape(param: Expression) -> tuple[int, ...]:
+    """The (planar) shape an input is read with, see :func:`memory_desc`."""
+    return memory_desc(param).preordered_shape
 
 
 class KernelEmitter(Emitter):
@@ -79,11 +97,11 @@ class KernelEmitter(Emitter):
         self.data_offsets: list[list[int]] = []
         for p in ir.parameters:
             out = p.node.outputs[0]
-            self.data_offsets.append(data_offsets(memory_shape(p), rank, out.element_type.size))
+            self.data_offsets.append(layout_data_offsets(memory_desc(p), rank, out.element_type.size))
         for r in ir.results:
             src = r.input_connectors[0].source
             size = src.expr.node.outputs[src.index].element_type.size
-            self.data_offsets.append(data_offsets(r.input_descs[0].preordered_shape, rank, size))
+            self.data_offsets.append(layout_data_offsets(r.input_descs[0], rank, size))
         self.parallel_domain = parallel_domain(ir)
         self.data_ptr_regs: list[Reg | None] = (
             [p.output_descs[0].reg for p in ir.parameters] + [r.input_descs[0].reg for r in ir.results])

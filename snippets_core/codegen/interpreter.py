@@ -513,3 +513,12 @@ def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence
         return [o.reshape(s) for o, s in zip(kernel.run(inputs), out_shapes)]
 
     return execute
+
+
+# The Brgemm emitter builds on this module's emitter base, so it joins the table once the module is complete.
+from snippets_core.codegen.interpreter_brgemm import BrgemmEmitter  # noqa: E402
+
+_SPECIAL["Brgemm"] = BrgemmEmitter
+# a LoadReorder's permutation lives in its pointer increments and the kernel's data offsets (InitLoops,
+# PropagateLayout); the access itself is a Load
+_SPECIAL["LoadReorder"] = LoadEmitter

@@ -40,6 +40,10 @@ class Config:
     min_kernel_work_amount: int = 256
     are_buffers_optimized: bool = True
     need_fill_tail_register: bool = False
+    #: Brgemm blocks (BrgemmBlocking): M rows and N columns per block; K 0 = 512, or 1024 when K > 1024
+    brgemm_m_block: int = 32
+    brgemm_n_block: int = 64
+    brgemm_k_block: int = 0
 
     def __post_init__(self) -> None:
         if self.vector_size < 1 or self.loop_depth < 1 or self.min_parallel_work_amount < 1:

@@ -9,7 +9,7 @@ from snippets_core.lowered.loop_info import ExpandedLoopInfo, LoopInfo, LoopPort
 from snippets_core.lowered.op_kinds import is_memory_access_input, is_memory_access_output
 
 if TYPE_CHECKING:
-    from snippets_core.lowered.expression import Expression
+    from snippets_core.lowered.expression import Expression, ExpressionPort
     from snippets_core.lowered.linear_ir import LinearIR
     from snippets_core.lowered.port_connector import PortConnector
 
@@ -51,6 +51,38 @@ def port_stride(shape: tuple[int, ...], dim_idx: int) -> int:
     if dim_idx >= len(shape) or shape[-1 - dim_idx] == 1:
         return 0
     return prod(shape[len(shape) - dim_idx:])
+
+
+def inverse_order(order: tuple[int, ...]) -> tuple[int, ...]:
+    inv = [0] * len(order)
+    for i, o in enumerate(order):
+        inv[o] = i
+    return tuple(inv)
+
+
+def planar_to_stored(ep: ExpressionPort) -> tuple[int, ...]:
+    """For each planar dim of the tensor an expression port sees, the stored (memory) dim it is.
+
+    Port descriptors keep the stored shape; their layout follows OpenVINO's two conventions: on an input
+    port planar dim ``i`` is stored dim ``layout[i]``, on an output port stored dim ``i`` is planar dim
+    ``layout[i]`` (the order of a folded Transpose)."""
+    desc = ep.descriptor
+    return tuple(desc.layout) if ep.is_input else inverse_order(tuple(desc.layout))
+
+
+def stored_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a dense row-major tensor."""
+    return tuple(prod(shape[i + 1:]) for i in range(len(shape)))
+
+
+def memory_port_stride(ep: ExpressionPort, dim_idx: int) -> int:
+    """Elements between two neighbours along planar dim ``dim_idx`` (0 = innermost) of the tensor a memory
+    port reads or writes, through its layout; 0 when that dim is 1 (broadcast)."""
+    shape = ep.descriptor.shape
+    if dim_idx >= len(shape):
+        return 0
+    stored = planar_to_stored(ep)[len(shape) - 1 - dim_idx]
+    return 0 if shape[stored] == 1 else stored_strides(shape)[stored]
 
 
 def loop_arrays(info: LoopInfo) -> dict[str, list[Any]]:

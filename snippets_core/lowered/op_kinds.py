@@ -18,6 +18,11 @@ MEMORY_SINKS = frozenset({"Result", "Buffer"})
 LOADS = frozenset({"Load", "LoadReorder", "BroadcastLoad"})
 #: ops that write memory through their output port 0
 STORES = frozenset({"Store"})
+#: matrix ops that read and write memory themselves (no Load/Store): (memory input ports, memory output ports)
+MEMORY_ACCESS_PORTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "Brgemm": ((0, 1), (0,)),
+    "BrgemmCopyB": ((0,), (0,)),
+}
 #: ops whose vector output already holds the same value in every lane
 LANE_UNIFORM = frozenset({"Scalar", "BroadcastMove", "BroadcastLoad", "HorizonMax", "HorizonSum"})
 #: ops that make a register out of nothing (no memory input)
@@ -25,13 +30,13 @@ REGISTER_SOURCES = frozenset({"Scalar", "VectorBuffer"})
 
 #: register class of an op's outputs (Generator::get_op_out_reg_type); anything else is "vec"
 GPR_OUTPUT_OPS = frozenset({"Parameter", "Result", "LoopBegin", "LoopEnd", "Buffer", "Store", "Brgemm",
-                            "PerfCountBegin", "PerfCountEnd", "RegSpillBegin", "RegSpillEnd", "Kernel", "Nop"}) \
+                            "BrgemmCopyB", "PerfCountBegin", "PerfCountEnd", "RegSpillBegin", "RegSpillEnd", "Kernel", "Nop"}) \
     | SHAPE_ONLY
 
 
 def is_memory_access_input(expr_type: str, port: int) -> bool:
-    return expr_type in LOADS and port == 0
+    return (expr_type in LOADS and port == 0) or port in MEMORY_ACCESS_PORTS.get(expr_type, ((), ()))[0]
 
 
 def is_memory_access_output(expr_type: str, port: int) -> bool:
-    return expr_type in STORES and port == 0
+    return (expr_type in STORES and port == 0) or port in MEMORY_ACCESS_PORTS.get(expr_type, ((), ()))[1]

@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from snippets_core.lowered.brgemm_utils import BRGEMM_OPS
 from snippets_core.lowered.linear_ir import Config, LinearIR
 from snippets_core.lowered.passes.allocate_buffers import AllocateBuffers
 from snippets_core.lowered.passes.assign_registers import AssignRegisters
+from snippets_core.lowered.passes.brgemm_blocking import BrgemmBlocking
 from snippets_core.lowered.passes.clean_repeated_data_pointer_shifts import CleanRepeatedDataPointerShifts
 from snippets_core.lowered.passes.cleanup_loop_offsets import CleanupLoopOffsets
 from snippets_core.lowered.passes.extract_loop_invariants import ExtractLoopInvariants
@@ -33,6 +35,7 @@ from snippets_core.lowered.passes.move_scalar_to_consumer import MoveScalarToCon
 from snippets_core.lowered.passes.normalize_loop_ids import NormalizeLoopIDs
 from snippets_core.lowered.passes.optimize_domain import OptimizeDomain
 from snippets_core.lowered.passes.optimize_loop_single_evaluation import OptimizeLoopSingleEvaluation
+from snippets_core.lowered.passes.propagate_layout import PropagateLayout
 from snippets_core.lowered.passes.split_loops import SplitLoops
 from snippets_core.lowered.port_descriptor import RegType
 from snippets_core.passes.pass_manager import PassHook, PassPipeline, PositionedPass
@@ -50,10 +53,11 @@ def control_flow_pipeline(config: Config) -> PassPipeline:
 
     vs = config.vector_size
     return PassPipeline("control-flow", [
-        MarkLoops(vs), ReduceDecomposition(vs), FuseLoops(), SplitLoops(), MoveResultOutOfLoop(), InsertBuffers(),
+        MarkLoops(vs), BrgemmBlocking(config.brgemm_m_block, config.brgemm_n_block, config.brgemm_k_block),
+        ReduceDecomposition(vs), FuseLoops(), SplitLoops(), MoveResultOutOfLoop(), InsertBuffers(),
         InsertLoadStore(vs), MoveScalarToConsumer(), InsertBroadcastMove(), LoadMoveBroadcastToBroadcastLoad(),
         ExtractLoopInvariants(),
-        ValidateShapes(), ValidateUnifiedLoops(), InitLoops(), InsertLoops(),
+        ValidateShapes(), ValidateUnifiedLoops(), InitLoops(), PropagateLayout(), InsertLoops(),
         AllocateBuffers(config.are_buffers_optimized), CleanRepeatedDataPointerShifts(),
     ])
 

@@ -6,7 +6,10 @@ from dataclasses import dataclass
 from math import prod
 from typing import TYPE_CHECKING, ClassVar
 
+from snippets_core.lowered.brgemm_utils import BRGEMM_OPS, resolve_dim
+from snippets_core.lowered.loop_info import LoopPortType
 from snippets_core.lowered.passes.pass_base import LoweredPass
+from snippets_core.lowered.port_descriptor import FULL_DIM
 
 if TYPE_CHECKING:
     from snippets_core.lowered.expression import BufferExpression
@@ -15,20 +18,33 @@ if TYPE_CHECKING:
 
 def buffer_allocation_size(ir: LinearIR, buf: BufferExpression) -> int:
     """A NewMemory buffer needs its declared shape. An intermediate buffer needs the tile its writer
-    produces before the buffer is read: the dims iterated by the writer's loops that do not also
-    contain the buffer (the loops they share are re-run, and the buffer reused, per iteration)."""
+    produces before the buffer is read: along each dim iterated by a writer's loop that does not also
+    contain the buffer, the loop's work amount (the loops they share are re-run, and the buffer reused,
+    per iteration); a Brgemm writer adds the rows and columns of its block."""
     if not buf.input_count:
         size = buf.node.allocation_size()
         assert size is not None
         return size
     writer = buf.input_expr(0)
     shape = buf.input_descs[0].preordered_shape
-    dims = set()
+    extents: dict[int, int] = {}
     for loop_id in writer.loop_ids:
         if loop_id not in buf.loop_ids:
-            dims.add(ir.loop_manager.get_loop_info(loop_id).dim_idx)
-    elems = prod(shape[-1 - d] for d in sorted(dims) if 0 <= d < len(shape))
-    if 0 not in dims and shape and getattr(writer.node, "count", 1) > 1:
+            info = ir.loop_manager.get_loop_info(loop_id)
+            port = next((p for p in info.output_ports if p.expr_port.expr is writer), None)
+            if port is not None and port.type == LoopPortType.NOT_INCREMENTED:
+                continue  # a reduction loop (a Brgemm's K) writes the same tile again
+            d = port.dim_idx if port is not None else info.dim_idx
+            if 0 <= d < len(shape):
+                extents[d] = max(extents.get(d, 1), min(info.work_amount, shape[-1 - d]))
+    if writer.type_name in BRGEMM_OPS:
+        # the block of C one call writes (whole dims unless a loop outside the buffer walks them)
+        sub = writer.output_descs[0].subtensor or (FULL_DIM, FULL_DIM)
+        for d, s in ((1, sub[-2]), (0, sub[-1])):
+            if d < len(shape) and d not in extents:
+                extents[d] = resolve_dim(s, shape[-1 - d])
+    elems = prod(extents.values())
+    if 0 not in extents and shape and getattr(writer.node, "count", 1) > 1:
         elems *= shape[-1]
     return elems * buf.element_size
 

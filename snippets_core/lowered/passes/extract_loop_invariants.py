@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from snippets_core.lowered.loop_info import LoopPort, LoopPortDesc, LoopPortType, UnifiedLoopInfo
-from snippets_core.lowered.op_kinds import LOADS, NOT_IN_LOOPS, STORES
+from snippets_core.lowered.op_kinds import LOADS, MEMORY_ACCESS_PORTS, NOT_IN_LOOPS, STORES
 from snippets_core.lowered.passes.init_live_ranges import INPLACE_INPUT
 from snippets_core.lowered.passes.pass_base import LoweredPass
 
@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from snippets_core.lowered.linear_ir import LinearIR
 
 #: never hoisted: memory accesses, register sources rematerialized per use, reduction pieces
-_KEEP = frozenset({"Scalar", "VectorBuffer", "Fill", "HorizonMax", "HorizonSum"}) | LOADS | STORES | NOT_IN_LOOPS
+_KEEP = (frozenset({"Scalar", "VectorBuffer", "Fill", "HorizonMax", "HorizonSum"}) | LOADS | STORES | NOT_IN_LOOPS
+         | frozenset(MEMORY_ACCESS_PORTS))
 
 
 def _hoistable(expr: Expression, loop_id: int) -> bool:

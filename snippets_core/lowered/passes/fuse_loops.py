@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from snippets_core.lowered.loop_info import LoopInfo, UnifiedLoopInfo
+from snippets_core.lowered.loop_info import LoopInfo, SpecificIterationHandlers, SpecificLoopIterType, UnifiedLoopInfo
 from snippets_core.lowered.passes.pass_base import LoweredPass
 
 if TYPE_CHECKING:
@@ -28,7 +28,19 @@ def _segments(ir: LinearIR, level: int, begin: int, end: int) -> list[tuple[int 
 
 
 def _compatible(a: LoopInfo, b: LoopInfo) -> bool:
-    return a.work_amount == b.work_amount and a.increment == b.increment and a.dim_idx == b.dim_idx
+    return (a.work_amount == b.work_amount and a.increment == b.increment and a.dim_idx == b.dim_idx
+            and _edges_agree(a, b))
+
+
+def _edges_agree(a: LoopInfo, b: LoopInfo) -> bool:
+    """Data flowing from loop A into loop B is walked the same way by both (same dim, both incremented):
+    a Brgemm reading a product along its K dim (a not-incremented port) needs all of it, not one block."""
+    for pb in b.input_ports:
+        src = pb.expr_port.connector.source
+        for pa in a.output_ports:
+            if pa.expr_port == src and (pa.type != pb.type or pa.dim_idx != pb.dim_idx):
+                return False
+    return True
 
 
 def _plan_moves(ir: LinearIR, a_range: tuple[int, int], between: list[Expression],
@@ -68,8 +80,16 @@ def fuse_into(ir: LinearIR, a_id: int, b_id: int, level: int) -> None:
     ins = [p for p in a.input_ports + b.input_ports if id(p.expr_port.connector.source.expr) not in members]
     outs = [p for p in a.output_ports + b.output_ports
             if any(id(c.expr) not in members for c in p.expr_port.connector.get_consumers())]
-    fused = UnifiedLoopInfo(a.work_amount, a.increment, ins, outs,
-                            a.handlers if isinstance(a, UnifiedLoopInfo) else None, dim_idx=a.dim_idx)
+    handlers = SpecificIterationHandlers()
+    for info in (a, b):
+        if isinstance(info, UnifiedLoopInfo):
+            for t in SpecificLoopIterType:
+                for h in info.handlers.for_type(t):
+                    if h not in handlers.for_type(t):
+                        handlers.for_type(t).append(h)
+    fused = UnifiedLoopInfo(a.work_amount, a.increment, ins, outs, handlers, dim_idx=a.dim_idx)
+    if getattr(a, "is_split_inner", False) or getattr(b, "is_split_inner", False):
+        fused.is_split_inner = True  # type: ignore[attr-defined]
     lm.set_loop_info(a_id, fused)
     lm.remove_loop_info(b_id)
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from snippets_core.lowered.loop_info import LoopPortDesc, LoopPortType, UnifiedLoopInfo
-from snippets_core.lowered.loop_utils import is_memory_port, port_stride
+from snippets_core.lowered.loop_utils import is_memory_port, memory_port_stride
 from snippets_core.lowered.passes.pass_base import LoweredPass
 
 if TYPE_CHECKING:
@@ -19,10 +19,11 @@ def _init_port(p: LoopPort, work_amount: int) -> tuple[LoopPort, LoopPortDesc]:
         # a register flowing into or out of the loop: no pointer to move
         return p.with_(type=LoopPortType.NOT_PROCESSED), LoopPortDesc()
     ep = p.expr_port
-    desc = ep.descriptor
-    et = ep.expr.node.outputs[0].element_type if not ep.is_input else ep.connector.source.expr.node.outputs[
-        ep.connector.source.index].element_type
-    inc = port_stride(desc.preordered_shape, p.dim_idx) if p.is_incremented else 0
+    src = ep if not ep.is_input else ep.connector.source
+    et = src.expr.node.outputs[src.index].element_type
+    # strides of the stored tensor along the planar dim the loop walks: layouts (folded Transposes,
+    # LoadReorder orders) become pointer increments here
+    inc = memory_port_stride(ep, p.dim_idx) if p.is_incremented else 0
     return p, LoopPortDesc(inc, -inc * work_amount, et.size)
 
 

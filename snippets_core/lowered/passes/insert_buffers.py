@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from snippets_core.lowered.loop_manager import LoopManager
-from snippets_core.lowered.op_kinds import SHAPE_ONLY
+from snippets_core.lowered.op_kinds import SHAPE_ONLY, is_memory_access_input, is_memory_access_output
 from snippets_core.lowered.passes.pass_base import LoweredPass
 
 if TYPE_CHECKING:
@@ -19,7 +19,10 @@ _NO_BUFFER_SOURCES = frozenset({"Parameter", "Buffer", "Scalar", "VectorBuffer",
 _NO_BUFFER_CONSUMERS = frozenset({"Result", "Buffer", "LoopEnd"})
 
 
-def _needs_buffer(src: Expression, dst: Expression) -> bool:
+def _needs_buffer(src: Expression, dst: Expression, src_port: int, dst_port: int) -> bool:
+    # a matrix product reads and writes memory, never registers
+    if is_memory_access_output(src.type_name, src_port) or is_memory_access_input(dst.type_name, dst_port):
+        return True
     a, b = src.loop_ids, dst.loop_ids
     if a == b:
         return False
@@ -47,14 +50,17 @@ class InsertBuffers(LoweredPass):
             for j, conn in enumerate(src.output_connectors):
                 targets: list[ExpressionPort] = [
                     c for c in conn.get_consumers()
-                    if c.expr.type_name not in _NO_BUFFER_CONSUMERS and _needs_buffer(src, c.expr)]
+                    if c.expr.type_name not in _NO_BUFFER_CONSUMERS and _needs_buffer(src, c.expr, j, c.index)]
                 if not targets:
                     continue
                 common = src.loop_ids
                 for c in targets:
                     common = LoopManager.common_outer_loops_ids(common, c.expr.loop_ids)
                 # right after the producer's loop nest at the first level not shared with the consumers
-                _, pos = LoopManager.get_loop_bounds(ir, src.loop_ids[len(common)])
+                if len(src.loop_ids) > len(common):
+                    _, pos = LoopManager.get_loop_bounds(ir, src.loop_ids[len(common)])
+                else:
+                    pos = ir.index(src) + 1
                 ir.insert_node(Buffer(src.node.outputs[j]), pos, loop_ids=common, consumers=targets,
                                update_loop_ports=False)
                 changed = True

@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from snippets_core.lowered.op_kinds import LOADS, MEMORY_SINKS, MEMORY_SOURCES, SHAPE_ONLY, STORES
+from snippets_core.lowered.op_kinds import (
+    LOADS,
+    MEMORY_SINKS,
+    MEMORY_SOURCES,
+    SHAPE_ONLY,
+    STORES,
+    is_memory_access_output,
+)
 from snippets_core.lowered.passes.pass_base import LoweredPass
 
 if TYPE_CHECKING:
@@ -48,7 +55,8 @@ class InsertLoadStore(LoweredPass):
         for expr in list(ir.exprs):
             if expr.type_name in MEMORY_SINKS and expr.input_count:
                 src = expr.input_connectors[0].source
-                if src.expr.type_name not in STORES and src.expr.type_name not in SHAPE_ONLY:
+                if (src.expr.type_name not in STORES and src.expr.type_name not in SHAPE_ONLY
+                        and not is_memory_access_output(src.expr.type_name, src.index)):
                     count = access_count(src.descriptor.preordered_shape, self.vector_size)
                     store = Store(src.expr.node.outputs[src.index], count=count)
                     st = ir.insert_node(store, ir.index(src.expr) + 1, loop_ids=src.expr.loop_ids,

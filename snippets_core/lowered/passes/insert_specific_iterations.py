@@ -1,4 +1,4 @@
-"""InsertSpecificIterations: split each loop into its main body and a tail with rescaled accesses."""
+"""InsertSpecificIterations: split each loop into a peeled first iteration, its main body and a tail."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from snippets_core.errors import CodegenError
-from snippets_core.lowered.expression import Expression, ExpressionPort
+from snippets_core.lowered.expression import BufferExpression, Expression, ExpressionPort
 from snippets_core.lowered.loop_info import ExpandedLoopInfo, LoopPort, SpecificLoopIterType, UnifiedLoopInfo
 from snippets_core.lowered.loop_utils import loop_end_of, sync_loop_end
 from snippets_core.lowered.op_kinds import LOADS, STORES
@@ -30,6 +30,7 @@ def set_fill_offset(ir: LinearIR, body: list[Expression], tail: int) -> None:
             e.node.offset = tail
 
 
+#: tail handlers of loops over the innermost dim (vector lanes)
 TAIL_HANDLERS = (update_memory_access_counts, set_fill_offset)
 
 
@@ -50,70 +51,151 @@ def clone_range(ir: LinearIR, exprs: list[Expression], pos: int, loop_map: dict[
         new.output_descs = list(e.output_descs)
         new.set_loop_ids([loop_map.get(lp, lp) for lp in e.loop_ids])
         new.live_regs = e.live_regs
+        if isinstance(e, BufferExpression) and isinstance(new, BufferExpression):
+            new.reg_group, new.cluster_id, new.offset = e.reg_group, e.cluster_id, e.offset
+            new.allocation_size = e.allocation_size
         ir.insert_expr(new, pos + k)
         copies[id(e)] = new
     return copies
 
 
+def _remap_ports(ports: list[LoopPort], copies: dict[int, Expression] | None) -> list[LoopPort]:
+    if copies is None:
+        return list(ports)
+    return [p.with_(expr_port=ExpressionPort(copies[id(p.expr_port.expr)], p.expr_port.type, p.expr_port.index))
+            for p in ports]
+
+
 def _expanded(info: UnifiedLoopInfo, t: SpecificLoopIterType, wa: int, inc: int, zero_fin: bool,
               ports_map: dict[int, Expression] | None = None) -> ExpandedLoopInfo:
-    def remap(ports: list[LoopPort]) -> list[LoopPort]:
-        if ports_map is None:
-            return list(ports)
-        return [p.with_(expr_port=ExpressionPort(ports_map[id(p.expr_port.expr)], p.expr_port.type,
-                                                 p.expr_port.index)) for p in ports]
-
     descs = info.port_descs()
     fins = [0 if zero_fin else d.finalization_offset for d in descs]
-    return ExpandedLoopInfo(wa, inc, remap(info.input_ports), remap(info.output_ports),
+    return ExpandedLoopInfo(wa, inc, _remap_ports(info.input_ports, ports_map),
+                            _remap_ports(info.output_ports, ports_map),
                             [d.ptr_increment for d in descs], fins, [d.data_size for d in descs], t, info)
+
+
+def _copy_expanded(info: ExpandedLoopInfo, copies: dict[int, Expression]) -> ExpandedLoopInfo:
+    return ExpandedLoopInfo(info.work_amount, info.increment, _remap_ports(info.input_ports, copies),
+                            _remap_ports(info.output_ports, copies), info.ptr_increments,
+                            info.finalization_offsets, info.data_sizes, info.type, info.unified, info.evaluate_once)
+
+
+def nested_loop_ids(body: list[Expression], loop_id: int) -> list[int]:
+    """Ids of the loops inside a loop body (their LoopEnds are in it), in body order."""
+    return [e.node.loop_id for e in body if e.type_name == "LoopEnd" and e.node.loop_id != loop_id]
+
+
+@dataclass(frozen=True)
+class TransformInnerSplitLoop:
+    """Tail handler of the outer part of a loop SplitLoops split: in the outer loop's tail, the inner part
+    walks only the ``tail`` elements left instead of a whole outer ``increment``."""
+
+    dim_idx: int
+    increment: int
+
+    def __call__(self, ir: LinearIR, body: list[Expression], amount: int) -> None:
+        lm = ir.loop_manager
+        for e in body:
+            if e.type_name != "LoopEnd":
+                continue
+            info = lm.get_loop_info(e.node.loop_id)
+            if not (isinstance(info, ExpandedLoopInfo) and getattr(info.unified, "is_split_inner", False)
+                    and info.dim_idx == self.dim_idx and info.work_amount == self.increment):
+                continue
+            if info.type != SpecificLoopIterType.MAIN_BODY or self.increment % info.increment:
+                raise CodegenError(f"the inner part of split loop {e.node.loop_id} has specific iterations of its "
+                                   "own; its outer loop's tail cannot shrink it")
+            if amount % info.increment:
+                raise CodegenError(f"the tail {amount} of a split loop is not a multiple of its inner increment "
+                                   f"{info.increment}")
+            old = info.work_amount
+            info.work_amount = amount
+            info.finalization_offsets = [f * amount // old for f in info.finalization_offsets]
+            sync_loop_end(e, info)
 
 
 @dataclass(frozen=True)
 class InsertSpecificIterations(LoweredPass):
-    """Expand every unified loop. If the increment divides the work amount, the loop is its main body.
-    Otherwise the main body runs ``work_amount - tail`` elements with no finalization offsets, and a copy
-    of the body placed right after it runs the ``tail`` with accesses of ``tail`` elements and the
-    finalization offsets (a work amount below the increment keeps only the tail). Registers are
-    already assigned, so the copy reuses them."""
+    """Expand every unified loop, innermost loops first, into up to three specific iterations:
+
+    * FIRST_ITER, when the loop has first-iteration handlers (the Brgemm K loop: the first block writes C):
+      one increment, peeled into a copy placed before the loop;
+    * MAIN_BODY: the whole increments left (the original expressions);
+    * LAST_ITER: the ``work_amount % increment`` tail, a copy placed after the loop, whose handlers shrink
+      its accesses (vector loads/stores for innermost loops, Brgemm blocks, inner split loops).
+
+    Only the last present part applies the finalization offsets. Copies of a loop with loops inside copy
+    those (already expanded) loops too, under new ids. Registers are already assigned: copies reuse them."""
 
     name: ClassVar[str] = "insert-specific-iterations"
 
     def run(self, ir: LinearIR) -> bool:
         lm = ir.loop_manager
-        changed = False
-        for loop_id in lm.ids():
-            info = lm.get_loop_info(loop_id)
-            if not isinstance(info, UnifiedLoopInfo):
+        depth: dict[int, int] = {}
+        for e in ir.exprs:
+            if e.type_name == "LoopBegin":
                 continue
-            end_expr = loop_end_of(ir, loop_id)
-            begin, end = lm.get_loop_bounds(ir, loop_id)
-            begin -= 1  # the LoopBegin sits in the outer loops only
-            assert ir.exprs[begin].type_name == "LoopBegin"
-            body = ir.exprs[begin:end + 1]
-            wa, inc = info.work_amount, info.increment
-            tail = wa % inc
-            main_wa = wa - tail
-            if tail == 0:
-                lm.set_loop_info(loop_id, _expanded(info, SpecificLoopIterType.MAIN_BODY, wa, inc, False))
-            elif main_wa == 0:
-                lm.set_loop_info(loop_id, _expanded(info, SpecificLoopIterType.LAST_ITER, tail, tail, False))
-                for h in TAIL_HANDLERS:
-                    h(ir, body, tail)
-                changed = True
-            else:
-                if any(e.type_name == "LoopEnd" for e in body[:-1]):
-                    raise CodegenError(f"loop {loop_id} has a tail ({wa} % {inc}) and nested loops; "
-                                       "tails of outer loops are not supported")
-                new_id = max(lm.ids()) + 1
-                copies = clone_range(ir, body, end + 1, {loop_id: new_id})
-                lm.set_loop_info(loop_id, _expanded(info, SpecificLoopIterType.MAIN_BODY, main_wa, inc, True))
-                lm.set_loop_info(new_id, _expanded(info, SpecificLoopIterType.LAST_ITER, tail, tail, False, copies))
-                tail_body = [copies[id(e)] for e in body]
-                for h in TAIL_HANDLERS:
-                    h(ir, tail_body, tail)
-                sync_loop_end(tail_body[-1], lm.get_loop_info(new_id))
-                changed = True
-            sync_loop_end(end_expr, lm.get_loop_info(loop_id))
+            for k, lid in enumerate(e.loop_ids):
+                depth[lid] = max(depth.get(lid, 0), k)
+        changed = False
+        for loop_id in sorted(lm.ids(), key=lambda lid: (-depth.get(lid, 0), lid)):
+            info = lm.get_loop_info(loop_id)
+            if isinstance(info, UnifiedLoopInfo):
+                changed |= self._expand(ir, loop_id, info)
         ir.enumerate_expressions()
         return changed
+
+    def _expand(self, ir: LinearIR, loop_id: int, info: UnifiedLoopInfo) -> bool:
+        lm = ir.loop_manager
+        begin, end = lm.get_loop_bounds(ir, loop_id)
+        begin -= 1  # the LoopBegin sits in the outer loops only
+        assert ir.exprs[begin].type_name == "LoopBegin"
+        body = ir.exprs[begin:end + 1]
+        wa, inc = info.work_amount, info.increment
+        first = bool(info.handlers.first_iter) and wa > inc
+        rest = wa - inc if first else wa
+        tail = rest % inc
+        main_wa = rest - tail
+        parts: list[tuple[SpecificLoopIterType, int, int]] = []
+        if first:
+            parts.append((SpecificLoopIterType.FIRST_ITER, inc, inc))
+        if main_wa:
+            parts.append((SpecificLoopIterType.MAIN_BODY, main_wa, inc))
+        if tail:
+            parts.append((SpecificLoopIterType.LAST_ITER, tail, tail))
+        # the original expressions become the main body, or the only part there is
+        own = next((k for k, p in enumerate(parts) if p[0] == SpecificLoopIterType.MAIN_BODY), len(parts) - 1)
+        nested = nested_loop_ids(body, loop_id)
+        bodies: list[list[Expression]] = []
+        for k, (t, part_wa, part_inc) in enumerate(parts):
+            last = k == len(parts) - 1
+            if k == own:
+                part_id, part_body, copies = loop_id, body, None
+            else:
+                part_id = max(lm.ids()) + 1
+                loop_map = {loop_id: part_id}
+                for n, lid in enumerate(nested):
+                    loop_map[lid] = part_id + 1 + n
+                pos = ir.index(body[0]) if k < own else ir.index(bodies[-1][-1]) + 1
+                copies = clone_range(ir, body, pos, loop_map)
+                for lid in nested:
+                    nested_info = lm.get_loop_info(lid)
+                    assert isinstance(nested_info, ExpandedLoopInfo), "inner loops are expanded first"
+                    lm.set_loop_info(loop_map[lid], _copy_expanded(nested_info, copies))
+                part_body = [copies[id(e)] for e in body]
+            lm.set_loop_info(part_id, _expanded(info, t, part_wa, part_inc, not last, copies))
+            if t == SpecificLoopIterType.LAST_ITER or (t == SpecificLoopIterType.FIRST_ITER and k != own):
+                self._run_handlers(ir, info, t, part_body, part_wa)
+            bodies.append(part_body)
+            sync_loop_end(part_body[-1], lm.get_loop_info(part_id))
+        return len(parts) > 1 or parts[0][0] != SpecificLoopIterType.MAIN_BODY
+
+    @staticmethod
+    def _run_handlers(ir: LinearIR, info: UnifiedLoopInfo, t: SpecificLoopIterType, body: list[Expression],
+                      amount: int) -> None:
+        handlers = list(info.handlers.for_type(t))
+        if t == SpecificLoopIterType.LAST_ITER and info.dim_idx == 0:
+            handlers = list(TAIL_HANDLERS) + handlers
+        for h in handlers:
+            h(ir, body, amount)

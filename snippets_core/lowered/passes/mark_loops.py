@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from snippets_core.errors import UnsupportedOpError, ValidationError
 from snippets_core.lowered.loop_manager import LoopManager
-from snippets_core.lowered.op_kinds import NOT_IN_LOOPS, SHAPE_ONLY
+from snippets_core.lowered.op_kinds import LOADS, NOT_IN_LOOPS, SHAPE_ONLY, STORES
 from snippets_core.lowered.passes.move_scalar_to_consumer import place_scalars_before_consumers
 from snippets_core.lowered.passes.pass_base import LoweredPass
 from snippets_core.lowered.port_descriptor import FULL_DIM
@@ -46,8 +46,11 @@ def mark_loop_nest(ir: LinearIR, begin: int, end: int, loop_depth: int, vector_s
         if not sub:
             sub = [1] * loop_depth
             sub[-1] = vector_size
+        # a memory access moves at most part of the innermost dim: the dims its subtensor leaves out are
+        # walked one by one (a scalar LoadReorder/Store pair), other ops process them whole
+        pad = 1 if port.expr.type_name in LOADS or port.expr.type_name in STORES else FULL_DIM
         while len(sub) < loop_depth:
-            sub.insert(0, FULL_DIM)
+            sub.insert(0, pad)
         if loop_subtensor is None:
             loop_subtensor = sub
         elif loop_subtensor[-loop_depth:] != sub[-loop_depth:]:

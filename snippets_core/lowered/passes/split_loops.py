@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from snippets_core.lowered.loop_info import UnifiedLoopInfo
+from snippets_core.lowered.loop_info import SpecificIterationHandlers, UnifiedLoopInfo
 from snippets_core.lowered.passes.fuse_loops import FuseLoops
+from snippets_core.lowered.passes.insert_specific_iterations import TransformInnerSplitLoop
 from snippets_core.lowered.passes.pass_base import LoweredPass
 
 if TYPE_CHECKING:
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 def _can_split(to_split: UnifiedLoopInfo, to_fuse: UnifiedLoopInfo) -> bool:
     return (to_split.dim_idx == to_fuse.dim_idx and to_split.work_amount == to_fuse.work_amount
             and to_split.increment < to_fuse.increment and to_fuse.increment % to_split.increment == 0
-            and to_split.work_amount % to_fuse.increment == 0)
+            and to_split.work_amount >= to_fuse.increment)
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,8 @@ class SplitLoops(LoweredPass):
     over the same dim and work amount, and A's increment is a multiple of B's, split B into an outer
     loop with A's increment and an inner loop over one such block with B's increment; then FuseLoops
     can fuse the outer part with A (the MHA case: one M-block loop shared by both matrix products).
-    The work amount must be a multiple of A's increment (the inner loop has no tail of its own)."""
+    When the work amount is not a multiple of A's increment, the outer loop's tail iteration shrinks the
+    inner loop to the elements left (:class:`TransformInnerSplitLoop`, run by InsertSpecificIterations)."""
 
     name: ClassVar[str] = "split-loops"
 
@@ -45,8 +47,11 @@ class SplitLoops(LoweredPass):
                     if not (isinstance(to_split, UnifiedLoopInfo) and isinstance(to_fuse, UnifiedLoopInfo)
                             and _can_split(to_split, to_fuse)):
                         continue
+                    handlers = SpecificIterationHandlers(
+                        last_iter=[TransformInnerSplitLoop(to_split.dim_idx, to_fuse.increment)])
                     outer = UnifiedLoopInfo(to_split.work_amount, to_fuse.increment, list(to_split.input_ports),
-                                            list(to_split.output_ports), dim_idx=to_split.dim_idx)
+                                            list(to_split.output_ports), handlers, dim_idx=to_split.dim_idx)
+                    to_split.is_split_inner = True  # type: ignore[attr-defined]
                     outer_id = lm.add_loop_info(outer)
                     to_split.work_amount = to_fuse.increment
                     for e in ir.exprs:

@@ -1,0 +1,131 @@
+"""BrgemmBlocking: M, N and K blocking loops around each Brgemm (OpenVINO ``BrgemmBlocking``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from snippets_core.lowered.brgemm_utils import BRGEMM_BETA, BRGEMM_OPS, planar_dims
+from snippets_core.lowered.loop_info import LoopPort, LoopPortType, SpecificIterationHandlers, UnifiedLoopInfo
+from snippets_core.lowered.passes.pass_base import LoweredPass
+from snippets_core.lowered.port_descriptor import FULL_DIM
+
+if TYPE_CHECKING:
+    from snippets_core.lowered.expression import Expression
+    from snippets_core.lowered.linear_ir import LinearIR
+
+INC = LoopPortType.INCREMENTED
+KEEP = LoopPortType.NOT_INCREMENTED
+
+#: per blocked dim: (A subtensor index, B subtensor index, C subtensor index), None where the dim is absent
+_SUBTENSOR_POSITIONS: dict[str, tuple[int | None, int | None, int | None]] = {
+    "m": (-2, None, -2),
+    "n": (None, -1, -1),
+    "k": (-1, -2, None),
+}
+#: per blocked dim: (type, planar dim from the innermost) of the loop ports on A, B and C
+_LOOP_PORTS: dict[str, tuple[tuple[LoopPortType, int], ...]] = {
+    "m": ((INC, 1), (KEEP, 1), (INC, 1)),
+    "n": ((KEEP, 0), (INC, 0), (INC, 0)),
+    "k": ((INC, 0), (INC, 1), (KEEP, 0)),
+}
+
+
+def set_brgemm_block(expr: Expression, dim: str, block: int) -> None:
+    """Set the subtensors of the Brgemm's ports along ``dim`` ("m", "n" or "k") to ``block``."""
+    positions = _SUBTENSOR_POSITIONS[dim]
+    ports = [(True, 0), (True, 1), (False, 0)]
+    for (is_input, i), pos in zip(ports, positions):
+        if pos is None:
+            continue
+        desc = expr.input_descs[i] if is_input else expr.output_descs[i]
+        sub = list(desc.subtensor) or [FULL_DIM, FULL_DIM]
+        while len(sub) < 2:
+            sub.insert(0, FULL_DIM)
+        sub[pos] = block
+        new = desc.with_(subtensor=tuple(sub))
+        if is_input:
+            expr.set_input_port_descriptor(i, new)
+        else:
+            expr.set_output_port_descriptor(i, new)
+
+
+@dataclass(frozen=True)
+class UpdateBrgemmBlock:
+    """Specific-iteration handler: the Brgemms of a tail (or first) iteration compute a block of ``amount``
+    along ``dim``."""
+
+    dim: str
+
+    def __call__(self, ir: LinearIR, body: list[Expression], amount: int) -> None:
+        for e in body:
+            if e.type_name in BRGEMM_OPS:
+                set_brgemm_block(e, self.dim, amount)
+
+
+@dataclass(frozen=True)
+class SetBrgemmBeta:
+    """Specific-iteration handler of the K loop: the first K block writes C (beta 0), the others add to it."""
+
+    beta: float
+
+    def __call__(self, ir: LinearIR, body: list[Expression], amount: int) -> None:
+        for e in body:
+            if e.type_name in BRGEMM_OPS:
+                e.node.rt_info[BRGEMM_BETA] = self.beta
+
+
+def default_k_block(k: int) -> int:
+    """512, or 1024 when K is larger than 1024 (the reference's heuristic)."""
+    return 1024 if k > 1024 else 512
+
+
+@dataclass(frozen=True)
+class BrgemmBlocking(LoweredPass):
+    """Blocks each Brgemm by M, N and K: a dim larger than its block gets a loop with the block as increment
+    (a dim no larger than its block is processed whole, FULL_DIM), loops nested M -> N -> K (outermost
+    first). Port subtensors become the blocks; the tail iteration of each loop shrinks them
+    (:class:`UpdateBrgemmBlock`); the K loop peels its first iteration, which writes C while the others
+    accumulate (:class:`SetBrgemmBeta`). ``k_block = 0`` picks 512, or 1024 when K > 1024.
+
+    The M loop is the one SplitLoops shares with the ops between two Brgemms (MHA)."""
+
+    name: ClassVar[str] = "brgemm-blocking"
+    m_block: int = 32
+    n_block: int = 64
+    k_block: int = 0
+
+    def run(self, ir: LinearIR) -> bool:
+        changed = False
+        for expr in list(ir.exprs):
+            if expr.type_name not in BRGEMM_OPS:
+                continue
+            m, n, k = planar_dims(expr)
+            blocks = {"m": (m, self.m_block), "n": (n, self.n_block), "k": (k, self.k_block or default_k_block(k))}
+            base = len(expr.loop_ids)
+            for dim in ("k", "n", "m"):  # innermost first
+                size, block = blocks[dim]
+                if block <= 0 or size <= block:
+                    continue
+                set_brgemm_block(expr, dim, block)
+                self._mark_loop(ir, expr, dim, size, block, base)
+                changed = True
+        return changed
+
+    @staticmethod
+    def _mark_loop(ir: LinearIR, expr: Expression, dim: str, size: int, block: int, base: int) -> None:
+        (ta, da), (tb, db), (tc, dc) = _LOOP_PORTS[dim]
+        handlers = SpecificIterationHandlers(last_iter=[UpdateBrgemmBlock(dim)])
+        if dim == "k":
+            expr.node.rt_info[BRGEMM_BETA] = 1.0
+            handlers.first_iter.append(SetBrgemmBeta(0.0))
+        info = UnifiedLoopInfo(
+            size, block,
+            [LoopPort(expr.get_input_port(0), ta, da), LoopPort(expr.get_input_port(1), tb, db)],
+            [LoopPort(expr.get_output_port(0), tc, dc)],
+            handlers, dim_idx=1 if dim == "m" else 0)
+        loop_id = ir.loop_manager.add_loop_info(info)
+        expr.loop_ids.insert(base, loop_id)
+
+
+__all__ = ["BrgemmBlocking", "SetBrgemmBeta", "UpdateBrgemmBlock", "default_k_block", "set_brgemm_block"]
