@@ -516,7 +516,7 @@ def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence
 
 
 # The Brgemm emitter builds on this module's emitter base, so it joins the table once the module is complete.
-from snippets_core.codegen.interpreter_brgemm import BrgemmEmitter  # noqa: E402
+from snippets_core.codegen.interpreter_brgemm import BrgemmEmitter
 
 _SPECIAL["Brgemm"] = BrgemmEmitter
 # a LoadReorder's permutation lives in its pointer increments and the kernel's data offsets (InitLoops,

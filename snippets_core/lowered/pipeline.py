@@ -94,6 +94,9 @@ def lower(body: Model, config: Config, target: TargetMachine,
     ir = LinearIR(body.clone(), config)
     optimize_domain = OptimizeDomain()
     changed = optimize_domain.run(ir)
+    if any(e.type_name in BRGEMM_OPS for e in ir.exprs):
+        # a matrix product's kernel walks rows and columns: the tile rank covers both (M loops, buffers)
+        ir.loop_depth = max(ir.loop_depth, 2)
     for hook in hooks:
         hook(optimize_domain, ir, bool(changed))
     pipelines = {"control-flow": control_flow_pipeline(config), "validation": validation_pipeline(),

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 from snippets_core.errors import CodegenError
 from snippets_core.lowered.expression import BufferExpression, Expression, ExpressionPort
 from snippets_core.lowered.loop_info import ExpandedLoopInfo, LoopPort, SpecificLoopIterType, UnifiedLoopInfo
-from snippets_core.lowered.loop_utils import loop_end_of, sync_loop_end
+from snippets_core.lowered.loop_utils import sync_loop_end
 from snippets_core.lowered.op_kinds import LOADS, STORES
 from snippets_core.lowered.passes.pass_base import LoweredPass
 
