@@ -50,14 +50,13 @@ def generate_subgraph(
 
     ``debug`` (default: the ``SNIPPETS_*`` environment variables) turns on LinearIR dumps after the named
     passes and of the final LinearIR, and perf counters (InsertPerfCount at the end of the control-flow
-    pipeline; the clock must be one of ``target.perf_clocks``, default ``("chrono",)``)."""
+    pipeline; the clock must be one of ``target.perf_clocks``, a target without them refuses)."""
     from snippets_core.codegen.generator import Generator
+    from snippets_core.debug.config import DebugConfig
     from snippets_core.lowered.linear_ir import Config
     from snippets_core.lowered.pipeline import lower
     from snippets_core.passes.data_flow_pipeline import DataFlowConfig, data_flow_pipeline
     from snippets_core.passes.graph_utils import has_domain_sensitive_ops
-
-    from snippets_core.debug.config import DebugConfig
 
     debug = DebugConfig.from_env() if debug is None else debug
     positioned = list(positioned_passes)
@@ -66,7 +65,12 @@ def generate_subgraph(
         from snippets_core.lowered.passes.insert_perf_count import InsertPerfCount
         from snippets_core.passes.pass_manager import PassPosition, PositionedPass
 
-        clocks = tuple(getattr(target, "perf_clocks", ("chrono",)))
+        from snippets_core.debug.config import DebugConfigError
+
+        clocks = tuple(getattr(target, "perf_clocks", ()))
+        if not clocks:
+            raise DebugConfigError(f"{debug.sources.get('perf_count', 'perf_count')}: target '{target.name}' has no "
+                                   "perf-counter emitters (its TargetMachine declares no perf_clocks)")
         debug.perf_mode(clocks[0], clocks)  # a clock the target lacks is an error before any work
         positioned.append(PositionedPass(InsertPerfCount(), PassPosition.pipeline_end(), pipeline="control-flow"))
     body = sg.body.clone()

@@ -134,3 +134,11 @@ def test_compile_model_perf_report_and_rdtsc_refused_by_the_interpreter() -> Non
     assert row.subgraph in report and str(row.calls) in report
     with pytest.raises(DebugConfigError, match="rdtsc"):
         compile_model(_model(), target="interpreter", config={"target_options": {"debug": {"perf_count": "rdtsc"}}})
+
+
+def test_a_target_without_perf_clocks_refuses_perf_counters() -> None:
+    class NoClock(InterpreterTarget):
+        perf_clocks = ()
+
+    with pytest.raises(DebugConfigError, match="no perf-counter emitters"):
+        _subgraph().generate(NoClock(8), debug=DebugConfig(perf_count="default"))
