@@ -149,30 +149,27 @@ def split_rows(body: Model) -> Model:
 def generate_kernel(
     sg: Subgraph, config: CompileConfig, host: Any, name: str | None = None, parallel_work: int = 4
 ) -> ShaveKernel:
-    """Data-flow passes, lowering and code generation of a copy of ``sg``'s body into a SHAVE kernel."""
-    from snippets_core.codegen.generator import Generator
+    """``sg``'s SHAVE kernel through the core's per-Subgraph pipeline (``Subgraph.generate``: data-flow passes,
+    lowering, Generator); a body with row ops is first given its row dim (:func:`split_rows`)."""
     from snippets_core.ir.element_type import ElementType
+    from snippets_core.ir.ops.io import Parameter
+    from snippets_core.ir.ops.subgraph import Subgraph as _Subgraph
     from snippets_core.lowered.linear_ir import Config
-    from snippets_core.lowered.pipeline import lower
-    from snippets_core.passes.data_flow_pipeline import DataFlowConfig, data_flow_pipeline
     from snippets_core.passes.graph_utils import has_domain_sensitive_ops
     from snippets_shave.target_machine import ShaveTargetMachine
 
-    body = sg.body.clone()
-    ops = body.get_ordered_ops()
+    ops = sg.body.get_ordered_ops()
     if not all(o.shape.is_static for n in ops for o in n.outputs):
         raise CodegenError(f"Subgraph '{sg.name}' has dynamic shapes; a SHAVE blob is compiled for static shapes")
-    positioned = list(host.positioned_passes(TARGET_NAME, config)) if host is not None else []
-    sensitive = has_domain_sensitive_ops(body)
     if any(n.type_name in ROW_OPS for n in ops):
-        body = split_rows(body)
-    dfp = data_flow_pipeline(DataFlowConfig.for_body(body), positioned)
-    for pass_name in config.disabled_passes:
-        dfp.disable(pass_name)
-    dfp.run(body)
+        body = split_rows(sg.body)
+        # the same Subgraph over row-shaped inputs (a throwaway node: only its body and input shapes are read)
+        ins = [Parameter(p.element_type, p.outputs[0].shape, name=p.name) for p in body.parameters]
+        sg = _Subgraph(*ins, body=body, name=sg.name)
     # 8 f16 lanes when every value is f16, else 4 lanes (f32, or f16 in the low half of a register)
-    types = {o.element_type for n in body.get_ordered_ops() for o in n.outputs if n.type_name != "Result"}
+    types = {o.element_type for n in ops for o in n.outputs if n.type_name != "Result"}
     lanes = 8 if types == {ElementType.f16} else 4
+    sensitive = has_domain_sensitive_ops(sg.body)
     lcfg = Config(
         vector_size=lanes,
         loop_depth=1,
@@ -181,10 +178,13 @@ def generate_kernel(
         min_kernel_work_amount=256,
         need_fill_tail_register=sensitive,
     )
+    positioned = list(host.positioned_passes(TARGET_NAME, config)) if host is not None else []
     plugin_emitters = host.register_emitters(TARGET_NAME) if host is not None else {}
     tm = ShaveTargetMachine(lanes, name or _kernel_name(sg), plugin_emitters)
-    ir = lower(body, lcfg, tm, positioned, config.disabled_passes)
-    return Generator(tm).generate(ir)
+    generated = sg.generate(
+        tm, positioned_passes=positioned, disabled_passes=config.disabled_passes, lowering_config=lcfg
+    )
+    return generated.kernel
 
 
 # --- DMA planning -----------------------------------------------------------------------------------------------
