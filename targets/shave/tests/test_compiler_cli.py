@@ -126,3 +126,25 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
     code, _, err = _cli(capsys, "compile", str(path), "-t", "reference", "-o", str(tmp_path / "r.blob"))
     assert code == 2 and "writes no artifact" in err
+
+
+@pytest.mark.parametrize("command", ["compile", "simulate"])
+def test_new_commands_have_help_with_examples(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    assert "examples:" in capsys.readouterr().out
+
+
+def test_bad_blobs_and_inputs_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    onnx_path = _model(tmp_path / "m.onnx")
+    blob = tmp_path / "m.blob"
+    assert _cli(capsys, "compile", str(onnx_path), "-t", "shave", "-o", str(blob))[0] == 0
+    truncated = tmp_path / "cut.blob"
+    truncated.write_bytes(blob.read_bytes()[:200])
+    for argv in (["inspect", str(truncated)], ["simulate", str(truncated), "--inputs", str(tmp_path / "x.npz")]):
+        code, _, err = _cli(capsys, *argv)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    np.savez(tmp_path / "wrong.npz", x=np.zeros((4, 6, 16), np.float32))
+    code, _, err = _cli(capsys, "simulate", str(blob), "--inputs", str(tmp_path / "wrong.npz"))
+    assert code == 2 and "input 'x'" in err and len(err.strip().splitlines()) == 1
