@@ -95,8 +95,9 @@ class DebugConfig:
         mode = target_default if self.perf_count == "default" else self.perf_count
         if mode not in supported:
             src = self.sources.get("perf_count", ENV_PERF_COUNT)
-            raise DebugConfigError(f"{src}: perf-count clock {mode!r} is not supported by this target; "
-                                   f"it supports: {', '.join(supported)}")
+            raise DebugConfigError(
+                f"{src}: perf-count clock {mode!r} is not supported by this target; it supports: {', '.join(supported)}"
+            )
         return mode
 
     # --- parsing ------------------------------------------------------------------------------------------------
@@ -105,8 +106,11 @@ class DebugConfig:
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
-        for key, var in (("dump_lir", ENV_DUMP_LIR), ("perf_count", ENV_PERF_COUNT),
-                         ("segfault_detector", ENV_SEGFAULT_DETECTOR)):
+        for key, var in (
+            ("dump_lir", ENV_DUMP_LIR),
+            ("perf_count", ENV_PERF_COUNT),
+            ("segfault_detector", ENV_SEGFAULT_DETECTOR),
+        ):
             if var in env:
                 values[key] = env[var]
                 sources[key] = var
@@ -120,12 +124,16 @@ class DebugConfig:
         if raw is None:
             return base
         if not isinstance(raw, Mapping):
-            raise DebugConfigError(f"target_options['debug'] must be a mapping of dump_lir, perf_count, "
-                                   f"segfault_detector; got {type(raw).__name__}")
+            raise DebugConfigError(
+                f"target_options['debug'] must be a mapping of dump_lir, perf_count, "
+                f"segfault_detector; got {type(raw).__name__}"
+            )
         unknown = sorted(set(raw) - {"dump_lir", "perf_count", "segfault_detector"})
         if unknown:
-            raise DebugConfigError(f"target_options['debug']: unknown key {unknown[0]!r}; "
-                                   "known keys: dump_lir, perf_count, segfault_detector")
+            raise DebugConfigError(
+                f"target_options['debug']: unknown key {unknown[0]!r}; "
+                "known keys: dump_lir, perf_count, segfault_detector"
+            )
         sources = {k: f"target_options['debug']['{k}']" for k in raw}
         own = _build(dict(raw), sources)
         merged = {
@@ -243,8 +251,10 @@ def _parse_formats(value: Any, src: str) -> tuple[str, ...]:
         if n == "all":
             return tuple(DUMP_FORMATS)
         if n not in DUMP_FORMATS:
-            raise DebugConfigError(f"{src}: unknown dump format {name!r}; known formats: "
-                                   f"{', '.join(DUMP_FORMATS)}, all (aliases control_flow, data_flow)")
+            raise DebugConfigError(
+                f"{src}: unknown dump format {name!r}; known formats: "
+                f"{', '.join(DUMP_FORMATS)}, all (aliases control_flow, data_flow)"
+            )
         if n not in out:
             out.append(n)
     if not out:

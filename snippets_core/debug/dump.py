@@ -97,5 +97,7 @@ class LirDumper:
         self._write(ir, f"{self.subgraph}_final")
         missing = sorted(self.config.pass_keys - self.seen)
         if missing:
-            raise DebugConfigError(f"LinearIR dump: no pass named {missing[0]!r} ran for Subgraph "
-                                   f"{self.subgraph}; passes that ran: {', '.join(sorted(self.seen))}")
+            raise DebugConfigError(
+                f"LinearIR dump: no pass named {missing[0]!r} ran for Subgraph "
+                f"{self.subgraph}; passes that ran: {', '.join(sorted(self.seen))}"
+            )

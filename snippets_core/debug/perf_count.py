@@ -112,6 +112,10 @@ def format_perf(rows: list[PerfRow]) -> str:
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     lines = ["perf counters:"]
     for row in table:
-        lines.append("  " + "  ".join(c.rjust(w) if i in (2, 3, 4) else c.ljust(w)
-                                      for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+        lines.append(
+            "  "
+            + "  ".join(
+                c.rjust(w) if i in (2, 3, 4) else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))
+            ).rstrip()
+        )
     return "\n".join(lines)

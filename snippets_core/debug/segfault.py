@@ -31,8 +31,16 @@ class KernelFaultError(CodegenError):
     """A JIT kernel died from a signal (run under the segfault detector). ``expr_index`` is the position in
     the final LinearIR of the expression that was executing (None when the fault came before the first one)."""
 
-    def __init__(self, message: str, *, subgraph: str, signal_name: str, expr_index: int | None,
-                 op: str | None, lir_line: str | None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        subgraph: str,
+        signal_name: str,
+        expr_index: int | None,
+        op: str | None,
+        lir_line: str | None,
+    ) -> None:
         super().__init__(message)
         self.subgraph = subgraph
         self.signal_name = signal_name
@@ -83,9 +91,8 @@ class FaultSite:
     @staticmethod
     def of(subgraph: str, ir: Any) -> FaultSite:
         """From the final LinearIR (``ir.to_text()`` has a header line, then one line per expression)."""
-        lines = ir.to_text().splitlines()[1:1 + len(ir.exprs)]
-        return FaultSite(subgraph, tuple(e.type_name for e in ir.exprs), tuple(e.name for e in ir.exprs),
-                         tuple(lines))
+        lines = ir.to_text().splitlines()[1 : 1 + len(ir.exprs)]
+        return FaultSite(subgraph, tuple(e.type_name for e in ir.exprs), tuple(e.name for e in ir.exprs), tuple(lines))
 
     def error(self, sig: int, index: int | None) -> KernelFaultError:
         name = _signal_name(sig)
@@ -93,13 +100,22 @@ class FaultSite:
             return KernelFaultError(
                 f"Subgraph '{self.subgraph}': the kernel died from {name} before its first expression "
                 f"(in the kernel prologue or the call harness)",
-                subgraph=self.subgraph, signal_name=name, expr_index=None, op=None, lir_line=None)
+                subgraph=self.subgraph,
+                signal_name=name,
+                expr_index=None,
+                op=None,
+                lir_line=None,
+            )
         pos = self.positions[index] if self.positions is not None else index
         return KernelFaultError(
             f"Subgraph '{self.subgraph}': the kernel died from {name} in expression %{pos} "
             f"{self.ops[index]} '{self.names[index]}'; LinearIR line: {self.lir_lines[index]}",
-            subgraph=self.subgraph, signal_name=name, expr_index=pos, op=self.ops[index],
-            lir_line=self.lir_lines[index])
+            subgraph=self.subgraph,
+            signal_name=name,
+            expr_index=pos,
+            op=self.ops[index],
+            lir_line=self.lir_lines[index],
+        )
 
 
 def _signal_name(sig: int) -> str:
@@ -133,5 +149,6 @@ def run_isolated(run: Callable[[], Any], page: DebugPage, site: FaultSite) -> No
         raise site.error(os.WTERMSIG(status), page.last_index())
     code = os.WEXITSTATUS(status)
     if code != _EXIT_OK:
-        raise CodegenError(f"Subgraph '{site.subgraph}': the isolated kernel run failed in the child process "
-                           f"(exit code {code})")
+        raise CodegenError(
+            f"Subgraph '{site.subgraph}': the isolated kernel run failed in the child process (exit code {code})"
+        )

@@ -15,7 +15,9 @@ def test_nothing_set_is_all_off() -> None:
 
 
 def test_dump_lir_reference_style_and_colon_style() -> None:
-    a = DebugConfig.from_env({"SNIPPETS_DUMP_LIR": "dir:/tmp/lir,format:text|xml|mermaid,passes:InsertLoops|init-loops"})
+    a = DebugConfig.from_env(
+        {"SNIPPETS_DUMP_LIR": "dir:/tmp/lir,format:text|xml|mermaid,passes:InsertLoops|init-loops"}
+    )
     assert a.dump_lir == LirDumpConfig("/tmp/lir", ("text", "xml", "mermaid"), ("InsertLoops", "init-loops"))
     b = DebugConfig.from_env({"SNIPPETS_DUMP_LIR": "passes=all dir=out formats=control_flow+data_flow"})
     assert b.dump_lir == LirDumpConfig("out", ("xml", "xml_data_flow"), ("all",))

@@ -43,8 +43,11 @@ def _inputs() -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_dumps_after_named_passes_and_the_final_linear_ir(tmp_path: Path) -> None:
-    debug = DebugConfig(dump_lir=LirDumpConfig(str(tmp_path), ("text", "xml", "xml_data_flow", "mermaid"),
-                                               ("InsertLoops", "assign-registers")))
+    debug = DebugConfig(
+        dump_lir=LirDumpConfig(
+            str(tmp_path), ("text", "xml", "xml_data_flow", "mermaid"), ("InsertLoops", "assign-registers")
+        )
+    )
     gen = _subgraph("my/sg").generate(InterpreterTarget(8), debug=debug)
     names = sorted(p.name for p in tmp_path.iterdir())
     stems = sorted({n.split(".")[0] for n in names})

@@ -39,8 +39,10 @@ class InsertPerfCount(LoweredPass):
         begin_pos = params[-1] + 1 if params else 0
         end_pos = results[0]
         if end_pos < begin_pos:
-            raise ValidationError(f"InsertPerfCount: the first Result (%{end_pos}) comes before the last "
-                                  f"Parameter (%{begin_pos - 1}); no region to measure")
+            raise ValidationError(
+                f"InsertPerfCount: the first Result (%{end_pos}) comes before the last "
+                f"Parameter (%{begin_pos - 1}); no region to measure"
+            )
         begin = PerfCountBegin(name="perf_count_begin_kernel")
         begin.rt_info[PERF_REGION] = 0
         begin.rt_info[PERF_LABEL] = "kernel"

@@ -129,8 +129,11 @@ class SegfaultDetectorEmitter(JitEmitter):
         if isinstance(self.inner, JitEmitter):
             self.inner.emit_code(in_regs, out_regs, aux)
         else:  # the arithmetic table's emitters take aux register numbers by class (as the KernelEmitter does)
-            numbers = {"gpr": [r.number for r in aux.gprs], "vec": [r.number for r in aux.vecs],
-                       "mask": [r.number for r in aux.masks]}
+            numbers = {
+                "gpr": [r.number for r in aux.gprs],
+                "vec": [r.number for r in aux.vecs],
+                "mask": [r.number for r in aux.masks],
+            }
             self.inner.emit_code(in_regs, out_regs, numbers)
 
     def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
@@ -167,8 +170,13 @@ class SegfaultDetector:
 
         full = FaultSite.of(subgraph, ir)
         pos = [ir.index(e) for e in self.emitted]
-        return FaultSite(subgraph, tuple(full.ops[p] for p in pos), tuple(full.names[p] for p in pos),
-                         tuple(full.lir_lines[p] for p in pos), tuple(pos))
+        return FaultSite(
+            subgraph,
+            tuple(full.ops[p] for p in pos),
+            tuple(full.names[p] for p in pos),
+            tuple(full.lir_lines[p] for p in pos),
+            tuple(pos),
+        )
 
 
 def _wrap(tm: X86_64TargetMachine, detector: SegfaultDetector) -> None:
@@ -203,8 +211,12 @@ def debug_target_machine(debug: DebugConfig, plugin_emitters: Any = None) -> tup
     return tm, detector
 
 
-def generate_subgraph(sg: Subgraph, config: CompileConfig, host: Any, debug: DebugConfig | None = None,
-                      ) -> tuple[GeneratedSubgraph, Any]:
+def generate_subgraph(
+    sg: Subgraph,
+    config: CompileConfig,
+    host: Any,
+    debug: DebugConfig | None = None,
+) -> tuple[GeneratedSubgraph, Any]:
     """``sg`` through ``Subgraph.generate`` with this target's machine, passes, precisions and lowering config;
     returns the GeneratedSubgraph and the segfault detector (None when off)."""
     from snippets_core.debug.config import debug_config
@@ -217,9 +229,14 @@ def generate_subgraph(sg: Subgraph, config: CompileConfig, host: Any, debug: Deb
     plugin_emitters = host.register_emitters(TARGET_NAME) if host is not None else {}
     tm, detector = debug_target_machine(debug, plugin_emitters)
     dcfg = DataFlowConfig.for_body(sg.body, supported_precisions=arithmetic_precisions())
-    gen = sg.generate(tm, positioned_passes=positioned, disabled_passes=config.disabled_passes,
-                      lowering_config=lowering_config(sg.body, config.num_threads), data_flow_config=dcfg,
-                      debug=debug)
+    gen = sg.generate(
+        tm,
+        positioned_passes=positioned,
+        disabled_passes=config.disabled_passes,
+        lowering_config=lowering_config(sg.body, config.num_threads),
+        data_flow_config=dcfg,
+        debug=debug,
+    )
     return gen, detector
 
 
@@ -244,7 +261,9 @@ class IsolatedKernelExecutor:
         ins = [ex._input(i, a) for i, a in enumerate(args)]
         if outs is not None and len(outs) != len(ex.output_specs):
             raise InputError(f"the kernel has {len(ex.output_specs)} outputs, got {len(outs)} arrays")
-        dests = [None if outs is None else ex._output(j, o) for j, o in enumerate(outs or [None] * len(ex.output_specs))]
+        dests = [
+            None if outs is None else ex._output(j, o) for j, o in enumerate(outs or [None] * len(ex.output_specs))
+        ]
         shared = [shared_array(shape, dtype) for dtype, shape in ex.output_specs]
         self.run_pointers([_address(a) for a in ins] + [_address(o) for o in shared])
         results = []

@@ -42,8 +42,9 @@ def _subgraph(name: str) -> Subgraph:
 
 
 def _config(threads: int = 1, **debug: object) -> CompileConfig:
-    return CompileConfig.from_mapping({"num_threads": threads,
-                                       "target_options": {"parallel_min_bytes": 0, "debug": debug}})
+    return CompileConfig.from_mapping(
+        {"num_threads": threads, "target_options": {"parallel_min_bytes": 0, "debug": debug}}
+    )
 
 
 def _inputs() -> tuple[np.ndarray, np.ndarray]:
@@ -132,14 +133,20 @@ def test_cli_inspect_asm_and_lir(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
     dims = list(SHAPE)
     graph = helper.make_graph(
-        [helper.make_node("Add", ["x", "y"], ["s"]), helper.make_node("Exp", ["s"], ["e"]),
-         helper.make_node("Relu", ["e"], ["out"])], "eltwise",
+        [
+            helper.make_node("Add", ["x", "y"], ["s"]),
+            helper.make_node("Exp", ["s"], ["e"]),
+            helper.make_node("Relu", ["e"], ["out"]),
+        ],
+        "eltwise",
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, dims) for n in ("x", "y")],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, dims)])
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, dims)],
+    )
     path = tmp_path / "m.onnx"
     save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    code = main(["inspect", str(path), "--target", "x86_64_avx512", "--lir", "--asm", "-c",
-                 "snippets_mode=IgnoreCallback"])
+    code = main(
+        ["inspect", str(path), "--target", "x86_64_avx512", "--lir", "--asm", "-c", "snippets_mode=IgnoreCallback"]
+    )
     out = capsys.readouterr().out
     assert code == 0
     lines = out.splitlines()
@@ -148,6 +155,6 @@ def test_cli_inspect_asm_and_lir(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert lir < asm
     assert any(re.match(r"\s+%\d+ = Load\(%0\) \{count=16 offset=0\}", line) for line in lines[lir:asm])
     assert any(re.match(r"\s+%\d+ = LoopEnd\(", line) for line in lines[lir:asm])
-    body = lines[asm + 1:]
+    body = lines[asm + 1 :]
     assert all(re.match(r"\s+[0-9a-f]+: \S", line) for line in body if line.strip())
     assert any("vaddps" in line for line in body) and any("vmovups" in line for line in body)
