@@ -70,6 +70,8 @@ class LirDumper:
         self.subgraph = _safe(subgraph_name)
         self.index = 0
         self.seen: set[str] = set()
+        #: names of the passes that ran, in order, without repeats (for the error message)
+        self.ran: list[str] = []
         #: every file written, in order
         self.written: list[Path] = []
         self.dir = Path(config.dir)
@@ -87,6 +89,8 @@ class LirDumper:
     def after_pass(self, p: Pass, ir: Any, changed: bool) -> None:
         from snippets_core.debug.config import _norm
 
+        if p.name not in self.ran:
+            self.ran.append(p.name)
         self.seen.add(_norm(p.name))
         self.seen.add(_norm(type(p).__name__))
         if self.config.passes != ("final",) and self.config.wants(p.name, type(p).__name__):
@@ -99,5 +103,5 @@ class LirDumper:
         if missing:
             raise DebugConfigError(
                 f"LinearIR dump: no pass named {missing[0]!r} ran for Subgraph "
-                f"{self.subgraph}; passes that ran: {', '.join(sorted(self.seen))}"
+                f"{self.subgraph}; passes that ran: {', '.join(self.ran)}"
             )
