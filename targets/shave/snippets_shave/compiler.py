@@ -74,6 +74,10 @@ class ShaveOptions:
     stack_size: int = DEFAULT_STACK_SIZE
     #: CMX slots per tile (default: one per SHAVE)
     slots_per_tile: int | None = None
+    #: simulator: a seeded random interleaving of the executors on every call (None: round-robin)
+    seed: int | None = None
+    #: simulator: run the static race checker before every call
+    check_races: bool = False
 
     @staticmethod
     def from_mapping(options: Mapping[str, Any]) -> ShaveOptions:
@@ -88,6 +92,10 @@ class ShaveOptions:
             value = getattr(opts, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ConfigError(f"target_options {name} must be a positive integer, got {value!r}")
+        if opts.seed is not None and (not isinstance(opts.seed, int) or isinstance(opts.seed, bool)):
+            raise ConfigError(f"target_options seed must be an integer, got {opts.seed!r}")
+        if not isinstance(opts.check_races, bool):
+            raise ConfigError(f"target_options check_races must be true or false, got {opts.check_races!r}")
         if opts.stack_size % 16:
             raise ConfigError(f"target_options stack_size {opts.stack_size} must be a multiple of 16")
         return opts
@@ -617,4 +625,6 @@ def compile_model(model: Model, config: CompileConfig, host: Any) -> ShaveCompil
     """Compile a tokenized model into one blob (see the module docstring)."""
     options = ShaveOptions.from_mapping(dict(config.target_options))
     blob, kernels, placement = _Compiler(model, config, host, options).compile()
-    return ShaveCompiledModel(model, config, blob, kernels, placement)
+    return ShaveCompiledModel(
+        model, config, blob, kernels, placement, seed=options.seed, check_races=options.check_races
+    )

@@ -145,6 +145,10 @@ def test_softmax_rows_tiled_over_small_cmx(shape: tuple[int, ...]) -> None:
 
 @pytest.mark.parametrize("slots", [1, 2, 3])
 def test_orderings_and_slot_counts_give_identical_outputs(slots: int) -> None:
+    seeded = compile_model(
+        _bias_relu_model(n=4, c=2, w=5), target="shave", config={"target_options": {"seed": 7, "check_races": True}}
+    )
+    assert (seeded.seed, seeded.check_races) == (7, True)
     config = {"target_options": {"slots_per_tile": slots, "cmx_bytes_per_tile": 48 * 1024, "stack_size": 1024}}
     cm = compile_model(_bias_relu_model(n=16, c=8, w=33), target="shave", config=config)
     loaded = load_blob(cm.target_artifact)
@@ -215,6 +219,8 @@ def test_ops_outside_subgraphs_are_a_typed_error_listing_them() -> None:
 def test_bad_options_and_inputs_are_typed_errors() -> None:
     with pytest.raises(ConfigError, match="unknown target_options"):
         compile_model(_bias_relu_model(), target="shave", config={"target_options": {"tile": 3}})
+    with pytest.raises(ConfigError, match="check_races"):
+        compile_model(_bias_relu_model(), target="shave", config={"target_options": {"check_races": "yes"}})
     with pytest.raises(ConfigError, match="preset"):
         compile_model(_bias_relu_model(), target="shave", config={"target_options": {"preset": "50xx"}})
     cm = compile_model(_bias_relu_model(n=2, c=2, w=3), target="shave")
