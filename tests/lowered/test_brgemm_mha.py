@@ -19,7 +19,7 @@ from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.runtime.compiled_model import compile_model
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: make the sibling module importable
-from mha_cases import matmul, mha_3d, mha_4d, mha_transposed_b, random_inputs, subgraph_count  # noqa: E402
+from mha_cases import matmul, mha_3d, mha_4d, mha_transposed_b, random_inputs, subgraph_count
 
 
 def _run(model, oracle, vector_size=8, disabled=(), seed=0, rtol=2e-5, atol=2e-5, subgraphs=1):
