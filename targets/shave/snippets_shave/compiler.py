@@ -39,7 +39,7 @@ import numpy as np
 from snippets_core.config import ConfigError
 from snippets_core.errors import CodegenError, InputError, UnsupportedOpError
 from snippets_shave.blob import DmaDescriptor, Target, TensorRef, write_blob
-from snippets_shave.constants import DEFAULT_STACK_SIZE, DType, dtype_of
+from snippets_shave.constants import DEFAULT_STACK_SIZE, DTYPE_TO_NUMPY, DType, dtype_of
 from snippets_shave.schedule import ScheduleBuilder
 
 if TYPE_CHECKING:
@@ -223,14 +223,9 @@ def block_runs(block: TensorBlock, domain: tuple[int, ...], start: int, count: i
 
 
 def _flat(ref: TensorRef, byte_offset: int, nbytes: int, dtype: DType, name: str) -> TensorRef:
-    size = np.dtype(_numpy(dtype)).itemsize
+    """Bytes ``[byte_offset, byte_offset + nbytes)`` of ``ref`` as a flat tensor of ``dtype`` (a DMA end)."""
+    size = DTYPE_TO_NUMPY[dtype].itemsize
     return TensorRef(name, dtype, (nbytes // size,), ref.location, ref.index, ref.offset + byte_offset)
-
-
-def _numpy(dtype: DType) -> np.dtype:
-    from snippets_shave.constants import DTYPE_TO_NUMPY
-
-    return DTYPE_TO_NUMPY[dtype]
 
 
 # --- the schedule -----------------------------------------------------------------------------------------------
@@ -530,7 +525,7 @@ class ShaveCompiledModel:
         self.last_run_stats = RunStats()
         self.loaded = load_blob(blob)
         header = self.loaded.blob.header
-        self._inputs = [(ref.name, np.dtype(_numpy(ref.dtype)), tuple(ref.dims)) for ref in header.inputs]
+        self._inputs = [(ref.name, DTYPE_TO_NUMPY[ref.dtype], tuple(ref.dims)) for ref in header.inputs]
         self._outputs = [ref.name for ref in header.outputs]
 
     @property
