@@ -314,8 +314,15 @@ class _Compiler:
             ref = self.b.add_input(p.name, p.outputs[0].shape.to_tuple(), p.outputs[0].element_type)
             self.values[self.key(p.outputs[0])] = _Value(ref)
         self.result_refs: dict[int, TensorRef] = {}
+        by_name: dict[str, Node] = {}
         for r in model.results:
             out = r.outputs[0]
+            first = by_name.setdefault(r.name, r)
+            if first is not r:  # the same output listed twice is one blob output; two values of one name are not
+                if first.inputs[0].source is not r.inputs[0].source:
+                    raise CodegenError(f"model '{model.name}' has two different outputs named {r.name!r}")
+                self.result_refs[r.id] = self.result_refs[first.id]
+                continue
             self.result_refs[r.id] = self.b.add_output(r.name, out.shape.to_tuple(), out.element_type)
         for n in order:
             if n.type_name == "Constant":

@@ -235,3 +235,55 @@ def test_a_call_larger_than_a_slot_is_a_codegen_error() -> None:
     config = {"target_options": {"cmx_bytes_per_tile": 32 * 1024, "stack_size": 1024}}
     with pytest.raises(CodegenError, match="CMX"):
         compile_model(sb.model([sb.softmax(x, -1)], name="wide"), target="shave", config=config)
+
+
+def test_an_output_listed_twice_is_one_blob_output() -> None:
+    x = sb.parameter([2, 5], "f32", name="x")
+    y = sb.relu(x)
+    cm = compile_model(sb.model([y, y], name="twice"), target="shave")
+    xv = _rand(2, 5)
+    got = cm({"x": xv})
+    assert len(load_blob(cm.target_artifact).blob.header.outputs) == 1
+    (value,) = got.values()
+    np.testing.assert_array_equal(value, np.maximum(xv, 0))
+
+
+UNARY = [sb.relu, sb.abs, sb.negative, sb.sigmoid, sb.tanh, sb.exp, lambda x: sb.clamp(x, -1.0, 1.5), sb.hswish]
+BINARY = [sb.add, sb.subtract, sb.multiply, sb.maximum, sb.minimum, sb.squared_difference]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_graphs_agree_with_the_reference_runtime(seed: int) -> None:
+    """Random chains of fused ops (broadcast inputs, softmax, several outputs), f32 and f16, on random
+    interleavings with the race checker on, against the reference runtime (numpy per op)."""
+    import random
+
+    rnd = random.Random(seed)
+    et = "f32" if seed % 2 == 0 else "f16"
+    shape = [rnd.randint(1, 9) for _ in range(rnd.randint(1, 4))]
+    params = [sb.parameter(shape, et, name="p0")]
+    values = [params[0]]
+    for _ in range(rnd.randint(2, 6)):
+        r = rnd.random()
+        if r < 0.4:
+            values.append(rnd.choice(UNARY)(rnd.choice(values)))
+        elif r < 0.85:
+            other = rnd.choice(values)
+            if rnd.random() < 0.5:
+                other = sb.parameter([d if rnd.random() < 0.6 else 1 for d in shape], et, name=f"p{len(params)}")
+                params.append(other)
+            values.append(rnd.choice(BINARY)(rnd.choice(values), other))
+        else:
+            values.append(sb.softmax(rnd.choice(values), -1))
+    outputs = [values[-1], values[rnd.randint(1, len(values) - 1)]]
+    model = sb.model(outputs, params, name=f"random{seed}")
+    rng = np.random.default_rng(seed)
+    dtype = np.float32 if et == "f32" else np.float16
+    inputs = {p.node.name: rng.uniform(-2, 2, p.node.outputs[0].shape.to_tuple()).astype(dtype) for p in params}
+    options = {"seed": seed, "check_races": True, "preset": "40xx" if seed % 3 == 0 else "37xx"}
+    got = compile_model(model, target="shave", config={"target_options": options})(inputs)
+    want = compile_model(model, target="reference")(inputs)
+    tol = 1e-5 if et == "f32" else 1e-2
+    assert sorted(got) == sorted(want)
+    for name in want:
+        np.testing.assert_allclose(got[name].astype(np.float64), want[name].astype(np.float64), rtol=tol, atol=tol)
