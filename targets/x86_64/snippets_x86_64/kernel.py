@@ -169,10 +169,7 @@ class X86_64KernelEmitter(KernelEmitter):
 
     # --- prologue ----------------------------------------------------------------------------------------------
     def _check_pointers(self) -> list[Reg]:
-        descs = [p.output_descs[0] for p in self.ir.parameters] + [r.input_descs[0] for r in self.ir.results]
-        if not all(d.is_planar for d in descs):
-            # the core's data offsets are in memory order; indexes over a permuted layout would need them permuted
-            raise CodegenError("kernel inputs/outputs with non-planar layouts are not supported by the x86-64 target")
+        # inputs/outputs with layouts (PropagateLayout) come with planar data offsets from the core KernelEmitter
         regs = [r for r in self.data_ptr_regs if r is not None] + [r for r in self.buffer_regs if r is not None]
         if len(set(regs)) != len(regs):
             raise CodegenError(

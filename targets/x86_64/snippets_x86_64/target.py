@@ -72,12 +72,12 @@ class X86_64Target:
         return generate_subgraph(sg, config, host)[0]
 
     @hookimpl
-    def snippets_tokenization_callback(self, node: Node, target_name: str) -> str | None:
+    def snippets_tokenization_callback(self, node: Node, target_name: str, tokenizer: str) -> str | None:
         if target_name != self.name:
             return None
         from snippets_x86_64.tokenization_callback import tokenization_callback
 
-        return tokenization_callback(node)
+        return tokenization_callback(node, tokenizer)
 
     @hookimpl
     def snippets_mark_skipped(self, model: Model, target_name: str) -> None:

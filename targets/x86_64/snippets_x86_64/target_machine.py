@@ -27,6 +27,7 @@ from snippets_core.errors import CodegenError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.lowered.port_descriptor import RegType
 from snippets_x86_64.asm import Function, Mem, r8, r9, r10, r11, r12, r13, r14, r15, rax, rbp, rbx, rcx, rdi, rdx, rsi
+from snippets_x86_64.brgemm import BrgemmEmitter
 from snippets_x86_64.jit_emitter import JitEmitter, NopEmitter
 from snippets_x86_64.loop_emitters import (
     LoopBeginEmitter,
@@ -74,6 +75,7 @@ CONTROL_EMITTERS: dict[str, type[JitEmitter]] = {
     "LoopEnd": LoopEndEmitter,
     "RegSpillBegin": RegSpillBeginEmitter,
     "RegSpillEnd": RegSpillEndEmitter,
+    "Brgemm": BrgemmEmitter,
 }
 
 EmitterFactory = Callable[..., "Emitter"]

@@ -2,11 +2,19 @@
 
 The rules of the CPU plugin's eltwise callback (non-IgnoreCallback mode): the reason string is what a user
 sees when they ask why an op stayed outside the fused kernels. Rules are a table, checked in order.
+
+When the MHA tokenizer asks (``tokenizer == "mha"``, about MatMul0 of a matched MHA), the CPU plugin's MHA
+rules apply instead (reference inventory §2.4): the tensors must suit the kernels, both MatMuls must have a
+Brgemm kernel for their precision on this CPU, MatMul0 must not transpose A, and an MHA whose parallel work
+(the batch dims) cannot keep every thread busy is left to the reference kernels unless SplitDimensionM can
+split its M dim.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from math import prod
 from typing import TYPE_CHECKING
 
 from snippets_core.ir.element_type import ElementType
@@ -79,8 +87,80 @@ RULES: tuple[Callable[[Node], str | None], ...] = (
 )
 
 
-def tokenization_callback(node: Node) -> str | None:
-    """The reason to keep ``node`` out of Subgraphs on x86_64_avx512, or None to let the Tokenizer take it."""
+# --- the MHA callback ---------------------------------------------------------------------------------------------
+
+#: MatMul input element type -> CPU features its Brgemm kernel needs on this target (absent: no kernel)
+BRGEMM_PRECISIONS: dict[ElementType, frozenset[str]] = {
+    ElementType.f32: frozenset({"avx512f"}),
+    ElementType.bf16: frozenset({"avx512_bf16"}),
+}
+
+
+def _matmul1_of(matmul0: Node) -> Node | None:
+    """The second MatMul of the MHA that starts at ``matmul0`` (following single consumers)."""
+    node = matmul0
+    for _ in range(64):
+        targets = node.outputs[0].targets
+        if len(targets) != 1:
+            return None
+        node = targets[0].node
+        if node.type_name == "MatMul":
+            return node
+    return None
+
+
+def _cpu_features() -> frozenset[str]:
+    from snippets_x86_64.cpu import cpu_features
+
+    return cpu_features()
+
+
+def default_concurrency() -> int:
+    """Threads one inference may use: the CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def mha_callback(matmul0: Node, concurrency: int | None = None,
+                 features: frozenset[str] | None = None) -> str | None:
+    """The reason to leave the MHA starting at ``matmul0`` to the reference kernels, or None to fuse it."""
+    for rule in (_unsupported_tensors, _dynamic):
+        reason = rule(matmul0)
+        if reason is not None:
+            return reason
+    if getattr(matmul0, "transpose_a", False):
+        return "MatMul0 transposes A; the Brgemm kernel reads A row by row"
+    features = _cpu_features() if features is None else features
+    matmul1 = _matmul1_of(matmul0)
+    for mm in (matmul0, matmul1):
+        if mm is None:
+            continue
+        element_type = mm.inputs[0].element_type
+        needed = BRGEMM_PRECISIONS.get(element_type)
+        if needed is None:
+            return f"MatMul '{mm.name}' multiplies {element_type.value}: x86_64_avx512 has no Brgemm kernel for it"
+        if not needed <= features:
+            return (f"MatMul '{mm.name}' multiplies {element_type.value}, which needs "
+                    f"{', '.join(sorted(needed - features))} on this CPU")
+    concurrency = default_concurrency() if concurrency is None else concurrency
+    shape = matmul0.outputs[0].shape
+    if shape.is_static and shape.rank >= 2:
+        from snippets_core.passes.split_dimension_m import can_be_optimized
+
+        work = prod(shape.to_tuple()[:-2])
+        if work < concurrency and not can_be_optimized(matmul0, concurrency):
+            return (f"its parallel work ({work}) is below the {concurrency} threads and SplitDimensionM cannot "
+                    f"split M = {shape.to_tuple()[-2]}; the reference kernels run it faster")
+    return None
+
+
+def tokenization_callback(node: Node, tokenizer: str = "eltwise") -> str | None:
+    """The reason to keep ``node`` out of Subgraphs on x86_64_avx512, or None to let the Tokenizer take it.
+    ``tokenizer == "mha"``: ``node`` is MatMul0 of a matched MHA (see :func:`mha_callback`)."""
+    if tokenizer == "mha":
+        return mha_callback(node)
     for rule in RULES:
         reason = rule(node)
         if reason is not None:

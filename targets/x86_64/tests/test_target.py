@@ -23,7 +23,7 @@ NAME = "x86_64_avx512"
 
 
 def callback(node):
-    return X86_64Target().snippets_tokenization_callback(node=node, target_name=NAME)
+    return X86_64Target().snippets_tokenization_callback(node=node, target_name=NAME, tokenizer="eltwise")
 
 
 def f32(*shape, name=None):
@@ -101,7 +101,8 @@ def test_i32_is_allowed_as_an_input_of_reduce_but_not_of_convert():
 
 
 def test_callback_answers_only_for_its_own_target():
-    assert X86_64Target().snippets_tokenization_callback(node=Mish(f32(2)), target_name="shave") is None
+    answer = X86_64Target().snippets_tokenization_callback(node=Mish(f32(2)), target_name="shave", tokenizer="eltwise")
+    assert answer is None
 
 
 def test_callback_through_the_core_plugin_host():
