@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from math import ceil
 from pathlib import Path
@@ -123,12 +123,10 @@ def _row_shape(dims: tuple[int, ...]) -> tuple[int, ...]:
     return dims if not dims else (*dims[:-1], 1, dims[-1])
 
 
-def split_rows(body: Model) -> Model:
-    """A copy of a body whose row ops (Softmax, ReduceMax/ReduceSum) all work on the last axis, with a unit dim
-    inserted before the last dim of every tensor: the same values in the same bytes, but the kernel's tile (the
-    last two dims, for a body with row ops) becomes one row, so the rows form the parallel domain and can be
-    spread over SHAVEs and split to fit CMX. Row ops get axis -1; numpy broadcasting is unchanged (every
-    tensor keeps its last dim last)."""
+def reshape_body(body: Model, shape_of: Callable[[tuple[int, ...]], tuple[int, ...]]) -> Model:
+    """A copy of a body with every Parameter and Constant reshaped by ``shape_of`` (the other shapes follow by
+    inference). Row ops (Softmax, ReduceMax/ReduceSum, which the tokenization veto keeps on the last axis) get
+    axis -1; axes Constants are not reshaped. ``shape_of`` must keep the bytes and numpy broadcasting."""
     from snippets_core.ir.model import Model as _Model
     from snippets_core.ir.ops.io import Constant, Parameter
     from snippets_core.ir.ops.softmax import Softmax
@@ -137,13 +135,13 @@ def split_rows(body: Model) -> Model:
     for n in body.get_ordered_ops():
         ins = [mapping[i.source.node.id].outputs[i.source.index] for i in n.inputs]
         if isinstance(n, Parameter):
-            new: Node = Parameter(n.element_type, _row_shape(n.outputs[0].shape.to_tuple()), name=n.name)
+            new: Node = Parameter(n.element_type, shape_of(n.outputs[0].shape.to_tuple()), name=n.name)
         elif isinstance(n, Constant):
             axes_only = n.outputs[0].targets and all(
                 t.node.type_name in ROW_OPS and t.index == 1 for t in n.outputs[0].targets
             )
             value = np.asarray(n.value)
-            value = np.array([-1], dtype=value.dtype) if axes_only else value.reshape(_row_shape(value.shape))
+            value = np.array([-1], dtype=value.dtype) if axes_only else value.reshape(shape_of(value.shape))
             new = Constant(value, n.outputs[0].element_type, name=n.name)
         elif isinstance(n, Softmax):
             new = Softmax(ins[0], axis=-1, name=n.name)
@@ -154,11 +152,38 @@ def split_rows(body: Model) -> Model:
     return _Model([mapping[r.id] for r in body.results], [mapping[p.id] for p in body.parameters], name=body.name)
 
 
+def split_rows(body: Model) -> Model:
+    """A unit dim before the last dim of every tensor of a body with row ops: the same values in the same bytes,
+    but the kernel's tile (the last two dims, for a body with row ops) becomes one row, so the rows form the
+    parallel domain and can be spread over SHAVEs and split to fit CMX."""
+    return reshape_body(body, _row_shape)
+
+
+def split_last_dim(body: Model, length: int, factor: int) -> Model:
+    """An eltwise body whose last dim ``length`` becomes ``[length // factor, factor]`` in every tensor that has
+    it (a last dim of 1 becomes ``[1, 1]``), so one kernel call can be a ``factor``-element piece of a row."""
+
+    def shape_of(dims: tuple[int, ...]) -> tuple[int, ...]:
+        if not dims:
+            return dims
+        last = dims[-1]
+        return (*dims[:-1], length // factor, factor) if last == length else (*dims[:-1], 1, last)
+
+    return reshape_body(body, shape_of)
+
+
 def generate_kernel(
-    sg: Subgraph, config: CompileConfig, host: Any, name: str | None = None, parallel_work: int = 4
+    sg: Subgraph,
+    config: CompileConfig,
+    host: Any,
+    name: str | None = None,
+    parallel_work: int = 4,
+    split_factor: int | None = None,
 ) -> ShaveKernel:
     """``sg``'s SHAVE kernel through the core's per-Subgraph pipeline (``Subgraph.generate``: data-flow passes,
-    lowering, Generator); a body with row ops is first given its row dim (:func:`split_rows`)."""
+    lowering, Generator); a body with row ops is first given its row dim (:func:`split_rows`), an eltwise body
+    with ``split_factor`` its rows cut into pieces of that many elements (:func:`split_last_dim`).
+    ``parallel_work`` is the lowering's min_parallel_work_amount (a huge value keeps the tile to one dim)."""
     from snippets_core.ir.element_type import ElementType
     from snippets_core.ir.ops.io import Parameter
     from snippets_core.ir.ops.subgraph import Subgraph as _Subgraph
@@ -169,8 +194,12 @@ def generate_kernel(
     ops = sg.body.get_ordered_ops()
     if not all(o.shape.is_static for n in ops for o in n.outputs):
         raise CodegenError(f"Subgraph '{sg.name}' has dynamic shapes; a SHAVE blob is compiled for static shapes")
+    body = None
     if any(n.type_name in ROW_OPS for n in ops):
         body = split_rows(sg.body)
+    elif split_factor is not None:
+        body = split_last_dim(sg.body, int(sg.outputs[0].shape.to_tuple()[-1]), split_factor)
+    if body is not None:
         # the same Subgraph over row-shaped inputs (a throwaway node: only its body and input shapes are read)
         ins = [Parameter(p.element_type, p.outputs[0].shape, name=p.name) for p in body.parameters]
         sg = _Subgraph(*ins, body=body, name=sg.name)
@@ -193,6 +222,11 @@ def generate_kernel(
         tm, positioned_passes=positioned, disabled_passes=config.disabled_passes, lowering_config=lcfg
     )
     return generated.kernel
+
+
+def kernel_row_bytes(kernel: ShaveKernel) -> int:
+    """Bytes of one call that grow with the call's length: every block but the invariant inputs'."""
+    return sum(b.block_bytes for b in kernel.inputs if not b.invariant) + sum(b.block_bytes for b in kernel.outputs)
 
 
 # --- DMA planning -----------------------------------------------------------------------------------------------
@@ -369,15 +403,8 @@ class _Compiler:
         )
         self.placement.append((r.name, "Result", "dma"))
 
-    def subgraph(self, sg: Subgraph) -> None:
-        hw = self.hw
-        total_shaves = hw.tiles * hw.shaves_per_tile
-        kernel = generate_kernel(sg, self.config, self.host, parallel_work=total_shaves)
-        self.kernels[sg.name] = kernel
-        self.placement.append((sg.name, "Subgraph", TARGET_NAME))
-        kidx = self.b.add_kernel(kernel.elf)
-        ins = [self.value(i.source) for i in sg.inputs]
-        outs = [self.place_output(o) for o in sg.outputs]
+    def max_calls(self, kernel: ShaveKernel) -> tuple[int, int]:
+        """(calls one slot can hold, bytes of one call plus the fixed part) for ``kernel``."""
         blocks = (*kernel.inputs, *kernel.outputs)
         # an invariant input is one block whatever the calls; outputs have one block per call
         fixed = sum(_align(b.block_bytes) for b in kernel.inputs if b.invariant)
@@ -385,15 +412,40 @@ class _Compiler:
         per_call = sum(b.block_bytes for b in kernel.inputs if not b.invariant)
         per_call += sum(b.block_bytes for b in kernel.outputs)
         room = self.slot_bytes - fixed - _ALIGN * len(blocks)
-        calls = kernel.calls
-        if calls == 0 or per_call == 0:
-            return  # nothing to compute: empty tensors
-        max_calls = room // per_call if room > 0 else 0
-        if max_calls < 1:
+        return (room // per_call if room > 0 and per_call else 0), per_call + fixed
+
+    def subgraph(self, sg: Subgraph) -> None:
+        hw = self.hw
+        total_shaves = hw.tiles * hw.shaves_per_tile
+        kernel = generate_kernel(sg, self.config, self.host, parallel_work=total_shaves)
+        max_calls, need = self.max_calls(kernel)
+        if max_calls < 1 and kernel.calls:
+            # the lowering merged dims into a call too large for a slot: again with a one-dim tile, unmerged
+            kernel = generate_kernel(sg, self.config, self.host, parallel_work=1 << 62)
+            max_calls, need = self.max_calls(kernel)
+        length = sg.outputs[0].shape.to_tuple()[-1] if sg.outputs[0].shape.rank else 1
+        if max_calls < 1 and kernel.calls and length > 1 and not any(n.type_name in ROW_OPS for n in sg.body_ops):
+            # one row is too long: cut every row into pieces (an eltwise op does not care where a row ends)
+            room = self.slot_bytes - (need - kernel_row_bytes(kernel)) - _ALIGN * len(kernel.inputs + kernel.outputs)
+            fitting = max(1, length * max(room, 0) // max(kernel_row_bytes(kernel), 1))
+            for factor in sorted((f for f in range(1, length) if length % f == 0 and f <= fitting), reverse=True):
+                kernel = generate_kernel(sg, self.config, self.host, parallel_work=1 << 62, split_factor=factor)
+                max_calls, need = self.max_calls(kernel)
+                if max_calls >= 1:
+                    break
+        if max_calls < 1 and kernel.calls:
             raise CodegenError(
-                f"Subgraph '{sg.name}': one kernel call needs {per_call + fixed} bytes of CMX, a slot has "
+                f"Subgraph '{sg.name}': one kernel call needs {need} bytes of CMX, a slot has "
                 f"{self.slot_bytes} ({self.slots_per_tile} slots per tile of {hw.cmx_bytes_per_tile} bytes)"
             )
+        self.kernels[sg.name] = kernel
+        self.placement.append((sg.name, "Subgraph", TARGET_NAME))
+        kidx = self.b.add_kernel(kernel.elf)
+        ins = [self.value(i.source) for i in sg.inputs]
+        outs = [self.place_output(o) for o in sg.outputs]
+        calls = kernel.calls
+        if calls == 0 or not any(b.block_bytes for b in kernel.outputs):
+            return  # nothing to compute: empty tensors
         n_inv = max(ceil(calls / max_calls), min(calls, total_shaves))
         base, extra = divmod(calls, n_inv)
         start = 0

@@ -287,3 +287,17 @@ def test_random_graphs_agree_with_the_reference_runtime(seed: int) -> None:
     assert sorted(got) == sorted(want)
     for name in want:
         np.testing.assert_allclose(got[name].astype(np.float64), want[name].astype(np.float64), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("shape", [(30000,), (2, 1, 6000), (1, 2003)])
+def test_rows_longer_than_a_slot_are_cut_into_pieces(shape: tuple[int, ...]) -> None:
+    # an eltwise row of 24-120 KiB in and out against 4 KiB slots: the row is split into pieces of its length
+    config = {"target_options": {"cmx_bytes_per_tile": 16 * 1024, "stack_size": 1024, "slots_per_tile": 3}}
+    x = sb.parameter(list(shape), "f32", name="x")
+    b = sb.parameter([1] * (len(shape) - 1) + [shape[-1]], "f32", name="b")
+    cm = compile_model(sb.model([sb.maximum(sb.add(x, b), -0.5)], name="long"), target="shave", config=config)
+    loaded = load_blob(cm.target_artifact)
+    assert find_races(loaded) == []
+    xv, bv = _rand(*shape), _rand(*([1] * (len(shape) - 1) + [shape[-1]]))
+    (got,) = simulate(loaded, {"x": xv, "b": bv}, seed=1).outputs.values()
+    np.testing.assert_array_equal(got, np.maximum(xv + bv, np.float32(-0.5)))
