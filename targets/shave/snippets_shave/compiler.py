@@ -3,8 +3,11 @@
 ``compile_model(model, config, host)`` takes a tokenized Model (the core ran the Tokenizer for ``shave``) and
 returns a :class:`ShaveCompiledModel` holding one blob for the whole model:
 
-* every Subgraph goes through the core pipeline (data-flow passes, LinearIR, Generator with the
-  :class:`~snippets_shave.target_machine.ShaveTargetMachine`) into one kernel ELF;
+* every Subgraph goes through the core pipeline (``Subgraph.generate``: data-flow passes, LinearIR, Generator
+  with the :class:`~snippets_shave.target_machine.ShaveTargetMachine`) into one kernel ELF. A body with row ops
+  (Softmax, Reduce) first gets a unit dim before its last dim, so that one kernel call is one row; when one call
+  does not fit a slot, the kernel is generated again with a one-dim tile, then (eltwise bodies) with its rows
+  cut into pieces;
 * its parallel domain (one kernel call per index, see :mod:`snippets_shave.target_machine`) is split into
   invocations that fit a CMX *slot*: each tile's workspace is cut into ``slots_per_tile`` equal slots, and
   invocation ``g`` of the model runs on tile ``g % tiles`` in slot ``(g // tiles) % slots_per_tile``. There are
