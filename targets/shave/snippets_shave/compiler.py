@@ -46,6 +46,7 @@ from snippets_shave.constants import DEFAULT_STACK_SIZE, DTYPE_TO_NUMPY, DType, 
 from snippets_shave.schedule import ScheduleBuilder
 
 if TYPE_CHECKING:
+    from snippets_core.codegen.subgraph_codegen import GeneratedSubgraph
     from snippets_core.config import CompileConfig
     from snippets_core.ir.model import Model
     from snippets_core.ir.node import Node, Output
@@ -183,10 +184,23 @@ def generate_kernel(
     parallel_work: int = 4,
     split_factor: int | None = None,
 ) -> ShaveKernel:
-    """``sg``'s SHAVE kernel through the core's per-Subgraph pipeline (``Subgraph.generate``: data-flow passes,
-    lowering, Generator); a body with row ops is first given its row dim (:func:`split_rows`), an eltwise body
-    with ``split_factor`` its rows cut into pieces of that many elements (:func:`split_last_dim`).
-    ``parallel_work`` is the lowering's min_parallel_work_amount (a huge value keeps the tile to one dim)."""
+    """``sg``'s SHAVE kernel (see :func:`generate`)."""
+    return generate(sg, config, host, name, parallel_work, split_factor).kernel
+
+
+def generate(
+    sg: Subgraph,
+    config: CompileConfig,
+    host: Any,
+    name: str | None = None,
+    parallel_work: int = 4,
+    split_factor: int | None = None,
+) -> GeneratedSubgraph:
+    """``sg`` through the core's per-Subgraph pipeline (``Subgraph.generate``: data-flow passes, lowering,
+    Generator) into a SHAVE kernel and its final LinearIR. A body with row ops is first given its row dim
+    (:func:`split_rows`), an eltwise body with ``split_factor`` its rows cut into pieces of that many elements
+    (:func:`split_last_dim`). ``parallel_work`` is the lowering's min_parallel_work_amount (a huge value keeps
+    the tile to one dim)."""
     from snippets_core.ir.element_type import ElementType
     from snippets_core.ir.ops.io import Parameter
     from snippets_core.ir.ops.subgraph import Subgraph as _Subgraph
@@ -221,10 +235,7 @@ def generate_kernel(
     positioned = list(host.positioned_passes(TARGET_NAME, config)) if host is not None else []
     plugin_emitters = host.register_emitters(TARGET_NAME) if host is not None else {}
     tm = ShaveTargetMachine(lanes, name or _kernel_name(sg), plugin_emitters)
-    generated = sg.generate(
-        tm, positioned_passes=positioned, disabled_passes=config.disabled_passes, lowering_config=lcfg
-    )
-    return generated.kernel
+    return sg.generate(tm, positioned_passes=positioned, disabled_passes=config.disabled_passes, lowering_config=lcfg)
 
 
 def kernel_row_bytes(kernel: ShaveKernel) -> int:
@@ -571,6 +582,7 @@ class ShaveCompiledModel:
         *,
         seed: int | None = None,
         check_races: bool = False,
+        target: Any = None,
     ) -> None:
         from snippets_core.ir.ops.subgraph import Subgraph
         from snippets_core.runtime.compiled_model import RunStats
@@ -578,6 +590,8 @@ class ShaveCompiledModel:
 
         self.model = model
         self.config = config
+        #: the ResolvedTarget (name, plugin host, target object), as a core CompiledModel has it
+        self.target = target
         self.target_artifact = blob
         self.kernels = kernels
         self.subgraphs: list[Subgraph] = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
@@ -678,10 +692,28 @@ class ShaveCompiledModel:
         return "\n".join(lines)
 
 
-def compile_model(model: Model, config: CompileConfig, host: Any) -> ShaveCompiledModel:
-    """Compile a tokenized model into one blob (see the module docstring)."""
+def compile_model(model: Model, config: CompileConfig, host: Any, target: Any = None) -> ShaveCompiledModel:
+    """Compile a tokenized model into one blob (see the module docstring). ``target`` is the ShaveTarget
+    object (a new one by default), kept with the plugin host as ``cm.target`` for tools such as inspect."""
+    from snippets_core.runtime.targets import ResolvedTarget
+    from snippets_shave.target import ShaveTarget
+
     options = ShaveOptions.from_mapping(dict(config.target_options))
     blob, kernels, placement = _Compiler(model, config, host, options).compile()
+    resolved = ResolvedTarget(TARGET_NAME, host, target if target is not None else ShaveTarget())
     return ShaveCompiledModel(
-        model, config, blob, kernels, placement, seed=options.seed, check_races=options.check_races
+        model,
+        config,
+        blob,
+        kernels,
+        placement,
+        seed=options.seed,
+        check_races=options.check_races,
+        target=resolved,
     )
+
+
+def generate_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> GeneratedSubgraph:
+    """``sg``'s kernel and final LinearIR for the configured hardware (``snippets inspect --lir/--asm``)."""
+    hw = ShaveOptions.from_mapping(dict(config.target_options)).hardware()
+    return generate(sg, config, host, parallel_work=hw.tiles * hw.shaves_per_tile)

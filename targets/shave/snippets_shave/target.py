@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pluggy
 
 if TYPE_CHECKING:
+    from snippets_core.codegen.subgraph_codegen import GeneratedSubgraph
     from snippets_core.config import CompileConfig
     from snippets_core.ir.model import Model
     from snippets_core.ir.node import Node
+    from snippets_core.ir.ops.subgraph import Subgraph
     from snippets_shave.blob import Target
     from snippets_shave.compiler import ShaveCompiledModel
 
@@ -58,7 +60,13 @@ class ShaveTarget:
         Subgraph): see :mod:`snippets_shave.compiler`. Ops outside Subgraphs are an UnsupportedOpError."""
         from snippets_shave.compiler import compile_model
 
-        return compile_model(model, config, host)
+        return compile_model(model, config, host, self)
+
+    def generate_subgraph(self, sg: Subgraph, config: CompileConfig, host: Any) -> GeneratedSubgraph:
+        """One Subgraph's kernel and final LinearIR, as the compiler makes them (``snippets inspect --lir``)."""
+        from snippets_shave.compiler import generate_subgraph
+
+        return generate_subgraph(sg, config, host)
 
     # --- artifacts, for `snippets inspect` and `snippets simulate` --------------------------------------------
     def recognizes_artifact(self, head: bytes) -> bool:

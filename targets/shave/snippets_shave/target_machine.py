@@ -79,6 +79,12 @@ class ShaveKernel:
         """Kernel calls for the whole Subgraph: one per index of the parallel domain."""
         return prod(self.parallel_domain)
 
+    def disassemble(self) -> str:
+        """The kernel's SHVX code, one instruction per line (``snippets inspect --asm``)."""
+        from snippets_shave.isa import disassemble
+
+        return disassemble(self.text)
+
 
 class ShaveTargetMachine(TargetMachine):
     """The SHVX TargetMachine (see the module docstring). ``valid_lanes`` is the lowering's vector_size."""

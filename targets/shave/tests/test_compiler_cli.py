@@ -148,3 +148,11 @@ def test_bad_blobs_and_inputs_are_one_line(tmp_path: Path, capsys: pytest.Captur
     np.savez(tmp_path / "wrong.npz", x=np.zeros((4, 6, 16), np.float32))
     code, _, err = _cli(capsys, "simulate", str(blob), "--inputs", str(tmp_path / "wrong.npz"))
     assert code == 2 and "input 'x'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_inspect_lir_and_asm_of_the_shave_kernels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    onnx_path = _model(tmp_path / "m.onnx")
+    code, out, err = _cli(capsys, "inspect", str(onnx_path), "-t", "shave", "--lir", "--asm")
+    assert code == 0, err
+    assert "final LinearIR (target shave)" in out and "kernel disassembly (target shave)" in out
+    assert "VEXP2.f32" in out and "RET" in out  # the softmax kernel's exponentials, and its return
