@@ -13,6 +13,7 @@ The measured accuracy of each against numpy float64 is in docs/x86_64_math.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from snippets_x86_64.asm import CMP_PREDICATES, Assembler, VecReg
 from snippets_x86_64.emitters.base import (
@@ -125,45 +126,93 @@ def emit_expm1(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
     a.vmovaps(dst.mask(k), small)
 
 
+def _exp_poly(a: Assembler, dst: VecReg, r: VecReg) -> None:
+    """``dst = e**r`` for |r| <= ln2/2 (``dst`` must not be ``r``): 1 + r + r**2 P(r), the Cephes polynomial."""
+    horner(a, dst, r, EXP_P)
+    a.vfmadd213ps(dst, r, f32(a, 1.0))
+    a.vfmadd213ps(dst, r, f32(a, 1.0))
+
+
 @kernel(vecs=3, masks=1)
 def emit_sigmoid(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
-    """``1 / (1 + e**-x)`` through e = exp(-|x|) <= 1, so nothing overflows: 1/(1+e) for x >= 0, e/(1+e) else."""
-    e = aux.vecs[2]
+    """``1 / (1 + e**-x)`` through e = exp(-|x|) <= 1, so nothing overflows: 1/(1+e) for x >= 0, e/(1+e) else.
+
+    exp(-|x|) needs no upper clamp and no special-value fixup: -|x| is clamped below at -104 with the
+    constant as the *first* ``vmaxps`` operand, so a NaN input (the second operand) passes through to the
+    result, and -inf becomes e**-104, which rounds to 0 like e**-inf."""
+    y, n, p = aux.vecs[:3]
     k = aux.masks[0]
     a.vcmpps(k, src, f32(a, 0.0), cmp("lt_oq"))
-    a.vorps(e, src, i32(a, SIGN_MASK))  # -|x|
-    emit_exp(a, e, e, Aux(aux.vecs[:2]))
-    a.vaddps(aux.vecs[0], e, f32(a, 1.0))
+    a.vbroadcastss(n, a.const_f32(-104.0))
+    a.vorps(y, src, i32(a, SIGN_MASK))  # -|x|
+    a.vmaxps(y, n, y)
+    a.vmulps(n, y, f32(a, LOG2E))
+    a.vrndscaleps(n, n, RND_NEAREST)
+    a.vfnmadd231ps(y, n, f32(a, LN2_HI))
+    a.vfnmadd231ps(y, n, f32(a, LN2_LO))  # r = -|x| - n ln2
+    _exp_poly(a, p, y)
+    a.vscalefps(p, p, n)  # e = e**r 2**n (src is dead from here on: dst may be src)
+    a.vaddps(y, p, f32(a, 1.0))
     a.vbroadcastss(dst, a.const_f32(1.0))
-    a.vmovaps(dst.mask(k), e)
-    a.vdivps(dst, dst, aux.vecs[0])
+    a.vmovaps(dst.mask(k), p)
+    a.vdivps(dst, dst, y)
 
 
 # Cephes tanhf: tanh(x) = x + x**3 P(x**2) on |x| < 0.625
 TANH_P = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)
+TANH_SPLIT = 0.625
+#: tanh(x) rounds to 1 in f32 for x > 9.01; the exp branch clamps |x| there
+TANH_CLAMP = 10.0
+LN2 = math.log(2.0)
 
 
 @kernel(vecs=5, masks=1)
 def emit_tanh(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
-    """Hyperbolic tangent: an odd polynomial on |x| < 0.625, else 1 - 2/(e**2|x| + 1); the sign is put back."""
-    s0, s1, ax, sign, t = aux.vecs[:5]
+    """Hyperbolic tangent, computed negated as t = -tanh(|x|) and given the sign of x by one ``vpternlogd``:
+    -(|x| + |x|**3 P(x**2)) on |x| < 0.625, else 2e/(e + 1) - 1 with e = exp(-2|x|) <= 0.29.
+
+    The exp branch clamps |x| at 10 with the constant as the first ``vminps`` operand (a NaN passes through)
+    and reduces -2|x| by n ln2 in one FMA: n <= 29 there, so ln2's f32 rounding moves e by < 6e-8 relative,
+    which 2e/(e + 1) - 1 shrinks further."""
+    ax, y, n, p, s = aux.vecs[:5]
     k = aux.masks[0]
     a.vandps(ax, src, i32(a, ABS_MASK))
-    a.vandps(sign, src, i32(a, SIGN_MASK))
-    a.vcmpps(k, ax, f32(a, 0.625), cmp("lt_oq"))
-    a.vaddps(t, ax, ax)
-    emit_exp(a, t, t, Aux((s0, s1)))
-    a.vaddps(t, t, f32(a, 1.0))
-    a.vbroadcastss(dst, a.const_f32(2.0))
-    a.vdivps(dst, dst, t)
-    a.vsubps(dst, dst, f32(a, 1.0))
-    a.vxorps(dst, dst, i32(a, SIGN_MASK))  # 1 - 2/(e+1)
-    a.vmulps(s0, ax, ax)
-    horner(a, s1, s0, TANH_P)
-    a.vmulps(s1, s1, s0)
-    a.vfmadd213ps(s1, ax, ax)
-    a.vmovaps(dst.mask(k), s1)
-    a.vorps(dst, dst, sign)
+    a.vcmpps(k, ax, f32(a, TANH_SPLIT), cmp("lt_oq"))
+    a.vbroadcastss(y, a.const_f32(TANH_CLAMP))
+    a.vminps(y, y, ax)
+    a.vmulps(n, y, f32(a, -2.0 * LOG2E))
+    a.vrndscaleps(n, n, RND_NEAREST)
+    a.vmulps(y, y, f32(a, -2.0))
+    a.vfnmadd231ps(y, n, f32(a, LN2))  # r = -2|x| - n ln2
+    _exp_poly(a, p, y)
+    a.vscalefps(p, p, n)  # e
+    # -tanh|x| = (e - 1)/(e + 1) = 2e/(e + 1) - 1: the FMA rounds once after the product, whose error
+    # (<= 0.45 of the result, e <= 0.29) is what the division leaves
+    a.vaddps(y, p, f32(a, 1.0))
+    a.vbroadcastss(n, a.const_f32(2.0))
+    a.vdivps(n, n, y)
+    a.vfmsub213ps(p, n, f32(a, 1.0))
+    # |x| < 0.625: -(|x| + |x| z P(z)), z = x**2
+    a.vmulps(y, ax, ax)
+    horner(a, s, y, TANH_P)
+    a.vmulps(s, s, y)
+    a.vfnmsub213ps(s, ax, ax)
+    # result = t with its sign bit flipped where x >= 0: t ^ (~x & SIGN), one vpternlogd (A, B, C) -> imm
+    if dst == src:
+        a.vmovaps(p.mask(k), s)
+        a.vpternlogd(dst, p, i32(a, SIGN_MASK), _TERNLOG_B_XOR_NOTA_AND_C)
+    else:
+        a.vblendmps(dst.mask(k), p, s)
+        a.vpternlogd(dst, src, i32(a, SIGN_MASK), _TERNLOG_A_XOR_NOTB_AND_C)
+
+
+def _ternlog_imm(f: Callable[[int, int, int], int]) -> int:
+    """The ``vpternlogd`` immediate of a boolean function of the operands (A = dst, B, C)."""
+    return sum(f((i >> 2) & 1, (i >> 1) & 1, i & 1) << i for i in range(8))
+
+
+_TERNLOG_B_XOR_NOTA_AND_C = _ternlog_imm(lambda x, b, c: b ^ ((1 - x) & c))
+_TERNLOG_A_XOR_NOTB_AND_C = _ternlog_imm(lambda x, b, c: x ^ ((1 - b) & c))
 
 
 # erf(x) = x P(x**2) on |x| < 1/2 (least-squares fit of the relative error, f32 coefficients)
