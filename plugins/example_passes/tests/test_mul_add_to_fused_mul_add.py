@@ -277,11 +277,11 @@ def test_x86_64_matches_numpy_within_fma_rounding(shared_host: PluginHost, shape
 def test_x86_64_kernel_uses_vfmadd(shared_host: PluginHost) -> None:
     _x86_or_skip(shared_host)
     from snippets_core.config import CompileConfig
-    from snippets_x86_64.runtime import generate_kernel
+    from snippets_x86_64.target import X86_64Target
 
     a, b, c = two_product_inputs((4, 100), seed=4)
     cm = _compile_checked(X86, ((4, 100),) * 3)
     assert np.array_equal(cm({"a": a, "b": b, "c": c})["y"], np.maximum(exact_product_error(a, b), 0))
-    kernel = generate_kernel(cm.subgraphs[0].body.clone(), CompileConfig(), shared_host)
-    text = kernel.disassemble()  # iced-x86's formatter
+    generated = X86_64Target().generate_subgraph(cm.subgraphs[0], CompileConfig(), shared_host)
+    text = generated.kernel.disassemble()  # iced-x86's formatter
     assert "vfmadd" in text and "vmulps" not in text
