@@ -7,6 +7,7 @@ methods apply when compiling for this target.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pluggy
@@ -40,6 +41,16 @@ class X86_64Target:
     data_ptr_gpr_count: ClassVar[int] = 11
     #: loops shorter than this are not worth a kernel of their own (min_kernel_work_amount)
     min_kernel_work_amount: ClassVar[int] = 256
+
+    def __init__(self, mark_fused_post_ops: bool | None = None) -> None:
+        #: SnippetsMarkSkipped keeps the post-op chains of Convolution and of MatMul with constant weights
+        #: out of Subgraphs, as the CPU plugin does because oneDNN fuses them into the convolution/GEMM.
+        #: Here those ops run on reference kernels that fuse nothing, so by default the chains are left to
+        #: the Tokenizer; a build whose convolution/GEMM kernels fuse post-ops turns this on
+        #: (``X86_64Target(mark_fused_post_ops=True)`` or SNIPPETS_X86_MARK_FUSED_POST_OPS=1).
+        if mark_fused_post_ops is None:
+            mark_fused_post_ops = os.environ.get("SNIPPETS_X86_MARK_FUSED_POST_OPS", "") not in ("", "0")
+        self.mark_fused_post_ops = mark_fused_post_ops
 
     def tokenization_defaults(self) -> dict[str, object]:
         """Tokenizer knobs of this machine: the data-pointer register budget, and MHA transposes of rank 4
@@ -81,7 +92,7 @@ class X86_64Target:
 
     @hookimpl
     def snippets_mark_skipped(self, model: Model, target_name: str) -> None:
-        if target_name != self.name:
+        if target_name != self.name or not self.mark_fused_post_ops:
             return
         from snippets_x86_64.passes.snippets_mark_skipped import SnippetsMarkSkipped
 

@@ -121,7 +121,7 @@ def conv(x, channels_out=4):
 
 
 def mark(model):
-    X86_64Target().snippets_mark_skipped(model=model, target_name=NAME)
+    X86_64Target(mark_fused_post_ops=True).snippets_mark_skipped(model=model, target_name=NAME)
     return {n.name for n in model.get_ordered_ops() if is_skipped_by_plugin(n)}
 
 
@@ -182,15 +182,45 @@ def test_compressed_weights_through_convert_count_as_constant():
 def test_mark_skipped_ignores_other_targets():
     x = f32(1, 3, 8, 8, name="x")
     model = Model([Result(Relu(conv(x), name="relu"))], [x])
-    X86_64Target().snippets_mark_skipped(model=model, target_name="shave")
+    X86_64Target(mark_fused_post_ops=True).snippets_mark_skipped(model=model, target_name="shave")
     assert not any(is_skipped_by_plugin(n) for n in model.get_ordered_ops())
+
+
+def test_post_op_chains_stay_fusable_by_default(monkeypatch):
+    """The reference Convolution fuses nothing, so by default its post-ops are left to the Tokenizer."""
+    monkeypatch.delenv("SNIPPETS_X86_MARK_FUSED_POST_OPS", raising=False)
+    x = f32(1, 3, 8, 8, name="x")
+    model = Model([Result(Relu(conv(x), name="relu"))], [x])
+    X86_64Target().snippets_mark_skipped(model=model, target_name=NAME)
+    assert not any(is_skipped_by_plugin(n) for n in model.get_ordered_ops())
+    monkeypatch.setenv("SNIPPETS_X86_MARK_FUSED_POST_OPS", "1")
+    X86_64Target().snippets_mark_skipped(model=model, target_name=NAME)
+    assert {n.name for n in model.get_ordered_ops() if is_skipped_by_plugin(n)} == {"relu"}
 
 
 # -- through the core's compile pipeline ---------------------------------------------------------------------
 
 
+@pytest.fixture
+def post_op_marking(monkeypatch):
+    """The shared plugin host keeps one target object: give this test one with post-op marking on, and
+    leave a default one behind for the tests that follow."""
+    from snippets_core.plugins.host import get_host
+
+    def fresh() -> None:
+        host = get_host()
+        if host.pm.get_plugin("target:" + NAME) is not None:
+            host.unregister("target:" + NAME)
+
+    monkeypatch.setenv("SNIPPETS_X86_MARK_FUSED_POST_OPS", "1")
+    fresh()
+    yield
+    monkeypatch.delenv("SNIPPETS_X86_MARK_FUSED_POST_OPS")
+    fresh()
+
+
 @pytest.mark.avx512
-def test_compile_model_applies_the_hooks():
+def test_compile_model_applies_the_hooks(post_op_marking):
     from snippets_core import compile_model
     from snippets_core.ir.evaluate import evaluate_model
 
