@@ -39,8 +39,10 @@ def candidate_targets() -> list[tuple[str, str | None]]:
     return out
 
 
-def _one_line(e: BaseException) -> str:
+def _one_line(e: BaseException, limit: int = 240) -> str:
     text = str(e).splitlines()[0] if str(e) else ""
+    if len(text) > limit:  # e.g. a target listing every op it cannot run: the start says enough here
+        text = text[: limit - 3] + "..."
     return f"{type(e).__name__}: {text}"
 
 
@@ -52,7 +54,7 @@ def run_on(
     try:
         cm = compile_model(model, target=target)
     except SnippetsError as e:
-        print(f"  [{target}] cannot compile this model yet: {e}")
+        print(f"  [{target}] cannot compile this model: {_one_line(e)}")
         return
     except Exception as e:  # noqa: BLE001 - a target still being written must not stop the demo
         print(f"  [{target}] failed while compiling: {_one_line(e)}")
