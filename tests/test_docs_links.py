@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,38 +102,58 @@ def test_the_link_checker_sees_links(tmp_path: Path) -> None:
 RUNNABLE = [p for p in DOCS if any(b.info == "python run" for b in blocks(p.read_text()))]
 
 
-@pytest.mark.parametrize("path", RUNNABLE, ids=lambda p: str(p.relative_to(ROOT)))
-def test_runnable_blocks_run(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def run_page(text: str, name: str) -> list[tuple[Block, str]]:
+    """Run the runnable blocks of a page in order in one namespace; per block followed by a ``text output``
+    block, that output block and what the runnable block printed."""
+    found = blocks(text)
+    namespace: dict[str, object] = {"__name__": f"doc_{Path(name).stem}"}
+    printed = []
+    for k, block in enumerate(found):
+        if block.info != "python run":
+            continue
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(block.body, f"{name}:{block.line}", "exec"), namespace)  # noqa: S102 - the doc is the test
+        following = found[k + 1] if k + 1 < len(found) else None
+        if following is not None and following.info == "text output" and not text[block.end : following.start].strip():
+            printed.append((following, out.getvalue()))
+    return printed
+
+
+@contextlib.contextmanager
+def doc_environment() -> Iterator[None]:
+    """From the repository root, no installed plugin, no debug variable; the plugin hosts forgotten after."""
     from snippets_core.plugins import reset_hosts
 
-    monkeypatch.setenv("SNIPPETS_DISABLE_PLUGIN_AUTOLOAD", "1")
+    saved = {k: os.environ.get(k) for k in ("SNIPPETS_DISABLE_PLUGIN_AUTOLOAD", *DEBUG_VARIABLES)}
+    cwd = os.getcwd()
+    os.environ["SNIPPETS_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     for name in DEBUG_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.chdir(ROOT)
+        os.environ.pop(name, None)
+    os.chdir(ROOT)
     reset_hosts()
-    text = path.read_text()
-    found = blocks(text)
-    namespace: dict[str, object] = {"__name__": f"doc_{path.stem}"}
     try:
-        for k, block in enumerate(found):
-            if block.info != "python run":
-                continue
-            where = f"{path.relative_to(ROOT)}:{block.line}"
-            out = io.StringIO()
-            with contextlib.redirect_stdout(out):
-                exec(compile(block.body, where, "exec"), namespace)  # noqa: S102 - running the doc is the test
-            following = found[k + 1] if k + 1 < len(found) else None
-            if (
-                following is not None
-                and following.info == "text output"
-                and not text[block.end : following.start].strip()
-            ):
-                assert out.getvalue().rstrip() == following.body.rstrip(), (
-                    f"{where}: the block prints something else than the text output block after it "
-                    f"(regenerate the doc's output):\n{out.getvalue()}"
-                )
+        yield
     finally:
         reset_hosts()
+        os.chdir(cwd)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.mark.parametrize("path", RUNNABLE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_runnable_blocks_run(path: Path) -> None:
+    name = str(path.relative_to(ROOT))
+    with doc_environment():
+        printed = run_page(path.read_text(), name)
+    for output, got in printed:
+        assert got.rstrip() == output.body.rstrip(), (
+            f"{name}:{output.line}: the text output block differs from what the block before it prints "
+            f"(`python tests/test_docs_links.py --update` rewrites it):\n{got}"
+        )
 
 
 def test_the_pages_with_code_have_runnable_blocks() -> None:
@@ -143,3 +166,24 @@ def test_output_blocks_are_compared(tmp_path: Path) -> None:
     found = blocks(text)
     assert [b.info for b in found] == ["python run", "text output"]
     assert not text[found[0].end : found[1].start].strip() and found[1].body == "a\n"
+
+
+def update_outputs(path: Path) -> bool:
+    """Rewrite the ``text output`` blocks of ``path`` with what their runnable blocks print; True if it changed."""
+    text = path.read_text()
+    with doc_environment():
+        printed = run_page(text, str(path.relative_to(ROOT)))
+    new = text
+    for output, got in sorted(printed, key=lambda p: -p[0].start):  # from the end: earlier offsets stay valid
+        fence = text[output.start :].split("\n", 1)[0]
+        new = new[: output.start] + f"{fence}\n{got.rstrip()}\n```" + new[output.end :]
+    if new != text:
+        path.write_text(new)
+    return new != text
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--update"]:
+        sys.exit("usage: python tests/test_docs_links.py --update   (rewrites the docs' text output blocks)")
+    for page in RUNNABLE:
+        print(f"{page.relative_to(ROOT)}: {'updated' if update_outputs(page) else 'unchanged'}")
