@@ -120,17 +120,18 @@ def emit_floor_mod_i32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux
 
 
 def minmax_f32(a: Assembler, mnemonic: str, dst: VecReg, x: VecReg, y: VecReg, k: MaskReg) -> None:
-    """dst = ``mnemonic`` (vmaxps/vminps) of x and y with a NaN operand propagated; k is clobbered."""
-    # vmaxps/vminps return their second source when either is NaN: order the sources so that the NaN of one
-    # operand comes through, and patch the lanes where the other one is NaN
-    if dst == y:
+    """dst = ``mnemonic`` (vmaxps/vminps) of x and y as numpy computes it: x where x is NaN, else y where y is
+    NaN or the operands are equal (+-0), else the larger/smaller; k is clobbered.
+
+    ``vmaxps dst, x, y`` is (x > y ? x : y) and y when either is NaN, i.e. numpy's answer except where x is
+    NaN: those lanes are patched (kept by merge-masking when dst is x)."""
+    if dst == x:
+        a.vcmpps(k, x, x, cmp("ord_q"))
+        a.emit(mnemonic, dst.mask(k), x, y)
+    else:
         a.vcmpps(k, x, x, cmp("unord_q"))
         a.emit(mnemonic, dst, x, y)
         a.vmovaps(dst.mask(k), x)
-    else:
-        a.vcmpps(k, y, y, cmp("unord_q"))
-        a.emit(mnemonic, dst, y, x)
-        a.vmovaps(dst.mask(k), y)
 
 
 @kernel(masks=1)
@@ -143,6 +144,32 @@ def emit_max_f32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> N
 def emit_min_f32(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
     """min(x, y), NaN if either is NaN (numpy ``minimum``)."""
     minmax_f32(a, "vminps", dst, x, y, aux.masks[0])
+
+
+@kernel()
+def emit_max_f32_const_x(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
+    """max(x, y) for an x that is never NaN (a Scalar): ``vmaxps dst, x, y`` is numpy's answer, y's NaN and
+    y on ties included (see :func:`minmax_f32`)."""
+    a.vmaxps(dst, x, y)
+
+
+@kernel()
+def emit_min_f32_const_x(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
+    """min(x, y) for an x that is never NaN (see :func:`emit_max_f32_const_x`)."""
+    a.vminps(dst, x, y)
+
+
+@kernel()
+def emit_max_f32_const_y(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
+    """max(x, y) for a y that is neither NaN nor zero (a Scalar): ``vmaxps dst, y, x`` returns x when x is NaN;
+    on ties it returns x too, which is y's bit pattern unless the tie is +-0."""
+    a.vmaxps(dst, y, x)
+
+
+@kernel()
+def emit_min_f32_const_y(a: Assembler, dst: VecReg, x: VecReg, y: VecReg, aux: Aux) -> None:
+    """min(x, y) for a y that is neither NaN nor zero (see :func:`emit_max_f32_const_y`)."""
+    a.vminps(dst, y, x)
 
 
 @kernel()

@@ -14,6 +14,7 @@ k1..k7: the functions use them as write masks.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -226,6 +227,32 @@ def _binary(f32: Fn | None = None, i32: Fn | None = None) -> OpSpec:
     return OpSpec(forms=forms, inputs=2)
 
 
+def _scalar_input(node: Node, i: int) -> float | None:
+    """The value of input ``i`` when it is a Scalar (a constant baked into the kernel), else None."""
+    src = node.inputs[i].source.node
+    return float(src.scalar) if src.type_name == "Scalar" else None  # type: ignore[attr-defined]
+
+
+def _minmax(general: Fn, const_y: Fn, const_x: Fn, i32: Fn) -> OpSpec:
+    """Maximum/Minimum: with a Scalar operand that cannot be NaN (as y, nor zero: numpy returns y on a +-0 tie),
+    one ``vmaxps``/``vminps`` in the operand order that propagates the other operand's NaN (the general form
+    patches x's NaN lanes: two more ops)."""
+
+    def choose(node: Node, form: str) -> Fn | None:
+        if form == "i32":
+            return i32
+        if form != "f32":
+            return None
+        x, y = _scalar_input(node, 0), _scalar_input(node, 1)
+        if x is not None and not math.isnan(x):
+            return const_x
+        if y is not None and not math.isnan(y) and y != 0.0:
+            return const_y
+        return general
+
+    return OpSpec(inputs=2, choose=choose)
+
+
 def _logical(fn: Fn, inputs: int) -> OpSpec:
     return OpSpec(forms={"i32": fn}, inputs=inputs, precisions=lambda node: [(BOOL,) * inputs])
 
@@ -266,8 +293,8 @@ SPECS: dict[str, OpSpec] = {
     "Subtract": _binary(E.emit_sub_f32, E.emit_sub_i32),
     "Multiply": _binary(E.emit_mul_f32, E.emit_mul_i32),
     "Divide": _binary(E.emit_div_f32, E.emit_div_i32),
-    "Maximum": _binary(E.emit_max_f32, E.emit_max_i32),
-    "Minimum": _binary(E.emit_min_f32, E.emit_min_i32),
+    "Maximum": _minmax(E.emit_max_f32, E.emit_max_f32_const_y, E.emit_max_f32_const_x, E.emit_max_i32),
+    "Minimum": _minmax(E.emit_min_f32, E.emit_min_f32_const_y, E.emit_min_f32_const_x, E.emit_min_i32),
     "Power": _binary(E.emit_power_f32),
     "SquaredDifference": _binary(E.emit_squared_difference_f32, E.emit_squared_difference_i32),
     "FloorMod": _binary(E.emit_floor_mod_f32, E.emit_floor_mod_i32),
