@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from snippets_core.lowered.expression import Expression
     from snippets_core.lowered.linear_ir import LinearIR
 
+#: rt_info key on a Brgemm node a BrgemmBlocking has handled
+BRGEMM_BLOCKED = "snippets.brgemm_blocked"
+
 INC = LoopPortType.INCREMENTED
 KEEP = LoopPortType.NOT_INCREMENTED
 
@@ -88,7 +91,8 @@ class BrgemmBlocking(LoweredPass):
     (:class:`UpdateBrgemmBlock`); the K loop peels its first iteration, which writes C while the others
     accumulate (:class:`SetBrgemmBeta`). ``k_block = 0`` picks 512, or 1024 when K > 1024.
 
-    The M loop is the one SplitLoops shares with the ops between two Brgemms (MHA)."""
+    The M loop is the one SplitLoops shares with the ops between two Brgemms (MHA). A Brgemm is blocked once:
+    a target or plugin tunes the blocks by placing its own BrgemmBlocking before ``brgemm-blocking``."""
 
     name: ClassVar[str] = "brgemm-blocking"
     m_block: int = 32
@@ -98,8 +102,9 @@ class BrgemmBlocking(LoweredPass):
     def run(self, ir: LinearIR) -> bool:
         changed = False
         for expr in list(ir.exprs):
-            if expr.type_name not in BRGEMM_OPS:
-                continue
+            if expr.type_name not in BRGEMM_OPS or expr.node.rt_info.get(BRGEMM_BLOCKED):
+                continue  # a tuned BrgemmBlocking placed before this one has blocked it already
+            expr.node.rt_info[BRGEMM_BLOCKED] = True
             m, n, k = planar_dims(expr)
             blocks = {"m": (m, self.m_block), "n": (n, self.n_block), "k": (k, self.k_block or default_k_block(k))}
             base = len(expr.loop_ids)
@@ -128,4 +133,4 @@ class BrgemmBlocking(LoweredPass):
         expr.loop_ids.insert(base, loop_id)
 
 
-__all__ = ["BrgemmBlocking", "SetBrgemmBeta", "UpdateBrgemmBlock", "default_k_block", "set_brgemm_block"]
+__all__ = ["BRGEMM_BLOCKED", "BrgemmBlocking", "SetBrgemmBeta", "UpdateBrgemmBlock", "default_k_block", "set_brgemm_block"]

@@ -9,7 +9,7 @@ from snippets_core.lowered.loop_info import UnifiedLoopInfo
 from snippets_core.lowered.loop_utils import processed_ports
 
 if TYPE_CHECKING:
-    from snippets_core.lowered.expression import BufferExpression, Expression
+    from snippets_core.lowered.expression import BufferExpression, Expression, ExpressionPort
     from snippets_core.lowered.linear_ir import LinearIR
 
 Signature = tuple[int, int, int]
@@ -20,6 +20,12 @@ def buffer_accesses(buf: BufferExpression) -> list[Expression]:
     acc = [buf.input_expr(0)] if buf.input_count else []
     acc += [c.expr for c in buf.consumers(0) if c.expr.type_name not in ("LoopEnd",)]
     return acc
+
+
+def _reaches(port: ExpressionPort, buf: BufferExpression) -> bool:
+    if port.is_input:
+        return port.connector.source.expr is buf
+    return any(c.expr is buf for c in port.connector.get_consumers())
 
 
 def loop_signatures(ir: LinearIR, buf: BufferExpression) -> dict[int, Signature]:
@@ -35,7 +41,8 @@ def loop_signatures(ir: LinearIR, buf: BufferExpression) -> dict[int, Signature]
             continue
         descs = info.port_descs()
         for k, p in processed_ports(info):
-            if id(p.expr_port.expr) in access_ids:
+            # the port must reach this buffer (a Brgemm accesses several memories through one expression)
+            if id(p.expr_port.expr) in access_ids and _reaches(p.expr_port, buf):
                 d = descs[k]
                 sig[loop_id] = (d.ptr_increment, d.finalization_offset, d.data_size)
     return sig

@@ -17,16 +17,26 @@ its reference kernel with the reason.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from snippets_core.errors import CodegenError
+import numpy as np
+
+from snippets_core.errors import CodegenError, InputError
 from snippets_core.ir.element_type import ElementType
+from snippets_core.ir.model import Model
+from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.lowered.brgemm_utils import brgemm_geometry
+from snippets_core.lowered.passes.brgemm_blocking import BrgemmBlocking
+from snippets_core.passes.graph_utils import body_of, make, nodes_of_type
+from snippets_core.passes.pass_manager import Pass, PassPosition, PositionedPass
 from snippets_x86_64.asm import Assembler, word
 from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter
 
 if TYPE_CHECKING:
     from snippets_core.lowered.expression import Expression
+    from snippets_x86_64.asm import GpReg, MaskReg, VecReg
     from snippets_x86_64.target_machine import X86_64TargetMachine
 
 LANES = 16
@@ -36,11 +46,18 @@ VEC_BUDGET = 30
 NR_MAX = 4
 
 
-def tile_shape(m: int, n: int) -> tuple[int, int]:
-    """(rows, vectors) of the register tile for a block of ``m`` x ``n`` f32."""
+def tile_shape(m: int, n: int, budget: int = VEC_BUDGET) -> tuple[int, int]:
+    """(rows, vectors) of the register tile for a block of ``m`` x ``n`` outputs with ``budget`` vectors."""
     nr = max(1, min(NR_MAX, -(-n // LANES)))
-    mr = max(1, min(m, (VEC_BUDGET - nr) // nr))
+    mr = max(1, min(m, (budget - nr) // nr))
     return mr, nr
+
+
+#: (A, B) element types -> the kernel variant; C is f32 for both
+F32, BF16 = ElementType.f32, ElementType.bf16
+KERNELS = {(F32, F32): "f32", (BF16, BF16): "bf16"}
+#: word permutation interleaving two rows of 16 bf16 into 16 (row k, row k+1) pairs (vpermt2w)
+PAIR_INDEX = np.array([v for i in range(16) for v in (i, 32 + i)], dtype=np.uint16)
 
 
 class BrgemmEmitter(JitEmitter):
@@ -49,70 +66,183 @@ class BrgemmEmitter(JitEmitter):
     def __init__(self, expr: Expression, h: X86_64TargetMachine) -> None:
         super().__init__(expr, h)
         g = brgemm_geometry(expr)
-        types = (g.a.element_type, g.b.element_type, g.c.element_type)
-        if types != (ElementType.f32, ElementType.f32, ElementType.f32):
-            raise CodegenError(f"Brgemm '{expr.name}': the x86-64 micro-kernel computes f32 x f32 -> f32, "
-                               f"got {' x '.join(str(t) for t in types[:2])} -> {types[2]}")
-        if g.b.col_stride != 1:
-            raise CodegenError(f"Brgemm '{expr.name}' reads B with a column stride {g.b.col_stride}; the "
-                               "micro-kernel loads contiguous rows of B")
+        types = (g.a.element_type, g.b.element_type)
+        kernel = KERNELS.get(types)
+        if kernel is None or g.c.element_type != F32:
+            raise CodegenError(f"Brgemm '{expr.name}': the x86-64 micro-kernel computes f32 x f32 or bf16 x bf16 "
+                               f"-> f32, got {types[0]} x {types[1]} -> {g.c.element_type}")
+        if kernel == "bf16" and "avx512_bf16" not in h.cpu_features:
+            raise CodegenError(f"Brgemm '{expr.name}' multiplies bf16, which needs AVX512_BF16 (vdpbf16ps)")
+        if g.b.col_stride != 1 or (kernel == "bf16" and g.a.col_stride != 1):
+            raise CodegenError(f"Brgemm '{expr.name}' reads B (or bf16 A) with a column stride; the micro-kernel "
+                               "loads contiguous rows")
         self.g = g
-        self.mr, self.nr = tile_shape(g.m, g.n)
+        self.kernel = kernel
+        #: bf16 keeps two more vectors: the pair permutation and the second B row
+        self.extra = 2 if kernel == "bf16" else 0
+        self.mr, self.nr = tile_shape(g.m, g.n, VEC_BUDGET - self.extra)
         self.tail = g.n % LANES
 
     def aux_needs(self) -> tuple[int, int, int]:
-        return 3, self.mr * self.nr + self.nr, 1 if self.tail else 0
+        return 3, self.mr * self.nr + self.nr + self.extra, 1 if self.tail else 0
 
     def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
         g = self.g
         a_ptr, b_ptr, c_ptr = ins[0], ins[1], outs[0]
         pa, pb, cnt = aux.gprs[:3]
         vecs = [v.zmm for v in aux.vecs]
+        extra = vecs[self.mr * self.nr + self.nr:]
         mask = None
         if self.tail:
             mask = aux.masks[0]
             a.kmovw(mask, word[a.const_data(((1 << self.tail) - 1).to_bytes(2, "little"), 2)])
+        if self.kernel == "bf16":
+            a.vmovdqu16(extra[0], a.const_array(PAIR_INDEX))
+        sa, sb, sc = g.a.element_type.size, g.b.element_type.size, 4
         nvec = -(-g.n // LANES)
-        size = 4
         for v0 in range(0, nvec, self.nr):
             nv = min(self.nr, nvec - v0)
             for m0 in range(0, g.m, self.mr):
                 mv = min(self.mr, g.m - m0)
                 acc = [[vecs[r * self.nr + j] for j in range(nv)] for r in range(mv)]
                 bvec = [vecs[self.mr * self.nr + j] for j in range(nv)]
+                masked = [mask is not None and v0 + j == nvec - 1 for j in range(nv)]
 
                 def c_addr(r: int, j: int, m0: int = m0, v0: int = v0):  # type: ignore[no-untyped-def]
-                    return c_ptr + (g.c.offset_bytes + ((m0 + r) * g.c.row_stride + (v0 + j) * LANES) * size)
-
-                def masked_vec(j: int, v0: int = v0, nv: int = nv) -> bool:
-                    return mask is not None and v0 + j == nvec - 1
+                    return c_ptr + (g.c.offset_bytes + ((m0 + r) * g.c.row_stride + (v0 + j) * LANES) * sc)
 
                 for r in range(mv):
                     for j in range(nv):
                         if g.beta:
-                            dst = acc[r][j].mask(mask).z if masked_vec(j) else acc[r][j]
-                            a.vmovups(dst, c_addr(r, j))
+                            a.vmovups(acc[r][j].mask(mask).z if masked[j] else acc[r][j], c_addr(r, j))
                         else:
                             a.vxorps(acc[r][j], acc[r][j], acc[r][j])
-                a.lea(pa, a_ptr + (g.a.offset_bytes + m0 * g.a.row_stride * size))
-                a.lea(pb, b_ptr + (g.b.offset_bytes + v0 * LANES * size))
-                a.mov(cnt, g.k)
-                top = a.label(f"brgemm.{self.expr.name}.k")
-                for j in range(nv):
-                    dst = bvec[j].mask(mask).z if masked_vec(j) else bvec[j]
-                    a.vmovups(dst, pb + j * LANES * size)
-                for r in range(mv):
-                    src = (pa + r * g.a.row_stride * size).broadcast
-                    for j in range(nv):
-                        a.vfmadd231ps(acc[r][j], bvec[j], src)
-                a.add(pa, g.a.col_stride * size)
-                a.add(pb, g.b.row_stride * size)
-                a.dec(cnt)
-                a.jnz(top)
+                a.lea(pa, a_ptr + (g.a.offset_bytes + m0 * g.a.row_stride * sa))
+                a.lea(pb, b_ptr + (g.b.offset_bytes + v0 * LANES * sb))
+                tile = _Tile(acc, bvec, masked, mask, extra)
+                if self.kernel == "f32":
+                    self._k_loop_f32(a, tile, pa, pb, cnt)
+                else:
+                    self._k_loop_bf16(a, tile, pa, pb, cnt)
                 for r in range(mv):
                     for j in range(nv):
                         dst = c_addr(r, j)
-                        a.vmovups(dst.mask(mask) if masked_vec(j) else dst, acc[r][j])
+                        a.vmovups(dst.mask(mask) if masked[j] else dst, acc[r][j])
+
+    def _k_loop_f32(self, a: Assembler, t: _Tile, pa: GpReg, pb: GpReg, cnt: GpReg) -> None:
+        """``acc[r][j] += A[r, k] * B[k, j-th vector]`` for every k."""
+        g = self.g
+        a.mov(cnt, g.k)
+        top = a.label(f"brgemm.{self.expr.name}.k")
+        for j, b in enumerate(t.bvec):
+            a.vmovups(b.mask(t.mask).z if t.masked[j] else b, pb + j * LANES * 4)
+        for r, row in enumerate(t.acc):
+            src = (pa + r * g.a.row_stride * 4).broadcast
+            for j, acc in enumerate(row):
+                a.vfmadd231ps(acc, t.bvec[j], src)
+        a.add(pa, g.a.col_stride * 4)
+        a.add(pb, g.b.row_stride * 4)
+        a.dec(cnt)
+        a.jnz(top)
+
+    def _k_loop_bf16(self, a: Assembler, t: _Tile, pa: GpReg, pb: GpReg, cnt: GpReg) -> None:
+        """Two k at a time: rows k and k+1 of B interleaved into (k, k+1) pairs per column (vpermt2w), the pair
+        (A[r, k], A[r, k+1]) broadcast as one dword, ``vdpbf16ps`` adds both products. An odd last k pairs B with
+        zeros (and A with itself)."""
+        g = self.g
+        index, second = t.extra[0], t.extra[1]
+        row_b = g.b.row_stride * 2
+
+        def load_b_pairs(with_second_row: bool) -> None:
+            for j, b in enumerate(t.bvec):
+                a.vmovdqu16(b.ymm.mask(t.mask).z if t.masked[j] else b.ymm, pb + j * LANES * 2)
+                if with_second_row:
+                    a.vmovdqu16(second.ymm.mask(t.mask).z if t.masked[j] else second.ymm, pb + (row_b + j * LANES * 2))
+                else:
+                    a.vpxord(second, second, second)
+                a.vpermt2w(b, index, second)
+
+        if g.k >= 2:
+            a.mov(cnt, g.k // 2)
+            top = a.label(f"brgemm.{self.expr.name}.k2")
+            load_b_pairs(True)
+            for r, row in enumerate(t.acc):
+                src = (pa + r * g.a.row_stride * 2).broadcast
+                for j, acc in enumerate(row):
+                    a.vdpbf16ps(acc, t.bvec[j], src)
+            a.add(pa, 4)
+            a.add(pb, 2 * row_b)
+            a.dec(cnt)
+            a.jnz(top)
+        if g.k % 2:
+            load_b_pairs(False)
+            for r, row in enumerate(t.acc):
+                a.vpbroadcastw(second, word[pa + r * g.a.row_stride * 2])
+                for j, acc in enumerate(row):
+                    a.vdpbf16ps(acc, t.bvec[j], second)
 
 
-__all__ = ["BrgemmEmitter", "tile_shape"]
+@dataclass(frozen=True)
+class _Tile:
+    """The registers of one register tile: accumulators by row and vector, B vectors, which vectors are the
+    masked N tail, the mask, and the kernel's extra vectors."""
+
+    acc: list[list[VecReg]]
+    bvec: list[VecReg]
+    masked: list[bool]
+    mask: MaskReg | None
+    extra: list[VecReg]
+
+
+# --- opt-in bf16 and the tuning knobs ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnforceBrgemmBF16(Pass):
+    """Data-flow pass (the CPU plugin's ``EnforcePrecision`` f32 -> bf16 for Brgemm): both inputs of an f32 x f32
+    Brgemm are rounded to bf16 (``ConvertSaturation``), so the product runs on ``vdpbf16ps`` and accumulates in
+    f32. Only Brgemms reading planar inputs are converted: a folded Transpose (a layout) stays on the f32 kernel,
+    since the convert would run over the stored, not the planar, tensor."""
+
+    name: ClassVar[str] = "enforce-brgemm-bf16"
+
+    def run(self, ir: Model | Subgraph) -> bool:
+        body = body_of(ir)
+        changed = False
+        for brgemm in nodes_of_type(body, "Brgemm"):
+            if brgemm.layout_a or brgemm.layout_b:  # type: ignore[attr-defined]
+                continue
+            if any(inp.element_type != F32 for inp in brgemm.inputs):
+                continue
+            for i in (0, 1):
+                src = brgemm.inputs[i].source
+                brgemm.set_input(i, make("ConvertSaturation", src, destination_type=BF16, name=f"{brgemm.name}/bf16_{i}"))
+            brgemm.revalidate()
+            changed = True
+        return changed
+
+
+#: target_options keys of the Brgemm knobs -> BrgemmBlocking fields
+BLOCK_OPTIONS = {"brgemm_m_block": "m_block", "brgemm_n_block": "n_block", "brgemm_k_block": "k_block"}
+
+
+def brgemm_positioned_passes(target_options: Mapping[str, Any]) -> list[PositionedPass]:
+    """What the x86-64 target adds for its ``target_options``: ``inference_precision: "bf16"`` puts
+    :class:`EnforceBrgemmBF16` after FuseTransposeBrgemm; ``brgemm_m_block``/``brgemm_n_block``/``brgemm_k_block``
+    place a BrgemmBlocking with those blocks before the default one (which then leaves the Brgemms alone)."""
+    passes: list[PositionedPass] = []
+    precision = str(target_options.get("inference_precision", "f32")).lower()
+    if precision not in ("f32", "bf16"):
+        raise InputError(f"target_options.inference_precision must be 'f32' or 'bf16', got {precision!r}")
+    if precision == "bf16":
+        passes.append(PositionedPass(EnforceBrgemmBF16(), PassPosition("fuse-transpose-brgemm", after=True)))
+    blocks = {field: int(target_options[key]) for key, field in BLOCK_OPTIONS.items() if key in target_options}
+    if any(v < 0 for v in blocks.values()):
+        raise InputError(f"Brgemm blocks must be positive (0 for the default K block), got {blocks}")
+    if blocks:
+        passes.append(PositionedPass(BrgemmBlocking(**blocks), PassPosition("brgemm-blocking"),
+                                     pipeline="control-flow"))
+    return passes
+
+
+__all__ = ["BLOCK_OPTIONS", "BrgemmEmitter", "EnforceBrgemmBF16", "brgemm_positioned_passes", "tile_shape"]

@@ -91,6 +91,15 @@ class X86_64Target:
         return tokenization_callback(node, tokenizer)
 
     @hookimpl
+    def snippets_positioned_passes(self, target_name: str, config: dict[str, Any]) -> list[Any]:
+        """Brgemm knobs of ``target_options``: bf16 inference precision, block sizes (see ``snippets_x86_64.brgemm``)."""
+        if target_name != self.name:
+            return []
+        from snippets_x86_64.brgemm import brgemm_positioned_passes
+
+        return brgemm_positioned_passes(dict((config or {}).get("target_options", {}) or {}))
+
+    @hookimpl
     def snippets_mark_skipped(self, model: Model, target_name: str) -> None:
         if target_name != self.name or not self.mark_fused_post_ops:
             return

@@ -259,6 +259,9 @@ CASES = [
     ("vpandq", (zmm0, zmm1, zmm2), {}, "vpandq zmm0, zmm1, zmm2"),
     ("vporq", (zmm0, zmm1, bcst(rsi)), {}, "vporq zmm0, zmm1, [rsi]{1to8}"),
     ("vpxorq", (zmm0, zmm1, zmm2), {}, "vpxorq zmm0, zmm1, zmm2"),
+    ("vdpbf16ps", (zmm0, zmm1, zmm2), {}, "vdpbf16ps zmm0, zmm1, zmm2"),
+    ("vdpbf16ps", (zmm3, zmm4, bcst(rsi + 8)), {}, "vdpbf16ps zmm3, zmm4, [rsi+8]{1to16}"),
+    ("vpermt2w", (zmm0, zmm1, zmm2), {}, "vpermt2w zmm0, zmm1, zmm2"),
 ]
 
 

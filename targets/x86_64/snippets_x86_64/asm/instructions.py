@@ -72,6 +72,8 @@ MNEMONICS: tuple[str, ...] = (
     "kmovw", "kmovd", "kmovq", "kandw", "kandnw", "korw", "kxorw", "knotw", "kxnorw", "kortestw", "ktestw",
     "kshiftlw", "kshiftrw",
     "vzeroupper",
+    # bf16 matrix products (the Brgemm micro-kernel): pair dot products and the word interleave of two B rows
+    "vdpbf16ps", "vpermt2w",
 )  # fmt: skip
 
 #: Other spellings of the same instructions (the left side is what iced's decoder prints for the right).
