@@ -206,3 +206,40 @@ def test_mha_callback_reasons():
     # parallel work 1 (batch dims) below 8 threads, and M = 37 is prime: SplitDimensionM cannot help
     assert "parallel work" in mha_callback(_matmul0(batch=(1,), m=37), concurrency=8, features=avx512)
     assert mha_callback(_matmul0(batch=(1,), m=384), concurrency=8, features=avx512) is None
+
+
+# --- layouts: a decomposed Transpose (LoadReorder) ------------------------------------------------------------------
+
+class _DecomposeTransposes:
+    """A plugin that adds TransposeDecomposition (not in the default pipeline) for this target."""
+
+    from snippets_core.plugins import hookimpl
+
+    @hookimpl
+    def snippets_positioned_passes(self, target_name, config):  # type: ignore[no-untyped-def]
+        from snippets_core.passes.pass_manager import PassPosition, PositionedPass
+        from snippets_core.passes.transpose_decomposition import TransposeDecomposition
+
+        return [PositionedPass(TransposeDecomposition(), PassPosition("softmax-decomposition"))]
+
+
+@pytest.mark.parametrize(("shape", "order"), [((2, 3, 5, 7), [0, 2, 3, 1]), ((2, 3, 5, 37), [3, 2, 1, 0]),
+                                              ((19, 5), [1, 0])])
+def test_load_reorder_layouts_become_strides(shape, order):
+    """LoadReorder is a plain Load on x86: its order lives in the pointer increments (InitLoops) and the kernel's
+    planar data offsets (PropagateLayout)."""
+    p = sb.parameter(shape, name="x")
+    model = sb.model([sb.relu(sb.transpose(p, order))], [p])
+    cfg = CompileConfig.from_mapping({"num_threads": 1})
+    host = resolve_target(TARGET, cfg).host
+    if host.pm.get_plugin("decompose-transposes") is None:
+        host.register(_DecomposeTransposes(), "decompose-transposes")
+    try:
+        sg = _as_subgraph(model)
+        run = x86_compile_subgraph(sg, cfg, host)
+        assert run is not None, sg.rt_info.get(FALLBACK_KEY)
+    finally:
+        host.pm.unregister(name="decompose-transposes")
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    (y,) = run([x])
+    np.testing.assert_array_equal(y, np.maximum(np.transpose(x, order), 0))
