@@ -1,5 +1,6 @@
 """The built-in ``interpreter`` target: each Subgraph runs as its final LinearIR on the LinearIR
-interpreter (``snippets_core.codegen.interpreter``). ``target_options={"vector_size": 4|8|16}``."""
+interpreter (``snippets_core.codegen.interpreter``). ``target_options={"vector_size": 4|8|16}``, and the Brgemm
+blocks ``brgemm_m_block``, ``brgemm_n_block``, ``brgemm_k_block``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ def compile_subgraph_for_interpreter(sg: Any, config: Any, host: Any) -> Any:
     """An executor for ``sg``: positioned passes and extra emitters come from the plugins, disabled passes from
     the config."""
     vector_size = int(dict(config.target_options).get("vector_size", 16))
-    passes = host.positioned_passes("interpreter", config)
+    from snippets_core.lowered.passes.brgemm_blocking import blocking_from_options
+
+    # Brgemm block sizes from target_options (brgemm_m_block, brgemm_n_block, brgemm_k_block)
+    passes = [*host.positioned_passes("interpreter", config), *blocking_from_options(dict(config.target_options))]
     emitters = host.register_emitters("interpreter")
     from snippets_core.debug.config import debug_config
 

@@ -147,3 +147,17 @@ def test_tail_iterations_shrink_blocks_and_first_k_block_writes():
     xa, xb = rng.standard_normal((1, 40, 600)).astype(np.float32), rng.standard_normal((1, 600, 100)).astype(np.float32)
     (c,) = gen.kernel.run([xa, xb])
     np.testing.assert_allclose(c.reshape(1, 40, 100), xa.astype(np.float64) @ xb, rtol=1e-4, atol=1e-4)
+
+
+def test_tuned_blocking_placed_before_the_default_wins():
+    from snippets_core.lowered.passes.brgemm_blocking import blocking_from_options
+
+    a, b = Parameter("f32", (1, 40, 600), name="a"), Parameter("f32", (1, 600, 100), name="b")
+    sg = Subgraph(Parameter("f32", (1, 40, 600)), Parameter("f32", (1, 600, 100)),
+                  body=Model([Result(MatMul(a, b), name="c")], [a, b]))
+    passes = blocking_from_options({"brgemm_m_block": 16, "brgemm_n_block": 48, "brgemm_k_block": 256})
+    gen = sg.generate(InterpreterTarget(16), positioned_passes=passes)
+    blocks = {(g.m, g.n, g.k) for g in map(brgemm_geometry, _brgemms(gen.linear_ir))}
+    # M 40 = 16 + 16 + 8, N 100 = 48 + 48 + 4, K 600 = 256 + 256 + 88
+    assert {m for m, _, _ in blocks} == {16, 8} and {n for _, n, _ in blocks} == {48, 4}
+    assert {k for _, _, k in blocks} == {256, 88}

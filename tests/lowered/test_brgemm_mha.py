@@ -128,3 +128,17 @@ def test_seeds_differ():
     a = oracle(random_inputs(model, 0))
     b = oracle(random_inputs(model, 1))
     assert np.abs(a - b).max() > 1e-2
+
+
+@pytest.mark.parametrize("blocks", [{"brgemm_m_block": 8, "brgemm_n_block": 16, "brgemm_k_block": 16},
+                                    {"brgemm_m_block": 64, "brgemm_n_block": 128}])
+def test_blocks_from_target_options(blocks):
+    from snippets_core.lowered.passes.brgemm_blocking import blocking_from_options
+
+    (pp,) = blocking_from_options(blocks)
+    assert (pp.pass_.m_block, pp.pass_.n_block) == (blocks["brgemm_m_block"], blocks["brgemm_n_block"])
+    model, oracle = mha_4d(1, 100, 2, 40)
+    cm = compile_model(model, target="interpreter", config={"target_options": {"vector_size": 8, **blocks}})
+    ins = random_inputs(model)
+    (out,) = cm(ins).values()
+    np.testing.assert_allclose(out, oracle(ins), rtol=2e-5, atol=2e-5)

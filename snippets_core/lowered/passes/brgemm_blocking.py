@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from snippets_core.errors import InputError
 from snippets_core.lowered.brgemm_utils import BRGEMM_BETA, BRGEMM_OPS, planar_dims
 from snippets_core.lowered.loop_info import LoopPort, LoopPortType, SpecificIterationHandlers, UnifiedLoopInfo
 from snippets_core.lowered.passes.pass_base import LoweredPass
 from snippets_core.lowered.port_descriptor import FULL_DIM
+from snippets_core.passes.pass_manager import PassPosition, PositionedPass
 
 if TYPE_CHECKING:
     from snippets_core.lowered.expression import Expression
@@ -133,4 +136,20 @@ class BrgemmBlocking(LoweredPass):
         expr.loop_ids.insert(base, loop_id)
 
 
-__all__ = ["BRGEMM_BLOCKED", "BrgemmBlocking", "SetBrgemmBeta", "UpdateBrgemmBlock", "default_k_block", "set_brgemm_block"]
+#: ``target_options`` keys of the blocking knobs -> BrgemmBlocking fields
+BLOCK_OPTIONS = {"brgemm_m_block": "m_block", "brgemm_n_block": "n_block", "brgemm_k_block": "k_block"}
+
+
+def blocking_from_options(target_options: Mapping[str, Any]) -> list[PositionedPass]:
+    """A tuned BrgemmBlocking placed before the default ``brgemm-blocking`` (which then leaves the Brgemms
+    alone) when ``target_options`` sets ``brgemm_m_block``, ``brgemm_n_block`` or ``brgemm_k_block``
+    (``brgemm_k_block: 0`` is the default heuristic); no pass otherwise."""
+    blocks = {f: int(target_options[key]) for key, f in BLOCK_OPTIONS.items() if key in target_options}
+    if any(v < 0 for v in blocks.values()) or blocks.get("m_block") == 0 or blocks.get("n_block") == 0:
+        raise InputError(f"Brgemm blocks must be positive (0 only for the default K block), got {blocks}")
+    if not blocks:
+        return []
+    return [PositionedPass(BrgemmBlocking(**blocks), PassPosition("brgemm-blocking"), pipeline="control-flow")]
+
+
+__all__ = ["BLOCK_OPTIONS", "BRGEMM_BLOCKED", "BrgemmBlocking", "SetBrgemmBeta", "UpdateBrgemmBlock", "blocking_from_options", "default_k_block", "set_brgemm_block"]

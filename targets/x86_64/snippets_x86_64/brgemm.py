@@ -28,7 +28,7 @@ from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.model import Model
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.lowered.brgemm_utils import brgemm_geometry
-from snippets_core.lowered.passes.brgemm_blocking import BrgemmBlocking
+from snippets_core.lowered.passes.brgemm_blocking import blocking_from_options
 from snippets_core.passes.graph_utils import body_of, make, nodes_of_type
 from snippets_core.passes.pass_manager import Pass, PassPosition, PositionedPass
 from snippets_x86_64.asm import Assembler, word
@@ -222,10 +222,6 @@ class EnforceBrgemmBF16(Pass):
         return changed
 
 
-#: target_options keys of the Brgemm knobs -> BrgemmBlocking fields
-BLOCK_OPTIONS = {"brgemm_m_block": "m_block", "brgemm_n_block": "n_block", "brgemm_k_block": "k_block"}
-
-
 def brgemm_positioned_passes(target_options: Mapping[str, Any]) -> list[PositionedPass]:
     """What the x86-64 target adds for its ``target_options``: ``inference_precision: "bf16"`` puts
     :class:`EnforceBrgemmBF16` after FuseTransposeBrgemm; ``brgemm_m_block``/``brgemm_n_block``/``brgemm_k_block``
@@ -236,13 +232,7 @@ def brgemm_positioned_passes(target_options: Mapping[str, Any]) -> list[Position
         raise InputError(f"target_options.inference_precision must be 'f32' or 'bf16', got {precision!r}")
     if precision == "bf16":
         passes.append(PositionedPass(EnforceBrgemmBF16(), PassPosition("fuse-transpose-brgemm", after=True)))
-    blocks = {field: int(target_options[key]) for key, field in BLOCK_OPTIONS.items() if key in target_options}
-    if any(v < 0 for v in blocks.values()):
-        raise InputError(f"Brgemm blocks must be positive (0 for the default K block), got {blocks}")
-    if blocks:
-        passes.append(PositionedPass(BrgemmBlocking(**blocks), PassPosition("brgemm-blocking"),
-                                     pipeline="control-flow"))
-    return passes
+    return passes + blocking_from_options(target_options)
 
 
-__all__ = ["BLOCK_OPTIONS", "BrgemmEmitter", "EnforceBrgemmBF16", "brgemm_positioned_passes", "tile_shape"]
+__all__ = ["BrgemmEmitter", "EnforceBrgemmBF16", "brgemm_positioned_passes", "tile_shape"]
