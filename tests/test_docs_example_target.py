@@ -304,6 +304,48 @@ def test_relu_after_convolution_is_marked_skipped() -> None:
     np.testing.assert_allclose(cm({"x": xv})["y"], np.maximum(ref, 0) + 1, rtol=1e-5, atol=1e-5)
 
 
+def test_installed_by_entry_point_compile_model_finds_it(tmp_path, monkeypatch) -> None:
+    """Section 1 of the doc: the same code as a distribution with a `snippets.targets` entry point (metadata written
+    by hand on sys.path, as pip would) is listed without being imported and found by plain compile_model."""
+    import importlib
+    import sys
+
+    import snippets_core
+    from snippets_core.plugins import list_targets, reset_hosts
+
+    source = Path(__file__).read_text()
+    example = source.split("# --- example target: begin ---\n")[1].split("# --- example target: end ---\n")[0]
+    (tmp_path / "snippets_tiny").mkdir()
+    (tmp_path / "snippets_tiny" / "__init__.py").write_text("")
+    (tmp_path / "snippets_tiny" / "target.py").write_text(example)
+    dist = tmp_path / "snippets_target_tiny-0.1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: snippets-target-tiny\nVersion: 0.1.0\n")
+    (dist / "entry_points.txt").write_text("[snippets.targets]\ntiny = snippets_tiny.target:TinyTarget\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("SNIPPETS_DISABLE_PLUGIN_AUTOLOAD", "1")
+    importlib.invalidate_caches()
+    reset_hosts()
+    try:
+        info = {t.name: t for t in list_targets()}["tiny"]
+        assert (info.distribution, info.version, info.value) == (
+            "snippets-target-tiny",
+            "0.1.0",
+            "snippets_tiny.target:TinyTarget",
+        )
+        assert "snippets_tiny.target" not in sys.modules  # listing imported nothing
+        rng = np.random.default_rng(5)
+        x = rng.standard_normal((2, 3, 37), dtype=np.float32)
+        b = rng.standard_normal((3, 1), dtype=np.float32)
+        cm = snippets_core.compile_model(_eltwise_model(), target="tiny")
+        assert [where for _, _, where in cm.placement()] == ["tiny", "reference", "tiny"]
+        np.testing.assert_allclose(cm({"x": x, "b": b})["z"], _numpy_eltwise(x, b), rtol=1e-6, atol=1e-6)
+    finally:
+        reset_hosts()
+        sys.modules.pop("snippets_tiny.target", None)
+        sys.modules.pop("snippets_tiny", None)
+
+
 def test_doc_shows_this_code() -> None:
     """docs/writing_a_target.md's first runnable block is the example above, verbatim."""
     source = Path(__file__).read_text()
