@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import math
+import os
 import queue
 import threading
 import weakref
@@ -32,6 +33,7 @@ import numpy as np
 
 from snippets_core.errors import CodegenError, InputError, SnippetsError
 from snippets_x86_64.cache import KERNEL_CACHE, cache_dir_from, cache_key
+from snippets_x86_64.native_pool import native_pool
 
 if TYPE_CHECKING:
     from snippets_core.codegen.subgraph_codegen import GeneratedSubgraph
@@ -58,6 +60,7 @@ class ThreadPool:
     def __init__(self) -> None:
         self._queues: list[queue.SimpleQueue] = []
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def _grow(self, n: int) -> None:
         with self._lock:
@@ -83,6 +86,8 @@ class ThreadPool:
         if len(tasks) == 1:
             tasks[0]()
             return
+        if self._pid != os.getpid():  # a forked child inherits no worker threads: start its own
+            self._queues, self._lock, self._pid = [], threading.Lock(), os.getpid()
         if len(self._queues) < len(tasks) - 1:
             self._grow(len(tasks) - 1)
         done: queue.SimpleQueue = queue.SimpleQueue()
@@ -147,6 +152,8 @@ class _CallState:
         self.args = []
         self.tasks = []
         self.starts = []
+        #: per chunk (harness, kernel, call_args, start, count) for the native pool
+        self.native: list[tuple[int, int, int, int, int]] = []
         harness = kernel.harness.cfunc
         for t, (start, count) in enumerate(chunks):
             ca = (ctypes.c_uint64 * max(info.call_args_len, 1))()
@@ -158,6 +165,9 @@ class _CallState:
             self.args.append(ca)
             self.starts.append(idx)
             self.tasks.append(_bind(harness, kernel.address, ctypes.addressof(ca), ctypes.addressof(idx), count))
+            self.native.append(
+                (kernel.harness.address, kernel.address, ctypes.addressof(ca), ctypes.addressof(idx), count)
+            )
 
 
 def _bind(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
@@ -174,8 +184,11 @@ class KernelExecutor:
         output_specs: Sequence[tuple[np.dtype, tuple[int, ...]]],
         num_threads: int,
         parallel_min_bytes: int = PARALLEL_MIN_BYTES,
+        native_threads: bool = True,
     ) -> None:
         self.kernel = kernel
+        #: run workers' chunks on the native pool (False: the Python thread pool)
+        self.native_threads = native_threads
         self.input_specs = [(np.dtype(d), tuple(s)) for d, s in input_specs]
         self.output_specs = [(np.dtype(d), tuple(s)) for d, s in output_specs]
         info = kernel.info
@@ -274,8 +287,16 @@ class KernelExecutor:
             ca[:n] = ptrs
         if len(state.tasks) == 1:
             state.tasks[0]()
-        else:
-            POOL.run(state.tasks)
+            return
+        if self.native_threads:
+            pool = native_pool()
+            if pool.lock.acquire(blocking=False):
+                try:
+                    pool.run(state.native[1:], state.tasks[0])
+                finally:
+                    pool.lock.release()
+                return
+        POOL.run(state.tasks)  # the native pool is busy with another caller's kernel (or turned off)
 
     run = __call__
 
@@ -369,7 +390,8 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> KernelEx
             KERNEL_CACHE.put(key, kernel, cache_dir)
         ins, outs = _specs(sg)
         min_bytes = int(options.get("parallel_min_bytes", PARALLEL_MIN_BYTES))
-        executor = KernelExecutor(kernel, ins, outs, config.num_threads, min_bytes)
+        native = options.get("thread_pool", "native") != "python"
+        executor = KernelExecutor(kernel, ins, outs, config.num_threads, min_bytes, native)
     except SnippetsError as exc:
         sg.rt_info[FALLBACK_KEY] = f"{type(exc).__name__}: {exc}"
         return None

@@ -253,3 +253,43 @@ def test_cache_key_depends_on_the_computation_and_config_not_on_names():
     (const,) = [n for n in other.body.get_ordered_ops() if n.type_name == "Constant"]
     other.body.replace_node(const, Constant(np.float32(2.0)))
     assert _key(subgraph()) != _key(other)
+
+
+# --- the native worker pool ---------------------------------------------------------------------------------
+
+
+def _two_thread_executor(native):  # type: ignore[no-untyped-def]
+    options = {"parallel_min_bytes": 0, "thread_pool": "native" if native else "python"}
+    run = compile_sg(subgraph(shape=(64, 333)), num_threads=2, target_options=options)
+    assert run.num_threads == 2 and run.native_threads is native
+    return run
+
+
+def test_native_and_python_thread_pools_give_identical_bytes():
+    xv = rand((64, 333))
+    native = [_two_thread_executor(True)([xv])[0] for _ in range(50)]
+    python = _two_thread_executor(False)([xv])[0]
+    for out in native:
+        assert out.tobytes() == python.tobytes()
+    close(python, xv)
+
+
+def test_a_forked_child_starts_its_own_workers():
+    """After fork the child has none of the parent's threads; its parallel calls must not wait for them."""
+    import os
+    import signal
+
+    run = _two_thread_executor(True)
+    xv = rand((64, 333))
+    run([xv])  # the parent's workers exist now
+    expected_bytes = run([xv])[0].tobytes()
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if both pools compute the right bytes in time
+        signal.alarm(20)
+        ok = (
+            run([xv])[0].tobytes() == expected_bytes
+            and _two_thread_executor(False)([xv])[0].tobytes() == expected_bytes
+        )
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
