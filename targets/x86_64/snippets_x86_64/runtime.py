@@ -351,7 +351,12 @@ def generate_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Generat
     )
 
 
+#: target_options that only steer the runtime (not part of the kernel cache key)
+RUNTIME_OPTIONS = frozenset({"cache_dir", "parallel_min_bytes", "thread_pool"})
+
+
 def _key_parts(config: CompileConfig, host: Any) -> list[Any]:
+    from snippets_x86_64.cpu import cpu_features
     from snippets_x86_64.target_machine import arithmetic_emitters
 
     positioned = list(host.positioned_passes(TARGET_NAME, config)) if host is not None else []
@@ -362,6 +367,10 @@ def _key_parts(config: CompileConfig, host: Any) -> list[Any]:
         ("disabled", sorted(config.disabled_passes)),
         ("positioned", [repr(p) for p in positioned]),
         ("emitters", [(op, _qualname(table[op])) for op in sorted(table)]),
+        # options that shape the code (e.g. Brgemm blocks); the runtime-only ones do not
+        ("options", {k: v for k, v in dict(config.target_options).items() if k not in RUNTIME_OPTIONS}),
+        # instructions chosen by CPU feature (a disk cache may be shared between machines)
+        ("cpu", sorted(cpu_features())),
     ]
 
 

@@ -249,6 +249,8 @@ def test_cache_key_depends_on_the_computation_and_config_not_on_names():
     assert _key(subgraph()) != _key(subgraph(shape=(3, 38)))
     assert _key(subgraph()) != _key(subgraph(op=Exp))
     assert _key(subgraph()) != _key(subgraph(), num_threads=7)
+    assert _key(subgraph()) != _key(subgraph(), target_options={"brgemm_m_block": 8})
+    assert _key(subgraph()) == _key(subgraph(), target_options={"parallel_min_bytes": 0, "thread_pool": "python"})
     other = subgraph()
     (const,) = [n for n in other.body.get_ordered_ops() if n.type_name == "Constant"]
     other.body.replace_node(const, Constant(np.float32(2.0)))
