@@ -62,17 +62,16 @@ def generate_subgraph(
     positioned = list(positioned_passes)
     disabled = tuple(disabled_passes)
     if debug.perf_count is not None:
+        from snippets_core.debug.config import DebugConfigError
         from snippets_core.lowered.passes.insert_perf_count import InsertPerfCount
         from snippets_core.passes.pass_manager import PassPosition, PositionedPass
-
-        from snippets_core.debug.config import DebugConfigError
 
         clocks = tuple(getattr(target, "perf_clocks", ()))
         if not clocks:
             raise DebugConfigError(f"{debug.sources.get('perf_count', 'perf_count')}: target '{target.name}' has no "
                                    "perf-counter emitters (its TargetMachine declares no perf_clocks)")
         debug.perf_mode(clocks[0], clocks)  # a clock the target lacks is an error before any work
-        positioned.append(PositionedPass(InsertPerfCount(), PassPosition.pipeline_end(), pipeline="control-flow"))
+        positioned.append(PositionedPass(InsertPerfCount(loops=debug.perf_count_loops), PassPosition.pipeline_end(), pipeline="control-flow"))
     body = sg.body.clone()
     if input_shapes is not None:
         for p, s in zip(body.parameters, input_shapes):

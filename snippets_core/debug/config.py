@@ -4,7 +4,7 @@ Like the reference's ``OV_SNIPPETS_DUMP_LIR`` / ``OV_CPU_SNIPPETS_SEGFAULT_DETEC
 
     SNIPPETS_DUMP_LIR="dir:/tmp/lir,format:text|xml|mermaid,passes:all"
     SNIPPETS_DUMP_LIR="dir=/tmp/lir formats=xml_data_flow passes=insert-loops|InitLoops"
-    SNIPPETS_PERF_COUNT="chrono" | "rdtsc" | "1" (the target's clock)
+    SNIPPETS_PERF_COUNT="chrono" | "rdtsc" | "1" (the target's clock), "+loops" to time each outer loop too
     SNIPPETS_SEGFAULT_DETECTOR=1
 
 The same values go in ``compile_model(..., config={"target_options": {"debug": {"dump_lir": "...",
@@ -75,6 +75,8 @@ class DebugConfig:
     dump_lir: LirDumpConfig | None = None
     #: None (off), "chrono" or "rdtsc"; "default" lets the target pick its clock
     perf_count: str | None = None
+    #: also time each outermost loop, not only the whole kernel body
+    perf_count_loops: bool = False
     segfault_detector: bool = False
     #: where each value came from, for error messages ("SNIPPETS_PERF_COUNT", "target_options['debug']")
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
@@ -139,6 +141,7 @@ class DebugConfig:
         merged = {
             "dump_lir": own.dump_lir if "dump_lir" in raw else base.dump_lir,
             "perf_count": own.perf_count if "perf_count" in raw else base.perf_count,
+            "perf_count_loops": own.perf_count_loops if "perf_count" in raw else base.perf_count_loops,
             "segfault_detector": own.segfault_detector if "segfault_detector" in raw else base.segfault_detector,
         }
         return DebugConfig(**merged, sources={**base.sources, **sources})
@@ -162,13 +165,13 @@ def _build(values: Mapping[str, Any], sources: Mapping[str, str]) -> DebugConfig
     dump = None
     if "dump_lir" in values:
         dump = _parse_dump(values["dump_lir"], sources["dump_lir"])
-    perf = None
+    perf, loops = None, False
     if "perf_count" in values:
-        perf = _parse_perf(values["perf_count"], sources["perf_count"])
+        perf, loops = _parse_perf(values["perf_count"], sources["perf_count"])
     seg = False
     if "segfault_detector" in values:
         seg = _parse_bool(values["segfault_detector"], sources["segfault_detector"])
-    return DebugConfig(dump, perf, seg, sources=dict(sources))
+    return DebugConfig(dump, perf, loops, seg, sources=dict(sources))
 
 
 def _parse_bool(v: Any, src: str) -> bool:
@@ -181,19 +184,31 @@ def _parse_bool(v: Any, src: str) -> bool:
     raise DebugConfigError(f"{src}={v!r}: expected 1/0, true/false, yes/no or on/off")
 
 
-def _parse_perf(v: Any, src: str) -> str | None:
+def _parse_perf(v: Any, src: str) -> tuple[str | None, bool]:
+    """(clock, also time the outer loops): ``"rdtsc"``, ``"1+loops"``, ``"chrono,loops"``, True, 0..."""
     if v is None or v is False:
-        return None
+        return None, False
     if v is True:
-        return "default"
-    item = v.strip().lower() if isinstance(v, str) else None
+        return "default", False
+    if not isinstance(v, str):
+        raise DebugConfigError(f"{src}={v!r}: expected one of {', '.join(PERF_MODES)}, 1 (the target's clock) or 0")
+    items = [x for x in re.split(r"[,+|\s]+", v.strip().lower()) if x]
+    loops = "loops" in items
+    clocks = [x for x in items if x != "loops"]
+    if len(clocks) > 1:
+        raise DebugConfigError(f"{src}={v!r}: more than one clock ({', '.join(clocks)})")
+    item = clocks[0] if clocks else ("1" if loops else "")
     if item in PERF_MODES:
-        return item
+        return item, loops
     if item in _TRUE or item == "default":
-        return "default"
+        return "default", loops
     if item in _FALSE:
-        return None
-    raise DebugConfigError(f"{src}={v!r}: expected one of {', '.join(PERF_MODES)}, 1 (the target's clock) or 0")
+        if loops:
+            raise DebugConfigError(f"{src}={v!r}: 'loops' with the perf counters off")
+        return None, False
+    raise DebugConfigError(
+        f"{src}={v!r}: expected one of {', '.join(PERF_MODES)}, 1 (the target's clock) or 0, optionally '+loops'"
+    )
 
 
 def _parse_dump(v: Any, src: str) -> LirDumpConfig | None:

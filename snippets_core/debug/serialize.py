@@ -46,8 +46,12 @@ def linear_ir_to_xml(ir: LinearIR, data_flow: bool = False, name: str = "LinearI
         for k, d in enumerate(e.output_descs):
             data[f"out{k}"] = str(d)
         if isinstance(e, BufferExpression) and e.offset is not None:
-            data.update(reg_group=str(e.reg_group), cluster_id=str(e.cluster_id), offset=str(e.offset),
-                        allocation_size=str(e.allocation_size))
+            data.update(
+                reg_group=str(e.reg_group),
+                cluster_id=str(e.cluster_id),
+                offset=str(e.offset),
+                allocation_size=str(e.allocation_size),
+            )
         ET.SubElement(layer, "data", {k: data[k] for k in sorted(data)})
         if e.input_count:
             inputs = ET.SubElement(layer, "input")
@@ -61,9 +65,16 @@ def linear_ir_to_xml(ir: LinearIR, data_flow: bool = False, name: str = "LinearI
         for k, conn in enumerate(e.input_connectors):
             src = conn.source
             if id(src.expr) in ids:
-                ET.SubElement(edges, "edge", {"from-layer": str(ids[id(src.expr)]),
-                                              "from-port": str(src.expr.input_count + src.index),
-                                              "to-layer": str(i), "to-port": str(k)})
+                ET.SubElement(
+                    edges,
+                    "edge",
+                    {
+                        "from-layer": str(ids[id(src.expr)]),
+                        "from-port": str(src.expr.input_count + src.index),
+                        "to-layer": str(i),
+                        "to-port": str(k),
+                    },
+                )
     ET.indent(net)
     return '<?xml version="1.0"?>\n' + ET.tostring(net, encoding="unicode") + "\n"
 

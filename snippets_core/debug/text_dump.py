@@ -45,13 +45,15 @@ def linear_ir_to_text(ir: LinearIR, with_descriptors: bool = False) -> str:
 
     lines = [f"LinearIR master_shape=[{','.join(map(str, ir.get_master_shape()))}] loop_depth={ir.loop_depth}"]
     for i, e in enumerate(ir.exprs):
-        ins = ", ".join(port_name(c.source) if pos.get(id(c.source.expr)) is not None else "<outside>"
-                        for c in e.input_connectors)
+        ins = ", ".join(
+            port_name(c.source) if pos.get(id(c.source.expr)) is not None else "<outside>" for c in e.input_connectors
+        )
         attrs = [f"{k}={_fmt_value(v)}" for k, v in e.node.attrs().items() if k not in _SKIP_ATTRS]
         if isinstance(e, BufferExpression) and e.offset is not None:
             attrs.append(f"size={e.allocation_size}")
-        outs = ", ".join(f"{o.element_type}[{','.join(map(str, d.shape))}]"
-                         for o, d in zip(e.node.outputs, e.output_descs))
+        outs = ", ".join(
+            f"{o.element_type}[{','.join(map(str, d.shape))}]" for o, d in zip(e.node.outputs, e.output_descs)
+        )
         line = f"%{i} = {e.type_name}({ins})"
         if attrs:
             line += " {" + " ".join(attrs) + "}"

@@ -39,6 +39,10 @@ def test_perf_count_and_segfault_detector_values() -> None:
     cfg = DebugConfig.from_env(env)
     assert (cfg.perf_count, cfg.segfault_detector, cfg.changes_code) == ("rdtsc", True, True)
     assert DebugConfig.from_env({"SNIPPETS_PERF_COUNT": "1"}).perf_count == "default"
+    loops = DebugConfig.from_env({"SNIPPETS_PERF_COUNT": "chrono+loops"})
+    assert (loops.perf_count, loops.perf_count_loops) == ("chrono", True)
+    assert DebugConfig.from_env({"SNIPPETS_PERF_COUNT": "loops"}).perf_count == "default"
+    assert not DebugConfig.from_env({"SNIPPETS_PERF_COUNT": "rdtsc"}).perf_count_loops
     assert DebugConfig.from_env({"SNIPPETS_PERF_COUNT": "off"}).perf_count is None
     assert not DebugConfig.from_env({"SNIPPETS_SEGFAULT_DETECTOR": "no"}).segfault_detector
 
@@ -48,6 +52,8 @@ def test_perf_count_and_segfault_detector_values() -> None:
     [
         ({"SNIPPETS_PERF_COUNT": "stopwatch"}, "SNIPPETS_PERF_COUNT"),
         ({"SNIPPETS_SEGFAULT_DETECTOR": "maybe"}, "SNIPPETS_SEGFAULT_DETECTOR"),
+        ({"SNIPPETS_PERF_COUNT": "chrono+rdtsc"}, "more than one clock"),
+        ({"SNIPPETS_PERF_COUNT": "0+loops"}, "off"),
         ({"SNIPPETS_DUMP_LIR": "dir:/tmp/x,colour:red"}, "'colour'"),
         ({"SNIPPETS_DUMP_LIR": "format:pdf"}, "'pdf'"),
         ({"SNIPPETS_DUMP_LIR": "passes:all|insert-loops"}, "mixes"),

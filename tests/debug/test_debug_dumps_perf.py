@@ -145,3 +145,24 @@ def test_a_target_without_perf_clocks_refuses_perf_counters() -> None:
 
     with pytest.raises(DebugConfigError, match="no perf-counter emitters"):
         _subgraph().generate(NoClock(8), debug=DebugConfig(perf_count="default"))
+
+
+def test_outer_loops_get_their_own_regions_inside_the_kernel_region() -> None:
+    from snippets_core.ir.ops.softmax import Softmax
+
+    p0, p1 = Parameter("f32", (4, 8, 77), name="a"), Parameter("f32", (4, 8, 77), name="b")
+    model = Model([Result(Softmax(Exp(Add(p0, p1)), axis=-1), name="y")], [p0, p1])
+    cm = compile_model(model, target="interpreter", config={"target_options": {"debug": {"perf_count": "1+loops"}}})
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal((4, 8, 77)).astype(np.float32) for _ in range(2))
+    y = cm({"a": a, "b": b})["y"]
+    t = np.exp(a.astype(np.float64) + b)
+    e = np.exp(t - t.max(-1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+    rows = perf_counters(cm)
+    assert len(rows) >= 2 and rows[0].region == "kernel"
+    assert all(r.region.startswith("outer loop ") for r in rows[1:])
+    kernel = rows[0]
+    # every outer loop runs once per kernel call, and all of them run inside the kernel region
+    assert all(r.calls == kernel.calls for r in rows[1:])
+    assert sum(r.total for r in rows[1:]) <= kernel.total

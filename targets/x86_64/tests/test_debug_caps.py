@@ -158,3 +158,17 @@ def test_cli_inspect_asm_and_lir(tmp_path: Path, capsys: pytest.CaptureFixture[s
     body = lines[asm + 1 :]
     assert all(re.match(r"\s+[0-9a-f]+: \S", line) for line in body if line.strip())
     assert any("vaddps" in line for line in body) and any("vmovups" in line for line in body)
+
+
+def test_rdtsc_outer_loop_regions_nest_in_the_kernel_region() -> None:
+    sg = _subgraph("loops")
+    ex = compile_subgraph(sg, _config(2, perf_count="rdtsc+loops"), None)
+    a, b = _inputs()
+    for _ in range(3):
+        (y,) = ex([a, b])
+    np.testing.assert_allclose(y, _expected(a, b), rtol=2e-6)
+    kernel, *loops = subgraph_counters(sg)
+    assert kernel.label == "kernel" and loops and all(c.label.startswith("outer loop ") for c in loops)
+    calls = 3 * math.prod(ex.kernel.info.parallel_domain)
+    assert kernel.calls == calls and all(c.calls == calls for c in loops)
+    assert 0 < sum(c.total for c in loops) <= kernel.total
