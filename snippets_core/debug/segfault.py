@@ -11,8 +11,10 @@ Outputs the child writes must live in shared memory too: :func:`shared_array`.
 
 from __future__ import annotations
 
+import faulthandler
 import mmap
 import os
+import resource
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -128,16 +130,14 @@ def _signal_name(sig: int) -> str:
 def run_isolated(run: Callable[[], Any], page: DebugPage, site: FaultSite) -> None:
     """Run ``run()`` in a forked child; raise :class:`KernelFaultError` if the child dies from a signal.
 
-    The child runs on one thread (the others do not exist after ``fork``), writes only shared memory that the
-    parent reads, and leaves through ``os._exit`` (no atexit handlers, no flushing of the parent's buffers)."""
+    The child runs on one thread (the others do not exist after ``fork``), imports nothing (another thread may
+    have held the import lock at the fork), writes only shared memory that the parent reads, and leaves through
+    ``os._exit`` (no atexit handlers, no flushing of the parent's buffers)."""
     page.reset()
     pid = os.fork()
     if pid == 0:  # the child
         code = _EXIT_PYTHON_ERROR
         try:
-            import faulthandler
-            import resource
-
             faulthandler.disable()  # the parent reports the fault; no traceback dump from the child
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # and no core file
             run()
