@@ -8,7 +8,10 @@ None: it runs on its reference, and ``sg.rt_info["SnippetsFallbackReason"]`` say
 
 The executor splits the parallel domain into contiguous chunks, one per thread; each thread has its own
 call arguments and its own slice of the buffer scratchpad, and runs its chunk with one call of the JIT
-harness (ctypes releases the GIL, so the threads run in parallel). Threads come from a persistent pool.
+harness (ctypes releases the GIL, so the threads run in parallel). The other threads are the native workers
+of :mod:`snippets_x86_64.native_pool` (microseconds per hand-over), or with
+``target_options["thread_pool"] = "python"`` (and whenever another caller holds the native pool) the
+persistent Python :class:`ThreadPool`.
 Small problems run on the calling thread only (below ``target_options["parallel_min_bytes"]`` bytes of
 inputs and outputs per thread, default 256 KiB).
 
