@@ -409,7 +409,8 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> KernelEx
         return None
     except Exception as exc:  # a bug in a pass or emitter must not fail a model the reference runs
         sg.rt_info[FALLBACK_KEY] = f"internal error {type(exc).__name__}: {exc}"
-        log.warning("x86-64: Subgraph %s falls back to its reference after an internal error", sg.name, exc_info=True)
+        log.warning("x86-64: Subgraph %s falls back to its reference: %s", sg.name, sg.rt_info[FALLBACK_KEY])
+        log.debug("x86-64: the internal error of Subgraph %s", sg.name, exc_info=True)
         return None
     sg.rt_info.pop(FALLBACK_KEY, None)
     sg.rt_info["SnippetsCacheKey"] = key
