@@ -295,3 +295,16 @@ def test_a_forked_child_starts_its_own_workers():
         os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def test_an_internal_error_falls_back_with_the_reason(monkeypatch):
+    from snippets_x86_64 import runtime
+
+    def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("a pass tripped over itself")
+
+    KERNEL_CACHE.clear()
+    monkeypatch.setattr(runtime, "generate_subgraph", broken)
+    sg = subgraph()
+    assert compile_sg(sg) is None
+    assert sg.rt_info[FALLBACK_KEY] == "internal error RuntimeError: a pass tripped over itself"
