@@ -107,6 +107,8 @@ class Kernel:
         self.info = info
         #: the final LinearIR the kernel was generated from (``snippets inspect --lir``), as text
         self.lir_text = lir_text
+        #: the kernel cache key it is stored under (set by the runtime)
+        self.cache_key: str | None = None
         self.fn = JitFunction(self.code, None, (ctypes.c_void_p, ctypes.c_void_p), name="kernel", code_size=code_size)
         self.harness = harness_for(info.parallel_domain)
 

@@ -334,10 +334,13 @@ def lowering_config(body: Model, num_threads: int) -> Any:
     )
 
 
-def generate_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> GeneratedSubgraph:
+def generate_subgraph(
+    sg: Subgraph, config: CompileConfig, host: Any, input_shapes: Sequence[tuple[int, ...]] | None = None
+) -> GeneratedSubgraph:
     """The core's per-Subgraph pipeline (``Subgraph.generate``: data-flow passes with PropagatePrecision fed by
     this target's precisions, lowering, the plugins' positioned passes, the Generator) with an
-    X86_64TargetMachine; the Subgraph is left untouched. Returns the Kernel and the final LinearIR."""
+    X86_64TargetMachine; the Subgraph is left untouched. ``input_shapes`` fixes dynamic dims. Returns the
+    Kernel and the final LinearIR."""
     from snippets_core.passes.data_flow_pipeline import DataFlowConfig
     from snippets_x86_64.target_machine import X86_64TargetMachine, propagation_precisions
 
@@ -351,6 +354,7 @@ def generate_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Generat
         lowering_config=lowering_config(sg.body, config.num_threads),
         # PropagatePrecision inserts the converts that make every op's inputs a type its emitter takes
         data_flow_config=DataFlowConfig.for_body(sg.body, supported_precisions=propagation_precisions),
+        input_shapes=input_shapes,
     )
 
 
@@ -381,8 +385,50 @@ def _qualname(obj: Any) -> str:
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
 
 
-def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> KernelExecutor | None:
-    """An executor running ``sg`` on this machine, or None (reason in ``sg.rt_info``) to use the reference."""
+def _kernel_for(sg: Subgraph, config: CompileConfig, host: Any, shapes: tuple[tuple[int, ...], ...] | None) -> Kernel:
+    """The kernel of ``sg`` (for these input shapes when its own are dynamic), from the cache or generated."""
+    cache_dir = cache_dir_from(dict(config.target_options))
+    parts = _key_parts(config, host) + ([("input_shapes", shapes)] if shapes is not None else [])
+    key = cache_key(sg.body, parts)
+    kernel = KERNEL_CACHE.get(key, cache_dir)
+    if kernel is None:
+        kernel = generate_subgraph(sg, config, host, shapes).kernel
+        KERNEL_CACHE.put(key, kernel, cache_dir)
+    kernel.cache_key = key
+    return kernel
+
+
+def _output_specs(sg: Subgraph, shapes: Sequence[tuple[int, ...]]) -> list[tuple[np.dtype, tuple[int, ...]]]:
+    """Element types and shapes of the outputs for these input shapes (the body's own shape inference)."""
+    from snippets_core.ir.shape import Shape
+
+    body = sg.body.clone()
+    for p, shape in zip(body.parameters, shapes):
+        p.shape = Shape(shape)
+    body.validate()
+    return [(r.outputs[0].element_type.numpy, r.outputs[0].shape.to_tuple()) for r in body.results]
+
+
+def _executor_options(config: CompileConfig) -> tuple[int, bool]:
+    options = dict(config.target_options)
+    return int(options.get("parallel_min_bytes", PARALLEL_MIN_BYTES)), options.get("thread_pool", "native") != "python"
+
+
+def _fallback(sg: Subgraph, exc: Exception) -> str:
+    """Record why ``sg`` runs on its reference."""
+    if isinstance(exc, SnippetsError):
+        reason = f"{type(exc).__name__}: {exc}"
+    else:  # a bug in a pass or emitter must not fail a model the reference runs
+        reason = f"internal error {type(exc).__name__}: {exc}"
+        log.warning("x86-64: Subgraph %s falls back to its reference: %s", sg.name, reason)
+        log.debug("x86-64: the internal error of Subgraph %s", sg.name, exc_info=exc)
+    sg.rt_info[FALLBACK_KEY] = reason
+    return reason
+
+
+def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
+    """An executor running ``sg`` on this machine, or None (reason in ``sg.rt_info``) to use the reference.
+    A Subgraph with dynamic dims gets a :class:`ShapeSpecializingExecutor`."""
     from snippets_core.debug.config import debug_config
 
     debug = debug_config(config)  # a bad SNIPPETS_* debug setting is an error, not a fallback
@@ -390,31 +436,100 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> KernelEx
         from snippets_x86_64.debug_caps import compile_subgraph_debug
 
         return compile_subgraph_debug(sg, config, host, debug)
+    if not _is_static(sg.body):
+        sg.rt_info.pop(FALLBACK_KEY, None)
+        return ShapeSpecializingExecutor(sg, config, host)
     try:
-        if not _is_static(sg.body):
-            raise CodegenError("dynamic shapes are not supported by the x86-64 target yet")
-        options = dict(config.target_options)
-        cache_dir = cache_dir_from(options)
-        key = cache_key(sg.body, _key_parts(config, host))
-        kernel = KERNEL_CACHE.get(key, cache_dir)
-        if kernel is None:
-            kernel = generate_subgraph(sg, config, host).kernel
-            KERNEL_CACHE.put(key, kernel, cache_dir)
+        kernel = _kernel_for(sg, config, host, None)
         ins, outs = _specs(sg)
-        min_bytes = int(options.get("parallel_min_bytes", PARALLEL_MIN_BYTES))
-        native = options.get("thread_pool", "native") != "python"
-        executor = KernelExecutor(kernel, ins, outs, config.num_threads, min_bytes, native)
-    except SnippetsError as exc:
-        sg.rt_info[FALLBACK_KEY] = f"{type(exc).__name__}: {exc}"
-        return None
-    except Exception as exc:  # a bug in a pass or emitter must not fail a model the reference runs
-        sg.rt_info[FALLBACK_KEY] = f"internal error {type(exc).__name__}: {exc}"
-        log.warning("x86-64: Subgraph %s falls back to its reference: %s", sg.name, sg.rt_info[FALLBACK_KEY])
-        log.debug("x86-64: the internal error of Subgraph %s", sg.name, exc_info=True)
+        executor = KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
+    except Exception as exc:  # noqa: BLE001 - typed or internal, the Subgraph runs on its reference
+        _fallback(sg, exc)
         return None
     sg.rt_info.pop(FALLBACK_KEY, None)
-    sg.rt_info["SnippetsCacheKey"] = key
+    sg.rt_info["SnippetsCacheKey"] = kernel.cache_key
     return executor
 
 
-__all__ = ["KernelExecutor", "ThreadPool", "compile_subgraph", "generate_subgraph", "lowering_config"]
+class ShapeSpecializingExecutor:
+    """Runs a Subgraph whose body has dynamic dims: on the first call with a new set of input shapes it generates
+    (or takes from the kernel cache) a kernel for exactly those shapes and keeps its KernelExecutor. Shapes the
+    target cannot compile, and new shapes beyond ``MAX_SPECIALIZATIONS``, run on the Subgraph's reference;
+    ``reasons`` says why per shape."""
+
+    MAX_SPECIALIZATIONS = 64
+
+    def __init__(self, sg: Subgraph, config: CompileConfig, host: Any) -> None:
+        self.sg = sg
+        self.config = config
+        self.host = host
+        self.input_types = [p.outputs[0].element_type.numpy for p in sg.body.parameters]
+        self.input_dims = [p.outputs[0].shape for p in sg.body.parameters]
+        self.executors: dict[tuple[tuple[int, ...], ...], KernelExecutor | None] = {}
+        self.reasons: dict[tuple[tuple[int, ...], ...], str] = {}
+        self._lock = threading.Lock()
+
+    def _check(self, arrays: Sequence[np.ndarray]) -> None:
+        if len(arrays) != len(self.input_types):
+            raise InputError(f"the Subgraph takes {len(self.input_types)} inputs, got {len(arrays)}")
+        for i, (a, dtype, dims) in enumerate(zip(arrays, self.input_types, self.input_dims)):
+            if a.dtype != dtype:
+                raise InputError(f"Subgraph input {i} must be {dtype}, got {a.dtype}")
+            if dims.rank_is_static and (
+                a.ndim != dims.rank or any(d is not None and d != n for d, n in zip(dims.dims, a.shape))
+            ):
+                raise InputError(f"Subgraph input {i} must have shape {dims}, got {list(a.shape)}")
+
+    def _specialize(self, shapes: tuple[tuple[int, ...], ...]) -> KernelExecutor | None:
+        with self._lock:
+            if shapes in self.executors:
+                return self.executors[shapes]
+            executor: KernelExecutor | None = None
+            if len(self.executors) >= self.MAX_SPECIALIZATIONS:
+                self.reasons[shapes] = f"more than {self.MAX_SPECIALIZATIONS} input shapes: the reference runs new ones"
+            else:
+                try:
+                    kernel = _kernel_for(self.sg, self.config, self.host, shapes)
+                    ins = list(zip(self.input_types, shapes))
+                    outs = _output_specs(self.sg, shapes)
+                    executor = KernelExecutor(
+                        kernel, ins, outs, self.config.num_threads, *_executor_options(self.config)
+                    )
+                except Exception as exc:  # noqa: BLE001 - typed or internal, these shapes run on the reference
+                    self.reasons[shapes] = _fallback(self.sg, exc)
+            self.executors[shapes] = executor
+            return executor
+
+    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in args]
+        shapes = tuple(a.shape for a in arrays)
+        executor = self.executors.get(shapes, _MISSING)
+        if executor is _MISSING:
+            self._check(arrays)
+            executor = self._specialize(shapes)
+        if executor is not None:
+            return executor(arrays, outs)
+        results = [np.asarray(r) for r in self.sg.evaluate(*arrays)]
+        if outs is not None:
+            for j, (o, r) in enumerate(zip(outs, results)):
+                if o is not None:
+                    if not isinstance(o, np.ndarray) or o.shape != r.shape or o.dtype != r.dtype:
+                        raise InputError(f"output array {j} must be {r.dtype}{list(r.shape)}")
+                    np.copyto(o, r)
+                    results[j] = o
+        return results
+
+    run = __call__
+
+
+_MISSING: Any = object()
+
+
+__all__ = [
+    "KernelExecutor",
+    "ShapeSpecializingExecutor",
+    "ThreadPool",
+    "compile_subgraph",
+    "generate_subgraph",
+    "lowering_config",
+]

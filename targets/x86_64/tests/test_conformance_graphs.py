@@ -248,3 +248,15 @@ def test_softmax_per_thread_scratchpads_give_identical_bytes(shape):
     assert outs[0].tobytes() == outs[1].tobytes()
     e = np.exp(xv.astype(np.float64) - xv.max(-1, keepdims=True))
     check(outs[1], e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_dynamic_batch_compiles_a_kernel_per_shape():
+    m = eltwise_model((None, 3, 19), (3, 1))
+    cm = compiled(m, IGNORE_CALLBACK)
+    for batch in (1, 4, 2, 4):
+        xv, yv = rand((batch, 3, 19)), rand((3, 1))
+        out = cm({"x": xv, "y": yv})
+        for name, ref in zip(("r0", "r1"), eltwise_ref(xv, yv)):
+            check(out[name], ref)
+    steps = [s for s in cm._steps if s.where == TARGET]
+    assert steps and all(len(s.run.executors) == 3 and all(s.run.executors.values()) for s in steps)

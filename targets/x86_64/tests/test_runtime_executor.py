@@ -19,7 +19,13 @@ from snippets_core.ir.ops.unary import Atan, Exp, Relu
 from snippets_core.plugins.host import get_host
 from snippets_core.runtime.compiled_model import compile_model
 from snippets_x86_64.cache import KERNEL_CACHE, cache_key
-from snippets_x86_64.runtime import FALLBACK_KEY, KernelExecutor, ThreadPool, compile_subgraph
+from snippets_x86_64.runtime import (
+    FALLBACK_KEY,
+    KernelExecutor,
+    ShapeSpecializingExecutor,
+    ThreadPool,
+    compile_subgraph,
+)
 from snippets_x86_64.target import X86_64Target
 
 pytestmark = pytest.mark.avx512
@@ -63,21 +69,50 @@ def test_an_op_without_emitter_falls_back_with_the_reason():
     assert "UnsupportedOpError" in reason and "Atan" in reason
 
 
-def test_dynamic_shapes_fall_back_with_the_reason():
-    sg = subgraph(shape=(None, 8))
-    assert compile_sg(sg) is None
-    assert "dynamic shapes" in sg.rt_info[FALLBACK_KEY]
+def test_dynamic_shapes_get_a_kernel_per_input_shape():
+    sg = subgraph(shape=(None, 37))
+    run = compile_sg(sg)
+    assert isinstance(run, ShapeSpecializingExecutor) and FALLBACK_KEY not in sg.rt_info
+    inputs = [rand((n, 37)) for n in (3, 8, 3, 1)]
+    for xv in inputs:
+        close(run([xv])[0], xv)
+    assert sorted(run.executors) == [((1, 37),), ((3, 37),), ((8, 37),)]
+    assert all(isinstance(ex, KernelExecutor) for ex in run.executors.values())
+    out = np.empty((8, 37), np.float32)
+    assert run([inputs[1]], [out])[0] is out
+    close(out, inputs[1])
+    with pytest.raises(InputError, match="shape"):
+        run([rand((3, 36))])
+
+
+def test_shapes_the_target_cannot_compile_run_on_the_reference(monkeypatch):
+    from snippets_x86_64 import runtime
+
+    real = runtime.generate_subgraph
+
+    def picky(sg, config, host, shapes=None):  # type: ignore[no-untyped-def]
+        if shapes == ((5, 37),):
+            raise runtime.CodegenError("no kernel for five rows")
+        return real(sg, config, host, shapes)
+
+    KERNEL_CACHE.clear()
+    monkeypatch.setattr(runtime, "generate_subgraph", picky)
+    run = compile_sg(subgraph(shape=(None, 37)))
+    for n in (5, 2):
+        xv = rand((n, 37))
+        close(run([xv])[0], xv)
+    assert run.executors[((5, 37),)] is None and "five rows" in run.reasons[((5, 37),)]
+    assert isinstance(run.executors[((2, 37),)], KernelExecutor)
 
 
 def test_fallback_subgraph_still_gives_numpy_results_through_compile_model():
-    x = Parameter("f32", (None, 9), name="x")
-    m = Model([Result(Multiply(Exp(x), x), name="y")], [x])
+    x, y = Parameter("i8", (4, 9), name="x"), Parameter("i8", (4, 9), name="y")
+    m = Model([Result(Add(x, y), name="z")], [x, y])
     cm = compile_model(m, target="x86_64_avx512", config={"snippets_mode": "IgnoreCallback"})
-    assert len(cm.subgraphs) == 1
-    assert "dynamic shapes" in cm.subgraphs[0].rt_info[FALLBACK_KEY]
+    assert len(cm.subgraphs) == 1 and "Add" in cm.subgraphs[0].rt_info[FALLBACK_KEY]
     assert ("Subgraph", "reference") in {(op, where) for _, op, where in cm.placement()}
-    xv = rand((4, 9))
-    np.testing.assert_allclose(cm({"x": xv})["y"], np.exp(xv) * xv, rtol=1e-6)
+    xv = np.full((4, 9), 100, np.int8)
+    np.testing.assert_array_equal(cm({"x": xv, "y": xv})["z"], xv + xv)  # wraps, as numpy does
 
 
 def test_target_object_compiles_through_its_hook():
