@@ -3,8 +3,9 @@
 ``compile_subgraph(sg, config, host)`` runs the core pipeline on a copy of the Subgraph's body (data-flow
 passes, the LinearIR pipelines, plugins' positioned passes), generates the kernel with the
 X86_64TargetMachine (or takes it from the kernel cache) and returns a :class:`KernelExecutor`. A Subgraph
-the target cannot compile (an op without an emitter, dynamic shapes, too many data pointers...) returns
-None: it runs on its reference, and ``sg.rt_info["SnippetsFallbackReason"]`` says why.
+the target cannot compile (an op without an emitter, too many live values...) returns None: it runs on its
+reference, and ``sg.rt_info["SnippetsFallbackReason"]`` says why. A Subgraph with dynamic dims gets a
+:class:`ShapeSpecializingExecutor`: a kernel per set of input shapes, generated on first use.
 
 The executor splits the parallel domain into contiguous chunks, one per thread; each thread has its own
 call arguments and its own slice of the buffer scratchpad, and runs its chunk with one call of the JIT
