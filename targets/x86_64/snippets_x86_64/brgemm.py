@@ -31,7 +31,7 @@ from snippets_core.lowered.brgemm_utils import brgemm_geometry
 from snippets_core.lowered.passes.brgemm_blocking import blocking_from_options
 from snippets_core.passes.graph_utils import body_of, make, nodes_of_type
 from snippets_core.passes.pass_manager import Pass, PassPosition, PositionedPass
-from snippets_x86_64.asm import Assembler, word
+from snippets_x86_64.asm import Assembler, dword, word
 from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter
 
 if TYPE_CHECKING:
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from snippets_x86_64.target_machine import X86_64TargetMachine
 
 LANES = 16
-#: vector registers the micro-kernel may use for accumulators and B rows (two stay free for the kernel)
-VEC_BUDGET = 30
+#: vector registers the micro-kernel may use (accumulators, B rows, A broadcasts; one stays free)
+VEC_BUDGET = 31
 #: at most this many zmm columns per tile (64 f32 columns: the default N block)
 NR_MAX = 4
 
@@ -78,8 +78,9 @@ class BrgemmEmitter(JitEmitter):
                                "loads contiguous rows")
         self.g = g
         self.kernel = kernel
-        #: bf16 keeps two more vectors: the pair permutation and the second B row
-        self.extra = 2 if kernel == "bf16" else 0
+        #: registers beside the tile: A broadcasts (two for f32, one for bf16), and for bf16 the pair permutation
+        #: and the second B row
+        self.extra = 3 if kernel == "bf16" else 2
         self.mr, self.nr = tile_shape(g.m, g.n, VEC_BUDGET - self.extra)
         self.tail = g.n % LANES
 
@@ -97,7 +98,7 @@ class BrgemmEmitter(JitEmitter):
             mask = aux.masks[0]
             a.kmovw(mask, word[a.const_data(((1 << self.tail) - 1).to_bytes(2, "little"), 2)])
         if self.kernel == "bf16":
-            a.vmovdqu16(extra[0], a.const_array(PAIR_INDEX))
+            a.vmovdqu16(extra[1], a.const_array(PAIR_INDEX))
         sa, sb, sc = g.a.element_type.size, g.b.element_type.size, 4
         nvec = -(-g.n // LANES)
         for v0 in range(0, nvec, self.nr):
@@ -119,7 +120,8 @@ class BrgemmEmitter(JitEmitter):
                             a.vxorps(acc[r][j], acc[r][j], acc[r][j])
                 a.lea(pa, a_ptr + (g.a.offset_bytes + m0 * g.a.row_stride * sa))
                 a.lea(pb, b_ptr + (g.b.offset_bytes + v0 * LANES * sb))
-                tile = _Tile(acc, bvec, masked, mask, extra)
+                a_regs = extra[:1] if self.kernel == "bf16" else extra[:2]
+                tile = _Tile(acc, bvec, masked, mask, extra[1:] if self.kernel == "bf16" else [], a_regs)
                 if self.kernel == "f32":
                     self._k_loop_f32(a, tile, pa, pb, cnt)
                 else:
@@ -130,16 +132,18 @@ class BrgemmEmitter(JitEmitter):
                         a.vmovups(dst.mask(mask) if masked[j] else dst, acc[r][j])
 
     def _k_loop_f32(self, a: Assembler, t: _Tile, pa: GpReg, pb: GpReg, cnt: GpReg) -> None:
-        """``acc[r][j] += A[r, k] * B[k, j-th vector]`` for every k."""
+        """``acc[r][j] += A[r, k] * B[k, j-th vector]`` for every k; each A element is broadcast into a register
+        once (alternating two), so a step of K loads ``nr + mr`` values for ``mr * nr`` FMAs."""
         g = self.g
         a.mov(cnt, g.k)
         top = a.label(f"brgemm.{self.expr.name}.k")
         for j, b in enumerate(t.bvec):
             a.vmovups(b.mask(t.mask).z if t.masked[j] else b, pb + j * LANES * 4)
         for r, row in enumerate(t.acc):
-            src = (pa + r * g.a.row_stride * 4).broadcast
+            areg = t.a_regs[r % len(t.a_regs)]
+            a.vbroadcastss(areg, dword[pa + r * g.a.row_stride * 4])
             for j, acc in enumerate(row):
-                a.vfmadd231ps(acc, t.bvec[j], src)
+                a.vfmadd231ps(acc, t.bvec[j], areg)
         a.add(pa, g.a.col_stride * 4)
         a.add(pb, g.b.row_stride * 4)
         a.dec(cnt)
@@ -167,9 +171,10 @@ class BrgemmEmitter(JitEmitter):
             top = a.label(f"brgemm.{self.expr.name}.k2")
             load_b_pairs(True)
             for r, row in enumerate(t.acc):
-                src = (pa + r * g.a.row_stride * 2).broadcast
+                areg = t.a_regs[r % len(t.a_regs)]
+                a.vpbroadcastd(areg, dword[pa + r * g.a.row_stride * 2])
                 for j, acc in enumerate(row):
-                    a.vdpbf16ps(acc, t.bvec[j], src)
+                    a.vdpbf16ps(acc, t.bvec[j], areg)
             a.add(pa, 4)
             a.add(pb, 2 * row_b)
             a.dec(cnt)
@@ -192,6 +197,7 @@ class _Tile:
     masked: list[bool]
     mask: MaskReg | None
     extra: list[VecReg]
+    a_regs: list[VecReg]
 
 
 # --- opt-in bf16 and the tuning knobs ------------------------------------------------------------------------------
