@@ -69,13 +69,16 @@ class BrgemmEmitter(JitEmitter):
         types = (g.a.element_type, g.b.element_type)
         kernel = KERNELS.get(types)
         if kernel is None or g.c.element_type != F32:
-            raise CodegenError(f"Brgemm '{expr.name}': the x86-64 micro-kernel computes f32 x f32 or bf16 x bf16 "
-                               f"-> f32, got {types[0]} x {types[1]} -> {g.c.element_type}")
+            raise CodegenError(
+                f"Brgemm '{expr.name}': the x86-64 micro-kernel computes f32 x f32 or bf16 x bf16 "
+                f"-> f32, got {types[0]} x {types[1]} -> {g.c.element_type}"
+            )
         if kernel == "bf16" and "avx512_bf16" not in h.cpu_features:
             raise CodegenError(f"Brgemm '{expr.name}' multiplies bf16, which needs AVX512_BF16 (vdpbf16ps)")
         if g.b.col_stride != 1 or (kernel == "bf16" and g.a.col_stride != 1):
-            raise CodegenError(f"Brgemm '{expr.name}' reads B (or bf16 A) with a column stride; the micro-kernel "
-                               "loads contiguous rows")
+            raise CodegenError(
+                f"Brgemm '{expr.name}' reads B (or bf16 A) with a column stride; the micro-kernel loads contiguous rows"
+            )
         self.g = g
         self.kernel = kernel
         #: registers beside the tile: A broadcasts (two for f32, one for bf16), and for bf16 the pair permutation
@@ -92,7 +95,7 @@ class BrgemmEmitter(JitEmitter):
         a_ptr, b_ptr, c_ptr = ins[0], ins[1], outs[0]
         pa, pb, cnt = aux.gprs[:3]
         vecs = [v.zmm for v in aux.vecs]
-        extra = vecs[self.mr * self.nr + self.nr:]
+        extra = vecs[self.mr * self.nr + self.nr :]
         mask = None
         if self.tail:
             mask = aux.masks[0]
@@ -222,7 +225,9 @@ class EnforceBrgemmBF16(Pass):
                 continue
             for i in (0, 1):
                 src = brgemm.inputs[i].source
-                brgemm.set_input(i, make("ConvertSaturation", src, destination_type=BF16, name=f"{brgemm.name}/bf16_{i}"))
+                brgemm.set_input(
+                    i, make("ConvertSaturation", src, destination_type=BF16, name=f"{brgemm.name}/bf16_{i}")
+                )
             brgemm.revalidate()
             changed = True
         return changed

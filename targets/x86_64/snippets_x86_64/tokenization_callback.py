@@ -123,8 +123,7 @@ def default_concurrency() -> int:
         return os.cpu_count() or 1
 
 
-def mha_callback(matmul0: Node, concurrency: int | None = None,
-                 features: frozenset[str] | None = None) -> str | None:
+def mha_callback(matmul0: Node, concurrency: int | None = None, features: frozenset[str] | None = None) -> str | None:
     """The reason to leave the MHA starting at ``matmul0`` to the reference kernels, or None to fuse it."""
     for rule in (_unsupported_tensors, _dynamic):
         reason = rule(matmul0)
@@ -142,8 +141,10 @@ def mha_callback(matmul0: Node, concurrency: int | None = None,
         if needed is None:
             return f"MatMul '{mm.name}' multiplies {element_type.value}: x86_64_avx512 has no Brgemm kernel for it"
         if not needed <= features:
-            return (f"MatMul '{mm.name}' multiplies {element_type.value}, which needs "
-                    f"{', '.join(sorted(needed - features))} on this CPU")
+            return (
+                f"MatMul '{mm.name}' multiplies {element_type.value}, which needs "
+                f"{', '.join(sorted(needed - features))} on this CPU"
+            )
     concurrency = default_concurrency() if concurrency is None else concurrency
     shape = matmul0.outputs[0].shape
     if shape.is_static and shape.rank >= 2:
@@ -151,8 +152,10 @@ def mha_callback(matmul0: Node, concurrency: int | None = None,
 
         work = prod(shape.to_tuple()[:-2])
         if work < concurrency and not can_be_optimized(matmul0, concurrency):
-            return (f"its parallel work ({work}) is below the {concurrency} threads and SplitDimensionM cannot "
-                    f"split M = {shape.to_tuple()[-2]}; the reference kernels run it faster")
+            return (
+                f"its parallel work ({work}) is below the {concurrency} threads and SplitDimensionM cannot "
+                f"split M = {shape.to_tuple()[-2]}; the reference kernels run it faster"
+            )
     return None
 
 

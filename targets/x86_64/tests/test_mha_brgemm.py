@@ -36,8 +36,7 @@ HAS_BF16 = "avx512_bf16" in cpu_features()
 
 
 def _compile(model, target_options=None, threads=1, disabled=()):  # type: ignore[no-untyped-def]
-    config = {"target_options": dict(target_options or {}), "num_threads": threads,
-              "disabled_passes": list(disabled)}
+    config = {"target_options": dict(target_options or {}), "num_threads": threads, "disabled_passes": list(disabled)}
     cm = compile_model(model, target=TARGET, config=config)
     sgs = [n for n in cm.model.get_ordered_ops() if n.type_name == "Subgraph"]
     assert sgs, "the MHA was not tokenized"
@@ -107,8 +106,16 @@ def _run_subgraph(model, target_options=None):  # type: ignore[no-untyped-def]
     return ins, out
 
 
-@pytest.mark.parametrize("shapes", [((2, 70, 33), (2, 33, 100)), ((1, 3, 130, 600), (1, 1, 600, 65)),
-                                    ((5, 7), (7, 3)), ((1, 40, 1100), (1, 1100, 20)), ((1, 1, 17), (1, 17, 1))])
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        ((2, 70, 33), (2, 33, 100)),
+        ((1, 3, 130, 600), (1, 1, 600, 65)),
+        ((5, 7), (7, 3)),
+        ((1, 40, 1100), (1, 1100, 20)),
+        ((1, 1, 17), (1, 17, 1)),
+    ],
+)
 def test_matmul_alone(shapes):
     model, oracle = matmul(*shapes)
     ins, out = _run_subgraph(model)
@@ -121,8 +128,10 @@ def test_matmul_with_bias():
     np.testing.assert_allclose(out, oracle(ins), rtol=2e-5, atol=5e-5)
 
 
-@pytest.mark.parametrize("blocks", [{"brgemm_m_block": 8, "brgemm_n_block": 16, "brgemm_k_block": 16},
-                                    {"brgemm_m_block": 64, "brgemm_n_block": 128}])
+@pytest.mark.parametrize(
+    "blocks",
+    [{"brgemm_m_block": 8, "brgemm_n_block": 16, "brgemm_k_block": 16}, {"brgemm_m_block": 64, "brgemm_n_block": 128}],
+)
 def test_tuned_blocks(blocks):
     model, oracle = mha_4d(1, 100, 2, 40)
     _check(model, oracle, target_options=blocks)
@@ -140,12 +149,15 @@ def test_bad_knobs_are_input_errors():
 
 # --- bf16 --------------------------------------------------------------------------------------------------------
 
+
 def _bf16(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
 
 
 @pytest.mark.skipif(not HAS_BF16, reason="needs AVX512_BF16")
-@pytest.mark.parametrize("shapes", [((1, 8, 33), (1, 33, 16)), ((2, 40, 64), (2, 64, 100)), ((1, 40, 600), (1, 600, 70))])
+@pytest.mark.parametrize(
+    "shapes", [((1, 8, 33), (1, 33, 16)), ((2, 40, 64), (2, 64, 100)), ((1, 40, 600), (1, 600, 70))]
+)
 def test_bf16_matmul_is_exact_on_bf16_inputs(shapes):
     """With both inputs rounded to bf16 the products are exact in f32: the kernel matches numpy on the rounded
     inputs up to f32 accumulation, whatever the tails (odd K pairs with a zero, N tails are masked)."""
@@ -186,6 +198,7 @@ def test_bf16_leaves_transposed_layouts_on_f32():
 
 # --- the MHA tokenization callback ---------------------------------------------------------------------------------
 
+
 def _matmul0(a_type="f32", transpose_a=False, batch=(1, 12), m=384):  # type: ignore[no-untyped-def]
     a = sb.parameter((*batch, 64, m) if transpose_a else (*batch, m, 64), a_type, name="a")
     b = sb.parameter((*batch, 64, m), a_type, name="b")
@@ -210,6 +223,7 @@ def test_mha_callback_reasons():
 
 # --- layouts: a decomposed Transpose (LoadReorder) ------------------------------------------------------------------
 
+
 class _DecomposeTransposes:
     """A plugin that adds TransposeDecomposition (not in the default pipeline) for this target."""
 
@@ -223,8 +237,9 @@ class _DecomposeTransposes:
         return [PositionedPass(TransposeDecomposition(), PassPosition("softmax-decomposition"))]
 
 
-@pytest.mark.parametrize(("shape", "order"), [((2, 3, 5, 7), [0, 2, 3, 1]), ((2, 3, 5, 37), [3, 2, 1, 0]),
-                                              ((19, 5), [1, 0])])
+@pytest.mark.parametrize(
+    ("shape", "order"), [((2, 3, 5, 7), [0, 2, 3, 1]), ((2, 3, 5, 37), [3, 2, 1, 0]), ((19, 5), [1, 0])]
+)
 def test_load_reorder_layouts_become_strides(shape, order):
     """LoadReorder is a plain Load on x86: its order lives in the pointer increments (InitLoops) and the kernel's
     planar data offsets (PropagateLayout)."""
