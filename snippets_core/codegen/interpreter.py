@@ -331,10 +331,11 @@ class PerfCountEndEmitter(InterpreterEmitter):
 
 def _compute_types() -> tuple[type, ...]:
     from snippets_core.ir.ops.base import BinaryEltwise, UnaryEltwise
+    from snippets_core.ir.ops.convert import Convert
     from snippets_core.ir.ops.select import Select
     from snippets_core.ir.ops.snippets import ConvertSaturation, ConvertTruncation
 
-    return (UnaryEltwise, BinaryEltwise, Select, ConvertSaturation, ConvertTruncation)
+    return (UnaryEltwise, BinaryEltwise, Select, Convert, ConvertSaturation, ConvertTruncation)
 
 
 _SPECIAL: dict[str, type[InterpreterEmitter]] = {

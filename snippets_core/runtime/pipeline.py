@@ -32,6 +32,32 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
                                 ).run(model)
     TokenizeSnippets(tcfg).run(model)
     run_mha_common_optimizations(model, tcfg, disabled)
+    run_common_optimizations(model, disabled)
+
+
+def run_common_optimizations(model: Model, disabled_passes: Iterable[str] = ()) -> bool:
+    """CommonOptimizations on every Subgraph: quantized bodies get FakeQuantize decomposed and their
+    non-scalar constants moved out as inputs. A pass named in ``disabled_passes`` is skipped.
+
+    TransformConvertToConvertTruncation is off here: in OpenVINO a graph Convert already wraps like
+    ConvertTruncation, but our Convert has defined saturating float->int semantics (and every target
+    emits it directly), so renaming it would make a fused Convert disagree with the same op run outside
+    a Subgraph on out-of-range values."""
+    from snippets_core.ir.ops.subgraph import Subgraph
+    from snippets_core.passes.data_flow_pipeline import common_optimizations_pipeline, is_quantized
+
+    disabled = set(disabled_passes)
+    if "common-optimizations" in disabled:
+        return False
+    changed = False
+    for sg in [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]:
+        pipeline = common_optimizations_pipeline(is_quantized(sg.body))
+        # Validate checks what the lowering supports; a body it rejects (e.g. a Reshape pair kept by a
+        # disabled pass) must still run on its reference, so the check is left to each target's compile,
+        # where a failure means a fallback (x86) or a typed error naming the op.
+        pipeline.disabled |= disabled | {"validate", "transform-convert-to-convert-truncation"}
+        changed |= pipeline.run(sg)
+    return changed
 
 
 def run_mha_common_optimizations(model: Model, tcfg, disabled_passes: Iterable[str] = ()) -> bool:  # type: ignore[no-untyped-def]

@@ -157,3 +157,35 @@ def test_preallocated_outputs_go_straight_to_an_executor_that_takes_them(inputs)
     np.testing.assert_array_equal(dst, np.maximum(a + 1, 0))
     with pytest.raises(InputError, match="writeable C-contiguous"):
         cm2({"x": a}, outputs={name: np.empty((8, 4), np.float32).T})
+
+
+@pytest.mark.parametrize("target", ["interpreter", "x86_64_avx512"])
+def test_fused_convert_and_fake_quantize_agree_with_the_unfused_ops(target):
+    """CommonOptimizations runs on every Subgraph (FakeQuantize decomposed) and a fused Convert keeps
+    the graph Convert's semantics, out-of-range values included; numpy formulas are the oracle."""
+    from snippets_core.plugins.targets import load_target, target_names
+
+    if target != "interpreter":
+        if target not in target_names():
+            pytest.skip(f"{target} is not installed")
+        reason = load_target(target).available()
+        if reason:
+            pytest.skip(reason)
+    x = sb.parameter([2, 37], "f32", name="x")
+    conv = sb.convert(sb.multiply(x, 300.0), "i8")  # many values out of i8 range
+    fq = sb.fake_quantize(sb.add(x, 0.5), -1.0, 1.0, -1.0, 1.0, 255)
+    m = sb.model([conv, fq], name="q")
+    a = np.random.default_rng(3).standard_normal((2, 37)).astype(np.float32)
+    cm = sc.compile_model(m, target=target)
+    assert len(cm.subgraphs) == 2 and all(st[2] == target for st in cm.placement())
+    fused = [op.type_name for sg in cm.subgraphs for op in sg.body_ops]
+    assert "FakeQuantize" not in fused and "Round" in fused
+    out = cm({"x": a})
+    conv_name, fq_name = cm.output_names
+    # Convert: truncate toward zero, saturate to the i8 range
+    expected_conv = np.clip(np.trunc(a.astype(np.float64) * np.float32(300.0)), -128, 127).astype(np.int8)
+    np.testing.assert_array_equal(out[conv_name], expected_conv)
+    v = a.astype(np.float64) + 0.5
+    step = 2.0 / 254
+    expected_fq = np.where(v <= -1, -1.0, np.where(v > 1, 1.0, np.round((v + 1) / step) * step - 1))
+    np.testing.assert_allclose(out[fq_name], expected_fq, atol=2e-7)

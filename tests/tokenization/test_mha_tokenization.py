@@ -430,7 +430,10 @@ def test_fake_quantize_between_the_matmuls() -> None:
     inputs = random_inputs(model)
     cm = snippets_core.compile_model(model, target="reference", config=IGNORE)
     sg = mha_subgraph(cm.model)
-    assert body_types(sg) == ["MatMul", "FakeQuantize", "Softmax", "FakeQuantize", "MatMul"]
+    # both FakeQuantizes are in the body; CommonOptimizations has decomposed them (Round marks each)
+    types = body_types(sg)
+    assert types[0] == "MatMul" and types[-1] == "MatMul" and "Softmax" in types
+    assert "FakeQuantize" not in types and types.count("Round") == 2
     np.testing.assert_allclose(cm(inputs)["matmul1_out0"], expected(inputs), rtol=1e-4, atol=1e-5)
 
 
