@@ -258,6 +258,12 @@ class CompiledModel:
     run = __call__
 
     # --- reporting --------------------------------------------------------------------------------
+    def perf_counters(self) -> Any:
+        """Perf-counter readings per Subgraph (when compiled with SNIPPETS_PERF_COUNT; see docs/debug.md)."""
+        from snippets_core.debug.perf_count import perf_counters
+
+        return perf_counters(self)
+
     def placement(self) -> list[tuple[str, str, str]]:
         """(node name, op type, where it runs) for every computing node, in execution order."""
         return [(st.node.name, st.node.type_name, st.where) for st in self._steps]
