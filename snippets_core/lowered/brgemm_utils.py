@@ -55,16 +55,12 @@ class BrgemmGeometry:
 
 
 def _buffer_offset(port: ExpressionPort) -> int:
-    """The scratchpad offset of the Buffer behind a memory port (0 for Parameters and Results)."""
-    from snippets_core.lowered.expression import BufferExpression
+    """The scratchpad offset of the Buffer behind a memory port (0 for Parameters and Results), as
+    AllocateBuffers recorded it per port (the copies InsertSpecificIterations makes keep the record)."""
+    from snippets_core.lowered.passes.allocate_buffers import PORT_BUFFER_OFFSETS
 
-    if port.is_input:
-        src = port.connector.source.expr
-        return int(src.offset or 0) if isinstance(src, BufferExpression) else 0
-    for c in port.connector.get_consumers():
-        if isinstance(c.expr, BufferExpression):
-            return int(c.expr.offset or 0)
-    return 0
+    offsets = port.expr.node.rt_info.get(PORT_BUFFER_OFFSETS, {})
+    return int(offsets.get(("in" if port.is_input else "out", port.index), 0) or 0)
 
 
 def _access(port: ExpressionPort, element_type: ElementType, extra_offset: int) -> MatrixAccess:

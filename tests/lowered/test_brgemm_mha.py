@@ -68,8 +68,10 @@ def test_mha_with_select():
     _run(model, oracle)
 
 
-def test_mha_eltwise_after_matmul1():
-    model, oracle = mha_4d(1, 70, 1, 8, post_eltwise=True)
+@pytest.mark.parametrize("shape", [(1, 70, 1, 8), (1, 70, 1, 70)])
+def test_mha_eltwise_after_matmul1(shape):
+    """MatMul1 writes a Buffer; with D = 70 its N is blocked, and the tail block's copy must find that Buffer."""
+    model, oracle = mha_4d(*shape, post_eltwise=True)
     _run(model, oracle)
 
 

@@ -15,6 +15,8 @@ from snippets_core.lowered.passes.solve_buffer_memory import SolveBufferMemory
 
 #: rt_info key on a Load/Store of a Buffer: the buffer's byte offset in the scratchpad
 BUFFER_OFFSET = "snippets.buffer_offset"
+#: rt_info key on an access of Buffers: {("in" | "out", port): the byte offset of the Buffer on that port}
+PORT_BUFFER_OFFSETS = "snippets.port_buffer_offsets"
 
 if TYPE_CHECKING:
     from snippets_core.lowered.linear_ir import LinearIR
@@ -50,4 +52,10 @@ class AllocateBuffers(LoweredPass):
             for acc in accesses:
                 if acc.type_name != "LoopEnd":
                     acc.node.rt_info[BUFFER_OFFSET] = b.offset
+            # per port too, for ops that access several buffers (Brgemm); copies made later keep it
+            if b.input_count:
+                src = b.input_connectors[0].source
+                src.expr.node.rt_info.setdefault(PORT_BUFFER_OFFSETS, {})[("out", src.index)] = b.offset
+            for c in b.consumers(0):
+                c.expr.node.rt_info.setdefault(PORT_BUFFER_OFFSETS, {})[("in", c.index)] = b.offset
         return True

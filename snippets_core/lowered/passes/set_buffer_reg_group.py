@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class SetBufferRegGroup(LoweredPass):
-    """Two Buffers conflict when some loop accesses both but moves their pointers differently; a
+    """Two Buffers conflict when some loop accessing both moves their pointers differently, or a loop accessing
+    one of them leaves its pointer moved at its end; a
     greedy colouring of the conflict graph (buffers in LinearIR order) gives the register groups.
     Buffers of one group share a register: their accesses add the buffer offset at compile time."""
 
@@ -25,8 +26,18 @@ class SetBufferRegGroup(LoweredPass):
         sigs = [loop_signatures(ir, b) for b in bufs]
 
         def conflict(i: int, j: int) -> bool:
-            common = set(sigs[i]) & set(sigs[j])
-            return any(sigs[i][lp] != sigs[j][lp] for lp in sorted(common))
+            # a loop moves the shared register for both buffers: where both are accessed they must move alike;
+            # where one is not accessed, the other's moves must cancel out by the loop's end (net shift 0)
+            for lp in sorted(set(sigs[i]) | set(sigs[j])):
+                a, b = sigs[i].get(lp), sigs[j].get(lp)
+                if a is not None and b is not None:
+                    if a != b:
+                        return True
+                    continue
+                inc, fin, _ = a if a is not None else b  # type: ignore[misc]
+                if inc * ir.loop_manager.get_loop_info(lp).work_amount + fin != 0:
+                    return True
+            return False
 
         colors: list[int] = []
         for i in range(len(bufs)):

@@ -28,6 +28,10 @@ def _lifetime(ir: LinearIR, buf: BufferExpression) -> tuple[int, int]:
     return lo, hi
 
 
+#: byte alignment of every cluster's place in the scratchpad
+ALIGNMENT = 64
+
+
 @dataclass(frozen=True)
 class SolveBufferMemory(LoweredPass):
     """Place clusters in the scratchpad, biggest first, at the lowest offset that does not overlap a
@@ -43,7 +47,8 @@ class SolveBufferMemory(LoweredPass):
         info = []
         for cid, members in sorted(clusters.items()):
             spans = [_lifetime(ir, b) for b in members]
-            size = max(b.allocation_size or 0 for b in members)
+            # every cluster starts on a cache line: elements stay aligned whatever the neighbours' types
+            size = -(-max(b.allocation_size or 0 for b in members) // ALIGNMENT) * ALIGNMENT
             info.append((cid, size, min(s[0] for s in spans), max(s[1] for s in spans)))
         placed: list[tuple[int, int, int, int]] = []  # (offset, size, lo, hi)
         offsets: dict[int, int] = {}

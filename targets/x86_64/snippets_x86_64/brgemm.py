@@ -29,7 +29,10 @@ from snippets_core.ir.model import Model
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.lowered.brgemm_utils import brgemm_geometry
 from snippets_core.lowered.passes.brgemm_blocking import blocking_from_options
-from snippets_core.passes.graph_utils import body_of, make, nodes_of_type
+from snippets_core.lowered.port_descriptor import RT_INFO_KEY as PORT_DESCRIPTORS
+from snippets_core.lowered.port_descriptor import set_port_descriptor
+from snippets_core.passes.graph_utils import body_of, make, nodes_of_type, replace_output
+from snippets_core.passes.matmul_to_brgemm import init_brgemm_ports
 from snippets_core.passes.pass_manager import Pass, PassPosition, PositionedPass
 from snippets_x86_64.asm import Assembler, dword, word
 from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter
@@ -210,25 +213,48 @@ class _Tile:
 class EnforceBrgemmBF16(Pass):
     """Data-flow pass (the CPU plugin's ``EnforcePrecision`` f32 -> bf16 for Brgemm): both inputs of an f32 x f32
     Brgemm are rounded to bf16 (``ConvertSaturation``), so the product runs on ``vdpbf16ps`` and accumulates in
-    f32. Only Brgemms reading planar inputs are converted: a folded Transpose (a layout) stays on the f32 kernel,
-    since the convert would run over the stored, not the planar, tensor."""
+    f32; the rounded inputs go through bf16 Buffers.
+
+    An input read through a layout (a folded Transpose that keeps the last dim) is converted in planar order:
+    the Parameter is read by a vector ``LoadReorder`` with that order (its layout becomes pointer increments),
+    and the Brgemm reads the converted copy planar. A laid-out input that is not a Parameter keeps the Brgemm
+    on f32."""
 
     name: ClassVar[str] = "enforce-brgemm-bf16"
+    lanes: int = LANES
 
     def run(self, ir: Model | Subgraph) -> bool:
         body = body_of(ir)
         changed = False
         for brgemm in nodes_of_type(body, "Brgemm"):
-            if brgemm.layout_a or brgemm.layout_b:  # type: ignore[attr-defined]
-                continue
+            layouts = [tuple(brgemm.layout_a), tuple(brgemm.layout_b)]  # type: ignore[attr-defined]
+            sources = [brgemm.inputs[0].source, brgemm.inputs[1].source]
             if any(inp.element_type != F32 for inp in brgemm.inputs):
                 continue
+            if any(lay and sources[i].node.type_name != "Parameter" for i, lay in enumerate(layouts)):
+                continue
+            converted = []
             for i in (0, 1):
-                src = brgemm.inputs[i].source
-                brgemm.set_input(
-                    i, make("ConvertSaturation", src, destination_type=BF16, name=f"{brgemm.name}/bf16_{i}")
-                )
-            brgemm.revalidate()
+                src = sources[i]
+                if layouts[i]:
+                    src = make("LoadReorder", src, count=self.lanes, order=layouts[i], name=f"{brgemm.name}/load_{i}")
+                    set_port_descriptor(src, "in", 0, layout=layouts[i])
+                converted.append(make("ConvertSaturation", src, destination_type=BF16, name=f"{brgemm.name}/bf16_{i}"))
+            new = make(
+                "Brgemm",
+                converted[0],
+                converted[1],
+                offset_a=brgemm.offset_a,
+                offset_b=brgemm.offset_b,  # type: ignore[attr-defined]
+                offset_c=brgemm.offset_c,
+                layout_c=brgemm.layout_c,
+                name=brgemm.name,
+            )  # type: ignore[attr-defined]
+            # the old port descriptors carry the old layouts: the new Brgemm gets its own
+            new.rt_info = {k: v for k, v in brgemm.rt_info.items() if k != PORT_DESCRIPTORS}
+            init_brgemm_ports(new)
+            replace_output(brgemm.outputs[0], new.outputs[0])
+            brgemm.disconnect()
             changed = True
         return changed
 
