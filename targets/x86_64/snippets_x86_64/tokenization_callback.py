@@ -125,7 +125,8 @@ def default_concurrency() -> int:
 
 def mha_callback(matmul0: Node, concurrency: int | None = None, features: frozenset[str] | None = None) -> str | None:
     """The reason to leave the MHA starting at ``matmul0`` to the reference kernels, or None to fuse it."""
-    for rule in (_unsupported_tensors, _dynamic):
+    # dynamic dims are fine: the runtime compiles a kernel per input shape (the Brgemm blocks are static in each)
+    for rule in (_unsupported_tensors,):
         reason = rule(matmul0)
         if reason is not None:
             return reason

@@ -230,6 +230,24 @@ def test_mha_callback_reasons():
     assert mha_callback(_matmul0(batch=(1,), m=384), concurrency=8, features=avx512) is None
 
 
+def test_dynamic_mha_gets_a_kernel_per_shape():
+    q, kt = sb.parameter((1, 2, None, 16), name="q"), sb.parameter((1, 2, 16, None), name="kt")
+    v = sb.parameter((1, 2, None, 16), name="v")
+    model = sb.model([sb.matmul(sb.softmax(sb.matmul(q, kt), 3), v)], [q, kt, v])
+    assert mha_callback(model.get_ordered_ops()[3], concurrency=1) is None
+    cm = _compile(model)
+    rng = np.random.default_rng(0)
+    for s in (40, 100):
+        ins = {
+            "q": rng.standard_normal((1, 2, s, 16)).astype(np.float32),
+            "kt": rng.standard_normal((1, 2, 16, s)).astype(np.float32),
+            "v": rng.standard_normal((1, 2, s, 16)).astype(np.float32),
+        }
+        (out,) = cm(ins).values()
+        expected = softmax(ins["q"].astype(np.float64) @ ins["kt"]) @ ins["v"]
+        np.testing.assert_allclose(out, expected, rtol=2e-5, atol=3e-5)
+
+
 # --- layouts: a decomposed Transpose (LoadReorder) ------------------------------------------------------------------
 
 
