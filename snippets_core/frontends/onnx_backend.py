@@ -28,20 +28,20 @@ def default_target() -> str:
     return os.environ.get(TARGET_ENV) or DEFAULT_TARGET
 
 
-def compile_for(model: Model, target: str) -> Any:
+def compile_for(model: Model, target: str, config: Mapping[str, Any] | None = None) -> Any:
     """A callable ``inputs_by_name -> outputs_by_name`` for ``model`` on ``target``."""
     from snippets_core import compile_model
 
-    return compile_model(model, target=target)
+    return compile_model(model, target=target, config=config)
 
 
 class SnippetsBackendRep(BackendRep):
     """A prepared model: runs the compiled model on positional or named inputs."""
 
-    def __init__(self, model: Model, target: str) -> None:
+    def __init__(self, model: Model, target: str, config: Mapping[str, Any] | None = None) -> None:
         self.model = model
         self.target = target
-        self.compiled = compile_for(model, target)
+        self.compiled = compile_for(model, target, config)
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         names = self.model.input_names
@@ -74,7 +74,7 @@ class SnippetsBackend(Backend):
         if not cls.supports_device(device):
             raise InputError(f"device '{device}' is not supported; snippets runs on CPU")
         target = kwargs.get("target") or default_target()
-        return SnippetsBackendRep(read_onnx(model, check=kwargs.get("check", True)), target)
+        return SnippetsBackendRep(read_onnx(model, check=kwargs.get("check", True)), target, kwargs.get("config"))
 
     @classmethod
     def run_model(cls, model: onnx.ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[Any, ...]:
