@@ -78,7 +78,11 @@ def generate_subgraph(
             p.shape = Shape(s)
         body.validate()
     sensitive = has_domain_sensitive_ops(sg.body)
-    dcfg = data_flow_config or DataFlowConfig.for_body(body)
+    if data_flow_config is None:
+        data_flow_config = DataFlowConfig.for_body(body, blocked_input_shapes=_rank_alignment(body))
+    elif not data_flow_config.blocked_input_shapes:
+        data_flow_config = replace(data_flow_config, blocked_input_shapes=_rank_alignment(body))
+    dcfg = data_flow_config
     pipeline = data_flow_pipeline(dcfg, positioned)
     for name in disabled:
         pipeline.disable(name)
@@ -104,3 +108,15 @@ def generate_subgraph(
         sg.rt_info.setdefault(SUBGRAPH_PERF_COUNTERS, []).extend(counters)
     out_shapes = tuple(r.outputs[0].shape.to_tuple() for r in body.results)
     return GeneratedSubgraph(kernel, ir, body, out_shapes)
+
+
+def _rank_alignment(body: Model) -> tuple:  # type: ignore[type-arg]
+    """Planar input layouts when the body's inputs differ in rank (e.g. a rank-0 scalar input next to a
+    tensor), so Canonicalization aligns them with RankNormalization before the LinearIR is built; an
+    empty tuple (Canonicalization off) when the ranks already agree."""
+    from snippets_core.passes.canonicalization import BlockedShape
+
+    shapes = [p.shape for p in body.parameters]
+    if not all(s.rank_is_static for s in shapes) or len({s.rank for s in shapes}) <= 1:
+        return ()
+    return tuple(BlockedShape.planar(s.dims) for s in shapes)

@@ -189,3 +189,23 @@ def test_fused_convert_and_fake_quantize_agree_with_the_unfused_ops(target):
     step = 2.0 / 254
     expected_fq = np.where(v <= -1, -1.0, np.where(v > 1, 1.0, np.round((v + 1) / step) * step - 1))
     np.testing.assert_allclose(out[fq_name], expected_fq, atol=2e-7)
+
+
+@pytest.mark.parametrize("target", ["interpreter", "x86_64_avx512"])
+def test_inputs_of_different_ranks_are_aligned_before_lowering(target):
+    """A rank-0 scalar input beside ranked ones (as ONNX Clip/Where tests have) compiles: the body's
+    inputs are rank-aligned by Canonicalization instead of failing the LinearIR shape check."""
+    from snippets_core.plugins.targets import load_target, target_names
+
+    if target != "interpreter" and (target not in target_names() or load_target(target).available()):
+        pytest.skip(f"{target} is not available here")
+    x = sb.parameter([2, 3], "f32", name="x")
+    s = sb.parameter([], "f32", name="s")
+    v = sb.parameter([3], "f32", name="v")
+    m = sb.model([sb.maximum(sb.add(x, v), s)])
+    rng = np.random.default_rng(1)
+    xi, vi = rng.random((2, 3), dtype=np.float32), rng.random(3, dtype=np.float32)
+    cm = sc.compile_model(m, target=target, config={"snippets_mode": "IgnoreCallback"})
+    assert [p[2] for p in cm.placement()] == [target]
+    (out,) = cm({"x": xi, "s": np.array(1.2, np.float32), "v": vi}).values()
+    np.testing.assert_array_equal(out, np.maximum(xi + vi, np.float32(1.2)))
