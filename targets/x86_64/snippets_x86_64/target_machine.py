@@ -26,7 +26,26 @@ from snippets_core.codegen.target_machine import Jitter, TargetMachine
 from snippets_core.errors import CodegenError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.lowered.port_descriptor import RegType
-from snippets_x86_64.asm import Function, Mem, r8, r9, r10, r11, r12, r13, r14, r15, rax, rbp, rbx, rcx, rdi, rdx, rsi
+from snippets_x86_64.asm import (
+    ZMM,
+    Function,
+    Mem,
+    r8,
+    r9,
+    r10,
+    r11,
+    r12,
+    r13,
+    r14,
+    r15,
+    rax,
+    rbp,
+    rbx,
+    rcx,
+    rdi,
+    rdx,
+    rsi,
+)
 from snippets_x86_64.brgemm import BrgemmEmitter
 from snippets_x86_64.jit_emitter import JitEmitter, NopEmitter
 from snippets_x86_64.loop_emitters import (
@@ -101,23 +120,134 @@ def arithmetic_precisions() -> Callable[[Node], Sequence[tuple[ElementType, ...]
 _CONVERTS = frozenset({"Convert", "ConvertSaturation", "ConvertTruncation"})
 _WIDE_INT = (ElementType.i32, ElementType.boolean)
 
+#: narrow integer types the i32 emitters compute on -> (bits, signed). In a register such a value is its i32
+#: form, sign- or zero-extended, so it is always within its type's range; ops that keep that range need nothing
+#: more, the others wrap their i32 result back into it (see :class:`WrapNarrowEmitter`).
+NARROW_INTS: dict[ElementType, tuple[int, bool]] = {
+    ElementType.i8: (8, True),
+    ElementType.u8: (8, False),
+    ElementType.i16: (16, True),
+    ElementType.u16: (16, False),
+}
+#: ops whose i32 emitter gives numpy's result on narrow integers (in range), and whether that i32 result can
+#: leave the type's range (True: numpy wraps around, e.g. ``i8 100 + 100 == -56``, ``i8 -128 / -1 == -128``,
+#: ``abs(i8 -128) == -128``; the i32 result is wrapped back). Checked bit for bit against numpy over every
+#: pair of i8/u8 values (targets/x86_64/tests/test_narrow_int.py).
+NARROW_OPS: dict[str, bool] = {
+    "Add": True,
+    "Subtract": True,
+    "Multiply": True,
+    "Divide": True,
+    "SquaredDifference": True,
+    "PRelu": True,
+    "Negative": True,
+    "Abs": True,
+    "Maximum": False,
+    "Minimum": False,
+    "FloorMod": False,
+    "Mod": False,
+    "Relu": False,
+    "Sign": False,
+    "Select": False,
+    "Equal": False,
+    "NotEqual": False,
+    "Greater": False,
+    "GreaterEqual": False,
+    "Less": False,
+    "LessEqual": False,
+}
+
+
+def _narrow_combos(node: Node, supported: Sequence[tuple[ElementType, ...]]) -> list[tuple[ElementType, ...]]:
+    """The narrow-integer forms of the i32 combinations of ``supported`` that match ``node``'s input types
+    (Select: (boolean, i8, i8) from (boolean, i32, i32)); empty for ops outside :data:`NARROW_OPS`."""
+    if node.type_name not in NARROW_OPS:
+        return []
+    types = tuple(inp.element_type for inp in node.inputs)
+    narrow = [t for t in types if t in NARROW_INTS]
+    if not narrow or any(t != narrow[0] for t in narrow):
+        return []
+    out = []
+    for combo in supported:
+        if ElementType.i32 in combo:
+            candidate = tuple(narrow[0] if t == ElementType.i32 else t for t in combo)
+            if candidate == types:
+                out.append(candidate)
+    return out
+
+
+def jitter_precisions(node: Node) -> Sequence[tuple[ElementType, ...]]:
+    """Input element types an arithmetic emitter takes in the kernel: the table's, plus the narrow integers
+    of :data:`NARROW_OPS` (computed in their i32 form)."""
+    supported = list(arithmetic_precisions()(node))
+    return supported + _narrow_combos(node, supported)
+
 
 def propagation_precisions(node: Node) -> Sequence[tuple[ElementType, ...]]:
     """The table PropagatePrecision gets: the emitters' precisions, except where its conversions would change
     the result. It wraps an op in ``ConvertSaturation`` s; numpy (the reference) wraps narrow integers on
     overflow instead of saturating, and integer division truncates where a float division converted back
-    rounds. Such ops get no entry ("leave it"), so the jitters' own check keeps them off this target and
-    the Subgraph falls back to its reference instead of computing something else."""
+    rounds. Ops of :data:`NARROW_OPS` on narrow integers get exactly their input types (nothing is converted:
+    the kernel computes them in i32 and wraps like numpy); other ops on narrow integers get no entry ("leave
+    it"), so the jitters' own check keeps them off this target and the Subgraph falls back to its reference
+    instead of computing something else."""
     supported = arithmetic_precisions()(node)
     if node.type_name in _CONVERTS or not supported:
         return supported
     types = [inp.element_type for inp in node.inputs]
     ints = [t for t in types if not t.is_real]
     if any(t not in _WIDE_INT for t in ints):
-        return []
+        # offered only when the inputs already are narrow: a ConvertSaturation(i8 -> f32) input that
+        # PropagatePrecision drops before choosing makes the op i32 (exact), never i8 (wrapping)
+        return _narrow_combos(node, supported)
     if ints and not any(all(not t.is_real for t in combo) for combo in supported):
         return []  # integers would be computed in float (Divide, FloorMod, ...)
     return supported
+
+
+class WrapNarrowEmitter(Emitter):
+    """An arithmetic emitter of a narrow-integer op whose i32 result can leave the type's range (see
+    :data:`NARROW_OPS`), followed by the wrap back into it: the low bits, sign- or zero-extended again
+    (``vpslld`` + ``vpsrad``/``vpsrld``), numpy's wrap-around. Consumers in registers (comparisons, min/max,
+    division, converts) rely on narrow values being in range; a Store alone would not need it (it truncates),
+    so an op whose only consumers are Stores is not wrapped (see :meth:`X86_64TargetMachine._bind`)."""
+
+    def __init__(self, inner: Emitter, bits: int, signed: bool) -> None:
+        super().__init__(inner.expr)
+        self.inner = inner
+        self.shift = 32 - bits
+        self.signed = signed
+        self.aux_gprs, self.aux_vecs, self.aux_masks = inner.aux_gprs, inner.aux_vecs, inner.aux_masks  # type: ignore[misc]
+
+    def emit_code(self, in_regs: list[Any], out_regs: list[Any], aux: Any = None) -> Any:
+        a = self.inner.emit_code(in_regs, out_regs, aux)
+        dst = ZMM[int(out_regs[0].idx) if hasattr(out_regs[0], "idx") else int(out_regs[0])]
+        a.vpslld(dst, dst, self.shift)
+        if self.signed:
+            a.vpsrad(dst, dst, self.shift)
+        else:
+            a.vpsrld(dst, dst, self.shift)
+        return a
+
+    def emit_data(self) -> None:
+        self.inner.emit_data()
+
+
+def _wrapped(build: Callable[[Expression], Emitter]) -> Callable[[Expression], Emitter]:
+    """``build`` followed, where needed, by the wrap of a narrow-integer result (:class:`WrapNarrowEmitter`)."""
+
+    def factory(expr: Expression) -> Emitter:
+        emitter = build(expr)
+        out = expr.node.outputs[0].element_type if expr.node.outputs else None
+        if out not in NARROW_INTS or not NARROW_OPS.get(expr.type_name, False):
+            return emitter
+        consumers = expr.output_connectors[0].get_consumers()
+        if consumers and all(c.expr.type_name == "Store" for c in consumers):
+            return emitter  # the Store keeps the low bits: the same bytes
+        bits, signed = NARROW_INTS[out]  # type: ignore[index]
+        return WrapNarrowEmitter(emitter, bits, signed)
+
+    return factory
 
 
 class X86_64TargetMachine(TargetMachine):
@@ -130,13 +260,13 @@ class X86_64TargetMachine(TargetMachine):
     ) -> None:
         super().__init__()
         if arithmetic is None:
-            arithmetic, precisions = arithmetic_emitters(), arithmetic_precisions()
+            arithmetic, precisions = arithmetic_emitters(), jitter_precisions
         else:
             precisions = None
         rows: dict[str, Jitter] = {}
         for op, factory in arithmetic.items():
             checked = (lambda expr: precisions(expr.node)) if precisions is not None else (lambda expr: ())
-            rows[op] = Jitter(self._bind(factory), checked)
+            rows[op] = Jitter(_wrapped(self._bind(factory)), checked)
         for op, cls in CONTROL_EMITTERS.items():
             rows[op] = Jitter(self._bind(cls))
         for op, factory in (plugin_emitters or {}).items():
