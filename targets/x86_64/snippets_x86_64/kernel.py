@@ -29,6 +29,7 @@ from snippets_core.codegen.emitter import KernelEmitter
 from snippets_core.errors import CodegenError
 from snippets_core.lowered.port_descriptor import Reg, RegType
 from snippets_x86_64.asm import GP64, ZMM, Function, K, qword, r12, r13, r14, rbx, rdi, rsi
+from snippets_x86_64 import unroll
 from snippets_x86_64.jit import JitFunction
 from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter, to_asm
 
@@ -159,6 +160,8 @@ class X86_64KernelEmitter(KernelEmitter):
                 em.emit_code(e.in_regs, e.out_regs, numbers)
             for reg, slot in reversed(spills):
                 self.h.restore(a, reg, slot)
+        if unroll.ENABLED:  # two iterations of each innermost straight-line loop side by side (unroll.py)
+            unroll.unroll_inner_loops(a)
         code, code_size = a.assemble()
         info = KernelInfo(
             len(self.ir.parameters),
