@@ -26,6 +26,25 @@ def is_brgemm_fusable_transpose(transpose: Node) -> bool:
     return bool(order) and order[-1] == len(order) - 1 and feeds_matmul
 
 
+def is_brgemm_fusable_or_copy_b_transpose(transpose: Node) -> bool:
+    """Also keeps a Transpose that a target repacks with a BrgemmCopyB: the B input (port 1) of a MatMul
+    without ``transpose_b``, with a Constant order that puts the stored innermost dim on B's rows (K), as
+    ``Transpose(K, [0,1,3,2])`` or ``[0,2,3,1]`` in attention. For targets that set the tokenization knob
+    ``mha_transposed_b_in_subgraph``."""
+    if is_brgemm_fusable_transpose(transpose):
+        return True
+    order_node = transpose.inputs[1].source.node
+    if not isinstance(order_node, Constant):
+        return False
+    order = [int(v) for v in np.asarray(order_node.value).reshape(-1)]
+    targets = transpose.outputs[0].targets
+    if len(targets) != 1 or targets[0].node.type_name != "MatMul" or targets[0].index != 1:
+        return False
+    if getattr(targets[0].node, "transpose_b", False):
+        return False
+    return len(order) >= 2 and order[-2] == len(order) - 1
+
+
 @dataclass(frozen=True)
 class ExtractUnsupportedTransposes(Pass):
     """A Subgraph pass of CommonOptimizations (OpenVINO ``ExtractUnsupportedTransposes``).
@@ -72,4 +91,4 @@ class ExtractUnsupportedTransposes(Pass):
         return moved
 
 
-__all__ = ["ExtractUnsupportedTransposes", "is_brgemm_fusable_transpose"]
+__all__ = ["ExtractUnsupportedTransposes", "is_brgemm_fusable_or_copy_b_transpose", "is_brgemm_fusable_transpose"]

@@ -66,7 +66,11 @@ def run_mha_common_optimizations(model: Model, tcfg, disabled_passes: Iterable[s
     SplitDimensionM (when ``tcfg.split_m_dimension``). A pass named in ``disabled_passes`` is skipped."""
     from snippets_core.ir.ops.subgraph import Subgraph
     from snippets_core.passes.explicit_transpose_matmul_inputs import ExplicitTransposeMatMulInputs
-    from snippets_core.passes.extract_unsupported_transposes import ExtractUnsupportedTransposes
+    from snippets_core.passes.extract_unsupported_transposes import (
+        ExtractUnsupportedTransposes,
+        is_brgemm_fusable_or_copy_b_transpose,
+        is_brgemm_fusable_transpose,
+    )
     from snippets_core.passes.graph_utils import has_domain_sensitive_ops
     from snippets_core.passes.pass_manager import PassPipeline
     from snippets_core.passes.softmax_reshape_elimination import SoftmaxReshapeElimination
@@ -74,7 +78,8 @@ def run_mha_common_optimizations(model: Model, tcfg, disabled_passes: Iterable[s
 
     if not tcfg.enabled:
         return False
-    passes = [ExplicitTransposeMatMulInputs(), SoftmaxReshapeElimination(), ExtractUnsupportedTransposes()]
+    kept = is_brgemm_fusable_or_copy_b_transpose if tcfg.mha_transposed_b_in_subgraph else is_brgemm_fusable_transpose
+    passes = [ExplicitTransposeMatMulInputs(), SoftmaxReshapeElimination(), ExtractUnsupportedTransposes(kept)]
     if tcfg.split_m_dimension:
         passes.append(SplitDimensionM(tcfg.concurrency))
     pipeline = PassPipeline("mha-common-optimizations", passes, disabled=set(disabled_passes))

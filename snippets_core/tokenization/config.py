@@ -60,6 +60,9 @@ class TokenizationConfig:
     mha_token_enable_transpose_on_output: bool = True
     is_dynamic_mha_token_enabled: bool = True
     mha_supported_transpose_ranks: tuple[int, ...] = (3, 4)
+    #: the target repacks a transposed MatMul B inside the Subgraph (BrgemmCopyB), so
+    #: ExtractUnsupportedTransposes keeps such Transposes in
+    mha_transposed_b_in_subgraph: bool = False
     snippets_mode: SnippetsMode = SnippetsMode.Enable
     callback: TokenizationCallback | None = None
 
@@ -68,7 +71,8 @@ class TokenizationConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise TokenizationConfigError(f"tokenization config '{name}' must be a positive integer, got {v!r}")
-        for name in ("split_m_dimension", "mha_token_enable_transpose_on_output", "is_dynamic_mha_token_enabled"):
+        for name in ("split_m_dimension", "mha_token_enable_transpose_on_output", "is_dynamic_mha_token_enabled",
+                     "mha_transposed_b_in_subgraph"):
             v = getattr(self, name)
             if not isinstance(v, bool):
                 raise TokenizationConfigError(f"tokenization config '{name}' must be a bool, got {v!r}")

@@ -382,7 +382,13 @@ class TokenizeMHASnippets(Pass):
         # Queries before Keys, so the body's Parameters come in the model's usual Q, K, V order
         if is_valid_transpose(t0, ranks, expected(matmul0.transpose_a), live):  # type: ignore[attr-defined]
             front.append(t0)  # type: ignore[arg-type]
-        if is_valid_transpose(t1, ranks, expected(matmul0.transpose_b), live):  # type: ignore[attr-defined]
+        # a target that repacks a transposed B (BrgemmCopyB, ``mha_transposed_b_in_subgraph``) also takes the
+        # Keys' Transpose that puts D innermost on B's rows: [0,2,3,1] (the reference's decomposed order) and
+        # [0,1,3,2] (Kᵀ of a [B,H,S,D] tensor) rank-equivalent
+        t1_orders = [expected(matmul0.transpose_b)]  # type: ignore[attr-defined]
+        if cfg.mha_transposed_b_in_subgraph and pattern_rank > 2 and not matmul0.transpose_b:  # type: ignore[attr-defined]
+            t1_orders += [get_decomposed_transpose_order(pattern_rank), rank_equivalent_order((1, 0), pattern_rank)]
+        if any(is_valid_transpose(t1, ranks, order, live) for order in t1_orders):
             front.append(t1)  # type: ignore[arg-type]
         st.ordered[:0] = front
         if is_valid_transpose(t2, ranks, expected(matmul1.transpose_b), live):  # type: ignore[attr-defined]

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from math import prod
 from typing import TYPE_CHECKING, ClassVar
 
-from snippets_core.lowered.brgemm_utils import BRGEMM_OPS, resolve_dim
+from snippets_core.lowered.brgemm_utils import resolve_dim
 from snippets_core.lowered.loop_info import LoopPortType
+from snippets_core.lowered.op_kinds import MEMORY_ACCESS_PORTS
 from snippets_core.lowered.passes.pass_base import LoweredPass
 from snippets_core.lowered.port_descriptor import FULL_DIM
 
@@ -37,8 +38,8 @@ def buffer_allocation_size(ir: LinearIR, buf: BufferExpression) -> int:
             d = port.dim_idx if port is not None else info.dim_idx
             if 0 <= d < len(shape):
                 extents[d] = max(extents.get(d, 1), min(info.work_amount, shape[-1 - d]))
-    if writer.type_name in BRGEMM_OPS:
-        # the block of C one call writes (whole dims unless a loop outside the buffer walks them)
+    if writer.type_name in MEMORY_ACCESS_PORTS:
+        # (Brgemm, BrgemmCopyB) the block of C one call writes (whole dims unless a loop outside the buffer walks them)
         sub = writer.output_descs[0].subtensor or (FULL_DIM, FULL_DIM)
         for d, s in ((1, sub[-2]), (0, sub[-1])):
             if d < len(shape) and d not in extents:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from snippets_core.lowered.op_kinds import LANE_UNIFORM
+from snippets_core.lowered.op_kinds import LANE_UNIFORM, MEMORY_ACCESS_PORTS
 from snippets_core.lowered.passes.init_live_ranges import INPLACE_INPUT
 from snippets_core.lowered.passes.pass_base import LoweredPass
 
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from snippets_core.lowered.linear_ir import LinearIR
 
 #: ops with several inputs that are not element-wise over them
-_NOT_ELTWISE = frozenset({"LoopBegin", "LoopEnd", "Brgemm", "Result", "Buffer"})
+_NOT_ELTWISE = frozenset({"LoopBegin", "LoopEnd", "Result", "Buffer"}) | frozenset(MEMORY_ACCESS_PORTS)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from snippets_core.lowered.op_kinds import (
     LOADS,
+    MEMORY_ACCESS_PORTS,
     MEMORY_SINKS,
     MEMORY_SOURCES,
     SHAPE_ONLY,
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from snippets_core.lowered.linear_ir import LinearIR
 
 #: consumers of memory that need no Load: control, buffers, shape-only ops and memory accesses themselves
-_NO_LOAD_CONSUMERS = frozenset({"LoopEnd", "Buffer", "Brgemm"}) | SHAPE_ONLY | LOADS
+_NO_LOAD_CONSUMERS = frozenset({"LoopEnd", "Buffer"}) | frozenset(MEMORY_ACCESS_PORTS) | SHAPE_ONLY | LOADS
 
 
 def access_count(shape: tuple[int, ...], vector_size: int) -> int:

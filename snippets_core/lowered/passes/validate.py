@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from snippets_core.errors import ValidationError
+from snippets_core.lowered.op_kinds import MEMORY_ACCESS_PORTS
 from snippets_core.lowered.passes.pass_base import LoweredPass
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ class Validate(LoweredPass):
                     raise ValidationError(f"connector of {src.name} does not list {e.name} input {k} as consumer")
                 if src.type_name in ("Parameter", "Buffer") and e.type_name not in (
                         "Load", "LoadReorder", "BroadcastLoad", "LoopEnd", "Result", "RankNormalization",
-                        "SnippetsReshape", "Reorder", "Brgemm"):
+                        "SnippetsReshape", "Reorder", *MEMORY_ACCESS_PORTS):
                     raise ValidationError(f"expression {e.name} ({e.type_name}) reads memory of {src.name} "
                                           "without a Load")
             if e.type_name == "LoopBegin":
