@@ -260,15 +260,19 @@ class EnforceBrgemmBF16(Pass):
 
 
 def brgemm_positioned_passes(target_options: Mapping[str, Any]) -> list[PositionedPass]:
-    """What the x86-64 target adds for its ``target_options``: ``inference_precision: "bf16"`` puts
-    :class:`EnforceBrgemmBF16` after FuseTransposeBrgemm; ``brgemm_m_block``/``brgemm_n_block``/``brgemm_k_block``
+    """What the x86-64 target adds for its ``target_options``: :class:`InsertBrgemmCopyB` after
+    FuseTransposeBrgemm; ``inference_precision: "bf16"`` puts :class:`EnforceBrgemmBF16` after it; ``brgemm_m_block``/``brgemm_n_block``/``brgemm_k_block``
     place a BrgemmBlocking with those blocks before the default one (which then leaves the Brgemms alone)."""
-    passes: list[PositionedPass] = []
+    from snippets_x86_64.brgemm_copy_b import InsertBrgemmCopyB
+
+    # a transposed B is repacked (BrgemmCopyB) before anything else reads the Brgemm's inputs
+    copy_b = PositionedPass(InsertBrgemmCopyB(), PassPosition("fuse-transpose-brgemm", after=True))
+    passes: list[PositionedPass] = [copy_b]
     precision = str(target_options.get("inference_precision", "f32")).lower()
     if precision not in ("f32", "bf16"):
         raise InputError(f"target_options.inference_precision must be 'f32' or 'bf16', got {precision!r}")
     if precision == "bf16":
-        passes.append(PositionedPass(EnforceBrgemmBF16(), PassPosition("fuse-transpose-brgemm", after=True)))
+        passes.append(PositionedPass(EnforceBrgemmBF16(), PassPosition(InsertBrgemmCopyB.name, after=True)))
     return passes + blocking_from_options(target_options)
 
 

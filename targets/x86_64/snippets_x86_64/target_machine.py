@@ -47,6 +47,7 @@ from snippets_x86_64.asm import (
     rsi,
 )
 from snippets_x86_64.brgemm import BrgemmEmitter
+from snippets_x86_64.brgemm_copy_b import BrgemmCopyBEmitter
 from snippets_x86_64.jit_emitter import JitEmitter, NopEmitter
 from snippets_x86_64.loop_emitters import (
     LoopBeginEmitter,
@@ -95,6 +96,7 @@ CONTROL_EMITTERS: dict[str, type[JitEmitter]] = {
     "RegSpillBegin": RegSpillBeginEmitter,
     "RegSpillEnd": RegSpillEndEmitter,
     "Brgemm": BrgemmEmitter,
+    "BrgemmCopyB": BrgemmCopyBEmitter,
 }
 
 EmitterFactory = Callable[..., "Emitter"]

@@ -1,0 +1,253 @@
+"""BrgemmCopyB: a transposed B (Kᵀ in attention) repacked into planar rows inside the kernel.
+
+The Brgemm micro-kernel reads B as contiguous rows of N. A B read through a Transpose that moves its innermost
+dim (``Transpose(K, [0,1,3,2])``, the ``[0,2,3,1]`` of the ``[B,S,H,D]`` layout, a MatMul ``transpose_b``) has
+its K dim innermost in memory instead, so the data-flow pass :class:`InsertBrgemmCopyB` puts a ``BrgemmCopyB``
+between that input and the Brgemm (OpenVINO's ``BrgemmCopyB`` in its transposed mode, reference §5.3). Its
+whole-matrix output goes to a Buffer of ``K x N`` f32 that the Brgemm reads planar. It sits outside the
+blocking loops: the Brgemm's M loop (shared with Softmax and the second Brgemm) reuses the repacked matrix, so
+each batch index (head) transposes its B once.
+
+The emitter transposes 16 x 16 tiles in registers: 16 rows of 16 contiguous K values are loaded, transposed
+with four stages of in-lane and cross-lane shuffles (``vunpcklps/vunpckhps``, ``vshufps``, ``vshuff32x4``
+twice; 64 shuffles per tile) and stored as 16 rows of 16 N values. N tiles run in a counted loop (the N tail
+stores masked, its missing rows are never stored), K tiles are unrolled (a K tail loads masked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from snippets_core.errors import CodegenError, ShapeInferenceError
+from snippets_core.ir.element_type import ElementType
+from snippets_core.ir.model import Model
+from snippets_core.ir.node import Node
+from snippets_core.ir.ops.io import Constant
+from snippets_core.ir.ops.snippets import MemoryAccess
+from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.ir.shape import Shape
+from snippets_core.lowered.brgemm_utils import _access
+from snippets_core.lowered.port_descriptor import FULL_DIM, set_port_descriptor
+from snippets_core.lowered.port_descriptor import RT_INFO_KEY as PORT_DESCRIPTORS
+from snippets_core.passes.graph_utils import body_of, make, nodes_of_type, replace_output
+from snippets_core.passes.matmul_to_brgemm import init_brgemm_ports
+from snippets_core.passes.pass_manager import Pass
+from snippets_x86_64.asm import Assembler, word
+from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter
+
+if TYPE_CHECKING:
+    from snippets_core.lowered.expression import Expression
+    from snippets_x86_64.target_machine import X86_64TargetMachine
+
+LANES = 16
+
+
+class BrgemmCopyB(MemoryAccess, Node):
+    """``y = transpose(x, layout)`` written planar: the B operand of a Brgemm repacked so that its rows (N) are
+    contiguous. ``layout`` says how the stored input is read (planar dim ``i`` = stored dim ``layout[i]``)."""
+
+    ATTRS = ("layout",)
+    MEMORY_ACCESS_INPUTS = (0,)
+    MEMORY_ACCESS_OUTPUTS = (0,)
+
+    def __init__(self, x: object, *, layout: Sequence[int] = (), name: str | None = None) -> None:
+        self.layout = tuple(int(v) for v in layout)
+        super().__init__(x, name=name)  # type: ignore[arg-type]
+
+    def infer(self) -> list[tuple[ElementType, Shape]]:
+        if len(self.inputs) != 1:
+            raise ShapeInferenceError(f"BrgemmCopyB '{self.name}' takes 1 input, got {len(self.inputs)}")
+        et, shape = self.input_type(0), self.input_shape(0)
+        if not self.layout or not shape.rank_is_static:
+            return [(et, shape)]
+        if sorted(self.layout) != list(range(shape.rank)):
+            raise ShapeInferenceError(f"BrgemmCopyB '{self.name}': layout {list(self.layout)} is not a "
+                                      f"permutation of {shape.rank} dims")
+        return [(et, Shape([shape[o] for o in self.layout]))]
+
+    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
+        return [np.ascontiguousarray(np.transpose(x, self.layout) if self.layout else x)]
+
+
+def _compose(outer: tuple[int, ...], inner: Sequence[int]) -> tuple[int, ...]:
+    """The read order through a Transpose (``inner``) and then a Brgemm layout (``outer``)."""
+    return tuple(inner) if not outer else tuple(inner[o] for o in outer)
+
+
+def _constant_order(node: Node) -> list[int] | None:
+    if node.type_name != "Transpose" or not isinstance(node.inputs[1].source.node, Constant):
+        return None
+    return [int(v) for v in np.asarray(node.inputs[1].source.node.value).reshape(-1)]
+
+
+@dataclass(frozen=True)
+class InsertBrgemmCopyB(Pass):
+    """Data-flow pass after FuseTransposeBrgemm: a Brgemm whose B is read with its K dim innermost in memory
+    (``layout_b`` or a Transpose on a Parameter that moves the last dim and puts K last) gets a
+    :class:`BrgemmCopyB` that repacks B planar, and reads that copy. Only f32 B on a Parameter: the copy is
+    a transpose of the kernel input, once per batch index."""
+
+    name: ClassVar[str] = "insert-brgemm-copy-b"
+
+    def run(self, ir: Model | Subgraph) -> bool:
+        body = body_of(ir)
+        changed = False
+        for brgemm in nodes_of_type(body, "Brgemm"):
+            src = brgemm.inputs[1].source
+            layout = tuple(brgemm.layout_b)  # type: ignore[attr-defined]
+            removed = None
+            order = _constant_order(src.node)
+            if order is not None and len(src.targets) == 1:
+                removed = src.node
+                layout = _compose(layout, order)
+                src = src.node.inputs[0].source
+            rank = src.shape.rank if src.shape.rank_is_static else 0
+            if rank < 2 or src.node.type_name != "Parameter" or src.element_type != ElementType.f32:
+                continue
+            # only a B whose stored innermost dim is its K (planar row) dim: N columns are then strided
+            if not layout or layout[-2] != rank - 1:
+                continue
+            copy = make("BrgemmCopyB", src, layout=layout, name=f"{brgemm.name}/copy_b")
+            full = (FULL_DIM, FULL_DIM)
+            set_port_descriptor(copy, "in", 0, subtensor=full, layout=layout)
+            set_port_descriptor(copy, "out", 0, subtensor=full)
+            new = make("Brgemm", brgemm.inputs[0].source, copy, offset_a=brgemm.offset_a,  # type: ignore[attr-defined]
+                       offset_b=brgemm.offset_b, offset_c=brgemm.offset_c,  # type: ignore[attr-defined]
+                       layout_a=brgemm.layout_a, layout_c=brgemm.layout_c, name=brgemm.name)  # type: ignore[attr-defined]
+            new.rt_info = {k: v for k, v in brgemm.rt_info.items() if k != PORT_DESCRIPTORS}
+            init_brgemm_ports(new)
+            replace_output(brgemm.outputs[0], new.outputs[0])
+            brgemm.disconnect()
+            if removed is not None:
+                removed.disconnect()
+            changed = True
+        return changed
+
+
+# --- the 16 x 16 register transpose ---------------------------------------------------------------------------
+#: the four shuffle stages: (op, imm of the low half, imm of the high half, pairs of register slots)
+_STAGES: tuple[tuple[str, int, int, tuple[tuple[int, int], ...]], ...] = (
+    ("unpck", 0, 0, tuple((2 * i, 2 * i + 1) for i in range(8))),
+    ("vshufps", 0x44, 0xEE, tuple((4 * i + j, 4 * i + j + 2) for i in range(4) for j in range(2))),
+    ("vshuff32x4", 0x88, 0xDD, tuple((8 * i + j, 8 * i + j + 4) for i in range(2) for j in range(4))),
+    ("vshuff32x4", 0x88, 0xDD, tuple((j, j + 8) for j in range(8))),
+)
+
+
+def _shuffle(op: str, imm: int, hi: bool, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """numpy model of one shuffle on 16-lane vectors (for planning where each transposed row ends up)."""
+    out = np.empty_like(x)
+    if op == "unpck":
+        for lane in range(4):
+            b = 4 * lane + (2 if hi else 0)
+            out[4 * lane:4 * lane + 4] = [x[b], y[b], x[b + 1], y[b + 1]]
+    elif op == "vshufps":
+        for lane in range(4):
+            b = 4 * lane
+            out[b:b + 4] = [x[b + (imm & 3)], x[b + ((imm >> 2) & 3)], y[b + ((imm >> 4) & 3)],
+                            y[b + ((imm >> 6) & 3)]]
+    else:  # vshuff32x4
+        sel = [(imm >> (2 * i)) & 3 for i in range(4)]
+        src = [x, x, y, y]
+        for lane in range(4):
+            out[4 * lane:4 * lane + 4] = src[lane][4 * sel[lane]:4 * sel[lane] + 4]
+    return out
+
+
+def _plan_transpose() -> list[int]:
+    """``slot[j]``: which register slot holds column j of the 16 loaded rows after the stages (each stage
+    writes its low half to the first slot of a pair and its high half to the second)."""
+    regs = [np.array([r * 16 + c for c in range(16)]) for r in range(16)]  # element (row r, col c)
+    for op, imm_lo, imm_hi, pairs in _STAGES:
+        for p, q in pairs:
+            regs[p], regs[q] = _shuffle(op, imm_lo, False, regs[p], regs[q]), _shuffle(op, imm_hi, True, regs[p], regs[q])
+    slot = [-1] * 16
+    for s, v in enumerate(regs):
+        col = int(v[0] % 16)
+        if not np.array_equal(v, np.arange(16) * 16 + col):
+            raise AssertionError(f"transpose plan: slot {s} holds {v}")
+        slot[col] = s
+    return slot
+
+
+#: output row j of a tile is in register slot TRANSPOSE_SLOT[j]
+TRANSPOSE_SLOT = _plan_transpose()
+
+
+class BrgemmCopyBEmitter(JitEmitter):
+    """Writes B planar (``K x N``, rows contiguous) from a stored matrix whose K dim is innermost."""
+
+    def __init__(self, expr: Expression, h: X86_64TargetMachine) -> None:
+        super().__init__(expr, h)
+        if expr.node.inputs[0].element_type != ElementType.f32:
+            raise CodegenError(f"BrgemmCopyB '{expr.name}' copies f32, got {expr.node.inputs[0].element_type}")
+        src = _access(expr.get_input_port(0), ElementType.f32, 0)
+        dst = _access(expr.get_output_port(0), ElementType.f32, 0)
+        if src.row_stride != 1 or dst.col_stride != 1:
+            raise CodegenError(f"BrgemmCopyB '{expr.name}' needs K innermost in its input and a planar output, "
+                               f"got strides {src.row_stride}/{dst.col_stride}")
+        shape = expr.output_descs[0].preordered_shape
+        self.k, self.n = int(shape[-2]), int(shape[-1])
+        self.src, self.dst = src, dst
+
+    def aux_needs(self) -> tuple[int, int, int]:
+        return 3, 17, 2
+
+    def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
+        ps, pd, cnt = aux.gprs[:3]
+        vecs = [v.zmm for v in aux.vecs[:17]]
+        kmask, nmask = aux.masks[:2]
+        k_tail, n_tail = self.k % LANES, self.n % LANES
+        if k_tail:
+            a.kmovw(kmask, word[a.const_data(((1 << k_tail) - 1).to_bytes(2, "little"), 2)])
+        a.lea(ps, ins[0] + self.src.offset_bytes)
+        a.lea(pd, outs[0] + self.dst.offset_bytes)
+        full = self.n // LANES
+        if full:
+            a.mov(cnt, full)
+            top = a.label(f"copy_b.{self.expr.name}.n")
+            self._tile_column(a, ps, pd, vecs, kmask, LANES, None)
+            a.add(ps, LANES * self.src.col_stride * 4)
+            a.add(pd, LANES * 4)
+            a.dec(cnt)
+            a.jnz(top)
+        if n_tail:
+            a.kmovw(nmask, word[a.const_data(((1 << n_tail) - 1).to_bytes(2, "little"), 2)])
+            self._tile_column(a, ps, pd, vecs, kmask, n_tail, nmask)
+
+    def _tile_column(self, a: Assembler, ps, pd, vecs, kmask, rows: int, nmask) -> None:  # type: ignore[no-untyped-def]
+        """All K tiles of one column of 16 (or ``rows``) N: load ``rows`` rows of up to 16 K, transpose, store."""
+        cs, n = self.src.col_stride, self.n
+        for k0 in range(0, self.k, LANES):
+            kb = min(LANES, self.k - k0)
+            regs = list(vecs)  # slots 0..15 hold data, the 17th is the spare each shuffle writes into
+            for i in range(LANES):
+                if i < rows:
+                    addr = ps + (i * cs + k0) * 4
+                    if kb < LANES:
+                        a.vmovups(regs[i].mask(kmask).z, addr)
+                    else:
+                        a.vmovups(regs[i], addr)
+                else:
+                    a.vxorps(regs[i], regs[i], regs[i])  # rows past the N tail: lanes never stored
+            for op, imm_lo, imm_hi, pairs in _STAGES:
+                for p, q in pairs:
+                    spare = regs[16]
+                    x, y = regs[p], regs[q]
+                    if op == "unpck":
+                        a.vunpcklps(spare, x, y)
+                        a.vunpckhps(y, x, y)
+                    else:
+                        getattr(a, op)(spare, x, y, imm_lo)
+                        getattr(a, op)(y, x, y, imm_hi)
+                    regs[p], regs[16] = spare, x
+            for j in range(kb):
+                dst = pd + ((k0 + j) * n) * 4
+                a.vmovups(dst.mask(nmask) if nmask is not None else dst, regs[TRANSPOSE_SLOT[j]])
+
+
+__all__ = ["TRANSPOSE_SLOT", "BrgemmCopyB", "BrgemmCopyBEmitter", "InsertBrgemmCopyB"]
