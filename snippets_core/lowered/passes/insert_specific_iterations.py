@@ -125,6 +125,8 @@ class InsertSpecificIterations(LoweredPass):
     * LAST_ITER: the ``work_amount % increment`` tail, a copy placed after the loop, whose handlers shrink
       its accesses (vector loads/stores for innermost loops, Brgemm blocks, inner split loops).
 
+    A loop of zero work amount (a dim of 0, an empty tensor) stays one MAIN_BODY of zero work amount: its
+    LoopBegin skips the body, and what follows the loop (a reduction's horizontal op) sees the initial values.
     Only the last present part applies the finalization offsets. Copies of a loop with loops inside copy
     those (already expanded) loops too, under new ids. Registers are already assigned: copies reuse them."""
 
@@ -160,7 +162,7 @@ class InsertSpecificIterations(LoweredPass):
         parts: list[tuple[SpecificLoopIterType, int, int]] = []
         if first:
             parts.append((SpecificLoopIterType.FIRST_ITER, inc, inc))
-        if main_wa:
+        if main_wa or wa == 0:  # a zero work amount (an empty tensor): a main body that runs no iteration
             parts.append((SpecificLoopIterType.MAIN_BODY, main_wa, inc))
         if tail:
             parts.append((SpecificLoopIterType.LAST_ITER, tail, tail))

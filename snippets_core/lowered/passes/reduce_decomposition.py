@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 
 #: reduce op -> (accumulating binary op, horizontal op, 32-bit identity pattern)
 REDUCTIONS = {
-    "SnippetsReduceMax": ("Maximum", "HorizonMax", 0xFF7FFFFF),  # lowest finite f32
+    # -inf, the identity of max: an empty row (or one of -inf only) reduces to -inf, as numpy with initial=-inf
+    "SnippetsReduceMax": ("Maximum", "HorizonMax", 0xFF800000),
     "SnippetsReduceSum": ("Add", "HorizonSum", 0x00000000),
 }
 
