@@ -72,13 +72,14 @@ def test_node_on_x86(case) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.skipif(_REASON is not None, reason=str(_REASON))
 def test_most_fused_node_tests_run_as_x86_kernels(pytestconfig: pytest.Config) -> None:
     """Runs after the cases (same module, file order): most Subgraphs must be x86 kernels, not fallbacks.
-    The known fallbacks (each recorded in rt_info["SnippetsFallbackReason"]): rank-0 inputs next to ranked
-    ones (a LinearIR shape check), i8/u8 arithmetic and comparisons (no emitter precisions: they would
-    saturate), zero-size loops."""
+    All 208 ran as kernels when this threshold was set (i8/u8 arithmetic and comparisons compute in i32 lanes
+    and wrap like numpy; empty tensors lower to zero-iteration loops). What still falls back elsewhere (recorded
+    in rt_info["SnippetsFallbackReason"]): narrow-integer ops outside target_machine.NARROW_OPS (Clamp, Power
+    on i8...), u32/i64/f64 data, integer reductions."""
     if not PLACEMENT:
         pytest.skip("the x86 node cases did not run in this session (deselected)")
     on_x86, total = PLACEMENT.get(TARGET, 0), sum(PLACEMENT.values())
     suite.record_summary(pytestconfig, f"x86 node tests: {len(CASES)} cases; {on_x86} of {total} Subgraphs "
                                        f"ran as x86 kernels, {total - on_x86} on reference fallbacks")
     assert len(CASES) > 300
-    assert on_x86 >= 0.7 * total
+    assert on_x86 >= 0.97 * total
