@@ -2,8 +2,9 @@
 
 Register form (shared with the arithmetic emitters): every lane is 32 bits. f32/f16/bf16 elements are held
 as f32, i32/u32/i16/u16/i8/u8/boolean elements as i32 (sign- or zero-extended). A Load widens from the
-memory type, a Store narrows to it (by truncation: the values fit, the IR's Convert ops did any saturation;
-f32 -> f16/bf16 rounds to nearest even). A vector holds 16 elements whatever their type.
+memory type, a Store narrows to it (by truncation, the low bits: values in range are unchanged, the IR's
+Convert ops did any saturation, and the i32 result of a narrow-integer op that left the type's range, e.g. i8
+100 + 100, wraps as numpy does; f32 -> f16/bf16 rounds to nearest even). A vector holds 16 elements whatever their type.
 
 A full access (``count`` equal to the vector size) is a plain move (widening/narrowing moves read or write
 memory directly). A shorter one (a tail, or a one-element access) is a masked move whose op-mask selects

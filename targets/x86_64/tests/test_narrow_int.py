@@ -196,3 +196,19 @@ def test_div_int8_truncates_toward_zero() -> None:
     b = np.array([[4, 4, 2, 2, -8, -8, -1, 3, -128, 0, 5, 10, 10, 3, 3, 7]], np.int8)
     (out,) = compile_body(binary_body(Divide, np.int8, a.shape))([a, b])
     assert out.tolist() == [[0, 0, 0, 0, 0, 0, -128, -42, 0, 0, 0, 0, 0, 0, 0, 0]]
+
+
+@pytest.mark.parametrize("dtype", NARROW, ids=[np.dtype(t).name for t in NARROW])
+@pytest.mark.parametrize("b_shape", [(37,), (5, 1), (1, 1)], ids=str)
+def test_broadcast_operands(dtype, b_shape) -> None:  # type: ignore[no-untyped-def]
+    """A broadcast operand (BroadcastLoad/BroadcastMove of a narrow value) wraps and compares like numpy."""
+    info = np.iinfo(dtype)
+    a = RNG.integers(info.min, info.max + 1, (5, 37)).astype(dtype)
+    b = RNG.integers(info.min, info.max + 1, b_shape).astype(dtype)
+    pa, pb = Parameter(dtype, a.shape, name="a"), Parameter(dtype, b.shape, name="b")
+    s = Multiply(pa, pb)
+    body = Model([Result(Subtract(s, pa), name="d"), Result(GreaterEqual(s, pb), name="ge")], [pa, pb])
+    d, ge = compile_body(body)([a, b])
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(d, a * b - a)
+        np.testing.assert_array_equal(ge, a * b >= b)
