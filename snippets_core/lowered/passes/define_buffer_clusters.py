@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from snippets_core.lowered.op_kinds import MEMORY_ACCESS_PORTS
 from snippets_core.lowered.passes.buffer_access import loop_signatures
 from snippets_core.lowered.passes.pass_base import LoweredPass
 
@@ -21,6 +22,8 @@ def _inplace(ir: LinearIR, src: BufferExpression, dst: BufferExpression) -> bool
         return False
     store = dst.input_expr(0)
     readers = [c.expr for c in src.consumers(0) if c.expr.type_name != "LoopEnd"]
+    if store.type_name in MEMORY_ACCESS_PORTS or any(r.type_name in MEMORY_ACCESS_PORTS for r in readers):
+        return False  # a matrix op (Brgemm, BrgemmCopyB) reads whole rows or columns, not element by element
     if not readers or not store.loop_ids:
         return False
     pos_store = ir.index(store)
