@@ -56,6 +56,31 @@ def tile_shape(m: int, n: int, budget: int = VEC_BUDGET) -> tuple[int, int]:
     return mr, nr
 
 
+#: bytes of B one K chunk may span: the tiles of a block walk the same chunk of B while it is in L1 (a whole K
+#: of a long B, e.g. V in attention, 384 x 64 f32 = 96 KiB, would stream from L2 once per tile); 0: no chunks
+K_CHUNK_BYTES = 24 * 1024
+
+
+def k_chunks(k: int, row_bytes: int, pairs: bool) -> list[tuple[int, int]]:
+    """(start, length) of the K chunks: as long as ``K_CHUNK_BYTES`` of B rows allow (even for bf16 pairs)."""
+    if K_CHUNK_BYTES <= 0 or k * row_bytes <= K_CHUNK_BYTES:
+        return [(0, k)]
+    kc = max(2, K_CHUNK_BYTES // row_bytes)
+    n = -(-k // kc)
+    kc = -(-k // n)  # equal chunks
+    kc += kc % 2 if pairs else 0
+    return [(k0, min(kc, k - k0)) for k0 in range(0, k, kc)]
+
+
+def row_tiles(m: int, mr: int) -> list[tuple[int, int]]:
+    """(first row, rows) of the register tiles over ``m`` rows: as few tiles as ``mr`` allows, rows spread evenly
+    (32 rows -> 6,6,5,5,5,5 rather than 6,6,6,6,6,2, so no tile is left with few accumulators)."""
+    t = -(-m // mr)
+    sizes = [m // t + (1 if i < m % t else 0) for i in range(t)]
+    starts = [sum(sizes[:i]) for i in range(t)]
+    return list(zip(starts, sizes))
+
+
 #: (A, B) element types -> the kernel variant; C is f32 for both
 F32, BF16 = ElementType.f32, ElementType.bf16
 KERNELS = {(F32, F32): "f32", (BF16, BF16): "bf16"}
@@ -109,39 +134,39 @@ class BrgemmEmitter(JitEmitter):
         nvec = -(-g.n // LANES)
         for v0 in range(0, nvec, self.nr):
             nv = min(self.nr, nvec - v0)
-            for m0 in range(0, g.m, self.mr):
-                mv = min(self.mr, g.m - m0)
-                acc = [[vecs[r * self.nr + j] for j in range(nv)] for r in range(mv)]
-                bvec = [vecs[self.mr * self.nr + j] for j in range(nv)]
-                masked = [mask is not None and v0 + j == nvec - 1 for j in range(nv)]
+            for k0, kc in k_chunks(g.k, nv * LANES * sb, self.kernel == "bf16"):
+                for m0, mv in row_tiles(g.m, self.mr):
+                    acc = [[vecs[r * self.nr + j] for j in range(nv)] for r in range(mv)]
+                    bvec = [vecs[self.mr * self.nr + j] for j in range(nv)]
+                    masked = [mask is not None and v0 + j == nvec - 1 for j in range(nv)]
 
-                def c_addr(r: int, j: int, m0: int = m0, v0: int = v0):  # type: ignore[no-untyped-def]
-                    return c_ptr + (g.c.offset_bytes + ((m0 + r) * g.c.row_stride + (v0 + j) * LANES) * sc)
+                    def c_addr(r: int, j: int, m0: int = m0, v0: int = v0):  # type: ignore[no-untyped-def]
+                        return c_ptr + (g.c.offset_bytes + ((m0 + r) * g.c.row_stride + (v0 + j) * LANES) * sc)
 
-                for r in range(mv):
-                    for j in range(nv):
-                        if g.beta:
-                            a.vmovups(acc[r][j].mask(mask).z if masked[j] else acc[r][j], c_addr(r, j))
-                        else:
-                            a.vxorps(acc[r][j], acc[r][j], acc[r][j])
-                a.lea(pa, a_ptr + (g.a.offset_bytes + m0 * g.a.row_stride * sa))
-                a.lea(pb, b_ptr + (g.b.offset_bytes + v0 * LANES * sb))
-                a_regs = extra[:1] if self.kernel == "bf16" else extra[:2]
-                tile = _Tile(acc, bvec, masked, mask, extra[1:] if self.kernel == "bf16" else [], a_regs)
-                if self.kernel == "f32":
-                    self._k_loop_f32(a, tile, pa, pb, cnt)
-                else:
-                    self._k_loop_bf16(a, tile, pa, pb, cnt)
-                for r in range(mv):
-                    for j in range(nv):
-                        dst = c_addr(r, j)
-                        a.vmovups(dst.mask(mask) if masked[j] else dst, acc[r][j])
+                    for r in range(mv):
+                        for j in range(nv):
+                            if g.beta or k0:  # a later K chunk adds to what the earlier ones stored
+                                a.vmovups(acc[r][j].mask(mask).z if masked[j] else acc[r][j], c_addr(r, j))
+                            else:
+                                a.vxorps(acc[r][j], acc[r][j], acc[r][j])
+                    a.lea(pa, a_ptr + (g.a.offset_bytes + (m0 * g.a.row_stride + k0 * g.a.col_stride) * sa))
+                    a.lea(pb, b_ptr + (g.b.offset_bytes + (k0 * g.b.row_stride + v0 * LANES) * sb))
+                    a_regs = extra[:1] if self.kernel == "bf16" else extra[:2]
+                    tile = _Tile(acc, bvec, masked, mask, extra[1:] if self.kernel == "bf16" else [], a_regs)
+                    if self.kernel == "f32":
+                        self._k_loop_f32(a, tile, pa, pb, cnt, kc)
+                    else:
+                        self._k_loop_bf16(a, tile, pa, pb, cnt, kc)
+                    for r in range(mv):
+                        for j in range(nv):
+                            dst = c_addr(r, j)
+                            a.vmovups(dst.mask(mask) if masked[j] else dst, acc[r][j])
 
-    def _k_loop_f32(self, a: Assembler, t: _Tile, pa: GpReg, pb: GpReg, cnt: GpReg) -> None:
+    def _k_loop_f32(self, a: Assembler, t: _Tile, pa: GpReg, pb: GpReg, cnt: GpReg, k: int) -> None:
         """``acc[r][j] += A[r, k] * B[k, j-th vector]`` for every k; each A element is broadcast into a register
         once (alternating two), so a step of K loads ``nr + mr`` values for ``mr * nr`` FMAs."""
         g = self.g
-        a.mov(cnt, g.k)
+        a.mov(cnt, k)
         top = a.label(f"brgemm.{self.expr.name}.k")
         for j, b in enumerate(t.bvec):
             a.vmovups(b.mask(t.mask).z if t.masked[j] else b, pb + j * LANES * 4)
@@ -155,7 +180,7 @@ class BrgemmEmitter(JitEmitter):
         a.dec(cnt)
         a.jnz(top)
 
-    def _k_loop_bf16(self, a: Assembler, t: _Tile, pa: GpReg, pb: GpReg, cnt: GpReg) -> None:
+    def _k_loop_bf16(self, a: Assembler, t: _Tile, pa: GpReg, pb: GpReg, cnt: GpReg, k: int) -> None:
         """Two k at a time: rows k and k+1 of B interleaved into (k, k+1) pairs per column (vpermt2w), the pair
         (A[r, k], A[r, k+1]) broadcast as one dword, ``vdpbf16ps`` adds both products. An odd last k pairs B with
         zeros (and A with itself)."""
@@ -172,8 +197,8 @@ class BrgemmEmitter(JitEmitter):
                     a.vpxord(second, second, second)
                 a.vpermt2w(b, index, second)
 
-        if g.k >= 2:
-            a.mov(cnt, g.k // 2)
+        if k >= 2:
+            a.mov(cnt, k // 2)
             top = a.label(f"brgemm.{self.expr.name}.k2")
             load_b_pairs(True)
             for r, row in enumerate(t.acc):
@@ -185,7 +210,7 @@ class BrgemmEmitter(JitEmitter):
             a.add(pb, 2 * row_b)
             a.dec(cnt)
             a.jnz(top)
-        if g.k % 2:
+        if k % 2:
             load_b_pairs(False)
             for r, row in enumerate(t.acc):
                 a.vpbroadcastw(second, word[pa + r * g.a.row_stride * 2])

@@ -132,3 +132,14 @@ def test_planar_b_gets_no_copy() -> None:
     body = Model([Result(sb.matmul(a_p, b_p, name="mm"), name="y")], [a_p, b_p], name="body")
     MatMulToBrgemm().run(body)
     assert not InsertBrgemmCopyB().run(body)
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_repacked_b_buffer_is_not_reused_by_the_scores(layout) -> None:
+    # M block == D makes the repacked Kᵀ (D x S) and the scores block (M block x S) the same size: the Brgemm that
+    # reads one and writes the other must not get them in one memory (it reads Kᵀ again in every M iteration)
+    model = attention(layout, 1, 2, 96, 32)
+    cm = compile_model(model, target=TARGET, config={"num_threads": 1, "target_options": {"brgemm_m_block": 32}})
+    ins = inputs_for(model, seed=7)
+    (out,) = cm(ins).values()
+    np.testing.assert_allclose(out, attention_oracle(layout, ins), rtol=2e-5, atol=3e-5)
