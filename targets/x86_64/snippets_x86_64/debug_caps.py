@@ -222,13 +222,14 @@ def generate_subgraph(
     from snippets_core.debug.config import debug_config
     from snippets_core.passes.data_flow_pipeline import DataFlowConfig
     from snippets_x86_64.runtime import TARGET_NAME, lowering_config
-    from snippets_x86_64.target_machine import arithmetic_precisions
+    from snippets_x86_64.target_machine import propagation_precisions
 
     debug = debug_config(config) if debug is None else debug
     positioned = list(host.positioned_passes(TARGET_NAME, config)) if host is not None else []
     plugin_emitters = host.register_emitters(TARGET_NAME) if host is not None else {}
     tm, detector = debug_target_machine(debug, plugin_emitters)
-    dcfg = DataFlowConfig.for_body(sg.body, supported_precisions=arithmetic_precisions())
+    # the same precisions as without debug caps: PropagatePrecision must not saturate what numpy wraps
+    dcfg = DataFlowConfig.for_body(sg.body, supported_precisions=propagation_precisions)
     gen = sg.generate(
         tm,
         positioned_passes=positioned,
