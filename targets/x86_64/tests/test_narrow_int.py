@@ -212,3 +212,17 @@ def test_broadcast_operands(dtype, b_shape) -> None:  # type: ignore[no-untyped-
     with np.errstate(all="ignore"):
         np.testing.assert_array_equal(d, a * b - a)
         np.testing.assert_array_equal(ge, a * b >= b)
+
+
+def test_debug_caps_keep_the_wrap_around(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a debug capability on (the segfault detector) the kernel is generated through debug_caps: the
+    same precisions, so i8 100 + 100 is -56 there too, not a saturated 127."""
+    monkeypatch.setenv("SNIPPETS_SEGFAULT_DETECTOR", "1")
+    a, b = all_pairs(np.int8)
+    pa, pb = Parameter(np.int8, a.shape, name="a"), Parameter(np.int8, b.shape, name="b")
+    s = Add(pa, pb)
+    body = Model([Result(s, name="sum"), Result(Less(s, pa), name="lt")], [pa, pb])
+    total, lt = compile_body(body)([a, b])
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(total, a + b)
+        np.testing.assert_array_equal(lt, (a + b) < a)
