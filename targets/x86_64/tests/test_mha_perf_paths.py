@@ -3,11 +3,13 @@
 BrgemmCopyB: the Keys' Transpose that puts D innermost on Kᵀ's rows (``[0,1,3,2]`` for [B,H,S,D] inputs,
 ``[0,2,3,1]`` for [B,S,H,D]) stays in the Subgraph and is repacked in the kernel, so the whole attention is one
 x86 kernel with no Transpose left outside. Shapes cover the 16 x 16 register transpose's tails in both dims
-(S and D not multiples of 16), heads split over threads, and a MatMul with ``transpose_b``.
+(S and D not multiples of 16), heads split over threads, a MatMul with ``transpose_b``, the opt-in bf16 precision,
+and a Buffer-sharing case the repacked B exposed.
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -18,6 +20,7 @@ from snippets_core.ir.ops.io import Parameter, Result
 from snippets_core.passes.matmul_to_brgemm import MatMulToBrgemm
 from snippets_core.runtime.compiled_model import compile_model
 from snippets_x86_64.brgemm_copy_b import InsertBrgemmCopyB
+from snippets_x86_64.cpu import cpu_features
 from snippets_x86_64.runtime import FALLBACK_KEY
 
 TARGET = "x86_64_avx512"
@@ -143,3 +146,28 @@ def test_repacked_b_buffer_is_not_reused_by_the_scores(layout) -> None:
     ins = inputs_for(model, seed=7)
     (out,) = cm(ins).values()
     np.testing.assert_allclose(out, attention_oracle(layout, ins), rtol=2e-5, atol=3e-5)
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    return x.astype(ml_dtypes.bfloat16).astype(F)
+
+
+@pytest.mark.skipif("avx512_bf16" not in cpu_features(), reason="needs AVX512_BF16")
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_bf16_attention_through_the_repacked_keys(layout) -> None:
+    # the repacked Kᵀ is rounded to bf16 on its way to the Brgemm: the result is that of bf16-rounded Q, K, P, V
+    model = attention(layout, 1, 2, 40, 24)
+    cm = compile_model(model, target=TARGET, config={"num_threads": 1, "target_options": {"inference_precision": "bf16"}})
+    assert [where for _, _, where in cm.placement()] == [TARGET]
+    ins = inputs_for(model, seed=9)
+    (out,) = cm(ins).values()
+    rounded = {n: (_bf16(ins[n]) if n != "mask" else ins[n]) for n in ins}
+    q, k, v = (rounded[n] for n in ("q", "k", "v"))
+    if layout == "bshd":
+        q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
+    s = q @ k.transpose(0, 1, 3, 2) * 0.125 + ins["mask"].astype(F)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    y = _bf16(e / e.sum(-1, keepdims=True)) @ v
+    want = y.transpose(0, 2, 1, 3) if layout == "bshd" else y
+    np.testing.assert_allclose(out, want, rtol=2e-2, atol=2e-2)
+    assert np.abs(out - attention_oracle(layout, ins)).max() > 1e-5  # it did round: bf16 really ran
