@@ -285,13 +285,14 @@ class EnforceBrgemmBF16(Pass):
 
 
 def brgemm_positioned_passes(target_options: Mapping[str, Any]) -> list[PositionedPass]:
-    """What the x86-64 target adds for its ``target_options``: :class:`InsertBrgemmCopyB` after
-    FuseTransposeBrgemm; ``inference_precision: "bf16"`` puts :class:`EnforceBrgemmBF16` after it; ``brgemm_m_block``/``brgemm_n_block``/``brgemm_k_block``
+    """What the x86-64 target adds for its ``target_options``: :class:`InsertBrgemmCopyB` after the MHA
+    data-flow passes (before BroadcastToMoveBroadcast); ``inference_precision: "bf16"`` puts :class:`EnforceBrgemmBF16` after it; ``brgemm_m_block``/``brgemm_n_block``/``brgemm_k_block``
     place a BrgemmBlocking with those blocks before the default one (which then leaves the Brgemms alone)."""
     from snippets_x86_64.brgemm_copy_b import InsertBrgemmCopyB
 
-    # a transposed B is repacked (BrgemmCopyB) before anything else reads the Brgemm's inputs
-    copy_b = PositionedPass(InsertBrgemmCopyB(), PassPosition("fuse-transpose-brgemm", after=True))
+    # a transposed B is repacked (BrgemmCopyB) right after the MHA passes (MatMulToBrgemm ... GNDecomposition),
+    # anchored on a pass every body's pipeline has (an eltwise body has no fuse-transpose-brgemm)
+    copy_b = PositionedPass(InsertBrgemmCopyB(), PassPosition("broadcast-to-move-broadcast"))
     passes: list[PositionedPass] = [copy_b]
     precision = str(target_options.get("inference_precision", "f32")).lower()
     if precision not in ("f32", "bf16"):
