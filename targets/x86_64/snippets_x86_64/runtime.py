@@ -13,7 +13,9 @@ harness (ctypes releases the GIL, so the threads run in parallel). The other thr
 persistent Python :class:`ThreadPool`, or, with ``target_options["thread_pool"] = "native"``, the native
 workers of :mod:`snippets_x86_64.native_pool` (microseconds per hand-over instead of tens). The native pool
 is opt-in: a full test run once hung in it (the caller waiting for a worker's done word, the worker asleep
-on its sequence word) and the lost wake-up is not understood yet; the Python pool has never hung.
+on its sequence word) and that lost hand-over is not explained yet (the futex protocol, callee-saved registers
+across every suite kernel, forks and several callers were checked). A hand-over that breaks now raises
+CodegenError with the control block's words instead of hanging; the Python pool has never hung.
 Small problems run on the calling thread only (below ``target_options["parallel_min_bytes"]`` bytes of
 inputs and outputs per thread, default 256 KiB).
 
