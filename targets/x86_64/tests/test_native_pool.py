@@ -116,10 +116,11 @@ def test_a_closed_pool_runs_every_chunk_on_the_caller() -> None:
     out, chunks, own = _job(100, 3)
     _in_thread(lambda: pool.run(chunks, own))
     pool.close()
-    assert pool.closed and not any(t.is_alive() for t in pool._threads)
+    assert not any(t.is_alive() for t in pool._threads)
     out, chunks, own = _job(100, 3)
     _in_thread(lambda: pool.run(chunks, own))
     np.testing.assert_array_equal(out, _expected(100))
+    assert pool.closed
 
 
 def test_a_sequence_word_changed_behind_the_callers_back_is_reported() -> None:
