@@ -8,6 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.node import Node
 from snippets_core.ir.ops.io import Constant
 from snippets_core.ir.ops.subgraph import Subgraph
@@ -29,7 +30,7 @@ def is_brgemm_fusable_transpose(transpose: Node) -> bool:
 def is_brgemm_fusable_or_copy_b_transpose(transpose: Node) -> bool:
     """Also keeps a Transpose that a target repacks with a BrgemmCopyB: the B input (port 1) of a MatMul
     without ``transpose_b``, with a Constant order that puts the stored innermost dim on B's rows (K), as
-    ``Transpose(K, [0,1,3,2])`` or ``[0,2,3,1]`` in attention. For targets that set the tokenization knob
+    ``Transpose(K, [0,1,3,2])`` or ``[0,2,3,1]`` in attention, on f32. For targets that set the tokenization knob
     ``mha_transposed_b_in_subgraph``."""
     if is_brgemm_fusable_transpose(transpose):
         return True
@@ -40,8 +41,8 @@ def is_brgemm_fusable_or_copy_b_transpose(transpose: Node) -> bool:
     targets = transpose.outputs[0].targets
     if len(targets) != 1 or targets[0].node.type_name != "MatMul" or targets[0].index != 1:
         return False
-    if getattr(targets[0].node, "transpose_b", False):
-        return False
+    if getattr(targets[0].node, "transpose_b", False) or transpose.inputs[0].element_type != ElementType.f32:
+        return False  # the repacking copies f32
     return len(order) >= 2 and order[-2] == len(order) - 1
 
 
