@@ -171,3 +171,15 @@ def test_bf16_attention_through_the_repacked_keys(layout) -> None:
     want = y.transpose(0, 2, 1, 3) if layout == "bshd" else y
     np.testing.assert_allclose(out, want, rtol=2e-2, atol=2e-2)
     assert np.abs(out - attention_oracle(layout, ins)).max() > 1e-5  # it did round: bf16 really ran
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_repacked_keys_with_split_dimension_m(layout) -> None:
+    # one head on two threads: SplitDimensionM splits M, each kernel call repacks its head's Kᵀ (inserted dim of 1)
+    model = attention(layout, 1, 1, 128, 32)
+    cm = compile_model(model, target=TARGET, config={"num_threads": 2})
+    assert [where for _, op, where in cm.placement() if op == "Subgraph"] == [TARGET]
+    assert "Transpose" not in [op for _, op, _ in cm.placement()]
+    ins = inputs_for(model, seed=13)
+    (out,) = cm(ins).values()
+    np.testing.assert_allclose(out, attention_oracle(layout, ins), rtol=2e-5, atol=3e-5)
