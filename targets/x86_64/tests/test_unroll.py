@@ -15,7 +15,7 @@ from snippets_core.ir.node import OPS
 from snippets_core.ir.ops.io import Constant, Parameter, Result
 from snippets_core.runtime.compiled_model import compile_model
 from snippets_x86_64 import unroll
-from snippets_x86_64.asm import Function, bcst, rcx, rdx, zmm0, zmm1, zmm2, zmm5
+from snippets_x86_64.asm import YMM, ZMM, Function, bcst, rcx, rdx, zmm0, zmm1, zmm2, zmm5
 from snippets_x86_64.cache import KERNEL_CACHE
 from snippets_x86_64.unroll import unroll_inner_loops
 
@@ -51,7 +51,7 @@ def scale_loop(n: int, with_reset: bool = False) -> Function:
 @pytest.mark.parametrize("with_reset", [False, True])
 def test_unrolled_loop_matches_numpy(n, with_reset):
     f = scale_loop(n, with_reset)
-    assert unroll_inner_loops(f) == (1 if n >= 2 else 0)
+    assert unroll_inner_loops(f) == (n >= 2) + (n >= 4)  # by two, then by two again while two trips are left
     fn = f.finalize(None, ARGS)
     x = np.random.default_rng(n).standard_normal(16 * n + 16).astype(np.float32)
     out = np.full_like(x, 7.0)
@@ -118,6 +118,32 @@ def test_scalar_register_written_in_the_body_is_not_unrolled():
     f.dec(rcx)
     f.jnz(head)
     assert unroll_inner_loops(f) == 0
+
+
+@pytest.mark.parametrize("crowded", [False, True], ids=["low-registers-free", "low-registers-taken"])
+def test_vex_encoded_body_is_renamed_within_the_first_16_registers(crowded):
+    """ymm forms are VEX-encoded, which reaches only registers 0..15: the copies use free low registers, and the
+    loop is left alone when none are free (zmm2..15 taken by code before it)."""
+    f = Function("vex", args=("x", "out", "unused"))
+    x, out, _ = f.args
+    if crowded:
+        for i in range(2, 16):
+            f.vxorps(ZMM[i], ZMM[i], ZMM[i])
+    f.mov(rcx, 8)
+    head = f.label("loop")
+    f.vmovups(YMM[0], x + 0)
+    f.vaddps(YMM[1], YMM[0], YMM[0])
+    f.vmovups(out + 0, YMM[1])
+    f.add(x, 32)
+    f.add(out, 32)
+    f.dec(rcx)
+    f.jnz(head)
+    assert unroll_inner_loops(f) == (0 if crowded else 2)
+    fn = f.finalize(None, ARGS)
+    xv = np.random.default_rng(2).standard_normal(64).astype(np.float32)
+    got = np.zeros(64, np.float32)
+    fn(xv.ctypes.data, got.ctypes.data, 0)
+    np.testing.assert_array_equal(got, xv + xv)
 
 
 # --- compiled chains -----------------------------------------------------------------------------------------
