@@ -6,8 +6,10 @@ tail iterations shrink M, N, K, the first K block has beta 0 (writes C) and the 
 
 Register blocking: C is computed in tiles of ``mr`` rows x ``nr`` zmm vectors (16 f32 columns each) held in
 ``mr * nr`` accumulators; per step of K the tile loads ``nr`` vectors of one row of B and multiplies them by
-one element of each of its ``mr`` rows of A, broadcast straight from memory (``vfmadd231ps acc, b, [a]{1to16}``).
-``mr`` is as large as the 32 zmm registers allow (``mr * nr + nr <= 30``). Rows of A, B and C are strided
+one element of each of its ``mr`` rows of A, broadcast once into a register (``vbroadcastss``, two alternating).
+``mr`` is as large as the 32 zmm registers allow (``mr * nr + nr <= 29``); the tiles share the M rows evenly
+(:func:`row_tiles`). A long K runs in chunks whose B rows fit L1 (:func:`k_chunks`), so the tiles of a block reuse
+them; the f32 K loop does ``K_UNROLL`` steps per iteration. Rows of A, B and C are strided
 (a folded Transpose is only a row stride); the columns of B and C must be contiguous. A column tail of N is
 an op-masked load/store, so nothing outside C or B is touched; K is a counted loop.
 
@@ -59,6 +61,10 @@ def tile_shape(m: int, n: int, budget: int = VEC_BUDGET) -> tuple[int, int]:
 #: bytes of B one K chunk may span: the tiles of a block walk the same chunk of B while it is in L1 (a whole K
 #: of a long B, e.g. V in attention, 384 x 64 f32 = 96 KiB, would stream from L2 once per tile); 0: no chunks
 K_CHUNK_BYTES = 24 * 1024
+
+
+#: K steps per iteration of the f32 K loop
+K_UNROLL = 2
 
 
 def k_chunks(k: int, row_bytes: int, pairs: bool) -> list[tuple[int, int]]:
@@ -164,21 +170,30 @@ class BrgemmEmitter(JitEmitter):
 
     def _k_loop_f32(self, a: Assembler, t: _Tile, pa: GpReg, pb: GpReg, cnt: GpReg, k: int) -> None:
         """``acc[r][j] += A[r, k] * B[k, j-th vector]`` for every k; each A element is broadcast into a register
-        once (alternating two), so a step of K loads ``nr + mr`` values for ``mr * nr`` FMAs."""
+        once (alternating two), so a step of K loads ``nr + mr`` values for ``mr * nr`` FMAs. ``K_UNROLL`` steps
+        per loop iteration (addressed by displacement), the remainder after the loop."""
         g = self.g
-        a.mov(cnt, k)
+        unroll = max(1, min(K_UNROLL, k))
+
+        def step(s: int) -> None:
+            for j, b in enumerate(t.bvec):
+                a.vmovups(b.mask(t.mask).z if t.masked[j] else b, pb + (s * g.b.row_stride + j * LANES) * 4)
+            for r, row in enumerate(t.acc):
+                areg = t.a_regs[r % len(t.a_regs)]
+                a.vbroadcastss(areg, dword[pa + (r * g.a.row_stride + s * g.a.col_stride) * 4])
+                for j, acc in enumerate(row):
+                    a.vfmadd231ps(acc, t.bvec[j], areg)
+
+        a.mov(cnt, k // unroll)
         top = a.label(f"brgemm.{self.expr.name}.k")
-        for j, b in enumerate(t.bvec):
-            a.vmovups(b.mask(t.mask).z if t.masked[j] else b, pb + j * LANES * 4)
-        for r, row in enumerate(t.acc):
-            areg = t.a_regs[r % len(t.a_regs)]
-            a.vbroadcastss(areg, dword[pa + r * g.a.row_stride * 4])
-            for j, acc in enumerate(row):
-                a.vfmadd231ps(acc, t.bvec[j], areg)
-        a.add(pa, g.a.col_stride * 4)
-        a.add(pb, g.b.row_stride * 4)
+        for s in range(unroll):
+            step(s)
+        a.add(pa, unroll * g.a.col_stride * 4)
+        a.add(pb, unroll * g.b.row_stride * 4)
         a.dec(cnt)
         a.jnz(top)
+        for s in range(k % unroll):
+            step(s)
 
     def _k_loop_bf16(self, a: Assembler, t: _Tile, pa: GpReg, pb: GpReg, cnt: GpReg, k: int) -> None:
         """Two k at a time: rows k and k+1 of B interleaved into (k, k+1) pairs per column (vpermt2w), the pair
