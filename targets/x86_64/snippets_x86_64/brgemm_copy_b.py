@@ -65,8 +65,9 @@ class BrgemmCopyB(MemoryAccess, Node):
         if not self.layout or not shape.rank_is_static:
             return [(et, shape)]
         if sorted(self.layout) != list(range(shape.rank)):
-            raise ShapeInferenceError(f"BrgemmCopyB '{self.name}': layout {list(self.layout)} is not a "
-                                      f"permutation of {shape.rank} dims")
+            raise ShapeInferenceError(
+                f"BrgemmCopyB '{self.name}': layout {list(self.layout)} is not a permutation of {shape.rank} dims"
+            )
         return [(et, Shape([shape[o] for o in self.layout]))]
 
     def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
@@ -115,9 +116,17 @@ class InsertBrgemmCopyB(Pass):
             full = (FULL_DIM, FULL_DIM)
             set_port_descriptor(copy, "in", 0, subtensor=full, layout=layout)
             set_port_descriptor(copy, "out", 0, subtensor=full)
-            new = make("Brgemm", brgemm.inputs[0].source, copy, offset_a=brgemm.offset_a,  # type: ignore[attr-defined]
-                       offset_b=brgemm.offset_b, offset_c=brgemm.offset_c,  # type: ignore[attr-defined]
-                       layout_a=brgemm.layout_a, layout_c=brgemm.layout_c, name=brgemm.name)  # type: ignore[attr-defined]
+            new = make(
+                "Brgemm",
+                brgemm.inputs[0].source,
+                copy,
+                offset_a=brgemm.offset_a,  # type: ignore[attr-defined]
+                offset_b=brgemm.offset_b,
+                offset_c=brgemm.offset_c,  # type: ignore[attr-defined]
+                layout_a=brgemm.layout_a,
+                layout_c=brgemm.layout_c,
+                name=brgemm.name,
+            )  # type: ignore[attr-defined]
             new.rt_info = {k: v for k, v in brgemm.rt_info.items() if k != PORT_DESCRIPTORS}
             init_brgemm_ports(new)
             replace_output(brgemm.outputs[0], new.outputs[0])
@@ -144,17 +153,21 @@ def _shuffle(op: str, imm: int, hi: bool, x: np.ndarray, y: np.ndarray) -> np.nd
     if op == "unpck":
         for lane in range(4):
             b = 4 * lane + (2 if hi else 0)
-            out[4 * lane:4 * lane + 4] = [x[b], y[b], x[b + 1], y[b + 1]]
+            out[4 * lane : 4 * lane + 4] = [x[b], y[b], x[b + 1], y[b + 1]]
     elif op == "vshufps":
         for lane in range(4):
             b = 4 * lane
-            out[b:b + 4] = [x[b + (imm & 3)], x[b + ((imm >> 2) & 3)], y[b + ((imm >> 4) & 3)],
-                            y[b + ((imm >> 6) & 3)]]
+            out[b : b + 4] = [
+                x[b + (imm & 3)],
+                x[b + ((imm >> 2) & 3)],
+                y[b + ((imm >> 4) & 3)],
+                y[b + ((imm >> 6) & 3)],
+            ]
     else:  # vshuff32x4
         sel = [(imm >> (2 * i)) & 3 for i in range(4)]
         src = [x, x, y, y]
         for lane in range(4):
-            out[4 * lane:4 * lane + 4] = src[lane][4 * sel[lane]:4 * sel[lane] + 4]
+            out[4 * lane : 4 * lane + 4] = src[lane][4 * sel[lane] : 4 * sel[lane] + 4]
     return out
 
 
@@ -164,7 +177,10 @@ def _plan_transpose() -> list[int]:
     regs = [np.array([r * 16 + c for c in range(16)]) for r in range(16)]  # element (row r, col c)
     for op, imm_lo, imm_hi, pairs in _STAGES:
         for p, q in pairs:
-            regs[p], regs[q] = _shuffle(op, imm_lo, False, regs[p], regs[q]), _shuffle(op, imm_hi, True, regs[p], regs[q])
+            regs[p], regs[q] = (
+                _shuffle(op, imm_lo, False, regs[p], regs[q]),
+                _shuffle(op, imm_hi, True, regs[p], regs[q]),
+            )
     slot = [-1] * 16
     for s, v in enumerate(regs):
         col = int(v[0] % 16)
@@ -188,8 +204,10 @@ class BrgemmCopyBEmitter(JitEmitter):
         src = _access(expr.get_input_port(0), ElementType.f32, 0)
         dst = _access(expr.get_output_port(0), ElementType.f32, 0)
         if src.row_stride != 1 or dst.col_stride != 1:
-            raise CodegenError(f"BrgemmCopyB '{expr.name}' needs K innermost in its input and a planar output, "
-                               f"got strides {src.row_stride}/{dst.col_stride}")
+            raise CodegenError(
+                f"BrgemmCopyB '{expr.name}' needs K innermost in its input and a planar output, "
+                f"got strides {src.row_stride}/{dst.col_stride}"
+            )
         shape = expr.output_descs[0].preordered_shape
         self.k, self.n = int(shape[-2]), int(shape[-1])
         self.src, self.dst = src, dst

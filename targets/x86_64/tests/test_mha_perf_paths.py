@@ -122,8 +122,10 @@ def test_insert_brgemm_copy_b_pass_keeps_the_values() -> None:
     kinds = [n.type_name for n in body.get_ordered_ops()]
     assert "Transpose" not in kinds and kinds.count("BrgemmCopyB") == 1
     rng = np.random.default_rng(2)
-    ins = {"a": rng.standard_normal((1, 2, 5, 8)).astype(np.float32),
-           "k": rng.standard_normal((1, 7, 2, 8)).astype(np.float32)}
+    ins = {
+        "a": rng.standard_normal((1, 2, 5, 8)).astype(np.float32),
+        "k": rng.standard_normal((1, 7, 2, 8)).astype(np.float32),
+    }
     (got,) = evaluate_model(body, ins).values()
     want = ins["a"].astype(F) @ ins["k"].astype(F).transpose(0, 2, 3, 1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -157,7 +159,9 @@ def _bf16(x: np.ndarray) -> np.ndarray:
 def test_bf16_attention_through_the_repacked_keys(layout) -> None:
     # the repacked Kᵀ is rounded to bf16 on its way to the Brgemm: the result is that of bf16-rounded Q, K, P, V
     model = attention(layout, 1, 2, 40, 24)
-    cm = compile_model(model, target=TARGET, config={"num_threads": 1, "target_options": {"inference_precision": "bf16"}})
+    cm = compile_model(
+        model, target=TARGET, config={"num_threads": 1, "target_options": {"inference_precision": "bf16"}}
+    )
     assert [where for _, _, where in cm.placement()] == [TARGET]
     ins = inputs_for(model, seed=9)
     (out,) = cm(ins).values()
