@@ -323,12 +323,15 @@ def test_a_forked_child_starts_its_own_workers():
     expected_bytes = run([xv])[0].tobytes()
     pid = os.fork()
     if pid == 0:  # the child: exit 0 only if both pools compute the right bytes in time
-        signal.alarm(20)
-        ok = (
-            run([xv])[0].tobytes() == expected_bytes
-            and _two_thread_executor(False)([xv])[0].tobytes() == expected_bytes
-        )
-        os._exit(0 if ok else 1)
+        ok = False
+        try:  # an exception must not carry the child on into the rest of the test session
+            signal.alarm(20)
+            ok = (
+                run([xv])[0].tobytes() == expected_bytes
+                and _two_thread_executor(False)([xv])[0].tobytes() == expected_bytes
+            )
+        finally:
+            os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
 
