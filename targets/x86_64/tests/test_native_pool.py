@@ -134,7 +134,7 @@ def test_a_sequence_word_changed_behind_the_callers_back_is_reported() -> None:
         block = pool._blocks[0]
         seq_word = ctypes.c_uint32.from_address(block + SEQ)
         done_word = ctypes.c_uint32.from_address(block + DONE)
-        _, chunks, own = _job(64, 2)
+        kept, chunks, own = _job(64, 2)  # kept alive: the chunks write into it
         stray = (pool._seq[0] + 7) & 0xFFFF_FFFF
 
         def own_and_stray_write() -> None:
@@ -148,6 +148,7 @@ def test_a_sequence_word_changed_behind_the_callers_back_is_reported() -> None:
 
         with pytest.raises(CodegenError, match=rf"native worker 0 cannot finish .*'seq': {stray}\b"):
             _in_thread(lambda: pool.run(chunks, own_and_stray_write))
+        np.testing.assert_array_equal(kept, _expected(64))  # the chunk ran (twice: the stray number too)
     finally:
         pool.close()
 
@@ -254,8 +255,15 @@ def test_several_threads_and_forks_share_the_process_pool() -> None:
     threads = [threading.Thread(target=caller, args=(k,), daemon=True) for k in range(3)]
     for t in threads:
         t.start()
+
+    def child() -> None:
+        out, chunks, own = _job(500, 3)
+        _in_thread(lambda: native_pool().run(chunks, own))
+        if not np.array_equal(out, _expected(500)):
+            raise AssertionError("wrong bytes in the child")
+
     for _ in range(5):
-        status = _child_status(lambda: _in_thread(lambda: native_pool().run(*_job(500, 3)[1:])))
+        status = _child_status(child)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     for t in threads:
         t.join(TIMEOUT * 2)
