@@ -317,4 +317,7 @@ def compile_subgraph_debug(sg: Subgraph, config: CompileConfig, host: Any, debug
     sg.rt_info.pop(FALLBACK_KEY, None)
     if detector is not None:
         executor = IsolatedKernelExecutor(executor, detector.page, detector.site(sg.name, gen.linear_ir))
+    # The kernel writes into memory owned by the LinearIR's nodes (perf counters) and by the detector (its
+    # debug page): the executor keeps them alive for as long as it can run, whatever happens to the Subgraph.
+    executor.debug_keepalive = (gen, detector)
     return executor

@@ -172,3 +172,34 @@ def test_rdtsc_outer_loop_regions_nest_in_the_kernel_region() -> None:
     calls = 3 * math.prod(ex.kernel.info.parallel_domain)
     assert kernel.calls == calls and all(c.calls == calls for c in loops)
     assert 0 < sum(c.total for c in loops) <= kernel.total
+
+
+@pytest.mark.avx512
+def test_perf_counter_memory_lives_as_long_as_the_executor(monkeypatch):
+    """The kernel writes its cycle counts into memory the LinearIR's PerfCountBegin owns: an executor kept
+    after its Subgraph (and the Subgraph's rt_info) is gone must keep that memory alive."""
+    import gc
+    import weakref
+
+    import numpy as np
+
+    from snippets_core import compile_model
+    from snippets_core.debug.perf_count import SUBGRAPH_PERF_COUNTERS
+    from snippets_core.frontends import builder as sb
+
+    monkeypatch.setenv("SNIPPETS_PERF_COUNT", "rdtsc")
+    x = sb.parameter([4, 64], "f32", name="x")
+    cm = compile_model(sb.model([sb.relu(sb.add(x, 1.0))]), target="x86_64_avx512")
+    (step,) = cm._steps
+    executor = step.run
+    counters = weakref.ref(cm.subgraphs[0].rt_info[SUBGRAPH_PERF_COUNTERS][0])
+    del cm, step
+    gc.collect()
+    assert counters() is not None
+    a = np.linspace(-2, 2, 256, dtype=np.float32).reshape(4, 64)
+    for _ in range(3):
+        (out,) = executor([a])
+        np.testing.assert_array_equal(out, np.maximum(a + 1, 0))
+    del executor
+    gc.collect()
+    assert counters() is None
