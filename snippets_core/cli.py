@@ -185,15 +185,23 @@ def _reason_checks() -> list[tuple[Callable[[Any], bool], Callable[[Any], str]]]
 
 
 def outside_reason(node: Any, host: Any, target: str) -> str | None:
-    """Why the Tokenizer left ``node`` out of every Subgraph, when that can be told; else None."""
+    """Why the Tokenizer left ``node`` out of every Subgraph, when that can be told; else None. A MatMul the
+    MHA tokenizer turned down carries its reason in rt_info, and it comes first."""
+    from snippets_core.tokenization import REJECT_REASON_KEY
+
+    reasons = []
+    mha = node.rt_info.get(REJECT_REASON_KEY)
+    if mha:
+        reasons.append(f"not fused as MHA: {mha}")
     for refused, reason in _reason_checks():
         if refused(node):
-            return reason(node)
-    if host is not None:
-        veto = host.tokenization_callback(node, target)
+            reasons.append(reason(node))
+            break
+    else:
+        veto = host.tokenization_callback(node, target) if host is not None else None
         if veto is not None:
-            return f"vetoed by {veto}"
-    return None
+            reasons.append(f"vetoed by {veto}")
+    return "; ".join(reasons) or None
 
 
 _IO_TYPES = ("Parameter", "Constant", "Result")

@@ -162,6 +162,40 @@ def test_inspect_reports_plugin_veto(
     assert outside["sigmoid"] == "vetoed by no_sigmoid: sigmoid stays out"
 
 
+def test_inspect_shows_why_an_mha_was_not_fused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A MatMul the MHA tokenizer turned down shows its reason (recorded in rt_info) in `snippets inspect`."""
+    from snippets_core.plugins import hookimpl, reset_hosts
+    from snippets_core.plugins.host import get_host
+
+    q = helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 8, 16])
+    k = helper.make_tensor_value_info("k", TensorProto.FLOAT, [1, 16, 8])
+    v = helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 8, 16])
+    o = helper.make_tensor_value_info("o", TensorProto.FLOAT, [1, 8, 16])
+    nodes = [
+        helper.make_node("MatMul", ["q", "k"], ["s"], name="mm0"),
+        helper.make_node("Softmax", ["s"], ["p"], axis=-1, name="sm"),
+        helper.make_node("MatMul", ["p", "v"], ["o"], name="mm1"),
+    ]
+    path = tmp_path / "mha.onnx"
+    onnx.save(helper.make_model(helper.make_graph(nodes, "mha", [q, k, v], [o]),
+                                opset_imports=[helper.make_opsetid("", 17)]), path)
+
+    class NoMHA:
+        @hookimpl
+        def snippets_tokenization_callback(self, node, target_name, tokenizer):
+            return "attention stays on numpy here" if tokenizer == "mha" else None
+
+    reset_hosts()
+    try:
+        get_host({"block_plugins": []}).register(NoMHA(), "no_mha")
+        code, out, err = run_cli(capsys, "inspect", str(path), "--json")
+    finally:
+        reset_hosts()
+    assert code == 0, err
+    outside = {n["name"]: n["why"] for n in json.loads(out)["outside"]}
+    assert "not fused as MHA" in outside["mm0"] and "attention stays on numpy here" in outside["mm0"]
+
+
 # --- run -------------------------------------------------------------------------------------------------------
 def test_run_gives_the_numpy_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = cumsum_model(tmp_path / "m.onnx")
