@@ -1,4 +1,4 @@
-"""Golden text dumps after every control-flow and pre-generation pass, on four small bodies.
+"""Golden text dumps after every control-flow and pre-generation pass, on small bodies.
 
 Each body is lowered once (vector size 8, domain optimization off, interpreter target) with an
 ``after_pass`` hook that records ``LinearIR.to_text()`` after every pass, and for InitLiveRanges and
@@ -15,6 +15,7 @@ Bodies:
     softmax        Softmax(x[2,19], axis=-1)    reduce loops, fused loops, a Buffer, accumulators
     scalar         x[2,19] * 2.0                a Scalar moved to its consumer
     row_broadcast  a[4,8] - Exp(b[4,1])         last-dim-1 input, no tail, a loop evaluated once
+    two_softmax    Softmax(Softmax(x[2,19]))    three Buffers allocated in place (buffer passes only)
 """
 
 from __future__ import annotations
@@ -56,7 +57,19 @@ def _row_broadcast() -> Model:
     return sb.model([sb.result(y, name="r").node], [a, b], name="row_broadcast")
 
 
-BODIES = {"eltwise": _eltwise, "softmax": _softmax, "scalar": _scalar, "row_broadcast": _row_broadcast}
+def _two_softmax() -> Model:
+    x = sb.parameter([2, 19], "f32", name="x")
+    y = sb.softmax(sb.softmax(x, -1, name="sm1"), -1, name="sm2")
+    return sb.model([sb.result(y, name="r").node], [x], name="two_softmax")
+
+
+BODIES = {
+    "eltwise": _eltwise,
+    "softmax": _softmax,
+    "scalar": _scalar,
+    "row_broadcast": _row_broadcast,
+    "two_softmax": _two_softmax,
+}
 REG_PASSES = ("init-live-ranges", "assign-registers")
 
 
@@ -1575,6 +1588,224 @@ ROW_BROADCAST_REGS_ASSIGN_REGISTERS = """\
 %12 Result in=[gpr[2]] out=[]"""
 
 
+# InsertBuffers (two chained softmaxes): everything fused into one row loop; the second softmax's
+# max accumulates inside the first one's Multiply loop (4), its Subtract/Exp/sum inside loop 7. Three values
+# cross inner loops: Exp1 -> Multiply1 (A), Multiply1 -> Subtract2 (B), Exp2 -> Multiply2 (C).
+TWO_SOFTMAX_INSERT_BUFFERS = """\
+LinearIR master_shape=[2,19] loop_depth=2
+%0 = Parameter() -> f32[2,19]
+%1 = VectorBuffer() -> f32[1] loops=[0]
+%2 = Fill(%1) {offset=0 fill_value=4286578688} -> f32[1] loops=[0]
+%3 = Fill(%0) {offset=8 fill_value=4286578688} -> f32[2,19] loops=[0,12]
+%4 = Maximum(%3, %2) {auto_broadcast=numpy} -> f32[2,19] loops=[0,12]
+%5 = HorizonMax(%4) -> f32[2,1] loops=[0]
+%6 = VectorBuffer() -> f32[1] loops=[0]
+%7 = Fill(%6) {offset=0 fill_value=0} -> f32[1] loops=[0]
+%8 = Subtract(%0, %5) {auto_broadcast=numpy} -> f32[2,19] loops=[0,1]
+%9 = Exp(%8) -> f32[2,19] loops=[0,1]
+%10 = Fill(%9) {offset=8 fill_value=0} -> f32[2,19] loops=[0,1]
+%11 = Add(%10, %7) {auto_broadcast=numpy} -> f32[2,19] loops=[0,1]
+%12 = Buffer(%9) {reg_group=-1 cluster_id=-1 offset=-1} -> f32[2,19] loops=[0]
+%13 = HorizonSum(%11) -> f32[2,1] loops=[0]
+%14 = VectorBuffer() -> f32[1] loops=[0]
+%15 = Fill(%14) {offset=0 fill_value=4286578688} -> f32[1] loops=[0]
+%16 = PowerStatic(%13) {power=-1.0} -> f32[2,1] loops=[0,4]
+%17 = Multiply(%12, %16) {auto_broadcast=numpy} -> f32[2,19] loops=[0,4]
+%18 = Fill(%17) {offset=8 fill_value=4286578688} -> f32[2,19] loops=[0,4]
+%19 = Maximum(%18, %15) {auto_broadcast=numpy} -> f32[2,19] loops=[0,4]
+%20 = Buffer(%17) {reg_group=-1 cluster_id=-1 offset=-1} -> f32[2,19] loops=[0]
+%21 = HorizonMax(%19) -> f32[2,1] loops=[0]
+%22 = VectorBuffer() -> f32[1] loops=[0]
+%23 = Fill(%22) {offset=0 fill_value=0} -> f32[1] loops=[0]
+%24 = Subtract(%20, %21) {auto_broadcast=numpy} -> f32[2,19] loops=[0,7]
+%25 = Exp(%24) -> f32[2,19] loops=[0,7]
+%26 = Fill(%25) {offset=8 fill_value=0} -> f32[2,19] loops=[0,7]
+%27 = Add(%26, %23) {auto_broadcast=numpy} -> f32[2,19] loops=[0,7]
+%28 = Buffer(%25) {reg_group=-1 cluster_id=-1 offset=-1} -> f32[2,19] loops=[0]
+%29 = HorizonSum(%27) -> f32[2,1] loops=[0]
+%30 = PowerStatic(%29) {power=-1.0} -> f32[2,1] loops=[0,10]
+%31 = Multiply(%28, %30) {auto_broadcast=numpy} -> f32[2,19] loops=[0,10]
+%32 = Result(%31) -> f32[2,19]
+loop 0 (unified): work_amount=2 increment=1 in=[%3.in0@d1 (0,0,0), %8.in0@d1 (0,0,0)] out=[%31@d1 (0,0,0)]
+loop 1 (unified): work_amount=19 increment=8 in=[%8.in0@d0 (0,0,0), %8.in1@d0 (0,0,0)] out=[%9@d0 (0,0,0), %11@d0 \
+(0,0,0)]
+loop 4 (unified): work_amount=19 increment=8 in=[%16.in0@d0 (0,0,0), %17.in0@d0 (0,0,0)] out=[%17@d0 (0,0,0), \
+%19@d0 (0,0,0)]
+loop 7 (unified): work_amount=19 increment=8 in=[%24.in0@d0 (0,0,0), %24.in1@d0 (0,0,0)] out=[%25@d0 (0,0,0), \
+%27@d0 (0,0,0)]
+loop 10 (unified): work_amount=19 increment=8 in=[%30.in0@d0 (0,0,0), %31.in0@d0 (0,0,0)] out=[%31@d0 (0,0,0)]
+loop 12 (unified): work_amount=19 increment=8 in=[%3.in0@d0 (0,0,0)] out=[%4@d0 (0,0,0)]"""
+
+# AllocateBuffers: loop 4 reads A and writes B with the same pointer steps (1, -19, 4 bytes), as
+# loop 7 reads B and writes C: each pair can work in place, so A, B and C form one cluster in one register
+# group at offset 0, one row (19 * 4 = 76 bytes) in all.
+TWO_SOFTMAX_ALLOCATE_BUFFERS = """\
+LinearIR master_shape=[2,19] loop_depth=2
+%0 = Parameter() -> f32[2,19]
+%1 = LoopBegin() -> dynamic[]
+%2 = VectorBuffer() -> f32[1] loops=[0]
+%3 = Fill(%2) {offset=0 fill_value=4286578688} -> f32[1] loops=[0]
+%4 = LoopBegin() -> dynamic[] loops=[0]
+%5 = Load(%0) {count=8 offset=0} -> f32[2,19] loops=[0,12]
+%6 = Fill(%5) {offset=8 fill_value=4286578688} -> f32[2,19] loops=[0,12]
+%7 = Maximum(%6, %3) {auto_broadcast=numpy} -> f32[2,19] loops=[0,12]
+%8 = LoopEnd(%0, %4) {work_amount=19 increment=8 is_incremented=[True] ptr_increments=[1] \
+finalization_offsets=[-19] element_type_sizes=[4] input_num=1 output_num=0 loop_id=12 evaluate_once=False} -> \
+f32[2,19] loops=[0]
+%9 = HorizonMax(%7) -> f32[2,1] loops=[0]
+%10 = VectorBuffer() -> f32[1] loops=[0]
+%11 = Fill(%10) {offset=0 fill_value=0} -> f32[1] loops=[0]
+%12 = LoopBegin() -> dynamic[] loops=[0]
+%13 = Load(%0) {count=8 offset=0} -> f32[2,19] loops=[0,1]
+%14 = Subtract(%13, %9) {auto_broadcast=numpy} -> f32[2,19] loops=[0,1]
+%15 = Exp(%14) -> f32[2,19] loops=[0,1]
+%16 = Store(%15) {count=8 offset=0} -> f32[2,19] loops=[0,1]
+%17 = Fill(%15) {offset=8 fill_value=0} -> f32[2,19] loops=[0,1]
+%18 = Add(%17, %11) {auto_broadcast=numpy} -> f32[2,19] loops=[0,1]
+%19 = LoopEnd(%0, %16, %12) {work_amount=19 increment=8 is_incremented=[True,True] ptr_increments=[1,1] \
+finalization_offsets=[-19,-19] element_type_sizes=[4,4] input_num=1 output_num=1 loop_id=1 evaluate_once=False} \
+-> f32[2,19], f32[2,19] loops=[0]
+%20 = Buffer(%16) {reg_group=0 cluster_id=0 offset=0 size=76} -> f32[2,19] loops=[0]
+%21 = HorizonSum(%18) -> f32[2,1] loops=[0]
+%22 = VectorBuffer() -> f32[1] loops=[0]
+%23 = Fill(%22) {offset=0 fill_value=4286578688} -> f32[1] loops=[0]
+%24 = PowerStatic(%21) {power=-1.0} -> f32[2,1] loops=[0]
+%25 = BroadcastMove(%24) {broadcast_dim=19} -> f32[2,19] loops=[0]
+%26 = LoopBegin() -> dynamic[] loops=[0]
+%27 = Load(%20) {count=8 offset=0} -> f32[2,19] loops=[0,4]
+%28 = Multiply(%27, %25) {auto_broadcast=numpy} -> f32[2,19] loops=[0,4]
+%29 = Store(%28) {count=8 offset=0} -> f32[2,19] loops=[0,4]
+%30 = Fill(%28) {offset=8 fill_value=4286578688} -> f32[2,19] loops=[0,4]
+%31 = Maximum(%30, %23) {auto_broadcast=numpy} -> f32[2,19] loops=[0,4]
+%32 = LoopEnd(%20, %29, %26) {work_amount=19 increment=8 is_incremented=[True,True] ptr_increments=[1,1] \
+finalization_offsets=[-19,-19] element_type_sizes=[4,4] input_num=1 output_num=1 loop_id=4 evaluate_once=False} \
+-> f32[2,19], f32[2,19] loops=[0]
+%33 = Buffer(%29) {reg_group=0 cluster_id=0 offset=0 size=76} -> f32[2,19] loops=[0]
+%34 = HorizonMax(%31) -> f32[2,1] loops=[0]
+%35 = VectorBuffer() -> f32[1] loops=[0]
+%36 = Fill(%35) {offset=0 fill_value=0} -> f32[1] loops=[0]
+%37 = LoopBegin() -> dynamic[] loops=[0]
+%38 = Load(%33) {count=8 offset=0} -> f32[2,19] loops=[0,7]
+%39 = Subtract(%38, %34) {auto_broadcast=numpy} -> f32[2,19] loops=[0,7]
+%40 = Exp(%39) -> f32[2,19] loops=[0,7]
+%41 = Store(%40) {count=8 offset=0} -> f32[2,19] loops=[0,7]
+%42 = Fill(%40) {offset=8 fill_value=0} -> f32[2,19] loops=[0,7]
+%43 = Add(%42, %36) {auto_broadcast=numpy} -> f32[2,19] loops=[0,7]
+%44 = LoopEnd(%33, %41, %37) {work_amount=19 increment=8 is_incremented=[True,True] ptr_increments=[1,1] \
+finalization_offsets=[-19,-19] element_type_sizes=[4,4] input_num=1 output_num=1 loop_id=7 evaluate_once=False} \
+-> f32[2,19], f32[2,19] loops=[0]
+%45 = Buffer(%41) {reg_group=0 cluster_id=0 offset=0 size=76} -> f32[2,19] loops=[0]
+%46 = HorizonSum(%43) -> f32[2,1] loops=[0]
+%47 = PowerStatic(%46) {power=-1.0} -> f32[2,1] loops=[0]
+%48 = BroadcastMove(%47) {broadcast_dim=19} -> f32[2,19] loops=[0]
+%49 = LoopBegin() -> dynamic[] loops=[0]
+%50 = Load(%45) {count=8 offset=0} -> f32[2,19] loops=[0,10]
+%51 = Multiply(%50, %48) {auto_broadcast=numpy} -> f32[2,19] loops=[0,10]
+%52 = Store(%51) {count=8 offset=0} -> f32[2,19] loops=[0,10]
+%53 = LoopEnd(%45, %52, %49) {work_amount=19 increment=8 is_incremented=[True,True] ptr_increments=[1,1] \
+finalization_offsets=[-19,-19] element_type_sizes=[4,4] input_num=1 output_num=1 loop_id=10 evaluate_once=False} \
+-> f32[2,19], f32[2,19] loops=[0]
+%54 = LoopEnd(%0, %0, %52, %1) {work_amount=2 increment=1 is_incremented=[True,True,True] \
+ptr_increments=[19,19,19] finalization_offsets=[-38,-38,-38] element_type_sizes=[4,4,4] input_num=2 output_num=1 \
+loop_id=0 evaluate_once=False} -> f32[2,19], f32[2,19], f32[2,19]
+%55 = Result(%52) -> f32[2,19]
+loop 0 (unified): work_amount=2 increment=1 in=[%5.in0@d1 (19,-38,4), %13.in0@d1 (19,-38,4)] out=[%52@d1 \
+(19,-38,4)]
+loop 1 (unified): work_amount=19 increment=8 in=[%13.in0@d0 (1,-19,4), %14.in1@d0 not_processed (0,0,0)] \
+out=[%16@d0 (1,-19,4), %18@d0 not_processed (0,0,0)]
+loop 4 (unified): work_amount=19 increment=8 in=[%27.in0@d0 (1,-19,4), %28.in1@d0 not_processed (0,0,0)] \
+out=[%29@d0 (1,-19,4), %31@d0 not_processed (0,0,0)]
+loop 7 (unified): work_amount=19 increment=8 in=[%38.in0@d0 (1,-19,4), %39.in1@d0 not_processed (0,0,0)] \
+out=[%41@d0 (1,-19,4), %43@d0 not_processed (0,0,0)]
+loop 10 (unified): work_amount=19 increment=8 in=[%50.in0@d0 (1,-19,4), %51.in1@d0 not_processed (0,0,0)] \
+out=[%52@d0 (1,-19,4)]
+loop 12 (unified): work_amount=19 increment=8 in=[%5.in0@d0 (1,-19,4)] out=[%7@d0 not_processed (0,0,0)]"""
+
+# CleanRepeatedDataPointerShifts: in loops 4 and 7 the read and the written Buffer share one
+# register, so only the first keeps its shift (the written one becomes 0, 0); in the row loop the second x
+# port likewise.
+TWO_SOFTMAX_CLEAN_REPEATED_DATA_POINTER_SHIFTS = """\
+LinearIR master_shape=[2,19] loop_depth=2
+%0 = Parameter() -> f32[2,19]
+%1 = LoopBegin() -> dynamic[]
+%2 = VectorBuffer() -> f32[1] loops=[0]
+%3 = Fill(%2) {offset=0 fill_value=4286578688} -> f32[1] loops=[0]
+%4 = LoopBegin() -> dynamic[] loops=[0]
+%5 = Load(%0) {count=8 offset=0} -> f32[2,19] loops=[0,12]
+%6 = Fill(%5) {offset=8 fill_value=4286578688} -> f32[2,19] loops=[0,12]
+%7 = Maximum(%6, %3) {auto_broadcast=numpy} -> f32[2,19] loops=[0,12]
+%8 = LoopEnd(%0, %4) {work_amount=19 increment=8 is_incremented=[True] ptr_increments=[1] \
+finalization_offsets=[-19] element_type_sizes=[4] input_num=1 output_num=0 loop_id=12 evaluate_once=False} -> \
+f32[2,19] loops=[0]
+%9 = HorizonMax(%7) -> f32[2,1] loops=[0]
+%10 = VectorBuffer() -> f32[1] loops=[0]
+%11 = Fill(%10) {offset=0 fill_value=0} -> f32[1] loops=[0]
+%12 = LoopBegin() -> dynamic[] loops=[0]
+%13 = Load(%0) {count=8 offset=0} -> f32[2,19] loops=[0,1]
+%14 = Subtract(%13, %9) {auto_broadcast=numpy} -> f32[2,19] loops=[0,1]
+%15 = Exp(%14) -> f32[2,19] loops=[0,1]
+%16 = Store(%15) {count=8 offset=0} -> f32[2,19] loops=[0,1]
+%17 = Fill(%15) {offset=8 fill_value=0} -> f32[2,19] loops=[0,1]
+%18 = Add(%17, %11) {auto_broadcast=numpy} -> f32[2,19] loops=[0,1]
+%19 = LoopEnd(%0, %16, %12) {work_amount=19 increment=8 is_incremented=[True,True] ptr_increments=[1,1] \
+finalization_offsets=[-19,-19] element_type_sizes=[4,4] input_num=1 output_num=1 loop_id=1 evaluate_once=False} \
+-> f32[2,19], f32[2,19] loops=[0]
+%20 = Buffer(%16) {reg_group=0 cluster_id=0 offset=0 size=76} -> f32[2,19] loops=[0]
+%21 = HorizonSum(%18) -> f32[2,1] loops=[0]
+%22 = VectorBuffer() -> f32[1] loops=[0]
+%23 = Fill(%22) {offset=0 fill_value=4286578688} -> f32[1] loops=[0]
+%24 = PowerStatic(%21) {power=-1.0} -> f32[2,1] loops=[0]
+%25 = BroadcastMove(%24) {broadcast_dim=19} -> f32[2,19] loops=[0]
+%26 = LoopBegin() -> dynamic[] loops=[0]
+%27 = Load(%20) {count=8 offset=0} -> f32[2,19] loops=[0,4]
+%28 = Multiply(%27, %25) {auto_broadcast=numpy} -> f32[2,19] loops=[0,4]
+%29 = Store(%28) {count=8 offset=0} -> f32[2,19] loops=[0,4]
+%30 = Fill(%28) {offset=8 fill_value=4286578688} -> f32[2,19] loops=[0,4]
+%31 = Maximum(%30, %23) {auto_broadcast=numpy} -> f32[2,19] loops=[0,4]
+%32 = LoopEnd(%20, %29, %26) {work_amount=19 increment=8 is_incremented=[True,True] ptr_increments=[1,0] \
+finalization_offsets=[-19,0] element_type_sizes=[4,4] input_num=1 output_num=1 loop_id=4 evaluate_once=False} -> \
+f32[2,19], f32[2,19] loops=[0]
+%33 = Buffer(%29) {reg_group=0 cluster_id=0 offset=0 size=76} -> f32[2,19] loops=[0]
+%34 = HorizonMax(%31) -> f32[2,1] loops=[0]
+%35 = VectorBuffer() -> f32[1] loops=[0]
+%36 = Fill(%35) {offset=0 fill_value=0} -> f32[1] loops=[0]
+%37 = LoopBegin() -> dynamic[] loops=[0]
+%38 = Load(%33) {count=8 offset=0} -> f32[2,19] loops=[0,7]
+%39 = Subtract(%38, %34) {auto_broadcast=numpy} -> f32[2,19] loops=[0,7]
+%40 = Exp(%39) -> f32[2,19] loops=[0,7]
+%41 = Store(%40) {count=8 offset=0} -> f32[2,19] loops=[0,7]
+%42 = Fill(%40) {offset=8 fill_value=0} -> f32[2,19] loops=[0,7]
+%43 = Add(%42, %36) {auto_broadcast=numpy} -> f32[2,19] loops=[0,7]
+%44 = LoopEnd(%33, %41, %37) {work_amount=19 increment=8 is_incremented=[True,True] ptr_increments=[1,0] \
+finalization_offsets=[-19,0] element_type_sizes=[4,4] input_num=1 output_num=1 loop_id=7 evaluate_once=False} -> \
+f32[2,19], f32[2,19] loops=[0]
+%45 = Buffer(%41) {reg_group=0 cluster_id=0 offset=0 size=76} -> f32[2,19] loops=[0]
+%46 = HorizonSum(%43) -> f32[2,1] loops=[0]
+%47 = PowerStatic(%46) {power=-1.0} -> f32[2,1] loops=[0]
+%48 = BroadcastMove(%47) {broadcast_dim=19} -> f32[2,19] loops=[0]
+%49 = LoopBegin() -> dynamic[] loops=[0]
+%50 = Load(%45) {count=8 offset=0} -> f32[2,19] loops=[0,10]
+%51 = Multiply(%50, %48) {auto_broadcast=numpy} -> f32[2,19] loops=[0,10]
+%52 = Store(%51) {count=8 offset=0} -> f32[2,19] loops=[0,10]
+%53 = LoopEnd(%45, %52, %49) {work_amount=19 increment=8 is_incremented=[True,True] ptr_increments=[1,1] \
+finalization_offsets=[-19,-19] element_type_sizes=[4,4] input_num=1 output_num=1 loop_id=10 evaluate_once=False} \
+-> f32[2,19], f32[2,19] loops=[0]
+%54 = LoopEnd(%0, %0, %52, %1) {work_amount=2 increment=1 is_incremented=[True,True,True] \
+ptr_increments=[19,0,19] finalization_offsets=[-38,0,-38] element_type_sizes=[4,4,4] input_num=2 output_num=1 \
+loop_id=0 evaluate_once=False} -> f32[2,19], f32[2,19], f32[2,19]
+%55 = Result(%52) -> f32[2,19]
+loop 0 (unified): work_amount=2 increment=1 in=[%5.in0@d1 (19,-38,4), %13.in0@d1 (0,0,4)] out=[%52@d1 (19,-38,4)]
+loop 1 (unified): work_amount=19 increment=8 in=[%13.in0@d0 (1,-19,4), %14.in1@d0 not_processed (0,0,0)] \
+out=[%16@d0 (1,-19,4), %18@d0 not_processed (0,0,0)]
+loop 4 (unified): work_amount=19 increment=8 in=[%27.in0@d0 (1,-19,4), %28.in1@d0 not_processed (0,0,0)] \
+out=[%29@d0 (0,0,4), %31@d0 not_processed (0,0,0)]
+loop 7 (unified): work_amount=19 increment=8 in=[%38.in0@d0 (1,-19,4), %39.in1@d0 not_processed (0,0,0)] \
+out=[%41@d0 (0,0,4), %43@d0 not_processed (0,0,0)]
+loop 10 (unified): work_amount=19 increment=8 in=[%50.in0@d0 (1,-19,4), %51.in1@d0 not_processed (0,0,0)] \
+out=[%52@d0 (1,-19,4)]
+loop 12 (unified): work_amount=19 increment=8 in=[%5.in0@d0 (1,-19,4)] out=[%7@d0 not_processed (0,0,0)]"""
+
+
 #: the pass must leave the body's dump as the previous pass left it
 UNCHANGED = "<unchanged>"
 
@@ -1682,6 +1913,11 @@ EXPECTED: dict[str, dict[str, str]] = {
         "normalize-loop-ids": UNCHANGED,  # ids already follow the LoopEnd order (columns 0, rows 1)
         "cleanup-loop-offsets": ROW_BROADCAST_CLEANUP_LOOP_OFFSETS,
         "optimize-loop-single-evaluation": ROW_BROADCAST_OPTIMIZE_LOOP_SINGLE_EVALUATION,
+    },
+    "two_softmax": {
+        "insert-buffers": TWO_SOFTMAX_INSERT_BUFFERS,
+        "allocate-buffers": TWO_SOFTMAX_ALLOCATE_BUFFERS,
+        "clean-repeated-data-pointer-shifts": TWO_SOFTMAX_CLEAN_REPEATED_DATA_POINTER_SHIFTS,
     },
 }
 
