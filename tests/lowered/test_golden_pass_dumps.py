@@ -5,10 +5,12 @@ Each body is lowered once (vector size 8, domain optimization off, interpreter t
 AssignRegisters also the register of every port. Every pinned pass has its expected dump written here;
 a pass that must leave a body alone is checked to leave the dump identical to the one before it.
 
-The expected texts were derived from the passes' definitions (design guide "Control flow optimization
-pipeline", inventory 3.3-3.4, OpenVINO's lowered passes), hunk by hunk against the previous dump; the
-comment above each says what the pass changed and why. Node names are explicit (dumps name expressions
-by position, so no global counter leaks in).
+Each expected text was checked hunk by hunk, against the dump before it, with the pass's definition
+(design guide "Control flow optimization pipeline", inventory 3.3-3.4, OpenVINO's lowered passes); the
+comment above each says what the pass changed and why. Where the code and the definition disagree the case
+is a strict xfail with its expectation written by hand (ExtractLoopInvariants, below). Node names are
+explicit (dumps name expressions by position, so no global counter leaks in). Results are built as
+``sb.result(...).node``: ``sb.model`` wraps a Result's Output in a second Result.
 
 Bodies:
     eltwise        Relu(a[2,19] + b[2,1])       broadcast input, 19 = 2*8 + 3 so a tail loop
