@@ -29,6 +29,8 @@ class Model:
         for r in results:
             if isinstance(r, Result):
                 self.results.append(r)
+            elif isinstance(as_output(r).node, Result):  # a Result's own output: that Result, not a new one
+                self.results.append(as_output(r).node)  # type: ignore[arg-type]
             else:
                 out = as_output(r)
                 res_name = next(iter(sorted(out.names)), None) or f"{out.node.name}_out{out.index}"

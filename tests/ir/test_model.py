@@ -159,3 +159,14 @@ def test_builder_make_and_unknown_op():
     assert len(sb.make("Split", x, sb.constant(np.int64(0)), num_splits=2)) == 2
     with pytest.raises(SnippetsError, match="unknown op type 'NoSuchOp'"):
         sb.make("NoSuchOp", x)
+
+
+def test_a_results_own_output_names_that_result():
+    """Model([sb.result(y)]) keeps the Result as the model output instead of wrapping it in a second one."""
+    from snippets_core.frontends import builder as sb
+
+    x = sb.parameter([2, 3], "f32", name="x")
+    r = sb.result(sb.relu(x))
+    m = sb.model([r])
+    assert [n.type_name for n in m.get_ordered_ops()] == ["Parameter", "Relu", "Result"]
+    assert m.results[0] is r.node
