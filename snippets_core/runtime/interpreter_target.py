@@ -16,7 +16,15 @@ def compile_subgraph_for_interpreter(sg: Any, config: Any, host: Any) -> Any:
     from snippets_core.lowered.passes.brgemm_blocking import blocking_from_options
 
     # Brgemm block sizes from target_options (brgemm_m_block, brgemm_n_block, brgemm_k_block)
-    passes = [*host.positioned_passes("interpreter", config), *blocking_from_options(dict(config.target_options))]
+    from snippets_core.passes.pass_manager import PassPosition, PositionedPass
+    from snippets_core.passes.transpose_decomposition import TransposeDecomposition
+
+    # The interpreter's LoadReorder follows any layout, so a Transpose left in a body (e.g. the Keys' transpose
+    # of an attention block) is decomposed into reordered scalar loads; "broadcast-to-move-broadcast" is in
+    # every body's pipeline.
+    decompose = PositionedPass(TransposeDecomposition(), PassPosition("broadcast-to-move-broadcast"))
+    passes = [decompose, *host.positioned_passes("interpreter", config),
+              *blocking_from_options(dict(config.target_options))]
     emitters = host.register_emitters("interpreter")
     from snippets_core.debug.config import debug_config
 
