@@ -20,6 +20,9 @@ def _suite():  # type: ignore[no-untyped-def]
     return sys.modules[name]
 
 
+_suite()  # loaded before the test modules of this folder, which take it from sys.modules
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     lines = config.stash.get(_suite().SUMMARY_KEY, [])
     if lines:

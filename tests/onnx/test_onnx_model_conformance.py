@@ -11,7 +11,6 @@ Tolerances are the test's own (data.json) or the runner's defaults (rtol 1e-3, a
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -23,18 +22,8 @@ import pytest
 from snippets_core.frontends.onnx import SUPPORTED_OPS
 from snippets_core.frontends.onnx_backend import SnippetsBackend
 
-
-def _suite():  # type: ignore[no-untyped-def]
-    name = "snippets_onnx_suite"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "suite.py")
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[name] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return sys.modules[name]
-
-
-suite = _suite()
+# conftest.py loads suite.py once as this module (test files are not importable by name here)
+suite = sys.modules["snippets_onnx_suite"]
 EXCL = suite.load_exclusions()
 DATA = suite.ONNX_DATA
 REAL = sorted(p.parent for p in (DATA / "real").glob("*/data.json"))

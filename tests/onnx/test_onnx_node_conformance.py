@@ -7,28 +7,16 @@ runner's tolerances. A case is excluded only by tests/onnx/backend_exclusions.py
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
 from snippets_core.frontends.onnx import SUPPORTED_OPS
 from snippets_core.frontends.onnx_backend import SnippetsBackend
 
-
-def _suite():  # type: ignore[no-untyped-def]
-    name = "snippets_onnx_suite"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "suite.py")
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[name] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return sys.modules[name]
-
-
-suite = _suite()
+# conftest.py loads suite.py once as this module (test files are not importable by name here)
+suite = sys.modules["snippets_onnx_suite"]
 EXCL = suite.load_exclusions()
 SUPPORTED = frozenset(SUPPORTED_OPS)
 CASES = suite.node_test_cases()

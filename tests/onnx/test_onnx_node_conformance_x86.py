@@ -7,9 +7,7 @@ Each case also reports where its Subgraphs ran; the summary counts kernels and r
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -28,23 +26,14 @@ FUSED_ONNX_OPS = frozenset({
 })
 
 
-def _suite():  # type: ignore[no-untyped-def]
-    name = "snippets_onnx_suite"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "suite.py")
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[name] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return sys.modules[name]
-
-
 def _unavailable() -> str | None:
     if TARGET not in target_names():
         return f"target {TARGET} is not installed"
     return load_target(TARGET).available()
 
 
-suite = _suite()
+# conftest.py loads suite.py once as this module (test files are not importable by name here)
+suite = sys.modules["snippets_onnx_suite"]
 _REASON = _unavailable()
 from snippets_core.frontends.onnx import SUPPORTED_OPS
 
