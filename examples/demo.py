@@ -24,7 +24,7 @@ from snippets_core.errors import SnippetsError
 from snippets_core.plugins import BUILTIN_TARGETS, get_host, list_targets, load_target
 
 HERE = Path(__file__).resolve().parent
-EXAMPLES = [HERE / "transformer_block.onnx", HERE / "cnn_block.onnx"]
+EXAMPLES = [HERE / "transformer_block.onnx", HERE / "cnn_block.onnx", HERE / "activation_head.onnx"]
 
 
 def candidate_targets() -> list[tuple[str, str | None]]:

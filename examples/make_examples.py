@@ -1,4 +1,4 @@
-"""Write the example models: examples/transformer_block.onnx and examples/cnn_block.onnx.
+"""Write the example models: examples/transformer_block.onnx, cnn_block.onnx and activation_head.onnx.
 
 Deterministic (fixed seeds, fixed metadata): running it again produces the committed files byte for
 byte. The graphs are written the way common exporters write them (PyTorch's erf-form Gelu as
@@ -186,7 +186,26 @@ def cnn_block(channels_in: int = 3, size: int = 64, channels: int = 32, classes:
     )
 
 
-EXAMPLES = {"transformer_block": transformer_block, "cnn_block": cnn_block}
+def activation_head(rows: int = 64, width: int = 1000) -> onnx.ModelProto:
+    """A classifier head made only of fusable ops, so every target runs it whole (the SHAVE blob included):
+    a per-class scale and shift, a clamp, swish, a residual, and a softmax over the last axis."""
+    g = GraphBuilder(seed=20241121)
+    scaled = g.op("Mul", ["x", g.const("head.scale", (1.0 + 0.1 * g.rng.standard_normal(width)).astype(np.float32))],
+                  "head/scale")
+    shifted = g.op("Add", [scaled, g.weight("head.shift", (width,), scale=0.1)], "head/shift")
+    clamped = g.op("Clip", [shifted, g.const("head.lo", np.float32(-6.0)), g.const("head.hi", np.float32(6.0))],
+                   "head/clip")
+    swish = g.op("Mul", [clamped, g.op("Sigmoid", [clamped], "head/swish/Sigmoid")], "head/swish")
+    residual = g.op("Add", [swish, "x"], "head/residual")
+    g.op("Softmax", [residual], "probs", axis=-1)
+    return g.model(
+        "activation_head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, width])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [rows, width])],
+    )
+
+
+EXAMPLES = {"transformer_block": transformer_block, "cnn_block": cnn_block, "activation_head": activation_head}
 
 
 def main(argv: list[str] | None = None) -> int:

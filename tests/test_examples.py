@@ -13,7 +13,7 @@ from onnx.reference import ReferenceEvaluator
 import snippets_core
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-NAMES = ["transformer_block", "cnn_block"]
+NAMES = ["transformer_block", "cnn_block", "activation_head"]
 
 
 def _load_script(name: str):
@@ -63,7 +63,7 @@ def test_demo_reports_fusion_placement_time_and_error(capsys: pytest.CaptureFixt
     demo = _load_script("demo")
     assert demo.main(["--repeat", "1", "--targets", "reference,no_such_target"]) == 0
     out = capsys.readouterr().out
-    assert out.count("== ") == 2
+    assert out.count("== ") == len(NAMES)
     assert "Subgraph" in out and "ms per run" in out and "max abs err 0," in out
     assert "[no_such_target] skipped: no target named 'no_such_target'" in out
     assert "vs onnx.reference.ReferenceEvaluator" in out
