@@ -186,11 +186,11 @@ class MemoryAccess:
         return i in self.MEMORY_ACCESS_OUTPUTS
 
 
-class Load(MemoryAccess, Node):
-    """Load ``count`` elements at ``offset`` (elements) from a pointer register into a vector register."""
+class _CountedAccess(MemoryAccess, Node):
+    """Load and Store: ``count`` elements at ``offset`` (elements); at graph level the values pass through."""
 
+    _abstract = True
     ATTRS = ("count", "offset")
-    MEMORY_ACCESS_INPUTS = (0,)
 
     def __init__(self, x: Output | Node, *, count: int = 1, offset: int = 0, name: str | None = None) -> None:
         self.count = int(count)
@@ -205,6 +205,12 @@ class Load(MemoryAccess, Node):
 
     def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
         return [x]
+
+
+class Load(_CountedAccess):
+    """Load ``count`` elements at ``offset`` (elements) from a pointer register into a vector register."""
+
+    MEMORY_ACCESS_INPUTS = (0,)
 
 
 class LoadReorder(Load):
@@ -229,25 +235,10 @@ class LoadReorder(Load):
         return [np.ascontiguousarray(np.transpose(x, self.order))]
 
 
-class Store(MemoryAccess, Node):
+class Store(_CountedAccess):
     """Store ``count`` elements of a vector register to memory at ``offset`` (elements)."""
 
-    ATTRS = ("count", "offset")
     MEMORY_ACCESS_OUTPUTS = (0,)
-
-    def __init__(self, x: Output | Node, *, count: int = 1, offset: int = 0, name: str | None = None) -> None:
-        self.count = int(count)
-        self.offset = int(offset)
-        super().__init__(x, name=name)
-
-    def infer(self) -> list[tuple[ElementType, Shape]]:
-        _one_input(self)
-        if self.count < 1:
-            raise ShapeInferenceError(f"count must be >= 1, got {self.count}")
-        return [(self.input_type(0), self.input_shape(0))]
-
-    def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
-        return [x]
 
 
 def _broadcast_last(shape: Shape, dim: Dim) -> Shape:
