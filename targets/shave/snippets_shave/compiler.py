@@ -163,6 +163,46 @@ def split_rows(body: Model) -> Model:
     return reshape_body(body, _row_shape)
 
 
+def widen_f16(body: Model) -> Model:
+    """A copy of a body with row ops whose f16 values are computed on f32 lanes: every f16 Parameter is
+    converted to f32 on load, f16 Constants become f32 (exactly), and every f16 Result is converted back from
+    f32 once on store. The max, the subtraction, the exp, the sum, the reciprocal and the product of a
+    softmax (and the sum of a ReduceSum) then run and accumulate in f32, so the result is numpy's f32
+    computation rounded to f16 once, not a sum of f16 roundings. A value the body itself rounds to f16 (an
+    explicit Convert) keeps that rounding and is widened again after it. The kernel's MemRefs stay f16."""
+    from snippets_core.ir.element_type import ElementType
+    from snippets_core.ir.model import Model as _Model
+    from snippets_core.ir.ops.convert import Convert
+    from snippets_core.ir.ops.io import Constant, Parameter, Result
+
+    f16, f32 = ElementType.f16, ElementType.f32
+    outputs: dict[tuple[int, int], Output] = {}
+    params: list[Node] = []
+    results: list[Node] = []
+    for n in body.get_ordered_ops():
+        ins = [outputs[(i.source.node.id, i.source.index)] for i in n.inputs]
+        if isinstance(n, Parameter):
+            new: Node = Parameter(n.element_type, n.outputs[0].shape, name=n.name)
+            params.append(new)
+        elif isinstance(n, Constant) and n.outputs[0].element_type == f16:
+            new = Constant(np.asarray(n.value).astype(np.float32), f32, name=n.name)
+        elif isinstance(n, Result):
+            x = ins[0]
+            if n.inputs[0].source.element_type == f16 and x.element_type == f32:
+                x = Convert(x, destination_type=f16, name=f"{n.name}/to_f16").outputs[0]
+            new = Result(x, name=n.name)
+            results.append(new)
+        else:
+            new = n.clone_with_new_inputs(ins)
+        new.rt_info = dict(n.rt_info)
+        for j, out in enumerate(new.outputs):
+            widened = not isinstance(new, Result) and out.element_type == f16
+            outputs[(n.id, j)] = (
+                Convert(out, destination_type=f32, name=f"{new.name}/to_f32").outputs[0] if widened else out
+            )
+    return _Model(results, params, name=body.name)
+
+
 def split_last_dim(body: Model, length: int, factor: int) -> Model:
     """An eltwise body whose last dim ``length`` becomes ``[length // factor, factor]`` in every tensor that has
     it (a last dim of 1 becomes ``[1, 1]``), so one kernel call can be a ``factor``-element piece of a row."""
@@ -212,16 +252,19 @@ def generate(
     if not all(o.shape.is_static for n in ops for o in n.outputs):
         raise CodegenError(f"Subgraph '{sg.name}' has dynamic shapes; a SHAVE blob is compiled for static shapes")
     body = None
-    if any(n.type_name in ROW_OPS for n in ops):
+    rows = any(n.type_name in ROW_OPS for n in ops)
+    if rows:
         body = split_rows(sg.body)
     elif split_factor is not None:
         body = split_last_dim(sg.body, int(sg.outputs[0].shape.to_tuple()[-1]), split_factor)
+    if rows and any(o.element_type == ElementType.f16 for n in ops for o in n.outputs):
+        body = widen_f16(body)
     if body is not None:
         # the same Subgraph over row-shaped inputs (a throwaway node: only its body and input shapes are read)
         ins = [Parameter(p.element_type, p.outputs[0].shape, name=p.name) for p in body.parameters]
         sg = _Subgraph(*ins, body=body, name=sg.name)
     # 8 f16 lanes when every value is f16, else 4 lanes (f32, or f16 in the low half of a register)
-    types = {o.element_type for n in ops for o in n.outputs if n.type_name != "Result"}
+    types = {o.element_type for n in sg.body.get_ordered_ops() for o in n.outputs if n.type_name != "Result"}
     lanes = 8 if types == {ElementType.f16} else 4
     sensitive = has_domain_sensitive_ops(sg.body)
     lcfg = Config(
