@@ -3,7 +3,8 @@
 Body: ``Relu(p0[3,17] + p1[3,1])``, vector size 8, domain optimization off (tile rank 2). The expected
 text was derived by hand from the algorithms: the inner loop runs 17 elements by 8 (a main body of 16
 and a one-element tail), the outer loop 3 rows; p1 broadcasts along the row (pointer increment 0 in the
-inner loop, 1 element per row), its one-element Load and BroadcastMove fuse into a BroadcastLoad; after
+inner loop, 1 element per row), its one-element Load and BroadcastMove fuse into a BroadcastLoad, which ExtractLoopInvariants moves
+before the inner loop (read once per row; only the row loop moves p1's pointer); after
 pre-generation the tail's finalization offset (-17) is folded into the row increment (17 - 17 = 0)
 and the last loop's offsets are dropped because only the Result follows; NormalizeLoopIDs numbers the
 loops in the order their LoopEnds run (main 0, tail 1, rows 2).
@@ -48,53 +49,54 @@ LinearIR master_shape=[3,17] loop_depth=2
 %0 = Parameter() -> f32[3,17]
 %1 = Parameter() -> f32[3,1]
 %2 = LoopBegin() -> dynamic[]
-%3 = LoopBegin() -> dynamic[] loops=[1]
-%4 = Load(%0) {count=8 offset=0} -> f32[3,17] loops=[1,0]
-%5 = BroadcastLoad(%1) {broadcast_dim=17 offset=0} -> f32[3,17] loops=[1,0]
-%6 = Add(%4, %5) {auto_broadcast=numpy} -> f32[3,17] loops=[1,0]
+%3 = BroadcastLoad(%1) {broadcast_dim=17 offset=0} -> f32[3,17] loops=[1]
+%4 = LoopBegin() -> dynamic[] loops=[1]
+%5 = Load(%0) {count=8 offset=0} -> f32[3,17] loops=[1,0]
+%6 = Add(%5, %3) {auto_broadcast=numpy} -> f32[3,17] loops=[1,0]
 %7 = Relu(%6) -> f32[3,17] loops=[1,0]
 %8 = Store(%7) {count=8 offset=0} -> f32[3,17] loops=[1,0]
-%9 = LoopEnd(%0, %1, %8, %3) {work_amount=17 increment=8 is_incremented=[True,True,True] \
-ptr_increments=[1,0,1] finalization_offsets=[-17,0,-17] element_type_sizes=[4,4,4] input_num=2 output_num=1 \
-loop_id=0 evaluate_once=False} -> f32[3,17], f32[3,1], f32[3,17] loops=[1]
-%10 = LoopEnd(%0, %1, %8, %2) {work_amount=3 increment=1 is_incremented=[True,True,True] \
-ptr_increments=[17,1,17] finalization_offsets=[-51,-3,-51] element_type_sizes=[4,4,4] input_num=2 output_num=1 \
-loop_id=1 evaluate_once=False} -> f32[3,17], f32[3,1], f32[3,17]
+%9 = LoopEnd(%0, %8, %4) {work_amount=17 increment=8 is_incremented=[True,True] ptr_increments=[1,1] \
+finalization_offsets=[-17,-17] element_type_sizes=[4,4] input_num=1 output_num=1 loop_id=0 evaluate_once=False} -> \
+f32[3,17], f32[3,17] loops=[1]
+%10 = LoopEnd(%0, %1, %8, %2) {work_amount=3 increment=1 is_incremented=[True,True,True] ptr_increments=[17,1,17] \
+finalization_offsets=[-51,-3,-51] element_type_sizes=[4,4,4] input_num=2 output_num=1 loop_id=1 evaluate_once=False} \
+-> f32[3,17], f32[3,1], f32[3,17]
 %11 = Result(%8) -> f32[3,17]
-loop 0 (unified): work_amount=17 increment=8 in=[%4.in0@d0 (1,-17,4), %5.in0@d0 (0,0,4)] out=[%8@d0 (1,-17,4)]
-loop 1 (unified): work_amount=3 increment=1 in=[%4.in0@d1 (17,-51,4), %5.in0@d1 (1,-3,4)] out=[%8@d1 (17,-51,4)]"""
+loop 0 (unified): work_amount=17 increment=8 in=[%5.in0@d0 (1,-17,4), %6.in1@d0 not_processed (0,0,0)] out=[%8@d0 \
+(1,-17,4)]
+loop 1 (unified): work_amount=3 increment=1 in=[%5.in0@d1 (17,-51,4), %3.in0@d1 (1,-3,4)] out=[%8@d1 (17,-51,4)]"""
 
 AFTER_PRE_GENERATION = """\
 LinearIR master_shape=[3,17] loop_depth=2
 %0 = Parameter() -> f32[3,17]
 %1 = Parameter() -> f32[3,1]
 %2 = LoopBegin() -> dynamic[]
-%3 = LoopBegin() -> dynamic[] loops=[2]
-%4 = Load(%0) {count=8 offset=0} -> f32[3,17] loops=[2,0]
-%5 = BroadcastLoad(%1) {broadcast_dim=17 offset=0} -> f32[3,17] loops=[2,0]
-%6 = Add(%4, %5) {auto_broadcast=numpy} -> f32[3,17] loops=[2,0]
+%3 = BroadcastLoad(%1) {broadcast_dim=17 offset=0} -> f32[3,17] loops=[2]
+%4 = LoopBegin() -> dynamic[] loops=[2]
+%5 = Load(%0) {count=8 offset=0} -> f32[3,17] loops=[2,0]
+%6 = Add(%5, %3) {auto_broadcast=numpy} -> f32[3,17] loops=[2,0]
 %7 = Relu(%6) -> f32[3,17] loops=[2,0]
 %8 = Store(%7) {count=8 offset=0} -> f32[3,17] loops=[2,0]
-%9 = LoopEnd(%0, %1, %8, %3) {work_amount=16 increment=8 is_incremented=[True,True,True] \
-ptr_increments=[1,0,1] finalization_offsets=[0,0,0] element_type_sizes=[4,4,4] input_num=2 output_num=1 \
-loop_id=0 evaluate_once=False} -> f32[3,17], f32[3,1], f32[3,17] loops=[2]
+%9 = LoopEnd(%0, %8, %4) {work_amount=16 increment=8 is_incremented=[True,True] ptr_increments=[1,1] \
+finalization_offsets=[0,0] element_type_sizes=[4,4] input_num=1 output_num=1 loop_id=0 evaluate_once=False} -> \
+f32[3,17], f32[3,17] loops=[2]
 %10 = LoopBegin() -> dynamic[] loops=[2]
 %11 = Load(%0) {count=1 offset=0} -> f32[3,17] loops=[2,1]
-%12 = BroadcastLoad(%1) {broadcast_dim=17 offset=0} -> f32[3,17] loops=[2,1]
-%13 = Add(%11, %12) {auto_broadcast=numpy} -> f32[3,17] loops=[2,1]
-%14 = Relu(%13) -> f32[3,17] loops=[2,1]
-%15 = Store(%14) {count=1 offset=0} -> f32[3,17] loops=[2,1]
-%16 = LoopEnd(%0, %1, %15, %10) {work_amount=1 increment=1 is_incremented=[True,True,True] \
-ptr_increments=[0,0,0] finalization_offsets=[1,0,1] element_type_sizes=[4,4,4] input_num=2 output_num=1 \
-loop_id=1 evaluate_once=True} -> f32[3,17], f32[3,1], f32[3,17] loops=[2]
-%17 = LoopEnd(%0, %1, %8, %2) {work_amount=3 increment=1 is_incremented=[True,True,True] \
-ptr_increments=[0,1,0] finalization_offsets=[0,0,0] element_type_sizes=[4,4,4] input_num=2 output_num=1 \
-loop_id=2 evaluate_once=False} -> f32[3,17], f32[3,1], f32[3,17]
-%18 = Result(%8) -> f32[3,17]
-loop 0 (expanded main): work_amount=16 increment=8 in=[%4.in0@d0 (1,0,4), %5.in0@d0 (0,0,4)] out=[%8@d0 (1,0,4)]
-loop 1 (expanded last once): work_amount=1 increment=1 in=[%11.in0@d0 (0,1,4), %12.in0@d0 (0,0,4)] \
-out=[%15@d0 (0,1,4)]
-loop 2 (expanded main): work_amount=3 increment=1 in=[%4.in0@d1 (0,0,4), %5.in0@d1 (1,0,4)] out=[%8@d1 (0,0,4)]"""
+%12 = Add(%11, %3) {auto_broadcast=numpy} -> f32[3,17] loops=[2,1]
+%13 = Relu(%12) -> f32[3,17] loops=[2,1]
+%14 = Store(%13) {count=1 offset=0} -> f32[3,17] loops=[2,1]
+%15 = LoopEnd(%0, %14, %10) {work_amount=1 increment=1 is_incremented=[True,True] ptr_increments=[0,0] \
+finalization_offsets=[1,1] element_type_sizes=[4,4] input_num=1 output_num=1 loop_id=1 evaluate_once=True} -> \
+f32[3,17], f32[3,17] loops=[2]
+%16 = LoopEnd(%0, %1, %8, %2) {work_amount=3 increment=1 is_incremented=[True,True,True] ptr_increments=[0,1,0] \
+finalization_offsets=[0,0,0] element_type_sizes=[4,4,4] input_num=2 output_num=1 loop_id=2 evaluate_once=False} -> \
+f32[3,17], f32[3,1], f32[3,17]
+%17 = Result(%8) -> f32[3,17]
+loop 0 (expanded main): work_amount=16 increment=8 in=[%5.in0@d0 (1,0,4), %6.in1@d0 not_processed (0,0,0)] out=[%8@d0 \
+(1,0,4)]
+loop 1 (expanded last once): work_amount=1 increment=1 in=[%11.in0@d0 (0,1,4), %12.in1@d0 not_processed (0,0,0)] \
+out=[%14@d0 (0,1,4)]
+loop 2 (expanded main): work_amount=3 increment=1 in=[%5.in0@d1 (0,0,4), %3.in0@d1 (1,0,4)] out=[%8@d1 (0,0,4)]"""
 
 
 def _lower_with_dumps() -> dict[str, str]:
