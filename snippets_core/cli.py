@@ -450,13 +450,14 @@ def generate_for_inspect(cm: Any, sg: Any) -> Any:
     config = cm.config
     if target.name == "interpreter":
         from snippets_core.codegen.interpreter import InterpreterTarget
+        from snippets_core.codegen.subgraph_codegen import generate_subgraph
         from snippets_core.debug.config import debug_config
 
         vector_size = int(dict(config.target_options).get("vector_size", 16))
         host = target.host
         tm = InterpreterTarget(vector_size, plugin_emitters=host.register_emitters("interpreter"))
-        return sg.generate(tm, positioned_passes=host.positioned_passes("interpreter", config),
-                           disabled_passes=config.disabled_passes, debug=debug_config(config))
+        return generate_subgraph(sg, tm, positioned_passes=host.positioned_passes("interpreter", config),
+                                 disabled_passes=config.disabled_passes, debug=debug_config(config))
     generate = getattr(target.obj, "generate_subgraph", None)
     if generate is None:
         raise InputError(f"target '{target.name}' generates no code to show; use --target interpreter or an "

@@ -32,6 +32,7 @@ from snippets_core.codegen.interpreter import (
     ScalarEmitter,
     StoreEmitter,
 )
+from snippets_core.codegen.subgraph_codegen import generate_subgraph
 from snippets_core.codegen.target_machine import Jitter, TargetMachine
 from snippets_core.ir.element_type import ElementType
 from snippets_core.lowered.linear_ir import LinearIR
@@ -118,8 +119,8 @@ class TinyTarget:
         if not all(p.shape.is_static for p in sg.body.parameters):
             return None  # this target generates for static shapes only
         machine = TinyMachine(plugin_emitters=host.register_emitters(self.name))
-        gen = sg.generate(
-            machine, positioned_passes=host.positioned_passes(self.name, config), disabled_passes=config.disabled_passes
+        gen = generate_subgraph(
+            sg, machine, positioned_passes=host.positioned_passes(self.name, config), disabled_passes=config.disabled_passes
         )
         kernel, shapes = gen.kernel, gen.output_shapes
 
@@ -227,7 +228,7 @@ def test_kernel_uses_four_lanes_and_its_own_emitters() -> None:
     x = sb.parameter([5, 10], "f32", name="x")
     m = sb.model([sb.relu(sb.add(x, x))])
     (sg,) = [sg for sg in tokenize(m) if isinstance(sg, Subgraph)]
-    gen = sg.generate(TinyMachine())
+    gen = generate_subgraph(sg, TinyMachine())
     text = gen.linear_ir.to_text()
     # rows of 10: two iterations of 4 lanes, then a tail of 2; the 5 rows are the parallel domain
     assert "work_amount=8 increment=4" in text and "Load(%0) {count=2" in text, text
@@ -248,7 +249,7 @@ def test_unsupported_precision_is_a_typed_error() -> None:
     m = sb.model([sb.add(x, x)])
     (sg,) = [sg for sg in tokenize(m) if isinstance(sg, Subgraph)]
     with pytest.raises(UnsupportedOpError, match=r"target 'tiny': op Add .*i8"):
-        sg.generate(TinyMachine())
+        generate_subgraph(sg, TinyMachine())
 
 
 def test_i8_ops_are_vetoed_and_run_on_their_reference() -> None:

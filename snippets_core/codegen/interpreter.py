@@ -28,6 +28,7 @@ import numpy as np
 
 from snippets_core.codegen.emitter import Emitter, KernelEmitter
 from snippets_core.codegen.generator import Generator
+from snippets_core.codegen.subgraph_codegen import generate_subgraph
 from snippets_core.codegen.target_machine import Jitter, TargetMachine
 from snippets_core.errors import CodegenError, InputError
 from snippets_core.ir.element_type import ElementType
@@ -498,10 +499,10 @@ def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence
     def build(shapes: list[tuple[int, ...]]) -> tuple[InterpretedKernel, list[tuple[int, ...]]]:
         key = tuple(shapes)
         if key not in kernels:
-            gen = sg.generate(InterpreterTarget(vector_size, plugin_emitters=plugin_emitters),
-                              positioned_passes=positioned_passes,
-                              disabled_passes=disabled_passes, input_shapes=shapes, lowering_config=config,
-                              debug=debug)
+            gen = generate_subgraph(sg, InterpreterTarget(vector_size, plugin_emitters=plugin_emitters),
+                                    positioned_passes=positioned_passes,
+                                    disabled_passes=disabled_passes, input_shapes=shapes, lowering_config=config,
+                                    debug=debug)
             kernels[key] = (gen.kernel, list(gen.output_shapes))
         return kernels[key]
 

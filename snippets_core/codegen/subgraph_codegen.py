@@ -1,7 +1,8 @@
 """The whole per-Subgraph pipeline in one place: data-flow passes on a copy of the body, the lowering
 to a LinearIR (control-flow, validation and pre-generation pipelines), then the Generator.
 
-Every target (the interpreter, x86-64, SHAVE) reaches code through here, via ``Subgraph.generate``.
+Every target (the interpreter, x86-64, SHAVE) reaches code through here, via ``generate_subgraph(sg, target)``
+(a function here rather than a Subgraph method, so the IR knows nothing of code generation).
 """
 
 from __future__ import annotations

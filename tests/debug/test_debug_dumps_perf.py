@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from snippets_core.codegen.interpreter import InterpreterTarget, compile_subgraph
+from snippets_core.codegen.subgraph_codegen import generate_subgraph
 from snippets_core.debug.config import DebugConfig, DebugConfigError, LirDumpConfig
 from snippets_core.debug.perf_count import format_perf, perf_counters, subgraph_counters
 from snippets_core.ir.model import Model
@@ -48,7 +49,7 @@ def test_dumps_after_named_passes_and_the_final_linear_ir(tmp_path: Path) -> Non
             str(tmp_path), ("text", "xml", "xml_data_flow", "mermaid"), ("InsertLoops", "assign-registers")
         )
     )
-    gen = _subgraph("my/sg").generate(InterpreterTarget(8), debug=debug)
+    gen = generate_subgraph(_subgraph("my/sg"), InterpreterTarget(8), debug=debug)
     names = sorted(p.name for p in tmp_path.iterdir())
     stems = sorted({n.split(".")[0] for n in names})
     # <subgraph>_<index>_<pass>: the subgraph name made file-safe, the index counting every LinearIR pass
@@ -83,7 +84,7 @@ def test_dumps_after_named_passes_and_the_final_linear_ir(tmp_path: Path) -> Non
 def test_unknown_pass_name_is_a_typed_error(tmp_path: Path) -> None:
     debug = DebugConfig(dump_lir=LirDumpConfig(str(tmp_path), ("text",), ("insert-lops",)))
     with pytest.raises(DebugConfigError, match="insert-lops|insertlops"):
-        _subgraph().generate(InterpreterTarget(8), debug=debug)
+        generate_subgraph(_subgraph(), InterpreterTarget(8), debug=debug)
 
 
 def test_dumps_from_the_environment_through_compile_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,7 +116,7 @@ def test_interpreter_perf_counters_count_each_kernel_call(runs: int) -> None:
 
 
 def test_perf_counters_in_the_final_linear_ir_wrap_the_body() -> None:
-    gen = _subgraph().generate(InterpreterTarget(8), debug=DebugConfig(perf_count="default"))
+    gen = generate_subgraph(_subgraph(), InterpreterTarget(8), debug=DebugConfig(perf_count="default"))
     types = [e.type_name for e in gen.linear_ir.exprs]
     begin, end = types.index("PerfCountBegin"), types.index("PerfCountEnd")
     last_param = max(i for i, t in enumerate(types) if t == "Parameter")
@@ -144,7 +145,7 @@ def test_a_target_without_perf_clocks_refuses_perf_counters() -> None:
         perf_clocks = ()
 
     with pytest.raises(DebugConfigError, match="no perf-counter emitters"):
-        _subgraph().generate(NoClock(8), debug=DebugConfig(perf_count="default"))
+        generate_subgraph(_subgraph(), NoClock(8), debug=DebugConfig(perf_count="default"))
 
 
 def test_outer_loops_get_their_own_regions_inside_the_kernel_region() -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from snippets_core.codegen.interpreter import InterpreterTarget
+from snippets_core.codegen.subgraph_codegen import generate_subgraph
 from snippets_core.ir.model import Model
 from snippets_core.ir.ops.binary import Add
 from snippets_core.ir.ops.io import Parameter, Result
@@ -138,7 +139,7 @@ def test_tail_iterations_shrink_blocks_and_first_k_block_writes():
     a, b = Parameter("f32", (1, 40, 600), name="a"), Parameter("f32", (1, 600, 100), name="b")
     sg = Subgraph(Parameter("f32", (1, 40, 600)), Parameter("f32", (1, 600, 100)),
                   body=Model([Result(MatMul(a, b), name="c")], [a, b]))
-    gen = sg.generate(InterpreterTarget(16))
+    gen = generate_subgraph(sg, InterpreterTarget(16))
     blocks = [(g.m, g.n, g.k, g.beta) for g in map(brgemm_geometry, _brgemms(gen.linear_ir))]
     # M 40 = 32 + 8, N 100 = 64 + 36, K 600 = 512 (beta 0) + 88 (beta 1): every combination once
     expected = sorted((m, n, k, beta) for m in (32, 8) for n in (64, 36) for k, beta in ((512, 0.0), (88, 1.0)))
@@ -156,7 +157,7 @@ def test_tuned_blocking_placed_before_the_default_wins():
     sg = Subgraph(Parameter("f32", (1, 40, 600)), Parameter("f32", (1, 600, 100)),
                   body=Model([Result(MatMul(a, b), name="c")], [a, b]))
     passes = blocking_from_options({"brgemm_m_block": 16, "brgemm_n_block": 48, "brgemm_k_block": 256})
-    gen = sg.generate(InterpreterTarget(16), positioned_passes=passes)
+    gen = generate_subgraph(sg, InterpreterTarget(16), positioned_passes=passes)
     blocks = {(g.m, g.n, g.k) for g in map(brgemm_geometry, _brgemms(gen.linear_ir))}
     # M 40 = 16 + 16 + 8, N 100 = 48 + 48 + 4, K 600 = 256 + 256 + 88
     assert {m for m, _, _ in blocks} == {16, 8} and {n for _, n, _ in blocks} == {48, 4}

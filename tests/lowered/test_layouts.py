@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from snippets_core.codegen.interpreter import InterpreterTarget
+from snippets_core.codegen.subgraph_codegen import generate_subgraph
 from snippets_core.ir.model import Model
 from snippets_core.ir.ops.binary import Multiply
 from snippets_core.ir.ops.io import Constant, Parameter, Result
@@ -39,7 +40,7 @@ def _subgraph(body: Model) -> Subgraph:
 def test_load_reorder_matches_numpy_transpose(shape, order, vector_size):
     p = Parameter("f32", shape, name="x")
     body = Model([Result(Relu(_transpose(p, order)), name="y")], [p])
-    gen = _subgraph(body).generate(InterpreterTarget(vector_size), positioned_passes=DECOMPOSE)
+    gen = generate_subgraph(_subgraph(body), InterpreterTarget(vector_size), positioned_passes=DECOMPOSE)
     assert any(e.type_name == "LoadReorder" for e in gen.linear_ir.exprs)
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     (y,) = gen.kernel.run([x])
@@ -50,7 +51,7 @@ def test_load_reorder_feeding_an_eltwise_with_a_second_input():
     shape, order = (2, 6, 9), [0, 2, 1]
     p, q = Parameter("f32", shape, name="x"), Parameter("f32", (2, 9, 6), name="z")
     body = Model([Result(Multiply(Exp(_transpose(p, order)), q), name="y")], [p, q])
-    gen = _subgraph(body).generate(InterpreterTarget(8), positioned_passes=DECOMPOSE)
+    gen = generate_subgraph(_subgraph(body), InterpreterTarget(8), positioned_passes=DECOMPOSE)
     rng = np.random.default_rng(2)
     x, z = rng.standard_normal(shape).astype(np.float32), rng.standard_normal((2, 9, 6)).astype(np.float32)
     (y,) = gen.kernel.run([x, z])
@@ -74,7 +75,7 @@ def test_brgemm_layouts_are_strides(order_a, order_b, order_c):
     pa, pb = Parameter("f32", stored_a, name="a"), Parameter("f32", stored_b, name="b")
     x = MatMul(_transpose(pa, order_a) if order_a else pa, _transpose(pb, order_b) if order_b else pb)
     y = _transpose(x, order_c) if order_c else x
-    gen = _subgraph(Model([Result(y, name="y")], [pa, pb])).generate(InterpreterTarget(16))
+    gen = generate_subgraph(_subgraph(Model([Result(y, name="y")], [pa, pb])), InterpreterTarget(16))
     brgemm = next(e for e in gen.linear_ir.exprs if e.type_name == "Brgemm")
     assert any(not d.is_planar for d in brgemm.input_descs + brgemm.output_descs)
     rng = np.random.default_rng(4)
@@ -93,7 +94,7 @@ def test_propagate_layout_gives_planar_data_offsets():
     stored = (2, 37, 3, 20)
     pa, pb = Parameter("f32", stored, name="a"), Parameter("f32", (2, 3, 20, 8), name="b")
     y = MatMul(_transpose(pa, [0, 2, 1, 3]), pb)
-    gen = _subgraph(Model([Result(y, name="y")], [pa, pb])).generate(InterpreterTarget(16))
+    gen = generate_subgraph(_subgraph(Model([Result(y, name="y")], [pa, pb])), InterpreterTarget(16))
     ir = gen.linear_ir
     assert ir.parameters[0].output_descs[0].layout == (0, 2, 1, 3)
     assert ir.get_master_shape() == (2, 3, 37, 8)

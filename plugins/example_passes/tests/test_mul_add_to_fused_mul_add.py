@@ -230,10 +230,12 @@ def test_interpreter_matches_numpy_within_fma_rounding(shared_host: PluginHost, 
 
 def test_interpreter_body_holds_fused_mul_add(shared_host: PluginHost) -> None:
     from snippets_core.codegen.interpreter import InterpreterTarget
+    from snippets_core.codegen.subgraph_codegen import generate_subgraph
 
     cm = _compile_checked("interpreter", SHAPES[0])
     sg = cm.subgraphs[0]
-    gen = sg.generate(
+    gen = generate_subgraph(
+        sg,
         InterpreterTarget(16, plugin_emitters=shared_host.register_emitters("interpreter")),
         positioned_passes=shared_host.positioned_passes("interpreter", {}),
     )

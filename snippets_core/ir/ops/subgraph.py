@@ -54,14 +54,6 @@ class Subgraph(Node):
         new.rt_info = dict(self.rt_info)
         return new
 
-    def generate(self, target: Any, **kwargs: Any) -> Any:
-        """Run the whole pipeline on a copy of the body (data-flow passes, lowering, Generator) for
-        ``target`` (a TargetMachine); returns a GeneratedSubgraph with the Kernel and the final LinearIR.
-        Keyword arguments: see ``snippets_core.codegen.subgraph_codegen.generate_subgraph``."""
-        from snippets_core.codegen.subgraph_codegen import generate_subgraph
-
-        return generate_subgraph(self, target, **kwargs)
-
     @property
     def body_ops(self) -> list[Node]:
         """The body's computing ops (no Parameters, Constants or Results)."""

@@ -3,7 +3,7 @@
 ``compile_model(model, config, host)`` takes a tokenized Model (the core ran the Tokenizer for ``shave``) and
 returns a :class:`ShaveCompiledModel` holding one blob for the whole model:
 
-* every Subgraph goes through the core pipeline (``Subgraph.generate``: data-flow passes, LinearIR, Generator
+* every Subgraph goes through the core pipeline (``generate_subgraph``: data-flow passes, LinearIR, Generator
   with the :class:`~snippets_shave.target_machine.ShaveTargetMachine`) into one kernel ELF. A body with row ops
   (Softmax, Reduce) first gets a unit dim before its last dim, so that one kernel call is one row; when one call
   does not fit a slot, the kernel is generated again with a one-dim tile, then (eltwise bodies) with its rows
@@ -236,11 +236,12 @@ def generate(
     parallel_work: int = 4,
     split_factor: int | None = None,
 ) -> GeneratedSubgraph:
-    """``sg`` through the core's per-Subgraph pipeline (``Subgraph.generate``: data-flow passes, lowering,
+    """``sg`` through the core's per-Subgraph pipeline (``generate_subgraph``: data-flow passes, lowering,
     Generator) into a SHAVE kernel and its final LinearIR. A body with row ops is first given its row dim
     (:func:`split_rows`), an eltwise body with ``split_factor`` its rows cut into pieces of that many elements
     (:func:`split_last_dim`). ``parallel_work`` is the lowering's min_parallel_work_amount (a huge value keeps
     the tile to one dim)."""
+    from snippets_core.codegen.subgraph_codegen import generate_subgraph
     from snippets_core.ir.element_type import ElementType
     from snippets_core.ir.ops.io import Parameter
     from snippets_core.ir.ops.subgraph import Subgraph as _Subgraph
@@ -278,7 +279,7 @@ def generate(
     positioned = list(host.positioned_passes(TARGET_NAME, config)) if host is not None else []
     plugin_emitters = host.register_emitters(TARGET_NAME) if host is not None else {}
     tm = ShaveTargetMachine(lanes, name or _kernel_name(sg), plugin_emitters)
-    return sg.generate(tm, positioned_passes=positioned, disabled_passes=config.disabled_passes, lowering_config=lcfg)
+    return generate_subgraph(sg, tm, positioned_passes=positioned, disabled_passes=config.disabled_passes, lowering_config=lcfg)
 
 
 def kernel_row_bytes(kernel: ShaveKernel) -> int:

@@ -1,5 +1,5 @@
 """Debug capabilities of the x86-64 target: rdtsc perf counters, the segfault detector, and generation through
-``Subgraph.generate`` for dumps and ``snippets inspect --lir/--asm``.
+``generate_subgraph`` for dumps and ``snippets inspect --lir/--asm``.
 
 * Perf counters (``SNIPPETS_PERF_COUNT=rdtsc`` or ``1``): the core's InsertPerfCount wraps the kernel body in
   PerfCountBegin/PerfCountEnd. PerfCountBegin reads the time-stamp counter into its output gpr (the edge to
@@ -217,8 +217,9 @@ def generate_subgraph(
     host: Any,
     debug: DebugConfig | None = None,
 ) -> tuple[GeneratedSubgraph, Any]:
-    """``sg`` through ``Subgraph.generate`` with this target's machine, passes, precisions and lowering config;
+    """``sg`` through ``generate_subgraph`` with this target's machine, passes, precisions and lowering config;
     returns the GeneratedSubgraph and the segfault detector (None when off)."""
+    from snippets_core.codegen.subgraph_codegen import generate_subgraph
     from snippets_core.debug.config import debug_config
     from snippets_core.passes.data_flow_pipeline import DataFlowConfig
     from snippets_x86_64.runtime import TARGET_NAME, lowering_config
@@ -230,7 +231,8 @@ def generate_subgraph(
     tm, detector = debug_target_machine(debug, plugin_emitters)
     # the same precisions as without debug caps: PropagatePrecision must not saturate what numpy wraps
     dcfg = DataFlowConfig.for_body(sg.body, supported_precisions=propagation_precisions)
-    gen = sg.generate(
+    gen = generate_subgraph(
+        sg,
         tm,
         positioned_passes=positioned,
         disabled_passes=config.disabled_passes,
@@ -296,7 +298,7 @@ class IsolatedKernelExecutor:
 
 
 def compile_subgraph_debug(sg: Subgraph, config: CompileConfig, host: Any, debug: DebugConfig) -> Any:
-    """``runtime.compile_subgraph`` with debug capabilities on: generation through ``Subgraph.generate`` (dumps,
+    """``runtime.compile_subgraph`` with debug capabilities on: generation through ``generate_subgraph`` (dumps,
     perf counters), no kernel cache, and the isolated executor under the segfault detector. A Subgraph the
     target cannot compile falls back to its reference as usual; a bad debug setting is raised."""
     from snippets_core.debug.config import DebugConfigError

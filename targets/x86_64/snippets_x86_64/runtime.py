@@ -341,17 +341,19 @@ def lowering_config(body: Model, num_threads: int) -> Any:
 def generate_subgraph(
     sg: Subgraph, config: CompileConfig, host: Any, input_shapes: Sequence[tuple[int, ...]] | None = None
 ) -> GeneratedSubgraph:
-    """The core's per-Subgraph pipeline (``Subgraph.generate``: data-flow passes with PropagatePrecision fed by
+    """The core's per-Subgraph pipeline (``generate_subgraph``: data-flow passes with PropagatePrecision fed by
     this target's precisions, lowering, the plugins' positioned passes, the Generator) with an
     X86_64TargetMachine; the Subgraph is left untouched. ``input_shapes`` fixes dynamic dims. Returns the
     Kernel and the final LinearIR."""
+    from snippets_core.codegen.subgraph_codegen import generate_subgraph as core_generate_subgraph
     from snippets_core.passes.data_flow_pipeline import DataFlowConfig
     from snippets_x86_64.target_machine import X86_64TargetMachine, propagation_precisions
 
     positioned = list(host.positioned_passes(TARGET_NAME, config)) if host is not None else []
     plugin_emitters = host.register_emitters(TARGET_NAME) if host is not None else {}
     tm = X86_64TargetMachine(plugin_emitters=plugin_emitters)
-    return sg.generate(
+    return core_generate_subgraph(
+        sg,
         tm,
         positioned_passes=positioned,
         disabled_passes=config.disabled_passes,

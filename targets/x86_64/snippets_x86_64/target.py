@@ -78,7 +78,7 @@ class X86_64Target:
         return compile_subgraph(sg, config, host)
 
     def generate_subgraph(self, sg: Subgraph, config: CompileConfig, host: Any) -> GeneratedSubgraph:
-        """``sg`` through ``Subgraph.generate`` with this target's machine, passes and precisions (the Kernel and
+        """``sg`` through ``generate_subgraph`` with this target's machine, passes and precisions (the Kernel and
         the final LinearIR, for ``snippets inspect --lir/--asm``); debug capabilities from ``config``/environment."""
         from snippets_x86_64.debug_caps import generate_subgraph
 
