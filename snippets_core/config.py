@@ -7,11 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from snippets_core.errors import SnippetsError
-
-
-class ConfigError(SnippetsError):
-    """A configuration key or value is not valid."""
+# ConfigError lives with the other errors so that tokenization/config (below this module) can raise it
+from snippets_core.errors import ConfigError
 
 
 def default_num_threads() -> int:

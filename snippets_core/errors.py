@@ -48,5 +48,9 @@ class CodegenError(SnippetsError):
     """Code generation failed for a reason a user can act on."""
 
 
+class ConfigError(SnippetsError):
+    """A configuration key or value is not valid (also importable from ``snippets_core.config``)."""
+
+
 class BlobFormatError(SnippetsError):
     """A compiled blob is malformed, truncated or of a wrong version."""

@@ -21,99 +21,31 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from snippets_core.codegen.emitter import Emitter, KernelEmitter
+from snippets_core.codegen.emitter import KernelEmitter
 from snippets_core.codegen.generator import Generator
+from snippets_core.codegen.interpreter_base import (
+    InterpreterEmitter,
+    MachineState,
+    OutOfBoundsAccessError,
+    Pointer,
+    Step,
+    poison,
+)
+from snippets_core.codegen.interpreter_brgemm import BrgemmEmitter
 from snippets_core.codegen.subgraph_codegen import generate_subgraph
 from snippets_core.codegen.target_machine import Jitter, TargetMachine
 from snippets_core.errors import CodegenError, InputError
 from snippets_core.ir.element_type import ElementType
-from snippets_core.lowered.port_descriptor import Reg, RegType
+from snippets_core.lowered.port_descriptor import RegType
 
 if TYPE_CHECKING:
     from snippets_core.ir.model import Model
     from snippets_core.lowered.expression import Expression
     from snippets_core.lowered.linear_ir import Config, LinearIR
-
-
-class OutOfBoundsAccessError(CodegenError):
-    """A generated access would read or write outside the memory it points into."""
-
-
-@dataclass
-class Pointer:
-    """A data pointer: a memory region and a byte address inside (or, wrongly, outside) it."""
-
-    region: str
-    addr: int
-
-    def __add__(self, delta: int) -> Pointer:
-        return Pointer(self.region, self.addr + int(delta))
-
-
-@dataclass
-class MachineState:
-    """Registers and memory of one kernel call."""
-
-    vector_size: int
-    memory: dict[str, np.ndarray]
-    gpr: dict[int, Any] = field(default_factory=dict)
-    vec: dict[int, np.ndarray] = field(default_factory=dict)
-    pc: int = 0
-
-    def read(self, reg: Reg | None) -> Any:
-        if reg is None:
-            raise CodegenError("an expression reads a value that has no register")
-        bank = self.gpr if reg.type == RegType.gpr else self.vec
-        try:
-            return bank[reg.idx]
-        except KeyError:
-            raise CodegenError(f"register {reg} is read before anything was written to it") from None
-
-    def write(self, reg: Reg | None, value: Any) -> None:
-        if reg is None:
-            return
-        (self.gpr if reg.type == RegType.gpr else self.vec)[reg.idx] = value
-
-
-def poison(dtype: np.dtype, n: int) -> np.ndarray:
-    """Lanes nobody wrote: NaN for floats, a byte pattern for integers."""
-    dtype = np.dtype(dtype)
-    if dtype.kind == "f" or dtype == ElementType.bf16.numpy:
-        return np.full(n, np.nan, dtype=dtype)
-    if dtype.kind == "b":
-        return np.ones(n, dtype=dtype)
-    return np.frombuffer(b"\xa5" * (n * dtype.itemsize), dtype=dtype).copy()
-
-
-Step = Callable[[MachineState], None]
-
-
-# --- emitters ------------------------------------------------------------------------------------------------
-
-class InterpreterEmitter(Emitter):
-    """Emits a closure over the machine state."""
-
-    def __init__(self, expr: Expression, target: InterpreterTarget) -> None:
-        super().__init__(expr)
-        self.target = target
-        self.lanes = target.vector_size
-
-    def emit_code(self, in_regs=None, out_regs=None, aux=None) -> Step:  # type: ignore[no-untyped-def,override]
-        return self.step()
-
-    def step(self) -> Step:
-        return lambda st: None
-
-    def oob(self, what: str, ptr: Pointer, nbytes: int, size: int) -> OutOfBoundsAccessError:
-        e = self.expr
-        return OutOfBoundsAccessError(
-            f"{e.type_name} '{e.name}' {what} bytes [{ptr.addr}, {ptr.addr + nbytes}) of region '{ptr.region}' "
-            f"({size} bytes)")
 
 
 class NopEmitter(InterpreterEmitter):
@@ -306,7 +238,7 @@ class PerfCountBeginEmitter(InterpreterEmitter):
     def step(self) -> Step:
         from time import perf_counter_ns
 
-        from snippets_core.debug.perf_count import PERF_COUNTERS
+        from snippets_core.lowered.perf_counters import PERF_COUNTERS
 
         counters = self.expr.node.rt_info.get(PERF_COUNTERS)
         if counters is not None:
@@ -321,7 +253,7 @@ class PerfCountEndEmitter(InterpreterEmitter):
     def step(self) -> Step:
         from time import perf_counter_ns
 
-        from snippets_core.debug.perf_count import PERF_COUNTERS
+        from snippets_core.lowered.perf_counters import PERF_COUNTERS
 
         counters = self.expr.input_connectors[0].source.expr.node.rt_info.get(PERF_COUNTERS)
         i = self.in_regs[0]
@@ -346,7 +278,7 @@ _SPECIAL: dict[str, type[InterpreterEmitter]] = {
     "Load": LoadEmitter, "BroadcastLoad": BroadcastLoadEmitter, "Store": StoreEmitter,
     "BroadcastMove": BroadcastMoveEmitter, "Scalar": ScalarEmitter, "VectorBuffer": VectorBufferEmitter,
     "Fill": FillEmitter, "HorizonMax": HorizonEmitter, "HorizonSum": HorizonEmitter,
-    "LoopBegin": LoopBeginEmitter, "LoopEnd": LoopEndEmitter,
+    "LoopBegin": LoopBeginEmitter, "LoopEnd": LoopEndEmitter, "Brgemm": BrgemmEmitter,
 }
 
 
@@ -517,10 +449,6 @@ def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence
     return execute
 
 
-# The Brgemm emitter builds on this module's emitter base, so it joins the table once the module is complete.
-from snippets_core.codegen.interpreter_brgemm import BrgemmEmitter
-
-_SPECIAL["Brgemm"] = BrgemmEmitter
 # a LoadReorder's permutation lives in its pointer increments and the kernel's data offsets (InitLoops,
 # PropagateLayout); the access itself is a Load
 _SPECIAL["LoadReorder"] = LoadEmitter

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from snippets_core.codegen.interpreter import InterpreterEmitter, MachineState, Pointer, Step
+from snippets_core.codegen.interpreter_base import InterpreterEmitter, MachineState, Pointer, Step
 from snippets_core.lowered.brgemm_utils import MatrixAccess, brgemm_geometry
 
 

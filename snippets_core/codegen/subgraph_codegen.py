@@ -102,7 +102,7 @@ def generate_subgraph(
         dumper.final(ir)
     kernel = Generator(target).generate(ir)
     if debug.perf_count is not None:
-        from snippets_core.debug.perf_count import PERF_COUNTERS, SUBGRAPH_PERF_COUNTERS
+        from snippets_core.lowered.perf_counters import PERF_COUNTERS, SUBGRAPH_PERF_COUNTERS
 
         counters = [e.node.rt_info[PERF_COUNTERS] for e in ir.exprs
                     if e.type_name == "PerfCountBegin" and PERF_COUNTERS in e.node.rt_info]

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from snippets_core.config import ConfigError
+from snippets_core.errors import ConfigError
 
 ENV_DUMP_LIR = "SNIPPETS_DUMP_LIR"
 ENV_PERF_COUNT = "SNIPPETS_PERF_COUNT"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from snippets_core.debug.text_dump import _fmt_value
+from snippets_core.lowered.text_dump import _fmt_value
 from snippets_core.lowered.expression import BufferExpression
 from snippets_core.lowered.passes.pass_base import LoweredPass
 

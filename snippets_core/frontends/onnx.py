@@ -26,6 +26,7 @@ import numpy as np
 from snippets_core.errors import ModelFormatError, ShapeInferenceError, SnippetsError, UnsupportedOpError
 from snippets_core.frontends.onnx_functions import expand as expand_function
 from snippets_core.frontends.onnx_functions import has_function_body
+from snippets_core.frontends.onnx_types import element_type_of
 from snippets_core.ir import ops as _ops  # noqa: F401  (registers the op set)
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.model import Model
@@ -52,29 +53,10 @@ _FOLD_ERRORS = (SnippetsError, ArithmeticError, ValueError, TypeError, IndexErro
 MIN_OPSET = 7
 """The oldest default-domain opset the frontend claims (older models are refused with a typed error)."""
 
-_ONNX_TO_ET: dict[int, ElementType] = {}
-if onnx is not None:
-    _ONNX_TO_ET = {
-        TensorProto.FLOAT: ElementType.f32, TensorProto.DOUBLE: ElementType.f64, TensorProto.FLOAT16: ElementType.f16,
-        TensorProto.BFLOAT16: ElementType.bf16, TensorProto.INT64: ElementType.i64, TensorProto.INT32: ElementType.i32,
-        TensorProto.INT16: ElementType.i16, TensorProto.INT8: ElementType.i8, TensorProto.UINT64: ElementType.u64,
-        TensorProto.UINT32: ElementType.u32, TensorProto.UINT16: ElementType.u16, TensorProto.UINT8: ElementType.u8,
-        TensorProto.BOOL: ElementType.boolean,
-    }
-
 # Ops whose value depends on more than their inputs: never folded into constants.
 _NOT_FOLDABLE = ("Parameter", "Constant", "Result", "Subgraph")
 # Folding a constant subgraph larger than this would only move memory from run time to read time.
 _FOLD_LIMIT_BYTES = 1 << 30
-
-
-def element_type_of(data_type: int, what: str) -> ElementType:
-    """The snippets element type of an ONNX ``TensorProto.DataType``; UnsupportedOpError for others."""
-    try:
-        return _ONNX_TO_ET[data_type]
-    except KeyError:
-        name = TensorProto.DataType.Name(data_type) if data_type in TensorProto.DataType.values() else str(data_type)
-        raise UnsupportedOpError(f"{what} has ONNX element type {name}, which snippets does not support") from None
 
 
 # ----------------------------------------------------------------------------------------------------------

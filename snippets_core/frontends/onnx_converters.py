@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from snippets_core.errors import UnsupportedOpError
+from snippets_core.frontends.onnx_types import element_type_of
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.node import Output
 
@@ -269,8 +270,6 @@ def _where(ctx: NodeContext) -> Outputs:
 
 
 def _onnx_type(ctx: NodeContext, attr: str) -> ElementType:
-    from snippets_core.frontends.onnx import element_type_of
-
     to = ctx.attr(attr)
     if to is None:
         raise ctx.unsupported(f"attribute '{attr}' is required")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from snippets_core.errors import CodegenError
 from snippets_core.ir.element_type import ElementType
+from snippets_core.lowered.expression import PORT_BUFFER_OFFSETS
 from snippets_core.lowered.loop_utils import planar_to_stored, stored_strides
 from snippets_core.lowered.port_descriptor import FULL_DIM
 
@@ -57,8 +58,6 @@ class BrgemmGeometry:
 def _buffer_offset(port: ExpressionPort) -> int:
     """The scratchpad offset of the Buffer behind a memory port (0 for Parameters and Results), as
     AllocateBuffers recorded it per port (the copies InsertSpecificIterations makes keep the record)."""
-    from snippets_core.lowered.passes.allocate_buffers import PORT_BUFFER_OFFSETS
-
     offsets = port.expr.node.rt_info.get(PORT_BUFFER_OFFSETS, {})
     return int(offsets.get(("in" if port.is_input else "out", port.index), 0) or 0)
 

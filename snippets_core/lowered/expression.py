@@ -163,6 +163,12 @@ class Expression:
         return f"Expression({self.type_name} {self.name})"
 
 
+#: rt_info key on a Load/Store of a Buffer: the buffer's byte offset in the scratchpad
+BUFFER_OFFSET = "snippets.buffer_offset"
+#: rt_info key on an access of Buffers: {("in" | "out", port): the byte offset of the Buffer on that port}
+PORT_BUFFER_OFFSETS = "snippets.port_buffer_offsets"
+
+
 class BufferExpression(Expression):
     """The Expression of a Buffer: where it sits in the buffer scratchpad and which pointer register
     group it shares."""

@@ -294,7 +294,7 @@ class LinearIR:
     # --- dumps -------------------------------------------------------------------------------------------------------------
     def to_text(self, with_descriptors: bool = False) -> str:
         """A readable dump with stable names (``%<position>``), used by golden tests."""
-        from snippets_core.debug.text_dump import linear_ir_to_text
+        from snippets_core.lowered.text_dump import linear_ir_to_text
 
         return linear_ir_to_text(self, with_descriptors=with_descriptors)
 

@@ -8,8 +8,8 @@ is the contract.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from snippets_core.lowered.brgemm_utils import BRGEMM_OPS
 from snippets_core.lowered.linear_ir import Config, LinearIR
@@ -41,8 +41,18 @@ from snippets_core.lowered.port_descriptor import RegType
 from snippets_core.passes.pass_manager import PassHook, PassPipeline, PositionedPass
 
 if TYPE_CHECKING:
-    from snippets_core.codegen.target_machine import TargetMachine
     from snippets_core.ir.model import Model
+
+
+class TargetRegisters(Protocol):
+    """What lowering needs from a target: its register pools and register needs. Codegen's TargetMachine
+    provides it; lowering names this protocol instead, so it does not import code generation (a layer above)."""
+
+    def reg_pool(self, reg_type: RegType) -> Sequence[int]: ...
+
+    def specific_reg_types(self) -> Mapping[str, RegType]: ...
+
+    def abi_call_ops(self) -> frozenset[str]: ...
 
 
 def control_flow_pipeline(config: Config) -> PassPipeline:
@@ -69,7 +79,7 @@ def validation_pipeline() -> PassPipeline:
     return PassPipeline("validation", [ValidateBuffers(), Validate()])
 
 
-def pre_generation_pipeline(target: TargetMachine) -> PassPipeline:
+def pre_generation_pipeline(target: TargetRegisters) -> PassPipeline:
     """InitRegisters (InitLiveRanges, AssignRegisters, InsertRegSpills), InsertSpecificIterations,
     NormalizeLoopIDs, ValidateExpandedLoops, CleanupLoopOffsets, OptimizeLoopSingleEvaluation. The order is mandatory."""
     from snippets_core.lowered.passes.validate_expanded_loops import ValidateExpandedLoops
@@ -82,7 +92,7 @@ def pre_generation_pipeline(target: TargetMachine) -> PassPipeline:
     ])
 
 
-def lower(body: Model, config: Config, target: TargetMachine,
+def lower(body: Model, config: Config, target: TargetRegisters,
           positioned_passes: Iterable[PositionedPass] = (), disabled: Iterable[str] = (),
           after_pass: Iterable[PassHook] = ()) -> LinearIR:
     """Build the LinearIR of a body Model (after the data-flow passes) and run OptimizeDomain, the

@@ -7,8 +7,8 @@ in once registers are assigned. Passes change a port by replacing its descriptor
 (``expr.set_input_port_descriptor(i, desc.with_(subtensor=...))``).
 
 Data-flow passes that want to pass a subtensor or a layout to the LinearIR (SoftmaxDecomposition,
-ReduceToSnippetsReduce, MatMulToBrgemm, ...) record it on the node with :func:`set_port_descriptor`;
-the LinearIR reads it when it builds the Expression.
+ReduceToSnippetsReduce, MatMulToBrgemm, ...) record it on the node with :func:`set_port_descriptor`
+(``snippets_core.ir.port_hints``, re-exported here); the LinearIR reads it when it builds the Expression.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
-FULL_DIM = -1
-"""Subtensor marker: the emitter processes this whole dimension at once (no loop over it)."""
+# the node-level hints live in the IR, so data-flow passes can leave them without importing the LinearIR
+from snippets_core.ir.port_hints import FULL_DIM, RT_INFO_KEY, get_port_descriptor_info, set_port_descriptor
 
-RT_INFO_KEY = "snippets.port_descriptors"
+__all__ = ["FULL_DIM", "RT_INFO_KEY", "PortDescriptor", "Reg", "RegType", "get_port_descriptor_info",
+           "set_port_descriptor"]
 
 
 class RegType(Enum):
@@ -85,26 +86,3 @@ class PortDescriptor:
         if self.reg is not None:
             parts.append(f"reg={self.reg}")
         return " ".join(parts)
-
-
-def set_port_descriptor(node: Any, port_type: str, index: int, *, subtensor: Sequence[int] | None = None,
-                        layout: Sequence[int] | None = None) -> None:
-    """Record a subtensor and/or layout for a node port (``port_type`` "in" or "out") in its rt_info.
-
-    The LinearIR picks these up when it creates the node's Expression; ``FULL_DIM`` marks a dim
-    processed whole.
-    """
-    if port_type not in ("in", "out"):
-        raise ValueError(f"port_type must be 'in' or 'out', got {port_type!r}")
-    table = node.rt_info.setdefault(RT_INFO_KEY, {})
-    entry = dict(table.get((port_type, index), {}))
-    if subtensor is not None:
-        entry["subtensor"] = tuple(int(d) for d in subtensor)
-    if layout is not None:
-        entry["layout"] = tuple(int(d) for d in layout)
-    table[(port_type, index)] = entry
-
-
-def get_port_descriptor_info(node: Any, port_type: str, index: int) -> dict[str, tuple[int, ...]]:
-    """What :func:`set_port_descriptor` recorded for a node port (empty if nothing)."""
-    return dict(node.rt_info.get(RT_INFO_KEY, {}).get((port_type, index), {}))

@@ -12,6 +12,7 @@ from snippets_core.errors import UnsupportedOpError
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import OPS, Node, Output
 from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.ir.port_hints import FULL_DIM, set_port_descriptor
 from snippets_core.ir.shape import normalize_axis
 
 #: ops whose presence makes a body "domain sensitive": the lowering may not collapse or reorder their dims
@@ -87,8 +88,6 @@ def set_reduce_subtensors(reduce: Node) -> None:
     """Record the subtensor of a snippets reduction on its ports for the LinearIR (OpenVINO
     ``ReduceBase::compute_and_set_reduce_subtensors``): 1 for the dims before ``axis``, FULL_DIM from it on,
     so one emitter invocation sees whole reduced rows. Nothing is recorded while the rank is dynamic."""
-    from snippets_core.lowered.port_descriptor import FULL_DIM, set_port_descriptor
-
     shape = reduce.input_shape(0)
     if not shape.rank_is_static:
         return

@@ -8,7 +8,7 @@ from typing import ClassVar
 from snippets_core.ir.model import Model
 from snippets_core.ir.ops.snippets import BRGEMM_OUTPUT_TYPES
 from snippets_core.ir.ops.subgraph import Subgraph
-from snippets_core.lowered.port_descriptor import FULL_DIM, set_port_descriptor
+from snippets_core.ir.port_hints import FULL_DIM, set_port_descriptor
 from snippets_core.passes.graph_utils import body_of, make, nodes_of_type
 from snippets_core.passes.pass_manager import Pass
 

@@ -10,7 +10,7 @@ import numpy as np
 from snippets_core.ir.model import Model
 from snippets_core.ir.ops.io import Constant, Parameter
 from snippets_core.ir.ops.subgraph import Subgraph
-from snippets_core.lowered.port_descriptor import set_port_descriptor
+from snippets_core.ir.port_hints import set_port_descriptor
 from snippets_core.passes.graph_utils import body_of, make, nodes_of_type, replace_output
 from snippets_core.passes.pass_manager import Pass
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any
 
-from snippets_core.config import ConfigError
+from snippets_core.errors import ConfigError
 from snippets_core.ir.node import Node
 
 #: A tokenization veto: returns the reason why ``node`` must stay out of Subgraphs, or None to allow it.

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from snippets_core.ir.model import Model
-from snippets_core.passes.pass_manager import Pass
+from snippets_core.ir.pass_manager import Pass
 from snippets_core.tokenization.marks import set_topological_order
 
 

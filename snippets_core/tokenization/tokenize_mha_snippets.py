@@ -36,8 +36,8 @@ from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.io import Parameter, Result
 from snippets_core.ir.ops.snippets import BRGEMM_OUTPUT_TYPES
 from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.ir.pass_manager import Pass
 from snippets_core.ir.shape import Shape, broadcast_shapes, normalize_axis
-from snippets_core.passes.pass_manager import Pass
 from snippets_core.tokenization.config import SnippetsMode, TokenizationCallback, TokenizationConfig
 from snippets_core.tokenization.marks import (
     ORIGINAL_LAYERS_NAMES,

@@ -18,8 +18,8 @@ from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node
 from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.ir.pass_manager import Pass
 from snippets_core.ir.shape import normalize_axis
-from snippets_core.passes.pass_manager import Pass
 from snippets_core.tokenization.config import TokenizationConfig
 from snippets_core.tokenization.enumerate_nodes import EnumerateNodes
 from snippets_core.tokenization.marks import is_completed, is_skipped_by_plugin

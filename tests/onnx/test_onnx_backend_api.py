@@ -8,8 +8,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from snippets_core.errors import InputError, TargetNotFoundError
-from snippets_core.frontends import onnx_backend
-from snippets_core.frontends.onnx_backend import SnippetsBackend
+from snippets_core.runtime import onnx_backend
+from snippets_core.runtime.onnx_backend import SnippetsBackend
 
 
 def _model():  # type: ignore[no-untyped-def]

@@ -20,7 +20,7 @@ import onnx
 import pytest
 
 from snippets_core.frontends.onnx import SUPPORTED_OPS
-from snippets_core.frontends.onnx_backend import SnippetsBackend
+from snippets_core.runtime.onnx_backend import SnippetsBackend
 
 # conftest.py loads suite.py once as this module (test files are not importable by name here)
 suite = sys.modules["snippets_onnx_suite"]

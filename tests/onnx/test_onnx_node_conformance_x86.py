@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from snippets_core.frontends.onnx_backend import SnippetsBackend
 from snippets_core.plugins.targets import load_target, target_names
+from snippets_core.runtime.onnx_backend import SnippetsBackend
 
 TARGET = "x86_64_avx512"
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+# the rt_info keys live beside BufferExpression, so brgemm_utils reads them without importing this pass
+from snippets_core.lowered.expression import BUFFER_OFFSET, PORT_BUFFER_OFFSETS
 from snippets_core.lowered.passes.compute_buffer_allocation_size import ComputeBufferAllocationSize
 from snippets_core.lowered.passes.define_buffer_clusters import DefineBufferClusters
 from snippets_core.lowered.passes.init_buffers_default import InitBuffersDefault
@@ -12,11 +14,6 @@ from snippets_core.lowered.passes.normalize_buffer_register_groups import Normal
 from snippets_core.lowered.passes.pass_base import LoweredPass
 from snippets_core.lowered.passes.set_buffer_reg_group import SetBufferRegGroup
 from snippets_core.lowered.passes.solve_buffer_memory import SolveBufferMemory
-
-#: rt_info key on a Load/Store of a Buffer: the buffer's byte offset in the scratchpad
-BUFFER_OFFSET = "snippets.buffer_offset"
-#: rt_info key on an access of Buffers: {("in" | "out", port): the byte offset of the Buffer on that port}
-PORT_BUFFER_OFFSETS = "snippets.port_buffer_offsets"
 
 if TYPE_CHECKING:
     from snippets_core.lowered.linear_ir import LinearIR

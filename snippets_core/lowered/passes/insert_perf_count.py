@@ -59,7 +59,7 @@ class InsertPerfCount(LoweredPass):
 def _wrap(ir: LinearIR, after: Any, before: Any, region: int, label: str, first: Any = None, last: Any = None) -> None:
     """Insert a PerfCountBegin/End pair: after expression ``after`` (or before ``first``; at the start when both
     are None) and before expression ``before`` (or after ``last``)."""
-    from snippets_core.debug.perf_count import PERF_COUNTERS, PerfCounters
+    from snippets_core.lowered.perf_counters import PERF_COUNTERS, PerfCounters
     from snippets_core.ir.ops.snippets import PerfCountBegin, PerfCountEnd
 
     tag = label.replace(" ", "_")

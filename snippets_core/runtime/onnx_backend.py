@@ -30,7 +30,7 @@ def default_target() -> str:
 
 def compile_for(model: Model, target: str, config: Mapping[str, Any] | None = None) -> Any:
     """A callable ``inputs_by_name -> outputs_by_name`` for ``model`` on ``target``."""
-    from snippets_core import compile_model
+    from snippets_core.runtime.compiled_model import compile_model
 
     return compile_model(model, target=target, config=config)
 
