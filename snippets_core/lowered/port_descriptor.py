@@ -13,7 +13,6 @@ ReduceToSnippetsReduce, MatMulToBrgemm, ...) record it on the node with :func:`s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
