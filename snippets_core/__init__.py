@@ -1,7 +1,8 @@
 """snippets: a Python JIT compiler that fuses chains of memory-bound ops into generated kernels.
 
 Entry points: :func:`read_onnx` (ONNX -> Model), :func:`compile_model` (Model -> CompiledModel),
-the builder in :mod:`snippets_core.frontends.builder`, and the ``snippets`` command line.
+:class:`InferenceSession` (onnxruntime's interface: ``import snippets_core as ort``), the builder in
+:mod:`snippets_core.frontends.builder`, and the ``snippets`` command line.
 """
 
 from __future__ import annotations
@@ -12,7 +13,29 @@ from snippets_core.errors import SnippetsError
 
 __version__ = "0.1.0"
 
-__all__ = ["SnippetsError", "__version__", "compile_model", "read_onnx"]
+__all__ = [
+    "ExecutionMode",
+    "GraphOptimizationLevel",
+    "InferenceSession",
+    "SessionOptions",
+    "SnippetsError",
+    "__version__",
+    "compile_model",
+    "get_available_providers",
+    "read_onnx",
+]
+
+#: names served lazily from snippets_core.runtime.session: `import snippets_core` stays light (no onnx import)
+_SESSION_NAMES = frozenset({"ExecutionMode", "GraphOptimizationLevel", "InferenceSession", "SessionOptions",
+                            "get_available_providers"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SESSION_NAMES:
+        from snippets_core.runtime import session
+
+        return getattr(session, name)
+    raise AttributeError(f"module 'snippets_core' has no attribute {name!r}")
 
 
 def read_onnx(path_or_proto: Any, **kwargs: Any):  # type: ignore[no-untyped-def]
