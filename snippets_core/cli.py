@@ -9,6 +9,7 @@ Every error a user can cause (a missing or malformed file, an unknown target, a 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -51,6 +52,20 @@ example:
   snippets targets --check
 """
 
+PLUGINS_HELP = """\
+List the installed targets and pass plugins: entry-point name, distribution, version and the hooks each
+implements. Plugins are loaded to list their hooks (as every compilation loads them); targets are not imported
+unless --target names one. With --target T, also print the pass pipelines a Subgraph compiled for T goes
+through (data-flow, control-flow, validation, pre-generation, in order), each positioned pass of T and of the
+plugins at its place, marked with the plugin's name.
+
+examples:
+  snippets plugins
+  snippets plugins --target x86_64_avx512
+  snippets plugins --target interpreter -c block_plugins=example_passes
+  snippets plugins --target x86_64_avx512 --json
+"""
+
 INSPECT_HELP = """\
 Read an ONNX model, tokenize it for a target, and print the result: each Subgraph (a fused region)
 with its ops, inputs and outputs, then the ops left outside Subgraphs (they run on reference
@@ -74,6 +89,7 @@ artifact's schedule, `snippets simulate FILE` runs it.
 examples:
   snippets compile model.onnx --target shave -o model.blob
   snippets compile model.onnx -t shave -c 'target_options={"preset": "40xx"}' -o model.blob
+  snippets compile model.onnx -t shave --shape x=1,3,224,224 -o model.blob   # fix dynamic input dims
 """
 
 SIMULATE_HELP = """\
@@ -407,6 +423,72 @@ def cmd_targets(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_plugins(args: argparse.Namespace) -> int:
+    from snippets_core.config import CompileConfig
+    from snippets_core.plugins import BUILTIN_TARGETS, get_host, load_target
+    from snippets_core.plugins.inventory import components
+
+    raw = _parse_config(args.config)
+    CompileConfig.from_mapping(raw)  # unknown keys and bad values are errors here too
+    host = get_host(raw)
+    if args.target is not None and args.target not in BUILTIN_TARGETS:
+        # registered with the host, so its hooks and passes count below; an unknown name lists the installed ones
+        load_target(args.target, host)
+    rows = []
+    for c in components():
+        if c.kind == "core":
+            continue
+        if c.kind == "plugin":
+            hooks = host.hooks_of(c.name) if c.name not in host.blocked else None
+            state = "blocked" if hooks is None else ", ".join(hooks) or "none"
+        elif c.name in BUILTIN_TARGETS:
+            state = "built in"
+        elif c.name == args.target:
+            state = ", ".join(host.hooks_of("target:" + c.name)) or "none"
+        else:
+            state = f"not loaded (--target {c.name} lists them)"
+        rows.append({"kind": c.kind, "name": c.name, "distribution": c.distribution, "version": c.version,
+                     "entry_point": c.value, "hooks": state})
+    pipeline = None
+    if args.target is not None:
+        if args.target == "reference":
+            raise InputError("target 'reference' runs every node on its numpy reference: it has no pass pipeline")
+        from snippets_core.codegen.pass_pipelines import effective_pipelines
+
+        pipeline = effective_pipelines(args.target, host, raw)
+    if args.json:
+        out: dict[str, Any] = {"components": rows}
+        if pipeline is not None:
+            out["target"] = args.target
+            out["pipelines"] = [dataclasses.asdict(e) for e in pipeline]
+        print(json.dumps(out, indent=2))
+        return EXIT_OK
+    header = ("kind", "name", "distribution", "version", "hooks")
+    table = [header] + [tuple(r[k] for k in header) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1])
+    if pipeline is not None:
+        from snippets_core.codegen.pass_pipelines import format_pipelines
+
+        print(format_pipelines(pipeline, args.target))
+    return EXIT_OK
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the core, targets and plugins with their versions, read from metadata when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from snippets_core.plugins.inventory import version_text
+
+        print(version_text())
+        parser.exit()
+
+
 def _artifact_target(path: str) -> Any | None:
     """The installed target whose artifact ``path`` is (asked through ``recognizes_artifact(first bytes)``), or
     None. ``.onnx`` files are models; other files make the targets load (and only then)."""
@@ -644,7 +726,7 @@ def _core_version() -> str:
 # --- parser -------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="snippets", description=MAIN_HELP, formatter_class=_Fmt)
-    parser.add_argument("--version", action="version", version=f"snippets-core {_core_version()}")
+    parser.add_argument("--version", action=_VersionAction, help="show the versions of the core, targets and plugins")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error instead of one line")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -653,6 +735,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--check", action="store_true", help="load each target and say whether it can run here")
     p.set_defaults(func=cmd_targets)
+
+    p = sub.add_parser("plugins", help="list targets and plugins with their hooks; a target's pass pipelines",
+                       description=PLUGINS_HELP, formatter_class=_Fmt)
+    p.add_argument("--target", "-t", help="also load this target and print its pass pipelines")
+    p.add_argument("--config", "-c", action="append", default=[], metavar="KEY=VALUE",
+                   help="a compile_model config entry (block_plugins, target_options, ...); repeatable")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the traceback of an error instead of one line")
+    p.set_defaults(func=cmd_plugins)
 
     def common(p: argparse.ArgumentParser, default_target: str | None) -> None:
         p.add_argument("model", metavar="MODEL.onnx", help="the ONNX model file")

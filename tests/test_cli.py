@@ -66,7 +66,7 @@ def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
 
 
 # --- help and version ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("command", [[], ["targets"], ["inspect"], ["run"]])
+@pytest.mark.parametrize("command", [[], ["targets"], ["plugins"], ["inspect"], ["run"]])
 def test_every_command_has_help_with_an_example(capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
         main([*command, "--help"])
@@ -80,7 +80,8 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0
-    assert capsys.readouterr().out.strip() == f"snippets-core {metadata.version('snippets-core')}"
+    # the first line is the core; targets and plugins follow (tests/test_cli_plugins.py checks them)
+    assert capsys.readouterr().out.splitlines()[0] == f"snippets-core {metadata.version('snippets-core')}"
 
 
 def test_no_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:

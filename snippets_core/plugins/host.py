@@ -166,6 +166,21 @@ class PluginHost:
                 result.append(pp)
         return result
 
+    def positioned_passes_by_plugin(self, target_name: str, config: Any = None) -> list[tuple[str, Any]]:
+        """:meth:`positioned_passes` with the plugin (or "target:<name>") that contributed each, in the same
+        order, for ``snippets plugins --target``. The hooks run twice: checked once, then asked for owners."""
+        passes = self.positioned_passes(target_name, config)
+        owners = [c.plugin for c in self._call_each(
+            "snippets_positioned_passes", {"target_name": target_name, "config": _as_dict(config)}) for _ in c.value or ()]
+        return list(zip(owners, passes, strict=True))
+
+    def hooks_of(self, name: str) -> list[str]:
+        """The snippets hooks the plugin registered as ``name`` implements, sorted ([] if it is not registered)."""
+        plugin = self.pm.get_plugin(name)
+        if plugin is None:
+            return []
+        return sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or ())
+
     def mark_skipped(self, model: Any, target_name: str) -> None:
         """Let every plugin mark nodes of ``model`` SkippedByPlugin, in the stable order."""
         for _ in self._call_each("snippets_mark_skipped", {"model": model, "target_name": target_name}):
