@@ -21,6 +21,7 @@ __all__ = [
     "SnippetsError",
     "__version__",
     "compile_model",
+    "fix_input_shapes",
     "get_available_providers",
     "read_onnx",
 ]
@@ -50,3 +51,11 @@ def compile_model(model: Any, target: str | None = None, config: Any = None):  #
     from snippets_core.runtime.compiled_model import compile_model as _compile
 
     return _compile(model, target=target, config=config)
+
+
+def fix_input_shapes(model: Any, shapes: Any):  # type: ignore[no-untyped-def]
+    """A Model whose named inputs have the given shapes (``{"x": (1, 3, 224, 224)}``): dynamic dims fixed before
+    compiling, e.g. for the shave target whose blobs are static. ``model``: an ONNX path/bytes/ModelProto or Model."""
+    from snippets_core.frontends.input_shapes import fix_input_shapes as _fix
+
+    return _fix(model, shapes)

@@ -687,7 +687,14 @@ def _with_perf_counters(config: dict[str, Any]) -> dict[str, Any]:
 def cmd_compile(args: argparse.Namespace) -> int:
     from snippets_core import compile_model
 
-    model = _read_model(args.model)
+    if args.shape:
+        from snippets_core.frontends.input_shapes import fix_input_shapes
+
+        _read_model(args.model)  # a missing or unreadable file: the same one-line error as without --shape
+        # fixed on the ONNX graph inputs, so shape-only subgraphs fold as for a statically exported model
+        model = fix_input_shapes(args.model, _parse_shapes(args.shape))
+    else:
+        model = _read_model(args.model)
     cm = compile_model(model, target=args.target, config=_parse_config(args.config))
     artifact = getattr(cm, "target_artifact", None)
     if artifact is None:
@@ -795,6 +802,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common(p, None)
     p.add_argument("--output", "-o", required=True, metavar="FILE", help="where to write the artifact")
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                   help="fix the dims of an input before compiling (a shave blob is compiled for static shapes); "
+                   "repeatable")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser(

@@ -43,6 +43,7 @@ from snippets_core.config import ConfigError
 from snippets_core.errors import CodegenError, InputError, UnsupportedOpError
 from snippets_shave.blob import DmaDescriptor, Target, TensorRef, write_blob
 from snippets_shave.constants import DEFAULT_STACK_SIZE, DTYPE_TO_NUMPY, DType, dtype_of
+from snippets_shave.errors import StaticShapeError
 from snippets_shave.schedule import ScheduleBuilder
 
 if TYPE_CHECKING:
@@ -736,6 +737,32 @@ class ShaveCompiledModel:
         return "\n".join(lines)
 
 
+def check_static_inputs(model: Model) -> None:
+    """A StaticShapeError naming every input with a dynamic dim, why a blob needs static ones and how to fix them.
+
+    A blob is static by construction: each kernel argument is a MemRefData with ``isStatic = 1`` (dims and
+    strides written at compile time), and the DMA descriptors, the tiling over SHAVEs and the CMX buffer
+    offsets are planned for those sizes. Kernels taking ``isStatic = 0`` arguments would also need the schedule
+    re-planned per shape at inference, which the runtime does not do; so the shapes are fixed before compiling.
+    """
+    dynamic = [p for p in model.parameters if not p.shape.is_static]
+    if not dynamic:
+        return
+
+    def fmt(dims: Any, unknown: str) -> str:
+        return "[...]" if dims is None else ",".join(unknown if d is None else str(d) for d in dims)
+
+    listed = ", ".join(f"{p.name!r} [{fmt(p.shape.dims, '?')}]" for p in dynamic)
+    flags = " ".join(f"--shape {p.name}={fmt(p.shape.dims, 'N')}" for p in dynamic)
+    raise StaticShapeError(
+        f"model '{model.name}': a shave blob is compiled for static shapes (its kernels' MemRefData are "
+        f"isStatic = 1, and the DMA, tiling and CMX buffers are planned for those sizes at compile time), but "
+        f"input(s) {listed} have dynamic dims. Fix them before compiling: `snippets compile MODEL -t shave {flags} "
+        f"-o MODEL.blob` (N: the sizes you will run with), or from Python "
+        f"compile_model(snippets_core.fix_input_shapes(model, {{...}}), target='shave')"
+    )
+
+
 def compile_model(model: Model, config: CompileConfig, host: Any, target: Any = None) -> ShaveCompiledModel:
     """Compile a tokenized model into one blob (see the module docstring). ``target`` is the ShaveTarget
     object (a new one by default), kept with the plugin host as ``cm.target`` for tools such as inspect."""
@@ -743,6 +770,7 @@ def compile_model(model: Model, config: CompileConfig, host: Any, target: Any = 
     from snippets_shave.target import ShaveTarget
 
     options = ShaveOptions.from_mapping(dict(config.target_options))
+    check_static_inputs(model)
     blob, kernels, placement = _Compiler(model, config, host, options).compile()
     resolved = ResolvedTarget(TARGET_NAME, host, target if target is not None else ShaveTarget())
     return ShaveCompiledModel(

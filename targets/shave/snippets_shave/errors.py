@@ -7,7 +7,7 @@ errors raised while a valid blob runs are :class:`SimulationError` subclasses.
 
 from __future__ import annotations
 
-from snippets_core.errors import BlobFormatError, CodegenError, SnippetsError
+from snippets_core.errors import BlobFormatError, CodegenError, SnippetsError, UnsupportedOpError
 
 
 class InstructionDecodeError(BlobFormatError):
@@ -28,6 +28,11 @@ class KernelAbiError(BlobFormatError):
 
 class BarrierCountError(BlobFormatError):
     """A barrier's producer/consumer counts disagree with the task lists."""
+
+
+class StaticShapeError(UnsupportedOpError):
+    """A model with dynamic input dims was given to the shave target, whose blobs are compiled for one shape:
+    the message names the inputs and says how to fix their dims (``snippets compile --shape``)."""
 
 
 class SimulationError(SnippetsError):
