@@ -53,9 +53,10 @@ def compile_model(model: Any, target: str | None = None, config: Any = None):  #
     return _compile(model, target=target, config=config)
 
 
-def fix_input_shapes(model: Any, shapes: Any):  # type: ignore[no-untyped-def]
-    """A Model whose named inputs have the given shapes (``{"x": (1, 3, 224, 224)}``): dynamic dims fixed before
-    compiling, e.g. for the shave target whose blobs are static. ``model``: an ONNX path/bytes/ModelProto or Model."""
+def fix_input_shapes(model: Any, shapes: Any = None, *, dims: Any = None):  # type: ignore[no-untyped-def]
+    """A Model whose named inputs have the given shapes (``{"x": (1, 3, 224, 224)}``), or (ONNX) whose named dims
+    have the given sizes (``dims={"batch": 1}``): dynamic dims fixed before compiling, e.g. for the shave target
+    whose blobs are static. ``model``: an ONNX path/bytes/ModelProto or a Model."""
     from snippets_core.frontends.input_shapes import fix_input_shapes as _fix
 
-    return _fix(model, shapes)
+    return _fix(model, shapes, dims=dims)

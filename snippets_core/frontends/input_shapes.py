@@ -60,26 +60,51 @@ def _unknown_names(shapes: Mapping[str, Any], inputs: Sequence[str]) -> None:
         raise InputError(f"no input named {unknown[0]!r}; the model's inputs are: {', '.join(inputs)}")
 
 
-def _fix_onnx(source: Any, shapes: Mapping[str, Sequence[int]]) -> Model:
-    from snippets_core.frontends.onnx import load_model_proto, read_onnx
+def fix_onnx_inputs(source: Any, shapes: Mapping[str, Sequence[int]] | None = None,
+                    dims: Mapping[str, int] | None = None) -> Any:
+    """A copy of the ONNX model ``source`` (path, bytes or ModelProto) whose graph inputs named in ``shapes`` have
+    those shapes and whose symbolic dims named in ``dims`` (``{"batch": 8}``, onnxruntime's free dimension
+    overrides) have those sizes. A name that matches no input (no symbolic dim) is an InputError listing them."""
+    from snippets_core.frontends.onnx import load_model_proto
 
+    shapes, dims = dict(shapes or {}), dict(dims or {})
     proto, _ = load_model_proto(source)
     fixed = type(proto)()
     fixed.CopyFrom(proto)  # the caller's proto stays as it was
     initializers = {t.name for t in fixed.graph.initializer}
     inputs = [v for v in fixed.graph.input if v.name not in initializers]
     _unknown_names(shapes, [v.name for v in inputs])
+    symbolic = sorted({d.dim_param for v in inputs for d in v.type.tensor_type.shape.dim if d.dim_param})
+    unknown = sorted(set(dims) - set(symbolic))
+    if unknown:
+        raise InputError(f"no input has a dim named {unknown[0]!r}; the inputs' named dims are: "
+                         f"{', '.join(symbolic) or 'none'}")
+    for name, size in dims.items():
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise InputError(f"dim {name!r} = {size!r}: a size must be a non-negative integer")
     for v in inputs:
-        if v.name not in shapes:
-            continue
         tensor = v.type.tensor_type
-        declared = ([d.dim_value if d.WhichOneof("value") == "dim_value" else None for d in tensor.shape.dim]
-                    if tensor.HasField("shape") else None)
-        dims = check_shape_fits(v.name, declared, shapes[v.name])
-        tensor.shape.ClearField("dim")
-        for d in dims:
-            tensor.shape.dim.add().dim_value = d
-    model = read_onnx(fixed)
+        if v.name in shapes:
+            declared = ([d.dim_value if d.WhichOneof("value") == "dim_value" else None for d in tensor.shape.dim]
+                        if tensor.HasField("shape") else None)
+            new = check_shape_fits(v.name, declared, shapes[v.name])
+            tensor.shape.ClearField("dim")
+            for d in new:
+                tensor.shape.dim.add().dim_value = d
+    # a dim name means one size across the graph (as onnxruntime applies its overrides): outputs and value_info too
+    for v in [*inputs, *fixed.graph.output, *fixed.graph.value_info]:
+        if v.name in shapes:
+            continue
+        for d in v.type.tensor_type.shape.dim:
+            if d.dim_param in dims:
+                d.dim_value = dims[d.dim_param]  # the oneof: clears dim_param
+    return fixed
+
+
+def _fix_onnx(source: Any, shapes: Mapping[str, Sequence[int]] | None, dims: Mapping[str, int] | None) -> Model:
+    from snippets_core.frontends.onnx import read_onnx
+
+    model = read_onnx(fix_onnx_inputs(source, shapes, dims))
     fold_shape_subgraphs(model)
     return model
 
@@ -101,10 +126,15 @@ def _fix_model(model: Model, shapes: Mapping[str, Sequence[int]]) -> Model:
     return fixed
 
 
-def fix_input_shapes(model: Any, shapes: Mapping[str, Sequence[int]]) -> Model:
-    """A Model whose inputs named in ``shapes`` have those shapes. ``model`` is an ONNX path, bytes or ModelProto
-    (the dims are fixed before reading) or a Model (left untouched: a copy is returned). A name the model has no
-    input for, a shape of another rank or one that contradicts a static dim is an InputError naming it."""
+def fix_input_shapes(model: Any, shapes: Mapping[str, Sequence[int]] | None = None, *,
+                     dims: Mapping[str, int] | None = None) -> Model:
+    """A Model whose inputs named in ``shapes`` have those shapes, and (ONNX only) whose symbolic dims named in
+    ``dims`` have those sizes. ``model`` is an ONNX path, bytes or ModelProto (the dims are fixed before reading)
+    or a Model (left untouched: a copy is returned). A name the model has no input for, a shape of another rank
+    or one that contradicts a static dim is an InputError naming it."""
     if isinstance(model, Model):
-        return _fix_model(model, shapes)
-    return _fix_onnx(model, shapes)
+        if dims:
+            raise InputError("named dims (dims=...) are fixed on an ONNX model (path, bytes or ModelProto); "
+                             "for a Model give whole input shapes")
+        return _fix_model(model, shapes or {})
+    return _fix_onnx(model, shapes, dims)

@@ -170,8 +170,8 @@ class PluginHost:
         """:meth:`positioned_passes` with the plugin (or "target:<name>") that contributed each, in the same
         order, for ``snippets plugins --target``. The hooks run twice: checked once, then asked for owners."""
         passes = self.positioned_passes(target_name, config)
-        owners = [c.plugin for c in self._call_each(
-            "snippets_positioned_passes", {"target_name": target_name, "config": _as_dict(config)}) for _ in c.value or ()]
+        kwargs = {"target_name": target_name, "config": _as_dict(config)}
+        owners = [c.plugin for c in self._call_each("snippets_positioned_passes", kwargs) for _ in c.value or ()]
         return list(zip(owners, passes, strict=True))
 
     def hooks_of(self, name: str) -> list[str]:

@@ -76,10 +76,20 @@ class SessionOptions:
     enable_profiling: bool = False
     profile_file_prefix: str = "onnxruntime_profile_"
     optimized_model_filepath: str = ""
+    _free_dimension_overrides: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     _frozen: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self._frozen = True
+
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        """Fix the symbolic dim ``dim_name`` of the graph inputs to ``dim_value`` (what ``snippets compile --shape``
+        does by input): the model is then compiled for that size, and a feed of another size is an InputError.
+        A name no input dim has is an InputError when the session is created."""
+        self._free_dimension_overrides[dim_name] = dim_value
+
+    def free_dimension_overrides(self) -> dict[str, int]:
+        return dict(self._free_dimension_overrides)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if getattr(self, "_frozen", False) and name not in _OPTION_NAMES:
@@ -162,7 +172,8 @@ def _shape(tp: Any) -> list[int | str | None]:
     dims: list[int | str | None] = []
     for d in tp.tensor_type.shape.dim:
         kind = d.WhichOneof("value")
-        dims.append(d.dim_value if kind == "dim_value" else d.dim_param if kind == "dim_param" and d.dim_param else None)
+        # onnxruntime: a dim_value as an int, a named dim as its name, a dim with neither as None
+        dims.append(d.dim_value if kind == "dim_value" else (d.dim_param or None) if kind == "dim_param" else None)
     return dims
 
 
@@ -260,13 +271,21 @@ class InferenceSession:
         if any(opts for opts in provider_options or ()):
             raise ConfigError(f"provider_options {list(provider_options or ())!r}: snippets targets take no provider "
                               "options; give target options as config={'target_options': {...}}")
+        from snippets_core.frontends.input_shapes import fix_onnx_inputs, fold_shape_subgraphs
         from snippets_core.frontends.onnx import load_model_proto, read_onnx
         from snippets_core.runtime.compiled_model import compile_model
 
         self._sess_options = sess_options if sess_options is not None else SessionOptions()
         self._target = choose_target(target, providers)
-        model = read_onnx(path_or_bytes)
-        proto, _ = load_model_proto(path_or_bytes)
+        # onnxruntime's SessionOptions keeps its overrides write-only: only ours can be read back
+        overrides = getattr(sess_options, "free_dimension_overrides", dict)()
+        if overrides:
+            proto = fix_onnx_inputs(path_or_bytes, dims=overrides)
+            model = read_onnx(proto)
+            fold_shape_subgraphs(model)
+        else:
+            model = read_onnx(path_or_bytes)
+            proto, _ = load_model_proto(path_or_bytes)
         inferred = _inferred(proto)
         initializers = frozenset(t.name for t in proto.graph.initializer)
         self._inputs = _node_args(proto.graph.input, skip=initializers)

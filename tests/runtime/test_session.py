@@ -190,3 +190,27 @@ def test_a_bad_file_is_a_typed_error(tmp_path):
     with pytest.raises(SnippetsError, match="bad.onnx"):
         snippets_core.InferenceSession(str(bad))
     onnx.checker.check_model(onnx.load_from_string(MODELS["multi_output"][0]))  # the fixtures themselves are valid
+
+
+def test_free_dimension_overrides_fix_the_dims_as_in_onnxruntime():
+    model = MODELS["dynamic_batch"][0]
+    answers = []
+    for module in (ort, snippets_core):
+        opts = module.SessionOptions()
+        opts.add_free_dimension_override_by_name("batch", 3)
+        sess = module.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        x = np.random.default_rng(5).standard_normal((3, 16)).astype(np.float32)
+        answers.append(([(i.name, i.shape) for i in sess.get_inputs()], [(o.name, o.shape) for o in sess.get_outputs()],
+                        sess.run(None, {"x": x})[0]))
+        with pytest.raises(InputError if module is snippets_core else Exception, match="x"):  # noqa: B017
+            sess.run(None, {"x": np.zeros((4, 16), np.float32)})
+    (want_in, want_out, want), (got_in, got_out, got) = answers
+    assert (got_in, got_out) == (want_in, want_out) == ([("x", [3, 16])], [("y", [3, 8])])
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_a_free_dimension_no_input_has_is_a_typed_error():
+    opts = snippets_core.SessionOptions()
+    opts.add_free_dimension_override_by_name("seq", 3)
+    with pytest.raises(InputError, match="no input has a dim named 'seq'; the inputs' named dims are: batch"):
+        snippets_core.InferenceSession(MODELS["dynamic_batch"][0], opts)

@@ -125,3 +125,16 @@ def test_the_shape_chain_folds_on_a_model_too(tmp_path: Path) -> None:
     x = np.random.default_rng(2).standard_normal((4, 3, 16)).astype(np.float32)
     np.testing.assert_allclose(compile_model(fixed, target="shave")({"x": x})["y"], _numpy(x).reshape(4, 48),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_an_inference_session_with_a_free_dimension_override_runs_on_shave(tmp_path: Path) -> None:
+    """onnxruntime's way of fixing a dim (add_free_dimension_override_by_name) makes the model static for shave."""
+    path = str(_swish_model(tmp_path / "m.onnx", reshape=True))
+    with pytest.raises(StaticShapeError):
+        snippets_core.InferenceSession(path, providers=["shave"])
+    opts = snippets_core.SessionOptions()
+    opts.add_free_dimension_override_by_name("batch", 2)
+    sess = snippets_core.InferenceSession(path, opts, providers=["shave"])
+    assert [o.shape for o in sess.get_outputs()] == [[2, 48]]
+    x = np.random.default_rng(4).standard_normal((2, 3, 16)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], _numpy(x).reshape(2, 48), rtol=1e-5, atol=1e-6)
