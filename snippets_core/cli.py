@@ -435,7 +435,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         # registered with the host, so its hooks and passes count below; an unknown name lists the installed ones
         load_target(args.target, host)
     rows = []
-    for c in components():
+    for c in components(_core_version()):
         if c.kind == "core":
             continue
         if c.kind == "plugin":
@@ -485,7 +485,7 @@ class _VersionAction(argparse.Action):
                  option_string: str | None = None) -> None:
         from snippets_core.plugins.inventory import version_text
 
-        print(version_text())
+        print(version_text(_core_version()))
         parser.exit()
 
 
@@ -725,9 +725,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def _core_version() -> str:
+    """The installed snippets-core version, else ``snippets_core.__version__`` (a source tree never installed)."""
     from snippets_core import __version__
+    from snippets_core.plugins.inventory import core_version
 
-    return __version__
+    return core_version(__version__)
 
 
 # --- parser -------------------------------------------------------------------------------------------------

@@ -24,15 +24,13 @@ class Component:
     value: str = ""
 
 
-def core_version() -> str:
-    """The installed snippets-core version (its metadata), else the package's ``__version__`` (a source tree
-    on PYTHONPATH that was never installed)."""
+def core_version(fallback: str) -> str:
+    """The installed snippets-core version (its metadata), else ``fallback`` (the package's ``__version__``, for a
+    source tree on PYTHONPATH that was never installed; the caller passes it: this layer sits below the facade)."""
     try:
         return metadata.version(CORE_DISTRIBUTION)
     except metadata.PackageNotFoundError:
-        from snippets_core import __version__
-
-        return __version__
+        return fallback
 
 
 def list_plugins() -> list[Component]:
@@ -42,19 +40,19 @@ def list_plugins() -> list[Component]:
                       ep.dist.version if ep.dist is not None else "?", ep.value) for ep in eps]
 
 
-def components() -> list[Component]:
-    """The core, then the installed targets, the built-in targets and the plugins, each sorted by name."""
-    core = core_version()
+def components(core: str) -> list[Component]:
+    """The core (version ``core``), then the installed targets, the built-in targets and the plugins, each sorted
+    by name."""
     out = [Component("core", CORE_DISTRIBUTION, CORE_DISTRIBUTION, core)]
     out += [Component("target", t.name, t.distribution, t.version, t.value) for t in list_targets()]
     out += [Component("target", b, f"{CORE_DISTRIBUTION} (built in)", core) for b in BUILTIN_TARGETS]
     return out + list_plugins()
 
 
-def version_text() -> str:
-    """``snippets --version``: one line per component."""
+def version_text(core: str) -> str:
+    """``snippets --version``: one line per component, the core (version ``core``) first."""
     lines = []
-    for c in components():
+    for c in components(core):
         if c.kind == "core":
             lines.append(f"{c.distribution} {c.version}")
         else:
