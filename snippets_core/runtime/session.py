@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from snippets_core.config import ConfigError
-from snippets_core.errors import InputError, TargetNotFoundError
+from snippets_core.errors import ConfigError, InputError, TargetNotFoundError
 
 #: onnxruntime's provider name for its CPU kernels: here it means "the best target that runs on this CPU"
 CPU_PROVIDER = "CPUExecutionProvider"

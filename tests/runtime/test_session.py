@@ -12,8 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import snippets_core
-from snippets_core.config import ConfigError
-from snippets_core.errors import InputError, SnippetsError, TargetNotFoundError
+from snippets_core.errors import ConfigError, InputError, SnippetsError, TargetNotFoundError
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle of these tests (pip install '.[test]')")
 
