@@ -67,6 +67,15 @@ class CompileConfig:
                 raise ConfigError(f"num_threads must be a positive integer, got {n!r}")
         for k in ("disabled_passes", "block_plugins"):
             if k in kwargs:
-                kwargs[k] = tuple(kwargs[k])
+                kwargs[k] = _names(k, kwargs[k])
         kwargs["tokenization"] = tok
         return CompileConfig(**kwargs)
+
+
+def _names(key: str, value: Any) -> tuple[str, ...]:
+    """A list of names from one name (``"a"`` or ``"a,b"``, as ``-c key=a`` and the environment give it) or a list
+    of names; a bare string is never split into characters."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
+        raise ConfigError(f"{key} must be a name or a list of names, got {value!r}")
+    return tuple(v.strip() for v in items if v.strip())

@@ -54,3 +54,14 @@ class ConfigError(SnippetsError):
 
 class BlobFormatError(SnippetsError):
     """A compiled blob is malformed, truncated or of a wrong version."""
+
+
+class UnsupportedByTarget(UnsupportedOpError, CodegenError):
+    """A target declares that it does not generate this: an op without an emitter, an element type or CPU
+    feature its emitters lack, more live values than its registers. The only reason a Subgraph (or one input
+    shape of it) may run on its reference instead; the placement reports show the reason."""
+
+
+class PassError(SnippetsError):
+    """A pass raised an unexpected exception; the message names the pass, the plugin that added it (if any)
+    and the Subgraph it was compiling."""

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from snippets_core.errors import UnsupportedOpError
+from snippets_core.errors import UnsupportedByTarget
 from snippets_core.ir.element_type import ElementType
 from snippets_core.lowered.port_descriptor import RegType
 
@@ -72,17 +72,17 @@ class TargetMachine(ABC):
         return type_name in self.jitters
 
     def get(self, expr: Expression) -> Emitter:
-        """The emitter of ``expr``; an UnsupportedOpError naming the op when the target has none or
+        """The emitter of ``expr``; an UnsupportedByTarget (the declared reason to fall back) naming the op when the target has none or
         does not support its input precisions."""
         jitter = self.jitters.get(expr.type_name)
         if jitter is None:
-            raise UnsupportedOpError(f"target '{self.name}' has no emitter for op {expr.type_name} "
+            raise UnsupportedByTarget(f"target '{self.name}' has no emitter for op {expr.type_name} "
                                      f"(expression '{expr.name}')")
         supported = list(jitter.supported_precisions(expr))
         if supported:
             types = tuple(c.source.expr.node.outputs[c.source.index].element_type for c in expr.input_connectors)
             if types not in supported:
-                raise UnsupportedOpError(
+                raise UnsupportedByTarget(
                     f"target '{self.name}': op {expr.type_name} (expression '{expr.name}') does not support input "
                     f"precisions {list(map(str, types))}; supported: {[list(map(str, s)) for s in supported]}")
         return jitter.factory(expr)

@@ -9,7 +9,9 @@ Targets and plugins add passes by position, relative to a named pass already in 
     PositionedPass(MyPass(), PassPosition("insert-loops", after=True))
     PositionedPass(MyPass(), PassPosition.pipeline_end())
 
-An anchor that is not in the pipeline is a :class:`~snippets_core.errors.PassPositionError`.
+An anchor that is not in the pipeline is a :class:`~snippets_core.errors.PassPositionError`, and a pass class
+without a ``name`` of its own cannot be placed. Both errors, and any exception a placed pass raises while it
+runs, name the plugin that contributed the pass (``PositionedPass.plugin``, set by the plugin host).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from snippets_core.errors import PassPositionError
+from snippets_core.errors import PassError, PassPositionError, PluginError, SnippetsError
 
 Place = Literal["before", "after", "start", "end"]
 
@@ -74,10 +76,17 @@ class PositionedPass:
     position: PassPosition
     #: which pipeline it is for; by default the pass's own ``kind``
     pipeline: str | None = None
+    #: the plugin (or "target:<name>") that contributed it; errors name it
+    plugin: str | None = field(default=None, compare=False)
 
     @property
     def pipeline_kind(self) -> str:
         return self.pipeline or self.pass_.kind
+
+    def describe(self) -> str:
+        """``plugin 'p': pass 'x' (after anchor)``: how errors name this pass."""
+        who = f"plugin '{self.plugin}': " if self.plugin else ""
+        return f"{who}pass '{self.pass_.name}' ({self.position})"
 
 
 PassHook = Callable[[Pass, Any, bool], None]
@@ -92,6 +101,8 @@ class PassPipeline:
     disabled: set[str] = field(default_factory=set)
     #: called after each pass with (pass, ir, changed): debug dumps hang here
     after_pass: list[PassHook] = field(default_factory=list)
+    #: the PositionedPass each placed pass came from, by ``id`` of the pass object (to name it in errors)
+    origins: dict[int, PositionedPass] = field(default_factory=dict)
 
     def register(self, p: Pass) -> PassPipeline:
         self.passes.append(p)
@@ -102,6 +113,13 @@ class PassPipeline:
 
     def register_positioned(self, pp: PositionedPass) -> None:
         pos = pp.position
+        cls = type(pp.pass_)
+        if not any("name" in vars(k) for k in cls.__mro__ if k is not Pass) or not cls.name:
+            error = PluginError if pp.plugin else PassPositionError
+            raise error(f"{'plugin ' + repr(pp.plugin) + ': ' if pp.plugin else ''}pass class {cls.__qualname__} "
+                        f"has no name (give it `name: ClassVar[str] = \"my-pass\"`), so it cannot be placed, "
+                        f"disabled or named in errors")
+        self.origins[id(pp.pass_)] = pp
         if pos.place == "start":
             self.passes.insert(0, pp.pass_)
             return
@@ -110,8 +128,9 @@ class PassPipeline:
             return
         hits = [i for i, p in enumerate(self.passes) if p.name == pos.anchor]
         if len(hits) <= pos.occurrence:
+            who = f"plugin '{pp.plugin}': " if pp.plugin else ""
             raise PassPositionError(
-                f"cannot place pass '{pp.pass_.name}' {pos}: the {self.name} pipeline has "
+                f"{who}cannot place pass '{pp.pass_.name}' {pos}: the {self.name} pipeline has "
                 f"{'no' if not hits else len(hits)} pass(es) named '{pos.anchor}'; "
                 f"it has: {', '.join(dict.fromkeys(self.names()))}")
         i = hits[pos.occurrence]
@@ -129,7 +148,19 @@ class PassPipeline:
         for p in list(self.passes):
             if p.name in self.disabled:
                 continue
-            changed = bool(p.run(ir))
+            try:
+                changed = bool(p.run(ir))
+            except SnippetsError as exc:
+                origin = self.origins.get(id(p))
+                if origin is not None and origin.plugin and len(exc.args) == 1 and isinstance(exc.args[0], str):
+                    exc.args = (f"{origin.describe()}: {exc.args[0]}",)
+                raise
+            except Exception as exc:  # a bug in a pass: say which pass (and whose), keep the cause for --debug
+                origin = self.origins.get(id(p))
+                if origin is not None and origin.plugin:
+                    raise PluginError(f"{origin.describe()} raised {type(exc).__name__}: {exc}") from exc
+                raise PassError(f"pass '{p.name}' of the {self.name} pipeline raised {type(exc).__name__}: {exc}"
+                                ) from exc
             changed_any |= changed
             for hook in self.after_pass:
                 hook(p, ir, changed)

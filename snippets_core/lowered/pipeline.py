@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from snippets_core.errors import PassPositionError
 from snippets_core.lowered.brgemm_utils import BRGEMM_OPS
 from snippets_core.lowered.linear_ir import Config, LinearIR
 from snippets_core.lowered.passes.allocate_buffers import AllocateBuffers
@@ -114,6 +115,9 @@ def lower(body: Model, config: Config, target: TargetRegisters,
     for pp in positioned_passes:
         if pp.pipeline_kind in pipelines:
             pipelines[pp.pipeline_kind].register_positioned(pp)
+        elif pp.pipeline_kind != "data-flow":  # placed by the data-flow pipeline; any other kind is a typo
+            raise PassPositionError(f"{pp.describe()}: unknown pipeline '{pp.pipeline_kind}'; the pipelines are: "
+                                    f"data-flow, {', '.join(pipelines)}")
     for p in pipelines.values():
         for name in disabled:
             p.disable(name)

@@ -8,10 +8,14 @@ gets the same answer whatever order plugins were installed or registered in.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
+import sys
+import types
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import pluggy
@@ -64,6 +68,9 @@ class PluginHost:
         for name in self.blocked:
             self.pm.set_blocked(name)
         self._targets: dict[str, str] = {}  # plugin name -> target name
+        #: entry-point plugins: name -> (distribution version, the entry point's module)
+        self._installed: dict[str, tuple[str, str]] = {}
+        self._autoloading = False
         self.pm.hook.snippets_addhooks.call_historic(kwargs={"pluginmanager": self.pm})
         if autoload_from_env() if autoload is None else autoload:
             self._autoload()
@@ -78,7 +85,13 @@ class PluginHost:
                 obj = ep.load()
             except Exception as e:  # third-party import failure: name the plugin, keep the cause
                 raise PluginError(f"plugin '{ep.name}' ({ep.value}) failed to import: {type(e).__name__}: {e}") from e
-            self.register(obj, ep.name)
+            self._autoloading = True  # a plugin may implement a hook another plugin's addhooks specifies later
+            try:
+                self.register(obj, ep.name)
+            finally:
+                self._autoloading = False
+            self._installed[ep.name] = (ep.dist.version if ep.dist is not None else "?", ep.module)
+        self._check_pending(None)
 
     def register(self, plugin: object, name: str) -> str | None:
         """Register ``plugin`` (a module or an object with hookimpl methods) under ``name``.
@@ -95,7 +108,24 @@ class PluginHost:
             raise PluginError(f"plugin '{name}' does not fit the snippets hook specifications: {e}") from e
         except ValueError as e:  # pluggy: the same object registered under another name
             raise PluginError(f"plugin '{name}' cannot be registered: {e}") from e
+        if not self._autoloading:
+            self._check_pending(name)
         return name
+
+    def _check_pending(self, name: str | None) -> None:
+        """pluggy's check_pending: a hook implementation whose name is no hook specification (a typo such as
+        ``snippets_positioned_pass``) is an error naming the plugin and the known hooks, not a hook never called.
+        The offending plugin (``name``, when one is being registered) is unregistered again."""
+        try:
+            self.pm.check_pending()
+        except pluggy.PluginValidationError as e:
+            bad = e.plugin if name is None else self.pm.get_plugin(name)
+            bad_name = self.pm.get_name(bad) if bad is not None else name
+            if name is not None and bad is not None:
+                self.pm.unregister(bad)
+            specs = sorted(n for n in dir(self.pm.hook) if n.startswith("snippets_"))
+            raise PluginError(f"plugin '{bad_name}' implements a hook that is no snippets hook specification: {e}; "
+                              f"the hooks are: {', '.join(specs)}") from e
 
     def register_target(self, target: Any, target_name: str) -> Any:
         """Register a target object so its hooks apply when compiling for ``target_name``.
@@ -163,7 +193,8 @@ class PluginHost:
                         f"plugin '{c.plugin}': snippets_positioned_passes returned a "
                         f"{type(pp).__name__} in its list, expected PositionedPass"
                     )
-                result.append(pp)
+                # the pipelines name the plugin when its pass has a bad anchor or raises
+                result.append(pp if pp.plugin == c.plugin else dataclasses.replace(pp, plugin=c.plugin))
         return result
 
     def positioned_passes_by_plugin(self, target_name: str, config: Any = None) -> list[tuple[str, Any]]:
@@ -207,6 +238,34 @@ class PluginHost:
 
     def register_emitters(self, target_name: str) -> dict[str, object]:
         """Emitter factories by op type name from every plugin; two plugins claiming one op is an error."""
+        return self._emitters_and_owners(target_name)[0]
+
+    def source_fingerprint(self, target_name: str, config: Any = None, skip_targets: bool = True,
+                           ) -> list[tuple[str, str, str]]:
+        """``(plugin, version, sha256 of its sources)`` for every plugin that contributes positioned passes or
+        emitters to ``target_name``, sorted by plugin name: what a kernel cache key must cover, so that editing a
+        plugin's pass never serves kernels made by the old code. An installed plugin's sources are the ``.py``
+        files of its entry point's top-level package; any plugin's also the files of the modules defining the
+        plugin object and the passes and emitters it contributes. ``skip_targets`` leaves out targets' own
+        hooks (a target's cache fingerprints its own package)."""
+        contributed: dict[str, list[object]] = {}
+        for pp in self.positioned_passes(target_name, config):
+            contributed.setdefault(pp.plugin or "?", []).append(type(pp.pass_))
+        for op, (factory, plugin) in sorted(self._emitters_and_owners(target_name)[1].items()):
+            contributed.setdefault(plugin, []).append(factory)
+        out = []
+        for name in sorted(contributed):
+            if skip_targets and name in self._targets:
+                continue
+            modules = {_module_name(o) for o in [self.pm.get_plugin(name), *contributed[name]] if o is not None}
+            version, ep_module = self._installed.get(name, ("", ""))
+            files = {f for m in sorted(modules) for f in _module_files(m, package=False)}
+            if ep_module:
+                files |= set(_module_files(ep_module, package=True))
+            out.append((name, version, _files_digest(sorted(files))))
+        return out
+
+    def _emitters_and_owners(self, target_name: str) -> tuple[dict[str, object], dict[str, tuple[object, str]]]:
         merged: dict[str, object] = {}
         owner: dict[str, str] = {}
         for c in self._call_each("snippets_register_emitters", {"target_name": target_name}):
@@ -225,7 +284,43 @@ class PluginHost:
                     )
                 owner[op_type] = c.plugin
                 merged[op_type] = factory
-        return merged
+        return merged, {op: (merged[op], owner[op]) for op in merged}
+
+
+def _module_name(obj: object) -> str:
+    return obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", type(obj).__module__)
+
+
+def _module_files(module: str, package: bool) -> list[str]:
+    """The source file of ``module`` (already imported), or with ``package`` every ``.py`` file of its top-level
+    package (its helpers too). Modules without a file (``__main__`` of an interactive session) give none."""
+    if package:
+        top = sys.modules.get(module.split(".")[0])
+        paths = list(getattr(top, "__path__", []) or [])
+        if paths:
+            return sorted(str(f) for p in paths for f in Path(p).rglob("*.py"))
+    mod = sys.modules.get(module)
+    path = getattr(mod, "__file__", None)
+    return [path] if path else []
+
+
+#: file digests by (path, mtime_ns, size): a compile re-hashes only files that changed
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _files_digest(paths: Iterable[str]) -> str:
+    h = hashlib.sha256()
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        key = (path, st.st_mtime_ns, st.st_size)
+        digest = _DIGESTS.get(key)
+        if digest is None:
+            digest = _DIGESTS[key] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        h.update(f"{Path(path).name}\0{digest}\n".encode())
+    return h.hexdigest()
 
 
 def _as_dict(config: Any) -> dict[str, Any]:
@@ -249,10 +344,29 @@ def config_blocked(config: Any) -> list[str]:
     return _split_names(value)
 
 
+def check_block_list(names: Iterable[str], origin: str) -> None:
+    """A PluginError listing the known plugins when ``names`` (from ``origin``) names a plugin that is neither
+    installed (a ``snippets.plugins`` entry point) nor registered on a shared host: a typo would block nothing."""
+    names = list(names)
+    if not names:
+        return
+    known = {ep.name for ep in metadata.entry_points(group=PLUGINS_GROUP)}
+    for host in _hosts.values():
+        known.update(n for n in host.plugin_names() if not n.startswith(_TARGET_PREFIX))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise PluginError(f"{origin}: unknown plugin name(s) {', '.join(map(repr, unknown))}; known plugins: "
+                          f"{', '.join(sorted(known)) or '(none installed)'}")
+
+
 def get_host(config: Any = None) -> PluginHost:
-    """The shared host for the current environment and ``config``'s block list (created on first use)."""
+    """The shared host for the current environment and ``config``'s block list (created on first use). A block
+    list naming an unknown plugin is a PluginError listing the known ones."""
     autoload = autoload_from_env()
-    blocked = tuple(sorted(set(config_blocked(config)) | set(blocked_from_env())))
+    from_config, from_env = config_blocked(config), blocked_from_env()
+    check_block_list(from_config, CONFIG_BLOCK_KEY)
+    check_block_list(from_env, ENV_BLOCK)
+    blocked = tuple(sorted(set(from_config) | set(from_env)))
     key = (autoload, blocked)
     host = _hosts.get(key)
     if host is None:

@@ -4,6 +4,10 @@ The compiled model is a flat plan of steps in topological order. Each step reads
 value slots; Subgraphs run on the chosen target's executor, every other node on its numpy reference.
 Everything that can be decided once (slot numbers, which values die after which step, input checks)
 is decided at compile time so the call path stays lean.
+
+Placement is reported per call: an executor that may run a call somewhere else than where it was compiled
+for (see :mod:`snippets_core.runtime.placement`) says where after each call, and ``last_run_stats``,
+``placement()`` and ``describe()`` show the last call's places, with the target's reason for each fallback.
 """
 
 from __future__ import annotations
@@ -17,14 +21,22 @@ from typing import Any
 
 import numpy as np
 
-from snippets_core.config import CompileConfig
-from snippets_core.errors import InputError
+from snippets_core.config import CompileConfig, ConfigError
+from snippets_core.errors import InputError, UnsupportedByTarget
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.evaluate import evaluate_node
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node
 from snippets_core.ir.ops.io import Constant, Parameter, Result
 from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.runtime.placement import (
+    FALLBACK_KEY,
+    REFERENCE,
+    Placement,
+    ReportsPlacement,
+    fallback_reason,
+    subgraph_error,
+)
 from snippets_core.runtime.targets import ResolvedTarget, resolve_target
 
 Executor = Callable[[list[np.ndarray]], Sequence[np.ndarray]]
@@ -43,6 +55,10 @@ class Step:
     #: per output: the model output name it is, when nothing else reads it and the executor can write
     #: into a caller's array (``run(args, outs)``); then preallocated outputs are written in place
     direct: tuple[str | None, ...] | None = None
+    #: the executor, when it reports per call where it ran (else every call runs at ``where``)
+    reporter: ReportsPlacement | None = None
+    #: why a Subgraph compiled to run on its reference does (the target's declared reason)
+    reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -58,9 +74,11 @@ class InputSpec:
 
 @dataclass
 class RunStats:
-    """Timing of the last call: seconds per step, grouped by where it ran."""
+    """Timing of the last call: seconds per step, grouped by where it ran. ``fallbacks`` maps each Subgraph
+    that ran on its reference in that call to the target's reason."""
 
     steps: list[tuple[str, str, str, float]] = field(default_factory=list)  # (name, op, where, seconds)
+    fallbacks: dict[str, str] = field(default_factory=dict)
 
     @property
     def total(self) -> float:
@@ -120,11 +138,14 @@ class CompiledModel:
             if isinstance(n, Result):
                 self._results.append((n.name, args[0], n.outputs[0].element_type))
                 continue
+            reason = None
             if n.id in executors:
                 run, where = executors[n.id]
             else:
-                run, where = _reference_executor(n), "reference"
-            steps.append(Step(n, args, outs, run, where))
+                run, where = _reference_executor(n), REFERENCE
+                reason = n.rt_info.get(FALLBACK_KEY) if isinstance(n, Subgraph) else None
+            reporter = run if isinstance(run, ReportsPlacement) else None
+            steps.append(Step(n, args, outs, run, where, reporter=reporter, reason=reason))
         # Free each slot after its last reader (results are read at the end, so they are never freed).
         keep = {s for _, s, _ in self._results} | {s for s, _ in self._constants}
         last_use: dict[int, int] = {}
@@ -213,6 +234,7 @@ class CompiledModel:
         for slot, v in self._constants:
             slots[slot] = v
         stats: list[tuple[str, str, str, float]] = []
+        fallbacks: dict[str, str] = {}
         clock = time.perf_counter
         if outputs is not None:
             self._check_outputs(outputs)
@@ -222,12 +244,21 @@ class CompiledModel:
                 res = st.run([slots[a] for a in st.args], [outputs.get(n) if n else None for n in st.direct])
             else:
                 res = st.run([slots[a] for a in st.args])
-            stats.append((st.node.name, st.node.type_name, st.where, clock() - t0))
+            t = clock() - t0
+            where = st.where
+            if st.reporter is not None:  # read right after the call: where this call ran
+                placed = st.reporter.last_placement
+                where = placed.where
+                if placed.reason is not None:
+                    fallbacks[st.node.name] = placed.reason
+            elif st.reason is not None:
+                fallbacks[st.node.name] = st.reason
+            stats.append((st.node.name, st.node.type_name, where, t))
             for s, v in zip(st.outs, res):
                 slots[s] = v
             for s in st.frees:
                 slots[s] = None
-        self.last_run_stats = RunStats(stats)
+        self.last_run_stats = RunStats(stats, fallbacks)
         result: dict[str, np.ndarray] = {}
         for name, slot, et in self._results:
             v = np.asarray(slots[slot])
@@ -264,23 +295,36 @@ class CompiledModel:
 
         return perf_counters(self)
 
+    def _places(self) -> list[Placement]:
+        """Per step, where it ran in the last call (where it was compiled to run before the first call)."""
+        ran = self.last_run_stats
+        if len(ran.steps) == len(self._steps):
+            return [Placement(where, ran.fallbacks.get(name)) for name, _, where, _ in ran.steps]
+        return [st.reporter.last_placement if st.reporter is not None else Placement(st.where, st.reason)
+                for st in self._steps]
+
     def placement(self) -> list[tuple[str, str, str]]:
-        """(node name, op type, where it runs) for every computing node, in execution order."""
-        return [(st.node.name, st.node.type_name, st.where) for st in self._steps]
+        """(node name, op type, where it ran) for every computing node, in execution order: where the last call
+        ran it (a dynamic-shape Subgraph may run some input shapes on its reference), or before the first call,
+        where it was compiled to run."""
+        return [(st.node.name, st.node.type_name, p.where) for st, p in zip(self._steps, self._places())]
 
     def describe(self) -> str:
-        """A human-readable account of what was fused and where each part runs."""
+        """A human-readable account of what was fused and where each part ran in the last call (before the
+        first call: where it is compiled to run), with the target's reason for every fallback."""
         lines = [f"model '{self.model.name}' compiled for target '{self.target_name}'"]
         n_fused = sum(len(sg.body_ops) for sg in self.subgraphs)
-        others = [st for st in self._steps if not isinstance(st.node, Subgraph)]
+        places = self._places()
+        others = [(st, p) for st, p in zip(self._steps, places) if not isinstance(st.node, Subgraph)]
         lines.append(f"  {len(self.subgraphs)} Subgraph(s) fusing {n_fused} op(s); {len(others)} op(s) outside")
-        for st in self._steps:
+        for st, p in zip(self._steps, places):
             if isinstance(st.node, Subgraph):
                 ops = ", ".join(op.type_name for op in st.node.body_ops)
-                lines.append(f"  [{st.where}] Subgraph {st.node.name}: {ops}")
+                why = f" (fallback: {p.reason})" if p.reason else ""
+                lines.append(f"  [{p.where}] Subgraph {st.node.name}: {ops}{why}")
         counts: dict[tuple[str, str], int] = {}
-        for st in others:
-            counts[(st.node.type_name, st.where)] = counts.get((st.node.type_name, st.where), 0) + 1
+        for st, p in others:
+            counts[(st.node.type_name, p.where)] = counts.get((st.node.type_name, p.where), 0) + 1
         for (op, where), c in sorted(counts.items()):
             lines.append(f"  [{where}] {op} x{c}")
         return "\n".join(lines)
@@ -326,6 +370,8 @@ def compile_model(model: Model | str | Path | bytes | Any, target: str | None = 
     cfg = CompileConfig.from_mapping(config)
     m = _load(model)
     tgt = resolve_target(target, cfg)
+    if cfg.disabled_passes:
+        check_disabled_passes(cfg.disabled_passes, tgt, cfg)
     from snippets_core.runtime.pipeline import run_tokenization
 
     run_tokenization(m, tgt, cfg)
@@ -334,7 +380,53 @@ def compile_model(model: Model | str | Path | bytes | Any, target: str | None = 
         return whole_model(m, cfg, tgt.host)
     executors: dict[int, tuple[Executor, str]] = {}
     for sg in (n for n in m.get_ordered_ops() if isinstance(n, Subgraph)):
-        ex = tgt.compile_subgraph(sg, cfg)
+        try:
+            ex = tgt.compile_subgraph(sg, cfg)
+        except UnsupportedByTarget as exc:  # the one declared reason to run a Subgraph on its reference
+            sg.rt_info[FALLBACK_KEY] = fallback_reason(exc)
+            continue
+        except Exception as exc:  # anything else is an error naming the Subgraph, never a silent fallback
+            error = subgraph_error(exc, sg.name, tgt.name)
+            if error is exc:
+                raise
+            raise error from exc
         if ex is not None:
+            sg.rt_info.pop(FALLBACK_KEY, None)
             executors[sg.id] = (ex, tgt.name)
     return CompiledModel(m, tgt, cfg, executors)
+
+
+def known_pass_names(target: ResolvedTarget, config: CompileConfig) -> list[str]:
+    """Every pass name ``disabled_passes`` may name for ``target``: the core's passes, the target's own and the
+    plugins' positioned passes. Importing the pass packages is paid only when some pass is disabled."""
+    import importlib
+    import pkgutil
+
+    from snippets_core.passes.pass_manager import Pass
+
+    packages = ["snippets_core.passes", "snippets_core.lowered.passes", "snippets_core.tokenization"]
+    if target.obj is not None:  # the target's package may define passes it adds without a hook
+        packages.append(type(target.obj).__module__.split(".")[0])
+    for pkg_name in packages:
+        pkg = importlib.import_module(pkg_name)
+        for info in pkgutil.walk_packages(getattr(pkg, "__path__", []), prefix=pkg_name + "."):
+            if not info.ispkg and ".tests" not in info.name:
+                importlib.import_module(info.name)
+    names = {pp.pass_.name for pp in target.host.positioned_passes(target.name, config)}
+    todo = list(Pass.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if "name" in vars(cls) and isinstance(cls.name, str):
+            names.add(cls.name)
+    return sorted(names)
+
+
+def check_disabled_passes(disabled: Sequence[str], target: ResolvedTarget, config: CompileConfig) -> None:
+    """A ConfigError listing the known pass names when ``disabled`` names a pass that does not exist (a typo
+    would otherwise silently disable nothing)."""
+    known = known_pass_names(target, config)
+    unknown = [n for n in disabled if n not in known]
+    if unknown:
+        raise ConfigError(f"disabled_passes: unknown pass name(s) {', '.join(map(repr, unknown))}; "
+                           f"known passes: {', '.join(known)}")

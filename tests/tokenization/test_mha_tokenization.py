@@ -478,7 +478,7 @@ def test_plugin_callback_is_asked_as_the_mha_tokenizer() -> None:
                 return "not enough parallel work"
             return None
 
-    config = {"block_plugins": ["test-mha-private-host"]}  # a private plugin host for this test
+    config = {"block_plugins": ["example_passes"]}  # a private plugin host for this test (a real block list)
     host = get_host(config)
     plugin = Plugin()
     host.register(plugin, "test-mha-callback")

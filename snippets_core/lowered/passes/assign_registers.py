@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from snippets_core.errors import CodegenError
+from snippets_core.errors import CodegenError, UnsupportedByTarget
 from snippets_core.lowered.passes.pass_base import LoweredPass
 from snippets_core.lowered.port_descriptor import Reg, RegType
 
@@ -37,7 +37,7 @@ class AssignRegisters(LoweredPass):
         data = sorted((r for r in ranges if r.data_pointer), key=lambda r: (_DATA_ORDER[r.data_pointer], r.order))
         for r in data:
             if not pools[RegType.gpr]:
-                raise CodegenError(f"not enough general-purpose registers for the data pointers "
+                raise UnsupportedByTarget(f"not enough general-purpose registers for the data pointers "
                                    f"({len(data)} needed, {len(self.gpr_pool)} available)")
             mapping[r.reg] = Reg(RegType.gpr, pools[RegType.gpr].pop(0))
         for rtype in (RegType.gpr, RegType.vec, RegType.mask):
@@ -53,7 +53,7 @@ class AssignRegisters(LoweredPass):
                 free.sort()
                 if not free:
                     where = r.connectors[0].source.expr
-                    raise CodegenError(f"not enough {rtype.value} registers at expression {where.name} "
+                    raise UnsupportedByTarget(f"not enough {rtype.value} registers at expression {where.name} "
                                        f"({where.type_name}): {len(active)} values are live")
                 phys = free.pop(0)
                 active.append((r.end, phys))

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from snippets_core.errors import CodegenError, InputError
+from snippets_core.errors import CodegenError, InputError, UnsupportedByTarget
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.model import Model
 from snippets_core.ir.ops.subgraph import Subgraph
@@ -103,12 +103,12 @@ class BrgemmEmitter(JitEmitter):
         types = (g.a.element_type, g.b.element_type)
         kernel = KERNELS.get(types)
         if kernel is None or g.c.element_type != F32:
-            raise CodegenError(
+            raise UnsupportedByTarget(
                 f"Brgemm '{expr.name}': the x86-64 micro-kernel computes f32 x f32 or bf16 x bf16 "
                 f"-> f32, got {types[0]} x {types[1]} -> {g.c.element_type}"
             )
         if kernel == "bf16" and "avx512_bf16" not in h.cpu_features:
-            raise CodegenError(f"Brgemm '{expr.name}' multiplies bf16, which needs AVX512_BF16 (vdpbf16ps)")
+            raise UnsupportedByTarget(f"Brgemm '{expr.name}' multiplies bf16, which needs AVX512_BF16 (vdpbf16ps)")
         if g.b.col_stride != 1 or (kernel == "bf16" and g.a.col_stride != 1):
             raise CodegenError(
                 f"Brgemm '{expr.name}' reads B (or bf16 A) with a column stride; the micro-kernel loads contiguous rows"

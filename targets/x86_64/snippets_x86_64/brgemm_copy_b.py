@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from snippets_core.errors import CodegenError, ShapeInferenceError
+from snippets_core.errors import CodegenError, ShapeInferenceError, UnsupportedByTarget
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node
@@ -200,7 +200,7 @@ class BrgemmCopyBEmitter(JitEmitter):
     def __init__(self, expr: Expression, h: X86_64TargetMachine) -> None:
         super().__init__(expr, h)
         if expr.node.inputs[0].element_type != ElementType.f32:
-            raise CodegenError(f"BrgemmCopyB '{expr.name}' copies f32, got {expr.node.inputs[0].element_type}")
+            raise UnsupportedByTarget(f"BrgemmCopyB '{expr.name}' copies f32, got {expr.node.inputs[0].element_type}")
         src = _access(expr.get_input_port(0), ElementType.f32, 0)
         dst = _access(expr.get_output_port(0), ElementType.f32, 0)
         if src.row_stride != 1 or dst.col_stride != 1:

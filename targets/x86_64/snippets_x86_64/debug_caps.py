@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from snippets_core.errors import CodegenError, SnippetsError
+from snippets_core.errors import CodegenError, UnsupportedByTarget
 from snippets_x86_64.asm import qword, rax, rcx, rdx
 from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter
 
@@ -300,21 +300,19 @@ class IsolatedKernelExecutor:
 def compile_subgraph_debug(sg: Subgraph, config: CompileConfig, host: Any, debug: DebugConfig) -> Any:
     """``runtime.compile_subgraph`` with debug capabilities on: generation through ``generate_subgraph`` (dumps,
     perf counters), no kernel cache, and the isolated executor under the segfault detector. A Subgraph the
-    target cannot compile falls back to its reference as usual; a bad debug setting is raised."""
-    from snippets_core.debug.config import DebugConfigError
+    target declares it does not generate falls back to its reference as usual; other errors are raised."""
+    from snippets_core.runtime.placement import fallback_reason
     from snippets_x86_64.runtime import FALLBACK_KEY, PARALLEL_MIN_BYTES, KernelExecutor, _is_static, _specs
 
     try:
         if not _is_static(sg.body):
-            raise CodegenError("dynamic shapes are not supported by the x86-64 target yet")
+            raise UnsupportedByTarget("dynamic shapes are not supported by the x86-64 target with debug capabilities on")
         gen, detector = generate_subgraph(sg, config, host, debug)
         ins, outs = _specs(sg)
         min_bytes = int(dict(config.target_options).get("parallel_min_bytes", PARALLEL_MIN_BYTES))
         executor: Any = KernelExecutor(gen.kernel, ins, outs, config.num_threads, min_bytes)
-    except DebugConfigError:
-        raise
-    except SnippetsError as exc:
-        sg.rt_info[FALLBACK_KEY] = f"{type(exc).__name__}: {exc}"
+    except UnsupportedByTarget as exc:  # the declared reason; any other error is raised, never a silent fallback
+        sg.rt_info[FALLBACK_KEY] = fallback_reason(exc)
         return None
     sg.rt_info.pop(FALLBACK_KEY, None)
     if detector is not None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from snippets_core.errors import CodegenError
+from snippets_core.errors import CodegenError, UnsupportedByTarget
 from snippets_core.ir.element_type import ElementType
 from snippets_x86_64.asm import Assembler, Mem, byte, dword, word
 from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter
@@ -113,7 +113,7 @@ class MemoryEmitter(JitEmitter):
     def __init__(self, expr: Expression, h: X86_64TargetMachine, element_type: ElementType, count: int) -> None:
         super().__init__(expr, h)
         if element_type not in LANE_FORM:
-            raise CodegenError(f"{expr.type_name} '{expr.name}': no memory access for element type {element_type}")
+            raise UnsupportedByTarget(f"{expr.type_name} '{expr.name}': no memory access for element type {element_type}")
         self.element_type = element_type
         self.size = element_type.size
         self.count = count
@@ -172,7 +172,7 @@ class StoreEmitter(MemoryEmitter):
         et = expr.node.outputs[0].element_type
         super().__init__(expr, h, et, int(expr.node.count))
         if et == ET.bf16 and "avx512_bf16" not in h.cpu_features:
-            raise CodegenError(f"Store '{expr.name}' of bf16 needs AVX512_BF16 (vcvtneps2bf16), which this CPU lacks")
+            raise UnsupportedByTarget(f"Store '{expr.name}' of bf16 needs AVX512_BF16 (vcvtneps2bf16), which this CPU lacks")
 
     def aux_needs(self) -> tuple[int, int, int]:
         return 0, (1 if self.element_type in NARROW else 0), (1 if self.masked else 0)

@@ -3,9 +3,12 @@
 ``compile_subgraph(sg, config, host)`` runs the core pipeline on a copy of the Subgraph's body (data-flow
 passes, the LinearIR pipelines, plugins' positioned passes), generates the kernel with the
 X86_64TargetMachine (or takes it from the kernel cache) and returns a :class:`KernelExecutor`. A Subgraph
-the target cannot compile (an op without an emitter, too many live values...) returns None: it runs on its
-reference, and ``sg.rt_info["SnippetsFallbackReason"]`` says why. A Subgraph with dynamic dims gets a
-:class:`ShapeSpecializingExecutor`: a kernel per set of input shapes, generated on first use.
+with something the target declares it does not generate (:class:`~snippets_core.errors.UnsupportedByTarget`:
+an op without an emitter, an element type, too many live values) returns None: it runs on its reference, and
+``sg.rt_info["SnippetsFallbackReason"]`` says why. Any other exception (a bug in a pass or an emitter, a
+plugin's bad anchor) is raised: it is never turned into a silent fallback. A Subgraph with dynamic dims gets
+a :class:`ShapeSpecializingExecutor`: a kernel per set of input shapes, generated on first use, which reports
+per call where it ran (``last_placement``, see :mod:`snippets_core.runtime.placement`).
 
 The executor splits the parallel domain into contiguous chunks, one per thread; each thread has its own
 call arguments and its own slice of the buffer scratchpad, and runs its chunk with one call of the JIT
@@ -33,12 +36,14 @@ import os
 import queue
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from snippets_core.errors import CodegenError, InputError, SnippetsError
+from snippets_core.errors import CodegenError, InputError, UnsupportedByTarget
+from snippets_core.runtime.placement import FALLBACK_KEY, REFERENCE, Placement, fallback_reason, subgraph_error
 from snippets_x86_64.cache import KERNEL_CACHE, cache_dir_from, cache_key
 from snippets_x86_64.native_pool import native_pool
 
@@ -51,7 +56,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 TARGET_NAME = "x86_64_avx512"
-FALLBACK_KEY = "SnippetsFallbackReason"
 PARALLEL_MIN_BYTES = 256 * 1024
 #: the scratchpad of each thread starts on a cache line
 _ALIGN = 64
@@ -380,6 +384,8 @@ def _key_parts(config: CompileConfig, host: Any) -> list[Any]:
         ("disabled", sorted(config.disabled_passes)),
         ("positioned", [repr(p) for p in positioned]),
         ("emitters", [(op, _qualname(table[op])) for op in sorted(table)]),
+        # the sources of every plugin that contributed passes or emitters: an edited pass makes new kernels
+        ("plugin_sources", host.source_fingerprint(TARGET_NAME, config) if host is not None else []),
         # options that shape the code (e.g. Brgemm blocks); the runtime-only ones do not
         ("options", {k: v for k, v in dict(config.target_options).items() if k not in RUNTIME_OPTIONS}),
         # instructions chosen by CPU feature (a disk cache may be shared between machines)
@@ -425,20 +431,9 @@ def _executor_options(config: CompileConfig) -> tuple[int, bool]:
     return int(options.get("parallel_min_bytes", PARALLEL_MIN_BYTES)), pool == "native"
 
 
-def _fallback(sg: Subgraph, exc: Exception) -> str:
-    """Record why ``sg`` runs on its reference."""
-    if isinstance(exc, SnippetsError):
-        reason = f"{type(exc).__name__}: {exc}"
-    else:  # a bug in a pass or emitter must not fail a model the reference runs
-        reason = f"internal error {type(exc).__name__}: {exc}"
-        log.warning("x86-64: Subgraph %s falls back to its reference: %s", sg.name, reason)
-        log.debug("x86-64: the internal error of Subgraph %s", sg.name, exc_info=exc)
-    sg.rt_info[FALLBACK_KEY] = reason
-    return reason
-
-
 def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
-    """An executor running ``sg`` on this machine, or None (reason in ``sg.rt_info``) to use the reference.
+    """An executor running ``sg`` on this machine, or None (reason in ``sg.rt_info``) to use the reference when
+    the target declares it does not generate something in it (UnsupportedByTarget); other errors are raised.
     A Subgraph with dynamic dims gets a :class:`ShapeSpecializingExecutor`."""
     from snippets_core.debug.config import debug_config
 
@@ -452,11 +447,11 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
         return ShapeSpecializingExecutor(sg, config, host)
     try:
         kernel = _kernel_for(sg, config, host, None)
-        ins, outs = _specs(sg)
-        executor = KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
-    except Exception as exc:  # noqa: BLE001 - typed or internal, the Subgraph runs on its reference
-        _fallback(sg, exc)
+    except UnsupportedByTarget as exc:  # the declared reason: the Subgraph runs on its reference
+        sg.rt_info[FALLBACK_KEY] = fallback_reason(exc)
         return None
+    ins, outs = _specs(sg)
+    executor = KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
     sg.rt_info.pop(FALLBACK_KEY, None)
     sg.rt_info["SnippetsCacheKey"] = kernel.cache_key
     return executor
@@ -464,9 +459,11 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
 
 class ShapeSpecializingExecutor:
     """Runs a Subgraph whose body has dynamic dims: on the first call with a new set of input shapes it generates
-    (or takes from the kernel cache) a kernel for exactly those shapes and keeps its KernelExecutor. Shapes the
-    target cannot compile, and new shapes beyond ``MAX_SPECIALIZATIONS``, run on the Subgraph's reference;
-    ``reasons`` says why per shape."""
+    (or takes from the kernel cache) a kernel for exactly those shapes and keeps its KernelExecutor, at most
+    ``MAX_SPECIALIZATIONS`` of them (least recently used dropped first: a dropped shape is compiled again, it
+    never changes where a call runs). Shapes with something the target declares it does not generate
+    (UnsupportedByTarget) run on the Subgraph's reference, ``reasons`` says why per shape; any other error is
+    raised naming the Subgraph and the shapes. After each call ``last_placement`` says where that call ran."""
 
     MAX_SPECIALIZATIONS = 64
 
@@ -476,8 +473,12 @@ class ShapeSpecializingExecutor:
         self.host = host
         self.input_types = [p.outputs[0].element_type.numpy for p in sg.body.parameters]
         self.input_dims = [p.outputs[0].shape for p in sg.body.parameters]
-        self.executors: dict[tuple[tuple[int, ...], ...], KernelExecutor | None] = {}
+        #: per set of input shapes, its KernelExecutor, or None for a declared fallback; least recently used first
+        self.executors: OrderedDict[tuple[tuple[int, ...], ...], KernelExecutor | None] = OrderedDict()
         self.reasons: dict[tuple[tuple[int, ...], ...], str] = {}
+        self._on_target = Placement(TARGET_NAME)
+        #: where the last call ran (the snippets_core.runtime.placement protocol)
+        self.last_placement = self._on_target
         self._lock = threading.Lock()
 
     def _check(self, arrays: Sequence[np.ndarray]) -> None:
@@ -496,18 +497,18 @@ class ShapeSpecializingExecutor:
             if shapes in self.executors:
                 return self.executors[shapes]
             executor: KernelExecutor | None = None
-            if len(self.executors) >= self.MAX_SPECIALIZATIONS:
-                self.reasons[shapes] = f"more than {self.MAX_SPECIALIZATIONS} input shapes: the reference runs new ones"
-            else:
-                try:
-                    kernel = _kernel_for(self.sg, self.config, self.host, shapes)
-                    ins = list(zip(self.input_types, shapes))
-                    outs = _output_specs(self.sg, shapes)
-                    executor = KernelExecutor(
-                        kernel, ins, outs, self.config.num_threads, *_executor_options(self.config)
-                    )
-                except Exception as exc:  # noqa: BLE001 - typed or internal, these shapes run on the reference
-                    self.reasons[shapes] = _fallback(self.sg, exc)
+            try:
+                kernel = _kernel_for(self.sg, self.config, self.host, shapes)
+                ins = list(zip(self.input_types, shapes))
+                outs = _output_specs(self.sg, shapes)
+                executor = KernelExecutor(kernel, ins, outs, self.config.num_threads, *_executor_options(self.config))
+            except UnsupportedByTarget as exc:  # the declared reason: these shapes run on the reference
+                self.reasons[shapes] = f"input shapes {list(shapes)}: {fallback_reason(exc)}"
+            except Exception as exc:  # anything else is an error naming the Subgraph, never a silent fallback
+                raise subgraph_error(exc, self.sg.name, TARGET_NAME, shapes) from exc
+            while len(self.executors) >= self.MAX_SPECIALIZATIONS:
+                old, _ = self.executors.popitem(last=False)
+                self.reasons.pop(old, None)
             self.executors[shapes] = executor
             return executor
 
@@ -518,8 +519,16 @@ class ShapeSpecializingExecutor:
         if executor is _MISSING:
             self._check(arrays)
             executor = self._specialize(shapes)
+        else:
+            try:
+                self.executors.move_to_end(shapes)
+            except KeyError:  # dropped by another thread's call since the lookup: the executor still runs
+                pass
         if executor is not None:
-            return executor(arrays, outs)
+            results = executor(arrays, outs)
+            self.last_placement = self._on_target
+            return results
+        self.last_placement = Placement(REFERENCE, self.reasons.get(shapes))
         results = [np.asarray(r) for r in self.sg.evaluate(*arrays)]
         if outs is not None:
             for j, (o, r) in enumerate(zip(outs, results)):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from snippets_core.config import CompileConfig
-from snippets_core.errors import InputError
+from snippets_core.errors import CodegenError, InputError, UnsupportedByTarget
 from snippets_core.ir.model import Model
 from snippets_core.ir.ops.binary import Add, Multiply
 from snippets_core.ir.ops.io import Constant, Parameter, Result
@@ -66,7 +66,7 @@ def test_an_op_without_emitter_falls_back_with_the_reason():
     sg = subgraph(op=Atan)
     assert compile_sg(sg) is None
     reason = sg.rt_info[FALLBACK_KEY]
-    assert "UnsupportedOpError" in reason and "Atan" in reason
+    assert "UnsupportedByTarget" in reason and "Atan" in reason
 
 
 def test_dynamic_shapes_get_a_kernel_per_input_shape():
@@ -92,7 +92,7 @@ def test_shapes_the_target_cannot_compile_run_on_the_reference(monkeypatch):
 
     def picky(sg, config, host, shapes=None):  # type: ignore[no-untyped-def]
         if shapes == ((5, 37),):
-            raise runtime.CodegenError("no kernel for five rows")
+            raise UnsupportedByTarget("no kernel for five rows")
         return real(sg, config, host, shapes)
 
     KERNEL_CACHE.clear()
@@ -336,7 +336,7 @@ def test_a_forked_child_starts_its_own_workers():
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
 
 
-def test_an_internal_error_falls_back_with_the_reason(monkeypatch):
+def test_an_internal_error_is_an_error_naming_the_subgraph_never_a_fallback(monkeypatch):
     from snippets_x86_64 import runtime
 
     def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -344,6 +344,11 @@ def test_an_internal_error_falls_back_with_the_reason(monkeypatch):
 
     KERNEL_CACHE.clear()
     monkeypatch.setattr(runtime, "generate_subgraph", broken)
-    sg = subgraph()
-    assert compile_sg(sg) is None
-    assert sg.rt_info[FALLBACK_KEY] == "internal error RuntimeError: a pass tripped over itself"
+    x = Parameter("f32", (4, 9), name="x")
+    m = Model([Result(Relu(Add(x, x)), name="z")], [x])
+    with pytest.raises(CodegenError, match="Subgraph '.*' on target 'x86_64_avx512': internal error RuntimeError: "
+                                           "a pass tripped over itself"):
+        compile_model(m, target="x86_64_avx512")
+    dyn = compile_sg(subgraph(shape=(None, 37)))  # a dynamic Subgraph: the error comes with the first shape
+    with pytest.raises(CodegenError, match=r"for input shapes \[\(3, 37\)\]: internal error RuntimeError"):
+        dyn([rand((3, 37))])

@@ -24,7 +24,7 @@ Anything -> boolean is ``x != 0`` (NaN is true).
 
 from __future__ import annotations
 
-from snippets_core.errors import UnsupportedOpError
+from snippets_core.errors import UnsupportedByTarget, UnsupportedOpError
 from snippets_core.ir.element_type import ElementType
 from snippets_x86_64.asm import Assembler, MaskReg, VecReg
 from snippets_x86_64.emitters.base import Aux, f32, i32, kernel, move
@@ -55,7 +55,7 @@ def register_form(et: ElementType) -> str:
         return "f32"
     if et in INT_FORM:
         return "i32"
-    raise UnsupportedOpError(f"the x86_64_avx512 target has no register form for element type {et}")
+    raise UnsupportedByTarget(f"the x86_64_avx512 target has no register form for element type {et}")
 
 
 def _wrap(a: Assembler, dst: VecReg, src: VecReg, to: ElementType) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from snippets_core.codegen.emitter import Emitter
-from snippets_core.errors import CodegenError, UnsupportedOpError
+from snippets_core.errors import CodegenError, UnsupportedByTarget
 from snippets_core.ir.element_type import ElementType
 from snippets_x86_64.asm import ZMM, Assembler, K, VecReg
 from snippets_x86_64.emitters import eltwise as E
@@ -141,7 +141,7 @@ class EltwiseEmitter(X86Emitter):
         self.form = register_form(et)
         fn = spec.function(node, self.form)
         if fn is None:
-            raise UnsupportedOpError(
+            raise UnsupportedByTarget(
                 f"target 'x86_64_avx512': op {node.type_name} (node '{node.name}') has no emitter for element type {et}"
             )
         self.fn = fn
