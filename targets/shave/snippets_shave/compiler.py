@@ -474,6 +474,18 @@ class _Compiler:
         return (room // per_call if room > 0 and per_call else 0), per_call + fixed
 
     def subgraph(self, sg: Subgraph) -> None:
+        """Generate ``sg``'s kernel and its invocations; any error names the Subgraph (the blob has no fallback)."""
+        from snippets_core.runtime.placement import subgraph_error
+
+        try:
+            self._subgraph(sg)
+        except Exception as exc:
+            error = subgraph_error(exc, sg.name, TARGET_NAME)
+            if error is exc:
+                raise
+            raise error from exc
+
+    def _subgraph(self, sg: Subgraph) -> None:
         hw = self.hw
         total_shaves = hw.tiles * hw.shaves_per_tile
         kernel = generate_kernel(sg, self.config, self.host, parallel_work=total_shaves)
