@@ -2,8 +2,8 @@
 
 The key is a SHA-256 over a canonical text of the body (op types, attributes, element types, shapes,
 constants' bytes, recorded port descriptors; node names are left out), the compile config that changes the
-code (threads, disabled passes, positioned passes, the emitter classes of the jitters table, code-shaping
-target options, the CPU features) and a
+code (threads, disabled passes, positioned passes, the emitter classes of the jitters table, the sources of every
+plugin that contributed passes or emitters, code-shaping target options, the CPU features) and a
 fingerprint of the sources of the core and of this package (so no stale code is ever served). The
 cache lives in memory (bounded, oldest dropped first) and, when a directory is given by
 ``target_options["cache_dir"]`` or the environment variable ``SNIPPETS_CACHE_DIR``, on disk: per key a

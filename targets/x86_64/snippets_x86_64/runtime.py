@@ -30,7 +30,6 @@ fresh arrays, or the preallocated ``outs`` (C-contiguous, right shape and dtype)
 from __future__ import annotations
 
 import ctypes
-import logging
 import math
 import os
 import queue
@@ -54,7 +53,6 @@ if TYPE_CHECKING:
     from snippets_core.ir.ops.subgraph import Subgraph
     from snippets_x86_64.kernel import Kernel
 
-log = logging.getLogger(__name__)
 TARGET_NAME = "x86_64_avx512"
 PARALLEL_MIN_BYTES = 256 * 1024
 #: the scratchpad of each thread starts on a cache line

@@ -71,7 +71,8 @@ class X86_64Target:
 
     def compile_subgraph(self, sg: Subgraph, config: CompileConfig, host: Any) -> KernelExecutor | None:
         """Compile ``sg`` into a kernel run over its parallel domain on ``config.num_threads`` threads; None
-        (with ``sg.rt_info["SnippetsFallbackReason"]``) when the target cannot, so it runs on its reference.
+        (with ``sg.rt_info["SnippetsFallbackReason"]``) when the target declares it does not generate something in
+        it (UnsupportedByTarget), so it runs on its reference; any other error is raised.
         The executor is ``run(inputs, outs=None) -> outputs``; see :mod:`snippets_x86_64.runtime`."""
         from snippets_x86_64.runtime import compile_subgraph
 
