@@ -10,6 +10,18 @@ import pytest
 
 
 @pytest.fixture
+def clean_plugin_env(monkeypatch: pytest.MonkeyPatch):
+    """No plugin environment variables, and fresh shared plugin hosts before and after the test."""
+    from snippets_core.plugins import ENV_BLOCK, ENV_DISABLE_AUTOLOAD, reset_hosts
+
+    monkeypatch.delenv(ENV_DISABLE_AUTOLOAD, raising=False)
+    monkeypatch.delenv(ENV_BLOCK, raising=False)
+    reset_hosts()
+    yield
+    reset_hosts()
+
+
+@pytest.fixture
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Install fake distributions: ``site(dist, {group: {name: value}}, {module: source})``."""
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -20,7 +20,7 @@ from snippets_core.cli import main
 from snippets_core.config import CompileConfig, ConfigError
 from snippets_core.errors import PassError, PassPositionError, PluginError
 from snippets_core.frontends import builder as sb
-from snippets_core.plugins import ENV_BLOCK, ENV_DISABLE_AUTOLOAD, get_host, load_target, reset_hosts
+from snippets_core.plugins import ENV_BLOCK, get_host, load_target
 
 PLUGIN = "tiny_plugin"
 
@@ -56,13 +56,7 @@ def install(site, anchor: str = "insert-loops", raises: bool = False, cls: str =
          {"tiny_plugin_mod": PLUGIN_SRC.format(anchor=anchor, raises=raises, cls=cls) + extra})
 
 
-@pytest.fixture(autouse=True)
-def fresh_hosts(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.delenv(ENV_DISABLE_AUTOLOAD, raising=False)
-    monkeypatch.delenv(ENV_BLOCK, raising=False)
-    reset_hosts()
-    yield
-    reset_hosts()
+pytestmark = pytest.mark.usefixtures("clean_plugin_env")
 
 
 def available(target: str) -> bool:

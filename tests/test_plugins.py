@@ -23,7 +23,6 @@ from snippets_core.plugins import (
     hookimpl,
     list_targets,
     load_target,
-    reset_hosts,
 )
 
 
@@ -86,13 +85,7 @@ def labels(host: PluginHost, target: str = "t") -> list[str]:
     return [repr(pp.pass_) for pp in host.positioned_passes(target, {})]
 
 
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.delenv(ENV_DISABLE_AUTOLOAD, raising=False)
-    monkeypatch.delenv(ENV_BLOCK, raising=False)
-    reset_hosts()
-    yield
-    reset_hosts()
+pytestmark = pytest.mark.usefixtures("clean_plugin_env")
 
 
 PLUGIN_SRC = """
