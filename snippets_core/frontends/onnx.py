@@ -32,7 +32,8 @@ from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import OPS, Node, Output
 from snippets_core.ir.ops.io import Constant, Parameter, Result
-from snippets_core.ir.shape import Shape
+from snippets_core.ir.const_eval import known_shape_vector
+from snippets_core.ir.shape import Shape, SymDim
 
 try:
     import onnx
@@ -307,9 +308,13 @@ class _GraphReader:
         """Replace ``node`` by a Constant when all its inputs are Constants (and it is cheap enough)."""
         if not self.fold_constants or node.type_name in _NOT_FOLDABLE or not node.inputs or len(node.outputs) != 1:
             return node
-        if not all(isinstance(i.source.node, Constant) for i in node.inputs):
-            return node
         out = node.outputs[0]
+        if not all(isinstance(i.source.node, Constant) for i in node.inputs):
+            known = known_shape_vector(out)  # a shape vector whose entries come from static dims
+            if known is None:
+                return node
+            node.disconnect()
+            return Constant(known, name=node.name)
         if (out.shape.is_static and out.element_type not in (ElementType.dynamic, ElementType.string)
                 and out.shape.size * out.element_type.size > _FOLD_LIMIT_BYTES):
             return node
@@ -436,7 +441,9 @@ def _value_info_type(vi: Any, what: str) -> tuple[ElementType, Shape]:
     et = element_type_of(tt.elem_type, what)
     if not tt.HasField("shape"):
         return et, Shape(None)
-    dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+    # A named dim (dim_param "batch_size", "s0") is a symbolic dim: inputs that share a name share the size.
+    dims = [d.dim_value if d.HasField("dim_value") else SymDim.of(d.dim_param) if d.dim_param else None
+            for d in tt.shape.dim]
     return et, Shape(dims)
 
 

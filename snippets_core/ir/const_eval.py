@@ -13,6 +13,7 @@ import numpy as np
 from snippets_core.errors import SnippetsError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.node import Node, Output, as_output
+from snippets_core.ir.shape import SymValue
 
 SHAPE_OF_TYPES = ("ShapeOf", "Shape")
 """Type names of ops whose output depends only on their input's shape."""
@@ -94,3 +95,63 @@ def _node_values(node: Node, memo: dict[int, list[np.ndarray] | None]) -> list[n
             v = v.astype(o.element_type.numpy, copy=False)
         result.append(v)
     return result
+
+
+# --- shape vectors with symbolic entries -------------------------------------------------------------
+_MAX_SHAPE_VECTOR = 64  # a shape vector is short; longer integer constants are data, not shapes
+
+
+def shape_value(output: Output | Node) -> SymValue | None:
+    """The elements of ``output`` when it is a shape vector (an integer tensor of rank 0 or 1) whose
+    entries are known before run time as ints or symbolic dims: ``Shape(x)`` of ``x: [B, S, 768]`` is
+    ``(B, S, 768)``, and Gather/Slice/Concat/Unsqueeze/arithmetic on it follow (each op's
+    :meth:`Node.sym_value`). None when unknown. An entry may be None (unknown) in a known-length vector.
+    """
+    memo: dict[tuple[int, int], SymValue | None] = {}
+
+    def value_of(out: Output, depth: int) -> SymValue | None:
+        key = (out.node.id, out.index)
+        if key in memo:
+            return memo[key]
+        memo[key] = None  # a cycle reads as unknown
+        result = None
+        if depth < 64 and _is_shape_vector(out):
+            node = out.node
+            if node.type_name == "Constant":
+                arr = np.asarray(node.value).reshape(-1)  # type: ignore[attr-defined]
+                result = tuple(int(a) for a in arr)
+            elif out.index == 0:
+                result = node.sym_value(lambda i: value_of(node.inputs[i].source, depth + 1))
+        if result is not None and out.shape.is_static and len(result) != out.shape.size:
+            result = None  # an op's rule disagreeing with its shape inference: trust neither
+        memo[key] = result
+        return result
+
+    return value_of(as_output(output), 0)
+
+
+def _is_shape_vector(out: Output) -> bool:
+    s = out.shape
+    if not s.rank_is_static or s.rank > 1 or (s.rank == 1 and (s.dims[0] is None or s.dims[0] > _MAX_SHAPE_VECTOR)):
+        return False
+    return out.element_type.is_integral and out.element_type is not ElementType.boolean
+
+
+def shape_value_ints(output: Output | Node) -> list[int] | None:
+    """:func:`shape_value` when every entry is a known int, else None."""
+    v = shape_value(output)
+    if v is None or not all(isinstance(d, int) for d in v):
+        return None
+    return list(v)  # type: ignore[arg-type]
+
+
+def known_shape_vector(out: Output) -> np.ndarray | None:
+    """The value of ``out`` as an array (its element type and shape) when it is a shape vector whose
+    entries are all known ints although its inputs are not constants (``Gather(Shape(x), 2)`` where
+    ``x``'s dim 2 is static), so that loading and ConstantFolding can replace it by a Constant."""
+    if out.node.type_name == "Constant" or not out.shape.is_static:
+        return None
+    ints = shape_value_ints(out)
+    if ints is None:
+        return None
+    return np.asarray(ints, dtype=out.element_type.numpy).reshape(out.shape.to_tuple())

@@ -12,14 +12,14 @@ Convention for op constructors: ``Op(*inputs, <attributes as keywords>, name=Non
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from snippets_core.errors import ShapeInferenceError, SnippetsError
 from snippets_core.ir.element_type import ElementType
-from snippets_core.ir.shape import Shape
+from snippets_core.ir.shape import Shape, SymValue
 
 OPS: dict[str, type[Node]] = {}
 """Every op class by its ``type_name`` (filled as op modules are imported)."""
@@ -132,6 +132,16 @@ class Node:
     def evaluate(self, *args: np.ndarray) -> Sequence[np.ndarray]:
         """The numpy reference: input arrays in, one array per output out."""
         raise NotImplementedError(f"{type(self).__name__} has no reference evaluation")
+
+    def sym_value(self, value: Callable[[int], SymValue | None]) -> SymValue | None:
+        """The elements of this node's output when it is a small integer tensor (rank 0 or 1) whose
+        entries are known as ints or symbolic dims before run time (a shape vector: ``ShapeOf``, and the
+        Gather/Concat/Slice/arithmetic ops that torch exports build targets with), else None.
+
+        ``value(i)`` gives input ``i``'s elements the same way (computed only when asked). Ops that carry
+        shape vectors override this; see :func:`snippets_core.ir.const_eval.shape_value`.
+        """
+        return None
 
     # --- generic machinery --------------------------------------------------------------------
     def attrs(self) -> dict[str, Any]:

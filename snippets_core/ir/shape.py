@@ -1,30 +1,235 @@
-"""Shapes with static or dynamic dims, and numpy broadcasting over them."""
+"""Shapes with static, dynamic or symbolic dims, and numpy broadcasting over them.
+
+A dim is an ``int`` when it is known, ``None`` when it is only known at run time. A dynamic dim may also
+carry a :class:`SymDim` (a name such as ``S``, or a polynomial of names: ``S+1``, ``2*B``, ``B*S``) beside
+the ``None`` in ``Shape.dims``: ``Shape.syms``. Code that only knows static/dynamic reads ``dims`` as
+before; shape inference that relates dims (broadcast, MatMul, Reshape, Concat, ...) reads ``sym_dims``,
+where each dim is an int, a SymDim or ``None`` (unknown and unrelated to anything).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from snippets_core.errors import ShapeInferenceError
 
 Dim = int | None
 """A dimension: a non-negative int, or ``None`` when it is only known at run time."""
 
+_Monomial = tuple[str, ...]  # sorted names, repeated for powers; () is the constant term
+
+
+@dataclass(frozen=True)
+class SymDim:
+    """A symbolic dim: a polynomial with integer coefficients over named dims (``S``, ``S+1``, ``2*B``,
+    ``B*S``). Frozen and canonical (terms sorted, no zero coefficients), so ``==`` and hashing are exact:
+    ``S+1 != S``. Use :meth:`of` to make a name, and ``+``, ``-``, ``*`` with ints or other SymDims."""
+
+    terms: tuple[tuple[_Monomial, int], ...]
+
+    @staticmethod
+    def of(name: str) -> SymDim:
+        return SymDim((((name,), 1),))
+
+    @staticmethod
+    def _make(terms: Mapping[_Monomial, int]) -> SymDim:
+        return SymDim(tuple(sorted((m, c) for m, c in terms.items() if c)))
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(n for m, _ in self.terms for n in m)
+
+    @property
+    def constant(self) -> int | None:
+        """The value when the polynomial has no names (e.g. ``S - S + 3``), else None."""
+        if not self.terms:
+            return 0
+        if len(self.terms) == 1 and self.terms[0][0] == ():
+            return self.terms[0][1]
+        return None
+
+    @property
+    def name(self) -> str | None:
+        """The name when this is a plain name (``S``), else None."""
+        if len(self.terms) == 1 and len(self.terms[0][0]) == 1 and self.terms[0][1] == 1:
+            return self.terms[0][0][0]
+        return None
+
+    def _terms(self) -> dict[_Monomial, int]:
+        return dict(self.terms)
+
+    def __add__(self, other: SymDim | int) -> SymDim:
+        t = self._terms()
+        for m, c in _as_sym(other).terms:
+            t[m] = t.get(m, 0) + c
+        return SymDim._make(t)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> SymDim:
+        return SymDim(tuple((m, -c) for m, c in self.terms))
+
+    def __sub__(self, other: SymDim | int) -> SymDim:
+        return self + (-_as_sym(other))
+
+    def __rsub__(self, other: int) -> SymDim:
+        return _as_sym(other) - self
+
+    def __mul__(self, other: SymDim | int) -> SymDim:
+        t: dict[_Monomial, int] = {}
+        for m1, c1 in self.terms:
+            for m2, c2 in _as_sym(other).terms:
+                m = tuple(sorted(m1 + m2))
+                t[m] = t.get(m, 0) + c1 * c2
+        return SymDim._make(t)
+
+    __rmul__ = __mul__
+
+    def exact_div(self, other: SymDim | int) -> SymDim | None:
+        """``self / other`` when ``other`` is one term (``12``, ``2*S``) dividing every term, else None."""
+        o = _as_sym(other)
+        if len(o.terms) != 1 or o.terms[0][1] == 0:
+            return None
+        (dm, dc), = o.terms
+        t: dict[_Monomial, int] = {}
+        for m, c in self.terms:
+            rest = list(m)
+            for n in dm:
+                if n not in rest:
+                    return None
+                rest.remove(n)
+            if c % dc:
+                return None
+            t[tuple(rest)] = t.get(tuple(rest), 0) + c // dc
+        return SymDim._make(t)
+
+    def evaluate(self, env: Mapping[str, int]) -> int | None:
+        """The value for the given name values, or None when a name is missing."""
+        total = 0
+        for m, c in self.terms:
+            v = c
+            for n in m:
+                if n not in env:
+                    return None
+                v *= env[n]
+            total += v
+        return total
+
+    def __str__(self) -> str:
+        parts = []
+        for m, c in sorted(self.terms, key=lambda mc: (-len(mc[0]), mc[0])):
+            mono = "*".join(m)
+            if not mono:
+                text = str(abs(c))
+            elif abs(c) == 1:
+                text = mono
+            else:
+                text = f"{abs(c)}*{mono}"
+            parts.append(("-" if c < 0 else "+") + text)
+        s = "".join(parts) or "0"
+        return s[1:] if s[0] == "+" else s
+
+    def __repr__(self) -> str:
+        return f"SymDim({self})"
+
+
+def _as_sym(x: SymDim | int) -> SymDim:
+    if isinstance(x, SymDim):
+        return x
+    return SymDim(((((), int(x)),) if int(x) else ()))
+
+
+SDim = int | SymDim | None
+"""A dim as shape inference sees it: known (int), symbolic (SymDim), or unknown (None)."""
+
+
+SymValue = tuple[SDim, ...]
+"""The elements of a small integer tensor (a shape vector) known before run time, some symbolic."""
+
+
+def sdim(x: SDim) -> SDim:
+    """Normalize a dim: a SymDim without names becomes its int."""
+    if isinstance(x, SymDim):
+        c = x.constant
+        return x if c is None else c
+    return x
+
+
+def sdim_mul(a: SDim, b: SDim) -> SDim:
+    return None if a is None or b is None else sdim(_as_sym(a) * b) if isinstance(a, SymDim) or isinstance(
+        b, SymDim) else a * b
+
+
+def sdim_add(a: SDim, b: SDim) -> SDim:
+    return None if a is None or b is None else sdim(_as_sym(a) + b) if isinstance(a, SymDim) or isinstance(
+        b, SymDim) else a + b
+
+
+def sdim_prod(dims: Iterable[SDim]) -> SDim:
+    out: SDim = 1
+    for d in dims:
+        out = sdim_mul(out, d)
+    return out
+
+
+def sdim_div(a: SDim, b: SDim) -> SDim:
+    """Exact division (Reshape's -1); None when not known to divide."""
+    if a is None or b is None:
+        return None
+    if isinstance(a, int) and isinstance(b, int):
+        return a // b if b and a % b == 0 else None
+    return sdim(_as_sym(a).exact_div(b))  # type: ignore[arg-type]
+
+
+def sdim_str(d: SDim) -> str:
+    return "?" if d is None else str(d)
+
 
 @dataclass(frozen=True)
 class Shape:
-    """A tensor shape. ``dims`` is a tuple of dims, or ``None`` when even the rank is unknown."""
+    """A tensor shape. ``dims`` is a tuple of dims, or ``None`` when even the rank is unknown.
+
+    ``syms`` (or ``None`` when no dim is symbolic) holds, per dim, the SymDim of a dynamic dim; it is
+    extra knowledge, not part of equality (``Shape([S, 4]) == Shape([None, 4])``), so code that compares
+    or caches shapes by their dims is unaffected. Pass SymDims in ``dims`` to build one: ``Shape([S, 4])``.
+    """
 
     dims: tuple[Dim, ...] | None
+    syms: tuple[SymDim | None, ...] | None = field(default=None, compare=False)
 
-    def __init__(self, dims: Iterable[Dim] | None = ()) -> None:
+    def __init__(self, dims: Iterable[SDim] | None = ()) -> None:
+        syms = None
         if dims is not None:
-            dims = tuple(None if d is None or (isinstance(d, int) and d < 0) else int(d) for d in dims)
+            values = [sdim(d) for d in dims]
+            if any(isinstance(d, SymDim) for d in values):
+                syms = tuple(d if isinstance(d, SymDim) else None for d in values)
+            dims = tuple(None if d is None or isinstance(d, SymDim) or d < 0 else int(d) for d in values)
         object.__setattr__(self, "dims", dims)
+        object.__setattr__(self, "syms", syms)
 
     @staticmethod
     def dynamic(rank: int | None = None) -> Shape:
         return Shape(None if rank is None else (None,) * rank)
+
+    @property
+    def sym_dims(self) -> tuple[SDim, ...]:
+        """Each dim as an int, a SymDim or None (see the class docstring)."""
+        if self.dims is None:
+            raise ShapeInferenceError("the rank of this shape is dynamic")
+        if self.syms is None:
+            return self.dims
+        return tuple(s if d is None else d for d, s in zip(self.dims, self.syms))
+
+    def sym(self, i: int) -> SDim:
+        """Dim ``i`` as an int, a SymDim or None."""
+        d = self.dims[i]  # type: ignore[index]
+        return self.syms[i] if d is None and self.syms is not None else d
+
+    @property
+    def symbols(self) -> frozenset[str]:
+        """The names the symbolic dims use."""
+        return frozenset(n for s in (self.syms or ()) if s is not None for n in s.names)
 
     @property
     def rank_is_static(self) -> bool:
@@ -69,7 +274,7 @@ class Shape:
         if self.dims is None:
             raise ShapeInferenceError("cannot index a shape of dynamic rank")
         if isinstance(i, slice):
-            return Shape(self.dims[i])
+            return Shape(self.sym_dims[i])
         return self.dims[i]
 
     def compatible(self, other: Shape) -> bool:
@@ -83,28 +288,32 @@ class Shape:
     def __str__(self) -> str:
         if self.dims is None:
             return "[...]"
-        return "[" + ",".join("?" if d is None else str(d) for d in self.dims) + "]"
+        return "[" + ",".join(sdim_str(d) for d in self.sym_dims) + "]"
 
     def __repr__(self) -> str:
         return f"Shape({self})"
 
 
-def as_shape(s: Shape | Sequence[Dim] | None) -> Shape:
+def as_shape(s: Shape | Sequence[SDim] | None) -> Shape:
     if isinstance(s, Shape):
         return s
     return Shape(s)
 
 
-def broadcast_dim(a: Dim, b: Dim) -> Dim:
-    """Numpy broadcasting of one pair of dims; raises on a mismatch of two static dims."""
+def broadcast_dim(a: SDim, b: SDim) -> SDim:
+    """Numpy broadcasting of one pair of dims; raises on a mismatch of two static dims. Two equal symbolic
+    dims give that dim; a symbolic dim and a static dim > 1 give the static one (the symbol must be 1 or it)."""
     if a == 1:
         return b
     if b == 1:
         return a
-    if a is None:
-        return b if b is not None and b != 1 else None
-    if b is None:
-        return a
+    if a is None or b is None:
+        other = b if a is None else a
+        return other if isinstance(other, int) else None
+    if isinstance(a, SymDim) or isinstance(b, SymDim):
+        if a == b:
+            return a
+        return a if isinstance(a, int) else b if isinstance(b, int) else None
     if a != b:
         raise ShapeInferenceError(f"dims {a} and {b} do not broadcast")
     return a
@@ -115,9 +324,9 @@ def broadcast_shapes(*shapes: Shape) -> Shape:
     if any(s.dims is None for s in shapes):
         return Shape.dynamic()
     rank = max((len(s.dims) for s in shapes), default=0)  # type: ignore[arg-type]
-    out: list[Dim] = [1] * rank
+    out: list[SDim] = [1] * rank
     for s in shapes:
-        dims = (1,) * (rank - len(s.dims)) + s.dims  # type: ignore[operator]
+        dims = (1,) * (rank - len(s.dims)) + s.sym_dims  # type: ignore[operator]
         try:
             out = [broadcast_dim(a, b) for a, b in zip(out, dims)]
         except ShapeInferenceError:

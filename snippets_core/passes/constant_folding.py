@@ -8,6 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from snippets_core.errors import SnippetsError
+from snippets_core.ir.const_eval import known_shape_vector
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node, replace_node
@@ -28,11 +29,21 @@ def _foldable(node: Node) -> bool:
     return all(isinstance(i.source.node, Constant) for i in node.inputs)
 
 
+def _shape_vector(node: Node) -> np.ndarray | None:
+    """The value of a one-output node computing a shape vector from static dims, e.g. ``Gather(Shape(x), 2)``
+    where only ``x``'s dim 0 is dynamic (see const_eval.known_shape_vector)."""
+    if node.type_name in NOT_FOLDABLE or isinstance(node, MemoryAccess) or len(node.outputs) != 1:
+        return None
+    return known_shape_vector(node.outputs[0])
+
+
 @dataclass(frozen=True)
 class ConstantFolding(Pass):
     """Evaluate every node whose inputs are all Constants (Scalars included) with its numpy reference and
     replace its outputs by Constants named ``<node>`` (``<node>:<i>`` for extra outputs), in topological
-    order so chains fold completely. Nodes whose reference fails are left as they are."""
+    order so chains fold completely. Nodes whose reference fails are left as they are. Shape vectors whose
+    entries are all known from static dims (a ShapeOf of a static shape, a Gather of a static dim of a
+    partly dynamic one) fold too; those with symbolic entries stay, and shape inference reads them."""
 
     name: ClassVar[str] = "constant-folding"
 
@@ -40,6 +51,13 @@ class ConstantFolding(Pass):
         model = body_of(ir)
         changed = False
         for node in model.get_ordered_ops():
+            known = None if _foldable(node) else _shape_vector(node)
+            if known is not None:
+                c = Constant(known, name=node.name)
+                c.rt_info = dict(node.rt_info)
+                replace_node(node, [c.outputs[0]])
+                changed = True
+                continue
             if not _foldable(node):
                 continue
             try:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -10,7 +10,7 @@ import numpy as np
 from snippets_core.errors import ShapeInferenceError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.node import Node, Output
-from snippets_core.ir.shape import Shape, broadcast_shapes, normalize_axis
+from snippets_core.ir.shape import SDim, Shape, SymValue, broadcast_shapes, normalize_axis, sdim
 
 # --- element-type kinds ---------------------------------------------------------------------------
 # An op declares which kind of element type its inputs accept; the check lives here, once.
@@ -69,10 +69,26 @@ def known_ints(node: Node, i: int, what: str) -> list[int] | None:
     """
     from snippets_core.ir.const_eval import constant_value  # const_eval evaluates ops: import late
 
+    from snippets_core.ir.const_eval import shape_value_ints
+
     check_kind(node, i, "index", what)
     check_rank(node, i, (0, 1), what)
     v = constant_value(node.inputs[i].source)
-    return None if v is None else [int(a) for a in np.asarray(v).reshape(-1)]
+    if v is None:
+        return shape_value_ints(node.inputs[i].source)  # e.g. a Gather of a static dim of a dynamic shape
+    return [int(a) for a in np.asarray(v).reshape(-1)]
+
+
+def known_dims(node: Node, i: int, what: str) -> list[SDim] | None:
+    """Like :func:`known_ints` for a target shape, but entries may be symbolic dims (``[B, S, 12, 64]`` from a
+    Concat of Gathers of ``Shape(x)``) or None (unknown entries of a vector of known length)."""
+    from snippets_core.ir.const_eval import shape_value
+
+    ints = known_ints(node, i, what)
+    if ints is not None:
+        return list(ints)
+    v = shape_value(node.inputs[i].source)
+    return None if v is None else list(v)
 
 
 def normalize_axes(axes: Sequence[int], rank: int, what: str = "axis") -> list[int]:
@@ -173,6 +189,23 @@ class BinaryEltwise(Node):
     def compute(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """The element-wise math (abstract: each concrete op defines it)."""
         raise NotImplementedError(f"{self.type_name} has no reference evaluation")
+
+    def sym_rule(self, a: SDim, b: SDim) -> SDim:
+        """The op on one pair of shape-vector entries, ints or symbolic (None: unknown). Ops that appear in
+        the shape arithmetic of exported models (Add, Subtract, Multiply, Divide, Equal) define it."""
+        return None
+
+    def sym_value(self, value: Callable[[int], SymValue | None]) -> SymValue | None:
+        a, b = value(0), value(1)
+        if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
+            return None
+        n = max(len(a), len(b))
+        a, b = (a * n if len(a) == 1 else a), (b * n if len(b) == 1 else b)
+        if all(isinstance(x, int) for x in a + b):  # plain numbers: the reference says it exactly
+            dt = self.input_type(0).numpy
+            (r,) = self.evaluate(np.asarray(a, dt), np.asarray(b, dt))
+            return tuple(int(x) for x in np.asarray(r).reshape(-1))
+        return tuple(sdim(self.sym_rule(x, y)) for x, y in zip(a, b))
 
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         a, b = np.asarray(args[0]), np.asarray(args[1])

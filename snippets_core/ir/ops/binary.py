@@ -7,7 +7,7 @@ import numpy as np
 from snippets_core.errors import ShapeInferenceError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.ops.base import BinaryEltwise
-from snippets_core.ir.shape import Shape
+from snippets_core.ir.shape import SDim, Shape, SymDim, sdim_add, sdim_div, sdim_mul
 
 
 def _int_div_trunc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -28,6 +28,9 @@ class Add(BinaryEltwise):
     def compute(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a + b
 
+    def sym_rule(self, a: SDim, b: SDim) -> SDim:
+        return sdim_add(a, b)
+
 
 class Subtract(BinaryEltwise):
     """a - b."""
@@ -37,6 +40,9 @@ class Subtract(BinaryEltwise):
     def compute(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a - b
 
+    def sym_rule(self, a: SDim, b: SDim) -> SDim:
+        return sdim_add(a, sdim_mul(b, -1))
+
 
 class Multiply(BinaryEltwise):
     """a * b."""
@@ -45,6 +51,9 @@ class Multiply(BinaryEltwise):
 
     def compute(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return a * b
+
+    def sym_rule(self, a: SDim, b: SDim) -> SDim:
+        return sdim_mul(a, b)
 
 
 class Divide(BinaryEltwise):
@@ -57,6 +66,9 @@ class Divide(BinaryEltwise):
         if a.dtype.kind in "iu":
             return _int_div_trunc(a, b)
         return a / b
+
+    def sym_rule(self, a: SDim, b: SDim) -> SDim:
+        return sdim_div(a, b)
 
 
 class Maximum(BinaryEltwise):
@@ -144,6 +156,14 @@ class Equal(BinaryEltwise):
 
     def compute(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.equal(a, b)
+
+    def sym_rule(self, a: SDim, b: SDim) -> SDim:
+        # Two equal expressions are equal; a dim (>= 0) never equals a negative number (Expand's -1 test).
+        if a is not None and a == b:
+            return 1
+        if any(isinstance(x, int) and x < 0 for x in (a, b)) and any(isinstance(x, SymDim) for x in (a, b)):
+            return 0
+        return None
 
 
 class NotEqual(BinaryEltwise):

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from snippets_core.errors import ShapeInferenceError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.base import check_input_count
-from snippets_core.ir.shape import Shape
+from snippets_core.ir.shape import Shape, SymValue
 
 
 def convert_array(x: np.ndarray, dst: ElementType) -> np.ndarray:
@@ -51,6 +53,10 @@ class Convert(Node):
         if self.input_type(0) is ElementType.string:
             raise ShapeInferenceError("cannot convert a string tensor")
         return [(self.destination_type, self.input_shape(0))]
+
+    def sym_value(self, value: Callable[[int], SymValue | None]) -> SymValue | None:
+        # Exporters cast shape vectors between i64 and i32 (and to bool for masks): the entries stay.
+        return value(0) if self.destination_type.is_integral and self.input_type(0).is_integral else None
 
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         with np.errstate(all="ignore"):  # f32 -> f16 overflow gives inf, as hardware does

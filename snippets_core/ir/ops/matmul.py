@@ -35,20 +35,20 @@ class MatMul(Node):
             return [(et, Shape.dynamic())]
         if sa.rank == 0 or sb.rank == 0:
             raise ShapeInferenceError(f"MatMul inputs must have rank >= 1, got {sa} and {sb}")
-        a = list(sa.dims) if sa.rank > 1 else [1, sa.dims[0]]  # type: ignore[index]
-        b = list(sb.dims) if sb.rank > 1 else [sb.dims[0], 1]  # type: ignore[index]
+        a = list(sa.sym_dims) if sa.rank > 1 else [1, sa.sym(0)]
+        b = list(sb.sym_dims) if sb.rank > 1 else [sb.sym(0), 1]
         if self.transpose_a and sa.rank > 1:
             a[-2], a[-1] = a[-1], a[-2]
         if self.transpose_b and sb.rank > 1:
             b[-2], b[-1] = b[-1], b[-2]
-        if a[-1] is not None and b[-2] is not None and a[-1] != b[-2]:
+        if isinstance(a[-1], int) and isinstance(b[-2], int) and a[-1] != b[-2]:
             raise ShapeInferenceError(f"inner dims differ: {a[-1]} vs {b[-2]} (shapes {sa} and {sb}, "
                                       f"transpose_a={self.transpose_a}, transpose_b={self.transpose_b})")
         try:
             batch = broadcast_shapes(Shape(a[:-2]), Shape(b[:-2]))
         except ShapeInferenceError:
             raise ShapeInferenceError(f"batch dims of {sa} and {sb} do not broadcast") from None
-        dims = list(batch.dims)  # type: ignore[arg-type]
+        dims = list(batch.sym_dims)
         if sa.rank > 1:
             dims.append(a[-2])
         if sb.rank > 1:

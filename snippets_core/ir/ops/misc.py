@@ -8,7 +8,7 @@ or anything ``const_eval`` can fold), so shapes stay static through the shape ar
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from snippets_core.errors import ShapeInferenceError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.base import UnaryEltwise, same_dtype
-from snippets_core.ir.shape import Dim, Shape, normalize_axis
+from snippets_core.ir.shape import Dim, SDim, Shape, SymDim, SymValue, normalize_axis, sdim, sdim_add, sdim_mul
 
 
 def constant_input(node: Node, i: int) -> np.ndarray | None:
@@ -50,6 +50,36 @@ class ShapeOf(Node):
 
     def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
         return [np.array(x.shape, dtype=self.output_type.numpy)]
+
+    def sym_value(self, value: Callable[[int], SymValue | None]) -> SymValue | None:
+        s = self.input_shape(0)
+        return s.sym_dims if s.rank_is_static else None
+
+
+_HUGE = 2**31  # an end at or past this means "to the end" (exporters write INT64_MAX or INT32_MAX)
+
+
+def _sym_slice_length(dim: SDim, start: SDim, end: SDim, step: int) -> SDim:
+    """The length of ``[start:end:step]`` along a dim when some of them are symbolic (step 1 only): ends
+    past the end mean the dim, negatives count from it; symbolic bounds are taken to lie inside the dim
+    (what exporters produce: ``x[:, :S]``, ``bias[.., S-T:S, :S]``); anything else is unknown (None)."""
+    if step != 1 or start is None or end is None:
+        return None
+
+    def bound(v: SDim) -> SDim:
+        if isinstance(v, int) and v >= _HUGE:
+            return dim
+        if isinstance(v, int) and v < 0:
+            return sdim_add(dim, v)
+        return v
+
+    s, e = bound(start), bound(end)
+    if isinstance(s, int) and isinstance(dim, int):
+        s = min(s, dim)
+    if isinstance(e, int) and isinstance(dim, int):
+        e = min(e, dim)
+    length = sdim_add(e, sdim_mul(s, -1))
+    return max(length, 0) if isinstance(length, int) else length
 
 
 def _slice_indices(shape: Sequence[Dim], starts: np.ndarray, ends: np.ndarray, axes: np.ndarray,
@@ -97,13 +127,47 @@ class Slice(Node):
             return [(et, Shape.dynamic())]
         values = [constant_input(self, i) for i in range(1, 5)]
         if any(v is None for v in values):
-            return [(et, Shape.dynamic(x.rank))]
+            return [(et, self._symbolic_shape(x))]
         starts, ends, axes, steps = (np.asarray(v).reshape(-1) for v in values)  # type: ignore[union-attr]
         if not len(starts) == len(ends) == len(axes) == len(steps):
             raise ShapeInferenceError("starts, ends, axes and steps must have the same length")
         idx = _slice_indices(x.dims, starts, ends, axes, steps)  # type: ignore[arg-type]
-        dims = [None if sl is None else len(range(*sl.indices(d))) for sl, d in zip(idx, x.dims)]  # type: ignore
+        dims: list[SDim] = list(x.sym_dims)  # axes not sliced keep their dims, symbolic or not
+        for k, (a, st) in enumerate(zip(axes.tolist(), steps.tolist())):
+            ax = normalize_axis(int(a), x.rank)
+            sl = idx[ax]
+            if isinstance(sl, slice):
+                dims[ax] = len(range(*sl.indices(x.dims[ax])))  # type: ignore[arg-type]
+            else:  # a dynamic dim: its length may still be known symbolically
+                dims[ax] = _sym_slice_length(x.sym(ax), int(starts[k]), int(ends[k]), int(st))
         return [(et, Shape(dims))]
+
+    def _symbolic_shape(self, x: Shape) -> Shape:
+        """The output shape when starts/ends are shape vectors with symbolic entries (``x[:, :S]``)."""
+        from snippets_core.ir.const_eval import shape_value
+
+        starts, ends, axes, steps = (shape_value(self.inputs[i].source) for i in range(1, 5))
+        if starts is None or ends is None or axes is None or steps is None or not (
+                len(starts) == len(ends) == len(axes) == len(steps)) or not all(
+                isinstance(v, int) for v in axes + steps):
+            return Shape.dynamic(x.rank)
+        dims = list(x.sym_dims)
+        for s, e, a, st in zip(starts, ends, axes, steps):
+            ax = normalize_axis(int(a), x.rank, "Slice axis")  # type: ignore[arg-type]
+            d = x.sym(ax)
+            if isinstance(d, int) and isinstance(s, int) and isinstance(e, int):
+                dims[ax] = len(range(*_slice_indices([d], *(np.array([v]) for v in (s, e, 0, st)))[0].indices(d)))
+            else:
+                dims[ax] = _sym_slice_length(d, s, e, int(st))  # type: ignore[arg-type]
+        return Shape(dims)
+
+    def sym_value(self, value: Callable[[int], SymValue | None]) -> SymValue | None:
+        data = value(0)
+        bounds = [value(i) for i in range(1, 5)]
+        if data is None or any(b is None or not all(isinstance(v, int) for v in b) for b in bounds):
+            return None
+        (sl,) = _slice_indices([len(data)], *(np.asarray(b) for b in bounds))  # type: ignore[arg-type]
+        return data[sl]  # type: ignore[index]
 
     def evaluate(self, x: np.ndarray, starts: np.ndarray, ends: np.ndarray, axes: np.ndarray,
                  steps: np.ndarray) -> list[np.ndarray]:
@@ -152,8 +216,8 @@ class Pad(Node):
         if pads is None or (len(self.inputs) == 4 and axes is None):
             return [(et, Shape.dynamic(x.rank))]
         widths = self._widths(x.dims, pads, axes)  # type: ignore[arg-type]
-        dims = [None if d is None else d + b + e for d, (b, e) in zip(x.dims, widths)]  # type: ignore[union-attr]
-        if any(d is not None and d < 0 for d in dims):
+        dims = [sdim_add(d, b + e) for d, (b, e) in zip(x.sym_dims, widths)]
+        if any(isinstance(d, int) and d < 0 for d in dims):
             raise ShapeInferenceError(f"pads {pads.tolist()} crop more than the input {x}")
         return [(et, Shape(dims))]
 
@@ -192,6 +256,11 @@ class ConstantOfShape(Node):
             if (dims < 0).any():
                 raise ShapeInferenceError(f"shape {dims.tolist()} has a negative dim")
             return [(et, Shape(dims.reshape(-1).tolist()))]
+        from snippets_core.ir.const_eval import shape_value
+
+        sym = shape_value(self.inputs[0].source)
+        if sym is not None:
+            return [(et, Shape(sym))]
         s = self.input_shape(0)
         if s.is_static and s.rank == 1:
             return [(et, Shape.dynamic(s[0]))]
@@ -199,6 +268,12 @@ class ConstantOfShape(Node):
 
     def evaluate(self, shape: np.ndarray) -> list[np.ndarray]:
         return [np.full(tuple(int(d) for d in shape.reshape(-1)), self.value[0], dtype=self.value.dtype)]
+
+    def sym_value(self, value: Callable[[int], SymValue | None]) -> SymValue | None:
+        n = value(0)
+        if n is None or len(n) != 1 or not isinstance(n[0], int) or self.value.dtype.kind not in "iub":
+            return None
+        return (int(self.value[0]),) * n[0]
 
 
 class Range(Node):
@@ -214,6 +289,13 @@ class Range(Node):
             if delta == 0:
                 raise ShapeInferenceError("Range delta must not be 0")
             return [(et, Shape([max(int(np.ceil((limit - start) / delta)), 0)]))]
+        from snippets_core.ir.const_eval import shape_value
+
+        # Range(0, S, 1) over a symbolic length (positions, causal masks): S - 0 entries.
+        start, limit, delta = (shape_value(self.inputs[i].source) for i in range(3))
+        if start is not None and limit is not None and delta == (1,) and None not in (start[0], limit[0]):
+            n = sdim_add(limit[0], sdim_mul(start[0], -1))
+            return [(et, Shape([max(n, 0) if isinstance(n, int) else n]))]
         return [(et, Shape([None]))]
 
     def evaluate(self, start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> list[np.ndarray]:
@@ -242,7 +324,7 @@ class Tile(Node):
         reps = reps.reshape(-1)
         if len(reps) != x.rank:
             raise ShapeInferenceError(f"repeats has {len(reps)} values for a rank-{x.rank} input")
-        return [(et, Shape([None if d is None else d * int(r) for d, r in zip(x.dims, reps)]))]  # type: ignore
+        return [(et, Shape([sdim_mul(d, int(r)) for d, r in zip(x.sym_dims, reps)]))]
 
     def evaluate(self, x: np.ndarray, repeats: np.ndarray) -> list[np.ndarray]:
         return [np.tile(x, tuple(int(r) for r in repeats.reshape(-1)))]

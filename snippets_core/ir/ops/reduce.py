@@ -11,7 +11,7 @@ import numpy as np
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.base import check_input_count, check_kind, known_ints, normalize_axes, same_dtype, upcast
-from snippets_core.ir.shape import Shape
+from snippets_core.ir.shape import Shape, SymValue, sdim_prod
 
 
 class Reduce(Node):
@@ -43,9 +43,9 @@ class Reduce(Node):
             return [(et, Shape.dynamic())]
         norm = normalize_axes(axes, rank, "axes")
         if self.keep_dims:
-            dims = [1 if i in norm else d for i, d in enumerate(shape.dims)]
+            dims = [1 if i in norm else d for i, d in enumerate(shape.sym_dims)]
         else:
-            dims = [d for i, d in enumerate(shape.dims) if i not in norm]
+            dims = [d for i, d in enumerate(shape.sym_dims) if i not in norm]
         return [(et, Shape(dims))]
 
     reduce: ClassVar[Callable[..., np.ndarray]]
@@ -116,6 +116,13 @@ class ReduceProd(Reduce):
     """Product over ``axes``."""
 
     reduce = staticmethod(np.prod)
+
+    def sym_value(self, value: Callable[[int], SymValue | None]) -> SymValue | None:
+        # Flatten and Size of a shape vector: the product of its (symbolic) entries.
+        x = value(0)
+        if x is None or self.input_shape(0).rank != 1:
+            return None
+        return (sdim_prod(x),)
 
 
 class ReduceL1(Reduce):

@@ -1,13 +1,14 @@
 """Data-movement ops: Transpose, Reshape, Squeeze, Unsqueeze, Broadcast, Concat, Split, VariadicSplit, Gather.
 
 Their shape-like inputs (order, target shape, axes) give static output shapes when their values are known
-(see :mod:`snippets_core.ir.const_eval`); otherwise the output dims are dynamic with the right rank.
+(see :mod:`snippets_core.ir.const_eval`), symbolic dims where a target is built from ``Shape(x)`` of a tensor
+with symbolic dims, and otherwise dynamic dims with the right rank. On shape vectors (rank 0/1 integer
+tensors) they also carry the symbolic values (``sym_value``), as torch exports compute targets with them.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -19,10 +20,23 @@ from snippets_core.ir.ops.base import (
     check_kind,
     check_rank,
     check_same_types,
+    known_dims,
     known_ints,
     normalize_axes,
 )
-from snippets_core.ir.shape import Dim, Shape, broadcast_shapes, normalize_axis
+from snippets_core.ir.shape import (
+    Dim,
+    SDim,
+    Shape,
+    SymDim,
+    SymValue,
+    broadcast_shapes,
+    normalize_axis,
+    sdim,
+    sdim_add,
+    sdim_div,
+    sdim_prod,
+)
 
 
 def _vector_length(node: Node, i: int) -> int | None:
@@ -64,7 +78,7 @@ class Transpose(Node):
         if order is None:
             return [(et, Shape.dynamic(shape.rank))]
         order = _check_order(order, shape.rank)
-        return [(et, Shape([shape.dims[i] for i in order]))]  # type: ignore[index]
+        return [(et, Shape([shape.sym(i) for i in order]))]
 
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         x = np.asarray(args[0])
@@ -73,13 +87,17 @@ class Transpose(Node):
 
 
 # --- Reshape ------------------------------------------------------------------------------------------
-def _resolve_reshape(in_dims: Sequence[Dim] | None, target: Sequence[int], special_zero: bool) -> list[Dim]:
-    """Output dims for a Reshape: 0 copies the input dim (special_zero), -1 is inferred from the size."""
+def _resolve_reshape(in_dims: Sequence[SDim] | None, target: Sequence[SDim], special_zero: bool) -> list[SDim]:
+    """Output dims for a Reshape: 0 copies the input dim (special_zero), -1 is inferred from the size.
+
+    Dims may be symbolic (or None: unknown); a symbolic target entry is a dim of the output as it is, and a
+    -1 is the input's size divided by the rest when that divides exactly (``[B*S, 768] -> [B, -1, 12, 64]``
+    gives ``S``)."""
     if sum(1 for t in target if t == -1) > 1:
         raise ShapeInferenceError(f"target shape {list(target)} has more than one -1")
-    if any(t < -1 for t in target):
+    if any(isinstance(t, int) and t < -1 for t in target):
         raise ShapeInferenceError(f"target shape {list(target)} has a negative dim other than -1")
-    out: list[Dim] = []
+    out: list[SDim] = []
     for i, t in enumerate(target):
         if t == 0 and special_zero:
             if in_dims is None:
@@ -94,13 +112,15 @@ def _resolve_reshape(in_dims: Sequence[Dim] | None, target: Sequence[int], speci
     # not hide the size of the rest: [?, 128, 768] -> [0, -1, 64] gives [?, 1536, 64].
     copied = {i for i, t in enumerate(target) if t == 0 and special_zero and in_dims is not None}
     in_rest = [d for j, d in enumerate(in_dims or ()) if j not in copied]
-    in_size = math.prod(in_rest) if in_dims is not None and None not in in_rest else None  # type: ignore[arg-type]
-    shown = f"{list(in_dims)}" if in_dims is not None else "[...]"
+    in_size = sdim_prod(in_rest) if in_dims is not None else None
+    shown = "[...]" if in_dims is None else "[" + ", ".join(str(d) for d in in_dims) + "]"
     if -1 in target:
         k = target.index(-1)
         rest = [d for j, d in enumerate(out) if j != k and j not in copied]
-        if in_size is not None and None not in rest:
-            denom = math.prod(rest)  # type: ignore[arg-type]
+        denom = sdim_prod(rest)
+        if not (isinstance(in_size, int) and isinstance(denom, int)):
+            out[k] = sdim_div(in_size, denom) if denom != 0 else None
+        else:
             if denom == 0:
                 # -1 next to a zero dim is ambiguous; only an empty input makes it meaningful
                 if in_size != 0:
@@ -111,8 +131,8 @@ def _resolve_reshape(in_dims: Sequence[Dim] | None, target: Sequence[int], speci
             else:
                 out[k] = in_size // denom
     else:
-        rest = [d for j, d in enumerate(out) if j not in copied]
-        if in_size is not None and None not in rest and math.prod(rest) != in_size:  # type: ignore[arg-type]
+        rest_size = sdim_prod(d for j, d in enumerate(out) if j not in copied)
+        if isinstance(in_size, int) and isinstance(rest_size, int) and rest_size != in_size:
             raise ShapeInferenceError(f"cannot reshape {shown} to {list(target)}")
     return out
 
@@ -130,12 +150,16 @@ class Reshape(Node):
 
     def infer(self) -> list[tuple[ElementType, Shape]]:
         check_input_count(self, 2)
-        target = known_ints(self, 1, "target shape")
+        target = known_dims(self, 1, "target shape")
         shape = self.input_shape(0)
         if target is None:
             n = _vector_length(self, 1)
             return [(self.input_type(0), Shape.dynamic(n))]
-        return [(self.input_type(0), Shape(_resolve_reshape(shape.dims, target, self.special_zero)))]
+        in_dims = shape.sym_dims if shape.rank_is_static else None
+        return [(self.input_type(0), Shape(_resolve_reshape(in_dims, target, self.special_zero)))]
+
+    def sym_value(self, value: Callable[[int], SymValue | None]) -> SymValue | None:
+        return value(0)  # a shape vector reshaped between rank 0 and 1 keeps its entries
 
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         x = np.asarray(args[0])
@@ -172,7 +196,10 @@ class Squeeze(Node):
             n = _vector_length(self, 1)
             return [(et, Shape.dynamic(None if n is None else shape.rank - n))]
         norm = self._axes(shape.dims, axes)  # type: ignore[arg-type]
-        return [(et, Shape([d for i, d in enumerate(shape.dims) if i not in norm]))]  # type: ignore[arg-type]
+        return [(et, Shape([d for i, d in enumerate(shape.sym_dims) if i not in norm]))]
+
+    def sym_value(self, value: Callable[[int], SymValue | None]) -> SymValue | None:
+        return value(0)
 
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         x = np.asarray(args[0])
@@ -182,7 +209,7 @@ class Squeeze(Node):
         return [x.reshape([d for i, d in enumerate(x.shape) if i not in norm])]
 
 
-def _unsqueeze_dims(dims: Sequence[Dim], axes: Sequence[int]) -> list[Dim]:
+def _unsqueeze_dims(dims: Sequence[SDim], axes: Sequence[int]) -> list[SDim]:
     rank = len(dims) + len(axes)
     norm = normalize_axes(axes, rank, "axes")
     rest = iter(dims)
@@ -204,7 +231,10 @@ class Unsqueeze(Node):
         if axes is None:
             n = _vector_length(self, 1)
             return [(et, Shape.dynamic(None if n is None else shape.rank + n))]
-        return [(et, Shape(_unsqueeze_dims(shape.dims, axes)))]  # type: ignore[arg-type]
+        return [(et, Shape(_unsqueeze_dims(shape.sym_dims, axes)))]
+
+    def sym_value(self, value: Callable[[int], SymValue | None]) -> SymValue | None:
+        return value(0)
 
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         x = np.asarray(args[0])
@@ -212,15 +242,17 @@ class Unsqueeze(Node):
 
 
 # --- Broadcast --------------------------------------------------------------------------------------
-def _numpy_broadcast_to(dims: Sequence[Dim], target: Sequence[Dim]) -> list[Dim]:
+def _numpy_broadcast_to(dims: Sequence[SDim], target: Sequence[SDim]) -> list[SDim]:
     """One-way numpy broadcast of ``dims`` to ``target``: the output is ``target``."""
     if len(dims) > len(target):
         raise ShapeInferenceError(f"cannot broadcast rank {len(dims)} to target shape {list(target)}")
     out = list(target)
     for d, t in zip(reversed(dims), range(len(target) - 1, -1, -1)):
-        if d is not None and d != 1 and out[t] is not None and out[t] != d:
+        if isinstance(d, int) and d != 1 and isinstance(out[t], int) and out[t] != d:
             raise ShapeInferenceError(f"cannot broadcast shape {list(dims)} to {list(target)}")
-        if out[t] is None and d is not None and d != 1:
+        if (out[t] is None or isinstance(out[t], SymDim)) and isinstance(d, int) and d != 1:
+            out[t] = d  # a known dim wins over an unknown or symbolic target entry (which must equal it)
+        elif out[t] is None and isinstance(d, SymDim):
             out[t] = d
     return out
 
@@ -241,7 +273,7 @@ class Broadcast(Node):
         if self.mode not in ("numpy", "bidirectional"):
             raise ShapeInferenceError(f"mode must be 'numpy' or 'bidirectional', got {self.mode!r}")
         et, shape = self.input_type(0), self.input_shape(0)
-        target = known_ints(self, 1, "target shape")
+        target = known_dims(self, 1, "target shape")
         check_rank(self, 1, (1,), "target shape")
         if target is None:
             n = _vector_length(self, 1)
@@ -250,12 +282,12 @@ class Broadcast(Node):
             if self.mode == "numpy":
                 return [(et, Shape.dynamic(n))]
             return [(et, Shape.dynamic(max(n, shape.rank)) if shape.rank_is_static else Shape.dynamic())]
-        if any(t < 0 for t in target):
+        if any(isinstance(t, int) and t < 0 for t in target):
             raise ShapeInferenceError(f"target shape {target} has a negative dim")
         if not shape.rank_is_static:
             return [(et, Shape(target) if self.mode == "numpy" else Shape.dynamic())]
         if self.mode == "numpy":
-            return [(et, Shape(_numpy_broadcast_to(shape.dims, target)))]  # type: ignore[arg-type]
+            return [(et, Shape(_numpy_broadcast_to(shape.sym_dims, target)))]
         return [(et, broadcast_shapes(shape, Shape(target)))]
 
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
@@ -288,24 +320,27 @@ class Concat(Node):
         if any(s.rank != rank for s in static):
             raise ShapeInferenceError("Concat inputs have different ranks: " + ", ".join(map(str, shapes)))
         axis = normalize_axis(self.axis, rank)
-        dims: list[Dim] = [None] * rank
-        total: Dim = 0
+        dims: list[SDim] = [None] * rank
+        total: SDim = 0
         for s in shapes:
             if not s.rank_is_static:
                 total = None
                 continue
-            for i, d in enumerate(s.dims):  # type: ignore[arg-type]
+            for i, d in enumerate(s.sym_dims):
                 if i == axis:
                     continue
-                if d is not None and dims[i] is not None and d != dims[i]:
+                if isinstance(d, int) and isinstance(dims[i], int) and d != dims[i]:
                     raise ShapeInferenceError(f"Concat inputs differ in dim {i} (not the axis {axis}): "
                                               + ", ".join(map(str, shapes)))
-                if dims[i] is None:
+                if dims[i] is None or (isinstance(dims[i], SymDim) and isinstance(d, int)):
                     dims[i] = d
-            a = s.dims[axis]  # type: ignore[index]
-            total = None if total is None or a is None else total + a
+            total = sdim_add(total, s.sym(axis))  # the axis is the sum: [B, S] ++ [B, 1] is [B, S+1]
         dims[axis] = total
         return [(et, Shape(dims))]
+
+    def sym_value(self, value: Callable[[int], SymValue | None]) -> SymValue | None:
+        parts = [value(i) for i in range(len(self.inputs))]
+        return None if any(p is None for p in parts) else tuple(d for p in parts for d in p)  # type: ignore[union-attr]
 
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         return [np.concatenate([np.asarray(a) for a in args], axis=self.axis)]
@@ -331,11 +366,11 @@ class Split(Node):
         if axis is None:
             return [(et, Shape.dynamic(shape.rank))] * self.num_splits
         axis = normalize_axis(axis, shape.rank)
-        d = shape.dims[axis]  # type: ignore[index]
-        if d is not None and d % self.num_splits:
+        d = shape.sym(axis)
+        if isinstance(d, int) and d % self.num_splits:
             raise ShapeInferenceError(f"dim {axis} of size {d} does not split into {self.num_splits} equal parts")
-        dims = list(shape.dims)  # type: ignore[arg-type]
-        dims[axis] = None if d is None else d // self.num_splits
+        dims = list(shape.sym_dims)
+        dims[axis] = sdim_div(d, self.num_splits)
         return [(et, Shape(dims))] * self.num_splits
 
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
@@ -387,7 +422,7 @@ class VariadicSplit(Node):
         parts = [None] * n if lengths is None else _resolve_lengths(lengths, shape.dims[axis])  # type: ignore[index]
         outs = []
         for p in parts:
-            dims = list(shape.dims)  # type: ignore[arg-type]
+            dims = list(shape.sym_dims)
             dims[axis] = p
             outs.append((et, Shape(dims)))
         return outs
@@ -436,13 +471,22 @@ class Gather(Node):
         if axis is None:
             return [(et, Shape.dynamic(sd.rank - 1 + si.rank - b))]
         axis, b = self._norm(sd.rank, si.rank, axis)
-        dd, di = list(sd.dims), list(si.dims)  # type: ignore[arg-type]
+        dd, di = list(sd.sym_dims), list(si.sym_dims)
         for k in range(b):
-            if dd[k] is not None and di[k] is not None and dd[k] != di[k]:
+            if isinstance(dd[k], int) and isinstance(di[k], int) and dd[k] != di[k]:
                 raise ShapeInferenceError(f"batch dim {k} differs: data {sd} vs indices {si}")
             if dd[k] is None:
                 dd[k] = di[k]
         return [(et, Shape(dd[:axis] + di[b:] + dd[axis + 1:]))]
+
+    def sym_value(self, value: Callable[[int], SymValue | None]) -> SymValue | None:
+        data, idx, axis = value(0), value(1), value(2)
+        if data is None or idx is None or axis is None or self.batch_dims or axis[0] not in (0, -1):
+            return None
+        n = len(data)
+        if not all(isinstance(i, int) and -n <= i < n for i in idx):
+            return None
+        return tuple(data[i] for i in idx)  # type: ignore[index]
 
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         x, idx = np.asarray(args[0]), np.asarray(args[1]).astype(np.int64)
