@@ -134,7 +134,7 @@ def _is_shape_vector(out: Output) -> bool:
     s = out.shape
     if not s.rank_is_static or s.rank > 1 or (s.rank == 1 and (s.dims[0] is None or s.dims[0] > _MAX_SHAPE_VECTOR)):
         return False
-    return out.element_type.is_integral and out.element_type is not ElementType.boolean
+    return out.element_type.is_integral  # booleans too: Equal/Where pick entries of shape vectors
 
 
 def shape_value_ints(output: Output | Node) -> list[int] | None:
