@@ -148,6 +148,9 @@ def _causal_mask(g: _Graph, q: str, k: str, ids: str, max_pos: int) -> str:
                 value=numpy_helper.from_array(np.ones(1, np.float32)))
     tri = g.op("Cast", g.op("Trilu", ones, upper=0), to=TensorProto.BOOL)
     full = g.op("Expand", g.op("Unsqueeze", tri, g.i64(0, 1)), g.op("Concat", g.dim(ids, 0), g.i64(1), s, s, axis=0))
+    # dynamo writes each ``:`` of ``causal_mask[:, :, :, :S]`` as its own Slice to INT64_MAX
+    for axis in (0, 1, 2):
+        full = g.op("Slice", full, g.i64(0), g.i64(np.iinfo(np.int64).max), g.i64(axis), g.i64(1))
     return g.op("Slice", full, g.i64(0), s, g.i64(3), g.i64(1))
 
 

@@ -1,0 +1,141 @@
+"""Models as torch's exporters write them with dynamic axes load, keep their dims symbolic, fold what the
+static dims decide, and match onnxruntime on several (batch, seq) pairs on every core target and x86."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from snippets_core.frontends.onnx import read_onnx
+from snippets_core.plugins.targets import load_target, target_names
+from snippets_core.runtime.compiled_model import compile_model
+
+
+def _load_builders():  # type: ignore[no-untyped-def]
+    name = "snippets_torch_like_models"  # test folders are not packages (--import-mode=importlib)
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "torch_like_models.py")
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[name] = module
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return sys.modules[name]
+
+
+tlm = _load_builders()
+ort = pytest.importorskip("onnxruntime")
+
+MODELS = [(kind, exporter) for kind in ("bert", "gpt2") for exporter in ("torchscript", "dynamo")]
+PAIRS = [(1, 5), (2, 7), (3, 16)]
+
+
+def _x86_unavailable() -> str | None:
+    if "x86_64_avx512" not in target_names():
+        return "target x86_64_avx512 is not installed"
+    return load_target("x86_64_avx512").available()
+
+
+TARGETS = ["reference", "interpreter",
+           pytest.param("x86_64_avx512", marks=[pytest.mark.avx512,
+                                                pytest.mark.skipif(_x86_unavailable() is not None,
+                                                                   reason=str(_x86_unavailable()))])]
+
+
+@pytest.fixture(scope="module")
+def protos():  # type: ignore[no-untyped-def]
+    return {(k, e): tlm.BUILDERS[k](e) for k, e in MODELS}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(("kind", "exporter"), MODELS)
+def test_matches_onnxruntime(protos, kind: str, exporter: str, target: str) -> None:  # type: ignore[no-untyped-def]
+    proto = protos[(kind, exporter)]
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    cm = compile_model(proto, target)
+    for batch, seq in PAIRS:
+        feeds = tlm.random_inputs(proto, batch, seq, seed=batch * 100 + seq)
+        (want,) = sess.run(None, feeds)
+        (got,) = cm(feeds).values()
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{kind}/{exporter} on {target} "
+                                   f"at batch {batch}, seq {seq}")
+
+
+@pytest.mark.parametrize(("kind", "exporter"), MODELS)
+def test_output_dims_stay_symbolic(protos, kind: str, exporter: str) -> None:  # type: ignore[no-untyped-def]
+    b, s = tlm.DIM_NAMES[exporter]
+    m = read_onnx(protos[(kind, exporter)])
+    assert [str(r.outputs[0].shape) for r in m.results] == [f"[{b},{s},32]"]
+
+
+@pytest.mark.parametrize(("kind", "exporter"), MODELS)
+def test_reshape_targets_from_shape_are_symbolic(protos, kind: str, exporter: str) -> None:  # type: ignore[no-untyped-def]
+    """Reshape(x, Concat(dim(x, 0), dim(x, 1), 2, 16)) infers [B, S, 2, 16], not [?, ?, ?, ?]."""
+    b, s = tlm.DIM_NAMES[exporter]
+    m = read_onnx(protos[(kind, exporter)])
+    shapes = sorted({str(n.outputs[0].shape) for n in m.get_ordered_ops() if n.type_name == "Reshape"})
+    assert shapes == [f"[{b},{s},2,16]", f"[{b},{s},32]"]
+    # the attention scores and mask are [B, heads, S, S] / broadcast to it
+    scores = [n for n in m.get_ordered_ops() if n.type_name == "Softmax"]
+    assert [str(n.outputs[0].shape) for n in scores] == [f"[{b},2,{s},{s}]"]
+
+
+def test_gpt2_masks_and_positions_are_symbolic(protos) -> None:  # type: ignore[no-untyped-def]
+    m = read_onnx(protos[("gpt2", "dynamo")])
+    by_type: dict[str, list[str]] = {}
+    for n in m.get_ordered_ops():
+        by_type.setdefault(n.type_name, []).append(str(n.outputs[0].shape) if n.outputs else "")
+    assert by_type["Range"] == ["[s1]"]
+    assert by_type["ConstantOfShape"] == ["[s1,s1]"]
+    assert "[s0,1,s1,s1]" in by_type["Broadcast"]  # the causal mask expanded to the batch
+    # the Slices on that Expand (one used to fail to load: "'NoneType' object cannot be interpreted as an integer")
+    assert {x for x in by_type["Slice"] if x.count(",") == 3} == {"[s0,1,s1,s1]"}
+    assert by_type["Select"] == ["[s0,2,s1,s1]"]
+
+
+def test_static_parts_of_shape_subgraphs_fold() -> None:
+    """With the hidden size static, dims read from it are Constants after loading; only the dynamic ones stay."""
+    proto = tlm.bert_encoder_layer("torchscript")
+    m = read_onnx(proto)
+    ops = m.get_ordered_ops()
+    for n in ops:
+        if n.type_name == "Concat" and n.inputs[0].source.node.type_name != "Constant":
+            # Concat(Unsqueeze(Gather(Shape, 0)), Unsqueeze(Gather(Shape, 1)), [2, 16]): the static part is
+            # a Constant input, the dynamic parts stay computed
+            assert n.inputs[-1].source.node.type_name == "Constant"
+    gathered = [n for n in ops if n.type_name == "Gather" and n.inputs[0].source.node.type_name == "ShapeOf"]
+    # only dims 0 and 1 (batch, sequence) are read at run time; nothing reads the static hidden dim
+    assert {int(n.inputs[1].source.node.value) for n in gathered} == {0, 1}
+
+
+def test_shape_of_static_dims_folds_to_constants() -> None:
+    """A model with a static hidden size but dynamic batch: Shape(x)[2] folds to 32 when loading."""
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "two"], ["hidden"], axis=0),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Div", ["hidden", "heads"], ["head_dim"]),
+        helper.make_node("Unsqueeze", ["head_dim", "axes0"], ["head_dim_1"]),
+        helper.make_node("Unsqueeze", ["batch", "axes0"], ["batch_1"]),
+        helper.make_node("Concat", ["batch_1", "minus_one", "heads_1", "head_dim_1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+    ]
+    inits = [helper.make_tensor(n, TensorProto.INT64, dims, v) for n, dims, v in (
+        ("two", [], [2]), ("zero", [], [0]), ("heads", [], [4]), ("axes0", [1], [0]), ("minus_one", [1], [-1]),
+        ("heads_1", [1], [4]))]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 6, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 6, 4, 8])], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    m = read_onnx(proto)
+    reshape = next(n for n in m.get_ordered_ops() if n.type_name == "Reshape")
+    assert str(reshape.outputs[0].shape) == "[B,6,4,8]"
+    kinds = sorted(n.type_name for n in m.get_ordered_ops())
+    assert kinds.count("Gather") == 1 and kinds.count("Divide") == 0  # hidden // heads became the Constant 8
+    x = np.random.default_rng(0).standard_normal((3, 6, 32)).astype(np.float32)
+    (y,) = compile_model(proto, "reference")({"x": x}).values()
+    np.testing.assert_array_equal(y, x.reshape(3, 6, 4, 8))
