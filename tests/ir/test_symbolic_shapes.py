@@ -1,0 +1,168 @@
+"""Symbolic dims: the SymDim algebra, Shape's symbols beside None, and per-op inference that relates dims."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from snippets_core.ir import Model, Shape, broadcast_shapes
+from snippets_core.ir.const_eval import shape_value
+from snippets_core.ir.ops.binary import Add, Equal, Multiply, Subtract
+from snippets_core.ir.ops.io import Constant, Parameter, Result
+from snippets_core.ir.ops.matmul import MatMul
+from snippets_core.ir.ops.misc import ConstantOfShape, Range, ShapeOf, Slice
+from snippets_core.ir.ops.reduce import ReduceProd, ReduceSum
+from snippets_core.ir.ops.select import Select
+from snippets_core.ir.ops.shape_ops import Broadcast, Concat, Gather, Reshape, Split, Squeeze, Transpose, Unsqueeze
+from snippets_core.ir.shape import SymDim
+from snippets_core.passes.constant_folding import ConstantFolding
+
+B, S, P = SymDim.of("B"), SymDim.of("S"), SymDim.of("P")
+
+
+def i64(*v: int) -> Constant:
+    return Constant(np.asarray(v, np.int64))
+
+
+def scalar(v: int) -> Constant:
+    return Constant(np.asarray(v, np.int64))
+
+
+def shape_str(node) -> str:  # type: ignore[no-untyped-def]
+    return str(node.outputs[0].shape)
+
+
+# --- the algebra ------------------------------------------------------------------------------------
+def test_symdim_algebra_is_exact() -> None:
+    assert S + 1 != S and S + 1 == 1 + S and S * 12 == 12 * S and 2 * B == B + B
+    assert str(S + 1) == "S+1" and str(2 * B) == "2*B" and str(S * 12) == "12*S" and str(B * S * 768) == "768*B*S"
+    assert str(S - 1) == "S-1" and str(P + S) == "P+S"
+    assert (B * S * 768).exact_div(B * 12) == 64 * S
+    assert (S + 1).exact_div(2) is None and (B * S).exact_div(P) is None
+    assert (S + P - S).name == "P" and (S - S).constant == 0
+    assert (S * 2 + 1).evaluate({"S": 10}) == 21 and (S + P).evaluate({"S": 1}) is None
+
+
+def test_shape_keeps_none_in_dims_and_symbols_beside() -> None:
+    s = Shape([B, S, 768])
+    assert s.dims == (None, None, 768) and s.is_dynamic and not s.is_static
+    assert s.sym_dims == (B, S, 768) and s.symbols == {"B", "S"}
+    assert str(s) == "[B,S,768]" and str(Shape([None, 4])) == "[?,4]"
+    # symbols are extra knowledge, not identity: shapes compare and hash by dims
+    assert s == Shape([None, None, 768]) and hash(s) == hash(Shape([None, None, 768]))
+    assert str(s[1:]) == "[S,768]"
+    assert Shape([S - S + 3]).dims == (3,)  # a symbol-free expression is its number
+
+
+@pytest.mark.parametrize(("a", "b", "want"), [
+    ([B, S, 768], [768], "[B,S,768]"),
+    ([B, 1, 1, S], [B, 12, S, S], "[B,12,S,S]"),
+    ([S], [S + 1], "[?]"),  # different expressions: only the run knows (one of them is 1)
+    ([S, 4], [128, 4], "[128,4]"),  # S must be 1 or 128
+    ([None, 4], [S, 1], "[?,4]"),
+])
+def test_broadcast(a, b, want) -> None:  # type: ignore[no-untyped-def]
+    assert str(broadcast_shapes(Shape(a), Shape(b))) == want
+
+
+# --- per-op inference -------------------------------------------------------------------------------
+def x_bsh(hidden: int = 768) -> Parameter:
+    return Parameter("f32", Shape([B, S, hidden]), name="x")
+
+
+def test_matmul_relates_m_and_n() -> None:
+    w = Constant(np.zeros((768, 3072), np.float32))
+    assert shape_str(MatMul(x_bsh(), w)) == "[B,S,3072]"
+    q = Parameter("f32", Shape([B, 12, S, 64]))
+    k = Parameter("f32", Shape([B, 12, P + S, 64]))
+    assert shape_str(MatMul(q, k, transpose_b=True)) == "[B,12,S,P+S]"
+
+
+def test_concat_sums_the_axis() -> None:
+    past = Parameter("f32", Shape([B, 12, P, 64]))
+    new = Parameter("f32", Shape([B, 12, S, 64]))
+    assert shape_str(Concat(past, new, axis=2)) == "[B,12,P+S,64]"
+    one = Parameter("f32", Shape([B, 1]))
+    assert shape_str(Concat(Parameter("f32", Shape([B, S])), one, axis=1)) == "[B,S+1]"
+
+
+def test_reshape_with_zero_minus_one_and_flatten() -> None:
+    x = x_bsh()
+    assert shape_str(Reshape(x, i64(0, 0, 12, 64), special_zero=True)) == "[B,S,12,64]"
+    assert shape_str(Reshape(x, i64(0, 0, -1, 64), special_zero=True)) == "[B,S,12,64]"
+    flat = Reshape(x, i64(-1, 768))
+    assert shape_str(flat) == "[B*S,768]"
+    # back from [B*S, 768] with a target built from Shape(x): the -1 divides out exactly
+    sx = ShapeOf(x)
+    target = Concat(Unsqueeze(Gather(sx, scalar(0), scalar(0)), i64(0)), i64(-1, 12, 64), axis=0)
+    assert shape_str(Reshape(flat, target)) == "[B,S,12,64]"
+
+
+def test_reshape_target_from_shape_vector() -> None:
+    """Reshape(x, Concat(Gather(Shape(x), 0), Gather(Shape(x), 1), 12, 64)) infers [B, S, 12, 64]."""
+    x = x_bsh()
+    sx = ShapeOf(x)
+    dims = [Unsqueeze(Gather(sx, scalar(i), scalar(0)), i64(0)) for i in (0, 1)]
+    target = Concat(*dims, i64(12, 64), axis=0)
+    assert shape_value(target) == (B, S, 12, 64)
+    r = Reshape(x, target)
+    assert shape_str(r) == "[B,S,12,64]"
+    assert shape_str(Transpose(r, i64(0, 2, 1, 3))) == "[B,12,S,64]"
+
+
+def test_shape_vector_arithmetic() -> None:
+    sx = ShapeOf(x_bsh())
+    s = Gather(sx, i64(1), scalar(0))
+    assert shape_value(s) == (S,)
+    assert shape_value(Add(s, i64(1))) == (S + 1,)
+    assert shape_value(Subtract(s, s)) == (0,)
+    assert shape_value(Multiply(Gather(sx, i64(0, 1), scalar(0)), i64(2))) == (2 * B, 2 * S)
+    assert shape_value(ReduceProd(sx, i64(0), keep_dims=False)) == (768 * B * S,)
+    assert shape_value(Gather(sx, i64(2), scalar(0))) == (768,)
+    # Where(Equal(shape, -1), ones, shape): the TorchScript exporter's expand(-1)
+    sv = Gather(sx, i64(0, 1), scalar(0))
+    ones = ConstantOfShape(ShapeOf(sv), value=np.ones(1, np.int64))
+    assert shape_value(Select(Equal(sv, i64(-1)), ones, sv)) == (B, S)
+    assert shape_value(ReduceSum(sx, i64(0))) is None  # no rule: unknown, never guessed
+
+
+def test_slice_range_expand_gather_squeeze_split() -> None:
+    x = x_bsh(64)
+    sx = ShapeOf(x)
+    s1 = Unsqueeze(Gather(sx, scalar(1), scalar(0)), i64(0))
+    # a causal mask sliced out of a constant buffer with symbolic bounds
+    buf = Constant(np.tril(np.ones((1, 1, 128, 128), bool)))
+    rows = Slice(buf, Subtract(s1, s1), s1, i64(2), i64(1))
+    assert shape_str(rows) == "[1,1,S,128]"
+    assert shape_str(Slice(rows, i64(0), s1, i64(3), i64(1))) == "[1,1,S,S]"
+    # constant bounds on a symbolic dim, and an untouched symbolic dim
+    assert shape_str(Slice(x, i64(1), i64(2**63 - 1), i64(1), i64(1))) == "[B,S-1,64]"
+    assert shape_str(Slice(x, i64(0), i64(-1), i64(1), i64(1))) == "[B,S-1,64]"
+    assert shape_str(Slice(x, i64(0), i64(8), i64(2), i64(1))) == "[B,S,8]"
+    pos = Range(scalar(0), Gather(sx, scalar(1), scalar(0)), scalar(1))
+    assert shape_str(pos) == "[S]"
+    target = Concat(Unsqueeze(Gather(sx, scalar(0), scalar(0)), i64(0)), s1, axis=0)
+    assert shape_str(Broadcast(Unsqueeze(pos, i64(0)), target, mode="bidirectional")) == "[B,S]"
+    assert shape_str(Broadcast(Constant(np.zeros((1, 64), np.float32)), Concat(target, i64(64), axis=0))) == "[B,S,64]"
+    emb = Constant(np.zeros((100, 64), np.float32))
+    ids = Parameter("i64", Shape([B, S]))
+    assert shape_str(Gather(emb, ids, scalar(0))) == "[B,S,64]"
+    assert shape_str(Squeeze(Unsqueeze(x, i64(1)), i64(1))) == "[B,S,64]"
+    assert [str(o.shape) for o in Split(x, scalar(2), num_splits=4).outputs] == ["[B,S,16]"] * 4
+    assert shape_str(ConstantOfShape(Concat(s1, s1, axis=0))) == "[S,S]"
+
+
+def test_constant_folding_folds_static_dims_and_keeps_symbolic_ones() -> None:
+    x = x_bsh()
+    sx = ShapeOf(x)
+    hidden = Gather(sx, scalar(2), scalar(0))  # static: 768
+    batch = Gather(sx, scalar(0), scalar(0))  # symbolic
+    target = Concat(Unsqueeze(batch, i64(0)), i64(-1), Unsqueeze(hidden, i64(0)), axis=0)
+    r = Reshape(x, target)
+    m = Model([Result(r)], [x])
+    assert ConstantFolding().run(m)
+    kinds = [n.type_name for n in m.get_ordered_ops()]
+    assert kinds.count("Gather") == 1  # the static one is a Constant now
+    c = target.inputs[2].source.node
+    assert c.type_name == "Constant" and c.value.tolist() == [768]
+    assert shape_str(r) == "[B,S,768]"
