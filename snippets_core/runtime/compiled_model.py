@@ -16,6 +16,7 @@ import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node
 from snippets_core.ir.ops.io import Constant, Parameter, Result
 from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.ir.shape import Shape, SymDim
 from snippets_core.runtime.placement import (
     FALLBACK_KEY,
     REFERENCE,
@@ -204,7 +206,45 @@ class CompiledModel:
         if len(inputs) != len(self._inputs):
             unknown = [k for k in inputs if k not in self._input_names]
             raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are: {', '.join(self._input_names)}")
+        if self._symbol_checks:
+            self._check_symbols(out)
         return out
+
+    @cached_property
+    def _symbol_checks(self) -> tuple[tuple[str, int, int, SymDim], ...]:
+        """(input name, position in the checked list, axis, symbol) for every symbolic input dim, plain names
+        first (they bind the values that expressions such as ``S+1`` are checked against); empty when no
+        input has a symbolic dim, so a static or plainly dynamic model pays one truth test per call."""
+        shapes = {p.name: p.shape for p in self.model.parameters}
+        checks = []
+        for k, spec in enumerate(self._inputs):
+            shape = shapes.get(spec.name)
+            if shape is None or shape.syms is None:
+                continue
+            checks += [(spec.name, k, axis, sym) for axis, sym in enumerate(shape.syms) if sym is not None]
+        if not any(sym.name is None for *_, sym in checks) and len({sym for *_, sym in checks}) == len(checks):
+            return ()  # each name appears once and nothing relates them: nothing to cross-check
+        return tuple(sorted(checks, key=lambda c: c[3].name is None))
+
+    def _check_symbols(self, arrays: list[tuple[int, np.ndarray]]) -> None:
+        """Inputs that share a symbolic dim (``S`` in ``[B, S]`` and ``[B, S, 768]``) must agree on its size."""
+        bound: dict[str, tuple[int, str, int]] = {}  # name -> (size, input, axis) of its first occurrence
+        env: dict[str, int] = {}
+        for name, k, axis, sym in self._symbol_checks:
+            size = arrays[k][1].shape[axis]
+            if sym.name is not None:
+                first = bound.setdefault(sym.name, (size, name, axis))
+                if first[0] != size:
+                    raise InputError(f"inputs {first[1]!r} and {name!r} disagree on the symbolic dim {sym.name}: "
+                                     f"{sym.name} = {first[0]} in {first[1]!r} (dim {first[2]}) but {size} in "
+                                     f"{name!r} (dim {axis})")
+                env[sym.name] = size
+                continue
+            want = sym.evaluate(env)
+            if want is not None and want != size:
+                which = " and ".join(sorted({f"{n} = {env[n]} in {bound[n][1]!r}" for n in sym.names}))
+                raise InputError(f"input {name!r} has dim {axis} of size {size}, but the model declares it {sym} "
+                                 f"= {want} ({which})")
 
     def _check_input(self, spec: InputSpec, inputs: Mapping[str, Any]) -> np.ndarray:
         """The slow path of the input check: conversions and the error messages."""
@@ -222,8 +262,11 @@ class CompiledModel:
         if spec.dims is not None and (
             a.ndim != len(spec.dims) or any(d is not None and d != s for d, s in zip(spec.dims, a.shape))
         ):
-            want = "[" + ",".join("?" if d is None else str(d) for d in spec.dims) + "]"
-            raise InputError(f"input {spec.name!r} must have shape {want}, got {list(a.shape)}")
+            declared = next((p.shape for p in self.model.parameters if p.name == spec.name), Shape(spec.dims))
+            why = (f"rank {a.ndim} instead of {len(spec.dims)}" if a.ndim != len(spec.dims) else ", ".join(
+                f"dim {i} is {s} where the model fixes {d}" for i, (d, s) in enumerate(zip(spec.dims, a.shape))
+                if d is not None and d != s))
+            raise InputError(f"input {spec.name!r} must have shape {declared}, got {list(a.shape)}: {why}")
         return a
 
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, np.ndarray] | None = None,

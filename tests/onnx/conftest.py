@@ -10,17 +10,23 @@ from typing import Any
 import pytest
 
 
-def _suite():  # type: ignore[no-untyped-def]
-    name = "snippets_onnx_suite"
+def _load(name: str, file: str):  # type: ignore[no-untyped-def]
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "suite.py")
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / file)
         module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         sys.modules[name] = module
         spec.loader.exec_module(module)  # type: ignore[union-attr]
     return sys.modules[name]
 
 
-_suite()  # loaded before the test modules of this folder, which take it from sys.modules
+def _suite():  # type: ignore[no-untyped-def]
+    return _load("snippets_onnx_suite", "suite.py")
+
+
+# Loaded before the test modules of this folder, which take them from sys.modules (test folders are not
+# packages under --import-mode=importlib).
+_suite()
+_load("snippets_torch_like_models", "torch_like_models.py")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

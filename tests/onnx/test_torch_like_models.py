@@ -3,9 +3,7 @@ static dims decide, and match onnxruntime on several (batch, seq) pairs on every
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,17 +13,7 @@ from snippets_core.plugins.targets import load_target, target_names
 from snippets_core.runtime.compiled_model import compile_model
 
 
-def _load_builders():  # type: ignore[no-untyped-def]
-    name = "snippets_torch_like_models"  # test folders are not packages (--import-mode=importlib)
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "torch_like_models.py")
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[name] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return sys.modules[name]
-
-
-tlm = _load_builders()
+tlm = sys.modules["snippets_torch_like_models"]  # loaded by conftest.py
 ort = pytest.importorskip("onnxruntime")
 
 MODELS = [(kind, exporter) for kind in ("bert", "gpt2") for exporter in ("torchscript", "dynamo")]

@@ -30,6 +30,8 @@ class Softmax(Node):
 
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         x = upcast(np.asarray(args[0]))
+        if x.size == 0:  # an empty axis (a zero-length sequence): nothing to normalize, and np.max has no identity
+            return [np.asarray(args[0]).copy()]
         with np.errstate(all="ignore"):
             return [same_dtype(self.compute(x, self.axis), np.asarray(args[0]))]
 
