@@ -160,6 +160,8 @@ def _parse_shapes(items: Sequence[str]) -> dict[str, tuple[int, ...]]:
 
 
 def _fmt_shape(shape: Any) -> str:
+    if hasattr(shape, "sym_dims"):  # a Shape: symbolic dims by name, [batch_size,sequence_length,768]
+        return str(shape)
     dims = getattr(shape, "dims", shape)
     if dims is None:
         return "[...]"
@@ -324,6 +326,12 @@ def random_inputs(model: Any, shapes: Mapping[str, tuple[int, ...]], seed: int) 
         raise InputError(
             f"--shape names unknown input {unknown[0]!r}; the model's inputs are: {', '.join(model.input_names)}"
         )
+    # Symbolic dims named by one --shape fill the inputs that share them: --shape input_ids=2,7 sizes an
+    # attention_mask [batch_size,sequence_length] too.
+    bound: dict[str, int] = {}
+    for p in model.parameters:
+        if p.name in shapes and p.shape.syms is not None and len(p.shape.syms) == len(shapes[p.name]):
+            bound.update((sym.name, d) for sym, d in zip(p.shape.syms, shapes[p.name]) if sym and sym.name)
     out = {}
     for p in model.parameters:
         dims = p.shape.dims
@@ -334,14 +342,17 @@ def random_inputs(model: Any, shapes: Mapping[str, tuple[int, ...]], seed: int) 
             ):
                 raise InputError(
                     f"--shape {p.name}={','.join(map(str, shape))} does not fit the declared "
-                    f"shape {_fmt_shape(dims)} of input {p.name!r}"
+                    f"shape {_fmt_shape(p.shape)} of input {p.name!r}"
                 )
-        elif dims is None or any(d is None for d in dims):
+        elif dims is None or any(
+                d is None and (p.shape.sym(i) is None or p.shape.sym(i).evaluate(bound) is None)  # type: ignore
+                for i, d in enumerate(dims)):
             raise InputError(
-                f"input {p.name!r} has dynamic dims {_fmt_shape(dims)}: give them with --shape {p.name}=D0,D1,..."
+                f"input {p.name!r} has dynamic dims {_fmt_shape(p.shape)}: give them with --shape {p.name}=D0,D1,..."
             )
         else:
-            shape = tuple(dims)
+            shape = tuple(p.shape.sym(i).evaluate(bound) if d is None else d  # type: ignore[union-attr]
+                          for i, d in enumerate(dims))
         out[p.name] = _random_array(rng, p.element_type, shape)
     return out
 

@@ -135,3 +135,21 @@ def test_random_shapes_match_the_reference_evaluator(b: int, s: int, s_bias: int
     (want,) = ReferenceEvaluator(_PROTO).run(None, feeds)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+# --- the command line -------------------------------------------------------------------------------
+def test_inspect_and_run_show_symbolic_dims(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    import onnx
+
+    from snippets_core.cli import main
+
+    path = tmp_path / "gpt2.onnx"
+    onnx.save(tlm.gpt2_block("torchscript"), str(path))
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "inputs:  input_ids i64[batch_size,sequence_length], attention_mask i64[batch_size,sequence_length]" in out
+    assert "outputs: hidden f32[batch_size,sequence_length,32]" in out
+    # one --shape names batch_size and sequence_length: the mask that shares them is sized from it
+    assert main(["run", str(path), "-t", "reference", "--shape", "input_ids=2,7"]) == 0
+    assert main(["run", str(path), "-t", "reference"]) == 2
+    assert "has dynamic dims [batch_size,sequence_length]" in capsys.readouterr().err
