@@ -16,7 +16,7 @@ from snippets_core.errors import ShapeInferenceError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.base import UnaryEltwise, same_dtype
-from snippets_core.ir.shape import Dim, SDim, Shape, SymDim, SymValue, normalize_axis, sdim, sdim_add, sdim_mul
+from snippets_core.ir.shape import Dim, SDim, Shape, SymValue, normalize_axis, sdim_add, sdim_div, sdim_mul
 
 
 def constant_input(node: Node, i: int) -> np.ndarray | None:
@@ -346,7 +346,7 @@ class _ArgReduce(Node):
         if not x.rank_is_static:
             return [(ElementType.i64, Shape.dynamic())]
         ax = normalize_axis(self.axis, x.rank)
-        dims = list(x.dims)  # type: ignore[arg-type]
+        dims = list(x.sym_dims)
         if self.keep_dims:
             dims[ax] = 1
         else:
@@ -394,7 +394,7 @@ class TopK(Node):
             return [(et, Shape.dynamic()), (ElementType.i64, Shape.dynamic())]
         ax = normalize_axis(self.axis, x.rank)
         k = constant_input(self, 1)
-        dims = list(x.dims)  # type: ignore[arg-type]
+        dims: list[SDim] = list(x.sym_dims)
         dims[ax] = None if k is None else int(np.asarray(k).reshape(-1)[0])
         if dims[ax] is not None and x.dims[ax] is not None and dims[ax] > x.dims[ax]:  # type: ignore[index,operator]
             raise ShapeInferenceError(f"k={dims[ax]} exceeds the axis size {x.dims[ax]}")  # type: ignore[index]
@@ -468,11 +468,10 @@ class DepthToSpace(Node):
         b = self.block_size
         if x.rank != 4:
             raise ShapeInferenceError(f"DepthToSpace needs a rank-4 input, got {x}")
-        n, c, h, w = x.dims  # type: ignore[misc]
-        if c is not None and c % (b * b):
+        n, c, h, w = x.sym_dims
+        if isinstance(c, int) and c % (b * b):
             raise ShapeInferenceError(f"channels {c} are not divisible by block_size^2 = {b * b}")
-        return [(self.input_type(0), Shape([n, None if c is None else c // (b * b),
-                                            None if h is None else h * b, None if w is None else w * b]))]
+        return [(self.input_type(0), Shape([n, sdim_div(c, b * b), sdim_mul(h, b), sdim_mul(w, b)]))]
 
     def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
         n, c, h, w = x.shape
@@ -506,7 +505,7 @@ class SpaceToDepth(Node):
         for d in (h, w):
             if d is not None and d % b:
                 raise ShapeInferenceError(f"spatial dim {d} is not divisible by block_size {b}")
-        return [(self.input_type(0), Shape([n, None if c is None else c * b * b,
+        return [(self.input_type(0), Shape([x.sym(0), None if c is None else c * b * b,
                                             None if h is None else h // b, None if w is None else w // b]))]
 
     def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
@@ -659,7 +658,7 @@ class OneHot(Node):
         ax = normalize_axis(self.axis, idx.rank + 1)
         depth = constant_input(self, 1)
         d = None if depth is None else int(np.asarray(depth).reshape(-1)[0])
-        dims = list(idx.dims)  # type: ignore[arg-type]
+        dims: list[SDim] = list(idx.sym_dims)
         dims.insert(ax, d)
         return [(et, Shape(dims))]
 
@@ -728,7 +727,7 @@ class GatherND(Node):
         last = i.dims[-1]  # type: ignore[index]
         if self.batch_dims + last > d.rank:  # type: ignore[operator]
             raise ShapeInferenceError(f"indices of depth {last} after {self.batch_dims} batch dims exceed data {d}")
-        return [(et, Shape(list(i.dims[:-1]) + list(d.dims[self.batch_dims + last:])))]  # type: ignore[index,operator]
+        return [(et, Shape(list(i.sym_dims[:-1]) + list(d.sym_dims[self.batch_dims + last:])))]
 
     def evaluate(self, data: np.ndarray, indices: np.ndarray) -> list[np.ndarray]:
         b = self.batch_dims

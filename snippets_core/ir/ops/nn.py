@@ -169,7 +169,7 @@ class Convolution(_WindowOp):
                 raise ShapeInferenceError(f"data {x} and weights {w} ranks differ")
             if x[1] is not None and x[1] != w[1] * self.group:
                 raise ShapeInferenceError(f"data has {x[1]} channels but weights expect {w[1]} x group {self.group}")
-            return [(et, Shape([x[0], w[0], *self._spatial_out(x, w.dims[2:])]))]
+            return [(et, Shape([x.sym(0), w[0], *self._spatial_out(x, w.dims[2:])]))]
         return [(et, Shape.dynamic(w.rank))]
 
     def evaluate(self, x: np.ndarray, w: np.ndarray) -> list[np.ndarray]:
@@ -267,7 +267,7 @@ class ConvolutionBackpropData(_WindowOp):
         if x[1] is not None and x[1] != w[0]:
             raise ShapeInferenceError(f"data has {x[1]} channels but weights have {w[0]}")
         outs, _, _ = self._resolve(x.dims[2:], w.dims[2:])  # type: ignore[index]
-        return [(et, Shape([x[0], w[1] * self.group, *outs]))]
+        return [(et, Shape([x.sym(0), w[1] * self.group, *outs]))]
 
     def evaluate(self, x: np.ndarray, w: np.ndarray) -> list[np.ndarray]:
         kernel = w.shape[2:]
@@ -327,7 +327,7 @@ class _Pool(_WindowOp):
             return [(self.input_type(0), Shape.dynamic(len(self.kernel) + 2))]
         if x.rank != len(self.kernel) + 2:
             raise ShapeInferenceError(f"input {x} does not fit a {len(self.kernel)}-D kernel")
-        return [(self.input_type(0), Shape([x[0], x[1], *self._spatial_out(x, self.kernel)]))]
+        return [(self.input_type(0), Shape([x.sym(0), x.sym(1), *self._spatial_out(x, self.kernel)]))]
 
 
 class MaxPool(_Pool):

@@ -32,7 +32,6 @@ from snippets_core.ir.shape import (
     SymValue,
     broadcast_shapes,
     normalize_axis,
-    sdim,
     sdim_add,
     sdim_div,
     sdim_prod,
