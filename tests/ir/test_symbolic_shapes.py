@@ -143,7 +143,8 @@ def test_slice_range_expand_gather_squeeze_split() -> None:
     assert shape_str(pos) == "[S]"
     target = Concat(Unsqueeze(Gather(sx, scalar(0), scalar(0)), i64(0)), s1, axis=0)
     assert shape_str(Broadcast(Unsqueeze(pos, i64(0)), target, mode="bidirectional")) == "[B,S]"
-    assert shape_str(Broadcast(Constant(np.zeros((1, 64), np.float32)), Concat(target, i64(64), axis=0))) == "[B,S,64]"
+    row = Constant(np.zeros((1, 64), np.float32))
+    assert shape_str(Broadcast(row, Concat(target, i64(64), axis=0))) == "[B,S,64]"
     emb = Constant(np.zeros((100, 64), np.float32))
     ids = Parameter("i64", Shape([B, S]))
     assert shape_str(Gather(emb, ids, scalar(0))) == "[B,S,64]"

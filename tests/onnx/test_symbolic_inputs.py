@@ -147,7 +147,7 @@ def test_inspect_and_run_show_symbolic_dims(tmp_path, capsys) -> None:  # type: 
     onnx.save(tlm.gpt2_block("torchscript"), str(path))
     assert main(["inspect", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "inputs:  input_ids i64[batch_size,sequence_length], attention_mask i64[batch_size,sequence_length]" in out
+    assert "input_ids i64[batch_size,sequence_length], attention_mask i64[batch_size,sequence_length]" in out
     assert "outputs: hidden f32[batch_size,sequence_length,32]" in out
     # one --shape names batch_size and sequence_length: the mask that shares them is sized from it
     assert main(["run", str(path), "-t", "reference", "--shape", "input_ids=2,7"]) == 0

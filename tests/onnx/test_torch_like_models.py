@@ -60,7 +60,7 @@ def test_output_dims_stay_symbolic(protos, kind: str, exporter: str) -> None:  #
 
 
 @pytest.mark.parametrize(("kind", "exporter"), MODELS)
-def test_reshape_targets_from_shape_are_symbolic(protos, kind: str, exporter: str) -> None:  # type: ignore[no-untyped-def]
+def test_reshape_targets_from_shape_are_symbolic(protos, kind, exporter) -> None:  # type: ignore[no-untyped-def]
     """Reshape(x, Concat(dim(x, 0), dim(x, 1), 2, 16)) infers [B, S, 2, 16], not [?, ?, ?, ?]."""
     b, s = tlm.DIM_NAMES[exporter]
     m = read_onnx(protos[(kind, exporter)])

@@ -123,8 +123,8 @@ def bert_encoder_layer(exporter: str = "torchscript", hidden: int = 32, heads: i
     ctx = g.merge_heads(g.op("MatMul", probs, v), hidden)
     h = g.layer_norm(g.op("Add", g.linear(ctx, hidden, hidden), x), hidden)
     up = g.linear(h, hidden, ffn)
-    gelu = g.op("Mul", g.op("Mul", up, g.const(0.5, np.float32)),
-                g.op("Add", g.op("Erf", g.op("Div", up, g.const(np.sqrt(2.0), np.float32))), g.const(1.0, np.float32)))
+    erf = g.op("Erf", g.op("Div", up, g.const(np.sqrt(2.0), np.float32)))
+    gelu = g.op("Mul", g.op("Mul", up, g.const(0.5, np.float32)), g.op("Add", erf, g.const(1.0, np.float32)))
     out = g.layer_norm(g.op("Add", g.linear(gelu, ffn, hidden), h), hidden)
     g.nodes.append(helper.make_node("Identity", [out], ["last_hidden_state"]))
     return g.model(f"bert_layer_{exporter}",
@@ -147,7 +147,8 @@ def _causal_mask(g: _Graph, q: str, k: str, ids: str, max_pos: int) -> str:
     ones = g.op("ConstantOfShape", g.op("Concat", s, s, axis=0),
                 value=numpy_helper.from_array(np.ones(1, np.float32)))
     tri = g.op("Cast", g.op("Trilu", ones, upper=0), to=TensorProto.BOOL)
-    full = g.op("Expand", g.op("Unsqueeze", tri, g.i64(0, 1)), g.op("Concat", g.dim(ids, 0), g.i64(1), s, s, axis=0))
+    target = g.op("Concat", g.dim(ids, 0), g.i64(1), s, s, axis=0)
+    full = g.op("Expand", g.op("Unsqueeze", tri, g.i64(0, 1)), target)
     # dynamo writes each ``:`` of ``causal_mask[:, :, :, :S]`` as its own Slice to INT64_MAX
     for axis in (0, 1, 2):
         full = g.op("Slice", full, g.i64(0), g.i64(np.iinfo(np.int64).max), g.i64(axis), g.i64(1))
@@ -178,16 +179,18 @@ def gpt2_block(exporter: str = "torchscript", vocab: int = 50, max_pos: int = 64
     qkv = g.linear(g.layer_norm(x, hidden), hidden, 3 * hidden)
     q, k, v = g.op("Split", qkv, g.i64(hidden, hidden, hidden), axis=2, n_out=3)
     q, k, v = (g.split_heads(t, heads, d) for t in (q, k, v))
-    scores = g.op("Div", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2])), g.const(np.sqrt(d), np.float32))
+    kt = g.op("Transpose", k, perm=[0, 1, 3, 2])
+    scores = g.op("Div", g.op("MatMul", q, kt), g.const(np.sqrt(d), np.float32))
     scores = g.op("Where", _causal_mask(g, q, k, ids, max_pos), scores, g.const(_F32_MIN, np.float32))
     scores = g.op("Add", scores, g.extended_mask(mask, -10000.0))
     ctx = g.merge_heads(g.op("MatMul", g.op("Softmax", scores, axis=-1), v), hidden)
     h = g.op("Add", g.linear(ctx, hidden, hidden), x)
     up = g.linear(g.layer_norm(h, hidden), hidden, 4 * hidden)
     # gelu_new: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
-    inner = g.op("Mul", g.const(np.sqrt(2 / np.pi), np.float32),
-                 g.op("Add", up, g.op("Mul", g.const(0.044715, np.float32), g.op("Pow", up, g.const(3.0, np.float32)))))
-    gelu = g.op("Mul", g.op("Mul", g.const(0.5, np.float32), up), g.op("Add", g.const(1.0, np.float32), g.op("Tanh", inner)))
+    cube = g.op("Mul", g.const(0.044715, np.float32), g.op("Pow", up, g.const(3.0, np.float32)))
+    inner = g.op("Mul", g.const(np.sqrt(2 / np.pi), np.float32), g.op("Add", up, cube))
+    half = g.op("Mul", g.const(0.5, np.float32), up)
+    gelu = g.op("Mul", half, g.op("Add", g.const(1.0, np.float32), g.op("Tanh", inner)))
     out = g.layer_norm(g.op("Add", g.linear(gelu, 4 * hidden, hidden), h), hidden)
     g.nodes.append(helper.make_node("Identity", [out], ["hidden"]))
     return g.model(f"gpt2_block_{exporter}",
@@ -196,7 +199,8 @@ def gpt2_block(exporter: str = "torchscript", vocab: int = 50, max_pos: int = 64
                    [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, [b, s, hidden])])
 
 
-def random_inputs(model: onnx.ModelProto, batch: int, seq: int, seed: int = 0, vocab: int = 50) -> dict[str, np.ndarray]:
+def random_inputs(model: onnx.ModelProto, batch: int, seq: int, seed: int = 0,
+                  vocab: int = 50) -> dict[str, np.ndarray]:
     """Inputs for one of the models above: random hidden states or token ids, and an attention mask with
     right padding (every row keeps at least its first position)."""
     rng = np.random.default_rng(seed)

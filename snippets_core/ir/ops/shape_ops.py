@@ -339,7 +339,9 @@ class Concat(Node):
 
     def sym_value(self, value: Callable[[int], SymValue | None]) -> SymValue | None:
         parts = [value(i) for i in range(len(self.inputs))]
-        return None if any(p is None for p in parts) else tuple(d for p in parts for d in p)  # type: ignore[union-attr]
+        if any(p is None for p in parts):
+            return None
+        return tuple(d for p in parts for d in p)  # type: ignore[union-attr]
 
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         return [np.concatenate([np.asarray(a) for a in args], axis=self.axis)]
