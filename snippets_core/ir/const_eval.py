@@ -121,7 +121,10 @@ def shape_value(output: Output | Node) -> SymValue | None:
                 arr = np.asarray(node.value).reshape(-1)  # type: ignore[attr-defined]
                 result = tuple(int(a) for a in arr)
             elif out.index == 0:
-                result = node.sym_value(lambda i: value_of(node.inputs[i].source, depth + 1))
+                try:
+                    result = node.sym_value(lambda i: value_of(node.inputs[i].source, depth + 1))
+                except (SnippetsError, ArithmeticError, ValueError, IndexError, TypeError):
+                    result = None  # a bad shape vector: the op's own inference reports it, not a consumer's
         if result is not None and out.shape.is_static and len(result) != out.shape.size:
             result = None  # an op's rule disagreeing with its shape inference: trust neither
         memo[key] = result
