@@ -89,7 +89,11 @@ class _Graph:
     def merge_heads(self, x: str, hidden: int) -> str:
         """[B, heads, S, D] -> [B, S, H]."""
         t = self.op("Transpose", x, perm=[0, 2, 1, 3])
-        target = self.op("Concat", self.dim(t, 0), self.dim(t, 1), self.i64(hidden), axis=0)
+        if self.exporter == "dynamo":  # x.size()[:-2] + (hidden,): a Slice of the whole shape vector
+            lead = self.op("Slice", self.op("Shape", t), self.i64(0), self.i64(-2), self.i64(0), self.i64(1))
+            target = self.op("Concat", lead, self.i64(hidden), axis=0)
+        else:
+            target = self.op("Concat", self.dim(t, 0), self.dim(t, 1), self.i64(hidden), axis=0)
         return self.op("Reshape", t, target)
 
     def extended_mask(self, mask: str, fill: float) -> str:
