@@ -167,3 +167,19 @@ def test_constant_folding_folds_static_dims_and_keeps_symbolic_ones() -> None:
     c = target.inputs[2].source.node
     assert c.type_name == "Constant" and c.value.tolist() == [768]
     assert shape_str(r) == "[B,S,768]"
+
+
+def test_cnn_ops_keep_a_symbolic_batch() -> None:
+    from snippets_core.ir.ops.nn import Convolution, Interpolate, MaxPool
+
+    x = Parameter("f32", Shape([B, 3, 20, 20]))
+    w = Constant(np.zeros((8, 3, 3, 3), np.float32))
+    assert shape_str(Convolution(x, w, pads=[1, 1, 1, 1])) == "[B,8,20,20]"
+    assert shape_str(MaxPool(x, kernel=[2, 2], strides=[2, 2])) == "[B,3,10,10]"
+    assert shape_str(Interpolate(x, Constant(np.array([1, 1, 2, 2], np.float32)))) == "[B,3,40,40]"
+    sizes = Constant(np.array([30, 40], np.int64))
+    assert shape_str(Interpolate(x, sizes, shape_calculation_mode="sizes", axes=(2, 3))) == "[B,3,30,40]"
+    assert shape_str(Interpolate(x, sizes, shape_calculation_mode="sizes", axes=(2, 3),
+                                 keep_aspect_ratio_policy="not_larger")) == "[B,3,30,30]"
+    hw = Parameter("f32", Shape([B, 3, S, S]))
+    assert shape_str(Interpolate(hw, Constant(np.array([1, 1, 2, 2], np.float32)))) == "[B,3,?,?]"

@@ -531,10 +531,37 @@ class Interpolate(Node):
         from snippets_core.ir.const_eval import constant_value
 
         target = constant_value(self.inputs[1].source)
-        if target is None or not x.is_static:
+        if target is None:
             return [(et, Shape.dynamic(x.rank))]
+        if not x.is_static:
+            return [(et, self._dynamic_out(x, target))]
         out, _, _ = self._plan(x.to_tuple(), target)
         return [(et, Shape(out))]
+
+    def _dynamic_out(self, x: Shape, target: np.ndarray) -> Shape:
+        """Per axis when some input dims are dynamic: axes not resized (or scaled by 1) keep their dims,
+        symbolic or not (an upsample of [B, C, 20, 20] is [B, C, 40, 40]); a kept aspect ratio depends on
+        every resized dim, so its axes stay unknown unless they are all static."""
+        rank = x.rank
+        axes = list(range(rank)) if self.axes is None else [a + rank if a < 0 else a for a in self.axes]
+        values = np.asarray(target).reshape(-1).tolist()
+        if len(values) != len(axes):
+            raise ShapeInferenceError(f"{self.shape_calculation_mode} has {len(values)} values for {len(axes)} axes")
+        dims = list(x.sym_dims)
+        if self.shape_calculation_mode == "sizes" and self.keep_aspect_ratio_policy != "stretch":
+            if not all(isinstance(dims[a], int) and dims[a] for a in axes):
+                return Shape([None if a in axes else d for a, d in enumerate(dims)])
+            pick = min if self.keep_aspect_ratio_policy == "not_larger" else max
+            scale = pick(int(v) / dims[a] for a, v in zip(axes, values))  # type: ignore[operator]
+            for a in axes:
+                dims[a] = int(scale * dims[a] + 0.5)  # type: ignore[operator]
+            return Shape(dims)
+        for a, v in zip(axes, values):
+            if self.shape_calculation_mode == "sizes":
+                dims[a] = int(v)
+            elif float(v) != 1.0:
+                dims[a] = int(dims[a] * float(v)) if isinstance(dims[a], int) else None
+        return Shape(dims)
 
     def _x_original(self, y: np.ndarray, scale: float, size_in: int, size_out: int,
                     roi: tuple[float, float] | None) -> np.ndarray:
