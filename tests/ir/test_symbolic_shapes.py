@@ -183,3 +183,44 @@ def test_cnn_ops_keep_a_symbolic_batch() -> None:
                                  keep_aspect_ratio_policy="not_larger")) == "[B,3,30,30]"
     hw = Parameter("f32", Shape([B, 3, S, S]))
     assert shape_str(Interpolate(hw, Constant(np.array([1, 1, 2, 2], np.float32)))) == "[B,3,?,?]"
+
+
+def test_split_heads_dump_after_folding() -> None:
+    """The printed IR of a head split whose target comes from Shape(x): the static hidden dim's arithmetic
+    (Gather, Unsqueeze, Divide) is one Constant, the batch and sequence reads stay, shapes are symbolic."""
+    from snippets_core.ir.ops.binary import Divide
+
+    def c(name: str, v: object) -> Constant:
+        return Constant(np.asarray(v, np.int64), name=name)
+
+    x = Parameter("f32", Shape([B, S, 768]), name="x")
+    sx = ShapeOf(x, name="shape")
+    dims = [Unsqueeze(Gather(sx, c(f"i{i}", i), c(f"ax{i}", 0), name=f"dim{i}"), c(f"u{i}", [0]), name=f"udim{i}")
+            for i in (0, 1, 2)]
+    head_dim = Divide(dims[2], c("heads", [12]), name="head_dim")
+    target = Concat(dims[0], dims[1], c("n_heads", [12]), head_dim, axis=0, name="target")
+    y = Transpose(Reshape(x, target, name="split_heads"), c("perm", [0, 2, 1, 3]), name="to_bhsd")
+    m = Model([Result(y, name="y")], [x], name="heads")
+    ConstantFolding().run(m)
+    assert m.to_text() == """\
+model heads
+  x = Parameter() {element_type=f32, shape=[B,S,768]} -> f32[B,S,768]
+  shape = ShapeOf(x:0) {output_type=i64} -> i64[3]
+  i0 = Constant() -> i64[]
+  ax0 = Constant() -> i64[]
+  dim0 = Gather(shape:0, i0:0, ax0:0) {batch_dims=0} -> i64[]
+  u0 = Constant() -> i64[1]
+  udim0 = Unsqueeze(dim0:0, u0:0) -> i64[1]
+  i1 = Constant() -> i64[]
+  ax1 = Constant() -> i64[]
+  dim1 = Gather(shape:0, i1:0, ax1:0) {batch_dims=0} -> i64[]
+  u1 = Constant() -> i64[1]
+  udim1 = Unsqueeze(dim1:0, u1:0) -> i64[1]
+  n_heads = Constant() -> i64[1]
+  head_dim = Constant() -> i64[1]
+  target = Concat(udim0:0, udim1:0, n_heads:0, head_dim:0) {axis=0} -> i64[4]
+  split_heads = Reshape(x:0, target:0) {special_zero=False} -> f32[B,S,12,64]
+  perm = Constant() -> i64[4]
+  to_bhsd = Transpose(split_heads:0, perm:0) -> f32[B,12,S,64]
+  y = Result(to_bhsd:0) -> f32[B,12,S,64]"""
+    assert m.get_ordered_ops()[14].value.tolist() == [64]
