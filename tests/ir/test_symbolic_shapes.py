@@ -223,4 +223,4 @@ model heads
   perm = Constant() -> i64[4]
   to_bhsd = Transpose(split_heads:0, perm:0) -> f32[B,12,S,64]
   y = Result(to_bhsd:0) -> f32[B,12,S,64]"""
-    assert m.get_ordered_ops()[14].value.tolist() == [64]
+    assert target.inputs[3].source.node.value.tolist() == [64]
