@@ -201,12 +201,15 @@ class Shape:
     def __init__(self, dims: Iterable[SDim] | None = ()) -> None:
         syms = None
         if dims is not None:
-            values = tuple(dims)
-            if any(isinstance(d, SymDim) for d in values):  # rare: only then normalize and keep the symbols
-                values = tuple(sdim(d) for d in values)
-                if any(isinstance(d, SymDim) for d in values):
-                    syms = tuple(d if isinstance(d, SymDim) else None for d in values)
-            dims = tuple(None if d is None or isinstance(d, SymDim) or d < 0 else int(d) for d in values)
+            values = dims if type(dims) is tuple else tuple(dims)
+            for d in values:
+                if type(d) is SymDim:  # rare: only then normalize and keep the symbols
+                    values = tuple(sdim(d) for d in values)
+                    if any(type(d) is SymDim for d in values):
+                        syms = tuple(d if type(d) is SymDim else None for d in values)
+                    values = tuple(None if type(d) is SymDim else d for d in values)
+                    break
+            dims = tuple(None if d is None or d < 0 else int(d) for d in values)
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "syms", syms)
 
