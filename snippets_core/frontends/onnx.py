@@ -28,11 +28,11 @@ from snippets_core.frontends.onnx_functions import expand as expand_function
 from snippets_core.frontends.onnx_functions import has_function_body
 from snippets_core.frontends.onnx_types import element_type_of
 from snippets_core.ir import ops as _ops  # noqa: F401  (registers the op set)
+from snippets_core.ir.const_eval import known_shape_vector
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import OPS, Node, Output
 from snippets_core.ir.ops.io import Constant, Parameter, Result
-from snippets_core.ir.const_eval import known_shape_vector
 from snippets_core.ir.shape import Shape, SymDim
 
 try:

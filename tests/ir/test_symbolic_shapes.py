@@ -224,3 +224,10 @@ model heads
   to_bhsd = Transpose(split_heads:0, perm:0) -> f32[B,12,S,64]
   y = Result(to_bhsd:0) -> f32[B,12,S,64]"""
     assert target.inputs[3].source.node.value.tolist() == [64]
+
+
+def test_slice_of_a_symbolic_dim_with_an_int_end_is_unknown() -> None:
+    x = Parameter("f32", Shape([B, S]))
+    assert shape_str(Slice(x, i64(0), i64(8), i64(1), i64(1))) == "[B,?]"  # min(8, S)
+    assert shape_str(Slice(x, i64(2), i64(2**31 - 1), i64(1), i64(1))) == "[B,S-2]"  # INT32_MAX: to the end
+    assert shape_str(Slice(x, i64(-3), i64(-1), i64(1), i64(1))) == "[B,2]"

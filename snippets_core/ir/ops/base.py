@@ -67,9 +67,7 @@ def known_ints(node: Node, i: int, what: str) -> list[int] | None:
 
     Checks that the input has an integer element type and rank 0 or 1.
     """
-    from snippets_core.ir.const_eval import constant_value  # const_eval evaluates ops: import late
-
-    from snippets_core.ir.const_eval import shape_value_ints
+    from snippets_core.ir.const_eval import constant_value, shape_value_ints  # they evaluate ops: import late
 
     check_kind(node, i, "index", what)
     check_rank(node, i, (0, 1), what)

@@ -56,24 +56,28 @@ class ShapeOf(Node):
         return s.sym_dims if s.rank_is_static else None
 
 
-_HUGE = 2**31  # an end at or past this means "to the end" (exporters write INT64_MAX or INT32_MAX)
+_HUGE = 2**31 - 1  # an end at or past this means "to the end" (exporters write INT64_MAX or INT32_MAX)
 
 
 def _sym_slice_length(dim: SDim, start: SDim, end: SDim, step: int) -> SDim:
-    """The length of ``[start:end:step]`` along a dim when some of them are symbolic (step 1 only): ends
-    past the end mean the dim, negatives count from it; symbolic bounds are taken to lie inside the dim
-    (what exporters produce: ``x[:, :S]``, ``bias[.., S-T:S, :S]``); anything else is unknown (None)."""
+    """The length of ``[start:end:step]`` along a dim when some of them are symbolic (step 1 only): huge ends
+    mean the dim, negative bounds count from it; symbolic bounds, and int starts on a symbolic dim, are taken
+    to lie inside the dim (what exporters produce: ``x[:, 1:]``, ``x[:, :S]``, ``bias[.., S-T:S, :S]``). An int
+    end on a symbolic dim (``x[:, :8]``: 8 or less) and anything else are unknown (None)."""
     if step != 1 or start is None or end is None:
         return None
 
-    def bound(v: SDim) -> SDim:
-        if isinstance(v, int) and v >= _HUGE:
-            return dim
-        if isinstance(v, int) and v < 0:
-            return sdim_add(dim, v)
+    def bound(v: SDim, is_end: bool) -> SDim:
+        if isinstance(v, int):
+            if v >= _HUGE:
+                return dim
+            if v < 0:
+                return sdim_add(dim, v)
+            if is_end and not isinstance(dim, int):
+                return None  # min(v, dim) is not known
         return v
 
-    s, e = bound(start), bound(end)
+    s, e = bound(start, False), bound(end, True)
     if isinstance(s, int) and isinstance(dim, int):
         s = min(s, dim)
     if isinstance(e, int) and isinstance(dim, int):
