@@ -211,40 +211,49 @@ class CompiledModel:
         return out
 
     @cached_property
-    def _symbol_checks(self) -> tuple[tuple[str, int, int, SymDim], ...]:
-        """(input name, position in the checked list, axis, symbol) for every symbolic input dim, plain names
-        first (they bind the values that expressions such as ``S+1`` are checked against); empty when no
-        input has a symbolic dim, so a static or plainly dynamic model pays one truth test per call."""
+    def _symbol_checks(self) -> tuple[tuple[int, int, str | None, SymDim, str], ...]:
+        """(position in the checked list, axis, the plain name or None, symbol, input name) for every symbolic
+        input dim, plain names first (they bind the values that expressions such as ``S+1`` are checked
+        against); empty when nothing is shared or related, so such a model pays one truth test per call."""
         shapes = {p.name: p.shape for p in self.model.parameters}
         checks = []
         for k, spec in enumerate(self._inputs):
             shape = shapes.get(spec.name)
-            if shape is None or shape.syms is None:
-                continue
-            checks += [(spec.name, k, axis, sym) for axis, sym in enumerate(shape.syms) if sym is not None]
-        if not any(sym.name is None for *_, sym in checks) and len({sym for *_, sym in checks}) == len(checks):
-            return ()  # each name appears once and nothing relates them: nothing to cross-check
-        return tuple(sorted(checks, key=lambda c: c[3].name is None))
+            if shape is not None and shape.syms is not None:
+                checks += [(k, axis, sym.name, sym, spec.name) for axis, sym in enumerate(shape.syms) if sym]
+        # A name that appears once and that no expression uses has nothing to agree with: not checked.
+        uses = [c[2] for c in checks] + [n for c in checks if c[2] is None for n in c[3].names]
+        checks = [c for c in checks if c[2] is None or uses.count(c[2]) > 1]
+        return tuple(sorted(checks, key=lambda c: c[2] is None))
 
     def _check_symbols(self, arrays: list[tuple[int, np.ndarray]]) -> None:
         """Inputs that share a symbolic dim (``S`` in ``[B, S]`` and ``[B, S, 768]``) must agree on its size."""
-        bound: dict[str, tuple[int, str, int]] = {}  # name -> (size, input, axis) of its first occurrence
         env: dict[str, int] = {}
-        for name, k, axis, sym in self._symbol_checks:
+        for k, axis, plain, sym, _ in self._symbol_checks:
             size = arrays[k][1].shape[axis]
-            if sym.name is not None:
-                first = bound.setdefault(sym.name, (size, name, axis))
-                if first[0] != size:
-                    raise InputError(f"inputs {first[1]!r} and {name!r} disagree on the symbolic dim {sym.name}: "
-                                     f"{sym.name} = {first[0]} in {first[1]!r} (dim {first[2]}) but {size} in "
-                                     f"{name!r} (dim {axis})")
-                env[sym.name] = size
-                continue
-            want = sym.evaluate(env)
-            if want is not None and want != size:
-                which = " and ".join(sorted({f"{n} = {env[n]} in {bound[n][1]!r}" for n in sym.names}))
-                raise InputError(f"input {name!r} has dim {axis} of size {size}, but the model declares it {sym} "
-                                 f"= {want} ({which})")
+            if plain is not None:
+                if env.setdefault(plain, size) != size:
+                    self._symbol_error(arrays, k, axis, sym, size)
+            else:
+                want = sym.evaluate(env)
+                if want is not None and want != size:
+                    self._symbol_error(arrays, k, axis, sym, size)
+
+    def _symbol_error(self, arrays: list[tuple[int, np.ndarray]], k: int, axis: int, sym: SymDim, size: int) -> None:
+        """The InputError for dim ``axis`` of input ``k``: names both inputs, the symbol and both sizes."""
+        name = self._inputs[k].name
+        first: dict[str, tuple[int, str, int]] = {}  # symbol -> (size, input, axis) where it was bound
+        for k2, axis2, plain, _, name2 in self._symbol_checks:
+            if plain is not None:
+                first.setdefault(plain, (arrays[k2][1].shape[axis2], name2, axis2))
+        if sym.name is not None:
+            size0, name0, axis0 = first[sym.name]
+            raise InputError(f"inputs {name0!r} and {name!r} disagree on the symbolic dim {sym.name}: {sym.name} = "
+                             f"{size0} in {name0!r} (dim {axis0}) but {size} in {name!r} (dim {axis})")
+        env = {n: v[0] for n, v in first.items()}
+        which = " and ".join(sorted(f"{n} = {first[n][0]} in {first[n][1]!r}" for n in sym.names))
+        raise InputError(f"input {name!r} has dim {axis} of size {size}, but the model declares it {sym} "
+                         f"= {sym.evaluate(env)} ({which})")
 
     def _check_input(self, spec: InputSpec, inputs: Mapping[str, Any]) -> np.ndarray:
         """The slow path of the input check: conversions and the error messages."""
