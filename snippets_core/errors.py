@@ -7,6 +7,8 @@ Every error a user can provoke (a bad file, an unsupported op, a wrong input) is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class SnippetsError(Exception):
     """Base class of every error snippets raises on purpose."""
@@ -17,7 +19,15 @@ class ModelFormatError(SnippetsError):
 
 
 class UnsupportedOpError(SnippetsError):
-    """An op is not in the op set, or no target/emitter supports it."""
+    """An op is not in the op set, or no target/emitter supports it.
+
+    ``unsupported_ops`` holds ``(domain, op_type, node name)`` for each node at fault when the frontend found
+    them all at once (a model with several unsupported ops is reported in one error).
+    """
+
+    def __init__(self, message: str, unsupported_ops: Sequence[tuple[str, str, str]] = ()) -> None:
+        super().__init__(message)
+        self.unsupported_ops: tuple[tuple[str, str, str], ...] = tuple(unsupported_ops)
 
 
 class ShapeInferenceError(SnippetsError):

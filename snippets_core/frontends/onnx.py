@@ -26,6 +26,7 @@ import numpy as np
 from snippets_core.errors import ModelFormatError, ShapeInferenceError, SnippetsError, UnsupportedOpError
 from snippets_core.frontends.onnx_functions import expand as expand_function
 from snippets_core.frontends.onnx_functions import has_function_body
+from snippets_core.frontends.onnx_lenient import checkable, inline_local_functions, topological_order
 from snippets_core.frontends.onnx_types import element_type_of
 from snippets_core.ir import ops as _ops  # noqa: F401  (registers the op set)
 from snippets_core.ir.const_eval import known_shape_vector
@@ -113,35 +114,64 @@ def _has_external_data(proto: Any) -> bool:
     return any(t.data_location == TensorProto.EXTERNAL for t in proto.graph.initializer)
 
 
-def _check(proto: Any, label: str) -> None:
-    """Run onnx.checker; an op unknown to the table is reported as unsupported before a format error."""
+def _check(proto: Any, label: str, order: list[int]) -> None:
+    """Run onnx.checker with the rules onnxruntime and OpenVINO do not enforce relaxed (``onnx_lenient``); ops
+    unknown to snippets are reported (all of them) as unsupported before a format error."""
+    checked, _ = checkable(proto, order)
     try:
-        onnx.checker.check_model(proto)
+        onnx.checker.check_model(checked)
     except _ONNX_ERRORS as e:
-        _raise_unknown_ops(proto, label)
+        _raise_unknown_ops(proto, label, order)
         msg = str(e).strip().splitlines()
         raise ModelFormatError(f"{label}: the ONNX checker rejects the model: {' '.join(msg)[:600]}") from None
 
 
-def _raise_unknown_ops(proto: Any, label: str) -> None:
+def _is_unknown_op(node: Any, opset: int) -> bool:
+    """Neither a converter nor an ONNX function body reads ``node``."""
+    return node.domain not in ("", "ai.onnx") or (node.op_type not in CONVERTERS
+                                                  and not has_function_body(node.op_type, opset))
+
+
+def _raise_unknown_ops(proto: Any, label: str, order: Sequence[int]) -> None:
+    """One UnsupportedOpError naming every op of the graph that snippets cannot read (op type, nodes, count)."""
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
-    for i, node in enumerate(proto.graph.node):
-        if node.domain not in ("", "ai.onnx") or (node.op_type not in CONVERTERS
-                                                   and not has_function_body(node.op_type, opset)):
-            raise _unsupported_op(label, node, i)
+    nodes = proto.graph.node
+    unknown = [(i, nodes[i]) for i in order if _is_unknown_op(nodes[i], opset)]
+    if unknown:
+        raise _unsupported_ops(label, unknown)
 
 
 def _node_label(node: Any, index: int) -> str:
     return node.name or f"{node.op_type}_{index}"
 
 
-def _unsupported_op(label: str, node: Any, index: int) -> UnsupportedOpError:
-    name = _node_label(node, index)
-    if node.domain not in ("", "ai.onnx"):
-        return UnsupportedOpError(f"{label}: node '{name}' ({node.op_type}): op domain '{node.domain}' is not "
-                                  "supported (only the default ONNX domain is)")
-    return UnsupportedOpError(f"{label}: node '{name}' ({node.op_type}): ONNX op {node.op_type} is not supported "
-                              "by snippets")
+SUPPORTED_OPS_HINT = "the supported ops are listed by `snippets ops` and in docs/onnx_conformance.md"
+
+
+def _unsupported_ops(label: str, unknown: Sequence[tuple[int, Any]]) -> UnsupportedOpError:
+    """The error for nodes no converter reads: one node is named with its op; several are grouped by op type
+    (in order of first use) with their count and first node names."""
+    if len(unknown) == 1:
+        index, node = unknown[0]
+        name = _node_label(node, index)
+        if node.domain not in ("", "ai.onnx"):
+            why = f"op domain '{node.domain}' is not supported (only the default ONNX domain is)"
+        else:
+            why = f"ONNX op {node.op_type} is not supported by snippets"
+        message = f"{label}: node '{name}' ({node.op_type}): {why}; {SUPPORTED_OPS_HINT}"
+    else:
+        groups: dict[tuple[str, str], list[str]] = {}
+        for index, node in unknown:
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            groups.setdefault((domain, node.op_type), []).append(_node_label(node, index))
+        parts = []
+        for (domain, op_type), names in groups.items():
+            op = f"{domain}::{op_type} (op domain '{domain}')" if domain else op_type
+            shown = ", ".join(f"'{n}'" for n in names[:3]) + (", ..." if len(names) > 3 else "")
+            parts.append(f"{op} x{len(names)} ({shown})")
+        message = (f"{label}: {len(groups)} op types in {len(unknown)} nodes are not supported by snippets: "
+                   f"{'; '.join(parts)}; {SUPPORTED_OPS_HINT}")
+    return UnsupportedOpError(message, [(node.domain, node.op_type, _node_label(node, index)) for index, node in unknown])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -282,9 +312,10 @@ class NodeContext:
 
 
 class _GraphReader:
-    def __init__(self, proto: Any, label: str, fold_constants: bool) -> None:
+    def __init__(self, proto: Any, label: str, fold_constants: bool, order: list[int]) -> None:
         self.proto = proto
         self.label = label
+        self.order = order
         self.fold_constants = fold_constants
         self.opset = _default_opset(proto, label)
         self.values: dict[str, Output] = {}
@@ -347,8 +378,9 @@ class _GraphReader:
             p = Parameter(et, shape, name=vi.name)
             params.append(p)
             self.values[vi.name] = p.outputs[0]
-        for index, node in enumerate(g.node):
-            self._convert(node, index)
+        _raise_unknown_ops(self.proto, self.label, self.order)
+        for index in self.order:
+            self._convert(g.node[index], index)
         results = []
         for vi in g.output:
             if vi.name not in self.values:
@@ -364,7 +396,7 @@ class _GraphReader:
             self._expand(node, index, opset)
             return
         if node.domain not in ("", "ai.onnx") or node.op_type not in CONVERTERS:
-            raise _unsupported_op(self.label, node, index)
+            raise _unsupported_ops(self.label, [(index, node)])
         ctx = NodeContext(self, node, index, opset)
         if ctx.opset < MIN_OPSET:
             _check_legacy_schema(ctx)
@@ -434,8 +466,10 @@ def _default_opset(proto: Any, label: str) -> int:
 
 def _value_info_type(vi: Any, what: str) -> tuple[ElementType, Shape]:
     t = vi.type
-    if not t.HasField("tensor_type"):
-        kind = t.WhichOneof("value") or "no type"
+    kind = t.WhichOneof("value")
+    if kind is None or (kind == "tensor_type" and t.tensor_type.elem_type == TensorProto.UNDEFINED):
+        raise ModelFormatError(f"{what} has no element type")
+    if kind != "tensor_type":
         raise UnsupportedOpError(f"{what} is a {kind}; only tensors are supported")
     tt = t.tensor_type
     et = element_type_of(tt.elem_type, what)
@@ -450,14 +484,18 @@ def _value_info_type(vi: Any, what: str) -> tuple[ElementType, Shape]:
 def read_onnx(source: Any, *, check: bool = True, fold_constants: bool = True) -> Model:
     """Read an ONNX model (a path, the bytes of a file, or an ``onnx.ModelProto``) into a Model.
 
-    ``check`` runs ``onnx.checker`` first (its complaints become ModelFormatError). ``fold_constants``
+    ``check`` runs ``onnx.checker`` first (its complaints become ModelFormatError), without the rules that
+    onnxruntime and OpenVINO do not enforce either (``onnx_lenient.RELAXATIONS``: missing shapes and output
+    types are inferred, unsorted nodes are sorted, model-local functions are inlined). ``fold_constants``
     replaces nodes whose inputs are all constants by their values.
     """
     proto, label = load_model_proto(source)
+    proto = inline_local_functions(proto, label)
+    order = topological_order(proto.graph, label)
     if check:
-        _check(proto, label)
+        _check(proto, label, order)
     try:
-        return _GraphReader(proto, label, fold_constants).read()
+        return _GraphReader(proto, label, fold_constants, order).read()
     except (ModelFormatError, UnsupportedOpError):
         raise
     except SnippetsError as e:
