@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import sys
 import time
 import traceback
 import zipfile
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,17 @@ Run a saved target artifact (e.g. a 'shave' blob) in its target's simulator on i
 examples:
   snippets simulate model.blob --inputs in.npz --outputs out.npz
   snippets simulate model.blob --inputs in.npz --seed 3 --check-races
+"""
+
+OPS_HELP = """\
+List the ONNX ops (default domain) that snippets reads: by a converter into its op set, or (marked *)
+through the op's ONNX function body. Whether an op is fused into a generated kernel depends on the target
+and the model: `snippets inspect MODEL.onnx --target T` shows it; ops outside Subgraphs run on reference
+kernels. docs/onnx_conformance.md says how each op is read.
+
+examples:
+  snippets ops
+  snippets ops --json
 """
 
 RUN_HELP = """\
@@ -372,20 +385,26 @@ def _random_array(rng: np.random.Generator, element_type: Any, shape: tuple[int,
 
 def _load_npz(path: str) -> dict[str, np.ndarray]:
     p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{path}: is a directory, expected an .npz file with one array per input name")
     if not p.is_file():
         raise InputError(f"{path}: no such file")
     try:
-        with np.load(p, allow_pickle=False) as data:
-            if not hasattr(data, "files"):
-                raise InputError(f"{path}: a single array, expected an .npz with one array per input name")
+        data = np.load(p, allow_pickle=False)
+        if isinstance(data, np.ndarray):  # an .npy holds one unnamed array
+            raise InputError(f"{path}: a single array (.npy); expected an .npz with one array per input name, "
+                             "e.g. np.savez('in.npz', x=array)")
+        with data:
             return {k: data[k] for k in data.files}
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+    except (ValueError, OSError, zipfile.BadZipFile, EOFError, zlib.error) as e:
         raise InputError(f"{path}: not a readable .npz file ({type(e).__name__}: {e})") from None
 
 
 def _save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
+    # Through a file object: np.savez(path) would append ".npz" to a path without it, unknown to the user.
     try:
-        np.savez(path, **arrays)
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
     except OSError as e:
         raise InputError(f"{path}: cannot write outputs ({e.strerror or e})") from None
 
@@ -545,8 +564,9 @@ def generate_for_inspect(cm: Any, sg: Any) -> Any:
         from snippets_core.codegen.interpreter import InterpreterTarget
         from snippets_core.codegen.subgraph_codegen import generate_subgraph
         from snippets_core.debug.config import debug_config
+        from snippets_core.runtime.interpreter_target import interpreter_vector_size
 
-        vector_size = int(dict(config.target_options).get("vector_size", 16))
+        vector_size = interpreter_vector_size(config)
         host = target.host
         tm = InterpreterTarget(vector_size, plugin_emitters=host.register_emitters("interpreter"))
         return generate_subgraph(sg, tm, positioned_passes=host.positioned_passes("interpreter", config),
@@ -634,6 +654,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.repeat < 1:
         raise InputError(f"--repeat {args.repeat}: must be at least 1")
+    if args.seed < 0:
+        raise InputError(f"--seed {args.seed}: must be a non-negative integer")
     model = _read_model(args.model)
     config = _parse_config(args.config)
     if args.perf:
@@ -716,6 +738,22 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise InputError(f"{args.output}: cannot write the artifact ({e.strerror or e})") from None
     print(cm.describe())
     print(f"wrote {args.output} ({len(artifact)} bytes)")
+    return EXIT_OK
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    from snippets_core.frontends.onnx import EXPANDED_OPS, SUPPORTED_OPS
+
+    if args.json:
+        print(json.dumps([{"op": op, "via": "function body" if op in EXPANDED_OPS else "converter"}
+                          for op in SUPPORTED_OPS], indent=2))
+        return EXIT_OK
+    names = [op + ("*" if op in EXPANDED_OPS else "") for op in SUPPORTED_OPS]
+    print(f"{len(names)} ONNX ops (default domain) snippets reads; * = through the op's ONNX function body")
+    width = max(len(n) for n in names) + 2
+    per_line = max(1, 100 // width)
+    for i in range(0, len(names), per_line):
+        print("".join(n.ljust(width) for n in names[i:i + per_line]).rstrip())
     return EXIT_OK
 
 
@@ -821,6 +859,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser(
+        "ops", help="list the ONNX ops snippets reads", description=OPS_HELP, formatter_class=_Fmt
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=cmd_ops)
+
+    p = sub.add_parser(
         "simulate",
         help="run a saved target artifact (a 'shave' blob) in its simulator",
         description=SIMULATE_HELP,
@@ -874,7 +918,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER_ERROR
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return func(args)
+        code = func(args)
+        sys.stdout.flush()  # a closed pipe shows here, while it can still be handled
+        return code
+    except BrokenPipeError:
+        # The reader went away (`snippets inspect --json | head`): nothing to tell it. Point stdout at
+        # /dev/null so that the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_USER_ERROR
     except SnippetsError as e:
         if args.debug:
             traceback.print_exc()

@@ -24,6 +24,14 @@ def default_num_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 
 
+def _check_mapping(what: str, value: Any) -> None:
+    """ConfigError unless ``value`` is None or a mapping (a dict of knobs): a string such as ``config="fast"``
+    is not a configuration."""
+    if value is not None and not isinstance(value, Mapping):
+        raise ConfigError(f"{what} must be a mapping of keys to values (a dict), got {type(value).__name__} "
+                          f"{value!r:.80}")
+
+
 @dataclass(frozen=True)
 class CompileConfig:
     """Everything ``compile_model`` can be told. Build it with :meth:`from_mapping`.
@@ -46,7 +54,10 @@ class CompileConfig:
     def from_mapping(config: CompileConfig | Mapping[str, Any] | None) -> CompileConfig:
         if isinstance(config, CompileConfig):
             return config
+        _check_mapping("config", config)
         config = dict(config or {})
+        for k in ("tokenization", "target_options"):
+            _check_mapping(k, config.get(k))
         own = {f.name for f in fields(CompileConfig)}
         from snippets_core.tokenization.config import TokenizationConfig
 
@@ -79,3 +90,20 @@ def _names(key: str, value: Any) -> tuple[str, ...]:
     if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
         raise ConfigError(f"{key} must be a name or a list of names, got {value!r}")
     return tuple(v.strip() for v in items if v.strip())
+
+
+def int_option(options: Mapping[str, Any], key: str, default: int, minimum: int = 1) -> int:
+    """``options[key]`` (a target option) as an integer of at least ``minimum``; ConfigError naming the key
+    for anything else (a string that is not a number, a float with a fraction, a boolean, a smaller value)."""
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, str, float)):
+        raise ConfigError(f"target_options.{key} must be an integer, got {value!r}")
+    try:
+        n = int(value)
+    except ValueError:
+        raise ConfigError(f"target_options.{key} must be an integer, got {value!r}") from None
+    if n != value and str(n) != value:
+        raise ConfigError(f"target_options.{key} must be an integer, got {value!r}")
+    if n < minimum:
+        raise ConfigError(f"target_options.{key} must be at least {minimum}, got {value!r}")
+    return n

@@ -166,7 +166,7 @@ def _unsupported_ops(label: str, unknown: Sequence[tuple[int, Any]]) -> Unsuppor
             groups.setdefault((domain, node.op_type), []).append(_node_label(node, index))
         parts = []
         for (domain, op_type), names in groups.items():
-            op = f"{domain}::{op_type} (op domain '{domain}')" if domain else op_type
+            op = f"{op_type} (domain '{domain}')" if domain else op_type
             shown = ", ".join(f"'{n}'" for n in names[:3]) + (", ..." if len(names) > 3 else "")
             parts.append(f"{op} x{len(names)} ({shown})")
         message = (f"{label}: {len(groups)} op types in {len(unknown)} nodes are not supported by snippets: "

@@ -31,6 +31,7 @@ from snippets_core.ir.node import Node
 from snippets_core.ir.ops.io import Constant, Parameter, Result
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import Shape, SymDim
+from snippets_core.runtime.inputs import as_input_array
 from snippets_core.runtime.placement import (
     FALLBACK_KEY,
     REFERENCE,
@@ -265,7 +266,7 @@ class CompiledModel:
             raise InputError(f"missing input {spec.name!r}; the model's inputs are: {', '.join(self._input_names)}")
         a = inputs[spec.name]
         if not isinstance(a, np.ndarray):
-            a = np.asarray(a, dtype=spec.dtype)
+            a = as_input_array(spec.name, a, spec.dtype)
         elif spec.dtype is not None and a.dtype != spec.dtype:
             raise InputError(f"input {spec.name!r} must be {spec.element_type} ({spec.dtype}), got {a.dtype}")
         if spec.dims is not None and (

@@ -10,14 +10,21 @@ from typing import Any
 import numpy as np
 
 from snippets_core.codegen.interpreter import compile_subgraph
+from snippets_core.config import int_option
 from snippets_core.errors import UnsupportedByTarget
 from snippets_core.runtime.placement import REFERENCE, Placement, fallback_reason, subgraph_error
+
+
+def interpreter_vector_size(config: Any) -> int:
+    """The interpreter's lanes per vector (``target_options["vector_size"]``, default 16); ConfigError if not a
+    positive integer."""
+    return int_option(config.target_options, "vector_size", 16)
 
 
 def compile_subgraph_for_interpreter(sg: Any, config: Any, host: Any) -> Any:
     """An executor for ``sg``: positioned passes and extra emitters come from the plugins, disabled passes from
     the config."""
-    vector_size = int(dict(config.target_options).get("vector_size", 16))
+    vector_size = interpreter_vector_size(config)
     from snippets_core.lowered.passes.brgemm_blocking import blocking_from_options
 
     # Brgemm block sizes from target_options (brgemm_m_block, brgemm_n_block, brgemm_k_block)

@@ -41,6 +41,7 @@ import numpy as np
 
 from snippets_core.config import ConfigError
 from snippets_core.errors import CodegenError, InputError, UnsupportedOpError
+from snippets_core.runtime.inputs import as_input_array
 from snippets_shave.blob import DmaDescriptor, Target, TensorRef, write_blob
 from snippets_shave.constants import DEFAULT_STACK_SIZE, DTYPE_TO_NUMPY, DType, dtype_of
 from snippets_shave.errors import StaticShapeError
@@ -693,7 +694,7 @@ class ShaveCompiledModel:
             if name not in inputs:
                 raise InputError(f"missing input {name!r}; the model's inputs are: {', '.join(self.input_names)}")
             a = inputs[name]
-            a = np.asarray(a, dtype=dtype) if not isinstance(a, np.ndarray) else a
+            a = as_input_array(name, a, dtype) if not isinstance(a, np.ndarray) else a
             if a.dtype != dtype:
                 raise InputError(f"input {name!r} must be {dtype}, got {a.dtype}")
             if a.shape != dims:
