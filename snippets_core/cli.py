@@ -16,8 +16,6 @@ import statistics
 import sys
 import time
 import traceback
-import zipfile
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from snippets_core.errors import InputError, ModelFormatError, SnippetsError
+from snippets_core.runtime.inputs import load_npz, save_npz
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1
@@ -383,32 +382,6 @@ def _random_array(rng: np.random.Generator, element_type: Any, shape: tuple[int,
     return rng.integers(0, 2, size=shape).astype(dtype)
 
 
-def _load_npz(path: str) -> dict[str, np.ndarray]:
-    p = Path(path)
-    if p.is_dir():
-        raise InputError(f"{path}: is a directory, expected an .npz file with one array per input name")
-    if not p.is_file():
-        raise InputError(f"{path}: no such file")
-    try:
-        data = np.load(p, allow_pickle=False)
-        if isinstance(data, np.ndarray):  # an .npy holds one unnamed array
-            raise InputError(f"{path}: a single array (.npy); expected an .npz with one array per input name, "
-                             "e.g. np.savez('in.npz', x=array)")
-        with data:
-            return {k: data[k] for k in data.files}
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError, zlib.error) as e:
-        raise InputError(f"{path}: not a readable .npz file ({type(e).__name__}: {e})") from None
-
-
-def _save_npz(path: str, arrays: Mapping[str, np.ndarray]) -> None:
-    # Through a file object: np.savez(path) would append ".npz" to a path without it, unknown to the user.
-    try:
-        with open(path, "wb") as f:
-            np.savez(f, **arrays)
-    except OSError as e:
-        raise InputError(f"{path}: cannot write outputs ({e.strerror or e})") from None
-
-
 def max_errors(a: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
     """Max absolute and max relative error of ``a`` against ``ref``, in float64."""
     if a.shape != ref.shape:
@@ -663,7 +636,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.inputs:
         if args.shape:
             raise InputError("--shape only applies to random inputs; the shapes come from --inputs")
-        inputs = _load_npz(args.inputs)
+        inputs = load_npz(args.inputs)
         origin = args.inputs
     else:
         inputs = random_inputs(model, _parse_shapes(args.shape), args.seed)
@@ -701,7 +674,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         print(format_perf(perf_counters(cm)))
     if args.outputs:
-        _save_npz(args.outputs, outputs)
+        save_npz(args.outputs, outputs)
         print(f"wrote {args.outputs}")
     return EXIT_OK
 

@@ -212,7 +212,7 @@ def test_simulate_files_round_trip(tmp_path) -> None:  # type: ignore[no-untyped
     with pytest.raises(BlobFormatError, match="cannot read blob"):
         simulate_files(tmp_path / "missing.ashvb", tmp_path / "in.npz")
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
-    with pytest.raises(InputError, match="cannot read inputs"):
+    with pytest.raises(InputError, match="bad.npz: not an .npz file"):
         simulate_files(blob, tmp_path / "bad.npz")
 
 

@@ -258,12 +258,9 @@ def simulate_files(
         data = Path(blob_path).read_bytes()
     except OSError as exc:
         raise BlobFormatError(f"cannot read blob {str(blob_path)!r}: {exc.strerror}") from None
-    try:
-        with np.load(inputs_path, allow_pickle=False) as npz:
-            inputs = {name: npz[name] for name in npz.files}
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read inputs {str(inputs_path)!r} as .npz: {exc}") from None
-    outputs = run(data, inputs, seed=seed, check_races=check_races)
+    from snippets_core.runtime.inputs import load_npz, save_npz
+
+    outputs = run(data, load_npz(inputs_path), seed=seed, check_races=check_races)
     if outputs_path is not None:
-        np.savez(outputs_path, **outputs)
+        save_npz(outputs_path, outputs)
     return outputs
