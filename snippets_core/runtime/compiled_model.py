@@ -31,7 +31,7 @@ from snippets_core.ir.node import Node
 from snippets_core.ir.ops.io import Constant, Parameter, Result
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import Shape, SymDim
-from snippets_core.runtime.inputs import as_input_array
+from snippets_core.runtime.inputs import as_input_array, expect_output_arrays
 from snippets_core.runtime.placement import (
     FALLBACK_KEY,
     REFERENCE,
@@ -327,6 +327,7 @@ class CompiledModel:
 
     def _check_outputs(self, outputs: Mapping[str, np.ndarray]) -> None:
         """Preallocated outputs: known names, and the right dtype/shape where the model fixes them."""
+        expect_output_arrays(outputs, self.output_names)
         for name, dst in outputs.items():
             if name not in self._output_name_set:
                 raise InputError(f"unknown output {name!r}; the model's outputs are: {', '.join(self.output_names)}")

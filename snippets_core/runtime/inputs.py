@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +57,10 @@ def save_npz(path: str | Path, arrays: Mapping[str, np.ndarray]) -> None:
             np.savez(f, **arrays)
     except OSError as e:
         raise InputError(f"{path}: cannot write outputs ({e.strerror or e})") from None
+
+
+def expect_output_arrays(outputs: Any, output_names: Sequence[str]) -> None:
+    """InputError unless ``outputs`` (preallocated output arrays) is a mapping by output name."""
+    if not isinstance(outputs, Mapping):
+        raise InputError(f"outputs must be a dict of preallocated arrays by output name ({', '.join(output_names)}), "
+                         f"got {type(outputs).__name__}")

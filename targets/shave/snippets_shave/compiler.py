@@ -41,7 +41,7 @@ import numpy as np
 
 from snippets_core.config import ConfigError
 from snippets_core.errors import CodegenError, InputError, UnsupportedOpError
-from snippets_core.runtime.inputs import as_input_array
+from snippets_core.runtime.inputs import as_input_array, expect_output_arrays
 from snippets_shave.blob import DmaDescriptor, Target, TensorRef, write_blob
 from snippets_shave.constants import DEFAULT_STACK_SIZE, DTYPE_TO_NUMPY, DType, dtype_of
 from snippets_shave.errors import StaticShapeError
@@ -715,12 +715,14 @@ class ShaveCompiledModel:
         self.last_run_stats = RunStats([(self.model.name, "Blob", "shave-simulator", elapsed)])
         values = {name: np.array(v) for name, v in result.outputs.items()}
         if outputs is not None:
+            expect_output_arrays(outputs, list(values))
             for name, dst in outputs.items():
                 if name not in values:
                     raise InputError(f"unknown output {name!r}; the model's outputs are: {', '.join(values)}")
                 v = values[name]
-                if not isinstance(dst, np.ndarray) or dst.shape != v.shape or dst.dtype != v.dtype:
-                    raise InputError(f"output array {name!r} must be {v.dtype}{list(v.shape)}")
+                if (not isinstance(dst, np.ndarray) or dst.shape != v.shape or dst.dtype != v.dtype
+                        or not dst.flags.writeable):
+                    raise InputError(f"output array {name!r} must be a writeable {v.dtype}{list(v.shape)}")
                 np.copyto(dst, v)
                 values[name] = dst
         return values
