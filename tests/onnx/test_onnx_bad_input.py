@@ -156,3 +156,31 @@ def test_function_body_with_an_unsupported_op_names_both_nodes() -> None:
             helper.make_tensor_value_info("z", TensorProto.UINT8, [])]
     with pytest.raises(UnsupportedOpError, match=r"node 'dq/QuantizeLinear_\d+' \(QuantizeLinear\)"):
         read_onnx(_model([node], [_f32("x", [4])], outs, opset=21))
+
+
+@pytest.mark.parametrize("check", [True, False])
+def test_every_unsupported_op_is_reported_at_once(check: bool) -> None:
+    nodes = [
+        helper.make_node("Det", ["x"], ["a"], name="det1"),
+        helper.make_node("Relu", ["a"], ["b"], name="relu"),
+        helper.make_node("Det", ["x"], ["c"], name="det2"),
+        helper.make_node("FrobnicateAll", ["b"], ["d"], name="frob"),
+        helper.make_node("Gelu", ["c"], ["e"], name="ms_gelu", domain="com.microsoft"),
+    ]
+    graph = helper.make_graph(nodes, "g", [_f32("x", [3, 3])], [_f32("d", None), _f32("e", None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    with pytest.raises(UnsupportedOpError) as e:
+        read_onnx(m, check=check)
+    msg = str(e.value)
+    assert "3 op types in 4 nodes are not supported" in msg
+    assert "Det x2 ('det1', 'det2')" in msg and "FrobnicateAll x1 ('frob')" in msg
+    assert "Gelu (domain 'com.microsoft') x1 ('ms_gelu')" in msg
+    assert "`snippets ops`" in msg and "docs/onnx_conformance.md" in msg
+    assert e.value.unsupported_ops == (("", "Det", "det1"), ("", "Det", "det2"), ("", "FrobnicateAll", "frob"),
+                                       ("com.microsoft", "Gelu", "ms_gelu"))
+
+
+def test_single_unsupported_op_points_to_the_supported_list() -> None:
+    m = _model([helper.make_node("Det", ["x"], ["y"], name="det")], [_f32("x", [3, 3])], [_f32("y", [])])
+    with pytest.raises(UnsupportedOpError, match=r"node 'det' \(Det\): .* listed by `snippets ops`"):
+        read_onnx(m)
