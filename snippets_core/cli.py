@@ -897,7 +897,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # The reader went away (`snippets inspect --json | head`): nothing to tell it. Point stdout at
         # /dev/null so that the interpreter's final flush does not raise again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # a stdout without a file descriptor (captured) needs nothing
+            pass
         return EXIT_USER_ERROR
     except SnippetsError as e:
         if args.debug:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -312,6 +313,162 @@ def test_bad_inputs_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert_one_line_error(code, err, "x=two")
     code, _, err = run_cli(capsys, "run", path, "-t", "reference", "--config", "novalue")
     assert_one_line_error(code, err, "novalue")
+
+
+# --- models onnxruntime loads, and bad input of every kind (issue 9) ------------------------------------------
+def _swish_model(path: Path, x_shape: Any = (2, 8), y_shape: Any = None, reverse: bool = False) -> Path:
+    """x -> x * Sigmoid(x) -> y, its output declared without a shape (the make_tensor_value_info(..., None) idiom)."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="sig"), helper.make_node("Mul", ["x", "s"], ["y"], name="mul")]
+    graph = helper.make_graph(
+        nodes[::-1] if reverse else nodes,
+        "swish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def _onnxruntime(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    ort = pytest.importorskip("onnxruntime")
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.mark.parametrize("target", ["reference", "x86_64_avx512"])
+def test_run_model_with_shapeless_output_matches_onnxruntime(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
+    if target != "reference":
+        pytest.importorskip("snippets_x86_64")
+    path = _swish_model(tmp_path / "shapeless.onnx")
+    x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    code, out, err = run_cli(capsys, "run", str(path), "-t", target, "--inputs", str(tmp_path / "in.npz"),
+                             "--outputs", str(tmp_path / "out.npz"))
+    assert code == 0, err
+    assert "output y: float32[2, 8]" in out
+    with np.load(tmp_path / "out.npz") as got:
+        np.testing.assert_allclose(got["y"], _onnxruntime(path, {"x": x})[0], rtol=1e-6, atol=1e-6)
+
+
+def test_run_shapeless_and_unsorted_models_in_a_subprocess(tmp_path: Path) -> None:
+    shapeless_in = _swish_model(tmp_path / "in.onnx", x_shape=None)
+    unsorted = _swish_model(tmp_path / "unsorted.onnx", reverse=True)
+    x = np.linspace(-3, 3, 16, dtype=np.float32).reshape(2, 8)
+    np.savez(tmp_path / "x.npz", x=x)
+    for path in (shapeless_in, unsorted):
+        out = tmp_path / f"{path.stem}.npz"
+        proc = subprocess.run([sys.executable, "-m", "snippets_core.cli", "run", str(path), "-t", "reference",
+                               "--inputs", str(tmp_path / "x.npz"), "--outputs", str(out)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        with np.load(out) as got:
+            np.testing.assert_allclose(got["y"], _onnxruntime(path, {"x": x})[0], rtol=1e-6, atol=1e-6)
+
+
+def test_closed_stdout_pipe_is_not_an_internal_error(tmp_path: Path) -> None:
+    path = str(cumsum_model(tmp_path / "m.onnx"))
+    for argv in (["inspect", path, "--json"], ["ops"]):
+        proc = subprocess.Popen([sys.executable, "-m", "snippets_core.cli", *argv], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # no reader left: the first write fails with EPIPE, as behind `| head` once it quits
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 2, err
+        assert "internal error" not in err and "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_ops_lists_the_supported_onnx_ops(capsys: pytest.CaptureFixture[str]) -> None:
+    from snippets_core.frontends.onnx import SUPPORTED_OPS
+
+    code, out, _ = run_cli(capsys, "ops")
+    assert code == 0
+    assert out.splitlines()[0].startswith(f"{len(SUPPORTED_OPS)} ONNX ops")
+    words = out.split()
+    assert "Relu" in words and "Attention*" in words and "Det" not in words
+    code, out, _ = run_cli(capsys, "ops", "--json")
+    listed = json.loads(out)
+    assert [e["op"] for e in listed] == list(SUPPORTED_OPS)
+    assert {"op": "Attention", "via": "function body"} in listed
+
+
+def test_several_unsupported_ops_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = [helper.make_node("Det", ["x"], ["a"], name="d1"), helper.make_node("Det", ["x"], ["b"], name="d2"),
+             helper.make_node("Frob", ["a"], ["y"], name="f"), helper.make_node("Relu", ["b"], ["z"], name="r")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z")])
+    path = tmp_path / "unsupported.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    code, _, err = run_cli(capsys, "inspect", str(path))
+    assert_one_line_error(code, err, "2 op types in 3 nodes", "Det x2 ('d1', 'd2')", "Frob x1 ('f')", "snippets ops")
+
+
+def test_bad_files_and_options_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(cumsum_model(tmp_path / "m.onnx"))
+    np.save(tmp_path / "x.npy", np.zeros((2, 8), np.float32))
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "text.npz").write_text("x,y\n1,2\n")
+    empty = helper.make_graph([], "empty", [], [])
+    onnx.save(helper.make_model(empty, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "empty.onnx")
+    no_out = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "no_out",
+                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])], [])
+    onnx.save(helper.make_model(no_out, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "no_out.onnx")
+    run = ["run", path, "-t", "reference"]
+    cases = [
+        (run + ["--inputs", str(tmp_path / "x.npy")], ["x.npy", "a single array (.npy)", ".npz"]),
+        (run + ["--inputs", str(tmp_path / "adir")], ["adir", "is a directory"]),
+        (run + ["--inputs", str(tmp_path / "text.npz")], ["text.npz", "not an .npz file"]),
+        (run + ["--outputs", str(tmp_path / "adir")], ["adir", "cannot write outputs"]),
+        (run + ["--seed", "-1"], ["--seed -1"]),
+        (run + ["-c", "target_options=5"], ["target_options must be a mapping", "int 5"]),
+        (run + ["-c", "tokenization=[1]"], ["tokenization must be a mapping"]),
+        (["run", path, "-t", "interpreter", "-c", 'target_options={"vector_size": "x"}'],
+         ["target_options.vector_size must be an integer", "'x'"]),
+        (["inspect", path, "-t", "interpreter", "--lir", "-c", 'target_options={"vector_size": 0}'],
+         ["target_options.vector_size must be at least 1"]),
+        (["run", path, "-t", "interpreter", "-c", 'target_options={"brgemm_m_block": "big"}'],
+         ["target_options.brgemm_m_block must be an integer"]),
+        (["run", str(tmp_path / "adir"), "-t", "reference"], ["adir"]),
+        (["run", str(tmp_path / "empty.onnx"), "-t", "reference"], ["empty.onnx", "no outputs"]),
+        (["inspect", str(tmp_path / "no_out.onnx")], ["no_out.onnx", "no outputs"]),
+    ]
+    for argv, fragments in cases:
+        code, _, err = run_cli(capsys, *argv)
+        assert_one_line_error(code, err, *fragments)
+
+
+def test_outputs_are_written_to_the_exact_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "result.bin"  # np.savez alone would write result.bin.npz
+    code, stdout, err = run_cli(capsys, "run", str(cumsum_model(tmp_path / "m.onnx")), "-t", "reference",
+                                "--outputs", str(out))
+    assert code == 0, err
+    assert f"wrote {out}" in stdout and out.is_file() and not (tmp_path / "result.bin.npz").exists()
+    with np.load(out) as data:
+        assert data["y"].shape == (2, 8)
+
+
+def test_non_ascii_paths(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "модели ü"
+    folder.mkdir()
+    path = cumsum_model(folder / "модель.onnx")
+    code, out, err = run_cli(capsys, "run", str(path), "-t", "reference", "--outputs", str(folder / "выход.npz"))
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "run", str(folder / "нет.onnx"), "-t", "reference")
+    assert_one_line_error(code, err, "нет.onnx")
+
+
+def test_simulate_npy_inputs_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("snippets_shave")
+    blob = tmp_path / "m.blob"
+    code, _, err = run_cli(capsys, "compile", str(_swish_model(tmp_path / "m.onnx")), "-t", "shave", "-o", str(blob))
+    assert code == 0, err
+    np.save(tmp_path / "x.npy", np.zeros((2, 8), np.float32))
+    code, _, err = run_cli(capsys, "simulate", str(blob), "--inputs", str(tmp_path / "x.npy"))
+    assert_one_line_error(code, err, "x.npy", ".npz")
+    np.savez(tmp_path / "in.npz", x=np.zeros((2, 8), np.float32))
+    code, _, err = run_cli(capsys, "simulate", str(blob), "--inputs", str(tmp_path / "in.npz"), "--outputs",
+                           str(tmp_path / "nowhere" / "out.npz"))
+    assert_one_line_error(code, err, "out.npz", "cannot write outputs")
 
 
 def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
