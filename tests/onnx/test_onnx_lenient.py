@@ -290,3 +290,13 @@ def test_sorted_model_is_checked_as_is() -> None:
     model = _model(_swish(), [_vi("x", [2, 3])], [_vi("y", [2, 3])])
     checked, applied = checkable(model, topological_order(model.graph, "m"))
     assert checked is model and applied == []
+
+
+@pytest.mark.parametrize(("ir_version", "opset"), [(3, 8), (4, 9), (7, 13), (8, 17), (10, 21)])
+def test_ir_version_and_opset_combinations_match_onnxruntime(ir_version: int, opset: int) -> None:
+    b = numpy_helper.from_array(np.arange(3, dtype=np.float32), "b")
+    inputs = [_vi("x", [2, 3])] + ([_vi("b", [3])] if ir_version < 4 else [])
+    nodes = [*_swish("x", "h"), helper.make_node("Add", ["h", "b"], ["y"])]
+    model = _model(nodes, inputs, [_vi("y", [2, 3])], opset=opset, initializers=(b,))
+    model.ir_version = ir_version
+    _matches_ort(model, {"x": X})
