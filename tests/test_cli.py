@@ -318,7 +318,8 @@ def test_bad_inputs_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
 # --- models onnxruntime loads, and bad input of every kind (issue 9) ------------------------------------------
 def _swish_model(path: Path, x_shape: Any = (2, 8), y_shape: Any = None, reverse: bool = False) -> Path:
     """x -> x * Sigmoid(x) -> y, its output declared without a shape (the make_tensor_value_info(..., None) idiom)."""
-    nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="sig"), helper.make_node("Mul", ["x", "s"], ["y"], name="mul")]
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="sig"),
+             helper.make_node("Mul", ["x", "s"], ["y"], name="mul")]
     graph = helper.make_graph(
         nodes[::-1] if reverse else nodes,
         "swish",

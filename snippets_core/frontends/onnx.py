@@ -171,7 +171,7 @@ def _unsupported_ops(label: str, unknown: Sequence[tuple[int, Any]]) -> Unsuppor
             parts.append(f"{op} x{len(names)} ({shown})")
         message = (f"{label}: {len(groups)} op types in {len(unknown)} nodes are not supported by snippets: "
                    f"{'; '.join(parts)}; {SUPPORTED_OPS_HINT}")
-    return UnsupportedOpError(message, [(node.domain, node.op_type, _node_label(node, index)) for index, node in unknown])
+    return UnsupportedOpError(message, [(n.domain, n.op_type, _node_label(n, i)) for i, n in unknown])
 
 
 # ----------------------------------------------------------------------------------------------------------
