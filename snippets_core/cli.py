@@ -365,7 +365,11 @@ def random_inputs(model: Any, shapes: Mapping[str, tuple[int, ...]], seed: int) 
         else:
             shape = tuple(p.shape.sym(i).evaluate(bound) if d is None else d  # type: ignore[union-attr]
                           for i, d in enumerate(dims))
-        out[p.name] = _random_array(rng, p.element_type, shape)
+        try:
+            out[p.name] = _random_array(rng, p.element_type, shape)
+        except MemoryError:
+            raise InputError(f"input {p.name!r}: a random array of shape {_fmt_shape(shape)} does not fit in "
+                             "memory") from None
     return out
 
 

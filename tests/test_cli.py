@@ -432,6 +432,8 @@ def test_bad_files_and_options_are_one_line(tmp_path: Path, capsys: pytest.Captu
         (["run", str(tmp_path / "adir"), "-t", "reference"], ["adir"]),
         (["run", str(tmp_path / "empty.onnx"), "-t", "reference"], ["empty.onnx", "no outputs"]),
         (["inspect", str(tmp_path / "no_out.onnx")], ["no_out.onnx", "no outputs"]),
+        (["run", str(_swish_model(tmp_path / "huge.onnx", x_shape=[1 << 20, 1 << 20])), "-t", "reference"],
+         ["input 'x'", "does not fit in memory"]),
     ]
     for argv, fragments in cases:
         code, _, err = run_cli(capsys, *argv)
