@@ -92,9 +92,10 @@ def _names(key: str, value: Any) -> tuple[str, ...]:
     return tuple(v.strip() for v in items if v.strip())
 
 
-def int_option(options: Mapping[str, Any], key: str, default: int, minimum: int = 1) -> int:
-    """``options[key]`` (a target option) as an integer of at least ``minimum``; ConfigError naming the key
-    for anything else (a string that is not a number, a float with a fraction, a boolean, a smaller value)."""
+def int_option(options: Mapping[str, Any], key: str, default: int, minimum: int | None = 1) -> int:
+    """``options[key]`` (a target option) as an integer of at least ``minimum`` (None: any); ConfigError naming
+    the key for anything else (a string that is not a number, a float with a fraction, a boolean, a smaller
+    value)."""
     value = options.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, str, float)):
         raise ConfigError(f"target_options.{key} must be an integer, got {value!r}")
@@ -104,6 +105,6 @@ def int_option(options: Mapping[str, Any], key: str, default: int, minimum: int 
         raise ConfigError(f"target_options.{key} must be an integer, got {value!r}") from None
     if n != value and str(n) != value:
         raise ConfigError(f"target_options.{key} must be an integer, got {value!r}")
-    if n < minimum:
+    if minimum is not None and n < minimum:
         raise ConfigError(f"target_options.{key} must be at least {minimum}, got {value!r}")
     return n

@@ -145,7 +145,7 @@ def blocking_from_options(target_options: Mapping[str, Any]) -> list[PositionedP
     """A tuned BrgemmBlocking placed before the default ``brgemm-blocking`` (which then leaves the Brgemms
     alone) when ``target_options`` sets ``brgemm_m_block``, ``brgemm_n_block`` or ``brgemm_k_block``
     (``brgemm_k_block: 0`` is the default heuristic); no pass otherwise."""
-    blocks = {f: int_option(target_options, key, 0, minimum=0) for key, f in BLOCK_OPTIONS.items()
+    blocks = {f: int_option(target_options, key, 0, minimum=None) for key, f in BLOCK_OPTIONS.items()
               if key in target_options}
     if any(v < 0 for v in blocks.values()) or blocks.get("m_block") == 0 or blocks.get("n_block") == 0:
         raise InputError(f"Brgemm blocks must be positive (0 only for the default K block), got {blocks}")
