@@ -87,3 +87,13 @@ def test_read_only_output_array(target: str) -> None:
     (name,) = cm.output_names
     with pytest.raises(InputError, match=f"output array '{name}' must be a writeable"):
         cm({"x": np.zeros((2, 8), np.float32)}, outputs={name: np.broadcast_to(np.float32(0), (2, 8))})
+
+
+@pytest.mark.parametrize("debug", [{}, {"debug": {"perf_count": "1"}}])
+def test_x86_parallel_min_bytes_must_be_an_integer(debug: dict[str, Any]) -> None:
+    pytest.importorskip("snippets_x86_64")
+    from snippets_core.errors import SnippetsError
+
+    with pytest.raises(SnippetsError, match="target_options.parallel_min_bytes must be an integer, got 'x'"):
+        sc.compile_model(_model(), target="x86_64_avx512",
+                         config={"target_options": {"parallel_min_bytes": "x", **debug}})

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from snippets_core.config import int_option
 from snippets_core.errors import CodegenError, UnsupportedByTarget
 from snippets_x86_64.asm import qword, rax, rcx, rdx
 from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter
@@ -309,7 +310,7 @@ def compile_subgraph_debug(sg: Subgraph, config: CompileConfig, host: Any, debug
             raise UnsupportedByTarget("dynamic shapes are not supported by the x86-64 target with debug capabilities on")
         gen, detector = generate_subgraph(sg, config, host, debug)
         ins, outs = _specs(sg)
-        min_bytes = int(dict(config.target_options).get("parallel_min_bytes", PARALLEL_MIN_BYTES))
+        min_bytes = int_option(config.target_options, "parallel_min_bytes", PARALLEL_MIN_BYTES, minimum=0)
         executor: Any = KernelExecutor(gen.kernel, ins, outs, config.num_threads, min_bytes)
     except UnsupportedByTarget as exc:  # the declared reason; any other error is raised, never a silent fallback
         sg.rt_info[FALLBACK_KEY] = fallback_reason(exc)

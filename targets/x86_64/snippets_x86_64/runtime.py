@@ -426,7 +426,9 @@ def _executor_options(config: CompileConfig) -> tuple[int, bool]:
         from snippets_core.config import ConfigError
 
         raise ConfigError(f"target_options['thread_pool'] must be 'python' or 'native', got {pool!r}")
-    return int(options.get("parallel_min_bytes", PARALLEL_MIN_BYTES)), pool == "native"
+    from snippets_core.config import int_option
+
+    return int_option(options, "parallel_min_bytes", PARALLEL_MIN_BYTES, minimum=0), pool == "native"
 
 
 def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
