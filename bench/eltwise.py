@@ -14,6 +14,9 @@ Every contender runs the same ONNX graph, built here with onnx.helper from a fix
   b  the same block on x [1,16,32,32] (64 KiB: per-call overhead dominates)
   c  24 cheap ops (Add/Mul/Sub/Max/Min/Relu/Abs/Neg, scalar and per-channel constants, x re-read three
      times) on x [1,32,256,256] (8 MiB in, 8 MiB out: in+out fit the 32 MiB L3 of this machine)
+  add_softmax  attention scores x [1,12,384,384] (6.75 MiB) + a [1,1,1,384] mask, then Softmax on the last
+     axis: BERT-base's standalone Softmax (OpenVINO's CPU plugin keeps it out of Snippets, since it has its own
+     kernel; here it is one fused kernel)
 
 Contenders (all write into preallocated outputs):
   us           snippets_core.compile_model(onnx, target, {"num_threads": N}); cm(inputs, outputs=...).
@@ -107,10 +110,20 @@ def cheap_chain(name: str, shape: tuple[int, ...]) -> Chain:
                                                   "per-channel constants, x re-read 3 times")
 
 
+def add_softmax_chain(name: str, shape: tuple[int, ...]) -> Chain:
+    rng = np.random.default_rng(SEED + 2)
+    mask = np.zeros((1, 1, 1, shape[-1]), np.float32)
+    mask[..., shape[-1] - shape[-1] // 8:] = -10000.0  # padded key positions, as BERT's extended mask has
+    mask += rng.uniform(-0.1, 0.1, mask.shape).astype(np.float32)
+    ops = (("t0", "Add", ("x", "mask")), ("y", "Softmax", ("t0",)))
+    return Chain(name, shape, ops, {"mask": mask}, "attention scores + mask, Softmax on the last axis")
+
+
 ROWS: dict[str, Callable[[], Chain]] = {
     "a": lambda: activation_chain("a", (1, 64, 512, 512)),
     "b": lambda: activation_chain("b", (1, 16, 32, 32)),
     "c": lambda: cheap_chain("c", (1, 32, 256, 256)),
+    "add_softmax": lambda: add_softmax_chain("add_softmax", (1, 12, 384, 384)),
 }
 
 
@@ -142,6 +155,13 @@ def _sigmoid(a: np.ndarray, out: np.ndarray) -> None:
     np.reciprocal(out, out=out)
 
 
+def _softmax(a: np.ndarray, out: np.ndarray) -> None:
+    # numpy has no softmax: max, subtract, exp, sum, divide over the last axis (two small row temporaries)
+    np.subtract(a, a.max(axis=-1, keepdims=True), out=out)
+    np.exp(out, out=out)
+    np.divide(out, out.sum(axis=-1, keepdims=True), out=out)
+
+
 NUMPY_OPS: dict[str, Callable[..., None]] = {
     "Add": lambda a, b, out: np.add(a, b, out=out),
     "Sub": lambda a, b, out: np.subtract(a, b, out=out),
@@ -153,6 +173,7 @@ NUMPY_OPS: dict[str, Callable[..., None]] = {
     "Neg": lambda a, out: np.negative(a, out=out),
     "Tanh": lambda a, out: np.tanh(a, out=out),
     "Sigmoid": _sigmoid,
+    "Softmax": _softmax,
 }
 
 
@@ -267,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench/eltwise.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     H.add_common_args(ap)
-    ap.add_argument("--rows", default="a,b,c", help="rows to run, comma-separated from a,b,c (default all)")
+    ap.add_argument("--rows", default=",".join(ROWS),
+                    help=f"rows to run, comma-separated from {','.join(ROWS)} (default all)")
     ap.add_argument("--fallback-max-mib", type=float, default=32.0,
                     help=f"when x86_64_avx512 is not available, run us on the {H.FALLBACK_TARGET} target only on "
                          "rows whose input is at most this many MiB (default 32: rows b and c)")

@@ -9,6 +9,8 @@ Order of :func:`data_flow_pipeline`::
     fuse-transpose-brgemm       (TransposeDecomposition goes here too once the LinearIR turns a port layout
     softmax-decomposition        into pointer increments; until then a target registers it by position)
     gn-decomposition
+    layer-norm-decomposition
+    graph-reduce-decomposition
     broadcast-to-move-broadcast
     reduce-to-snippets-reduce
     convert-constants-to-scalars
@@ -46,9 +48,11 @@ from snippets_core.passes.fake_quantize_decomposition import FakeQuantizeDecompo
 from snippets_core.passes.fuse_transpose_brgemm import FuseTransposeBrgemm
 from snippets_core.passes.gn_decomposition import GNDecomposition
 from snippets_core.passes.graph_utils import has_broadcast_sensitive_ops, has_domain_sensitive_ops, is_quantized
+from snippets_core.passes.layer_norm_decomposition import LayerNormDecomposition
 from snippets_core.passes.matmul_to_brgemm import MatMulToBrgemm
 from snippets_core.passes.pass_manager import Pass, PassPipeline, PositionedPass
 from snippets_core.passes.propagate_precision import PropagatePrecision, SupportedPrecisions
+from snippets_core.passes.graph_reduce_decomposition import GraphReduceDecomposition
 from snippets_core.passes.reduce_to_snippets_reduce import ReduceToSnippetsReduce
 from snippets_core.passes.softmax_decomposition import SoftmaxDecomposition
 from snippets_core.passes.transform_convert_to_convert_truncation import TransformConvertToConvertTruncation
@@ -95,8 +99,8 @@ def data_flow_pipeline(config: DataFlowConfig | None = None,
         # TransposeDecomposition is not in the default list: its LoadReorder is only right where the lowering
         # applies the load's layout to the pointer increments, which InitLoops does not do yet.
         passes += [MatMulToBrgemm(), FuseTransposeBrgemm(), SoftmaxDecomposition(), GNDecomposition()]
-    passes += [BroadcastToMoveBroadcast(), ReduceToSnippetsReduce(), ConvertConstantsToScalars(),
-               ConvertPowerToPowerStatic()]
+    passes += [LayerNormDecomposition(), GraphReduceDecomposition(), BroadcastToMoveBroadcast(),
+               ReduceToSnippetsReduce(), ConvertConstantsToScalars(), ConvertPowerToPowerStatic()]
     if cfg.supported_precisions is not None:
         passes.append(PropagatePrecision(cfg.supported_precisions))
     passes += [ConstantFolding(), ConvertConstantsToScalars()]

@@ -3,7 +3,8 @@
 The compiled model is a flat plan of steps in topological order. Each step reads and writes numbered
 value slots; Subgraphs run on the chosen target's executor, every other node on its numpy reference.
 Everything that can be decided once (slot numbers, which values die after which step, input checks)
-is decided at compile time so the call path stays lean.
+is decided at compile time so the call path stays lean: values that depend on no input (shape arithmetic
+on static shapes) are folded into constants, and shape-only ops run as numpy views (see shape_steps).
 
 Placement is reported per call: an executor that may run a call somewhere else than where it was compiled
 for (see :mod:`snippets_core.runtime.placement`) says where after each call, and ``last_run_stats``,
@@ -40,6 +41,7 @@ from snippets_core.runtime.placement import (
     fallback_reason,
     subgraph_error,
 )
+from snippets_core.runtime.shape_steps import fold, view_executor
 from snippets_core.runtime.targets import ResolvedTarget, resolve_target
 
 Executor = Callable[[list[np.ndarray]], Sequence[np.ndarray]]
@@ -126,6 +128,7 @@ class CompiledModel:
         self._inputs: list[InputSpec] = []
         self._results: list[tuple[str, int, ElementType]] = []
         steps: list[Step] = []
+        known: dict[int, np.ndarray] = {}  # slots whose value is known at compile time
         for n in order:
             outs = tuple(slot_of[(n.id, o.index)] for o in n.outputs)
             if isinstance(n, Parameter):
@@ -136,6 +139,7 @@ class CompiledModel:
                 continue
             if isinstance(n, Constant):
                 self._constants.append((outs[0], n.value))
+                known[outs[0]] = n.value
                 continue
             args = tuple(slot_of[(i.source.node.id, i.source.index)] for i in n.inputs)
             if isinstance(n, Result):
@@ -145,8 +149,18 @@ class CompiledModel:
             if n.id in executors:
                 run, where = executors[n.id]
             else:
-                run, where = _reference_executor(n), REFERENCE
-                reason = n.rt_info.get(FALLBACK_KEY) if isinstance(n, Subgraph) else None
+                folded = fold(n, args, known)
+                if folded is not None:  # depends on no input: computed once, here
+                    for slot, v in zip(outs, folded):
+                        self._constants.append((slot, v))
+                        known[slot] = v
+                    continue
+                view = view_executor(n)
+                if view is not None:
+                    run, where = view, "view"
+                else:
+                    run, where = _reference_executor(n), REFERENCE
+                    reason = n.rt_info.get(FALLBACK_KEY) if isinstance(n, Subgraph) else None
             reporter = run if isinstance(run, ReportsPlacement) else None
             steps.append(Step(n, args, outs, run, where, reporter=reporter, reason=reason))
         # Free each slot after its last reader (results are read at the end, so they are never freed).

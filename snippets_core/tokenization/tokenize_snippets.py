@@ -36,6 +36,9 @@ BINARY_ELTWISE = frozenset({
     "Subtract", "Convert",
 })
 TERNARY_ELTWISE = frozenset({"Select"})
+#: reductions a kernel computes over the last axis: ReduceMax/ReduceSum directly, the others decomposed
+#: (GraphReduceDecomposition)
+ROW_REDUCTIONS = ("ReduceMax", "ReduceSum", "ReduceMean", "ReduceMin", "ReduceL2")
 
 #: element types snippets kernels compute in; boolean is the 1-byte u8 of comparisons and logical ops
 #: (the CPU plugin converts boolean to u8 before tokenization; here the IR keeps it boolean)
@@ -47,8 +50,7 @@ INDEX_INPUTS: dict[str, frozenset[int]] = {
     "Transpose": frozenset({1}),
     "Broadcast": frozenset({1}),
     "Reshape": frozenset({1}),
-    "ReduceMax": frozenset({1}),
-    "ReduceSum": frozenset({1}),
+    **{r: frozenset({1}) for r in ROW_REDUCTIONS},
 }
 INDEX_ELEMENT_TYPES = frozenset({ElementType.i32, ElementType.i64})
 
@@ -113,14 +115,30 @@ def _is_supported_broadcast(n: Node) -> bool:
     return n.mode == "numpy"  # type: ignore[attr-defined]
 
 
+def is_last_axis_reduction(node: Node) -> bool:
+    """A reduction over exactly the last axis of a static-rank input (``axes`` a Constant): the loops reduce
+    rows of the innermost dim. Several axes would need a reshape of a computed value inside the body, which
+    the lowering does not do (it reshapes inputs only)."""
+    shape = node.inputs[0].shape
+    raw = _constant_ints(node, 1)
+    if not shape.rank_is_static or shape.rank == 0 or raw is None:
+        return False
+    return len(raw) == 1 and raw[0] in (-1, shape.rank - 1)
+
+
 def _is_supported_reduce(n: Node) -> bool:
+    # Only reductions over the innermost dim, keeping it (a dropped dim would be a reshape of a computed
+    # value inside the body, which the lowering does not do).
+    return n.keep_dims and is_last_axis_reduction(n)  # type: ignore[attr-defined]
+
+
+def _is_supported_layer_norm(n: Node) -> bool:
+    # Normalized over the innermost dim only (LayerNormDecomposition), like the reductions.
     shape = n.inputs[0].shape
-    axes = _constant_ints(n, 1)
-    if not shape.rank_is_static or shape.rank == 0 or not n.keep_dims or axes is None or len(axes) != 1:  # type: ignore[attr-defined]
+    if not shape.rank_is_static or shape.rank == 0:
         return False
     try:
-        # Only reductions over the innermost dim are supported.
-        return normalize_axis(axes[0], shape.rank) == shape.rank - 1
+        return normalize_axis(n.axis, shape.rank) == shape.rank - 1  # type: ignore[attr-defined]
     except ShapeInferenceError:
         return False
 
@@ -136,8 +154,8 @@ SUPPORT_CHECKS: dict[str, Callable[[Node], bool]] = {
     "Softmax": _is_supported_softmax,
     "MatMul": _is_supported_matmul,
     "Broadcast": _is_supported_broadcast,
-    "ReduceMax": _is_supported_reduce,
-    "ReduceSum": _is_supported_reduce,
+    **{r: _is_supported_reduce for r in ROW_REDUCTIONS},
+    "LayerNormalization": _is_supported_layer_norm,
 }
 """op type -> whether this node of that type can go into a Subgraph (the reference's is_supported_op)."""
 

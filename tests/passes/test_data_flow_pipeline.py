@@ -23,7 +23,8 @@ from snippets_core.passes.data_flow_pipeline import (
 from snippets_core.passes.pass_manager import Pass, PassPosition, PositionedPass
 
 F32 = ElementType.f32
-TAIL = ["broadcast-to-move-broadcast", "reduce-to-snippets-reduce", "convert-constants-to-scalars",
+TAIL = ["layer-norm-decomposition", "graph-reduce-decomposition", "broadcast-to-move-broadcast",
+        "reduce-to-snippets-reduce", "convert-constants-to-scalars",
         "convert-power-to-power-static", "constant-folding", "convert-constants-to-scalars"]
 
 
@@ -55,7 +56,7 @@ def test_full_order_with_every_option():
                          supported_precisions={"Add": [(F32, F32)]})
     assert data_flow_pipeline(cfg).names() == [
         "canonicalization", "align-element-types", "matmul-to-brgemm", "fuse-transpose-brgemm",
-        "softmax-decomposition", "gn-decomposition",
+        "softmax-decomposition", "gn-decomposition", "layer-norm-decomposition", "graph-reduce-decomposition",
         "broadcast-to-move-broadcast", "reduce-to-snippets-reduce", "convert-constants-to-scalars",
         "convert-power-to-power-static", "propagate-precision", "constant-folding", "convert-constants-to-scalars"]
 

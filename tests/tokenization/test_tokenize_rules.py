@@ -279,8 +279,21 @@ def test_reduce_rules(axes: list[int], keep_dims: bool, count: int) -> None:
     assert _count_after(sb.model([sb.reduce_max(sb.parameter([2, 3, 8]), axes, keep_dims)])) == count
 
 
-def test_reduce_mean_is_not_taken() -> None:
-    assert _count_after(sb.model([sb.reduce_mean(sb.parameter([2, 3, 8]), [-1], True)])) == 0
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceMin", "ReduceL2"])
+@pytest.mark.parametrize(("axes", "keep_dims", "count"), [([-1], True, 1), ([2], True, 1), ([1], True, 0),
+                                                          ([-1], False, 0), ([1, 2], True, 0)])
+def test_decomposed_reduce_rules(op: str, axes: list[int], keep_dims: bool, count: int) -> None:
+    # the reductions GraphReduceDecomposition rewrites follow ReduceSum's rules: the last axis, kept
+    x = sb.parameter([2, 3, 8])
+    m = sb.model([sb.make(op, x, sb.constant(np.array(axes, np.int64)), keep_dims=keep_dims)])
+    assert _count_after(m) == count
+
+
+@pytest.mark.parametrize(("axis", "count"), [(-1, 1), (2, 1), (1, 0)])
+def test_layer_norm_only_on_the_last_axis(axis: int, count: int) -> None:
+    x = sb.parameter([2, 3, 8])
+    scale = sb.constant(np.ones(8, np.float32))
+    assert _count_after(sb.model([sb.make("LayerNormalization", x, scale, axis=axis)])) == count
 
 
 @pytest.mark.parametrize(("shape_a", "shape_b", "et", "count"), [
@@ -310,12 +323,12 @@ def test_fake_quantize_rules() -> None:
     assert sg.outputs[0].targets[0].node is m.results[0]
 
 
-@pytest.mark.parametrize("op", ["Log", "Sin", "ReduceMean", "HSigmoid", "SoftPlus", "Sign", "BitwiseXor"])
+@pytest.mark.parametrize("op", ["Log", "Sin", "ReduceProd", "HSigmoid", "SoftPlus", "Sign", "BitwiseXor"])
 def test_ops_outside_the_lists_are_not_taken(op: str) -> None:
     if op == "BitwiseXor":
         m = sb.model([sb.bitwise_xor(sb.parameter([4], "u8"), sb.parameter([4], "u8"))])
-    elif op == "ReduceMean":
-        m = sb.model([sb.reduce_mean(sb.parameter([4, 4]), [-1], True)])
+    elif op == "ReduceProd":
+        m = sb.model([sb.make(op, sb.parameter([4, 4]), sb.constant(np.array([-1], np.int64)), keep_dims=True)])
     else:
         m = sb.model([sb.make(op, sb.parameter([4, 4]))])
     assert _count_after(m) == 0

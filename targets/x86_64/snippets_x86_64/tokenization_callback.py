@@ -22,14 +22,28 @@ from snippets_core.ir.element_type import ElementType
 if TYPE_CHECKING:
     from snippets_core.ir.node import Node
 
-#: element types the kernels take and produce
+#: element types the kernels take and produce (boolean: the 1-byte masks of comparisons, Select's condition)
 SUPPORTED_ELEMENT_TYPES = frozenset(
-    {ElementType.f32, ElementType.bf16, ElementType.f16, ElementType.i8, ElementType.u8}
+    {ElementType.f32, ElementType.bf16, ElementType.f16, ElementType.i8, ElementType.u8, ElementType.boolean}
 )
-#: ops whose inputs may also be i32 (their order / target-shape / axes inputs)
-I32_INPUT_OPS = frozenset({"Transpose", "Broadcast", "ReduceMax", "ReduceSum"})
-#: ops the CPU plugin tokenizes only as part of a complex pattern (MHA), never as plain eltwise chains
-COMPLEX_PATTERN_ONLY = ("Softmax", "MatMul", "Transpose", "Broadcast", "ReduceMax", "ReduceSum")
+#: ops whose input 1 is an index tensor (a Transpose order, a Broadcast target, reduction axes): a Constant that
+#: becomes an attribute of the body, so i32 and i64 (ONNX's type for them) are fine there
+INDEX_INPUT_OPS = frozenset({
+    "Transpose", "Broadcast", "ReduceMax", "ReduceSum", "ReduceMean", "ReduceMin", "ReduceL2",
+})
+INDEX_ELEMENT_TYPES = frozenset({ElementType.i32, ElementType.i64})
+#: ops tokenized only as part of a complex pattern (MHA), never as plain eltwise chains. The CPU plugin also
+#: keeps Softmax, Transpose and the reductions out, because it runs them on its own native kernels; here the
+#: alternative is numpy, so they are fused wherever the tokenizer accepts them. A standalone Broadcast stays a
+#: numpy view (materializing it in a kernel would only add a write).
+COMPLEX_PATTERN_ONLY = ("MatMul", "Broadcast")
+#: ops x86_64_avx512 cannot compute in a kernel yet, and why
+NO_KERNEL: dict[str, str] = {
+    # TransposeDecomposition's LoadReorder needs pointer increments that follow the port layout, which InitLoops
+    # does not compute yet; outside a kernel numpy runs a Transpose as a view (MHA's Transposes are fused into
+    # its Brgemms by the MHA tokenizer)
+    "Transpose": "Transpose runs as a numpy view: the x86 kernels have no in-kernel transpose yet",
+}
 MAX_RANK = 6
 
 
@@ -46,8 +60,8 @@ def _unsupported_tensors(node: Node) -> str | None:
         if shape.is_static and shape.rank > MAX_RANK:
             return f"{kind} {index} has rank {shape.rank}, the kernels take at most rank {MAX_RANK}"
         allowed = SUPPORTED_ELEMENT_TYPES
-        if kind == "input" and node.type_name in I32_INPUT_OPS:
-            allowed = allowed | {ElementType.i32}
+        if kind == "input" and index == 1 and node.type_name in INDEX_INPUT_OPS:
+            allowed = allowed | INDEX_ELEMENT_TYPES
         if element_type not in allowed:
             names = ", ".join(sorted(t.value for t in allowed))
             return f"{kind} {index} is {element_type.value}, the kernels take {names}"
@@ -71,6 +85,10 @@ def _swish_beta(node: Node) -> str | None:
     return None
 
 
+def _no_kernel(node: Node) -> str | None:
+    return NO_KERNEL.get(node.type_name)
+
+
 def _complex_only(node: Node) -> str | None:
     if node.type_name in COMPLEX_PATTERN_ONLY:
         return f"{node.type_name} is tokenized only inside complex patterns (MHA), not as an eltwise op"
@@ -84,6 +102,7 @@ RULES: tuple[Callable[[Node], str | None], ...] = (
     _mish,
     _swish_beta,
     _complex_only,
+    _no_kernel,
 )
 
 

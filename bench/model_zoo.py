@@ -1,0 +1,302 @@
+"""Whole-model ONNX graphs for bench/models.py, built with onnx.helper in the form torch exports them.
+
+Every builder returns a :class:`ZooModel`: the ModelProto (dynamic ``batch`` / ``sequence`` dim_params on
+the inputs, as ``torch.onnx.export(..., dynamic_axes=...)`` writes them), the feeds for the fixed shape the
+benchmark runs, and the multiply-add count of its MatMuls (for GFLOP/s). Weights are random from a fixed seed.
+
+What each graph carries, as the exporters write it:
+
+* ``bert_layer``: a BERT-base encoder layer (TorchScript form): Q/K/V/O linear layers as MatMul + Add, heads
+  split with Reshape/Transpose, scores scaled by Div, the attention_mask [batch, sequence] (int64) expanded
+  through Unsqueeze, Cast, Sub(1, m), Mul(min float), Softmax, the merged heads reshaped with a shape
+  computed through Shape/Gather/Unsqueeze/Concat, the residual Add, LayerNorm decomposed (ReduceMean, Sub,
+  Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta), the FFN with the Erf form of Gelu.
+* ``gpt2_block``: a GPT-2 decoder block (pre-LN, LayerNormalization of the dynamo exporter): one QKV MatMul
+  split in three, the causal mask sliced from a constant lower-triangular buffer with the sequence length
+  read by Shape/Gather, applied with Where(mask, scores, min float), the tanh form of Gelu.
+* ``vit_block``: a ViT-B/16 encoder block (pre-LN, LayerNormalization, Erf Gelu, no mask) on 197 tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SEED = 20260601
+FLOAT_MIN = float(np.finfo(np.float32).min)
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@dataclass
+class ZooModel:
+    """One benchmark model: its graph, the feeds at the fixed shape, and its MatMul multiply-adds."""
+
+    name: str
+    proto: Any
+    feeds: dict[str, np.ndarray]
+    macs: int
+    description: str
+    #: dim_param -> the value it takes in ``feeds`` (what ``--static`` writes into the graph)
+    dims: dict[str, int] = field(default_factory=dict)
+
+
+class _Graph:
+    """A small builder over onnx.helper: fresh names, initializers from numpy, MACs of each MatMul."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[Any] = []
+        self.inits: list[Any] = []
+        self.macs_per_token = 0  # per (batch x sequence) row: every MatMul here is linear in the tokens
+        self._n = 0
+
+    def name(self, base: str) -> str:
+        self._n += 1
+        return f"{base}_{self._n}"
+
+    def const(self, value: np.ndarray, base: str = "c") -> str:
+        from onnx import numpy_helper
+
+        n = self.name(base)
+        self.inits.append(numpy_helper.from_array(np.asarray(value), n))
+        return n
+
+    def op(self, op_type: str, *inputs: str, outputs: int = 1, **attrs: Any) -> Any:
+        from onnx import helper
+
+        outs = [self.name(op_type.lower()) for _ in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=self.name(op_type), **attrs))
+        return outs[0] if outputs == 1 else outs
+
+    def linear(self, x: str, n_in: int, n_out: int) -> str:
+        """``x @ W + b`` as torch exports nn.Linear (MatMul on the transposed weight, then Add)."""
+        w = (self.rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32)
+        b = (0.02 * self.rng.standard_normal(n_out)).astype(np.float32)
+        self.macs_per_token += n_in * n_out
+        return self.op("Add", self.op("MatMul", x, self.const(w, "weight")), self.const(b, "bias"))
+
+    def layer_norm_decomposed(self, x: str, hidden: int, eps: float = 1e-12) -> str:
+        """TorchScript's LayerNorm: ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul, Add."""
+        mean = self.op("ReduceMean", x, axes=[-1], keepdims=1)
+        d = self.op("Sub", x, mean)
+        var = self.op("ReduceMean", self.op("Pow", d, self.const(np.float32(2.0))), axes=[-1], keepdims=1)
+        std = self.op("Sqrt", self.op("Add", var, self.const(np.float32(eps))))
+        y = self.op("Div", d, std)
+        gamma, beta = self._ln_params(hidden)
+        return self.op("Add", self.op("Mul", y, gamma), beta)
+
+    def layer_norm(self, x: str, hidden: int, eps: float = 1e-5) -> str:
+        """The dynamo exporter's LayerNormalization op."""
+        gamma, beta = self._ln_params(hidden)
+        return self.op("LayerNormalization", x, gamma, beta, axis=-1, epsilon=eps)
+
+    def _ln_params(self, hidden: int) -> tuple[str, str]:
+        gamma = (1 + 0.1 * self.rng.standard_normal(hidden)).astype(np.float32)
+        beta = (0.1 * self.rng.standard_normal(hidden)).astype(np.float32)
+        return self.const(gamma, "gamma"), self.const(beta, "beta")
+
+    def gelu_erf(self, x: str) -> str:
+        """torch's exact Gelu: x * 0.5 * (1 + erf(x / sqrt 2))."""
+        e = self.op("Erf", self.op("Div", x, self.const(np.float32(np.sqrt(2.0)))))
+        return self.op("Mul", self.op("Mul", x, self.op("Add", e, self.const(np.float32(1.0)))),
+                       self.const(np.float32(0.5)))
+
+    def gelu_tanh(self, x: str) -> str:
+        """GPT-2's Gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+        cube = self.op("Pow", x, self.const(np.float32(3.0)))
+        inner = self.op("Add", x, self.op("Mul", cube, self.const(np.float32(0.044715))))
+        t = self.op("Tanh", self.op("Mul", inner, self.const(np.float32(np.sqrt(2 / np.pi)))))
+        half_x = self.op("Mul", x, self.const(np.float32(0.5)))
+        return self.op("Mul", half_x, self.op("Add", t, self.const(np.float32(1.0))))
+
+    def dim(self, x: str, axis: int) -> str:
+        """Dim ``axis`` of ``x`` as a 1-element int64 tensor: Shape, Gather, Unsqueeze (TorchScript's way)."""
+        g = self.op("Gather", self.op("Shape", x), self.const(np.int64(axis)), axis=0)
+        return self.op("Unsqueeze", g, self.const(np.array([0], np.int64)))
+
+    def split_heads(self, x: str, heads: int, head_dim: int, perm: list[int]) -> str:
+        r = self.op("Reshape", x, self.const(np.array([0, 0, heads, head_dim], np.int64)))
+        return self.op("Transpose", r, perm=perm)
+
+    def merge_heads(self, ctx: str, like: str, hidden: int) -> str:
+        """[B, H, S, D] -> [B, S, H*D] with the target shape computed from ``like`` (Shape/Gather/Concat)."""
+        t = self.op("Transpose", ctx, perm=[0, 2, 1, 3])
+        shape = self.op("Concat", self.dim(like, 0), self.dim(like, 1),
+                        self.const(np.array([hidden], np.int64)), axis=0)
+        return self.op("Reshape", t, shape)
+
+    def attention(self, q: str, k: str, v: str, heads: int, head_dim: int) -> tuple[str, str]:
+        """Scores and the context producer: split heads, Q K^T / sqrt(d). Returns (scores, v_heads)."""
+        qh = self.split_heads(q, heads, head_dim, [0, 2, 1, 3])
+        kh = self.split_heads(k, heads, head_dim, [0, 2, 3, 1])
+        vh = self.split_heads(v, heads, head_dim, [0, 2, 1, 3])
+        scores = self.op("Div", self.op("MatMul", qh, kh), self.const(np.float32(np.sqrt(head_dim))))
+        return scores, vh
+
+    def model(self, name: str, inputs: list[Any], output: str, out_shape: list[Any]) -> Any:
+        from onnx import TensorProto, helper
+
+        graph = helper.make_graph(self.nodes, name, inputs,
+                                  [helper.make_tensor_value_info(output, TensorProto.FLOAT, out_shape)],
+                                  initializer=self.inits)
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="snippets-bench")
+        proto.ir_version = 8
+        return proto
+
+
+def _float_input(name: str, hidden: int) -> Any:
+    from onnx import TensorProto, helper
+
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", "sequence", hidden])
+
+
+def bert_layer(seq: int, batch: int = 1, hidden: int = 768, heads: int = 12, ffn: int = 3072) -> ZooModel:
+    """A BERT-base encoder layer as TorchScript exports it (see the module docstring)."""
+    from onnx import TensorProto, helper
+
+    g = _Graph(SEED + seq)
+    head_dim = hidden // heads
+    x = "hidden_states"
+    # the extended attention mask: (1 - mask[:, None, None, :]) * finfo.min
+    m = g.op("Unsqueeze", "attention_mask", g.const(np.array([1, 2], np.int64)))
+    m = g.op("Cast", m, to=TensorProto.FLOAT)
+    ext = g.op("Mul", g.op("Sub", g.const(np.float32(1.0)), m), g.const(np.float32(FLOAT_MIN)))
+    scores, vh = g.attention(g.linear(x, hidden, hidden), g.linear(x, hidden, hidden), g.linear(x, hidden, hidden),
+                             heads, head_dim)
+    probs = g.op("Softmax", g.op("Add", scores, ext), axis=-1)
+    ctx = g.merge_heads(g.op("MatMul", probs, vh), x, hidden)
+    h1 = g.layer_norm_decomposed(g.op("Add", g.linear(ctx, hidden, hidden), x), hidden)
+    ff = g.linear(g.gelu_erf(g.linear(h1, hidden, ffn)), ffn, hidden)
+    out = g.layer_norm_decomposed(g.op("Add", ff, h1), hidden)
+    inputs = [_float_input(x, hidden),
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "sequence"])]
+    proto = g.model(f"bert_layer_s{seq}", inputs, out, ["batch", "sequence", hidden])
+    rng = np.random.default_rng(SEED + 1)
+    mask = np.ones((batch, seq), np.int64)
+    mask[:, seq - seq // 8:] = 0  # padded tail, as a batch of unequal sentences has
+    feeds = {x: rng.standard_normal((batch, seq, hidden), dtype=np.float32), "attention_mask": mask}
+    macs = g.macs_per_token * batch * seq + 2 * batch * heads * seq * seq * head_dim
+    return ZooModel(f"bert_s{seq}", proto, feeds, macs,
+                    f"BERT-base encoder layer, seq {seq}: TorchScript LayerNorm, Erf Gelu, attention_mask",
+                    {"batch": batch, "sequence": seq})
+
+
+def gpt2_block(seq: int, batch: int = 1, hidden: int = 768, heads: int = 12, max_positions: int = 1024) -> ZooModel:
+    """A GPT-2 decoder block with a causal mask (see the module docstring)."""
+    g = _Graph(SEED + 2 * seq)
+    head_dim = hidden // heads
+    x = "hidden_states"
+    h = g.layer_norm(x, hidden)
+    qkv = g.linear(h, hidden, 3 * hidden)
+    q, k, v = g.op("Split", qkv, g.const(np.array([hidden] * 3, np.int64)), axis=-1, outputs=3)
+    scores, vh = g.attention(q, k, v, heads, head_dim)
+    # causal mask: bias[:, :, :S, :S] of a constant lower-triangular buffer, S read from the input's shape
+    tril = np.tril(np.ones((max_positions, max_positions), bool))[None, None]
+    s = g.dim(x, 1)
+    zero = g.const(np.array([0, 0], np.int64))
+    causal = g.op("Slice", g.const(tril, "causal_bias"), zero, g.op("Concat", s, s, axis=0),
+                  g.const(np.array([2, 3], np.int64)))
+    masked = g.op("Where", causal, scores, g.const(np.float32(FLOAT_MIN)))
+    probs = g.op("Softmax", masked, axis=-1)
+    ctx = g.merge_heads(g.op("MatMul", probs, vh), x, hidden)
+    h1 = g.op("Add", g.linear(ctx, hidden, hidden), x)
+    ff = g.linear(g.gelu_tanh(g.linear(g.layer_norm(h1, hidden), hidden, 4 * hidden)), 4 * hidden, hidden)
+    out = g.op("Add", ff, h1)
+    proto = g.model(f"gpt2_block_s{seq}", [_float_input(x, hidden)], out, ["batch", "sequence", hidden])
+    feeds = {x: np.random.default_rng(SEED + 3).standard_normal((batch, seq, hidden), dtype=np.float32)}
+    macs = g.macs_per_token * batch * seq + 2 * batch * heads * seq * seq * head_dim
+    return ZooModel(f"gpt2_s{seq}", proto, feeds, macs,
+                    f"GPT-2 decoder block, seq {seq}: LayerNormalization, causal mask via Slice + Where, tanh Gelu",
+                    {"batch": batch, "sequence": seq})
+
+
+def vit_block(tokens: int = 197, batch: int = 1, hidden: int = 768, heads: int = 12, mlp: int = 3072) -> ZooModel:
+    """A ViT-B/16 encoder block (see the module docstring)."""
+    g = _Graph(SEED + 3 * tokens)
+    head_dim = hidden // heads
+    x = "hidden_states"
+    h = g.layer_norm(x, hidden, 1e-6)
+    scores, vh = g.attention(g.linear(h, hidden, hidden), g.linear(h, hidden, hidden), g.linear(h, hidden, hidden),
+                             heads, head_dim)
+    ctx = g.merge_heads(g.op("MatMul", g.op("Softmax", scores, axis=-1), vh), x, hidden)
+    h1 = g.op("Add", g.linear(ctx, hidden, hidden), x)
+    ff = g.linear(g.gelu_erf(g.linear(g.layer_norm(h1, hidden, 1e-6), hidden, mlp)), mlp, hidden)
+    out = g.op("Add", ff, h1)
+    proto = g.model(f"vit_block_t{tokens}", [_float_input(x, hidden)], out, ["batch", "sequence", hidden])
+    feeds = {x: np.random.default_rng(SEED + 4).standard_normal((batch, tokens, hidden), dtype=np.float32)}
+    macs = g.macs_per_token * batch * tokens + 2 * batch * heads * tokens * tokens * head_dim
+    return ZooModel(f"vit_t{tokens}", proto, feeds, macs,
+                    f"ViT-B/16 encoder block, {tokens} tokens: LayerNormalization, Erf Gelu",
+                    {"batch": batch, "sequence": tokens})
+
+
+def example(name: str) -> ZooModel:
+    """One of examples/*.onnx, fed random inputs of its declared (static) shapes."""
+    import onnx
+    from onnx import numpy_helper  # noqa: F401 - makes onnx.helper.tensor_dtype_to_np_dtype available
+
+    proto = onnx.load(str(EXAMPLES / f"{name}.onnx"))
+    rng = np.random.default_rng(SEED + 5)
+    feeds: dict[str, np.ndarray] = {}
+    init_names = {i.name for i in proto.graph.initializer}
+    for inp in proto.graph.input:
+        if inp.name in init_names:
+            continue
+        tt = inp.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tt.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        feeds[inp.name] = rng.standard_normal(shape).astype(dtype)
+    return ZooModel(f"example:{name}", proto, feeds, _matmul_macs(proto, feeds), f"examples/{name}.onnx")
+
+
+def _matmul_macs(proto: Any, feeds: dict[str, np.ndarray]) -> int:
+    """Multiply-adds of the MatMul/Gemm/Conv nodes, from onnx shape inference at the feeds' shapes."""
+    import onnx
+
+    p = onnx.ModelProto()
+    p.CopyFrom(proto)
+    fix_dims(p, {})
+    inferred = onnx.shape_inference.infer_shapes(p)
+    shapes: dict[str, list[int]] = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        shapes[vi.name] = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+    for init in inferred.graph.initializer:
+        shapes[init.name] = list(init.dims)
+    macs = 0
+    for node in inferred.graph.node:
+        if node.op_type in ("MatMul", "Gemm") and node.input[0] in shapes and node.output[0] in shapes:
+            out = shapes[node.output[0]]
+            k = shapes[node.input[0]][-1]
+            macs += int(np.prod(out, dtype=np.int64)) * k
+        elif node.op_type == "Conv" and node.input[1] in shapes and node.output[0] in shapes:
+            w = shapes[node.input[1]]
+            macs += int(np.prod(shapes[node.output[0]], dtype=np.int64)) * int(np.prod(w[1:], dtype=np.int64))
+    return macs
+
+
+def fix_dims(proto: Any, dims: dict[str, int]) -> Any:
+    """Write fixed values for the inputs' dim_params (``--static``): ``dims`` by name, else 1. In place."""
+    for inp in proto.graph.input:
+        for d in inp.type.tensor_type.shape.dim:
+            if d.HasField("dim_param"):
+                d.dim_value = dims.get(d.dim_param, 1)
+    for out in proto.graph.output:
+        for d in out.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param in dims:
+                d.dim_value = dims[d.dim_param]
+    return proto
+
+
+#: name -> builder of every model bench/models.py knows
+MODELS: dict[str, Any] = {
+    "bert_s128": lambda: bert_layer(128),
+    "bert_s384": lambda: bert_layer(384),
+    "gpt2_s128": lambda: gpt2_block(128),
+    "vit_t197": lambda: vit_block(197),
+    "transformer_block": lambda: example("transformer_block"),
+    "cnn_block": lambda: example("cnn_block"),
+    "activation_head": lambda: example("activation_head"),
+}

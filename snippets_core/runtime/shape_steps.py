@@ -1,0 +1,76 @@
+"""Plan-time handling of the ops that only move shapes: folded into constants, or run as numpy views.
+
+Real exports carry shape arithmetic between the kernels (``Shape -> Gather -> Unsqueeze -> Concat -> Reshape``
+to merge attention heads, ``Unsqueeze`` of a mask). Run node by node through the reference, each costs a
+step of tens of microseconds. When the shapes are static, every value that depends on no graph input is
+computed once at compile time (:func:`fold`); a Reshape/Squeeze/Unsqueeze of a static output shape becomes
+a numpy reshape, a view of a contiguous array (:func:`view_executor`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from snippets_core.errors import SnippetsError
+from snippets_core.ir.element_type import ElementType
+from snippets_core.ir.evaluate import evaluate_node
+from snippets_core.ir.node import Node
+
+#: ops whose output is their data input with another shape
+VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+#: ops that read only their input's shape
+SHAPE_OF_OPS = frozenset({"ShapeOf", "Shape"})
+#: a folded value larger than this is computed per call instead of being kept alive with the model
+FOLD_MAX_BYTES = 64 << 20
+#: ops never folded: their value changes per call although their inputs do not
+UNFOLDABLE = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                        "Bernoulli"})
+
+Executor = Callable[[list[np.ndarray]], Sequence[np.ndarray]]
+
+
+def fold(node: Node, args: Sequence[int], known: Mapping[int, np.ndarray]) -> list[np.ndarray] | None:
+    """The outputs of ``node`` computed at compile time, when they depend on no graph input: all its input
+    slots are in ``known`` (constants and values folded before), or it reads only a static shape. None
+    when it must run per call (or evaluating it now fails: the call then reports the error as usual)."""
+    if not node.inputs or node.type_name in UNFOLDABLE or any(o.element_type is ElementType.dynamic
+                                                               for o in node.outputs):
+        return None
+    if node.type_name in SHAPE_OF_OPS:
+        shape = node.inputs[0].shape
+        if not shape.is_static:
+            return None
+        # a zero-strided stand-in: the op reads the shape only
+        values = [np.broadcast_to(np.zeros((), np.float32), shape.to_tuple())]
+        values += [known[a] for a in args[1:] if a in known]
+        if len(values) != len(args):
+            return None
+    elif all(a in known for a in args):
+        values = [known[a] for a in args]
+    else:
+        return None
+    try:
+        outs = evaluate_node(node, values)
+    except SnippetsError:
+        return None
+    if sum(o.nbytes for o in outs) > FOLD_MAX_BYTES:
+        return None
+    return [o if o.flags.c_contiguous else o.copy() for o in outs]  # (ascontiguousarray makes 0-d 1-d)
+
+
+def view_executor(node: Node) -> Executor | None:
+    """A reshape to the node's static output shape for a shape-only op (whose shape inputs are compile-time
+    values), else None. numpy reshapes a contiguous array without copying."""
+    if node.type_name not in VIEW_OPS or len(node.outputs) != 1:
+        return None
+    out = node.outputs[0].shape
+    if not out.is_static or not node.inputs[0].shape.is_static:
+        return None
+    shape = out.to_tuple()
+
+    def run(args: list[np.ndarray]) -> tuple[np.ndarray]:
+        return (args[0].reshape(shape),)
+
+    return run

@@ -1,0 +1,160 @@
+"""Memory-bound ops fused on x86_64_avx512 (issue 11): standalone Softmax, the reductions over the last axis,
+LayerNormalization in both export forms with the residual Add before it, both Gelu forms, Where with its
+comparison, and the mask of an exported attention layer. Each graph must run as x86 kernels only (no
+reference fallback) and match numpy float64, with inputs and outputs flush against guard pages."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import snippets_core
+from snippets_x86_64.guarded import guarded_array, guarded_copy
+
+pytestmark = pytest.mark.avx512
+
+# shapes with tails: 37 and 19 are not multiples of 16 lanes, 1 is a single row
+SHAPES = [(2, 3, 37), (1, 19), (4, 1, 16), (3, 5, 33)]
+
+
+def _model(nodes, shape, out_shape, inits=None, opset=18):  # type: ignore[no-untyped-def]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(out_shape))],
+                              initializer=[numpy_helper.from_array(v, k) for k, v in (inits or {}).items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
+
+
+def _run_fused(proto: bytes, x: np.ndarray, out_shape: tuple[int, ...], at: str = "end") -> np.ndarray:
+    """Compile for x86_64_avx512, check every computing node ran in a kernel, run on guarded memory."""
+    cm = snippets_core.compile_model(proto, target="x86_64_avx512", config={"num_threads": 1})
+    where = {w for _, _, w in cm.placement()}
+    assert where == {"x86_64_avx512"}, cm.describe()
+    out = guarded_array(out_shape, np.float32, at)
+    cm({"x": guarded_copy(x, at)}, outputs={"y": out})
+    return np.array(out)
+
+
+def _x(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32) * 3
+
+
+def _softmax64(t: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(t - t.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+def _layer_norm64(t: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    mean = t.mean(-1, keepdims=True)
+    var = ((t - mean) ** 2).mean(-1, keepdims=True)
+    return (t - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_add_softmax(shape: tuple[int, ...], at: str) -> None:
+    mask = (np.random.default_rng(1).standard_normal((1,) * (len(shape) - 1) + (shape[-1],)) * 0.5).astype(np.float32)
+    nodes = [helper.make_node("Add", ["x", "m"], ["t"]), helper.make_node("Softmax", ["t"], ["y"], axis=-1)]
+    x = _x(shape)
+    got = _run_fused(_model(nodes, shape, shape, {"m": mask}), x, shape, at)
+    np.testing.assert_allclose(got, _softmax64(x.astype(np.float64) + mask), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize(("op", "ref"), [
+    ("ReduceMax", lambda t: t.max(-1, keepdims=True)),
+    ("ReduceSum", lambda t: t.sum(-1, keepdims=True)),
+    ("ReduceMean", lambda t: t.mean(-1, keepdims=True)),
+    ("ReduceMin", lambda t: t.min(-1, keepdims=True)),
+    ("ReduceL2", lambda t: np.sqrt((t * t).sum(-1, keepdims=True))),
+])
+def test_reduce_last_axis(shape: tuple[int, ...], op: str, ref) -> None:  # type: ignore[no-untyped-def]
+    out_shape = shape[:-1] + (1,)
+    nodes = [helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)]
+    x = _x(shape)
+    got = _run_fused(_model(nodes, shape, out_shape, {"axes": np.array([-1], np.int64)}), x, out_shape)
+    np.testing.assert_allclose(got, ref(x.astype(np.float64)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_layer_normalization_op_with_residual_add(shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(2)
+    n = shape[-1]
+    gamma, beta = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    res = rng.standard_normal(shape).astype(np.float32)
+    nodes = [helper.make_node("Add", ["x", "res"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "g", "b"], ["y"], axis=-1, epsilon=1e-5)]
+    x = _x(shape) + 100  # a large mean: the variance must not cancel
+    got = _run_fused(_model(nodes, shape, shape, {"res": res, "g": gamma, "b": beta}, opset=17), x, shape)
+    want = _layer_norm64(x.astype(np.float64) + res, gamma, beta, 1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_torchscript_layer_norm_is_one_kernel(shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(3)
+    n = shape[-1]
+    gamma, beta = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    res = rng.standard_normal(shape).astype(np.float32)
+    nodes = [helper.make_node("Add", ["x", "res"], ["s"]),
+             helper.make_node("ReduceMean", ["s"], ["m"], axes=[-1]), helper.make_node("Sub", ["s", "m"], ["d"]),
+             helper.make_node("Pow", ["d", "two"], ["p"]), helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1]),
+             helper.make_node("Add", ["v", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["sd"]),
+             helper.make_node("Div", ["d", "sd"], ["nd"]), helper.make_node("Mul", ["nd", "g"], ["ng"]),
+             helper.make_node("Add", ["ng", "b"], ["y"])]
+    inits = {"res": res, "two": np.array(2, np.float32), "eps": np.array(1e-12, np.float32), "g": gamma, "b": beta}
+    proto = _model(nodes, shape, shape, inits, opset=13)
+    cm = snippets_core.compile_model(proto, target="x86_64_avx512", config={"num_threads": 1})
+    assert [op for _, op, _ in cm.placement()] == ["Subgraph"], cm.describe()
+    x = _x(shape)
+    got = _run_fused(proto, x, shape)
+    np.testing.assert_allclose(got, _layer_norm64(x.astype(np.float64) + res, gamma, beta, 1e-12),
+                               rtol=1e-4, atol=1e-4)
+
+
+def _erf64(t: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf)(t)
+
+
+@pytest.mark.parametrize("form", ["erf_decomposed", "gelu_none", "gelu_tanh"])
+def test_gelu_forms(form: str) -> None:
+    shape = (3, 45)
+    if form == "erf_decomposed":
+        nodes = [helper.make_node("Div", ["x", "s2"], ["a"]), helper.make_node("Erf", ["a"], ["e"]),
+                 helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["x", "e1"], ["m"]),
+                 helper.make_node("Mul", ["m", "half"], ["y"])]
+        inits = {"s2": np.array(np.sqrt(2), np.float32), "one": np.array(1, np.float32),
+                 "half": np.array(0.5, np.float32)}
+        proto = _model(nodes, shape, shape, inits)
+    else:
+        approx = form.split("_")[1]
+        proto = _model([helper.make_node("Gelu", ["x"], ["y"], approximate=approx)], shape, shape, opset=20)
+    x = _x(shape)
+    t = x.astype(np.float64)
+    if form == "gelu_tanh":
+        want = 0.5 * t * (1 + np.tanh(np.sqrt(2 / np.pi) * (t + 0.044715 * t**3)))
+    else:
+        want = 0.5 * t * (1 + _erf64(t / np.sqrt(2)))
+    np.testing.assert_allclose(_run_fused(proto, x, shape), want, rtol=1e-5, atol=1e-5)
+
+
+def test_where_with_its_comparison() -> None:
+    shape = (5, 37)
+    nodes = [helper.make_node("Greater", ["x", "zero"], ["c"]), helper.make_node("Where", ["c", "x", "k"], ["y"])]
+    proto = _model(nodes, shape, shape, {"zero": np.array(0, np.float32), "k": np.array(-1e9, np.float32)})
+    x = _x(shape)
+    np.testing.assert_array_equal(_run_fused(proto, x, shape), np.where(x > 0, x, np.float32(-1e9)))
+
+
+def test_transpose_stays_a_view_with_its_reason() -> None:
+    shape = (2, 3, 17)
+    proto = _model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 2, 1])], shape, (2, 17, 3))
+    cm = snippets_core.compile_model(proto, target="x86_64_avx512")
+    assert cm.placement()[0][1:] == ("Transpose", "reference")
+    from snippets_x86_64.tokenization_callback import NO_KERNEL
+
+    assert "view" in NO_KERNEL["Transpose"]
+    x = _x(shape)
+    np.testing.assert_array_equal(cm({"x": x})["y"], x.transpose(0, 2, 1))

@@ -1,0 +1,58 @@
+"""Shape-only ops between kernels: folded at compile time when they depend on no input, numpy views when they
+reshape data of static shapes (no reference step, no copy); values checked against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+import snippets_core
+
+
+def _merge_heads_model(static: bool) -> bytes:
+    """x [B, S, 4, 8] -> Reshape to [B, S, 32] with the shape computed by Shape/Gather/Unsqueeze/Concat (as
+    TorchScript exports it), then Relu."""
+    b, s = (2, 5) if static else ("batch", "sequence")
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i0"], ["d0"], axis=0),
+             helper.make_node("Gather", ["shape", "i1"], ["d1"], axis=0),
+             helper.make_node("Unsqueeze", ["d0", "ax0"], ["u0"]),
+             helper.make_node("Unsqueeze", ["d1", "ax0"], ["u1"]),
+             helper.make_node("Concat", ["u0", "u1", "hidden"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["r"]),
+             helper.make_node("Relu", ["r"], ["y"])]
+    inits = {"i0": np.int64(0), "i1": np.int64(1), "ax0": np.array([0], np.int64), "hidden": np.array([32], np.int64)}
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, s, 4, 8])
+    graph = helper.make_graph(nodes, "merge_heads", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, s, 32])],
+                              initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_static_shape_arithmetic_is_folded_and_the_reshape_is_a_view():
+    cm = snippets_core.compile_model(_merge_heads_model(static=True), target="reference")
+    assert [(op, where) for _, op, where in cm.placement()] == [("Reshape", "view"), ("Subgraph", "reference")]
+    x = np.random.default_rng(0).standard_normal((2, 5, 4, 8)).astype(np.float32)
+    np.testing.assert_array_equal(cm({"x": x})["y"], np.maximum(x.reshape(2, 5, 32), 0))
+    assert "Reshape x1" in cm.describe()
+
+
+def test_the_view_shares_the_input_memory():
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "r",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+                              initializer=[numpy_helper.from_array(np.array([3, 4], np.int64), "shape")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    cm = snippets_core.compile_model(proto, target="reference")
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    y = cm({"x": x})["y"]
+    assert y.shape == (3, 4) and np.shares_memory(x, y)
+
+
+def test_dynamic_shapes_still_compute_the_shape_per_call():
+    cm = snippets_core.compile_model(_merge_heads_model(static=False), target="reference")
+    ops = [op for _, op, _ in cm.placement()]
+    assert "ShapeOf" in ops and "Concat" in ops  # nothing to fold: the shape is known at run time only
+    for b, s in ((1, 3), (2, 7)):
+        x = np.random.default_rng(b).standard_normal((b, s, 4, 8)).astype(np.float32)
+        np.testing.assert_array_equal(cm({"x": x})["y"], np.maximum(x.reshape(b, s, 32), 0))
