@@ -99,3 +99,21 @@ def test_graph_reduce_decomposition_values(op, shape, run_shape, keep_dims):  # 
 def test_graph_reduce_decomposition_leaves_the_rest(op, axes):  # type: ignore[no-untyped-def]
     # other axes are not lowered; ReduceMax/ReduceSum are ReduceToSnippetsReduce's
     assert GraphReduceDecomposition().run(reduce_body(op, [2, 3, 7], axes, True)) is False
+
+
+@pytest.mark.parametrize("axis", [0, 1, -2])
+def test_move_softmax_axis_last(axis):  # type: ignore[no-untyped-def]
+    from snippets_core.passes.move_softmax_axis_last import MoveSoftmaxAxisLast
+
+    x = Parameter("f32", [2, 3, 5], name="x")
+    m = Model([Result(OPS["Softmax"](x, axis=axis, name="sm"), name="out")], [x], name="m")
+    assert MoveSoftmaxAxisLast().run(m) is True
+    assert [n.type_name for n in m.get_ordered_ops() if n.type_name in ("Softmax", "Transpose")] == [
+        "Transpose", "Softmax", "Transpose"]
+    (sm,) = [n for n in m.get_ordered_ops() if n.type_name == "Softmax"]
+    assert sm.axis == 2
+    assert MoveSoftmaxAxisLast().run(m) is False  # now on the last axis
+    v = np.random.default_rng(4).standard_normal((2, 3, 5)).astype(np.float32)
+    t = v.astype(np.float64)
+    e = np.exp(t - t.max(axis, keepdims=True))
+    np.testing.assert_allclose(evaluate_model(m, {"x": v})["out"], e / e.sum(axis, keepdims=True), rtol=1e-6)

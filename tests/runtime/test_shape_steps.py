@@ -56,3 +56,19 @@ def test_dynamic_shapes_still_compute_the_shape_per_call():
     for b, s in ((1, 3), (2, 7)):
         x = np.random.default_rng(b).standard_normal((b, s, 4, 8)).astype(np.float32)
         np.testing.assert_array_equal(cm({"x": x})["y"], np.maximum(x.reshape(b, s, 32), 0))
+
+
+def test_split_runs_as_slices():
+    graph = helper.make_graph([helper.make_node("Split", ["x", "parts"], ["a", "b", "c"], axis=-1)], "s",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 12])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3, k])
+                               for n, k in (("a", 4), ("b", 5), ("c", 3))],
+                              initializer=[numpy_helper.from_array(np.array([4, 5, 3], np.int64), "parts")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    cm = snippets_core.compile_model(proto, target="reference")
+    assert [(op, where) for _, op, where in cm.placement()] == [("VariadicSplit", "view")]
+    x = np.random.default_rng(2).standard_normal((2, 3, 12)).astype(np.float32)
+    got = cm({"x": x})
+    for name, want in zip("abc", np.split(x, [4, 9], axis=-1)):
+        np.testing.assert_array_equal(got[name], want)
+        assert got[name].flags.c_contiguous

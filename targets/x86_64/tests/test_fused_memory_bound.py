@@ -158,3 +158,16 @@ def test_transpose_stays_a_view_with_its_reason() -> None:
     assert "view" in NO_KERNEL["Transpose"]
     x = _x(shape)
     np.testing.assert_array_equal(cm({"x": x})["y"], x.transpose(0, 2, 1))
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -2])
+def test_softmax_on_an_inner_axis_runs_in_a_kernel_between_transposes(axis: int) -> None:
+    shape = (3, 5, 19, 33)
+    proto = _model([helper.make_node("Softmax", ["x"], ["y"], axis=axis)], shape, shape)
+    cm = snippets_core.compile_model(proto, target="x86_64_avx512", config={"num_threads": 1})
+    assert sorted((op, w) for _, op, w in cm.placement()) == [
+        ("Subgraph", "x86_64_avx512"), ("Transpose", "reference"), ("Transpose", "reference")], cm.describe()
+    x = _x(shape)
+    out = guarded_array(shape, np.float32)
+    cm({"x": guarded_copy(x)}, outputs={"y": out})
+    np.testing.assert_allclose(out, _softmax64(x.astype(np.float64), axis), rtol=1e-5, atol=1e-6)
