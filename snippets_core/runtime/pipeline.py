@@ -14,6 +14,7 @@ from snippets_core.runtime.targets import ResolvedTarget
 def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig) -> None:
     """Mark nodes the target fuses elsewhere, then replace fusable regions by Subgraph nodes."""
     from snippets_core.passes.extract_reshapes_from_mha import ExtractReshapesFromMHA
+    from snippets_core.passes.group_norm_to_rows import GroupNormToRows
     from snippets_core.passes.move_softmax_axis_last import MoveSoftmaxAxisLast
     from snippets_core.tokenization import TokenizationConfig, TokenizeMHASnippets, TokenizeSnippets
 
@@ -27,8 +28,10 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
     if tcfg.enabled:
         if ExtractReshapesFromMHA.name not in disabled:
             ExtractReshapesFromMHA().run(model)
-        if MoveSoftmaxAxisLast.name not in disabled:
-            MoveSoftmaxAxisLast().run(model)  # the kernels reduce along the innermost dim only
+        # the kernels reduce along the innermost dim only
+        for rewrite in (MoveSoftmaxAxisLast(), GroupNormToRows()):
+            if rewrite.name not in disabled:
+                rewrite.run(model)
         if TokenizeMHASnippets.name not in disabled:
             # asked once per match, about MatMul0; the hooks learn it is the MHA tokenizer asking
             TokenizeMHASnippets(tcfg, callback=lambda node: host.tokenization_callback(node, target.name, "mha")

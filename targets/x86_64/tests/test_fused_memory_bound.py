@@ -171,3 +171,22 @@ def test_softmax_on_an_inner_axis_runs_in_a_kernel_between_transposes(axis: int)
     out = guarded_array(shape, np.float32)
     cm({"x": guarded_copy(x)}, outputs={"y": out})
     np.testing.assert_allclose(out, _softmax64(x.astype(np.float64), axis), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("shape", "groups"), [((2, 8, 5, 7), 4), ((1, 6, 19), 3), ((3, 4, 2, 2, 3), 2)])
+def test_group_normalization_runs_as_two_kernels_and_views(shape: tuple[int, ...], groups: int) -> None:
+    rng = np.random.default_rng(5)
+    c = shape[1]
+    scale, bias = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    proto = _model([helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=groups, epsilon=1e-5)],
+                   shape, shape, {"s": scale, "b": bias}, opset=21)
+    cm = snippets_core.compile_model(proto, target="x86_64_avx512", config={"num_threads": 1})
+    assert sorted(w for _, _, w in cm.placement()) == ["view", "view", "x86_64_avx512", "x86_64_avx512"], cm.describe()
+    x = _x(shape) + 10
+    out = guarded_array(shape, np.float32)
+    cm({"x": guarded_copy(x)}, outputs={"y": out})
+    t = x.astype(np.float64).reshape(shape[0], groups, -1)
+    normed = ((t - t.mean(-1, keepdims=True)) / np.sqrt(t.var(-1, keepdims=True) + 1e-5)).reshape(shape)
+    per_channel = (c,) + (1,) * (len(shape) - 2)
+    want = normed * scale.reshape(per_channel) + bias.reshape(per_channel)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
