@@ -15,6 +15,7 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
     """Mark nodes the target fuses elsewhere, then replace fusable regions by Subgraph nodes."""
     from snippets_core.passes.extract_reshapes_from_mha import ExtractReshapesFromMHA
     from snippets_core.passes.group_norm_to_rows import GroupNormToRows
+    from snippets_core.passes.move_reduction_axes_last import MoveReductionAxesLast
     from snippets_core.passes.move_softmax_axis_last import MoveSoftmaxAxisLast
     from snippets_core.tokenization import TokenizationConfig, TokenizeMHASnippets, TokenizeSnippets
 
@@ -29,7 +30,7 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
         if ExtractReshapesFromMHA.name not in disabled:
             ExtractReshapesFromMHA().run(model)
         # the kernels reduce along the innermost dim only
-        for rewrite in (MoveSoftmaxAxisLast(), GroupNormToRows()):
+        for rewrite in (MoveSoftmaxAxisLast(), GroupNormToRows(), MoveReductionAxesLast()):
             if rewrite.name not in disabled:
                 rewrite.run(model)
         if TokenizeMHASnippets.name not in disabled:

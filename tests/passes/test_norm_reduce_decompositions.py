@@ -117,3 +117,32 @@ def test_move_softmax_axis_last(axis):  # type: ignore[no-untyped-def]
     t = v.astype(np.float64)
     e = np.exp(t - t.max(axis, keepdims=True))
     np.testing.assert_allclose(evaluate_model(m, {"x": v})["out"], e / e.sum(axis, keepdims=True), rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceMax", "ReduceL2"])
+@pytest.mark.parametrize("shape, axes, keep_dims, rewritten", [
+    ([2, 3, 4, 5], [2, 3], True, True),      # a global pool: one row per channel
+    ([2, 3, 4, 5], [-1, -2], False, True),
+    ([2, 3, 4, 5], [3], False, True),
+    ([None, 3, 4, 5], [1, 2, 3], True, True),  # dynamic leading dim copied by special_zero
+    ([2, 3, 4, 5], [3], True, False),         # already a row reduction
+    ([2, 3, 4, 5], [1], True, False),         # an inner axis: numpy reduces it faster than a transposed copy
+])
+def test_move_reduction_axes_last(op, shape, axes, keep_dims, rewritten):  # type: ignore[no-untyped-def]
+    from snippets_core.passes.move_reduction_axes_last import MoveReductionAxesLast
+
+    x = Parameter("f32", shape, name="x")
+    red = OPS[op](x, Constant(np.array(axes, np.int64)), keep_dims=keep_dims, name="red")
+    m = Model([Result(red, name="out")], [x], name="m")
+    assert MoveReductionAxesLast().run(m) is rewritten
+    if rewritten:
+        (row,) = [n for n in m.get_ordered_ops() if n.type_name == op]
+        assert row.keep_dims and [int(a) for a in row.inputs[1].source.node.value] == [-1]
+        assert MoveReductionAxesLast().run(m) is False
+    v = np.random.default_rng(5).standard_normal([2 if d is None else d for d in shape]).astype(np.float32)
+    got = evaluate_model(m, {"x": v})["out"]
+    t = v.astype(np.float64)
+    ax = tuple(a % len(shape) for a in axes)
+    want = {"ReduceMean": lambda: t.mean(ax, keepdims=keep_dims), "ReduceMax": lambda: t.max(ax, keepdims=keep_dims),
+            "ReduceL2": lambda: np.sqrt((t * t).sum(ax, keepdims=keep_dims))}[op]()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

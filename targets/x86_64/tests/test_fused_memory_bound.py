@@ -190,3 +190,16 @@ def test_group_normalization_runs_as_two_kernels_and_views(shape: tuple[int, ...
     per_channel = (c,) + (1,) * (len(shape) - 2)
     want = normed * scale.reshape(per_channel) + bias.reshape(per_channel)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("axes", "keep_dims"), [([2, 3], 1), ([-1], 0), ([1, 2, 3], 0)])
+def test_reductions_over_trailing_axes_run_as_row_kernels_between_views(axes: list[int], keep_dims: int) -> None:
+    shape = (2, 5, 7, 9)
+    want = _x(shape).astype(np.float64).mean(axis=tuple(a % 4 for a in axes), keepdims=bool(keep_dims))
+    proto = _model([helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=keep_dims)], shape, want.shape,
+                   {"axes": np.array(axes, np.int64)})
+    cm = snippets_core.compile_model(proto, target="x86_64_avx512", config={"num_threads": 1})
+    assert sorted(w for _, _, w in cm.placement()) == ["view", "view", "x86_64_avx512"], cm.describe()
+    out = guarded_array(want.shape, np.float32)
+    cm({"x": guarded_copy(_x(shape))}, outputs={"y": out})
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
