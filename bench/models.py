@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             if note:
                 notes.append(note)
     blas = H.BlasThreads()
+    notes.append(blas.note)
     blas.set(1)
     started = time.perf_counter()
     peaks = mha.measure_peaks(threads, min(args.budget, 0.5), blas, notes)
@@ -169,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# {zm.name}: {zm.description}; {2 * zm.macs / 1e9:.3f} GFLOP per call")
         for n in threads:
             fns, outs, cm = make_contenders(path, zm.feeds, want, n, contenders, peers, notes)
+            blas.set(n)  # what still runs on numpy's matmul (MatMuls outside Subgraphs) gets the same threads
             timings = H.time_round_robin(fns, args.budget, args.repeat, max_call_s=args.max_call)
             peer_times = [timings[p].pick(args.stat) for p in PEERS if p in timings]
             best_peer = min(peer_times) if peer_times else None
@@ -192,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                 parts = ", ".join(f"{op}@{where} {1e3 * s:.2f} ms ({100 * s / total:.0f}%, {k} step(s))"
                                   for op, where, s, k in rows)
                 breakdowns.append(f"{zm.name} {n} thr ({len(cm.last_run_stats.steps)} steps): {parts}")
+            blas.set(1)
             del fns, cm
     print()
     H.print_table(["model", "thr", "contender", "median ms", "iqr", "x peer", "GFLOP/s", "% FMA", "max abs err"],

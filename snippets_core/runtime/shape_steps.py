@@ -40,6 +40,8 @@ def fold(node: Node, args: Sequence[int], known: Mapping[int, np.ndarray]) -> li
     if not node.inputs or node.type_name in UNFOLDABLE or any(o.element_type is ElementType.dynamic
                                                                for o in node.outputs):
         return None
+    if any(t.node.type_name == "Result" for o in node.outputs for t in o.targets):
+        return None  # a model output stays a fresh array per call: a caller may write into what it gets
     if node.type_name in SHAPE_OF_OPS:
         shape = node.inputs[0].shape
         if not shape.is_static:
