@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             if note:
                 notes.append(note)
     blas = H.BlasThreads()
-    notes.append(blas.note)
+    # numpy's matmul (MatMuls left outside Subgraphs) stays on 1 thread: OpenBLAS threads spin while they
+    # wait, and beside our executor's workers on 2 cores that made 2-thread calls 5-10x slower, not faster
     blas.set(1)
     started = time.perf_counter()
     peaks = mha.measure_peaks(threads, min(args.budget, 0.5), blas, notes)
@@ -170,7 +171,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# {zm.name}: {zm.description}; {2 * zm.macs / 1e9:.3f} GFLOP per call")
         for n in threads:
             fns, outs, cm = make_contenders(path, zm.feeds, want, n, contenders, peers, notes)
-            blas.set(n)  # what still runs on numpy's matmul (MatMuls outside Subgraphs) gets the same threads
             timings = H.time_round_robin(fns, args.budget, args.repeat, max_call_s=args.max_call)
             peer_times = [timings[p].pick(args.stat) for p in PEERS if p in timings]
             best_peer = min(peer_times) if peer_times else None
@@ -194,7 +194,6 @@ def main(argv: list[str] | None = None) -> int:
                 parts = ", ".join(f"{op}@{where} {1e3 * s:.2f} ms ({100 * s / total:.0f}%, {k} step(s))"
                                   for op, where, s, k in rows)
                 breakdowns.append(f"{zm.name} {n} thr ({len(cm.last_run_stats.steps)} steps): {parts}")
-            blas.set(1)
             del fns, cm
     print()
     H.print_table(["model", "thr", "contender", "median ms", "iqr", "x peer", "GFLOP/s", "% FMA", "max abs err"],
