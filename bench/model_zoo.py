@@ -204,13 +204,17 @@ def gpt2_block(seq: int, batch: int = 1, hidden: int = 768, heads: int = 12, max
     ctx = g.merge_heads(g.op("MatMul", probs, vh), x, hidden)
     h1 = g.op("Add", g.linear(ctx, hidden, hidden), x)
     ff = g.linear(g.gelu_tanh(g.linear(g.layer_norm(h1, hidden), hidden, 4 * hidden)), 4 * hidden, hidden)
-    out = g.op("Add", ff, h1)
-    proto = g.model(f"gpt2_block_s{seq}", [_float_input(x, hidden)], out, ["batch", "sequence", hidden])
-    feeds = {x: np.random.default_rng(SEED + 3).standard_normal((batch, seq, hidden), dtype=np.float32)}
-    macs = g.macs_per_token * batch * seq + 2 * batch * heads * seq * seq * head_dim
-    return ZooModel(f"gpt2_s{seq}", proto, feeds, macs,
-                    f"GPT-2 decoder block, seq {seq}: LayerNormalization, causal mask via Slice + Where, tanh Gelu",
-                    {"batch": batch, "sequence": seq})
+    return _block(g, f"gpt2_s{seq}", g.op("Add", ff, h1), (batch, seq, hidden),
+                  f"GPT-2 decoder block, seq {seq}: LayerNormalization, causal mask via Slice + Where, tanh Gelu")
+
+
+def _block(g: _Graph, name: str, out: str, dims: tuple[int, int, int], description: str) -> ZooModel:
+    """A block with one input ``hidden_states`` [batch, sequence, hidden] and one output of that shape."""
+    batch, seq, hidden = dims
+    proto = g.model(name, [_float_input("hidden_states", hidden)], out, ["batch", "sequence", hidden])
+    x = np.random.default_rng(SEED + seq).standard_normal((batch, seq, hidden), dtype=np.float32)
+    macs = g.macs_per_token * batch * seq + 2 * batch * seq * seq * hidden  # + the two attention MatMuls
+    return ZooModel(name, proto, {"hidden_states": x}, macs, description, {"batch": batch, "sequence": seq})
 
 
 def vit_block(tokens: int = 197, batch: int = 1, hidden: int = 768, heads: int = 12, mlp: int = 3072) -> ZooModel:
@@ -224,13 +228,8 @@ def vit_block(tokens: int = 197, batch: int = 1, hidden: int = 768, heads: int =
     ctx = g.merge_heads(g.op("MatMul", g.op("Softmax", scores, axis=-1), vh), x, hidden)
     h1 = g.op("Add", g.linear(ctx, hidden, hidden), x)
     ff = g.linear(g.gelu_erf(g.linear(g.layer_norm(h1, hidden, 1e-6), hidden, mlp)), mlp, hidden)
-    out = g.op("Add", ff, h1)
-    proto = g.model(f"vit_block_t{tokens}", [_float_input(x, hidden)], out, ["batch", "sequence", hidden])
-    feeds = {x: np.random.default_rng(SEED + 4).standard_normal((batch, tokens, hidden), dtype=np.float32)}
-    macs = g.macs_per_token * batch * tokens + 2 * batch * heads * tokens * tokens * head_dim
-    return ZooModel(f"vit_t{tokens}", proto, feeds, macs,
-                    f"ViT-B/16 encoder block, {tokens} tokens: LayerNormalization, Erf Gelu",
-                    {"batch": batch, "sequence": tokens})
+    return _block(g, f"vit_t{tokens}", g.op("Add", ff, h1), (batch, tokens, hidden),
+                  f"ViT-B/16 encoder block, {tokens} tokens: LayerNormalization, Erf Gelu")
 
 
 def example(name: str) -> ZooModel:

@@ -78,12 +78,17 @@ def test_reduce_last_axis(shape: tuple[int, ...], op: str, ref) -> None:  # type
     np.testing.assert_allclose(got, ref(x.astype(np.float64)), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("shape", SHAPES)
-def test_layer_normalization_op_with_residual_add(shape: tuple[int, ...]) -> None:
-    rng = np.random.default_rng(2)
+def _ln_inputs(shape: tuple[int, ...], seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """gamma, beta [last dim] and a residual of ``shape``."""
+    rng = np.random.default_rng(seed)
     n = shape[-1]
     gamma, beta = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
-    res = rng.standard_normal(shape).astype(np.float32)
+    return gamma, beta, rng.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_layer_normalization_op_with_residual_add(shape: tuple[int, ...]) -> None:
+    gamma, beta, res = _ln_inputs(shape, 2)
     nodes = [helper.make_node("Add", ["x", "res"], ["s"]),
              helper.make_node("LayerNormalization", ["s", "g", "b"], ["y"], axis=-1, epsilon=1e-5)]
     x = _x(shape) + 100  # a large mean: the variance must not cancel
@@ -94,10 +99,7 @@ def test_layer_normalization_op_with_residual_add(shape: tuple[int, ...]) -> Non
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_torchscript_layer_norm_is_one_kernel(shape: tuple[int, ...]) -> None:
-    rng = np.random.default_rng(3)
-    n = shape[-1]
-    gamma, beta = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
-    res = rng.standard_normal(shape).astype(np.float32)
+    gamma, beta, res = _ln_inputs(shape, 3)
     nodes = [helper.make_node("Add", ["x", "res"], ["s"]),
              helper.make_node("ReduceMean", ["s"], ["m"], axes=[-1]), helper.make_node("Sub", ["s", "m"], ["d"]),
              helper.make_node("Pow", ["d", "two"], ["p"]), helper.make_node("ReduceMean", ["p"], ["v"], axes=[-1]),
