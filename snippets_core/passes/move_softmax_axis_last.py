@@ -44,10 +44,12 @@ class MoveSoftmaxAxisLast(Pass):
             order = list(range(shape.rank))
             order[axis], order[last] = last, axis  # a swap is its own inverse
             n = sm.name
-            perm = Constant(np.array(order, np.int64), name=f"{n}/order")
-            to_last = make("Transpose", sm.inputs[0].source, perm, name=f"{n}/to_last")
+            # one order Constant per Transpose: a shared one would join a body as a node of its own
+            perm_in = Constant(np.array(order, np.int64), name=f"{n}/order")
+            perm_out = Constant(np.array(order, np.int64), name=f"{n}/order_back")
+            to_last = make("Transpose", sm.inputs[0].source, perm_in, name=f"{n}/to_last")
             inner = make("Softmax", to_last, axis=last, name=f"{n}/last_axis")
-            back = make("Transpose", inner, perm, name=n)
+            back = make("Transpose", inner, perm_out, name=n)
             back.rt_info = dict(sm.rt_info)
             replace_node(sm, back)
             changed = True

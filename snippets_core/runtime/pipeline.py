@@ -30,7 +30,10 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
         if ExtractReshapesFromMHA.name not in disabled:
             ExtractReshapesFromMHA().run(model)
         # the kernels reduce along the innermost dim only
-        for rewrite in (MoveSoftmaxAxisLast(), GroupNormToRows(), MoveReductionAxesLast()):
+        rewrites = [GroupNormToRows(), MoveReductionAxesLast()]
+        if tcfg.softmax_axis_to_last:
+            rewrites.insert(0, MoveSoftmaxAxisLast())
+        for rewrite in rewrites:
             if rewrite.name not in disabled:
                 rewrite.run(model)
         if TokenizeMHASnippets.name not in disabled:

@@ -63,6 +63,9 @@ class TokenizationConfig:
     #: the target repacks a transposed MatMul B inside the Subgraph (BrgemmCopyB), so
     #: ExtractUnsupportedTransposes keeps such Transposes in
     mha_transposed_b_in_subgraph: bool = False
+    #: a Softmax over an inner axis becomes a Transpose pair around a last-axis Softmax before tokenization
+    #: (MoveSoftmaxAxisLast); for targets that keep those Transposes outside their kernels (numpy views)
+    softmax_axis_to_last: bool = False
     snippets_mode: SnippetsMode = SnippetsMode.Enable
     callback: TokenizationCallback | None = None
 

@@ -55,9 +55,10 @@ class X86_64Target:
     def tokenization_defaults(self) -> dict[str, object]:
         """Tokenizer knobs of this machine: the data-pointer register budget, and MHA transposes of rank 4
         only (3D ones regressed in the CPU plugin), and a transposed MatMul B stays in the Subgraph (BrgemmCopyB
-        repacks it)."""
+        repacks it); a Softmax over an inner axis runs in a kernel between two Transposes, which stay numpy views
+        (the callback keeps Transposes out)."""
         return {"data_ptr_gpr_count": self.data_ptr_gpr_count, "mha_supported_transpose_ranks": (4,),
-                "mha_transposed_b_in_subgraph": True}
+                "mha_transposed_b_in_subgraph": True, "softmax_axis_to_last": True}
 
     def available(self) -> str | None:
         """None when AVX-512 (F, BW, DQ, VL) is usable on this CPU and OS, else the reason it is not."""
