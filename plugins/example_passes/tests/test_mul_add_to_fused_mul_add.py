@@ -53,6 +53,8 @@ def test_pass_is_placed_right_after_its_anchor(host: PluginHost) -> None:
     passes = host.positioned_passes("interpreter", {})
     assert passes == [PositionedPass(MulAddToFusedMulAdd(), PassPosition("convert-power-to-power-static", after=True))]
     assert data_flow_pipeline(DataFlowConfig(), passes).names() == [
+        "layer-norm-decomposition",
+        "graph-reduce-decomposition",
         "broadcast-to-move-broadcast",
         "reduce-to-snippets-reduce",
         "convert-constants-to-scalars",
