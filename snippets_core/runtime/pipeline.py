@@ -18,6 +18,7 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
     from snippets_core.passes.move_reduction_axes_last import MoveReductionAxesLast
     from snippets_core.passes.move_softmax_axis_last import MoveSoftmaxAxisLast
     from snippets_core.tokenization import TokenizationConfig, TokenizeMHASnippets, TokenizeSnippets
+    from snippets_core.tokenization.config import SnippetsMode
 
     host = target.host
     host.mark_skipped(model, target.name)
@@ -31,7 +32,8 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
             ExtractReshapesFromMHA().run(model)
         # the kernels reduce along the innermost dim only
         rewrites = [GroupNormToRows(), MoveReductionAxesLast()]
-        if tcfg.softmax_axis_to_last:
+        # the Transposes stay outside only while the target's callback is asked to keep them there
+        if tcfg.softmax_axis_to_last and tcfg.snippets_mode is SnippetsMode.Enable:
             rewrites.insert(0, MoveSoftmaxAxisLast())
         for rewrite in rewrites:
             if rewrite.name not in disabled:
