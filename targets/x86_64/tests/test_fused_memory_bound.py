@@ -205,3 +205,36 @@ def test_reductions_over_trailing_axes_run_as_row_kernels_between_views(axes: li
     out = guarded_array(want.shape, np.float32)
     cm({"x": guarded_copy(_x(shape))}, outputs={"y": out})
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["x86_64_avx512", "interpreter"])
+@pytest.mark.parametrize("mask_ops", [("Sub", "Mul"), ("Mul", "Mul"), ("Mul",)])
+def test_attention_mask_branches_fused_into_mha(target: str, mask_ops: tuple[str, ...]) -> None:
+    """scores + mask_branch(m) before Softmax, m [B,1,1,S] as exports expand an attention_mask. The branch
+    ops next to the Add join the MHA; a longer branch must still give the right values (it once did not)."""
+    b, h, s, d = 1, 2, 32, 16
+    nodes = [helper.make_node("MatMul", ["q", "k"], ["scores"])]
+    prev = "m"
+    for i, op in enumerate(mask_ops):
+        nodes.append(helper.make_node(op, [prev, "c1" if op == "Sub" else "c2"], [f"b{i}"]))
+        prev = f"b{i}"
+    nodes += [helper.make_node("Add", ["scores", prev], ["t"]), helper.make_node("Softmax", ["t"], ["p"], axis=-1),
+              helper.make_node("MatMul", ["p", "v"], ["y"])]
+    shapes = {"q": [b, h, s, d], "k": [b, h, d, s], "v": [b, h, s, d], "m": [b, 1, 1, s]}
+    graph = helper.make_graph(nodes, "mha", [helper.make_tensor_value_info(n, TensorProto.FLOAT, sh)
+                                             for n, sh in shapes.items()],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, h, s, d])],
+                              initializer=[numpy_helper.from_array(np.array(1, np.float32), "c1"),
+                                           numpy_helper.from_array(np.array(-30, np.float32), "c2")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    rng = np.random.default_rng(7)
+    feeds = {n: rng.standard_normal(sh).astype(np.float32) for n, sh in shapes.items()}
+    feeds["m"] = (rng.random(shapes["m"]) > 0.3).astype(np.float32)
+    cm = snippets_core.compile_model(proto, target=target, config={"num_threads": 1})
+    assert any("MatMul" in [o.type_name for o in sg.body_ops] for sg in cm.subgraphs), cm.describe()
+    branch = feeds["m"].astype(np.float64)
+    for op in mask_ops:
+        branch = branch - 1 if op == "Sub" else branch * -30
+    t = feeds["q"].astype(np.float64) @ feeds["k"] + branch
+    e = np.exp(t - t.max(-1, keepdims=True))
+    np.testing.assert_allclose(cm(feeds)["y"], (e / e.sum(-1, keepdims=True)) @ feeds["v"], rtol=1e-4, atol=5e-5)
