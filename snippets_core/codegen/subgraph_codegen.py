@@ -89,6 +89,8 @@ def generate_subgraph(
         pipeline.disable(name)
     pipeline.run(body)
     lcfg = lowering_config or Config(need_fill_tail_register=sensitive)
+    if lcfg.symbolic_dims:
+        _check_symbolic(body)
     # Domain-sensitive ops (softmax, MatMul, ...) need their dims kept apart, so no domain collapsing.
     lcfg = replace(lcfg, vector_size=target.vector_size,
                    enable_domain_optimization=lcfg.enable_domain_optimization and not sensitive)
@@ -107,8 +109,30 @@ def generate_subgraph(
         counters = [e.node.rt_info[PERF_COUNTERS] for e in ir.exprs
                     if e.type_name == "PerfCountBegin" and PERF_COUNTERS in e.node.rt_info]
         sg.rt_info.setdefault(SUBGRAPH_PERF_COUNTERS, []).extend(counters)
-    out_shapes = tuple(r.outputs[0].shape.to_tuple() for r in body.results)
+    from snippets_core.lowered.linear_ir import symbolic_shape
+
+    # a body lowered for every shape has outputs whose dynamic dims are SymInts (the configurator evaluates them)
+    out_shapes = tuple(symbolic_shape(r.outputs[0].shape) if lcfg.symbolic_dims else r.outputs[0].shape.to_tuple()
+                       for r in body.results)
     return GeneratedSubgraph(kernel, ir, body, out_shapes)
+
+
+#: ops that move data between dims: a dynamic dim is named by its position from the innermost (lowered/symbolic.py),
+#: which they would break; their Subgraphs get a kernel per shape
+_DIM_MOVING_OPS = frozenset({"Transpose", "Reshape", "SnippetsReshape", "MatMul", "LoadReorder", "Gather", "Concat",
+                             "Split", "Slice", "Squeeze", "Unsqueeze"})
+
+
+def _check_symbolic(body: Model) -> None:
+    from snippets_core.lowered.brgemm_utils import BRGEMM_OPS
+    from snippets_core.lowered.symbolic import DynamicShapeError
+
+    for n in body.get_ordered_ops():
+        if n.type_name in _DIM_MOVING_OPS or n.type_name in BRGEMM_OPS:
+            raise DynamicShapeError(f"{n.type_name} '{n.name}' moves data between dims; lowering it for every "
+                                    "shape is not supported yet")
+        if any(not o.shape.rank_is_static for o in n.outputs):
+            raise DynamicShapeError(f"{n.type_name} '{n.name}' has an output of dynamic rank")
 
 
 def _rank_alignment(body: Model) -> tuple:  # type: ignore[type-arg]

@@ -37,6 +37,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from snippets_core.config import CompileConfig
     from snippets_core.ir.model import Model
     from snippets_core.ir.ops.subgraph import Subgraph
+    from snippets_core.lowered.runtime_configurator import RuntimeConfig
     from snippets_x86_64.kernel import Kernel
 
 TARGET_NAME = "x86_64_avx512"
@@ -153,9 +155,10 @@ def _split(work: int, parts: int) -> list[tuple[int, int]]:
 class _CallState:
     """Per-thread call arguments and scratchpad for one set of threads."""
 
-    def __init__(self, kernel: Kernel, chunks: list[tuple[int, int]]) -> None:
+    def __init__(self, kernel: Kernel, chunks: list[tuple[int, int]], domain: tuple[int, ...] | None = None,
+                 params: Sequence[int] = ()) -> None:
         info = kernel.info
-        domain = info.parallel_domain
+        domain = info.parallel_domain if domain is None else domain
         self.scratch_stride = -(-info.scratchpad_size // _ALIGN) * _ALIGN
         self.scratch, base = _aligned_empty(self.scratch_stride * len(chunks)) if info.has_scratchpad else (None, 0)
         self.args = []
@@ -168,6 +171,8 @@ class _CallState:
             ca = (ctypes.c_uint64 * max(info.call_args_len, 1))()
             if info.has_scratchpad:
                 ca[info.n_inputs + info.n_outputs] = base + t * self.scratch_stride
+            if params:  # the runtime-parameter block of this call's shapes (two's complement for negative shifts)
+                ca[info.params_base:] = [v & 0xFFFF_FFFF_FFFF_FFFF for v in params]
             # an empty domain (a zero dim) has one chunk of no calls: its start index is never read
             first = np.unravel_index(start, domain) if domain and count else ()
             idx = (ctypes.c_int64 * max(len(domain), 1))(*first)
@@ -194,8 +199,12 @@ class KernelExecutor:
         num_threads: int,
         parallel_min_bytes: int = PARALLEL_MIN_BYTES,
         native_threads: bool = False,
+        runtime_config: RuntimeConfig | None = None,
     ) -> None:
         self.kernel = kernel
+        #: the parallel domain and runtime-parameter block of these shapes (a kernel lowered for every shape)
+        self.domain = kernel.info.parallel_domain if runtime_config is None else runtime_config.parallel_domain
+        self.params = () if runtime_config is None else runtime_config.values
         #: run workers' chunks on the native pool (False: the Python thread pool)
         self.native_threads = native_threads
         self.input_specs = [(np.dtype(d), tuple(s)) for d, s in input_specs]
@@ -206,12 +215,12 @@ class KernelExecutor:
                 f"kernel has {info.n_inputs} inputs and {info.n_outputs} outputs, the Subgraph "
                 f"{len(self.input_specs)} and {len(self.output_specs)}"
             )
-        work = math.prod(info.parallel_domain)
+        work = math.prod(self.domain)
         nbytes = sum(d.itemsize * math.prod(s) for d, s in (*self.input_specs, *self.output_specs))
         by_size = max(1, nbytes // max(parallel_min_bytes, 1)) if parallel_min_bytes > 0 else num_threads
         self.num_threads = max(1, min(num_threads, work, by_size))
         self.chunks = _split(work, self.num_threads)
-        self._state = _CallState(kernel, self.chunks)
+        self._state = _CallState(kernel, self.chunks, self.domain, self.params)
         self._busy = threading.Lock()
         self._n_data = info.n_inputs + info.n_outputs
         #: per data position, (weakref to the array of the last call, its address): see _addresses
@@ -268,7 +277,7 @@ class KernelExecutor:
             finally:
                 self._busy.release()
         else:  # called again from another thread while running: that call gets its own arguments
-            self._launch(_CallState(self.kernel, self.chunks), ptrs)
+            self._launch(_CallState(self.kernel, self.chunks, self.domain, self.params), ptrs)
         return results
 
     def _addresses(self, arrays: Sequence[np.ndarray]) -> list[int]:
@@ -341,7 +350,11 @@ def lowering_config(body: Model, num_threads: int) -> Any:
 
 
 def generate_subgraph(
-    sg: Subgraph, config: CompileConfig, host: Any, input_shapes: Sequence[tuple[int, ...]] | None = None
+    sg: Subgraph,
+    config: CompileConfig,
+    host: Any,
+    input_shapes: Sequence[tuple[int, ...]] | None = None,
+    symbolic: bool = False,
 ) -> GeneratedSubgraph:
     """The core's per-Subgraph pipeline (``generate_subgraph``: data-flow passes with PropagatePrecision fed by
     this target's precisions, lowering, the plugins' positioned passes, the Generator) with an
@@ -359,7 +372,7 @@ def generate_subgraph(
         tm,
         positioned_passes=positioned,
         disabled_passes=config.disabled_passes,
-        lowering_config=lowering_config(sg.body, config.num_threads),
+        lowering_config=replace(lowering_config(sg.body, config.num_threads), symbolic_dims=symbolic),
         # PropagatePrecision inserts the converts that make every op's inputs a type its emitter takes
         data_flow_config=DataFlowConfig.for_body(sg.body, supported_precisions=propagation_precisions),
         input_shapes=input_shapes,
@@ -395,14 +408,17 @@ def _qualname(obj: Any) -> str:
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
 
 
-def _kernel_for(sg: Subgraph, config: CompileConfig, host: Any, shapes: tuple[tuple[int, ...], ...] | None) -> Kernel:
-    """The kernel of ``sg`` (for these input shapes when its own are dynamic), from the cache or generated."""
+def _kernel_for(sg: Subgraph, config: CompileConfig, host: Any, shapes: tuple[tuple[int, ...], ...] | None,
+                symbolic: bool = False) -> Kernel:
+    """The kernel of ``sg`` (for these input shapes when its own are dynamic, or for every shape with
+    ``symbolic``), from the cache or generated."""
     cache_dir = cache_dir_from(dict(config.target_options))
     parts = _key_parts(config, host) + ([("input_shapes", shapes)] if shapes is not None else [])
+    parts += [("symbolic_dims", True)] if symbolic else []
     key = cache_key(sg.body, parts)
     kernel = KERNEL_CACHE.get(key, cache_dir)
     if kernel is None:
-        kernel = generate_subgraph(sg, config, host, shapes).kernel
+        kernel = generate_subgraph(sg, config, host, shapes, symbolic=symbolic).kernel
         KERNEL_CACHE.put(key, kernel, cache_dir)
     kernel.cache_key = key
     return kernel
@@ -444,7 +460,17 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
         return compile_subgraph_debug(sg, config, host, debug)
     if not _is_static(sg.body):
         sg.rt_info.pop(FALLBACK_KEY, None)
-        return ShapeSpecializingExecutor(sg, config, host)
+        from snippets_core.lowered.symbolic import DynamicShapeError
+
+        try:  # one kernel for every shape, its runtime parameters computed per shape
+            kernel = _kernel_for(sg, config, host, None, symbolic=True)
+            return DynamicKernelExecutor(sg, config, host, kernel)
+        except (DynamicShapeError, UnsupportedByTarget) as exc:  # declared: a kernel per shape, said by describe()
+            specializing = ShapeSpecializingExecutor(sg, config, host)
+            specializing.why_per_shape = fallback_reason(exc)
+            return specializing
+        except Exception as exc:  # anything else is an error naming the Subgraph, never a silent change
+            raise subgraph_error(exc, sg.name, TARGET_NAME) from exc
     try:
         kernel = _kernel_for(sg, config, host, None)
     except UnsupportedByTarget as exc:  # the declared reason: the Subgraph runs on its reference
@@ -455,6 +481,93 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
     sg.rt_info.pop(FALLBACK_KEY, None)
     sg.rt_info["SnippetsCacheKey"] = kernel.cache_key
     return executor
+
+
+class DynamicKernelExecutor:
+    """Runs a Subgraph whose body has dynamic dims on one kernel lowered for every shape (OpenVINO's dynamic
+    Subgraph): on a call with new input shapes, the :class:`RuntimeConfigurator` computes the runtime-parameter
+    block (parallel domain, data offsets, loop counts, pointer shifts, tail masks) and a :class:`KernelExecutor`
+    with per-thread call arguments holding that block is kept for those shapes (bounded LRU of ``MAX_SHAPES``).
+    Shapes the kernel cannot take (a dynamic dim that is 1 on one input and larger on another: numpy
+    broadcasting decided at run time) get a kernel of their own, counted in ``describe()``."""
+
+    MAX_SHAPES = 128
+
+    def __init__(self, sg: Subgraph, config: CompileConfig, host: Any, kernel: Kernel) -> None:
+        from snippets_core.lowered.runtime_configurator import RuntimeConfigurator
+
+        self.sg = sg
+        self.config = config
+        self.host = host
+        self.kernel = kernel
+        info = kernel.info
+        self.configurator = RuntimeConfigurator(
+            info.input_dims, info.output_dims, [c for _, c in info.runtime_params], info.domain_codes()
+        )
+        self.input_types = [p.outputs[0].element_type.numpy for p in sg.body.parameters]
+        self.output_types = [r.outputs[0].element_type.numpy for r in sg.body.results]
+        self._options = _executor_options(config)
+        self._executors: OrderedDict[tuple[tuple[int, ...], ...], Any] = OrderedDict()
+        self._per_shape: ShapeSpecializingExecutor | None = None
+        self._lock = threading.Lock()
+        self._on_target = Placement(TARGET_NAME)
+        #: where the last call ran (the snippets_core.runtime.placement protocol): here, except for a shape given a
+        #: kernel of its own, which says where it ran
+        self.last_placement = self._on_target
+        #: new shapes seen (each cost one configurator run and one call state), and those given their own kernel
+        self.new_shapes = 0
+        self.per_shape_kernels = 0
+
+    def _prepare(self, shapes: tuple[tuple[int, ...], ...], arrays: Sequence[np.ndarray]) -> Any:
+        from snippets_core.lowered.symbolic import DynamicShapeError
+
+        for i, (a, dtype) in enumerate(zip(arrays, self.input_types)):
+            if a.dtype != dtype:
+                raise InputError(f"Subgraph input {i} must be {dtype}, got {a.dtype}")
+        with self._lock:
+            executor = self._executors.get(shapes)
+            if executor is not None:
+                return executor
+            try:
+                cfg = self.configurator.configure(shapes)
+            except DynamicShapeError:
+                if self._per_shape is None:
+                    self._per_shape = ShapeSpecializingExecutor(self.sg, self.config, self.host)
+                    self._per_shape.why_per_shape = "numpy broadcasting of a dynamic dim decided at run time"
+                executor = self._per_shape
+                self.per_shape_kernels += 1
+            else:
+                ins = list(zip(self.input_types, shapes))
+                outs = list(zip(self.output_types, cfg.output_shapes))
+                executor = KernelExecutor(
+                    self.kernel, ins, outs, self.config.num_threads, *self._options, runtime_config=cfg
+                )
+            self.new_shapes += 1
+            self._executors[shapes] = executor
+            if len(self._executors) > self.MAX_SHAPES:
+                self._executors.popitem(last=False)
+            return executor
+
+    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in args]
+        if len(arrays) != len(self.input_types):
+            raise InputError(f"the Subgraph takes {len(self.input_types)} inputs, got {len(arrays)}")
+        shapes = tuple(a.shape for a in arrays)
+        executor = self._executors.get(shapes)
+        if executor is None:
+            executor = self._prepare(shapes, arrays)
+        results = executor(arrays, outs)
+        self.last_placement = executor.last_placement if executor is self._per_shape else self._on_target
+        return results
+
+    run = __call__
+
+    def describe(self) -> str:
+        n = len(self.kernel.info.runtime_params)
+        text = f"one kernel for every shape ({n} runtime parameters), {self.new_shapes} shape(s) configured"
+        if self.per_shape_kernels:
+            text += f", {self.per_shape_kernels} with a kernel of their own (run-time broadcasting)"
+        return text
 
 
 class ShapeSpecializingExecutor:
@@ -480,6 +593,8 @@ class ShapeSpecializingExecutor:
         #: where the last call ran (the snippets_core.runtime.placement protocol)
         self.last_placement = self._on_target
         self._lock = threading.Lock()
+        #: why this Subgraph has no kernel for every shape (set by compile_subgraph)
+        self.why_per_shape = ""
 
     def _check(self, arrays: Sequence[np.ndarray]) -> None:
         if len(arrays) != len(self.input_types):
@@ -541,11 +656,17 @@ class ShapeSpecializingExecutor:
 
     run = __call__
 
+    def describe(self) -> str:
+        n = sum(1 for e in self.executors.values() if e is not None)
+        why = f" ({self.why_per_shape})" if self.why_per_shape else ""
+        return f"a kernel per input shape{why}: {n} compiled, {len(self.executors) - n} on the reference"
+
 
 _MISSING: Any = object()
 
 
 __all__ = [
+    "DynamicKernelExecutor",
     "KernelExecutor",
     "ShapeSpecializingExecutor",
     "ThreadPool",
