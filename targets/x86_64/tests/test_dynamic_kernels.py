@@ -1,0 +1,125 @@
+"""One kernel for every shape on x86-64: a Subgraph with dynamic dims is lowered once with symbolic dims and its
+kernel reads loop counts, pointer shifts, tail masks, data offsets and the parallel domain from the
+runtime-parameter block. Random shapes against numpy float64, inputs and outputs flush against inaccessible
+pages (any access past an array, or before it, faults)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from snippets_core.config import CompileConfig
+from snippets_core.errors import InputError
+from snippets_core.ir.model import Model
+from snippets_core.ir.ops.binary import Add, Multiply
+from snippets_core.ir.ops.io import Parameter, Result
+from snippets_core.ir.ops.softmax import Softmax
+from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.ir.ops.unary import Exp, Relu, Sigmoid
+from snippets_core.plugins.host import get_host
+from snippets_core.runtime.compiled_model import compile_model
+from snippets_x86_64.guarded import guarded_array, guarded_copy
+from snippets_x86_64.runtime import DynamicKernelExecutor, compile_subgraph
+
+pytestmark = pytest.mark.avx512
+RNG = np.random.default_rng(41)
+
+
+def _subgraph(s0, s1):  # type: ignore[no-untyped-def]
+    """sigmoid(relu(x) + y) * x with numpy broadcasting of y."""
+    outer = [Parameter("f32", s0, name="x"), Parameter("f32", s1, name="y")]
+    x, y = Parameter("f32", s0, name="bx"), Parameter("f32", s1, name="by")
+    body = Model([Result(Multiply(Sigmoid(Add(Relu(x), y)), x), name="r")], [x, y])
+    return Subgraph(*outer, body=body)
+
+
+def _reference(x, y):  # type: ignore[no-untyped-def]
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    return 1 / (1 + np.exp(-(np.maximum(x64, 0) + y64))) * x64
+
+
+def _executor(s0, s1, **config):  # type: ignore[no-untyped-def]
+    run = compile_subgraph(_subgraph(s0, s1), CompileConfig.from_mapping(config), get_host())
+    assert isinstance(run, DynamicKernelExecutor), getattr(run, "why_per_shape", run)
+    return run
+
+
+def _guarded_run(run, arrays, at):  # type: ignore[no-untyped-def]
+    ins = [guarded_copy(a, at) for a in arrays]
+    out = guarded_array(np.broadcast_shapes(*(a.shape for a in arrays)), np.float32, at)
+    assert run(ins, [out])[0] is out
+    return out
+
+
+@pytest.fixture(scope="module")
+def inner_dynamic():  # type: ignore[no-untyped-def]
+    return _executor((None, None), (None, 1))
+
+
+@pytest.mark.parametrize("cols", range(1, 41))
+def test_one_kernel_runs_every_tail_under_guard_pages(inner_dynamic, cols):
+    rows = int(RNG.integers(1, 5))
+    x = RNG.standard_normal((rows, cols)).astype(np.float32)
+    y = RNG.standard_normal((rows, 1)).astype(np.float32)
+    for at in ("end", "start"):
+        np.testing.assert_allclose(_guarded_run(inner_dynamic, [x, y], at), _reference(x, y), rtol=2e-6, atol=1e-6)
+
+
+def test_one_kernel_for_random_shapes_of_three_dynamic_dims():
+    run = _executor((None, None, None), (1, None, 1), num_threads=2, target_options={"parallel_min_bytes": 0})
+    for _ in range(25):
+        shape = tuple(int(v) for v in RNG.integers(1, [6, 9, 70]))
+        x = RNG.standard_normal(shape).astype(np.float32)
+        y = RNG.standard_normal((1, shape[1], 1)).astype(np.float32)
+        np.testing.assert_allclose(_guarded_run(run, [x, y], "end"), _reference(x, y), rtol=2e-6, atol=1e-6)
+    assert run.per_shape_kernels == 0 and run.new_shapes <= 25
+    params = dict(run.kernel.info.runtime_params)
+    assert {"loop0.iterations", "domain[0], domain[1]"} & set(params) or any("domain" in n for n in params)
+
+
+def test_zero_sized_dims_run_no_iteration():
+    run = _executor((None, None), (None, 1))
+    for shape in [(0, 5), (3, 0), (0, 0)]:
+        x = np.ones(shape, np.float32)
+        y = np.ones((shape[0], 1), np.float32)
+        assert run([x, y])[0].shape == shape
+
+
+def test_a_dynamic_dim_that_is_1_on_one_input_gets_a_kernel_of_its_own():
+    # both inputs' first dim is the same symbol: 1 against 4 is numpy broadcasting decided at run time
+    run = _executor((None, 16), (None, 16))
+    x = RNG.standard_normal((4, 16)).astype(np.float32)
+    y = RNG.standard_normal((1, 16)).astype(np.float32)
+    np.testing.assert_allclose(run([x, y])[0], _reference(x, y), rtol=2e-6, atol=1e-6)
+    x1 = RNG.standard_normal((1, 16)).astype(np.float32)
+    np.testing.assert_allclose(run([x1, y])[0], _reference(x1, y), rtol=2e-6, atol=1e-6)  # 1 everywhere: fine
+    assert run.per_shape_kernels == 1 and "with a kernel of their own" in run.describe()
+
+
+def test_contradicting_dims_are_typed_errors_naming_both():
+    run = _executor((None, 16), (None, 16))
+    with pytest.raises(InputError, match="input 0 dim 0 is 3 and input 1 dim 0 is 5"):
+        run([np.zeros((3, 16), np.float32), np.zeros((5, 16), np.float32)])
+    with pytest.raises(InputError, match="must have shape"):
+        run([np.zeros((3, 15), np.float32), np.zeros((3, 15), np.float32)])
+    with pytest.raises(InputError, match="must be float32"):
+        run([np.zeros((3, 16), np.float64), np.zeros((3, 16), np.float32)])
+
+
+def test_static_kernels_have_no_runtime_parameters():
+    run = compile_subgraph(_subgraph((3, 37), (3, 1)), CompileConfig.from_mapping({}), get_host())
+    assert run.kernel.info.runtime_params == () and not run.kernel.info.is_dynamic
+
+
+def test_dynamic_batch_softmax_model_runs_one_kernel():
+    x = Parameter("f32", (None, None, 37), name="x")
+    m = Model([Result(Softmax(Exp(x), axis=-1), name="y")], [x])
+    cm = compile_model(m, target="x86_64_avx512", config={"snippets_mode": "IgnoreCallback"})
+    (step,) = [s for s in cm._steps if s.where == "x86_64_avx512"]
+    assert isinstance(step.run, DynamicKernelExecutor)
+    for shape in [(2, 3, 37), (1, 1, 37), (4, 7, 37), (1, 0, 37)]:
+        xv = RNG.standard_normal(shape).astype(np.float32)
+        e = np.exp(xv.astype(np.float64))
+        e = np.exp(e - e.max(-1, keepdims=True))
+        np.testing.assert_allclose(cm({"x": xv})["y"], e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+    assert step.run.new_shapes == 4 and "one kernel for every shape" in cm.describe()
