@@ -400,8 +400,10 @@ class InterpretedKernel:
         self.vector_size = ir.config.vector_size
         params = runtime_params if runtime_params is not None else RuntimeParams()
         # data offsets and the parallel domain: a dynamic one is a slot of the block, read per call
-        self.data_offsets = [[(params.add(f"offset[{k}][{j}]", o), True) if is_dynamic(o) else (o, False)
-                              for j, o in enumerate(offs)] for k, offs in enumerate(emitter.data_offsets)]
+        self.data_offsets = emitter.data_offsets
+        #: per data pointer and domain dim: (the offset, False) or (its slot of the block, True)
+        self._offsets = [[(params.add(f"offset[{k}][{j}]", o), True) if is_dynamic(o) else (o, False)
+                          for j, o in enumerate(offs)] for k, offs in enumerate(emitter.data_offsets)]
         self.data_ptr_regs = emitter.data_ptr_regs
         self.buffer_regs = emitter.buffer_regs
         self.parallel_domain = emitter.parallel_domain
@@ -428,7 +430,7 @@ class InterpretedKernel:
         block of a kernel lowered for every shape."""
         st = MachineState(self.vector_size, memory, params=params)
         names = [f"in{i}" for i in range(len(self.input_specs))] + [f"out{j}" for j in range(len(self.output_specs))]
-        for name, reg, offs in zip(names, self.data_ptr_regs, self.data_offsets):
+        for name, reg, offs in zip(names, self.data_ptr_regs, self._offsets):
             st.write(reg, Pointer(name, sum(i * (params[o] if dyn else o) for i, (o, dyn) in zip(indexes, offs))))
         for reg in self.buffer_regs:
             st.write(reg, Pointer("scratchpad", 0))
@@ -494,8 +496,10 @@ def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence
                      plugin_emitters: Mapping[str, Any] | None = None, debug: Any = None,
                      ) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
     """An executor for a Subgraph node: its body goes through the data-flow passes, the lowering and
-    the Generator for the interpreter target, once per distinct set of input shapes (compiled now when
-    the body's shapes are static). Unsupported ops are an UnsupportedOpError naming the op.
+    the Generator for the interpreter target, now. A body with dynamic dims is lowered once with symbolic dims
+    (one kernel for every shape, its runtime parameters from the RuntimeConfigurator); a body that cannot be (a
+    DynamicShapeError: a Brgemm, a Buffer of dynamic size) is generated once per distinct set of input shapes.
+    Unsupported ops are an UnsupportedOpError naming the op.
     ``plugin_emitters`` are the plugins' emitters for "interpreter" (see :class:`InterpreterTarget`);
     ``debug`` is a DebugConfig (default: the environment's)."""
     kernels: dict[tuple[Any, ...], tuple[InterpretedKernel, list[tuple[int, ...]]]] = {}
@@ -513,6 +517,25 @@ def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence
     static = [p.shape for p in sg.body.parameters]
     if all(s.is_static for s in static):
         build([s.to_tuple() for s in static])
+    else:
+        from dataclasses import replace
+
+        from snippets_core.lowered.linear_ir import Config as _Config
+
+        lcfg = replace(config or _Config(need_fill_tail_register=True), symbolic_dims=True)
+        try:
+            gen = sg.generate(InterpreterTarget(vector_size, plugin_emitters=plugin_emitters),
+                              positioned_passes=positioned_passes, disabled_passes=disabled_passes,
+                              lowering_config=lcfg, debug=debug)
+        except DynamicShapeError:
+            pass  # a kernel per set of input shapes, built on first use
+        else:
+            dynamic_kernel: InterpretedKernel = gen.kernel
+
+            def execute_dynamic(inputs: list[np.ndarray]) -> list[np.ndarray]:
+                return dynamic_kernel.run(inputs)
+
+            return execute_dynamic
 
     def execute(inputs: list[np.ndarray]) -> list[np.ndarray]:
         kernel, out_shapes = build([tuple(np.shape(a)) for a in inputs])

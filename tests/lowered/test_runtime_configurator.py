@@ -188,3 +188,17 @@ def test_a_dynamic_buffer_size_is_a_typed_error():
 
 _KERNELS: dict = {}
 assert isinstance(D0, SymInt)
+
+
+def test_compile_model_on_the_interpreter_lowers_a_dynamic_subgraph_once():
+    from snippets_core.runtime.compiled_model import compile_model
+
+    x = sb.parameter((None, None), name="x")
+    m = sb.model([sb.multiply(sb.exp(x), x)], [x])
+    cm = compile_model(m, target="interpreter", config={"snippets_mode": "IgnoreCallback"})
+    (step,) = [s for s in cm._steps if s.where == "interpreter"]
+    for shape in [(2, 19), (1, 1), (3, 40)]:
+        xv = RNG.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(cm({"x": xv})[cm.output_names[0]],
+                                   np.exp(xv.astype(np.float64)) * xv, rtol=1e-6)
+    assert step.run.__name__ == "execute_dynamic"

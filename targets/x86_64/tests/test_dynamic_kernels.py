@@ -123,3 +123,21 @@ def test_dynamic_batch_softmax_model_runs_one_kernel():
         e = np.exp(e - e.max(-1, keepdims=True))
         np.testing.assert_allclose(cm({"x": xv})["y"], e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
     assert step.run.new_shapes == 4 and "one kernel for every shape" in cm.describe()
+
+
+def test_a_kernel_for_every_shape_comes_back_from_the_disk_cache(tmp_path):
+    import json
+
+    from snippets_x86_64.cache import KERNEL_CACHE
+    from snippets_x86_64.kernel import KernelInfo
+
+    KERNEL_CACHE.clear()
+    run = _executor((None, None), (None, 1), target_options={"cache_dir": str(tmp_path)})
+    info = run.kernel.info
+    assert KernelInfo.from_json(json.loads(json.dumps(info.to_json()))) == info
+    KERNEL_CACHE.clear()  # the next compile reads the disk cache
+    again = _executor((None, None), (None, 1), target_options={"cache_dir": str(tmp_path)})
+    assert again.kernel.info == info and again.kernel.code == run.kernel.code
+    x = RNG.standard_normal((3, 21)).astype(np.float32)
+    y = RNG.standard_normal((3, 1)).astype(np.float32)
+    np.testing.assert_allclose(again([x, y])[0], _reference(x, y), rtol=2e-6, atol=1e-6)
