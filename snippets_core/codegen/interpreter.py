@@ -374,7 +374,7 @@ class InterpreterTarget(TargetMachine):
 class InterpreterKernelEmitter(KernelEmitter):
     """Collects the closures of every expression and resolves the loop jumps."""
 
-    runtime_params: RuntimeParams
+    runtime_params: RuntimeParams | None = None
 
     def emit_code(self, in_regs=None, out_regs=None, aux=None) -> None:  # type: ignore[no-untyped-def,override]
         ir = self.ir
@@ -384,7 +384,13 @@ class InterpreterKernelEmitter(KernelEmitter):
                 begin = e.input_connectors[-1].source.expr
                 e.emitter.body_pc = pos[id(begin)] + 1
                 begin.emitter.end_pc = i
-        self.kernel = InterpretedKernel(self, [e.emitter.emit_code() for e in ir.exprs], self.runtime_params)
+        program = [e.emitter.emit_code() for e in ir.exprs]
+        # the block the emitters registered their dynamic values in (a target subclass may build this emitter)
+        params = getattr(self, "runtime_params", None)
+        if params is None:
+            params = next((runtime_params_of(e.emitter.target) for e in ir.exprs
+                           if isinstance(e.emitter, InterpreterEmitter)), RuntimeParams())
+        self.kernel = InterpretedKernel(self, program, params)
 
 
 class InterpretedKernel:
