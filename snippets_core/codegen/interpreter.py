@@ -530,9 +530,9 @@ def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence
 
         lcfg = replace(config or _Config(need_fill_tail_register=True), symbolic_dims=True)
         try:
-            gen = sg.generate(InterpreterTarget(vector_size, plugin_emitters=plugin_emitters),
-                              positioned_passes=positioned_passes, disabled_passes=disabled_passes,
-                              lowering_config=lcfg, debug=debug)
+            gen = generate_subgraph(sg, InterpreterTarget(vector_size, plugin_emitters=plugin_emitters),
+                                    positioned_passes=positioned_passes, disabled_passes=disabled_passes,
+                                    lowering_config=lcfg, debug=debug)
         except DynamicShapeError:
             pass  # a kernel per set of input shapes, built on first use
         else:
