@@ -118,21 +118,43 @@ def generate_subgraph(
 
 
 #: ops that move data between dims: a dynamic dim is named by its position from the innermost (lowered/symbolic.py),
-#: which they would break; their Subgraphs get a kernel per shape
-_DIM_MOVING_OPS = frozenset({"Transpose", "Reshape", "SnippetsReshape", "MatMul", "LoadReorder", "Gather", "Concat",
-                             "Split", "Slice", "Squeeze", "Unsqueeze"})
+#: which they would break when they move a dynamic dim; their Subgraphs get a kernel per shape
+_DIM_MOVING_OPS = frozenset({"Reshape", "SnippetsReshape", "Gather", "Concat", "Split", "Slice", "Squeeze",
+                             "Unsqueeze"})
+#: ops that move dims but may keep the dynamic ones in place: a Transpose that does not permute them, a matrix
+#: product whose dynamic dims are batch dims (M, N and K static)
+_DIM_KEEPING_OPS = frozenset({"Transpose", "LoadReorder", "MatMul"})
+
+
+def _dynamic_positions(shape: Shape) -> frozenset[int]:
+    """Where a shape's dynamic dims are, counted from the innermost (0 = the last dim)."""
+    dims = shape.dims or ()
+    return frozenset(len(dims) - 1 - i for i, d in enumerate(dims) if d is None)
 
 
 def _check_symbolic(body: Model) -> None:
+    """Raise DynamicShapeError for a body whose dynamic dims the positional symbols would misname."""
     from snippets_core.lowered.brgemm_utils import BRGEMM_OPS
     from snippets_core.lowered.symbolic import DynamicShapeError
 
     for n in body.get_ordered_ops():
-        if n.type_name in _DIM_MOVING_OPS or n.type_name in BRGEMM_OPS:
+        if any(not o.shape.rank_is_static for o in [*n.outputs, *(i.source for i in n.inputs)]):
+            raise DynamicShapeError(f"{n.type_name} '{n.name}' has a tensor of dynamic rank")
+        outs = frozenset().union(*(_dynamic_positions(o.shape) for o in n.outputs))
+        ins = [_dynamic_positions(i.shape) for i in n.inputs]
+        if not outs and not any(ins):
+            continue
+        if n.type_name in _DIM_MOVING_OPS:
             raise DynamicShapeError(f"{n.type_name} '{n.name}' moves data between dims; lowering it for every "
                                     "shape is not supported yet")
-        if any(not o.shape.rank_is_static for o in n.outputs):
-            raise DynamicShapeError(f"{n.type_name} '{n.name}' has an output of dynamic rank")
+        if n.type_name in _DIM_KEEPING_OPS or n.type_name in BRGEMM_OPS:
+            matmul = n.type_name not in ("Transpose", "LoadReorder")
+            if any(not p <= outs for p in ins) or (not matmul and any(p != outs for p in ins)):
+                raise DynamicShapeError(f"{n.type_name} '{n.name}' moves a dynamic dim; lowering it for every "
+                                        "shape is not supported yet")
+            if matmul and any(k < 2 for k in outs.union(*ins)):
+                raise DynamicShapeError(f"{n.type_name} '{n.name}' has a dynamic M, N or K; its Brgemm is "
+                                        "compiled per shape")
 
 
 def _rank_alignment(body: Model) -> tuple:  # type: ignore[type-arg]

@@ -141,3 +141,37 @@ def test_a_kernel_for_every_shape_comes_back_from_the_disk_cache(tmp_path):
     x = RNG.standard_normal((3, 21)).astype(np.float32)
     y = RNG.standard_normal((3, 1)).astype(np.float32)
     np.testing.assert_allclose(again([x, y])[0], _reference(x, y), rtol=2e-6, atol=1e-6)
+
+
+def _mha(batch, seq):  # type: ignore[no-untyped-def]
+    from snippets_core.frontends import builder as sb
+
+    q, kt = sb.parameter((batch, 2, seq, 16), name="q"), sb.parameter((batch, 2, 16, seq), name="kt")
+    v = sb.parameter((batch, 2, seq, 16), name="v")
+    return sb.model([sb.matmul(sb.softmax(sb.matmul(q, kt), 3), v)], [q, kt, v])
+
+
+def _mha_check(cm, b, s):  # type: ignore[no-untyped-def]
+    ins = {"q": RNG.standard_normal((b, 2, s, 16)).astype(np.float32),
+           "kt": RNG.standard_normal((b, 2, 16, s)).astype(np.float32),
+           "v": RNG.standard_normal((b, 2, s, 16)).astype(np.float32)}
+    (out,) = cm(ins).values()
+    scores = ins["q"].astype(np.float64) @ ins["kt"]
+    e = np.exp(scores - scores.max(-1, keepdims=True))
+    np.testing.assert_allclose(out, (e / e.sum(-1, keepdims=True)) @ ins["v"], rtol=2e-5, atol=3e-5)
+
+
+def test_mha_with_a_dynamic_batch_runs_one_kernel():
+    cm = compile_model(_mha(None, 37), target="x86_64_avx512", config={"num_threads": 2})
+    (step,) = [s for s in cm._steps if s.where == "x86_64_avx512"]
+    assert isinstance(step.run, DynamicKernelExecutor), cm.describe()
+    for b in (1, 3, 2):
+        _mha_check(cm, b, 37)
+    assert step.run.new_shapes == 3
+
+
+def test_mha_with_a_dynamic_sequence_gets_a_kernel_per_shape_and_says_why():
+    cm = compile_model(_mha(1, None), target="x86_64_avx512", config={"num_threads": 2})
+    for s in (19, 40):
+        _mha_check(cm, 1, s)
+    assert "a kernel per input shape" in cm.describe() and "dynamic M, N or K" in cm.describe()
