@@ -6,9 +6,13 @@ X86_64TargetMachine (or takes it from the kernel cache) and returns a :class:`Ke
 with something the target declares it does not generate (:class:`~snippets_core.errors.UnsupportedByTarget`:
 an op without an emitter, an element type, too many live values) returns None: it runs on its reference, and
 ``sg.rt_info["SnippetsFallbackReason"]`` says why. Any other exception (a bug in a pass or an emitter, a
-plugin's bad anchor) is raised: it is never turned into a silent fallback. A Subgraph with dynamic dims gets
-a :class:`ShapeSpecializingExecutor`: a kernel per set of input shapes, generated on first use, which reports
-per call where it ran (``last_placement``, see :mod:`snippets_core.runtime.placement`).
+plugin's bad anchor) is raised: it is never turned into a silent fallback. A Subgraph with dynamic dims gets a
+:class:`DynamicKernelExecutor`: one kernel lowered with symbolic dims, whose runtime-parameter block the core's
+RuntimeConfigurator computes per input shape (see docs/architecture.md, "Dynamic shapes"); a Subgraph that cannot
+be lowered so (DynamicShapeError: a dynamic M/N/K of a Brgemm, a Transpose moving a dynamic dim...) gets a
+:class:`ShapeSpecializingExecutor`: a kernel per set of input shapes, generated on first use. Both report per
+call where it ran (``last_placement``, see :mod:`snippets_core.runtime.placement`) and say which in
+``describe()``.
 
 The executor splits the parallel domain into contiguous chunks, one per thread; each thread has its own
 call arguments and its own slice of the buffer scratchpad, and runs its chunk with one call of the JIT
@@ -450,7 +454,7 @@ def _executor_options(config: CompileConfig) -> tuple[int, bool]:
 def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
     """An executor running ``sg`` on this machine, or None (reason in ``sg.rt_info``) to use the reference when
     the target declares it does not generate something in it (UnsupportedByTarget); other errors are raised.
-    A Subgraph with dynamic dims gets a :class:`ShapeSpecializingExecutor`."""
+    A Subgraph with dynamic dims gets a :class:`DynamicKernelExecutor` (or a :class:`ShapeSpecializingExecutor`)."""
     from snippets_core.debug.config import debug_config
 
     debug = debug_config(config)  # a bad SNIPPETS_* debug setting is an error, not a fallback
