@@ -575,12 +575,13 @@ class DynamicKernelExecutor:
 
 
 class ShapeSpecializingExecutor:
-    """Runs a Subgraph whose body has dynamic dims: on the first call with a new set of input shapes it generates
-    (or takes from the kernel cache) a kernel for exactly those shapes and keeps its KernelExecutor, at most
-    ``MAX_SPECIALIZATIONS`` of them (least recently used dropped first: a dropped shape is compiled again, it
-    never changes where a call runs). Shapes with something the target declares it does not generate
-    (UnsupportedByTarget) run on the Subgraph's reference, ``reasons`` says why per shape; any other error is
-    raised naming the Subgraph and the shapes. After each call ``last_placement`` says where that call ran."""
+    """Runs a Subgraph whose body has dynamic dims but cannot be lowered for every shape: on the first call with a
+    new set of input shapes it generates (or takes from the kernel cache) a kernel for exactly those shapes and keeps
+    its KernelExecutor, at most ``MAX_SPECIALIZATIONS`` of them (least recently used dropped first: a dropped shape
+    is compiled again, it never changes where a call runs). Shapes with something the target declares it does not
+    generate (UnsupportedByTarget) run on the Subgraph's reference, ``reasons`` says why per shape; any other error
+    is raised naming the Subgraph and the shapes. After each call ``last_placement`` says where that call ran;
+    ``describe()`` counts the compiles and the shapes on the reference."""
 
     MAX_SPECIALIZATIONS = 64
 
@@ -599,6 +600,8 @@ class ShapeSpecializingExecutor:
         self._lock = threading.Lock()
         #: why this Subgraph has no kernel for every shape (set by compile_subgraph)
         self.why_per_shape = ""
+        #: kernels obtained for new shapes (generated or from the kernel cache)
+        self.compiles = 0
 
     def _check(self, arrays: Sequence[np.ndarray]) -> None:
         if len(arrays) != len(self.input_types):
@@ -621,6 +624,7 @@ class ShapeSpecializingExecutor:
                 ins = list(zip(self.input_types, shapes))
                 outs = _output_specs(self.sg, shapes)
                 executor = KernelExecutor(kernel, ins, outs, self.config.num_threads, *_executor_options(self.config))
+                self.compiles += 1
             except UnsupportedByTarget as exc:  # the declared reason: these shapes run on the reference
                 self.reasons[shapes] = f"input shapes {list(shapes)}: {fallback_reason(exc)}"
             except Exception as exc:  # anything else is an error naming the Subgraph, never a silent fallback
@@ -661,9 +665,8 @@ class ShapeSpecializingExecutor:
     run = __call__
 
     def describe(self) -> str:
-        n = sum(1 for e in self.executors.values() if e is not None)
         why = f" ({self.why_per_shape})" if self.why_per_shape else ""
-        return f"a kernel per input shape{why}: {n} compiled, {len(self.executors) - n} on the reference"
+        return f"a kernel per input shape{why}: {self.compiles} compiled, {len(self.reasons)} on the reference"
 
 
 _MISSING: Any = object()

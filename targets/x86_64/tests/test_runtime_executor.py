@@ -386,3 +386,14 @@ def test_an_internal_error_is_an_error_naming_the_subgraph_never_a_fallback(monk
     dyn = compile_sg(subgraph(shape=(None, 37)))  # a kernel per shape: the error comes with the first shape
     with pytest.raises(CodegenError, match=r"for input shapes \[\(3, 37\)\]: internal error RuntimeError"):
         dyn([rand((3, 37))])
+
+
+def test_a_kernel_per_shape_evicts_old_shapes_instead_of_falling_back(monkeypatch):
+    _no_symbolic_kernel(monkeypatch)
+    run = compile_sg(subgraph(shape=(None, 37)))
+    monkeypatch.setattr(run, "MAX_SPECIALIZATIONS", 2)
+    for n in (1, 2, 3, 1):
+        xv = rand((n, 37))
+        close(run([xv])[0], xv)
+    assert list(run.executors) == [((3, 37),), ((1, 37),)] and all(run.executors.values())
+    assert run.compiles == 4 and not run.reasons and "4 compiled, 0 on the reference" in run.describe()
