@@ -69,6 +69,12 @@ def _softmax(shape):  # type: ignore[no-untyped-def]
     return sb.model([sb.softmax(sb.exp(x), -1)], [x])
 
 
+def _mha(batch):  # type: ignore[no-untyped-def]
+    q, kt = sb.parameter((batch, 2, 37, 16), name="q"), sb.parameter((batch, 2, 16, 37), name="kt")
+    v = sb.parameter((batch, 2, 37, 16), name="v")
+    return sb.model([sb.matmul(sb.softmax(sb.matmul(q, kt), 3), v)], [q, kt, v])
+
+
 def _lowered(body, shapes=None):  # type: ignore[no-untyped-def]
     """(loop infos after InitLoops, final kernel data offsets and domain) of ``body`` lowered in symbolic mode."""
     body = body.clone()
@@ -109,6 +115,7 @@ def _codes(shape):  # type: ignore[no-untyped-def]
         (_eltwise, ((None, 7, None), (1, 7, None)), [((b, 7, c), (1, 7, c)) for b, c in [(2, 17), (4, 2), (3, 33)]]),
         (_softmax, ((None, 24),), [((n, 24),) for n in (2, 3, 9)]),
         (_softmax, ((None, None, 19),), [((a, b, 19),) for a, b in [(2, 2), (2, 5), (3, 4)]]),
+        (_mha, (None,), [((b, 2, 37, 16), (b, 2, 16, 37), (b, 2, 37, 16)) for b in (2, 3)]),
     ],
 )
 def test_the_configurator_computes_what_a_static_compile_bakes_in(make, dynamic, shapes):
@@ -178,6 +185,16 @@ def test_one_interpreted_softmax_kernel_runs_every_batch():
         (out,) = kernel.run([x])
         e = np.exp(np.exp(x.astype(np.float64)) - np.exp(x.astype(np.float64)).max(-1, keepdims=True))
         np.testing.assert_allclose(out.reshape(shape), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_one_interpreted_mha_kernel_runs_every_batch():
+    kernel = _generate(_mha(None)).kernel
+    for b in (1, 3):
+        q, kt, v = (RNG.standard_normal(s).astype(np.float32) for s in [(b, 2, 37, 16), (b, 2, 16, 37), (b, 2, 37, 16)])
+        (out,) = kernel.run([q, kt, v])
+        scores = q.astype(np.float64) @ kt
+        e = np.exp(scores - scores.max(-1, keepdims=True))
+        np.testing.assert_allclose(out.reshape(b, 2, 37, 16), (e / e.sum(-1, keepdims=True)) @ v, rtol=1e-5, atol=1e-6)
 
 
 def test_a_dynamic_buffer_size_is_a_typed_error():
