@@ -5,6 +5,10 @@ pages (any access past an array, or before it, faults)."""
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -19,7 +23,7 @@ from snippets_core.ir.ops.unary import Exp, Relu, Sigmoid
 from snippets_core.plugins.host import get_host
 from snippets_core.runtime.compiled_model import compile_model
 from snippets_x86_64.guarded import guarded_array, guarded_copy
-from snippets_x86_64.runtime import DynamicKernelExecutor, compile_subgraph
+from snippets_x86_64.runtime import DynamicKernelExecutor, ShapeSpecializingExecutor, compile_subgraph
 
 pytestmark = pytest.mark.avx512
 RNG = np.random.default_rng(41)
@@ -175,3 +179,45 @@ def test_mha_with_a_dynamic_sequence_gets_a_kernel_per_shape_and_says_why():
     for s in (19, 40):
         _mha_check(cm, 1, s)
     assert "a kernel per input shape" in cm.describe() and "dynamic M, N or K" in cm.describe()
+
+
+# --- random graphs with dynamic dims --------------------------------------------------------------------------------
+
+
+def _dynamic_version(shapes):  # type: ignore[no-untyped-def]
+    """Every dim that is not 1 becomes dynamic (a 1 stays: it is a broadcast dim)."""
+    return [tuple(None if d != 1 else 1 for d in s) for s in shapes]
+
+
+def _resized(shapes, master):  # type: ignore[no-untyped-def]
+    """The same pattern of broadcast dims over a new master shape (right-aligned)."""
+    return [tuple(1 if d == 1 else master[len(master) - len(s) + i] for i, d in enumerate(s)) for s in shapes]
+
+
+sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: make the sibling module importable
+from hypothesis import HealthCheck, given, settings  # noqa: E402 - the random-graph section's own imports
+from hypothesis import strategies as st  # noqa: E402
+from test_conformance_random import build, graphs  # noqa: E402
+
+
+@settings(max_examples=int(os.environ.get("SNIPPETS_RANDOM_EXAMPLES", "25")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(), st.integers(0, 2**31 - 1), st.sampled_from([1, 2]))
+def test_random_graphs_with_dynamic_dims_run_one_kernel_for_every_shape(graph, seed, threads):
+    shapes, steps, outputs = graph
+    rng = np.random.default_rng(seed)
+    model = build(_dynamic_version(shapes), steps, outputs)
+    config = {"num_threads": threads, "target_options": {"parallel_min_bytes": 0}}
+    cm = compile_model(model, target="x86_64_avx512", config=config)
+    runs = [s.run for s in cm._steps if s.where == "x86_64_avx512"]
+    # a Subgraph with a dynamic dim has one kernel for every shape (all dims 1: a static kernel)
+    assert runs and not any(isinstance(r, ShapeSpecializingExecutor) for r in runs), cm.describe()
+    rank = max(len(s) for s in shapes)
+    for master in (None, tuple(int(d) for d in rng.integers(1, 22, rank))):
+        concrete = shapes if master is None else _resized(shapes, master)
+        inputs = {f"p{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(concrete)}
+        ref = compile_model(build(concrete, steps, outputs), target="reference")(inputs)
+        got = cm(inputs)
+        for name, r in ref.items():
+            assert got[name].shape == r.shape and got[name].dtype == r.dtype
+            np.testing.assert_allclose(got[name], r, rtol=2e-5, atol=2e-5 * max(1.0, float(np.abs(r).max(initial=0))))
