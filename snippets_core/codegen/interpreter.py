@@ -413,9 +413,10 @@ class InterpretedKernel:
         self.data_ptr_regs = emitter.data_ptr_regs
         self.buffer_regs = emitter.buffer_regs
         self.parallel_domain = emitter.parallel_domain
-        if is_dynamic(emitter.scratchpad_size):
-            raise DynamicShapeError(f"the buffer scratchpad size {emitter.scratchpad_size} depends on dynamic dims")
         self.scratchpad_size = emitter.scratchpad_size
+        #: the slot of a scratchpad size known only at run time (-1: static)
+        self._scratchpad_slot = params.add("scratchpad_size", self.scratchpad_size) if is_dynamic(
+            self.scratchpad_size) else -1
         self.input_specs = [(p.node.outputs[0].element_type, p.output_descs[0].shape) for p in ir.parameters]
         self.output_specs = []
         for r in ir.results:
@@ -471,7 +472,8 @@ class InterpretedKernel:
             outs.append((out, shape))
             memory[f"out{j}"] = out.view(np.uint8)
         for idx in itertools.product(*(range(d) for d in domain)):
-            memory["scratchpad"] = np.full(self.scratchpad_size, 0xFF, dtype=np.uint8)
+            size = params[self._scratchpad_slot] if self._scratchpad_slot >= 0 else self.scratchpad_size
+            memory["scratchpad"] = np.full(size, 0xFF, dtype=np.uint8)
             self(memory, idx, params)
         return [out.reshape(shape) for out, shape in outs]
 

@@ -289,3 +289,24 @@ def loop_iterations(work_amount: SymIntLike, increment: SymIntLike) -> SymIntLik
             raise DynamicShapeError(f"a loop of work amount {work_amount} by a dynamic increment {increment}")
         return SymInt(((((("nz", increment.terms, 0),)), 1),))
     return work_amount // increment
+
+
+def dim_min(a: SymIntLike, b: SymIntLike) -> SymIntLike:
+    """``min`` of two extents: the static min, the value itself when both are the same dynamic value; a static and a
+    dynamic extent that differ are undecidable (DynamicShapeError)."""
+    if a == b:
+        return a
+    if not any_dynamic((a, b)):
+        return min(a, b)  # type: ignore[type-var]
+    raise DynamicShapeError(f"the smaller of {a} and {b} is known only at run time")
+
+
+def extent_max(a: SymIntLike, b: SymIntLike) -> SymIntLike:
+    """``max`` of two extents (1 is the neutral extent); equal dynamic values are that value."""
+    if a == 1 or a == b:
+        return b
+    if b == 1:
+        return a
+    if not any_dynamic((a, b)):
+        return max(a, b)  # type: ignore[type-var]
+    raise DynamicShapeError(f"the larger of {a} and {b} is known only at run time")

@@ -76,7 +76,7 @@ def _mha(batch):  # type: ignore[no-untyped-def]
 
 
 def _lowered(body, shapes=None):  # type: ignore[no-untyped-def]
-    """(loop infos after InitLoops, final kernel data offsets and domain) of ``body`` lowered in symbolic mode."""
+    """(loop infos after InitLoops, final kernel data offsets + scratchpad size, domain) of ``body``, symbolic mode."""
     body = body.clone()
     if shapes is not None:
         for p, s in zip(body.parameters, shapes):
@@ -95,7 +95,8 @@ def _lowered(body, shapes=None):  # type: ignore[no-untyped-def]
     target = InterpreterTarget(16)
     ir = lower(body, Config(symbolic_dims=True, need_fill_tail_register=True), target, after_pass=[snapshot])
     kernel = target.make_kernel_emitter(ir)
-    return loops, kernel.data_offsets, kernel.parallel_domain, [p.output_descs[0].shape for p in ir.parameters]
+    offsets = [*kernel.data_offsets, [ir.static_buffer_scratchpad_size]]
+    return loops, offsets, kernel.parallel_domain, [p.output_descs[0].shape for p in ir.parameters]
 
 
 def _flatten(x):  # type: ignore[no-untyped-def]
@@ -114,6 +115,7 @@ def _codes(shape):  # type: ignore[no-untyped-def]
         (_eltwise, ((None, None), (None, 1)), [((r, c), (r, 1)) for r, c in [(3, 37), (2, 16), (2, 3), (5, 40)]]),
         (_eltwise, ((None, 7, None), (1, 7, None)), [((b, 7, c), (1, 7, c)) for b, c in [(2, 17), (4, 2), (3, 33)]]),
         (_softmax, ((None, 24),), [((n, 24),) for n in (2, 3, 9)]),
+        (_softmax, ((None, None),), [((n, c),) for n, c in [(2, 3), (3, 16), (2, 37), (4, 100)]]),
         (_softmax, ((None, None, 19),), [((a, b, 19),) for a, b in [(2, 2), (2, 5), (3, 4)]]),
         (_mha, (None,), [((b, 2, 37, 16), (b, 2, 16, 37), (b, 2, 37, 16)) for b in (2, 3)]),
     ],
@@ -197,10 +199,15 @@ def test_one_interpreted_mha_kernel_runs_every_batch():
         np.testing.assert_allclose(out.reshape(b, 2, 37, 16), (e / e.sum(-1, keepdims=True)) @ v, rtol=1e-5, atol=1e-6)
 
 
-def test_a_dynamic_buffer_size_is_a_typed_error():
-    # a softmax over a dynamic innermost dim keeps its row in a Buffer whose size is dynamic: not supported yet
-    with pytest.raises(DynamicShapeError):
-        _generate(_softmax((None, None)))
+@pytest.mark.parametrize("cols", [*range(1, 41), 0])
+def test_a_softmax_over_a_dynamic_row_keeps_it_in_a_buffer_of_dynamic_size(cols):
+    # the row's Buffer is d0 elements: the scratchpad size is a runtime parameter, the Fill of the tail too
+    kernel = _KERNELS.setdefault("softmax", _generate(_softmax((None, None))).kernel)
+    x = RNG.standard_normal((2, cols)).astype(np.float32)
+    (out,) = kernel.run([x])
+    if cols:
+        e = np.exp(np.exp(x.astype(np.float64)) - np.exp(x.astype(np.float64)).max(-1, keepdims=True))
+        np.testing.assert_allclose(out.reshape(2, cols), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
 _KERNELS: dict = {}

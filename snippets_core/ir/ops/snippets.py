@@ -328,7 +328,7 @@ class Buffer(Node):
                 self.element_type = ElementType.u8
         self.reg_group = int(reg_group)
         self.cluster_id = int(cluster_id)
-        self.offset = int(offset)
+        self.offset = _num(offset)
         super().__init__(*parent, name=name)
 
     @property

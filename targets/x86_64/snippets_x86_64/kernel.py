@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from snippets_core.codegen.emitter import KernelEmitter
 from snippets_core.errors import CodegenError
 from snippets_core.lowered.port_descriptor import Reg, RegType
-from snippets_core.lowered.symbolic import DynamicShapeError, is_dynamic
+from snippets_core.lowered.symbolic import is_dynamic
 from snippets_x86_64.asm import GP64, ZMM, Function, K, qword, r12, r13, r14, rbx, rdi, rsi
 from snippets_x86_64 import unroll
 from snippets_x86_64.jit import JitFunction
@@ -91,6 +91,8 @@ class KernelInfo:
     domain_slots: tuple[int, ...] = ()
     input_dims: tuple[tuple[int | str, ...], ...] = ()
     output_dims: tuple[tuple[int | str, ...], ...] = ()
+    #: the slot of a scratchpad size known only at run time (-1: ``scratchpad_size`` is it)
+    scratchpad_slot: int = -1
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,6 +112,7 @@ class KernelInfo:
             tuple(int(x) for x in d.get("domain_slots", ())),
             dims(d.get("input_dims", ())),
             dims(d.get("output_dims", ())),
+            int(d.get("scratchpad_slot", -1)),
         )
 
     @property
@@ -198,19 +201,20 @@ class X86_64KernelEmitter(KernelEmitter):
         params = self.h.runtime_params
         domain_slots = tuple(params.add(f"domain[{j}]", d) if is_dynamic(d) else -1
                              for j, d in enumerate(self.parallel_domain))
-        if is_dynamic(self.scratchpad_size):
-            raise DynamicShapeError(f"the buffer scratchpad size {self.scratchpad_size} depends on dynamic dims")
+        # a scratchpad of a size known only at run time: the host reads it from the block (the kernel does not)
+        scratchpad_slot = params.add("scratchpad_size", self.scratchpad_size) if is_dynamic(self.scratchpad_size) else -1
         dynamic = len(params) > 0
         info = KernelInfo(
             len(self.ir.parameters),
             len(self.ir.results),
             tuple(0 if is_dynamic(d) else d for d in self.parallel_domain),
-            int(self.scratchpad_size),
+            0 if scratchpad_slot >= 0 else int(self.scratchpad_size),
             bool(self.buffer_regs),
             params.layout(),
             domain_slots if dynamic else (),
             tuple(_dim_codes(p.output_descs[0].shape) for p in self.ir.parameters) if dynamic else (),
             tuple(_dim_codes(r.input_descs[0].shape) for r in self.ir.results) if dynamic else (),
+            scratchpad_slot,
         )
         self.kernel = Kernel(code, code_size, info, self.ir.to_text())
 

@@ -223,3 +223,25 @@ class BroadcastLoadEmitter(MemoryEmitter):
         image = raw(dst, self.full_bytes)
         a.emit(mnemonic, image, hint[ins[0] + self.byte_offset])
         widen(a, dst, image)
+
+
+class TailFillEmitter(JitEmitter):
+    """Fill of a tail of dynamic size (a reduction over a dim known only at run time): lanes ``[tail, 16)`` take
+    the 32-bit pattern, under the op-mask ``0xFFFF - ((1 << tail) - 1)`` read from the runtime-parameter block
+    (the static Fill is the arithmetic table's ``emit_fill``)."""
+
+    def __init__(self, expr: Expression, h: X86_64TargetMachine) -> None:
+        super().__init__(expr, h)
+        node = expr.node
+        self.mask_slot = h.runtime_value(f"fill_mask({node.offset})", 0xFFFF - low_mask(node.offset))
+        self.fill_value = int(node.fill_value) & 0xFFFF_FFFF
+
+    def aux_needs(self) -> tuple[int, int, int]:
+        return 0, 0, 1
+
+    def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
+        dst, src, k = outs[0].zmm, ins[0].zmm, aux.masks[0]
+        if dst != src:
+            a.vmovaps(dst, src)
+        a.kmovw(k, word[self.mask_slot])
+        a.vpbroadcastd(dst.mask(k), a.const_i32(self.fill_value))

@@ -163,7 +163,8 @@ class _CallState:
                  params: Sequence[int] = ()) -> None:
         info = kernel.info
         domain = info.parallel_domain if domain is None else domain
-        self.scratch_stride = -(-info.scratchpad_size // _ALIGN) * _ALIGN
+        size = params[info.scratchpad_slot] if info.scratchpad_slot >= 0 else info.scratchpad_size
+        self.scratch_stride = -(-size // _ALIGN) * _ALIGN
         self.scratch, base = _aligned_empty(self.scratch_stride * len(chunks)) if info.has_scratchpad else (None, 0)
         self.args = []
         self.tasks = []

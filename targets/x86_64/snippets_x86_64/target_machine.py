@@ -26,6 +26,7 @@ from snippets_core.codegen.target_machine import Jitter, TargetMachine
 from snippets_core.errors import CodegenError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.lowered.port_descriptor import RegType
+from snippets_core.lowered.symbolic import is_dynamic
 from snippets_x86_64.asm import (
     ZMM,
     Function,
@@ -56,7 +57,7 @@ from snippets_x86_64.loop_emitters import (
     RegSpillBeginEmitter,
     RegSpillEndEmitter,
 )
-from snippets_x86_64.memory_emitters import BroadcastLoadEmitter, LoadEmitter, StoreEmitter
+from snippets_x86_64.memory_emitters import BroadcastLoadEmitter, LoadEmitter, StoreEmitter, TailFillEmitter
 
 if TYPE_CHECKING:
     from snippets_core.codegen.emitter import KernelEmitter
@@ -274,6 +275,12 @@ class X86_64TargetMachine(TargetMachine):
             rows[op] = Jitter(self._bind(cls))
         for op, factory in (plugin_emitters or {}).items():
             rows[op] = factory if isinstance(factory, Jitter) else Jitter(self._bind(factory))
+        if "Fill" in rows:  # a Fill of a tail of dynamic size reads its mask from the runtime-parameter block
+            static_fill = rows["Fill"]
+            rows["Fill"] = Jitter(
+                lambda expr: TailFillEmitter(expr, self) if is_dynamic(expr.node.offset) else static_fill.factory(expr),
+                static_fill.supported_precisions,
+            )
         self.jitters.update((op, rows[op]) for op in sorted(rows))
         self.asm: Function = self.new_function()
         self._new_runtime_params()

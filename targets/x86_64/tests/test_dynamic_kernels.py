@@ -16,7 +16,8 @@ from snippets_core.config import CompileConfig
 from snippets_core.errors import InputError
 from snippets_core.ir.model import Model
 from snippets_core.ir.ops.binary import Add, Multiply
-from snippets_core.ir.ops.io import Parameter, Result
+from snippets_core.ir.ops.io import Constant, Parameter, Result
+from snippets_core.ir.ops.reduce import ReduceSum
 from snippets_core.ir.ops.softmax import Softmax
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.ops.unary import Exp, Relu, Sigmoid
@@ -127,6 +128,30 @@ def test_dynamic_batch_softmax_model_runs_one_kernel():
         e = np.exp(e - e.max(-1, keepdims=True))
         np.testing.assert_allclose(cm({"x": xv})["y"], e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
     assert step.run.new_shapes == 4 and "one kernel for every shape" in cm.describe()
+
+
+@pytest.fixture(scope="module")
+def dynamic_rows():  # type: ignore[no-untyped-def]
+    """softmax(exp(x)) and reduce_sum(x) over rows of dynamic length: Buffers of dynamic size, a dynamic Fill."""
+    x = Parameter("f32", (None, None), name="x")
+    axes = Constant(np.array([1], np.int64))
+    m = Model([Result(Softmax(Exp(x), axis=-1), name="y"), Result(ReduceSum(x, axes, keep_dims=True), name="s")], [x])
+    config = {"snippets_mode": "IgnoreCallback", "num_threads": 2, "target_options": {"parallel_min_bytes": 0}}
+    cm = compile_model(m, target="x86_64_avx512", config=config)
+    runs = [s.run for s in cm._steps if s.where == "x86_64_avx512"]
+    assert runs and all(isinstance(r, DynamicKernelExecutor) for r in runs), cm.describe()
+    return cm
+
+
+@pytest.mark.parametrize("cols", range(1, 41))
+def test_softmax_and_reduce_over_rows_of_every_length_under_guard_pages(dynamic_rows, cols):
+    for at in ("end", "start"):
+        xv = guarded_copy(RNG.standard_normal((3, cols)).astype(np.float32), at)
+        out = dynamic_rows({"x": xv})
+        e = np.exp(xv.astype(np.float64))
+        e = np.exp(e - e.max(-1, keepdims=True))
+        np.testing.assert_allclose(out["y"], e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(out["s"], xv.astype(np.float64).sum(-1, keepdims=True), rtol=1e-5, atol=1e-5)
 
 
 def test_a_kernel_for_every_shape_comes_back_from_the_disk_cache(tmp_path):
