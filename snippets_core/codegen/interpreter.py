@@ -45,7 +45,7 @@ from snippets_core.codegen.interpreter_base import (
 from snippets_core.codegen.interpreter_brgemm import BrgemmEmitter
 from snippets_core.codegen.subgraph_codegen import generate_subgraph
 from snippets_core.codegen.target_machine import Jitter, TargetMachine
-from snippets_core.errors import CodegenError, InputError
+from snippets_core.errors import CodegenError, InputError, ShapeInferenceError, UnsupportedByTarget
 from snippets_core.ir.element_type import ElementType
 from snippets_core.codegen.runtime_params import RuntimeParams
 from snippets_core.lowered.port_descriptor import RegType
@@ -506,7 +506,8 @@ def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence
     """An executor for a Subgraph node: its body goes through the data-flow passes, the lowering and
     the Generator for the interpreter target, now. A body with dynamic dims is lowered once with symbolic dims
     (one kernel for every shape, its runtime parameters from the RuntimeConfigurator); a body that cannot be (a
-    DynamicShapeError: a Brgemm, a Buffer of dynamic size) is generated once per distinct set of input shapes.
+    DynamicShapeError, or a ShapeInferenceError of code that needs static shapes, or an UnsupportedByTarget that may
+    hold only for some shapes) is generated once per distinct set of input shapes.
     Unsupported ops are an UnsupportedOpError naming the op.
     ``plugin_emitters`` are the plugins' emitters for "interpreter" (see :class:`InterpreterTarget`);
     ``debug`` is a DebugConfig (default: the environment's)."""
@@ -535,8 +536,8 @@ def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence
             gen = generate_subgraph(sg, InterpreterTarget(vector_size, plugin_emitters=plugin_emitters),
                                     positioned_passes=positioned_passes, disabled_passes=disabled_passes,
                                     lowering_config=lcfg, debug=debug)
-        except DynamicShapeError:
-            pass  # a kernel per set of input shapes, built on first use
+        except (DynamicShapeError, ShapeInferenceError, UnsupportedByTarget):
+            pass  # code that needs static shapes, or a declared gap: a kernel per set of input shapes, on first use
         else:
             dynamic_kernel: InterpretedKernel = gen.kernel
 

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from snippets_core.errors import CodegenError, InputError, UnsupportedByTarget
+from snippets_core.errors import CodegenError, InputError, ShapeInferenceError, UnsupportedByTarget
 from snippets_core.runtime.placement import FALLBACK_KEY, REFERENCE, Placement, fallback_reason, subgraph_error
 from snippets_x86_64.cache import KERNEL_CACHE, cache_dir_from, cache_key
 from snippets_x86_64.native_pool import native_pool
@@ -470,7 +470,9 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
         try:  # one kernel for every shape, its runtime parameters computed per shape
             kernel = _kernel_for(sg, config, host, None, symbolic=True)
             return DynamicKernelExecutor(sg, config, host, kernel)
-        except (DynamicShapeError, UnsupportedByTarget) as exc:  # declared: a kernel per shape, said by describe()
+        # declared (or code that needs static shapes, or a gap that may hold for some shapes only): a kernel per
+        # shape, said by describe()
+        except (DynamicShapeError, ShapeInferenceError, UnsupportedByTarget) as exc:
             specializing = ShapeSpecializingExecutor(sg, config, host)
             specializing.why_per_shape = fallback_reason(exc)
             return specializing
