@@ -149,12 +149,12 @@ def _check_symbolic(body: Model) -> None:
                                     "shape is not supported yet")
         if n.type_name in _DIM_KEEPING_OPS or n.type_name in BRGEMM_OPS:
             matmul = n.type_name not in ("Transpose", "LoadReorder")
-            if any(not p <= outs for p in ins) or (not matmul and any(p != outs for p in ins)):
-                raise DynamicShapeError(f"{n.type_name} '{n.name}' moves a dynamic dim; lowering it for every "
-                                        "shape is not supported yet")
             if matmul and any(k < 2 for k in outs.union(*ins)):
                 raise DynamicShapeError(f"{n.type_name} '{n.name}' has a dynamic M, N or K; its Brgemm is "
                                         "compiled per shape")
+            if any(not p <= outs for p in ins) or (not matmul and any(p != outs for p in ins)):
+                raise DynamicShapeError(f"{n.type_name} '{n.name}' moves a dynamic dim; lowering it for every "
+                                        "shape is not supported yet")
 
 
 def _rank_alignment(body: Model) -> tuple:  # type: ignore[type-arg]
