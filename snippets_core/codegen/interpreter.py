@@ -10,6 +10,12 @@ not fill hold a poison value, so results that depend on them come out wrong. Eve
 is bounds-checked: an access outside its region raises :class:`OutOfBoundsAccessError` naming the
 expression - the proof that the passes never make a real kernel touch memory it does not own.
 
+A LinearIR lowered for every shape (``Config.symbolic_dims``) runs the same way: each dynamic value an emitter
+reads (a loop's iteration count, a pointer shift, a tail's count, a data offset, the parallel domain) is a slot
+of the kernel's :class:`~snippets_core.codegen.runtime_params.RuntimeParams`, and ``run`` gets the block from
+the same :class:`~snippets_core.lowered.runtime_configurator.RuntimeConfigurator` as a compiled kernel. A loop
+with a dynamic count counts iterations (its tail runs once or not at all) instead of elements.
+
     ir = lower(body, Config(vector_size=8), InterpreterTarget(8))
     kernel = Generator(InterpreterTarget(8)).generate(ir)
     outputs = kernel.run(inputs)               # host loop over the parallel domain
@@ -34,13 +40,16 @@ from snippets_core.codegen.interpreter_base import (
     Pointer,
     Step,
     poison,
+    runtime_params_of,
 )
 from snippets_core.codegen.interpreter_brgemm import BrgemmEmitter
 from snippets_core.codegen.subgraph_codegen import generate_subgraph
 from snippets_core.codegen.target_machine import Jitter, TargetMachine
-from snippets_core.errors import CodegenError, InputError
+from snippets_core.errors import CodegenError, InputError, ShapeInferenceError, UnsupportedByTarget
 from snippets_core.ir.element_type import ElementType
+from snippets_core.codegen.runtime_params import RuntimeParams
 from snippets_core.lowered.port_descriptor import RegType
+from snippets_core.lowered.symbolic import DynamicShapeError, is_dynamic, loop_iterations
 
 if TYPE_CHECKING:
     from snippets_core.ir.model import Model
@@ -70,13 +79,15 @@ class LoadEmitter(InterpreterEmitter):
         src = self.expr.input_connectors[0].source
         dtype = src.expr.node.outputs[src.index].element_type.numpy
         size = np.dtype(dtype).itemsize
-        count = 1 if self.broadcast else node.count
+        count_of = self.value(f"{self.expr.name}.count", 1 if self.broadcast else node.count)
         offset = _compiled_offset(self.expr) + node.offset * size
         lanes, in_reg, out_reg, broadcast = self.lanes, self.in_regs[0], self.out_regs[0], self.broadcast
-        if count > lanes:
-            raise CodegenError(f"{self.expr.type_name} '{self.expr.name}' loads {count} elements into {lanes} lanes")
+        if not is_dynamic(node.count) and (1 if self.broadcast else node.count) > lanes:
+            raise CodegenError(f"{self.expr.type_name} '{self.expr.name}' loads {node.count} elements into {lanes} "
+                               "lanes")
 
         def run(st: MachineState) -> None:
+            count = count_of(st)
             ptr = st.read(in_reg) + offset
             mem = st.memory[ptr.region]
             nbytes = count * size
@@ -103,11 +114,12 @@ class StoreEmitter(InterpreterEmitter):
         node = self.expr.node
         dtype = node.outputs[0].element_type.numpy
         size = np.dtype(dtype).itemsize
-        count = node.count
+        count_of = self.value(f"{self.expr.name}.count", node.count)
         offset = _compiled_offset(self.expr) + node.offset * size
         in_reg, out_reg = self.in_regs[0], self.out_regs[0]
 
         def run(st: MachineState) -> None:
+            count = count_of(st)
             ptr = st.read(out_reg) + offset
             mem = st.memory[ptr.region]
             nbytes = count * size
@@ -141,10 +153,11 @@ class VectorBufferEmitter(InterpreterEmitter):
 class FillEmitter(InterpreterEmitter):
     def step(self) -> Step:
         node = self.expr.node
-        i, o, offset = self.in_regs[0], self.out_regs[0], node.offset
+        i, o, offset_of = self.in_regs[0], self.out_regs[0], self.value(f"{self.expr.name}.offset", node.offset)
         pattern = np.asarray(node.fill_value, dtype=np.uint32)
 
         def run(st: MachineState) -> None:
+            offset = offset_of(st)
             v = np.array(st.read(i), copy=True)
             if v.dtype.itemsize != 4:
                 raise CodegenError(f"Fill '{self.expr.name}' needs 32-bit lanes, got {v.dtype}")
@@ -191,6 +204,15 @@ class LoopBeginEmitter(InterpreterEmitter):
         end = next(c.expr for c in self.expr.output_connectors[-1].get_consumers() if c.expr.type_name == "LoopEnd")
         node = end.node
         o = self.out_regs[-1]
+        if is_dynamic(node.work_amount) or is_dynamic(node.increment):
+            iterations = self.value(f"loop{node.loop_id}.iterations", loop_iterations(node.work_amount, node.increment))
+
+            def run_dynamic(st: MachineState) -> None:
+                n = iterations(st)
+                st.write(o, n)
+                if n == 0:
+                    st.pc = self.end_pc
+            return run_dynamic
 
         def run(st: MachineState) -> None:
             st.write(o, node.work_amount)
@@ -210,13 +232,31 @@ class LoopEndEmitter(InterpreterEmitter):
         node = self.expr.node
         ptr_regs = self.in_regs[:-1]
         counter = self.in_regs[-1]
-        inc = [p * node.increment * s for p, s in zip(node.ptr_increments, node.element_type_sizes)]
-        fin = [f * s for f, s in zip(node.finalization_offsets, node.element_type_sizes)]
+        sizes = node.element_type_sizes
+        lid = node.loop_id
+        inc_of = [self.value(f"loop{lid}.ptr_increment[{k}]", p * node.increment * s)
+                  for k, (p, s) in enumerate(zip(node.ptr_increments, sizes))]
+        fin_of = [self.value(f"loop{lid}.finalization[{k}]", f * s)
+                  for k, (f, s) in enumerate(zip(node.finalization_offsets, sizes))]
 
-        def shift(st: MachineState, deltas: list[int]) -> None:
+        def shift(st: MachineState, deltas: list[Callable[[MachineState], int]]) -> None:
             for r, d in zip(ptr_regs, deltas):
-                if d:
-                    st.write(r, st.read(r) + d)
+                v = d(st)
+                if v:
+                    st.write(r, st.read(r) + v)
+
+        inc, fin = inc_of, fin_of
+        if is_dynamic(node.work_amount) or is_dynamic(node.increment):
+            def run_dynamic(st: MachineState) -> None:  # the counter holds the iterations left
+                left = st.read(counter)
+                if left > 0:
+                    shift(st, inc)
+                    st.write(counter, left - 1)
+                    if left > 1:
+                        st.pc = self.body_pc
+                        return
+                shift(st, fin)
+            return run_dynamic
 
         def run(st: MachineState) -> None:
             if not node.evaluate_once:
@@ -298,6 +338,8 @@ class InterpreterTarget(TargetMachine):
         super().__init__()
         self._lanes = vector_size
         self._gprs, self._vecs = gprs, vecs
+        #: the dynamic values of the kernel being generated (a LinearIR lowered for every shape)
+        self.runtime_params = RuntimeParams()
         from snippets_core.ir.node import OPS
 
         for type_name, cls in sorted(OPS.items()):
@@ -319,15 +361,20 @@ class InterpreterTarget(TargetMachine):
                 RegType.mask: ()}.get(reg_type, ())
 
     def make_kernel_emitter(self, ir: LinearIR, compile_params: Any = None) -> InterpreterKernelEmitter:
-        return InterpreterKernelEmitter(ir, compile_params)
+        emitter = InterpreterKernelEmitter(ir, compile_params)
+        emitter.runtime_params = self.runtime_params
+        return emitter
 
     def get_snippet(self, kernel_emitter: KernelEmitter) -> InterpretedKernel:
         assert isinstance(kernel_emitter, InterpreterKernelEmitter)
+        self.runtime_params = RuntimeParams()  # the next kernel has its own block
         return kernel_emitter.kernel
 
 
 class InterpreterKernelEmitter(KernelEmitter):
     """Collects the closures of every expression and resolves the loop jumps."""
+
+    runtime_params: RuntimeParams | None = None
 
     def emit_code(self, in_regs=None, out_regs=None, aux=None) -> None:  # type: ignore[no-untyped-def,override]
         ir = self.ir
@@ -337,34 +384,61 @@ class InterpreterKernelEmitter(KernelEmitter):
                 begin = e.input_connectors[-1].source.expr
                 e.emitter.body_pc = pos[id(begin)] + 1
                 begin.emitter.end_pc = i
-        self.kernel = InterpretedKernel(self, [e.emitter.emit_code() for e in ir.exprs])
+        program = [e.emitter.emit_code() for e in ir.exprs]
+        # the block the emitters registered their dynamic values in (a target subclass may build this emitter)
+        params = getattr(self, "runtime_params", None)
+        if params is None:
+            params = next((runtime_params_of(e.emitter.target) for e in ir.exprs
+                           if isinstance(e.emitter, InterpreterEmitter)), RuntimeParams())
+        self.kernel = InterpretedKernel(self, program, params)
 
 
 class InterpretedKernel:
     """The interpreter's Kernel: ``run(inputs)`` plays the host, calling the kernel once per index of
     the parallel domain with the data pointers moved by the per-dim data offsets."""
 
-    def __init__(self, emitter: InterpreterKernelEmitter, program: list[Step]) -> None:
+    def __init__(self, emitter: InterpreterKernelEmitter, program: list[Step],
+                 runtime_params: RuntimeParams | None = None) -> None:
+        from snippets_core.lowered.runtime_configurator import RuntimeConfigurator
+
         ir = emitter.ir
         self.program = program
         self.vector_size = ir.config.vector_size
+        params = runtime_params if runtime_params is not None else RuntimeParams()
+        # data offsets and the parallel domain: a dynamic one is a slot of the block, read per call
         self.data_offsets = emitter.data_offsets
+        #: per data pointer and domain dim: (the offset, False) or (its slot of the block, True)
+        self._offsets = [[(params.add(f"offset[{k}][{j}]", o), True) if is_dynamic(o) else (o, False)
+                          for j, o in enumerate(offs)] for k, offs in enumerate(emitter.data_offsets)]
         self.data_ptr_regs = emitter.data_ptr_regs
         self.buffer_regs = emitter.buffer_regs
         self.parallel_domain = emitter.parallel_domain
         self.scratchpad_size = emitter.scratchpad_size
+        #: the slot of a scratchpad size known only at run time (-1: static)
+        self._scratchpad_slot = params.add("scratchpad_size", self.scratchpad_size) if is_dynamic(
+            self.scratchpad_size) else -1
         self.input_specs = [(p.node.outputs[0].element_type, p.output_descs[0].shape) for p in ir.parameters]
         self.output_specs = []
         for r in ir.results:
             src = r.input_connectors[0].source
             self.output_specs.append((src.expr.node.outputs[src.index].element_type, r.input_descs[0].shape))
+        #: the RuntimeConfigurator of a kernel lowered for every shape (None: a static kernel)
+        self.configurator: RuntimeConfigurator | None = None
+        if len(params) or any(is_dynamic(d) for d in self.parallel_domain):
+            def codes(shape: Sequence[Any]) -> tuple[int | str, ...]:
+                return tuple(d.code() if is_dynamic(d) else int(d) for d in shape)
 
-    def __call__(self, memory: dict[str, np.ndarray], indexes: Sequence[int]) -> None:
-        """One kernel call for one parallel-domain index (the static kernel signature)."""
-        st = MachineState(self.vector_size, memory)
+            self.configurator = RuntimeConfigurator([codes(s) for _, s in self.input_specs],
+                                                    [codes(s) for _, s in self.output_specs],
+                                                    params.codes, codes(self.parallel_domain))
+
+    def __call__(self, memory: dict[str, np.ndarray], indexes: Sequence[int], params: tuple[int, ...] = ()) -> None:
+        """One kernel call for one parallel-domain index (the static kernel signature), with the runtime-parameter
+        block of a kernel lowered for every shape."""
+        st = MachineState(self.vector_size, memory, params=params)
         names = [f"in{i}" for i in range(len(self.input_specs))] + [f"out{j}" for j in range(len(self.output_specs))]
-        for name, reg, offs in zip(names, self.data_ptr_regs, self.data_offsets):
-            st.write(reg, Pointer(name, sum(i * o for i, o in zip(indexes, offs))))
+        for name, reg, offs in zip(names, self.data_ptr_regs, self._offsets):
+            st.write(reg, Pointer(name, sum(i * (params[o] if dyn else o) for i, (o, dyn) in zip(indexes, offs))))
         for reg in self.buffer_regs:
             st.write(reg, Pointer("scratchpad", 0))
         program = self.program
@@ -379,20 +453,28 @@ class InterpretedKernel:
         """Execute the kernel over the whole parallel domain; outputs have the LinearIR result shapes."""
         if len(inputs) != len(self.input_specs):
             raise InputError(f"the kernel takes {len(self.input_specs)} inputs, got {len(inputs)}")
+        input_shapes = [s for _, s in self.input_specs]
+        output_shapes = [s for _, s in self.output_specs]
+        domain, params = self.parallel_domain, ()
+        if self.configurator is not None:
+            cfg = self.configurator.configure([np.shape(a) for a in inputs])
+            input_shapes = [np.shape(a) for a in inputs]
+            output_shapes, domain, params = list(cfg.output_shapes), cfg.parallel_domain, cfg.values
         memory: dict[str, np.ndarray] = {}
-        for i, (arr, (et, shape)) in enumerate(zip(inputs, self.input_specs)):
+        for i, (arr, (et, _), shape) in enumerate(zip(inputs, self.input_specs, input_shapes)):
             arr = np.ascontiguousarray(np.asarray(arr, dtype=et.numpy))
             if arr.size != int(np.prod(shape, dtype=np.int64)):
                 raise InputError(f"input {i} has {arr.size} elements, the kernel expects shape {list(shape)}")
             memory[f"in{i}"] = arr.reshape(-1).view(np.uint8).copy()
         outs = []
-        for j, (et, shape) in enumerate(self.output_specs):
+        for j, ((et, _), shape) in enumerate(zip(self.output_specs, output_shapes)):
             out = poison(et.numpy, int(np.prod(shape, dtype=np.int64)))
             outs.append((out, shape))
             memory[f"out{j}"] = out.view(np.uint8)
-        for idx in itertools.product(*(range(d) for d in self.parallel_domain)):
-            memory["scratchpad"] = np.full(self.scratchpad_size, 0xFF, dtype=np.uint8)
-            self(memory, idx)
+        for idx in itertools.product(*(range(d) for d in domain)):
+            size = params[self._scratchpad_slot] if self._scratchpad_slot >= 0 else self.scratchpad_size
+            memory["scratchpad"] = np.full(size, 0xFF, dtype=np.uint8)
+            self(memory, idx, params)
         return [out.reshape(shape) for out, shape in outs]
 
 
@@ -422,8 +504,11 @@ def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence
                      plugin_emitters: Mapping[str, Any] | None = None, debug: Any = None,
                      ) -> Callable[[list[np.ndarray]], list[np.ndarray]]:
     """An executor for a Subgraph node: its body goes through the data-flow passes, the lowering and
-    the Generator for the interpreter target, once per distinct set of input shapes (compiled now when
-    the body's shapes are static). Unsupported ops are an UnsupportedOpError naming the op.
+    the Generator for the interpreter target, now. A body with dynamic dims is lowered once with symbolic dims
+    (one kernel for every shape, its runtime parameters from the RuntimeConfigurator); a body that cannot be (a
+    DynamicShapeError, or a ShapeInferenceError of code that needs static shapes, or an UnsupportedByTarget that may
+    hold only for some shapes) is generated once per distinct set of input shapes.
+    Unsupported ops are an UnsupportedOpError naming the op.
     ``plugin_emitters`` are the plugins' emitters for "interpreter" (see :class:`InterpreterTarget`);
     ``debug`` is a DebugConfig (default: the environment's)."""
     kernels: dict[tuple[Any, ...], tuple[InterpretedKernel, list[tuple[int, ...]]]] = {}
@@ -441,6 +526,25 @@ def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence
     static = [p.shape for p in sg.body.parameters]
     if all(s.is_static for s in static):
         build([s.to_tuple() for s in static])
+    else:
+        from dataclasses import replace
+
+        from snippets_core.lowered.linear_ir import Config as _Config
+
+        lcfg = replace(config or _Config(need_fill_tail_register=True), symbolic_dims=True)
+        try:
+            gen = generate_subgraph(sg, InterpreterTarget(vector_size, plugin_emitters=plugin_emitters),
+                                    positioned_passes=positioned_passes, disabled_passes=disabled_passes,
+                                    lowering_config=lcfg, debug=debug)
+        except (DynamicShapeError, ShapeInferenceError, UnsupportedByTarget):
+            pass  # code that needs static shapes, or a declared gap: a kernel per set of input shapes, on first use
+        else:
+            dynamic_kernel: InterpretedKernel = gen.kernel
+
+            def execute_dynamic(inputs: list[np.ndarray]) -> list[np.ndarray]:
+                return dynamic_kernel.run(inputs)
+
+            return execute_dynamic
 
     def execute(inputs: list[np.ndarray]) -> list[np.ndarray]:
         kernel, out_shapes = build([tuple(np.shape(a)) for a in inputs])

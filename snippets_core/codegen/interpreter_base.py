@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from snippets_core.codegen.emitter import Emitter
+from snippets_core.codegen.runtime_params import RuntimeParams
 from snippets_core.errors import CodegenError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.lowered.port_descriptor import Reg, RegType
+from snippets_core.lowered.symbolic import is_dynamic
 
 if TYPE_CHECKING:
     from snippets_core.codegen.interpreter import InterpreterTarget
@@ -45,6 +47,8 @@ class MachineState:
     gpr: dict[int, Any] = field(default_factory=dict)
     vec: dict[int, np.ndarray] = field(default_factory=dict)
     pc: int = 0
+    #: the runtime-parameter block of this call's shapes (a kernel lowered for every shape)
+    params: tuple[int, ...] = ()
 
     def read(self, reg: Reg | None) -> Any:
         if reg is None:
@@ -74,6 +78,15 @@ def poison(dtype: np.dtype, n: int) -> np.ndarray:
 Step = Callable[[MachineState], None]
 
 
+def runtime_params_of(target: Any) -> RuntimeParams:
+    """The RuntimeParams of the kernel a target is generating (made on first use: a TargetMachine written on
+    top of the interpreter's emitters need not know about them)."""
+    params = getattr(target, "runtime_params", None)
+    if params is None:
+        params = target.runtime_params = RuntimeParams()
+    return params
+
+
 # --- emitters ------------------------------------------------------------------------------------------------
 
 class InterpreterEmitter(Emitter):
@@ -89,6 +102,13 @@ class InterpreterEmitter(Emitter):
 
     def step(self) -> Step:
         return lambda st: None
+
+    def value(self, name: str, x: Any) -> Callable[[MachineState], int]:
+        """A getter of ``x`` at run time: the constant, or its slot of the runtime-parameter block."""
+        if not is_dynamic(x):
+            return lambda st: x
+        k = runtime_params_of(self.target).add(name, x)
+        return lambda st: st.params[k]
 
     def oob(self, what: str, ptr: Pointer, nbytes: int, size: int) -> OutOfBoundsAccessError:
         e = self.expr

@@ -89,6 +89,8 @@ def generate_subgraph(
         pipeline.disable(name)
     pipeline.run(body)
     lcfg = lowering_config or Config(need_fill_tail_register=sensitive)
+    if lcfg.symbolic_dims:
+        _check_symbolic(body)
     # Domain-sensitive ops (softmax, MatMul, ...) need their dims kept apart, so no domain collapsing.
     lcfg = replace(lcfg, vector_size=target.vector_size,
                    enable_domain_optimization=lcfg.enable_domain_optimization and not sensitive)
@@ -107,8 +109,52 @@ def generate_subgraph(
         counters = [e.node.rt_info[PERF_COUNTERS] for e in ir.exprs
                     if e.type_name == "PerfCountBegin" and PERF_COUNTERS in e.node.rt_info]
         sg.rt_info.setdefault(SUBGRAPH_PERF_COUNTERS, []).extend(counters)
-    out_shapes = tuple(r.outputs[0].shape.to_tuple() for r in body.results)
+    from snippets_core.lowered.linear_ir import symbolic_shape
+
+    # a body lowered for every shape has outputs whose dynamic dims are SymInts (the configurator evaluates them)
+    out_shapes = tuple(symbolic_shape(r.outputs[0].shape) if lcfg.symbolic_dims else r.outputs[0].shape.to_tuple()
+                       for r in body.results)
     return GeneratedSubgraph(kernel, ir, body, out_shapes)
+
+
+#: ops that move data between dims: a dynamic dim is named by its position from the innermost (lowered/symbolic.py),
+#: which they would break when they move a dynamic dim; their Subgraphs get a kernel per shape
+_DIM_MOVING_OPS = frozenset({"Reshape", "SnippetsReshape", "Gather", "Concat", "Split", "Slice", "Squeeze",
+                             "Unsqueeze"})
+#: ops that move dims but may keep the dynamic ones in place: a Transpose that does not permute them, a matrix
+#: product whose dynamic dims are batch dims (M, N and K static)
+_DIM_KEEPING_OPS = frozenset({"Transpose", "LoadReorder", "MatMul"})
+
+
+def _dynamic_positions(shape: Shape) -> frozenset[int]:
+    """Where a shape's dynamic dims are, counted from the innermost (0 = the last dim)."""
+    dims = shape.dims or ()
+    return frozenset(len(dims) - 1 - i for i, d in enumerate(dims) if d is None)
+
+
+def _check_symbolic(body: Model) -> None:
+    """Raise DynamicShapeError for a body whose dynamic dims the positional symbols would misname."""
+    from snippets_core.lowered.brgemm_utils import BRGEMM_OPS
+    from snippets_core.lowered.symbolic import DynamicShapeError
+
+    for n in body.get_ordered_ops():
+        if any(not o.shape.rank_is_static for o in [*n.outputs, *(i.source for i in n.inputs)]):
+            raise DynamicShapeError(f"{n.type_name} '{n.name}' has a tensor of dynamic rank")
+        outs = frozenset().union(*(_dynamic_positions(o.shape) for o in n.outputs))
+        ins = [_dynamic_positions(i.shape) for i in n.inputs]
+        if not outs and not any(ins):
+            continue
+        if n.type_name in _DIM_MOVING_OPS:
+            raise DynamicShapeError(f"{n.type_name} '{n.name}' moves data between dims; lowering it for every "
+                                    "shape is not supported yet")
+        if n.type_name in _DIM_KEEPING_OPS or n.type_name in BRGEMM_OPS:
+            matmul = n.type_name not in ("Transpose", "LoadReorder")
+            if matmul and any(k < 2 for k in outs.union(*ins)):
+                raise DynamicShapeError(f"{n.type_name} '{n.name}' has a dynamic M, N or K; its Brgemm is "
+                                        "compiled per shape")
+            if any(not p <= outs for p in ins) or (not matmul and any(p != outs for p in ins)):
+                raise DynamicShapeError(f"{n.type_name} '{n.name}' moves a dynamic dim; lowering it for every "
+                                        "shape is not supported yet")
 
 
 def _rank_alignment(body: Model) -> tuple:  # type: ignore[type-arg]

@@ -22,6 +22,7 @@ from snippets_core.lowered.port_descriptor import FULL_DIM, PortDescriptor, get_
 if TYPE_CHECKING:
     from snippets_core.ir.model import Model
     from snippets_core.ir.node import Node, Output
+    from snippets_core.ir.shape import Shape
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class Config:
     brgemm_m_block: int = 32
     brgemm_n_block: int = 64
     brgemm_k_block: int = 0
+    #: lower dims known only at run time as symbols (lowered/symbolic.py) instead of failing: one kernel for
+    #: every shape, its dynamic numbers computed per shape by the RuntimeConfigurator
+    symbolic_dims: bool = False
 
     def __post_init__(self) -> None:
         if self.vector_size < 1 or self.loop_depth < 1 or self.min_parallel_work_amount < 1:
@@ -100,7 +104,7 @@ class LinearIR:
                                                    info.get("layout", ())))
         for j, out in enumerate(node.outputs):
             info = get_port_descriptor_info(node, "out", j)
-            expr.output_descs.append(PortDescriptor(_static(out), info.get("subtensor", default_sub),
+            expr.output_descs.append(PortDescriptor(_static(out, self.config.symbolic_dims), info.get("subtensor", default_sub),
                                                     info.get("layout", ())))
             expr.output_connectors.append(PortConnector(expr.get_output_port(j)))
         self._by_node[node.id] = expr
@@ -139,7 +143,9 @@ class LinearIR:
 
     @property
     def is_dynamic(self) -> bool:
-        return any(d < 0 for e in self.exprs for desc in e.output_descs for d in desc.shape)
+        from snippets_core.lowered.symbolic import is_dynamic
+
+        return any(is_dynamic(d) or d < 0 for e in self.exprs for desc in e.output_descs for d in desc.shape)
 
     def get_master_shape(self) -> tuple[int, ...]:
         """Numpy broadcast of the (memory-order) shapes the Results receive."""
@@ -315,8 +321,19 @@ def _default_subtensor(node: Node) -> tuple[int, ...]:
     return ()
 
 
-def _static(out: Output) -> tuple[int, ...]:
+def symbolic_shape(shape: Shape) -> tuple[Any, ...]:
+    """The dims of a shape of static rank, a dynamic dim as the SymInt of its master dim: right-aligned like numpy
+    broadcasting, dim i of a rank-r shape is master dim r-1-i counted from the innermost."""
+    from snippets_core.lowered.symbolic import dim_symbol
+
+    r = shape.rank
+    return tuple(dim_symbol(r - 1 - i) if d is None else d for i, d in enumerate(shape.dims))
+
+
+def _static(out: Output, symbolic: bool = False) -> tuple[Any, ...]:
     shape = out.shape
+    if symbolic and shape.rank_is_static:
+        return symbolic_shape(shape)
     if not shape.is_static:
         raise ShapeInferenceError(f"the LinearIR needs static shapes; {out.node.name}:{out.index} has shape {shape}")
     return shape.to_tuple()

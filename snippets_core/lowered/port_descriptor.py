@@ -19,6 +19,7 @@ from typing import Any
 
 # the node-level hints live in the IR, so data-flow passes can leave them without importing the LinearIR
 from snippets_core.ir.port_hints import FULL_DIM, RT_INFO_KEY, get_port_descriptor_info, set_port_descriptor
+from snippets_core.lowered.symbolic import as_dim
 
 __all__ = ["FULL_DIM", "RT_INFO_KEY", "PortDescriptor", "Reg", "RegType", "get_port_descriptor_info",
            "set_port_descriptor"]
@@ -57,7 +58,8 @@ class PortDescriptor:
     reg: Reg | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        # a dim known only at run time stays a SymInt (see lowered/symbolic.py)
+        object.__setattr__(self, "shape", tuple(as_dim(d) for d in self.shape))
         object.__setattr__(self, "subtensor", tuple(int(d) for d in self.subtensor))
         layout = tuple(int(d) for d in self.layout) if self.layout else tuple(range(len(self.shape)))
         object.__setattr__(self, "layout", layout)

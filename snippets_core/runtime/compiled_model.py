@@ -390,6 +390,9 @@ class CompiledModel:
                 ops = ", ".join(op.type_name for op in st.node.body_ops)
                 why = f" (fallback: {p.reason})" if p.reason else ""
                 lines.append(f"  [{p.where}] Subgraph {st.node.name}: {ops}{why}")
+                how = getattr(st.run, "describe", None)  # a dynamic Subgraph's executor: one kernel, or one per shape
+                if callable(how):
+                    lines.append(f"      {how()}")
         counts: dict[tuple[str, str], int] = {}
         for st, p in others:
             counts[(st.node.type_name, p.where)] = counts.get((st.node.type_name, p.where), 0) + 1

@@ -133,6 +133,6 @@ def test_an_internal_error_names_the_subgraph_and_is_never_a_fallback(monkeypatc
     monkeypatch.setattr(InterpreterTarget, "get", broken)
     with pytest.raises(CodegenError, match=r"Subgraph '.*' on target 'interpreter': internal error KeyError"):
         compile_model(model((4, 33)), target="interpreter")
-    cm = compile_model(model((None, 33)), target="interpreter")  # dynamic: generated at the first call
-    with pytest.raises(CodegenError, match=r"on target 'interpreter' for input shapes \[\(2, 33\), \(2, 33\)\]: internal error"):
-        cm({"x": np.ones((2, 33), np.float32)})
+    # dynamic: lowered once for every shape when it is compiled, so the error comes then too
+    with pytest.raises(CodegenError, match=r"Subgraph '.*' on target 'interpreter': internal error KeyError"):
+        compile_model(model((None, 33)), target="interpreter")

@@ -36,6 +36,12 @@ CONTROL_TYPE = ElementType.dynamic
 CONTROL_SHAPE = Shape([])
 
 
+def _num(v: Any) -> Any:
+    """An int attribute of a lowering op; a value the lowering keeps symbolic (a dim known only at run time, see
+    snippets_core.lowered.symbolic) is kept as it is, so this IR package needs no import of it."""
+    return v if hasattr(v, "terms") else int(v)
+
+
 def _control_value() -> np.ndarray:
     return np.zeros((), dtype=np.uint8)
 
@@ -193,7 +199,7 @@ class _CountedAccess(MemoryAccess, Node):
     ATTRS = ("count", "offset")
 
     def __init__(self, x: Output | Node, *, count: int = 1, offset: int = 0, name: str | None = None) -> None:
-        self.count = int(count)
+        self.count = _num(count)
         self.offset = int(offset)
         super().__init__(x, name=name)
 
@@ -322,7 +328,7 @@ class Buffer(Node):
                 self.element_type = ElementType.u8
         self.reg_group = int(reg_group)
         self.cluster_id = int(cluster_id)
-        self.offset = int(offset)
+        self.offset = _num(offset)
         super().__init__(*parent, name=name)
 
     @property
@@ -376,11 +382,11 @@ class LoopEnd(Node):
                  finalization_offsets: Sequence[int] = (), element_type_sizes: Sequence[int] = (),
                  input_num: int = 0, output_num: int = 0, loop_id: int = 0, evaluate_once: bool = False,
                  name: str | None = None) -> None:
-        self.work_amount = None if work_amount is None else int(work_amount)
-        self.increment = int(increment)
+        self.work_amount = None if work_amount is None else _num(work_amount)
+        self.increment = _num(increment)
         self.is_incremented = tuple(bool(b) for b in is_incremented)
-        self.ptr_increments = tuple(int(v) for v in ptr_increments)
-        self.finalization_offsets = tuple(int(v) for v in finalization_offsets)
+        self.ptr_increments = tuple(_num(v) for v in ptr_increments)
+        self.finalization_offsets = tuple(_num(v) for v in finalization_offsets)
         self.element_type_sizes = tuple(int(v) for v in element_type_sizes)
         self.input_num = int(input_num)
         self.output_num = int(output_num)
@@ -550,7 +556,7 @@ class Fill(Node):
     ATTRS = ("offset", "fill_value")
 
     def __init__(self, x: Output | Node, *, offset: int, fill_value: int, name: str | None = None) -> None:
-        self.offset = int(offset)
+        self.offset = _num(offset)
         self.fill_value = int(fill_value) & 0xFFFFFFFF
         super().__init__(x, name=name)
 

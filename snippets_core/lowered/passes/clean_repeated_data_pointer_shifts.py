@@ -37,7 +37,7 @@ class CleanRepeatedDataPointerShifts(LoweredPass):
                     continue
                 descs = info.input_port_descs if k < n_in else info.output_port_descs
                 idx = k if k < n_in else k - n_in
-                if descs[idx].ptr_increment or descs[idx].finalization_offset:
+                if descs[idx].ptr_increment != 0 or descs[idx].finalization_offset != 0:
                     descs[idx] = LoopPortDesc(0, 0, descs[idx].data_size)
                     changed = True
             sync_loop_end(e, info)

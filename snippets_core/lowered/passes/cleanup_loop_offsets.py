@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 from snippets_core.lowered.loop_info import ExpandedLoopInfo
 from snippets_core.lowered.loop_utils import processed_ports, sync_loop_end
 from snippets_core.lowered.passes.pass_base import LoweredPass
+from snippets_core.lowered.symbolic import is_dynamic
 
 if TYPE_CHECKING:
     from snippets_core.lowered.linear_ir import LinearIR
@@ -44,7 +45,10 @@ class CleanupLoopOffsets(LoweredPass):
                 for n, k in enumerate(ports):
                     fin = info.finalization_offsets[k]
                     reg = e.input_descs[n].reg
-                    if fin == 0 or reg not in outer_regs or fin % outer.increment:
+                    if fin == 0 or reg not in outer_regs or is_dynamic(outer.increment):
+                        continue
+                    rem = fin % outer.increment
+                    if is_dynamic(rem) or rem:
                         continue
                     j = outer_ports[outer_regs.index(reg)]
                     outer.ptr_increments[j] += fin // outer.increment

@@ -11,6 +11,7 @@ from snippets_core.lowered.loop_info import LoopPortType
 from snippets_core.lowered.op_kinds import MEMORY_ACCESS_PORTS
 from snippets_core.lowered.passes.pass_base import LoweredPass
 from snippets_core.lowered.port_descriptor import FULL_DIM
+from snippets_core.lowered.symbolic import dim_min, extent_max
 
 if TYPE_CHECKING:
     from snippets_core.lowered.expression import BufferExpression
@@ -37,7 +38,7 @@ def buffer_allocation_size(ir: LinearIR, buf: BufferExpression) -> int:
                 continue  # a reduction loop (a Brgemm's K) writes the same tile again
             d = port.dim_idx if port is not None else info.dim_idx
             if 0 <= d < len(shape):
-                extents[d] = max(extents.get(d, 1), min(info.work_amount, shape[-1 - d]))
+                extents[d] = extent_max(extents.get(d, 1), dim_min(info.work_amount, shape[-1 - d]))
     if writer.type_name in MEMORY_ACCESS_PORTS:
         # (Brgemm, BrgemmCopyB) the block of C one call writes (whole dims unless a loop outside the buffer walks them)
         sub = writer.output_descs[0].subtensor or (FULL_DIM, FULL_DIM)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from snippets_core.lowered.symbolic import dim_max, is_dynamic
 from snippets_core.lowered.op_kinds import LANE_UNIFORM, MEMORY_ACCESS_PORTS
 from snippets_core.lowered.passes.init_live_ranges import INPLACE_INPUT
 from snippets_core.lowered.passes.pass_base import LoweredPass
@@ -32,7 +33,7 @@ class InsertBroadcastMove(LoweredPass):
             if expr.input_count < 2 or expr.type_name in _NOT_ELTWISE:
                 continue
             lasts = [d.preordered_shape[-1] if d.shape else 1 for d in expr.input_descs]
-            target = max(lasts)
+            target = dim_max(lasts)
             if target == 1:
                 continue
             accumulator_input = expr.node.rt_info.get(INPLACE_INPUT)
@@ -40,7 +41,9 @@ class InsertBroadcastMove(LoweredPass):
                 src = expr.input_connectors[i].source
                 if last != 1 or src.expr.type_name in LANE_UNIFORM or i == accumulator_input:
                     continue
-                node = BroadcastMove(src.expr.node.outputs[src.index], broadcast_dim=target)
+                # a dynamic dim is None in the node (dynamic in its shape), the LinearIR names it again
+                node = BroadcastMove(src.expr.node.outputs[src.index],
+                                     broadcast_dim=None if is_dynamic(target) else target)
                 ir.insert_node(node, ir.index(expr), loop_ids=expr.loop_ids, consumers=[expr.get_input_port(i)])
                 changed = True
         return changed

@@ -11,6 +11,7 @@ from snippets_core.lowered.loop_info import ExpandedLoopInfo, LoopPort, Specific
 from snippets_core.lowered.loop_utils import sync_loop_end
 from snippets_core.lowered.op_kinds import LOADS, STORES
 from snippets_core.lowered.passes.pass_base import LoweredPass
+from snippets_core.lowered.symbolic import is_dynamic
 
 if TYPE_CHECKING:
     from snippets_core.lowered.linear_ir import LinearIR
@@ -158,13 +159,15 @@ class InsertSpecificIterations(LoweredPass):
         first = bool(info.handlers.first_iter) and wa > inc
         rest = wa - inc if first else wa
         tail = rest % inc
-        main_wa = rest - tail
+        # as whole increments, a dynamic main body's work amount is visibly a multiple of the increment
+        main_wa = (rest // inc) * inc if is_dynamic(rest) else rest - tail
         parts: list[tuple[SpecificLoopIterType, int, int]] = []
         if first:
             parts.append((SpecificLoopIterType.FIRST_ITER, inc, inc))
-        if main_wa or wa == 0:  # a zero work amount (an empty tensor): a main body that runs no iteration
+        # a dynamic work amount always gets a main body and a tail: the configurator gives either zero iterations
+        if is_dynamic(main_wa) or main_wa or wa == 0:  # a zero work amount (an empty tensor): no iteration
             parts.append((SpecificLoopIterType.MAIN_BODY, main_wa, inc))
-        if tail:
+        if is_dynamic(tail) or tail:
             parts.append((SpecificLoopIterType.LAST_ITER, tail, tail))
         # the original expressions become the main body, or the only part there is
         own = next((k for k, p in enumerate(parts) if p[0] == SpecificLoopIterType.MAIN_BODY), len(parts) - 1)

@@ -69,7 +69,9 @@ class OptimizeDomain(LoweredPass):
         if not config.enable_domain_optimization or whole_dims:
             ir.loop_depth = 2  # not allowed to optimize: assume a 2D tile
             return False
-        if ir.is_dynamic:
+        if ir.is_dynamic or config.symbolic_dims:
+            # a kernel for every shape keeps the dims apart (as OpenVINO does for dynamic shapes), and so does a
+            # static compile in that mode, so that both lower to the same structure (the configurator's oracle)
             return False
         master = list(ir.get_master_shape())
         blocked = False

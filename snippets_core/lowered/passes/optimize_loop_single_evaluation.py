@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 from snippets_core.lowered.loop_info import ExpandedLoopInfo
 from snippets_core.lowered.loop_utils import sync_loop_end
 from snippets_core.lowered.passes.pass_base import LoweredPass
+from snippets_core.lowered.symbolic import is_dynamic
 
 if TYPE_CHECKING:
     from snippets_core.lowered.linear_ir import LinearIR
@@ -28,7 +29,8 @@ class OptimizeLoopSingleEvaluation(LoweredPass):
                 continue
             info = ir.loop_manager.get_loop_info(e.node.loop_id)
             assert isinstance(info, ExpandedLoopInfo)
-            if info.work_amount == info.increment and not info.evaluate_once:
+            # a dynamic tail (work amount == increment == d0 % 16) runs once or not at all: it keeps its counter
+            if info.work_amount == info.increment and not is_dynamic(info.work_amount) and not info.evaluate_once:
                 for k in range(len(info.ptr_increments)):
                     info.finalization_offsets[k] += info.ptr_increments[k] * info.increment
                     info.ptr_increments[k] = 0

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 from snippets_core.errors import ValidationError
 from snippets_core.lowered.loop_info import UnifiedLoopInfo
 from snippets_core.lowered.loop_manager import LoopManager
+from snippets_core.lowered.symbolic import is_dynamic
 from snippets_core.lowered.passes.pass_base import LoweredPass
 
 if TYPE_CHECKING:
@@ -25,7 +26,8 @@ def check_loops(ir: LinearIR, kind: type) -> None:
         if loop_id not in members:
             raise ValidationError(f"loop {loop_id} has no expressions")
         LoopManager.get_loop_bounds(ir, loop_id)  # raises when not contiguous
-        if info.increment < 1 or info.work_amount < 0:
+        # a dynamic tail's increment is its size, 0 at run time when there is no tail: only static ones are checked
+        if (not is_dynamic(info.increment) and info.increment < 1) or info.work_amount < 0:
             raise ValidationError(f"loop {loop_id}: work amount {info.work_amount}, increment {info.increment}")
         for p in info.all_ports():
             if id(p.expr_port.expr) not in members[loop_id]:

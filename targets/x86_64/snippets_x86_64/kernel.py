@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from snippets_core.codegen.emitter import KernelEmitter
 from snippets_core.errors import CodegenError
 from snippets_core.lowered.port_descriptor import Reg, RegType
+from snippets_core.lowered.symbolic import is_dynamic
 from snippets_x86_64.asm import GP64, ZMM, Function, K, qword, r12, r13, r14, rbx, rdi, rsi
 from snippets_x86_64 import unroll
 from snippets_x86_64.jit import JitFunction
@@ -73,30 +74,64 @@ def live_across(ir: LinearIR, always: set[Reg]) -> list[frozenset[Reg]]:
 
 @dataclass(frozen=True)
 class KernelInfo:
-    """What the host needs to call a kernel (JSON-serializable, stored with the code in the disk cache)."""
+    """What the host needs to call a kernel (JSON-serializable, stored with the code in the disk cache).
+
+    A kernel lowered for every shape has a runtime-parameter block (``runtime_params``: per slot its names and
+    expression, see snippets_core.codegen.runtime_params) read from the call arguments after the scratchpad
+    pointer; ``domain_slots[j]`` is the slot of parallel-domain dim ``j`` when it is dynamic (-1 otherwise, and
+    ``parallel_domain[j]`` holds it); ``input_dims``/``output_dims`` are the kernel's tensor dims, a dynamic dim
+    as its expression (what the RuntimeConfigurator binds and evaluates)."""
 
     n_inputs: int
     n_outputs: int
     parallel_domain: tuple[int, ...]
     scratchpad_size: int
     has_scratchpad: bool
+    runtime_params: tuple[tuple[str, str], ...] = ()
+    domain_slots: tuple[int, ...] = ()
+    input_dims: tuple[tuple[int | str, ...], ...] = ()
+    output_dims: tuple[tuple[int | str, ...], ...] = ()
+    #: the slot of a scratchpad size known only at run time (-1: ``scratchpad_size`` is it)
+    scratchpad_slot: int = -1
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> KernelInfo:
+        def dims(rows: Any) -> tuple[tuple[int | str, ...], ...]:
+            return tuple(tuple(x if isinstance(x, str) else int(x) for x in r) for r in rows)
+
         return KernelInfo(
             int(d["n_inputs"]),
             int(d["n_outputs"]),
             tuple(int(x) for x in d["parallel_domain"]),
             int(d["scratchpad_size"]),
             bool(d["has_scratchpad"]),
+            tuple((str(n), str(c)) for n, c in d.get("runtime_params", ())),
+            tuple(int(x) for x in d.get("domain_slots", ())),
+            dims(d.get("input_dims", ())),
+            dims(d.get("output_dims", ())),
+            int(d.get("scratchpad_slot", -1)),
         )
 
     @property
-    def call_args_len(self) -> int:
+    def is_dynamic(self) -> bool:
+        return bool(self.runtime_params)
+
+    @property
+    def params_base(self) -> int:
+        """The call-argument slot of the first runtime parameter."""
         return self.n_inputs + self.n_outputs + (1 if self.has_scratchpad else 0)
+
+    @property
+    def call_args_len(self) -> int:
+        return self.params_base + len(self.runtime_params)
+
+    def domain_codes(self) -> tuple[int | str, ...]:
+        """Per parallel-domain dim: its size, or the expression of its slot."""
+        slots = self.domain_slots or (-1,) * len(self.parallel_domain)
+        return tuple(self.runtime_params[k][1] if k >= 0 else d for d, k in zip(self.parallel_domain, slots))
 
 
 class Kernel:
@@ -111,7 +146,7 @@ class Kernel:
         #: the kernel cache key it is stored under (set by the runtime)
         self.cache_key: str | None = None
         self.fn = JitFunction(self.code, None, (ctypes.c_void_p, ctypes.c_void_p), name="kernel", code_size=code_size)
-        self.harness = harness_for(info.parallel_domain)
+        self.harness = harness_for(info.parallel_domain, info.domain_slots, info.params_base)
 
     @property
     def address(self) -> int:
@@ -163,12 +198,23 @@ class X86_64KernelEmitter(KernelEmitter):
         if unroll.ENABLED:  # two iterations of each innermost straight-line loop side by side (unroll.py)
             unroll.unroll_inner_loops(a)
         code, code_size = a.assemble()
+        params = self.h.runtime_params
+        domain_slots = tuple(params.add(f"domain[{j}]", d) if is_dynamic(d) else -1
+                             for j, d in enumerate(self.parallel_domain))
+        # a scratchpad of a size known only at run time: the host reads it from the block (the kernel does not)
+        scratchpad_slot = params.add("scratchpad_size", self.scratchpad_size) if is_dynamic(self.scratchpad_size) else -1
+        dynamic = len(params) > 0
         info = KernelInfo(
             len(self.ir.parameters),
             len(self.ir.results),
-            tuple(self.parallel_domain),
-            int(self.scratchpad_size),
+            tuple(0 if is_dynamic(d) else d for d in self.parallel_domain),
+            0 if scratchpad_slot >= 0 else int(self.scratchpad_size),
             bool(self.buffer_regs),
+            params.layout(),
+            domain_slots if dynamic else (),
+            tuple(_dim_codes(p.output_descs[0].shape) for p in self.ir.parameters) if dynamic else (),
+            tuple(_dim_codes(r.input_descs[0].shape) for r in self.ir.results) if dynamic else (),
+            scratchpad_slot,
         )
         self.kernel = Kernel(code, code_size, info, self.ir.to_text())
 
@@ -190,6 +236,14 @@ class X86_64KernelEmitter(KernelEmitter):
         taken = {r.idx for r in ptr_regs} | {rdi.number, rsi.number}
         tmp = next((GP64[n] for n in self.h.reg_pool(RegType.gpr) if n not in taken), None)
         call_args, indexes = a.args
+        base = len(self.data_ptr_regs) + (1 if self.buffer_regs else 0)
+        # the runtime parameters the body reads: from the call arguments to their stack slots (the body may use
+        # every gpr, the call-arguments register included)
+        for k, slot in sorted(self.h.runtime_slots.items()):
+            if tmp is None:
+                raise CodegenError("no scratch gpr left for the kernel prologue")
+            a.mov(tmp, qword[call_args + 8 * (base + k)])
+            a.mov(slot, tmp)
         for k, (reg, offsets) in enumerate(zip(self.data_ptr_regs, self.data_offsets)):
             if reg is None:
                 continue
@@ -201,7 +255,11 @@ class X86_64KernelEmitter(KernelEmitter):
                     continue
                 if tmp is None:
                     raise CodegenError("no scratch gpr left for the kernel prologue")
-                if -(2**31) <= off < 2**31:
+                if is_dynamic(off):  # a stride known only at run time: from the block
+                    slot = self.h.runtime_params.add(f"offset[{k}][{j}]", off)
+                    a.mov(tmp, qword[indexes + 8 * j])
+                    a.imul(tmp, qword[call_args + 8 * (base + slot)])
+                elif -(2**31) <= off < 2**31:
                     a.imul(tmp, qword[indexes + 8 * j], off)
                 else:
                     a.mov(tmp, off)
@@ -254,11 +312,12 @@ class X86_64KernelEmitter(KernelEmitter):
 
 # --- the harness -------------------------------------------------------------------------------------------------
 
-_HARNESSES: dict[tuple[int, ...], JitFunction] = {}
+_HARNESSES: dict[tuple[tuple[int, ...], tuple[int, ...], int], JitFunction] = {}
 
 
-def build_harness(domain: tuple[int, ...]) -> Function:
-    """``harness(kernel, call_args, start, count)``: ``count`` kernel calls from multi-index ``start`` on."""
+def build_harness(domain: tuple[int, ...], slots: tuple[int, ...] = (), base: int = 0) -> Function:
+    """``harness(kernel, call_args, start, count)``: ``count`` kernel calls from multi-index ``start`` on. A dim
+    with a runtime-parameter slot (``slots[d] >= 0``) is read from the call arguments (``base + slot``)."""
     fn = Function("harness", args=("kernel", "call_args", "start", "count"))
     kernel, call_args, start, count = fn.args
     nd = max(len(domain), 1)
@@ -286,7 +345,11 @@ def build_harness(domain: tuple[int, ...]) -> Function:
         a.inc(slot)
         if d == 0:
             break  # the outermost dim never wraps within the chunk
-        a.cmp(slot, domain[d])
+        if slots and slots[d] >= 0:
+            a.mov(r14, qword[r12 + 8 * (base + slots[d])])
+            a.cmp(slot, r14)
+        else:
+            a.cmp(slot, domain[d])
         a.jl(stepped)
         a.mov(slot, 0)
     a.bind(stepped)
@@ -295,10 +358,17 @@ def build_harness(domain: tuple[int, ...]) -> Function:
     return fn
 
 
-def harness_for(domain: tuple[int, ...]) -> JitFunction:
+def harness_for(domain: tuple[int, ...], slots: tuple[int, ...] = (), base: int = 0) -> JitFunction:
     """The harness JIT function for a parallel domain (one per distinct domain, shared by kernels)."""
-    fn = _HARNESSES.get(domain)
+    key = (domain, slots, base if slots else 0)
+    fn = _HARNESSES.get(key)
     if fn is None:
-        fn = build_harness(domain).finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64))
-        _HARNESSES[domain] = fn
+        fn = build_harness(domain, slots, base).finalize(
+            None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+        )
+        _HARNESSES[key] = fn
     return fn
+
+
+def _dim_codes(shape: tuple[Any, ...]) -> tuple[int | str, ...]:
+    return tuple(d.code() if is_dynamic(d) else int(d) for d in shape)

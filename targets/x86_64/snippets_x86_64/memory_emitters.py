@@ -10,7 +10,8 @@ A full access (``count`` equal to the vector size) is a plain move (widening/nar
 memory directly). A shorter one (a tail, or a one-element access) is a masked move whose op-mask selects
 exactly ``count`` elements, read from the constant pool with ``kmovw``: AVX-512 masked ``vmovups``/
 ``vmovdqu8``/``vmovdqu16`` never touch the memory of unselected elements, so a tail never reads or writes
-past the end of its array (and never faults on an inaccessible page behind it); narrower types are moved
+past the end of its array (and never faults on an inaccessible page behind it). A tail whose size is known
+only at run time reads its mask from its runtime-parameter slot instead; narrower types are moved
 with the masked move first and widened/narrowed in registers. Masked loads zero the unselected lanes, so
 those hold no garbage (NaN, denormals).
 
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from snippets_core.errors import CodegenError, UnsupportedByTarget
 from snippets_core.ir.element_type import ElementType
+from snippets_core.lowered.symbolic import as_dim, is_dynamic, low_mask
 from snippets_x86_64.asm import Assembler, Mem, byte, dword, word
 from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter
 
@@ -117,7 +119,9 @@ class MemoryEmitter(JitEmitter):
         self.element_type = element_type
         self.size = element_type.size
         self.count = count
-        if self.count < 1 or self.count > h.vector_size:
+        #: a tail of dynamic size: the stack slot of its op-mask (the runtime-parameter block holds it)
+        self.mask_slot = h.runtime_value(f"tail_mask({count})", low_mask(count)) if is_dynamic(count) else None
+        if self.mask_slot is None and (self.count < 1 or self.count > h.vector_size):
             raise CodegenError(
                 f"{expr.type_name} '{expr.name}' moves {self.count} elements; a vector holds {h.vector_size}"
             )
@@ -125,7 +129,7 @@ class MemoryEmitter(JitEmitter):
 
     @property
     def masked(self) -> bool:
-        return self.count < self.h.vector_size
+        return self.mask_slot is not None or self.count < self.h.vector_size
 
     @property
     def full_bytes(self) -> int:
@@ -134,6 +138,9 @@ class MemoryEmitter(JitEmitter):
     def load_mask(self, a: Assembler, aux: AuxRegs) -> MaskReg:
         """Put the mask of ``count`` elements into the aux mask register (from the constant pool)."""
         k = aux.masks[0]
+        if self.mask_slot is not None:
+            a.kmovw(k, word[self.mask_slot])  # the low 16 bits of the qword slot
+            return k
         a.kmovw(k, word[a.const_data(((1 << self.count) - 1).to_bytes(2, "little"), 2)])
         return k
 
@@ -142,7 +149,7 @@ class LoadEmitter(MemoryEmitter):
     """Load (and LoadReorder, whose permutation is in the pointer arithmetic): ``count`` elements, widened."""
 
     def __init__(self, expr: Expression, h: X86_64TargetMachine) -> None:
-        super().__init__(expr, h, element_type_of_input(expr), int(expr.node.count))
+        super().__init__(expr, h, element_type_of_input(expr), as_dim(expr.node.count))
 
     def aux_needs(self) -> tuple[int, int, int]:
         return 0, 0, 1 if self.masked else 0
@@ -170,7 +177,7 @@ class StoreEmitter(MemoryEmitter):
 
     def __init__(self, expr: Expression, h: X86_64TargetMachine) -> None:
         et = expr.node.outputs[0].element_type
-        super().__init__(expr, h, et, int(expr.node.count))
+        super().__init__(expr, h, et, as_dim(expr.node.count))
         if et == ET.bf16 and "avx512_bf16" not in h.cpu_features:
             raise UnsupportedByTarget(f"Store '{expr.name}' of bf16 needs AVX512_BF16 (vcvtneps2bf16), which this CPU lacks")
 
@@ -216,3 +223,25 @@ class BroadcastLoadEmitter(MemoryEmitter):
         image = raw(dst, self.full_bytes)
         a.emit(mnemonic, image, hint[ins[0] + self.byte_offset])
         widen(a, dst, image)
+
+
+class TailFillEmitter(JitEmitter):
+    """Fill of a tail of dynamic size (a reduction over a dim known only at run time): lanes ``[tail, 16)`` take
+    the 32-bit pattern, under the op-mask ``0xFFFF - ((1 << tail) - 1)`` read from the runtime-parameter block
+    (the static Fill is the arithmetic table's ``emit_fill``)."""
+
+    def __init__(self, expr: Expression, h: X86_64TargetMachine) -> None:
+        super().__init__(expr, h)
+        node = expr.node
+        self.mask_slot = h.runtime_value(f"fill_mask({node.offset})", 0xFFFF - low_mask(node.offset))
+        self.fill_value = int(node.fill_value) & 0xFFFF_FFFF
+
+    def aux_needs(self) -> tuple[int, int, int]:
+        return 0, 0, 1
+
+    def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
+        dst, src, k = outs[0].zmm, ins[0].zmm, aux.masks[0]
+        if dst != src:
+            a.vmovaps(dst, src)
+        a.kmovw(k, word[self.mask_slot])
+        a.vpbroadcastd(dst.mask(k), a.const_i32(self.fill_value))

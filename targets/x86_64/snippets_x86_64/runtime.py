@@ -6,9 +6,13 @@ X86_64TargetMachine (or takes it from the kernel cache) and returns a :class:`Ke
 with something the target declares it does not generate (:class:`~snippets_core.errors.UnsupportedByTarget`:
 an op without an emitter, an element type, too many live values) returns None: it runs on its reference, and
 ``sg.rt_info["SnippetsFallbackReason"]`` says why. Any other exception (a bug in a pass or an emitter, a
-plugin's bad anchor) is raised: it is never turned into a silent fallback. A Subgraph with dynamic dims gets
-a :class:`ShapeSpecializingExecutor`: a kernel per set of input shapes, generated on first use, which reports
-per call where it ran (``last_placement``, see :mod:`snippets_core.runtime.placement`).
+plugin's bad anchor) is raised: it is never turned into a silent fallback. A Subgraph with dynamic dims gets a
+:class:`DynamicKernelExecutor`: one kernel lowered with symbolic dims, whose runtime-parameter block the core's
+RuntimeConfigurator computes per input shape (see docs/architecture.md, "Dynamic shapes"); a Subgraph that cannot
+be lowered so (DynamicShapeError: a dynamic M/N/K of a Brgemm, a Transpose moving a dynamic dim...) gets a
+:class:`ShapeSpecializingExecutor`: a kernel per set of input shapes, generated on first use. Both report per
+call where it ran (``last_placement``, see :mod:`snippets_core.runtime.placement`) and say which in
+``describe()``.
 
 The executor splits the parallel domain into contiguous chunks, one per thread; each thread has its own
 call arguments and its own slice of the buffer scratchpad, and runs its chunk with one call of the JIT
@@ -37,11 +41,12 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from snippets_core.errors import CodegenError, InputError, UnsupportedByTarget
+from snippets_core.errors import CodegenError, InputError, ShapeInferenceError, UnsupportedByTarget
 from snippets_core.runtime.placement import FALLBACK_KEY, REFERENCE, Placement, fallback_reason, subgraph_error
 from snippets_x86_64.cache import KERNEL_CACHE, cache_dir_from, cache_key
 from snippets_x86_64.native_pool import native_pool
@@ -51,6 +56,7 @@ if TYPE_CHECKING:
     from snippets_core.config import CompileConfig
     from snippets_core.ir.model import Model
     from snippets_core.ir.ops.subgraph import Subgraph
+    from snippets_core.lowered.runtime_configurator import RuntimeConfig
     from snippets_x86_64.kernel import Kernel
 
 TARGET_NAME = "x86_64_avx512"
@@ -153,10 +159,12 @@ def _split(work: int, parts: int) -> list[tuple[int, int]]:
 class _CallState:
     """Per-thread call arguments and scratchpad for one set of threads."""
 
-    def __init__(self, kernel: Kernel, chunks: list[tuple[int, int]]) -> None:
+    def __init__(self, kernel: Kernel, chunks: list[tuple[int, int]], domain: tuple[int, ...] | None = None,
+                 params: Sequence[int] = ()) -> None:
         info = kernel.info
-        domain = info.parallel_domain
-        self.scratch_stride = -(-info.scratchpad_size // _ALIGN) * _ALIGN
+        domain = info.parallel_domain if domain is None else domain
+        size = params[info.scratchpad_slot] if info.scratchpad_slot >= 0 else info.scratchpad_size
+        self.scratch_stride = -(-size // _ALIGN) * _ALIGN
         self.scratch, base = _aligned_empty(self.scratch_stride * len(chunks)) if info.has_scratchpad else (None, 0)
         self.args = []
         self.tasks = []
@@ -168,6 +176,8 @@ class _CallState:
             ca = (ctypes.c_uint64 * max(info.call_args_len, 1))()
             if info.has_scratchpad:
                 ca[info.n_inputs + info.n_outputs] = base + t * self.scratch_stride
+            if params:  # the runtime-parameter block of this call's shapes (two's complement for negative shifts)
+                ca[info.params_base:] = [v & 0xFFFF_FFFF_FFFF_FFFF for v in params]
             # an empty domain (a zero dim) has one chunk of no calls: its start index is never read
             first = np.unravel_index(start, domain) if domain and count else ()
             idx = (ctypes.c_int64 * max(len(domain), 1))(*first)
@@ -194,8 +204,12 @@ class KernelExecutor:
         num_threads: int,
         parallel_min_bytes: int = PARALLEL_MIN_BYTES,
         native_threads: bool = False,
+        runtime_config: RuntimeConfig | None = None,
     ) -> None:
         self.kernel = kernel
+        #: the parallel domain and runtime-parameter block of these shapes (a kernel lowered for every shape)
+        self.domain = kernel.info.parallel_domain if runtime_config is None else runtime_config.parallel_domain
+        self.params = () if runtime_config is None else runtime_config.values
         #: run workers' chunks on the native pool (False: the Python thread pool)
         self.native_threads = native_threads
         self.input_specs = [(np.dtype(d), tuple(s)) for d, s in input_specs]
@@ -206,12 +220,12 @@ class KernelExecutor:
                 f"kernel has {info.n_inputs} inputs and {info.n_outputs} outputs, the Subgraph "
                 f"{len(self.input_specs)} and {len(self.output_specs)}"
             )
-        work = math.prod(info.parallel_domain)
+        work = math.prod(self.domain)
         nbytes = sum(d.itemsize * math.prod(s) for d, s in (*self.input_specs, *self.output_specs))
         by_size = max(1, nbytes // max(parallel_min_bytes, 1)) if parallel_min_bytes > 0 else num_threads
         self.num_threads = max(1, min(num_threads, work, by_size))
         self.chunks = _split(work, self.num_threads)
-        self._state = _CallState(kernel, self.chunks)
+        self._state = _CallState(kernel, self.chunks, self.domain, self.params)
         self._busy = threading.Lock()
         self._n_data = info.n_inputs + info.n_outputs
         #: per data position, (weakref to the array of the last call, its address): see _addresses
@@ -268,7 +282,7 @@ class KernelExecutor:
             finally:
                 self._busy.release()
         else:  # called again from another thread while running: that call gets its own arguments
-            self._launch(_CallState(self.kernel, self.chunks), ptrs)
+            self._launch(_CallState(self.kernel, self.chunks, self.domain, self.params), ptrs)
         return results
 
     def _addresses(self, arrays: Sequence[np.ndarray]) -> list[int]:
@@ -341,7 +355,11 @@ def lowering_config(body: Model, num_threads: int) -> Any:
 
 
 def generate_subgraph(
-    sg: Subgraph, config: CompileConfig, host: Any, input_shapes: Sequence[tuple[int, ...]] | None = None
+    sg: Subgraph,
+    config: CompileConfig,
+    host: Any,
+    input_shapes: Sequence[tuple[int, ...]] | None = None,
+    symbolic: bool = False,
 ) -> GeneratedSubgraph:
     """The core's per-Subgraph pipeline (``generate_subgraph``: data-flow passes with PropagatePrecision fed by
     this target's precisions, lowering, the plugins' positioned passes, the Generator) with an
@@ -359,7 +377,7 @@ def generate_subgraph(
         tm,
         positioned_passes=positioned,
         disabled_passes=config.disabled_passes,
-        lowering_config=lowering_config(sg.body, config.num_threads),
+        lowering_config=replace(lowering_config(sg.body, config.num_threads), symbolic_dims=symbolic),
         # PropagatePrecision inserts the converts that make every op's inputs a type its emitter takes
         data_flow_config=DataFlowConfig.for_body(sg.body, supported_precisions=propagation_precisions),
         input_shapes=input_shapes,
@@ -395,14 +413,17 @@ def _qualname(obj: Any) -> str:
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
 
 
-def _kernel_for(sg: Subgraph, config: CompileConfig, host: Any, shapes: tuple[tuple[int, ...], ...] | None) -> Kernel:
-    """The kernel of ``sg`` (for these input shapes when its own are dynamic), from the cache or generated."""
+def _kernel_for(sg: Subgraph, config: CompileConfig, host: Any, shapes: tuple[tuple[int, ...], ...] | None,
+                symbolic: bool = False) -> Kernel:
+    """The kernel of ``sg`` (for these input shapes when its own are dynamic, or for every shape with
+    ``symbolic``), from the cache or generated."""
     cache_dir = cache_dir_from(dict(config.target_options))
     parts = _key_parts(config, host) + ([("input_shapes", shapes)] if shapes is not None else [])
+    parts += [("symbolic_dims", True)] if symbolic else []
     key = cache_key(sg.body, parts)
     kernel = KERNEL_CACHE.get(key, cache_dir)
     if kernel is None:
-        kernel = generate_subgraph(sg, config, host, shapes).kernel
+        kernel = generate_subgraph(sg, config, host, shapes, symbolic=symbolic).kernel
         KERNEL_CACHE.put(key, kernel, cache_dir)
     kernel.cache_key = key
     return kernel
@@ -434,7 +455,7 @@ def _executor_options(config: CompileConfig) -> tuple[int, bool]:
 def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
     """An executor running ``sg`` on this machine, or None (reason in ``sg.rt_info``) to use the reference when
     the target declares it does not generate something in it (UnsupportedByTarget); other errors are raised.
-    A Subgraph with dynamic dims gets a :class:`ShapeSpecializingExecutor`."""
+    A Subgraph with dynamic dims gets a :class:`DynamicKernelExecutor` (or a :class:`ShapeSpecializingExecutor`)."""
     from snippets_core.debug.config import debug_config
 
     debug = debug_config(config)  # a bad SNIPPETS_* debug setting is an error, not a fallback
@@ -444,7 +465,19 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
         return compile_subgraph_debug(sg, config, host, debug)
     if not _is_static(sg.body):
         sg.rt_info.pop(FALLBACK_KEY, None)
-        return ShapeSpecializingExecutor(sg, config, host)
+        from snippets_core.lowered.symbolic import DynamicShapeError
+
+        try:  # one kernel for every shape, its runtime parameters computed per shape
+            kernel = _kernel_for(sg, config, host, None, symbolic=True)
+            return DynamicKernelExecutor(sg, config, host, kernel)
+        # declared (or code that needs static shapes, or a gap that may hold for some shapes only): a kernel per
+        # shape, said by describe()
+        except (DynamicShapeError, ShapeInferenceError, UnsupportedByTarget) as exc:
+            specializing = ShapeSpecializingExecutor(sg, config, host)
+            specializing.why_per_shape = fallback_reason(exc)
+            return specializing
+        except Exception as exc:  # anything else is an error naming the Subgraph, never a silent change
+            raise subgraph_error(exc, sg.name, TARGET_NAME) from exc
     try:
         kernel = _kernel_for(sg, config, host, None)
     except UnsupportedByTarget as exc:  # the declared reason: the Subgraph runs on its reference
@@ -457,13 +490,101 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
     return executor
 
 
+class DynamicKernelExecutor:
+    """Runs a Subgraph whose body has dynamic dims on one kernel lowered for every shape (OpenVINO's dynamic
+    Subgraph): on a call with new input shapes, the :class:`RuntimeConfigurator` computes the runtime-parameter
+    block (parallel domain, data offsets, loop counts, pointer shifts, tail masks) and a :class:`KernelExecutor`
+    with per-thread call arguments holding that block is kept for those shapes (bounded LRU of ``MAX_SHAPES``).
+    Shapes the kernel cannot take (a dynamic dim that is 1 on one input and larger on another: numpy
+    broadcasting decided at run time) get a kernel of their own, counted in ``describe()``."""
+
+    MAX_SHAPES = 128
+
+    def __init__(self, sg: Subgraph, config: CompileConfig, host: Any, kernel: Kernel) -> None:
+        from snippets_core.lowered.runtime_configurator import RuntimeConfigurator
+
+        self.sg = sg
+        self.config = config
+        self.host = host
+        self.kernel = kernel
+        info = kernel.info
+        self.configurator = RuntimeConfigurator(
+            info.input_dims, info.output_dims, [c for _, c in info.runtime_params], info.domain_codes()
+        )
+        self.input_types = [p.outputs[0].element_type.numpy for p in sg.body.parameters]
+        self.output_types = [r.outputs[0].element_type.numpy for r in sg.body.results]
+        self._options = _executor_options(config)
+        self._executors: OrderedDict[tuple[tuple[int, ...], ...], Any] = OrderedDict()
+        self._per_shape: ShapeSpecializingExecutor | None = None
+        self._lock = threading.Lock()
+        self._on_target = Placement(TARGET_NAME)
+        #: where the last call ran (the snippets_core.runtime.placement protocol): here, except for a shape given a
+        #: kernel of its own, which says where it ran
+        self.last_placement = self._on_target
+        #: new shapes seen (each cost one configurator run and one call state), and those given their own kernel
+        self.new_shapes = 0
+        self.per_shape_kernels = 0
+
+    def _prepare(self, shapes: tuple[tuple[int, ...], ...], arrays: Sequence[np.ndarray]) -> Any:
+        from snippets_core.lowered.symbolic import DynamicShapeError
+
+        for i, (a, dtype) in enumerate(zip(arrays, self.input_types)):
+            if a.dtype != dtype:
+                raise InputError(f"Subgraph input {i} must be {dtype}, got {a.dtype}")
+        with self._lock:
+            executor = self._executors.get(shapes)
+            if executor is not None:
+                return executor
+            try:
+                cfg = self.configurator.configure(shapes)
+            except DynamicShapeError:
+                if self._per_shape is None:
+                    self._per_shape = ShapeSpecializingExecutor(self.sg, self.config, self.host)
+                    self._per_shape.why_per_shape = "numpy broadcasting of a dynamic dim decided at run time"
+                executor = self._per_shape
+                self.per_shape_kernels += 1
+            else:
+                ins = list(zip(self.input_types, shapes))
+                outs = list(zip(self.output_types, cfg.output_shapes))
+                executor = KernelExecutor(
+                    self.kernel, ins, outs, self.config.num_threads, *self._options, runtime_config=cfg
+                )
+            self.new_shapes += 1
+            self._executors[shapes] = executor
+            if len(self._executors) > self.MAX_SHAPES:
+                self._executors.popitem(last=False)
+            return executor
+
+    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in args]
+        if len(arrays) != len(self.input_types):
+            raise InputError(f"the Subgraph takes {len(self.input_types)} inputs, got {len(arrays)}")
+        shapes = tuple(a.shape for a in arrays)
+        executor = self._executors.get(shapes)
+        if executor is None:
+            executor = self._prepare(shapes, arrays)
+        results = executor(arrays, outs)
+        self.last_placement = executor.last_placement if executor is self._per_shape else self._on_target
+        return results
+
+    run = __call__
+
+    def describe(self) -> str:
+        n = len(self.kernel.info.runtime_params)
+        text = f"one kernel for every shape ({n} runtime parameters), {self.new_shapes} shape(s) configured"
+        if self.per_shape_kernels:
+            text += f", {self.per_shape_kernels} with a kernel of their own (run-time broadcasting)"
+        return text
+
+
 class ShapeSpecializingExecutor:
-    """Runs a Subgraph whose body has dynamic dims: on the first call with a new set of input shapes it generates
-    (or takes from the kernel cache) a kernel for exactly those shapes and keeps its KernelExecutor, at most
-    ``MAX_SPECIALIZATIONS`` of them (least recently used dropped first: a dropped shape is compiled again, it
-    never changes where a call runs). Shapes with something the target declares it does not generate
-    (UnsupportedByTarget) run on the Subgraph's reference, ``reasons`` says why per shape; any other error is
-    raised naming the Subgraph and the shapes. After each call ``last_placement`` says where that call ran."""
+    """Runs a Subgraph whose body has dynamic dims but cannot be lowered for every shape: on the first call with a
+    new set of input shapes it generates (or takes from the kernel cache) a kernel for exactly those shapes and keeps
+    its KernelExecutor, at most ``MAX_SPECIALIZATIONS`` of them (least recently used dropped first: a dropped shape
+    is compiled again, it never changes where a call runs). Shapes with something the target declares it does not
+    generate (UnsupportedByTarget) run on the Subgraph's reference, ``reasons`` says why per shape; any other error
+    is raised naming the Subgraph and the shapes. After each call ``last_placement`` says where that call ran;
+    ``describe()`` counts the compiles and the shapes on the reference."""
 
     MAX_SPECIALIZATIONS = 64
 
@@ -480,6 +601,10 @@ class ShapeSpecializingExecutor:
         #: where the last call ran (the snippets_core.runtime.placement protocol)
         self.last_placement = self._on_target
         self._lock = threading.Lock()
+        #: why this Subgraph has no kernel for every shape (set by compile_subgraph)
+        self.why_per_shape = ""
+        #: kernels obtained for new shapes (generated or from the kernel cache)
+        self.compiles = 0
 
     def _check(self, arrays: Sequence[np.ndarray]) -> None:
         if len(arrays) != len(self.input_types):
@@ -502,6 +627,7 @@ class ShapeSpecializingExecutor:
                 ins = list(zip(self.input_types, shapes))
                 outs = _output_specs(self.sg, shapes)
                 executor = KernelExecutor(kernel, ins, outs, self.config.num_threads, *_executor_options(self.config))
+                self.compiles += 1
             except UnsupportedByTarget as exc:  # the declared reason: these shapes run on the reference
                 self.reasons[shapes] = f"input shapes {list(shapes)}: {fallback_reason(exc)}"
             except Exception as exc:  # anything else is an error naming the Subgraph, never a silent fallback
@@ -541,11 +667,16 @@ class ShapeSpecializingExecutor:
 
     run = __call__
 
+    def describe(self) -> str:
+        why = f" ({self.why_per_shape})" if self.why_per_shape else ""
+        return f"a kernel per input shape{why}: {self.compiles} compiled, {len(self.reasons)} on the reference"
+
 
 _MISSING: Any = object()
 
 
 __all__ = [
+    "DynamicKernelExecutor",
     "KernelExecutor",
     "ShapeSpecializingExecutor",
     "ThreadPool",

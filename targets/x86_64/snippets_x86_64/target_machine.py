@@ -26,10 +26,12 @@ from snippets_core.codegen.target_machine import Jitter, TargetMachine
 from snippets_core.errors import CodegenError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.lowered.port_descriptor import RegType
+from snippets_core.lowered.symbolic import is_dynamic
 from snippets_x86_64.asm import (
     ZMM,
     Function,
     Mem,
+    qword,
     r8,
     r9,
     r10,
@@ -55,7 +57,7 @@ from snippets_x86_64.loop_emitters import (
     RegSpillBeginEmitter,
     RegSpillEndEmitter,
 )
-from snippets_x86_64.memory_emitters import BroadcastLoadEmitter, LoadEmitter, StoreEmitter
+from snippets_x86_64.memory_emitters import BroadcastLoadEmitter, LoadEmitter, StoreEmitter, TailFillEmitter
 
 if TYPE_CHECKING:
     from snippets_core.codegen.emitter import KernelEmitter
@@ -273,8 +275,15 @@ class X86_64TargetMachine(TargetMachine):
             rows[op] = Jitter(self._bind(cls))
         for op, factory in (plugin_emitters or {}).items():
             rows[op] = factory if isinstance(factory, Jitter) else Jitter(self._bind(factory))
+        if "Fill" in rows:  # a Fill of a tail of dynamic size reads its mask from the runtime-parameter block
+            static_fill = rows["Fill"]
+            rows["Fill"] = Jitter(
+                lambda expr: TailFillEmitter(expr, self) if is_dynamic(expr.node.offset) else static_fill.factory(expr),
+                static_fill.supported_precisions,
+            )
         self.jitters.update((op, rows[op]) for op in sorted(rows))
         self.asm: Function = self.new_function()
+        self._new_runtime_params()
         from snippets_x86_64.cpu import cpu_features
 
         #: CPUID features of this machine (emitters choose instructions by them)
@@ -322,7 +331,29 @@ class X86_64TargetMachine(TargetMachine):
         assert isinstance(kernel_emitter, X86_64KernelEmitter)
         kernel = kernel_emitter.kernel
         self.asm = self.new_function()
+        self._new_runtime_params()
         return kernel
+
+    # --- runtime parameters (a kernel lowered for every shape) -----------------------------------------------
+    def _new_runtime_params(self) -> None:
+        from snippets_core.codegen.runtime_params import RuntimeParams
+
+        #: the dynamic values of the kernel being built (snippets_core.codegen.runtime_params)
+        self.runtime_params = RuntimeParams()
+        #: slot index -> the stack slot the kernel prologue copies it to (emitters address it there)
+        self.runtime_slots: dict[int, Mem] = {}
+
+    def runtime_value(self, name: str, value: Any) -> Any:
+        """``value`` itself when static (an immediate), else the qword stack slot holding it at run time."""
+        from snippets_core.lowered.symbolic import is_dynamic
+
+        if not is_dynamic(value):
+            return value
+        k = self.runtime_params.add(name, value)
+        slot = self.runtime_slots.get(k)
+        if slot is None:
+            slot = self.runtime_slots[k] = qword[self.asm.stack_slot(8)]
+        return slot
 
     # --- spill helpers (RegSpill and the KernelEmitter's aux spills) -------------------------------------------
     @staticmethod

@@ -68,13 +68,6 @@ def _unsupported_tensors(node: Node) -> str | None:
     return None
 
 
-def _dynamic(node: Node) -> str | None:
-    shapes = [inp.shape for inp in node.inputs] + [out.shape for out in node.outputs]
-    if not all(shape.is_static for shape in shapes):
-        return "it has dynamic shapes; x86_64_avx512 compiles kernels for static shapes"
-    return None
-
-
 def _mish(node: Node) -> str | None:
     return "Mish is left to the reference kernels on x86_64_avx512" if node.type_name == "Mish" else None
 
@@ -98,7 +91,6 @@ def _complex_only(node: Node) -> str | None:
 RULES: tuple[Callable[[Node], str | None], ...] = (
     _all_inputs_constant,
     _unsupported_tensors,
-    _dynamic,
     _mish,
     _swish_beta,
     _complex_only,
@@ -144,7 +136,7 @@ def default_concurrency() -> int:
 
 def mha_callback(matmul0: Node, concurrency: int | None = None, features: frozenset[str] | None = None) -> str | None:
     """The reason to leave the MHA starting at ``matmul0`` to the reference kernels, or None to fuse it."""
-    # dynamic dims are fine: the runtime compiles a kernel per input shape (the Brgemm blocks are static in each)
+    # dynamic dims are fine: the runtime has one kernel for every shape, or one per shape (runtime.py says which)
     for rule in (_unsupported_tensors,):
         reason = rule(matmul0)
         if reason is not None:

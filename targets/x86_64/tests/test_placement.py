@@ -22,6 +22,7 @@ from snippets_core.ir.ops.binary import Add, Multiply
 from snippets_core.ir.ops.io import Parameter, Result
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.ops.unary import Clamp, Relu
+from snippets_core.lowered.symbolic import DynamicShapeError
 from snippets_core.runtime.compiled_model import compile_model
 from snippets_x86_64 import runtime
 from snippets_x86_64.cache import KERNEL_CACHE
@@ -100,8 +101,10 @@ def test_declared_fallback_runs_the_reference_and_says_why(counts: Counter) -> N
 def test_dynamic_subgraph_reports_where_each_call_ran(counts: Counter, monkeypatch: pytest.MonkeyPatch) -> None:
     real = runtime.generate_subgraph
 
-    def picky(sg: Any, config: Any, host: Any, shapes: Any = None) -> Any:  # declares five rows unsupported
-        if shapes is not None and any(s[:1] == (5,) for s in shapes):
+    def picky(sg: Any, config: Any, host: Any, shapes: Any = None, symbolic: bool = False) -> Any:
+        if symbolic:  # no kernel for every shape: a kernel per shape, of which one is declared unsupported
+            raise DynamicShapeError("this test wants a kernel per shape")
+        if shapes is not None and any(s[:1] == (5,) for s in shapes):  # declares five rows unsupported
             raise UnsupportedByTarget("no kernel for five rows")
         return real(sg, config, host, shapes)
 
@@ -127,6 +130,15 @@ def test_more_shapes_than_kept_kernels_never_change_where_a_call_runs(
     counts: Counter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(ShapeSpecializingExecutor, "MAX_SPECIALIZATIONS", 2)
+    real = runtime.generate_subgraph
+
+    def per_shape(sg: Any, config: Any, host: Any, shapes: Any = None, symbolic: bool = False) -> Any:
+        if symbolic:  # no kernel for every shape: a kernel per shape
+            raise DynamicShapeError("this test wants a kernel per shape")
+        return real(sg, config, host, shapes)
+
+    KERNEL_CACHE.clear()
+    monkeypatch.setattr(runtime, "generate_subgraph", per_shape)
     cm = compile_model(model((None, 40)), target=TARGET, config=DYNAMIC)
     (executor,) = [st.run for st in cm._steps if isinstance(st.node, Subgraph)]
     assert isinstance(executor, ShapeSpecializingExecutor)
@@ -155,3 +167,15 @@ def test_snippets_run_prints_the_fallback_and_its_reason(
     out = capsys.readouterr().out
     assert "[reference] Subgraph" in out and "(fallback: UnsupportedByTarget: " in out and "a test declares it" in out
     assert "last run by where: reference" in out
+
+
+def test_a_subgraph_with_one_kernel_for_every_shape_reports_each_call(counts: Counter) -> None:
+    from snippets_x86_64.runtime import DynamicKernelExecutor
+
+    cm = compile_model(model((None, 40)), target=TARGET, config=DYNAMIC)
+    (executor,) = [st.run for st in cm._steps if isinstance(st.node, Subgraph)]
+    assert isinstance(executor, DynamicKernelExecutor)
+    for rows in (1, 2, 3, 1):
+        run_and_check(cm, rows)
+        assert where_subgraph_ran(cm) == TARGET and cm.last_run_stats.fallbacks == {}
+    assert executor.new_shapes == 3

@@ -16,11 +16,13 @@ from snippets_core.ir.ops.binary import Add, Multiply
 from snippets_core.ir.ops.io import Constant, Parameter, Result
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.ops.unary import Atan, Clamp, Exp, Relu
+from snippets_core.lowered.symbolic import DynamicShapeError
 from snippets_core.plugins.host import get_host
 from snippets_core.runtime.compiled_model import compile_model
 from snippets_x86_64.cache import KERNEL_CACHE, cache_key
 from snippets_x86_64.runtime import (
     FALLBACK_KEY,
+    DynamicKernelExecutor,
     KernelExecutor,
     ShapeSpecializingExecutor,
     ThreadPool,
@@ -69,34 +71,56 @@ def test_an_op_without_emitter_falls_back_with_the_reason():
     assert "UnsupportedByTarget" in reason and "Atan" in reason
 
 
-def test_dynamic_shapes_get_a_kernel_per_input_shape():
+def test_dynamic_shapes_get_one_kernel_for_every_shape():
+    KERNEL_CACHE.clear()
     sg = subgraph(shape=(None, 37))
     run = compile_sg(sg)
-    assert isinstance(run, ShapeSpecializingExecutor) and FALLBACK_KEY not in sg.rt_info
+    assert isinstance(run, DynamicKernelExecutor) and FALLBACK_KEY not in sg.rt_info
     inputs = [rand((n, 37)) for n in (3, 8, 3, 1)]
     for xv in inputs:
         close(run([xv])[0], xv)
-    assert sorted(run.executors) == [((1, 37),), ((3, 37),), ((8, 37),)]
-    assert all(isinstance(ex, KernelExecutor) for ex in run.executors.values())
+    assert len(KERNEL_CACHE._mem) == 1 and run.new_shapes == 3 and run.per_shape_kernels == 0
     out = np.empty((8, 37), np.float32)
     assert run([inputs[1]], [out])[0] is out
     close(out, inputs[1])
     with pytest.raises(InputError, match="shape"):
         run([rand((3, 36))])
+    assert "one kernel for every shape" in run.describe()
 
 
-def test_shapes_the_target_cannot_compile_run_on_the_reference(monkeypatch):
+def _no_symbolic_kernel(monkeypatch, picky=None):  # type: ignore[no-untyped-def]
     from snippets_x86_64 import runtime
 
     real = runtime.generate_subgraph
 
-    def picky(sg, config, host, shapes=None):  # type: ignore[no-untyped-def]
-        if shapes == ((5, 37),):
-            raise UnsupportedByTarget("no kernel for five rows")
+    def generate(sg, config, host, shapes=None, symbolic=False):  # type: ignore[no-untyped-def]
+        if symbolic:
+            raise DynamicShapeError("no kernel for every shape today")
+        if picky is not None:
+            picky(shapes)
         return real(sg, config, host, shapes)
 
     KERNEL_CACHE.clear()
-    monkeypatch.setattr(runtime, "generate_subgraph", picky)
+    monkeypatch.setattr(runtime, "generate_subgraph", generate)
+
+
+def test_a_subgraph_without_a_kernel_for_every_shape_gets_one_per_shape_and_says_so(monkeypatch):
+    _no_symbolic_kernel(monkeypatch)
+    run = compile_sg(subgraph(shape=(None, 37)))
+    assert isinstance(run, ShapeSpecializingExecutor) and "no kernel for every shape" in run.why_per_shape
+    for n in (3, 8, 3):
+        xv = rand((n, 37))
+        close(run([xv])[0], xv)
+    assert sorted(run.executors) == [((3, 37),), ((8, 37),)]
+    assert "a kernel per input shape" in run.describe() and "2 compiled" in run.describe()
+
+
+def test_shapes_the_target_cannot_compile_run_on_the_reference(monkeypatch):
+    def picky(shapes):  # type: ignore[no-untyped-def]
+        if shapes == ((5, 37),):
+            raise UnsupportedByTarget("no kernel for five rows")
+
+    _no_symbolic_kernel(monkeypatch, picky)
     run = compile_sg(subgraph(shape=(None, 37)))
     for n in (5, 2):
         xv = rand((n, 37))
@@ -349,6 +373,27 @@ def test_an_internal_error_is_an_error_naming_the_subgraph_never_a_fallback(monk
     with pytest.raises(CodegenError, match="Subgraph '.*' on target 'x86_64_avx512': internal error RuntimeError: "
                                            "a pass tripped over itself"):
         compile_model(m, target="x86_64_avx512")
-    dyn = compile_sg(subgraph(shape=(None, 37)))  # a dynamic Subgraph: the error comes with the first shape
+    # a dynamic Subgraph is lowered once, for every shape, when it is compiled: the error comes then
+    with pytest.raises(CodegenError, match="on target 'x86_64_avx512': internal error RuntimeError"):
+        compile_sg(subgraph(shape=(None, 37)))
+
+    def broken_per_shape(sg, config, host, shapes=None, symbolic=False):  # type: ignore[no-untyped-def]
+        if symbolic:
+            raise DynamicShapeError("no kernel for every shape")
+        raise RuntimeError("a pass tripped over itself")
+
+    monkeypatch.setattr(runtime, "generate_subgraph", broken_per_shape)
+    dyn = compile_sg(subgraph(shape=(None, 37)))  # a kernel per shape: the error comes with the first shape
     with pytest.raises(CodegenError, match=r"for input shapes \[\(3, 37\)\]: internal error RuntimeError"):
         dyn([rand((3, 37))])
+
+
+def test_a_kernel_per_shape_evicts_old_shapes_instead_of_falling_back(monkeypatch):
+    _no_symbolic_kernel(monkeypatch)
+    run = compile_sg(subgraph(shape=(None, 37)))
+    monkeypatch.setattr(run, "MAX_SPECIALIZATIONS", 2)
+    for n in (1, 2, 3, 1):
+        xv = rand((n, 37))
+        close(run([xv])[0], xv)
+    assert list(run.executors) == [((3, 37),), ((1, 37),)] and all(run.executors.values())
+    assert run.compiles == 4 and not run.reasons and "4 compiled, 0 on the reference" in run.describe()
