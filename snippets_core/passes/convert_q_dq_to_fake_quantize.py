@@ -10,6 +10,7 @@ import numpy as np
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node, replace_node
 from snippets_core.ir.ops.fake_quantize import FakeQuantize
+from snippets_core.ir.ops.binary import Maximum, Minimum
 from snippets_core.ir.ops.io import Constant
 from snippets_core.ir.ops.quantize import QUANT_RANGES
 from snippets_core.ir.pass_manager import Pass
@@ -38,16 +39,20 @@ class ConvertQDQToFakeQuantize(Pass):
     """Rewrite ``DequantizeLinear(QuantizeLinear(x, s, z), s, z)`` into ``FakeQuantize(x, il, ih, il, ih,
     levels)`` with ``il = (qmin - z) * s``, ``ih = (qmax - z) * s`` and ``levels = qmax - qmin + 1`` (256 for
     8-bit types, 65536 for 16-bit ones), as OpenVINO's frontend does, so the eltwise Tokenizer fuses the pair
-    with the ops around it and FakeQuantizeDecomposition lowers it inside the Subgraph.
+    with the ops around it and FakeQuantizeDecomposition lowers it inside the Subgraph. When ``z - qmin`` is
+    odd, the grid is extended by one step (levels + 1) and followed by Maximum/Minimum to ``[il, ih]``, so
+    ties round to even *quantized values* as QuantizeLinear does (OpenVINO's plain mapping rounds those ties
+    the other way).
 
     Both nodes must have the same constant scale and zero point, per tensor or per axis on the same axis;
     the data, the scale and the dequantized output must share one real type. Blocked quantization and pairs
     whose quantized tensor has another consumer are left alone (they run on the ops' references).
 
-    Numerics: for ``x`` on the grid the two agree exactly, and so do the saturated ends. The FakeQuantize
-    computes ``(x - il) / (ih - il) * (levels - 1)`` rather than ``x / s``, so where ``x / s`` falls within
-    a float rounding of a tie (``k + 0.5``) the rounding may go to the other neighbour: one quantization
-    step, the issue's tolerance. With power-of-two scales both formulas are exact and the results equal.
+    Numerics: with power-of-two scales every step is exact and the result is Q then DQ's bit for bit, ties and
+    saturated ends included. Otherwise the FakeQuantize computes ``x * ((levels - 1) / (ih - il)) - shift``
+    rather than ``x / s``: where ``x / s`` falls within a float rounding of a tie (``k + 0.5``) the rounding
+    may go to the other neighbour (one quantization step, the issue's tolerance), and a dequantized value may
+    differ from ``(q - z) * s`` in its last bit.
     """
 
     name: ClassVar[str] = "convert-q-dq-to-fake-quantize"
@@ -62,7 +67,7 @@ class ConvertQDQToFakeQuantize(Pass):
         return changed
 
     @staticmethod
-    def _fake_quantize(dq: Node) -> FakeQuantize | None:
+    def _fake_quantize(dq: Node) -> Node | None:
         q = dq.inputs[0].source.node
         if q.type_name != "QuantizeLinear" or len(q.outputs[0].targets) != 1:
             return None
@@ -93,8 +98,26 @@ class ConvertQDQToFakeQuantize(Pass):
             return None
         lo, hi = QUANT_RANGES[q.outputs[0].element_type]
         s64, z64 = s.astype(np.float64), z.astype(np.float64)
-        il = np.ascontiguousarray(((lo - z64) * s64).astype(et.numpy))
-        ih = np.ascontiguousarray(((hi - z64) * s64).astype(et.numpy))
-        consts = [Constant(v.copy(), name=f"{dq.name}/{tag}") for v, tag in
-                  ((il, "input_low"), (ih, "input_high"), (il, "output_low"), (ih, "output_high"))]
-        return FakeQuantize(x, *consts, levels=hi - lo + 1, name=dq.name)
+        il, ih = (lo - z64) * s64, (hi - z64) * s64
+        levels = hi - lo + 1
+        # FakeQuantize rounds the step counted from in_low, Q the step counted from 0: a tie rounds to the
+        # same neighbour only when they differ by an even count (zp - qmin). Where it is odd the grid gets
+        # one more step below in_low (elsewhere one above in_high, so levels agree across channels) and a
+        # Maximum/Minimum to [il, ih] after it restores Q's saturation.
+        odd = ((z64 - lo) % 2).astype(bool)
+        if odd.any():
+            levels += 1
+            fq_il, fq_ih = np.where(odd, il - s64, il), np.where(odd, ih, ih + s64)
+        else:
+            fq_il, fq_ih = il, ih
+        name = dq.name
+
+        def const(v: np.ndarray, tag: str) -> Constant:
+            return Constant(np.ascontiguousarray(np.asarray(v, dtype=et.numpy)), name=f"{name}/{tag}")
+
+        fq = FakeQuantize(x, const(fq_il, "input_low"), const(fq_ih, "input_high"), const(fq_il, "output_low"),
+                          const(fq_ih, "output_high"), levels=levels, name=name if not odd.any() else f"{name}/fq")
+        if not odd.any():
+            return fq
+        low = Maximum(fq, const(il, "saturate_low"), name=f"{name}/saturate_low")
+        return Minimum(low, const(ih, "saturate_high"), name=name)
