@@ -104,7 +104,8 @@ def _integer_op_model(op: str, rng: np.random.Generator):  # type: ignore[no-unt
     inits = [f(np.float32(0.03), "xs"), f(np.uint8(110), "xz"), f(w, "w"),
              f(np.asarray([0.01, 0.02, 0.005, 0.04], np.float32), "ws"), f(np.zeros(4, np.int8), "wz"),
              f(np.float32(2.0), "ys"), f(np.uint8(100), "yz"), f(np.asarray([100, -2000, 7, 0], np.int32), "B")]
-    node = h.make_node(op, ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "B"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])
+    node = h.make_node(op, ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "B"], ["y"], pads=[1, 1, 1, 1],
+                       strides=[2, 2])
     return x, u8, (1, 4, 3, 3), u8, [node], inits
 
 
@@ -206,8 +207,10 @@ def test_q_dq_rewrite_can_be_disabled_and_skips_what_it_cannot_express() -> None
     cm = sc.compile_model(m, "reference", {"disabled_passes": ["convert-q-dq-to-fake-quantize"]})
     assert {"QuantizeLinear", "DequantizeLinear"} <= {t for _, t, _ in cm.placement()}
     # different scales on Q and DQ: not a FakeQuantize
-    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), h.make_node("DequantizeLinear", ["q", "s2", "z"], ["y"])]
-    inits = [nh.from_array(np.float32(0.25), "s"), nh.from_array(np.float32(0.5), "s2"), nh.from_array(np.uint8(3), "z")]
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             h.make_node("DequantizeLinear", ["q", "s2", "z"], ["y"])]
+    inits = [nh.from_array(np.float32(0.25), "s"), nh.from_array(np.float32(0.5), "s2"),
+             nh.from_array(np.uint8(3), "z")]
     m2 = _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, SHAPE)], [h.make_tensor_value_info("y", T.FLOAT, SHAPE)],
                 inits)
     cm2 = sc.compile_model(m2, "reference")
@@ -229,7 +232,7 @@ def test_shave_refuses_fake_quantize_with_a_reason() -> None:
 # --- bad input: typed errors naming the node, at load time ---------------------------------------------
 
 
-def _one_q(scale, zp, *, shape=SHAPE, op: str = "QuantizeLinear", x_t: int = T.FLOAT, **attrs):  # type: ignore[no-untyped-def]
+def _one_q(scale, zp, *, shape=SHAPE, op="QuantizeLinear", x_t=T.FLOAT, **attrs):  # type: ignore[no-untyped-def]
     inits = [nh.from_array(np.asarray(scale), "s")] + ([] if zp is None else [nh.from_array(np.asarray(zp), "z")])
     node = h.make_node(op, ["x", "s"] + (["z"] if zp is not None else []), ["y"], name="the_q", **attrs)
     out_t = T.FLOAT if op == "DequantizeLinear" else T.UINT8
@@ -247,7 +250,7 @@ def _one_q(scale, zp, *, shape=SHAPE, op: str = "QuantizeLinear", x_t: int = T.F
     (np.float32(0.1), np.uint8(0), {"axis": 1, "block_size": -2}, UnsupportedOpError, "block_size"),
     (np.float32(0.1), np.uint8(0), {"output_dtype": T.INT4}, UnsupportedOpError, "INT4"),
 ])
-def test_bad_quantization_parameters_name_the_node(scale, zp, attrs, error, match) -> None:  # type: ignore[no-untyped-def]
+def test_bad_quantization_parameters_name_the_node(scale, zp, attrs, error, match):  # type: ignore[no-untyped-def]
     m = _one_q(scale, zp, **attrs)
     with pytest.raises(error, match=match) as e:
         read_onnx(m, check=False)
@@ -275,7 +278,8 @@ def test_errors_are_snippets_errors_through_the_checker_too() -> None:
 
 
 def test_microsoft_domain_qlinear_ops_are_refused_by_domain() -> None:
-    node = h.make_node("QLinearAdd", ["x", "s", "z", "x", "s", "z", "s", "z"], ["y"], name="qadd", domain="com.microsoft")
+    node = h.make_node("QLinearAdd", ["x", "s", "z", "x", "s", "z", "s", "z"], ["y"], name="qadd",
+                       domain="com.microsoft")
     inits = [nh.from_array(np.float32(0.1), "s"), nh.from_array(np.uint8(0), "z")]
     g = h.make_graph([node], "q", [h.make_tensor_value_info("x", T.UINT8, [4])],
                      [h.make_tensor_value_info("y", T.UINT8, [4])], inits)

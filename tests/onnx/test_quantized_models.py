@@ -12,6 +12,7 @@ a step; docs/quantization.md gives the numbers.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -21,6 +22,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 import snippets_core as sc
+from snippets_core.errors import UnsupportedOpError
 from snippets_core.plugins.targets import load_target, target_names
 
 ort = pytest.importorskip("onnxruntime")
@@ -39,7 +41,8 @@ def _cnn(rng: np.random.Generator) -> tuple[onnx.ModelProto, tuple[int, ...]]:
              _w(rng, "b2", (8,), 0.1), _w(rng, "fc", (8, 10)), _w(rng, "fcb", (10,), 0.1),
              nh.from_array(np.asarray([1, 8], np.int64), "flat")]
     nodes = [h.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c1"], ["r1"]),
-             h.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]), h.make_node("Add", ["c2", "r1"], ["s"]),
+             h.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             h.make_node("Add", ["c2", "r1"], ["s"]),
              h.make_node("Relu", ["s"], ["r2"]), h.make_node("GlobalAveragePool", ["r2"], ["p"]),
              h.make_node("Reshape", ["p", "flat"], ["f"]), h.make_node("MatMul", ["f", "fc"], ["m"]),
              h.make_node("Add", ["m", "fcb"], ["y"])]
@@ -49,7 +52,8 @@ def _cnn(rng: np.random.Generator) -> tuple[onnx.ModelProto, tuple[int, ...]]:
     return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), shape
 
 
-def _encoder(rng: np.random.Generator, s: int = 16, d: int = 32, heads: int = 2) -> tuple[onnx.ModelProto, tuple[int, ...]]:
+def _encoder(rng: np.random.Generator, s: int = 16, d: int = 32,
+             heads: int = 2) -> tuple[onnx.ModelProto, tuple[int, ...]]:
     """One BERT-like layer: Q/K/V projections, 2-head attention, output projection + residual, LayerNorm,
     a Relu FFN + residual."""
     dh = d // heads
@@ -90,12 +94,13 @@ class _Calibration:
         return next(self._data, None)
 
 
-def _quantize(tmp_path, model: onnx.ModelProto, shape: tuple[int, ...], kind: str) -> str:  # type: ignore[no-untyped-def]
+def _quantize(tmp_path: Path, model: onnx.ModelProto, shape: tuple[int, ...], kind: str) -> str:
     src, dst = os.fspath(tmp_path / "f32.onnx"), os.fspath(tmp_path / f"{kind}.onnx")
     onnx.save(model, src)
-    if kind == "static":
-        quantization.quantize_static(src, dst, _Calibration(shape), quant_format=quantization.QuantFormat.QDQ,
-                                     per_channel=True, activation_type=quantization.QuantType.QUInt8,
+    if kind in ("static", "qoperator"):
+        fmt = quantization.QuantFormat.QDQ if kind == "static" else quantization.QuantFormat.QOperator
+        quantization.quantize_static(src, dst, _Calibration(shape), quant_format=fmt, per_channel=True,
+                                     activation_type=quantization.QuantType.QUInt8,
                                      weight_type=quantization.QuantType.QInt8)
     else:
         quantization.quantize_dynamic(src, dst, weight_type=quantization.QuantType.QInt8)
@@ -119,13 +124,29 @@ def _targets() -> list[str]:
     return out
 
 
+def _conv_chain(rng: np.random.Generator) -> tuple[onnx.ModelProto, tuple[int, ...]]:
+    """Conv-Relu-Conv-Relu, flattened into a MatMul: QOperator quantization turns it into default-domain
+    QLinearConv / QLinearMatMul only (no com.microsoft op)."""
+    inits = [_w(rng, "w1", (8, 3, 3, 3)), _w(rng, "b1", (8,), 0.1), _w(rng, "w2", (4, 8, 3, 3), 0.1),
+             _w(rng, "b2", (4,), 0.1), _w(rng, "fc", (4 * 8 * 8, 10), 0.05),
+             nh.from_array(np.asarray([1, 4 * 8 * 8], np.int64), "flat")]
+    nodes = [h.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c1"], ["r1"]),
+             h.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             h.make_node("Relu", ["c2"], ["r2"]), h.make_node("Reshape", ["r2", "flat"], ["f"]),
+             h.make_node("MatMul", ["f", "fc"], ["y"])]
+    shape = (1, 3, 16, 16)
+    g = h.make_graph(nodes, "conv_chain", [h.make_tensor_value_info("x", T.FLOAT, shape)],
+                     [h.make_tensor_value_info("y", T.FLOAT, (1, 10))], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), shape
+
+
 MODELS = {"cnn": _cnn, "encoder": _encoder}
 
 
 @pytest.mark.parametrize("target", _targets())
 @pytest.mark.parametrize("kind", ["static", "dynamic"])
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_quantized_model_matches_onnxruntime(tmp_path, name: str, kind: str, target: str) -> None:  # type: ignore[no-untyped-def]
+def test_quantized_model_matches_onnxruntime(tmp_path: Path, name: str, kind: str, target: str) -> None:
     model, shape = MODELS[name](np.random.default_rng(0))
     path = _quantize(tmp_path, model, shape, kind)
     ops = {n.op_type for n in onnx.load(path).graph.node}
@@ -146,21 +167,52 @@ def test_quantized_model_matches_onnxruntime(tmp_path, name: str, kind: str, tar
         if name == "cnn":
             assert placement["ConvInteger"] == "reference"
     step = _output_step(path)
+    if step is not None:
+        _compare_stepwise(cm, sess, shape, step)
+        return
+    for seed in range(N_INPUTS):  # dynamic: f32 output of an integer matmul/conv times f32 scales
+        x = np.random.default_rng(100 + seed).standard_normal(shape).astype(np.float32)
+        want, got = sess.run(None, {"x": x})[0], cm({"x": x})["y"]
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def _compare_stepwise(cm, sess, shape: tuple[int, ...], step: float) -> None:  # type: ignore[no-untyped-def]
+    """At most 1% of the outputs one step off, none more; the others on the same step (their values differ
+    only by the float rounding of FakeQuantize's output affine, r * osc + out_low, far below a step)."""
     off, total = 0, 0
     for seed in range(N_INPUTS):
         x = np.random.default_rng(100 + seed).standard_normal(shape).astype(np.float32)
-        want = sess.run(None, {"x": x})[0]
-        got = cm({"x": x})["y"]
+        want, got = sess.run(None, {"x": x})[0], cm({"x": x})["y"]
         assert got.shape == want.shape and got.dtype == want.dtype
-        if step is None:  # dynamic: f32 output of an integer matmul/conv times f32 scales
-            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
-            continue
         steps = np.abs(np.rint(got.astype(np.float64) / step) - np.rint(want.astype(np.float64) / step))
         assert steps.max() <= 1, f"input {seed}: {int(steps.max())} steps off"
-        off += int((steps > 0).sum())
-        total += steps.size
-        # on the same step: the values differ only by the float rounding of FakeQuantize's output affine
-        # (r * osc + out_low, whose terms are as large as the range), far below a step
+        off, total = off + int((steps > 0).sum()), total + steps.size
         np.testing.assert_allclose(got[steps == 0], want[steps == 0], rtol=0, atol=1e-3 * step)
-    if total:
-        assert off <= 0.01 * total, f"{off} of {total} outputs one step off"
+    assert off <= 0.01 * total, f"{off} of {total} outputs one step off"
+
+
+@pytest.mark.parametrize("target", _targets())
+def test_qoperator_model_with_qlinear_conv_and_matmul(tmp_path: Path, target: str) -> None:
+    """QOperator format: QLinearConv (per-channel weights, i32 bias) and QLinearMatMul run on their integer
+    references and match onnxruntime."""
+    model, shape = _conv_chain(np.random.default_rng(0))
+    path = _quantize(tmp_path, model, shape, "qoperator")
+    ops = {(n.domain, n.op_type) for n in onnx.load(path).graph.node}
+    assert {("", "QLinearConv"), ("", "QLinearMatMul")} <= ops and all(d == "" for d, _ in ops)
+    cm = sc.compile_model(path, target)
+    placement = {t: w for _, t, w in cm.placement()}
+    assert placement["QLinearConv"] == "reference" and placement["QLinearMatMul"] == "reference"
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    step = _output_step(path)
+    assert step is not None
+    _compare_stepwise(cm, ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]), shape, step)
+
+
+def test_qoperator_com_microsoft_ops_are_refused_naming_the_domain(tmp_path: Path) -> None:
+    """onnxruntime's QOperator quantizer writes QLinearAdd / QLinearGlobalAveragePool in com.microsoft."""
+    model, shape = _cnn(np.random.default_rng(0))
+    path = _quantize(tmp_path, model, shape, "qoperator")
+    with pytest.raises(UnsupportedOpError, match=r"\(QLinear\w+\): op domain 'com.microsoft' is not supported"):
+        sc.compile_model(path, "reference")

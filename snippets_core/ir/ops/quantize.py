@@ -71,11 +71,12 @@ def broadcast_param(p: np.ndarray, shape: Sequence[int], axis: int, block_size: 
 
 
 def quantize(x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, et: ElementType) -> np.ndarray:
-    """``saturate(rint(x / scale) + zero_point)``: the division in x's type as ONNX's reference does it,
-    rounding half to even."""
+    """``saturate(rint(x / scale) + zero_point)``: the division in x's type (f16 rounds its quotient to f16)
+    as ONNX's reference does it, rounding half to even."""
     lo, hi = QUANT_RANGES[et]
-    with np.errstate(all="ignore"):  # +-inf saturate; nan (0/0) counts as 0 steps; the wide clip keeps the int cast defined
-        q = np.rint(upcast(x) / upcast(scale).astype(upcast(x).dtype))
+    # +-inf saturate; nan (0/0) counts as 0 steps; the wide clip keeps the int cast defined
+    with np.errstate(all="ignore"):
+        q = np.rint((x / scale.astype(x.dtype)).astype(np.float64))
         q = np.nan_to_num(q, nan=0.0, posinf=hi, neginf=lo)
         return np.clip(np.clip(q, -(2.0**40), 2.0**40).astype(np.int64) + zero_point.astype(np.int64), lo, hi
                        ).astype(et.numpy)
