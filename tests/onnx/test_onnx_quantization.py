@@ -74,6 +74,27 @@ def test_quantize_dequantize_match_onnx_reference(qt: str, mode: str) -> None:
     np.testing.assert_array_equal(_run(dq, want), ReferenceEvaluator(dq).run(None, {"x": want})[0])
 
 
+@pytest.mark.parametrize("opset", [10, 13, 19, 21, 23])
+def test_quantize_linear_across_opsets(opset: int) -> None:
+    """Opset 10 is per tensor only; 13 adds axis; 19 saturate (float8); 21 block_size/output_dtype; 23 precision."""
+    per_axis = opset >= 13
+    scale = np.asarray([0.5, 0.25, 1.0, 0.125], np.float32) if per_axis else np.float32(0.25)
+    zp = np.asarray([1, 2, 3, 4], np.uint8) if per_axis else np.uint8(9)
+    inits = [nh.from_array(np.asarray(scale), "s"), nh.from_array(np.asarray(zp), "z")]
+    x = _boundary_values(0.5, 0, 255, 0, np.random.default_rng(opset))
+    q = _model([h.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])], [h.make_tensor_value_info("x", T.FLOAT, SHAPE)],
+               [h.make_tensor_value_info("y", T.UINT8, SHAPE)], inits, opset=opset)
+    np.testing.assert_array_equal(_run(q, x), ReferenceEvaluator(q).run(None, {"x": x})[0])
+    # onnx's evaluator has no DequantizeLinear before 19: the ONNX formula in numpy is the oracle
+    dq = _model([h.make_node("DequantizeLinear", ["x", "s", "z"], ["y"])],
+                [h.make_tensor_value_info("x", T.UINT8, SHAPE)], [h.make_tensor_value_info("y", T.FLOAT, SHAPE)],
+                inits, opset=opset)
+    data = np.random.default_rng(0).integers(0, 256, SHAPE).astype(np.uint8)
+    bshape = (1, 4, 1, 1) if per_axis else ()
+    want = (data.astype(np.float32) - zp.reshape(bshape).astype(np.float32)) * scale.reshape(bshape)
+    np.testing.assert_array_equal(_run(dq, data), want)
+
+
 def test_round_half_to_even_and_saturation_against_numpy() -> None:
     x = np.asarray([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 127.5, 128.5, -128.5, -129.5, 1e9, -1e9], np.float32)
     m = _model([h.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])],
