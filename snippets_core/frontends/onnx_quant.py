@@ -129,25 +129,34 @@ def _dequantize_linear(ctx: NodeContext) -> Outputs:
     return [ctx.make("DequantizeLinear", x, scale, zp, output_type=out, **_axis_attrs(ctx)).output]
 
 
+def _integer_inputs(ctx: NodeContext, x: str, w: str) -> list[Output]:
+    """MatMulInteger / ConvInteger inputs: the two quantized tensors and their zero points (0 when omitted)."""
+    a, b = ctx.input(0), ctx.input(1)
+    _quant_type(ctx, a.element_type, f"input {x}")
+    _quant_type(ctx, b.element_type, f"input {w}")
+    return [a, b, _zero_point(ctx, 2, a.element_type, f"{x}_zero_point"),
+            _zero_point(ctx, 3, b.element_type, f"{w}_zero_point")]
+
+
+def _qlinear_inputs(ctx: NodeContext, x: str, w: str) -> list[Output]:
+    """QLinearMatMul / QLinearConv inputs: (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
+    y_zero_point), each checked."""
+    a, b, y_zp = ctx.input(0), ctx.input(3), ctx.input(7)
+    for v, what in ((a, f"input {x}"), (b, f"input {w}"), (y_zp, "y_zero_point")):
+        _quant_type(ctx, v.element_type, what)
+    return [a, _scale(ctx, 1, f"{x}_scale"), _zero_point(ctx, 2, a.element_type, f"{x}_zero_point"),
+            b, _scale(ctx, 4, f"{w}_scale"), _zero_point(ctx, 5, b.element_type, f"{w}_zero_point"),
+            _scale(ctx, 6, "y_scale"), y_zp]
+
+
 @_register("MatMulInteger")
 def _matmul_integer(ctx: NodeContext) -> Outputs:
-    a, b = ctx.input(0), ctx.input(1)
-    _quant_type(ctx, a.element_type, "input A")
-    _quant_type(ctx, b.element_type, "input B")
-    return [ctx.make("MatMulInteger", a, b, _zero_point(ctx, 2, a.element_type, "a_zero_point"),
-                     _zero_point(ctx, 3, b.element_type, "b_zero_point")).output]
+    return [ctx.make("MatMulInteger", *_integer_inputs(ctx, "a", "b")).output]
 
 
 @_register("QLinearMatMul")
 def _qlinear_matmul(ctx: NodeContext) -> Outputs:
-    a, b = ctx.input(0), ctx.input(3)
-    _quant_type(ctx, a.element_type, "input a")
-    _quant_type(ctx, b.element_type, "input b")
-    y_zp = ctx.input(7)
-    _quant_type(ctx, y_zp.element_type, "y_zero_point")
-    return [ctx.make("QLinearMatMul", a, _scale(ctx, 1, "a_scale"), _zero_point(ctx, 2, a.element_type, "a_zero_point"),
-                     b, _scale(ctx, 4, "b_scale"), _zero_point(ctx, 5, b.element_type, "b_zero_point"),
-                     _scale(ctx, 6, "y_scale"), y_zp).output]
+    return [ctx.make("QLinearMatMul", *_qlinear_inputs(ctx, "a", "b")).output]
 
 
 def _conv_attrs(ctx: NodeContext, w: Output) -> dict[str, object]:
@@ -163,25 +172,17 @@ def _conv_attrs(ctx: NodeContext, w: Output) -> dict[str, object]:
 
 @_register("ConvInteger")
 def _conv_integer(ctx: NodeContext) -> Outputs:
-    x, w = ctx.input(0), ctx.input(1)
-    _quant_type(ctx, x.element_type, "input x")
-    _quant_type(ctx, w.element_type, "input w")
-    return [ctx.make("ConvInteger", x, w, _zero_point(ctx, 2, x.element_type, "x_zero_point"),
-                     _zero_point(ctx, 3, w.element_type, "w_zero_point"), **_conv_attrs(ctx, w)).output]
+    inputs = _integer_inputs(ctx, "x", "w")
+    return [ctx.make("ConvInteger", *inputs, **_conv_attrs(ctx, inputs[1])).output]
 
 
 @_register("QLinearConv")
 def _qlinear_conv(ctx: NodeContext) -> Outputs:
-    x, w = ctx.input(0), ctx.input(3)
-    _quant_type(ctx, x.element_type, "input x")
-    _quant_type(ctx, w.element_type, "input w")
-    y_zp = ctx.input(7)
-    _quant_type(ctx, y_zp.element_type, "y_zero_point")
+    inputs = _qlinear_inputs(ctx, "x", "w")
     bias = ctx.opt_input(8)
-    inputs = [x, _scale(ctx, 1, "x_scale"), _zero_point(ctx, 2, x.element_type, "x_zero_point"), w,
-              _scale(ctx, 4, "w_scale"), _zero_point(ctx, 5, w.element_type, "w_zero_point"), _scale(ctx, 6, "y_scale"),
-              y_zp, *([] if bias is None else [bias])]
-    return [ctx.make("QLinearConv", *inputs, **_conv_attrs(ctx, w)).output]
+    if bias is not None:
+        inputs.append(bias)
+    return [ctx.make("QLinearConv", *inputs, **_conv_attrs(ctx, inputs[3])).output]
 
 
 @_register("DynamicQuantizeLinear")
