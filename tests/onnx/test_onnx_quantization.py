@@ -240,6 +240,28 @@ def test_q_dq_rewrite_can_be_disabled_and_skips_what_it_cannot_express() -> None
     np.testing.assert_array_equal(cm2({"x": x})["y"], ReferenceEvaluator(m2).run(None, {"x": x})[0])
 
 
+@pytest.mark.parametrize("zp", [3, 4])  # odd and even z - qmin: FakeQuantize + saturation, or FakeQuantize alone
+def test_a_repeated_q_dq_after_a_reshape_is_removed(zp: int) -> None:
+    """onnxruntime's quantizer puts the same Q->DQ on both sides of a Reshape/Transpose: the second pair is the
+    identity on values already on the grid, so only one quantizer remains, with the same results."""
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["q1"]),
+             h.make_node("DequantizeLinear", ["q1", "s", "z"], ["d1"]),
+             h.make_node("Transpose", ["d1"], ["t"], perm=[0, 2, 1, 3]),
+             h.make_node("QuantizeLinear", ["t", "s", "z"], ["q2"]),
+             h.make_node("DequantizeLinear", ["q2", "s", "z"], ["d2"]), h.make_node("Relu", ["d2"], ["y"])]
+    inits = [nh.from_array(np.float32(0.1), "s"), nh.from_array(np.uint8(zp), "z")]
+    out_shape = (SHAPE[0], SHAPE[2], SHAPE[1], SHAPE[3])
+    m = _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, SHAPE)],
+               [h.make_tensor_value_info("y", T.FLOAT, out_shape)], inits)
+    x = (np.random.default_rng(4).standard_normal(SHAPE) * 10).astype(np.float32)
+    want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    for target in _targets():
+        cm = sc.compile_model(m, target)
+        assert cm.describe().count("Round") == 1, cm.describe()
+        got = cm({"x": x})["y"]
+        assert not _steps_off(got, want, np.float32(0.1)).any()
+
+
 def test_shave_refuses_fake_quantize_with_a_reason() -> None:
     """The SHVX model ISA has no rounding instruction, so the shave target cannot lower FakeQuantize's Round:
     it refuses the model with a typed error naming the op instead of computing something else."""
