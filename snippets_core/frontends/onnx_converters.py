@@ -1009,3 +1009,12 @@ def _upsample(ctx: NodeContext) -> Outputs:
     x = ctx.input(0)
     scales = ctx.const(np.asarray(ctx.attr("scales"), np.float32)) if ctx.opset < 9 else ctx.input(1)
     return [_resize_common(ctx, x, scales, "scales", None, legacy=True)]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Integer quantization (QuantizeLinear, DequantizeLinear, MatMulInteger, ConvInteger, QLinear*): onnx_quant.py
+# ----------------------------------------------------------------------------------------------------------
+
+from snippets_core.frontends.onnx_quant import QUANT_CONVERTERS  # noqa: E402  (its own module, merged here)
+
+CONVERTERS.update(QUANT_CONVERTERS)

@@ -12,12 +12,17 @@ from snippets_core.passes.graph_utils import nodes_of_type
 from snippets_core.passes.pass_manager import Pass
 
 
+#: ops whose non-data inputs (order, target shape) must stay Constants in the body
+_SHAPE_INPUT_OPS = ("Transpose", "Reshape", "SnippetsReshape")
+
+
 @dataclass(frozen=True)
 class ExtractConstants(Pass):
     """A Subgraph pass (OpenVINO ``ExtractConstants``): each body Constant with more than one element is
     replaced by a new body Parameter (same name, type and shape), and a copy of the Constant outside
-    feeds the matching new Subgraph input. Scalars stay in the kernel. The number of inputs added is
-    kept in ``subgraph.rt_info['virtual_port_count']``."""
+    feeds the matching new Subgraph input. Scalars stay in the kernel, and so do the order / target shape
+    of a Transpose or Reshape (OpenVINO skips those too: they describe the op, they are not data). The
+    number of inputs added is kept in ``subgraph.rt_info['virtual_port_count']``."""
 
     name: ClassVar[str] = "extract-constants"
 
@@ -28,6 +33,8 @@ class ExtractConstants(Pass):
         moved = 0
         for const in nodes_of_type(body, "Constant"):
             if const.value.size == 1:  # type: ignore[attr-defined]
+                continue
+            if any(t.node.type_name in _SHAPE_INPUT_OPS and t.index > 0 for t in const.outputs[0].targets):
                 continue
             param = Parameter(const.outputs[0].element_type, const.outputs[0].shape, name=const.name)
             const.outputs[0].replace(param.outputs[0])

@@ -13,6 +13,7 @@ from snippets_core.runtime.targets import ResolvedTarget
 
 def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig) -> None:
     """Mark nodes the target fuses elsewhere, then replace fusable regions by Subgraph nodes."""
+    from snippets_core.passes.convert_q_dq_to_fake_quantize import ConvertQDQToFakeQuantize
     from snippets_core.passes.extract_reshapes_from_mha import ExtractReshapesFromMHA
     from snippets_core.passes.group_norm_to_rows import GroupNormToRows
     from snippets_core.passes.move_reduction_axes_last import MoveReductionAxesLast
@@ -20,13 +21,15 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
     from snippets_core.tokenization import TokenizationConfig, TokenizeMHASnippets, TokenizeSnippets
     from snippets_core.tokenization.config import SnippetsMode
 
+    disabled = set(config.disabled_passes)
+    if ConvertQDQToFakeQuantize.name not in disabled:  # Q->DQ pairs fuse as FakeQuantize (OpenVINO's frontend)
+        ConvertQDQToFakeQuantize().run(model)
     host = target.host
     host.mark_skipped(model, target.name)
     knobs = {**target.tokenization_defaults(), **dict(config.tokenization)}
     knobs.setdefault("concurrency", config.num_threads)
     tcfg = TokenizationConfig.from_dict(knobs)
     tcfg = replace(tcfg, callback=lambda node: host.tokenization_callback(node, target.name))
-    disabled = set(config.disabled_passes)
     if tcfg.enabled:
         if ExtractReshapesFromMHA.name not in disabled:
             ExtractReshapesFromMHA().run(model)

@@ -12,6 +12,7 @@ from snippets_core.ir.ops import matmul  # noqa: F401
 from snippets_core.ir.ops import misc  # noqa: F401
 from snippets_core.ir.ops import nn  # noqa: F401
 from snippets_core.ir.ops import normalization  # noqa: F401
+from snippets_core.ir.ops import quantize  # noqa: F401
 from snippets_core.ir.ops import reduce  # noqa: F401
 from snippets_core.ir.ops import select  # noqa: F401
 from snippets_core.ir.ops import shape_ops  # noqa: F401
