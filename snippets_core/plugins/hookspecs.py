@@ -40,8 +40,9 @@ def snippets_mark_skipped(model: Model, target_name: str) -> None:
 def snippets_tokenization_callback(node: Node, target_name: str, tokenizer: str) -> str | None:
     """Veto the tokenization of ``node``: return the reason as a string, or None to allow it.
     The first non-None answer wins. ``tokenizer`` says who asks: ``"eltwise"`` (TokenizeSnippets,
-    per node) or ``"mha"`` (TokenizeMHASnippets, once per match, about its first MatMul), since a
-    target may fuse a MatMul inside an MHA pattern but not alone. An implementation may omit the
+    per node), ``"mha"`` (TokenizeMHASnippets, once per match, about its first MatMul) or ``"fc"``
+    (TokenizeFCSnippets, about a MatMul with a constant weight), since a target may fuse a MatMul inside an
+    MHA or FullyConnected pattern but not alone. An implementation may omit the
     argument (pluggy passes only what it names) and then answers for both."""
 
 

@@ -219,7 +219,7 @@ class PluginHost:
 
     def tokenization_callback(self, node: Any, target_name: str, tokenizer: str = "eltwise") -> str | None:
         """The first veto reason for tokenizing ``node``, prefixed with the plugin name; None if all allow.
-        ``tokenizer`` is "eltwise" or "mha" (see the hookspec)."""
+        ``tokenizer`` is "eltwise", "mha" or "fc" (see the hookspec)."""
         # Called per node by the Tokenizer: skip the ordering machinery when nobody implements it.
         if not self.pm.hook.snippets_tokenization_callback.get_hookimpls():
             return None

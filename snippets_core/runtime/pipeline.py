@@ -18,7 +18,7 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
     from snippets_core.passes.group_norm_to_rows import GroupNormToRows
     from snippets_core.passes.move_reduction_axes_last import MoveReductionAxesLast
     from snippets_core.passes.move_softmax_axis_last import MoveSoftmaxAxisLast
-    from snippets_core.tokenization import TokenizationConfig, TokenizeMHASnippets, TokenizeSnippets
+    from snippets_core.tokenization import TokenizationConfig, TokenizeFCSnippets, TokenizeMHASnippets, TokenizeSnippets
     from snippets_core.tokenization.config import SnippetsMode
 
     disabled = set(config.disabled_passes)
@@ -45,6 +45,10 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
             # asked once per match, about MatMul0; the hooks learn it is the MHA tokenizer asking
             TokenizeMHASnippets(tcfg, callback=lambda node: host.tokenization_callback(node, target.name, "mha")
                                 ).run(model)
+        if TokenizeFCSnippets.name not in disabled:
+            # after MHA (whose MatMuls an FC must not take), before eltwise (which would take the post-ops)
+            TokenizeFCSnippets(tcfg, callback=lambda node: host.tokenization_callback(node, target.name, "fc")
+                               ).run(model)
     TokenizeSnippets(tcfg).run(model)
     run_mha_common_optimizations(model, tcfg, disabled)
     run_common_optimizations(model, disabled)
@@ -90,6 +94,7 @@ def run_mha_common_optimizations(model: Model, tcfg, disabled_passes: Iterable[s
     from snippets_core.passes.pass_manager import PassPipeline
     from snippets_core.passes.softmax_reshape_elimination import SoftmaxReshapeElimination
     from snippets_core.passes.split_dimension_m import SplitDimensionM
+    from snippets_core.tokenization import FULLY_CONNECTED
 
     if not tcfg.enabled:
         return False
@@ -99,7 +104,13 @@ def run_mha_common_optimizations(model: Model, tcfg, disabled_passes: Iterable[s
         passes.append(SplitDimensionM(tcfg.concurrency))
     pipeline = PassPipeline("mha-common-optimizations", passes, disabled=set(disabled_passes))
     changed = False
+    # a FullyConnected keeps its transpose_b (the weight is repacked once, at compile time, by the target) and
+    # has no Transposes to extract: only SplitDimensionM applies
+    fc_passes = [p for p in passes if isinstance(p, SplitDimensionM)]
+    fc_pipeline = PassPipeline("fc-common-optimizations", fc_passes, disabled=set(disabled_passes))
     for sg in [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]:
-        if has_domain_sensitive_ops(sg.body):
+        if sg.rt_info.get(FULLY_CONNECTED):
+            changed |= fc_pipeline.run(sg)
+        elif has_domain_sensitive_ops(sg.body):
             changed |= pipeline.run(sg)
     return changed

@@ -23,6 +23,7 @@ from snippets_core.tokenization.marks import (
     set_skipped_by_plugin,
 )
 from snippets_core.tokenization.tokenization_utils import tokenize_node
+from snippets_core.tokenization.tokenize_fc_snippets import FC_REJECT_REASON_KEY, FULLY_CONNECTED, TokenizeFCSnippets
 from snippets_core.tokenization.tokenize_mha_snippets import REJECT_REASON_KEY, TokenizeMHASnippets
 from snippets_core.tokenization.tokenize_snippets import (
     TokenizeSnippets,
@@ -32,8 +33,8 @@ from snippets_core.tokenization.tokenize_snippets import (
 )
 
 __all__ = [
-    "REJECT_REASON_KEY", "SKIPPED_BY_PLUGIN", "EnumerateNodes", "SnippetsMode", "SnippetsNodeType",
+    "FC_REJECT_REASON_KEY", "FULLY_CONNECTED", "REJECT_REASON_KEY", "SKIPPED_BY_PLUGIN", "EnumerateNodes", "SnippetsMode", "SnippetsNodeType",
     "SnippetsSubgraphType", "TokenizationCallback", "TokenizationConfig", "TokenizationConfigError",
-    "TokenizeMHASnippets", "TokenizeSnippets", "appropriate_for_subgraph", "is_completed", "is_skipped_by_plugin",
+    "TokenizeFCSnippets", "TokenizeMHASnippets", "TokenizeSnippets", "appropriate_for_subgraph", "is_completed", "is_skipped_by_plugin",
     "is_supported_op", "mark_completed", "set_skipped_by_plugin", "tokenize", "tokenize_node",
 ]

@@ -171,11 +171,33 @@ def mha_callback(matmul0: Node, concurrency: int | None = None, features: frozen
     return None
 
 
+# --- the FullyConnected callback -------------------------------------------------------------------------------
+
+
+def fc_callback(matmul: Node, features: frozenset[str] | None = None) -> str | None:
+    """The reason to leave the FullyConnected (MatMul with a constant weight) ``matmul`` to the reference
+    kernels, or None to fuse it. Dynamic dims are fine (only M can be dynamic: the runtime compiles a kernel per
+    input shape); the weight is repacked at compile time into f32 panels, so only f32 x f32 is taken."""
+    reason = _unsupported_tensors(matmul)
+    if reason is not None:
+        return reason
+    for port in matmul.inputs:
+        if port.element_type != ElementType.f32:
+            return f"it multiplies {port.element_type.value}: x86_64_avx512 repacks f32 weights only"
+    features = _cpu_features() if features is None else features
+    if not BRGEMM_PRECISIONS[ElementType.f32] <= features:
+        return "the FullyConnected Brgemm needs avx512f on this CPU"
+    return None
+
+
 def tokenization_callback(node: Node, tokenizer: str = "eltwise") -> str | None:
     """The reason to keep ``node`` out of Subgraphs on x86_64_avx512, or None to let the Tokenizer take it.
-    ``tokenizer == "mha"``: ``node`` is MatMul0 of a matched MHA (see :func:`mha_callback`)."""
+    ``tokenizer == "mha"``: ``node`` is MatMul0 of a matched MHA (see :func:`mha_callback`);
+    ``tokenizer == "fc"``: ``node`` is the MatMul of a FullyConnected (see :func:`fc_callback`)."""
     if tokenizer == "mha":
         return mha_callback(node)
+    if tokenizer == "fc":
+        return fc_callback(node)
     for rule in RULES:
         reason = rule(node)
         if reason is not None:
