@@ -37,6 +37,7 @@ from snippets_core.passes.graph_utils import body_of, make, nodes_of_type, repla
 from snippets_core.passes.matmul_to_brgemm import init_brgemm_ports
 from snippets_core.passes.pass_manager import Pass, PassPosition, PositionedPass
 from snippets_x86_64.asm import Assembler, dword, word
+from snippets_x86_64.brgemm_copy_b import PACKED_B
 from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter
 
 if TYPE_CHECKING:
@@ -109,12 +110,18 @@ class BrgemmEmitter(JitEmitter):
             )
         if kernel == "bf16" and "avx512_bf16" not in h.cpu_features:
             raise UnsupportedByTarget(f"Brgemm '{expr.name}' multiplies bf16, which needs AVX512_BF16 (vdpbf16ps)")
-        if g.b.col_stride != 1 or (kernel == "bf16" and g.a.col_stride != 1):
+        packed = bool(expr.node.rt_info.get(PACKED_B))  # its layout was applied when it was packed
+        if (g.b.col_stride != 1 and not packed) or (kernel == "bf16" and g.a.col_stride != 1):
             raise CodegenError(
                 f"Brgemm '{expr.name}' reads B (or bf16 A) with a column stride; the micro-kernel loads contiguous rows"
             )
         self.g = g
         self.kernel = kernel
+        #: panel width of a B packed at compile time (a FullyConnected weight), 0 for a B read in place
+        self.panel = int(expr.node.rt_info.get(PACKED_B, 0) or 0)
+        if self.panel and (kernel != "f32" or g.beta or self.panel % LANES):
+            raise CodegenError(f"Brgemm '{expr.name}': a packed weight is read by the f32 kernel, whole K, "
+                               f"panels of whole vectors (got {kernel}, beta {g.beta}, panel {self.panel})")
         #: registers beside the tile: A broadcasts (two for f32, one for bf16), and for bf16 the pair permutation
         #: and the second B row
         self.extra = 3 if kernel == "bf16" else 2
@@ -122,9 +129,13 @@ class BrgemmEmitter(JitEmitter):
         self.tail = g.n % LANES
 
     def aux_needs(self) -> tuple[int, int, int]:
-        return 3, self.mr * self.nr + self.nr + self.extra, 1 if self.tail else 0
+        # a packed B needs three more: the panel's B and C pointers and the panel counter
+        return 6 if self.panel else 3, self.mr * self.nr + self.nr + self.extra, 1 if self.tail else 0
 
     def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
+        if self.panel:
+            self._emit_packed(a, ins, outs, aux)
+            return
         g = self.g
         a_ptr, b_ptr, c_ptr = ins[0], ins[1], outs[0]
         pa, pb, cnt = aux.gprs[:3]
@@ -168,16 +179,74 @@ class BrgemmEmitter(JitEmitter):
                             dst = c_addr(r, j)
                             a.vmovups(dst.mask(mask) if masked[j] else dst, acc[r][j])
 
-    def _k_loop_f32(self, a: Assembler, t: _Tile, pa: GpReg, pb: GpReg, cnt: GpReg, k: int) -> None:
+    def _emit_packed(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
+        """The whole N and K of a B packed in panels (:func:`snippets_x86_64.brgemm_copy_b.pack_b_panels`): a
+        counted loop over the full panels (the panel's B and C pointers advance by one panel), the last, narrower
+        panel after it. Per panel: K in chunks whose panel rows fit L1, and in each chunk every register tile of
+        the M block, so a chunk of the panel is read from L2 once and reused from L1 by all the tiles."""
+        g = self.g
+        pa, pb, cnt, bp, cp, pcnt = aux.gprs[:6]
+        vecs = [v.zmm for v in aux.vecs]
+        mask = aux.masks[0] if self.tail else None
+        full, tail = divmod(g.n, self.panel)
+        a.lea(bp, ins[1] + g.b.offset_bytes)
+        a.lea(cp, outs[0] + g.c.offset_bytes)
+        if full:
+            a.mov(pcnt, full)
+            top = a.label(f"brgemm.{self.expr.name}.panel")
+            self._panel(a, ins[0], bp, cp, pa, pb, cnt, vecs, self.panel, None)
+            a.add(bp, g.k * self.panel * 4)
+            a.add(cp, self.panel * 4)
+            a.dec(pcnt)
+            a.jnz(top)
+        if tail:
+            if mask is not None:
+                a.kmovw(mask, word[a.const_data(((1 << self.tail) - 1).to_bytes(2, "little"), 2)])
+            self._panel(a, ins[0], bp, cp, pa, pb, cnt, vecs, tail, mask)
+
+    def _panel(self, a: Assembler, a_ptr, bp, cp, pa, pb, cnt, vecs, width: int, mask) -> None:  # type: ignore[no-untyped-def]
+        """``C[:, panel] = A @ B_panel`` for a panel of ``width`` columns stored ``K x width`` at ``bp``."""
+        g = self.g
+        nv = -(-width // LANES)
+        mr = max(1, min(g.m, (self.mr * self.nr + self.nr) // nv - 1))  # within the vectors aux_needs asked for
+        extra = vecs[self.mr * self.nr + self.nr :]
+        for k0, kc in k_chunks(g.k, width * 4, False):
+            for m0, mv in row_tiles(g.m, mr):
+                acc = [[vecs[r * nv + j] for j in range(nv)] for r in range(mv)]
+                bvec = [vecs[mr * nv + j] for j in range(nv)]
+                masked = [mask is not None and j == nv - 1 for j in range(nv)]
+
+                def c_addr(r: int, j: int, m0: int = m0):  # type: ignore[no-untyped-def]
+                    return cp + ((m0 + r) * g.c.row_stride + j * LANES) * 4
+
+                for r in range(mv):
+                    for j in range(nv):
+                        if k0:  # a later K chunk adds to what the earlier ones stored
+                            a.vmovups(acc[r][j].mask(mask).z if masked[j] else acc[r][j], c_addr(r, j))
+                        else:
+                            a.vxorps(acc[r][j], acc[r][j], acc[r][j])
+                a.lea(pa, a_ptr + (g.a.offset_bytes + (m0 * g.a.row_stride + k0 * g.a.col_stride) * 4))
+                a.lea(pb, bp + k0 * width * 4)
+                tile = _Tile(acc, bvec, masked, mask, [], extra[:2])
+                self._k_loop_f32(a, tile, pa, pb, cnt, kc, b_row_stride=width)
+                for r in range(mv):
+                    for j in range(nv):
+                        dst = c_addr(r, j)
+                        a.vmovups(dst.mask(mask) if masked[j] else dst, acc[r][j])
+
+    def _k_loop_f32(self, a: Assembler, t: _Tile, pa: GpReg, pb: GpReg, cnt: GpReg, k: int,
+                    b_row_stride: int | None = None) -> None:
         """``acc[r][j] += A[r, k] * B[k, j-th vector]`` for every k; each A element is broadcast into a register
         once (alternating two), so a step of K loads ``nr + mr`` values for ``mr * nr`` FMAs. ``K_UNROLL`` steps
-        per loop iteration (addressed by displacement), the remainder after the loop."""
+        per loop iteration (addressed by displacement), the remainder after the loop. ``b_row_stride``: elements
+        between rows of B (a packed panel's width), the geometry's by default."""
         g = self.g
         unroll = max(1, min(K_UNROLL, k))
+        row_b = g.b.row_stride if b_row_stride is None else b_row_stride
 
         def step(s: int) -> None:
             for j, b in enumerate(t.bvec):
-                a.vmovups(b.mask(t.mask).z if t.masked[j] else b, pb + (s * g.b.row_stride + j * LANES) * 4)
+                a.vmovups(b.mask(t.mask).z if t.masked[j] else b, pb + (s * row_b + j * LANES) * 4)
             for r, row in enumerate(t.acc):
                 areg = t.a_regs[r % len(t.a_regs)]
                 a.vbroadcastss(areg, dword[pa + (r * g.a.row_stride + s * g.a.col_stride) * 4])
@@ -189,7 +258,7 @@ class BrgemmEmitter(JitEmitter):
         for s in range(unroll):
             step(s)
         a.add(pa, unroll * g.a.col_stride * 4)
-        a.add(pb, unroll * g.b.row_stride * 4)
+        a.add(pb, unroll * row_b * 4)
         a.dec(cnt)
         a.jnz(top)
         for s in range(k % unroll):
@@ -269,8 +338,8 @@ class EnforceBrgemmBF16(Pass):
         for brgemm in nodes_of_type(body, "Brgemm"):
             layouts = [tuple(brgemm.layout_a), tuple(brgemm.layout_b)]  # type: ignore[attr-defined]
             sources = [brgemm.inputs[0].source, brgemm.inputs[1].source]
-            if any(inp.element_type != F32 for inp in brgemm.inputs):
-                continue
+            if any(inp.element_type != F32 for inp in brgemm.inputs) or brgemm.rt_info.get(PACKED_B):
+                continue  # a packed constant weight stays f32 (packing is done before the precision is known)
             if any(lay and sources[i].node.type_name != "Parameter" for i, lay in enumerate(layouts)):
                 continue
             converted = []
@@ -304,17 +373,26 @@ def brgemm_positioned_passes(target_options: Mapping[str, Any]) -> list[Position
     data-flow passes (before BroadcastToMoveBroadcast); ``inference_precision: "bf16"`` puts :class:`EnforceBrgemmBF16` after it; ``brgemm_m_block``/``brgemm_n_block``/``brgemm_k_block``
     place a BrgemmBlocking with those blocks before the default one (which then leaves the Brgemms alone)."""
     from snippets_x86_64.brgemm_copy_b import InsertBrgemmCopyB
+    from snippets_x86_64.passes.brgemm_fc_blocking import BrgemmFCBlocking
+    from snippets_x86_64.passes.mark_packed_weight_brgemm import MarkPackedWeightBrgemm
 
     # a transposed B is repacked (BrgemmCopyB) right after the MHA passes (MatMulToBrgemm ... GNDecomposition),
     # anchored on a pass every body's pipeline has (an eltwise body has no fuse-transpose-brgemm)
     copy_b = PositionedPass(InsertBrgemmCopyB(), PassPosition("broadcast-to-move-broadcast"))
-    passes: list[PositionedPass] = [copy_b]
+    # a FullyConnected weight is packed at compile time instead: its Brgemm is marked before InsertBrgemmCopyB
+    mark = PositionedPass(MarkPackedWeightBrgemm(), PassPosition(InsertBrgemmCopyB.name))
+    fc_block = int(target_options.get("fc_m_block", 0))
+    if fc_block < 0:
+        raise InputError(f"target_options.fc_m_block must be >= 0 (0: the default), got {fc_block}")
+    fc_blocking = PositionedPass(BrgemmFCBlocking(fc_block), PassPosition("brgemm-blocking"), pipeline="control-flow")
+    passes: list[PositionedPass] = [copy_b, mark]
     precision = str(target_options.get("inference_precision", "f32")).lower()
     if precision not in ("f32", "bf16"):
         raise InputError(f"target_options.inference_precision must be 'f32' or 'bf16', got {precision!r}")
     if precision == "bf16":
         passes.append(PositionedPass(EnforceBrgemmBF16(), PassPosition(InsertBrgemmCopyB.name, after=True)))
-    return passes + blocking_from_options(target_options)
+    # before any BrgemmBlocking (a tuned one too): those leave the Brgemms it blocked alone
+    return [*passes, fc_blocking, *blocking_from_options(target_options)]
 
 
 __all__ = ["BrgemmEmitter", "EnforceBrgemmBF16", "brgemm_positioned_passes", "tile_shape"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -98,6 +98,8 @@ class InsertBrgemmCopyB(Pass):
         body = body_of(ir)
         changed = False
         for brgemm in nodes_of_type(body, "Brgemm"):
+            if brgemm.rt_info.get(PACKED_B):
+                continue  # a constant weight: repacked once at compile time, transposed or not
             src = brgemm.inputs[1].source
             layout = tuple(brgemm.layout_b)  # type: ignore[attr-defined]
             removed = None
@@ -268,4 +270,106 @@ class BrgemmCopyBEmitter(JitEmitter):
                 a.vmovups(dst.mask(nmask) if nmask is not None else dst, regs[TRANSPOSE_SLOT[j]])
 
 
-__all__ = ["TRANSPOSE_SLOT", "BrgemmCopyB", "BrgemmCopyBEmitter", "InsertBrgemmCopyB"]
+
+
+# --- a constant B (FullyConnected weight) repacked once, at compile time ------------------------------------------
+#: rt_info key on a Brgemm whose B is a compile-time packed weight: the panel width (columns per panel)
+PACKED_B = "snippets.x86_64.packed_b"
+#: columns per panel of a packed weight: the micro-kernel's widest register tile (4 zmm of f32)
+PANEL = 4 * LANES
+#: the name of the data-flow pass that makes the Brgemms read packed weights (disabling it disables packing)
+MARK_PACKED_PASS = "mark-packed-weight-brgemm"
+
+
+def pack_b_panels(w: np.ndarray, panel: int = PANEL) -> np.ndarray:
+    """BrgemmCopyB run on a constant: the planar ``[K, N]`` weight as consecutive panels of ``panel`` columns,
+    each ``K x width`` with contiguous rows (the last panel is ``N % panel`` wide; nothing is padded, so the packed
+    copy has exactly K * N elements). A Brgemm reads one panel as a dense block: its rows are ``width`` apart
+    instead of N, so a panel is a few contiguous pages rather than K pages (DTLB) and streams from L2/L3."""
+    k, n = w.shape
+    parts = [np.ascontiguousarray(w[:, p : p + panel], dtype=np.float32).reshape(-1) for p in range(0, n, panel)]
+    return np.concatenate(parts) if parts else np.empty(0, np.float32)
+
+
+def _reads_transposed(node: Node) -> bool:
+    """A MatMul's transpose_b, or a Brgemm whose B layout swaps the last two dims (what MatMulToBrgemm makes of it)."""
+    if node.type_name == "MatMul":
+        return bool(node.transpose_b)  # type: ignore[attr-defined]
+    layout = tuple(node.layout_b)  # type: ignore[attr-defined]
+    return bool(layout) and layout[-1] != len(layout) - 1
+
+
+def packed_weight_body_inputs(body: Model) -> dict[int, bool]:
+    """Body Parameter index -> whether B is read transposed, for each FullyConnected weight Parameter that MatMuls
+    (or the Brgemms made of them) read directly as B, all the same way (the Brgemms ``MarkPackedWeightBrgemm``
+    marks)."""
+    from snippets_core.tokenization.tokenize_fc_snippets import FC_WEIGHT
+
+    found: dict[int, bool] = {}
+    for i, p in enumerate(body.parameters):
+        if not p.rt_info.get(FC_WEIGHT):
+            continue
+        users = p.outputs[0].targets
+        if users and all(t.node.type_name in ("MatMul", "Brgemm") and t.index == 1 for t in users):
+            flags = {_reads_transposed(t.node) for t in users}
+            if len(flags) == 1:
+                found[i] = flags.pop()
+    return found
+
+
+def _constant_value(src: Node) -> np.ndarray | None:
+    """The value behind a Subgraph input: a Constant, possibly through the shape-only ops SplitDimensionM adds."""
+    node = src
+    while node.type_name in ("Reshape", "Unsqueeze", "Squeeze"):
+        node = node.inputs[0].source.node
+    return np.asarray(node.value) if isinstance(node, Constant) else None  # type: ignore[attr-defined]
+
+
+def packed_weights(sg: Subgraph) -> dict[int, np.ndarray]:
+    """Subgraph input index -> its packed copy (same shape as the input, panel order inside), for every constant
+    FullyConnected weight of ``sg``; computed here, at compile time, with numpy."""
+    packed: dict[int, np.ndarray] = {}
+    for i, transposed in packed_weight_body_inputs(sg.body).items():
+        value = _constant_value(sg.inputs[i].source.node)
+        shape = sg.body.parameters[i].outputs[0].shape
+        if value is None or not shape.is_static or value.dtype != np.float32:
+            continue
+        stored = value.reshape(shape.to_tuple())
+        if int(np.prod(stored.shape[:-2], dtype=np.int64)) != 1:
+            continue  # one weight matrix per FC (SplitDimensionM only adds unit dims)
+        w = stored.reshape(stored.shape[-2:])
+        packed[i] = pack_b_panels(w.T if transposed else w).reshape(stored.shape)
+    return packed
+
+
+class PackedWeightExecutor:
+    """Runs a FullyConnected Subgraph's executor with its constant weights replaced by their packed copies, made
+    once at compile time and kept here (the on-disk kernel cache does not store them: the kernel reads whatever
+    weight it is given, so the copies are recomputed when a model is compiled)."""
+
+    def __init__(self, inner: Any, packed: dict[int, np.ndarray]) -> None:
+        self.inner = inner
+        self.packed = packed
+
+    def __getattr__(self, name: str) -> Any:  # kernel, num_threads, ... of the executor it wraps
+        return getattr(self.inner, name)
+
+    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        ins = list(args)
+        for i, w in self.packed.items():
+            ins[i] = w
+        return self.inner(ins, outs)
+
+
+def wrap_packed_weights(sg: Subgraph, executor: Any, disabled_passes: Sequence[str] = ()) -> Any:
+    """``executor`` fed with the packed weights of ``sg`` (itself when ``sg`` has none or packing is disabled)."""
+    if executor is None or MARK_PACKED_PASS in disabled_passes:
+        return executor
+    packed = packed_weights(sg)
+    return PackedWeightExecutor(executor, packed) if packed else executor
+
+
+__all__ = [
+    "PACKED_B", "PANEL", "TRANSPOSE_SLOT", "BrgemmCopyB", "BrgemmCopyBEmitter", "InsertBrgemmCopyB", "MARK_PACKED_PASS",
+    "PackedWeightExecutor", "pack_b_panels", "packed_weights", "wrap_packed_weights",
+]
