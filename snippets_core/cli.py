@@ -216,13 +216,16 @@ def _reason_checks() -> list[tuple[Callable[[Any], bool], Callable[[Any], str]]]
 
 def outside_reason(node: Any, host: Any, target: str) -> str | None:
     """Why the Tokenizer left ``node`` out of every Subgraph, when that can be told; else None. A MatMul the
-    MHA tokenizer turned down carries its reason in rt_info, and it comes first."""
-    from snippets_core.tokenization import REJECT_REASON_KEY
+    MHA and FullyConnected tokenizers turned down carries their reasons in rt_info, and they come first."""
+    from snippets_core.tokenization import FC_REJECT_REASON_KEY, REJECT_REASON_KEY
 
     reasons = []
     mha = node.rt_info.get(REJECT_REASON_KEY)
     if mha:
         reasons.append(f"not fused as MHA: {mha}")
+    fc = node.rt_info.get(FC_REJECT_REASON_KEY)
+    if fc:
+        reasons.append(f"not fused as FullyConnected: {fc}")
     for refused, reason in _reason_checks():
         if refused(node):
             reasons.append(reason(node))

@@ -299,6 +299,26 @@ def _reads_transposed(node: Node) -> bool:
     return bool(layout) and layout[-1] != len(layout) - 1
 
 
+#: ops between a weight Parameter and its Brgemm that only add leading unit dims (the data is unchanged)
+_UNIT_DIM_OPS = ("RankNormalization",)
+
+
+def _users_through_rank_normalization(p: Node) -> list:
+    """The inputs that read ``p``, looking through ops that only add leading unit dims."""
+    users = []
+    for t in p.outputs[0].targets:
+        users += _users_through_rank_normalization(t.node) if t.node.type_name in _UNIT_DIM_OPS else [t]
+    return users
+
+
+def weight_source(brgemm: Node) -> Node:
+    """The node a Brgemm's B comes from, past the ops that only add leading unit dims."""
+    src = brgemm.inputs[1].source.node
+    while src.type_name in _UNIT_DIM_OPS:
+        src = src.inputs[0].source.node
+    return src
+
+
 def packed_weight_body_inputs(body: Model) -> dict[int, bool]:
     """Body Parameter index -> whether B is read transposed, for each FullyConnected weight Parameter that MatMuls
     (or the Brgemms made of them) read directly as B, all the same way (the Brgemms ``MarkPackedWeightBrgemm``
@@ -309,7 +329,7 @@ def packed_weight_body_inputs(body: Model) -> dict[int, bool]:
     for i, p in enumerate(body.parameters):
         if not p.rt_info.get(FC_WEIGHT):
             continue
-        users = p.outputs[0].targets
+        users = _users_through_rank_normalization(p)
         if users and all(t.node.type_name in ("MatMul", "Brgemm") and t.index == 1 for t in users):
             flags = {_reads_transposed(t.node) for t in users}
             if len(flags) == 1:
@@ -371,5 +391,5 @@ def wrap_packed_weights(sg: Subgraph, executor: Any, disabled_passes: Sequence[s
 
 __all__ = [
     "PACKED_B", "PANEL", "TRANSPOSE_SLOT", "BrgemmCopyB", "BrgemmCopyBEmitter", "InsertBrgemmCopyB", "MARK_PACKED_PASS",
-    "PackedWeightExecutor", "pack_b_panels", "packed_weights", "wrap_packed_weights",
+    "PackedWeightExecutor", "pack_b_panels", "packed_weights", "weight_source", "wrap_packed_weights",
 ]

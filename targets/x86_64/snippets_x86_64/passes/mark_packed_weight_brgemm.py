@@ -12,7 +12,7 @@ from snippets_core.ir.model import Model
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.passes.graph_utils import body_of, nodes_of_type
 from snippets_core.passes.pass_manager import Pass
-from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, PACKED_B, PANEL, packed_weight_body_inputs
+from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, PACKED_B, PANEL, packed_weight_body_inputs, weight_source
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class MarkPackedWeightBrgemm(Pass):
         weights = {id(body.parameters[i]) for i in packed_weight_body_inputs(body)}
         changed = False
         for brgemm in nodes_of_type(body, "Brgemm"):
-            src = brgemm.inputs[1].source.node
+            src = weight_source(brgemm)
             if id(src) in weights and src.outputs[0].element_type == ElementType.f32:
                 shape = src.outputs[0].shape
                 if shape.is_static and int(np.prod(shape.to_tuple()[:-2], dtype=np.int64)) == 1:

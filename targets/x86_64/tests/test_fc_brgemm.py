@@ -1,0 +1,226 @@
+"""FullyConnected Subgraphs on x86-64 against numpy float64: the weight packed in panels at compile time, the
+Brgemm blocked on M only, post-ops in the same kernel; tails of N and K, M of 1, 3-D inputs, Gemm's transB and
+alpha/beta, and every array (the packed weight too) flush against PROT_NONE pages."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from snippets_core.config import CompileConfig
+from snippets_core.frontends import builder as sb
+from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.runtime.compiled_model import compile_model
+from snippets_core.runtime.pipeline import run_tokenization
+from snippets_core.runtime.targets import resolve_target
+from snippets_core.tokenization import FULLY_CONNECTED
+from snippets_x86_64.brgemm_copy_b import PANEL, PackedWeightExecutor, pack_b_panels
+from snippets_x86_64.guarded import guarded_copy
+from snippets_x86_64.runtime import FALLBACK_KEY
+from snippets_x86_64.runtime import compile_subgraph as x86_compile_subgraph
+from snippets_x86_64.tokenization_callback import fc_callback
+
+pytestmark = pytest.mark.avx512
+TARGET = "x86_64_avx512"
+RNG = np.random.default_rng(20261125)
+
+
+def _weights(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    return ((RNG.standard_normal((k, n)) / math.sqrt(k)).astype(np.float32),
+            RNG.standard_normal(n).astype(np.float32))
+
+
+def _compile(model, threads=1, target_options=None, disabled=()):  # type: ignore[no-untyped-def]
+    config = {"num_threads": threads, "target_options": dict(target_options or {}), "disabled_passes": list(disabled)}
+    cm = compile_model(model, target=TARGET, config=config)
+    sgs = [n for n in cm.model.get_ordered_ops() if isinstance(n, Subgraph)]
+    fcs = [sg for sg in sgs if sg.rt_info.get(FULLY_CONNECTED)]
+    assert fcs, "no FullyConnected Subgraph"
+    for sg in sgs:
+        assert sg.rt_info.get(FALLBACK_KEY) is None, sg.rt_info.get(FALLBACK_KEY)
+    return cm
+
+
+def _gelu_erf(x):  # type: ignore[no-untyped-def]
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+def _gelu_tanh(x):  # type: ignore[no-untyped-def]
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _erf_gelu_graph(y):  # type: ignore[no-untyped-def]
+    """x*0.5*(1+erf(x/sqrt2)) as torch exports it (x has two consumers)."""
+    return sb.multiply(sb.multiply(y, sb.add(sb.erf(sb.divide(y, np.float32(math.sqrt(2)))), np.float32(1.0))),
+                       np.float32(0.5))
+
+
+def _tanh_gelu_graph(y):  # type: ignore[no-untyped-def]
+    cube = sb.multiply(sb.multiply(y, y), y)
+    inner = sb.multiply(sb.add(y, sb.multiply(cube, np.float32(0.044715))), np.float32(math.sqrt(2 / math.pi)))
+    return sb.multiply(sb.multiply(y, np.float32(0.5)), sb.add(sb.tanh(inner), np.float32(1.0)))
+
+
+#: post-op name -> (graph after x@W+b, numpy float64 of it)
+POST_OPS = {
+    "none": (lambda y: y, lambda y: y),
+    "relu": (sb.relu, lambda y: np.maximum(y, 0)),
+    "gelu_erf_op": (lambda y: sb.gelu(y), _gelu_erf),
+    "gelu_erf_decomposed": (_erf_gelu_graph, _gelu_erf),
+    "gelu_tanh_decomposed": (_tanh_gelu_graph, _gelu_tanh),
+    "sigmoid": (sb.sigmoid, lambda y: 1 / (1 + np.exp(-y))),
+    "swish": (lambda y: sb.multiply(y, sb.sigmoid(y)), lambda y: y / (1 + np.exp(-y))),
+    "scale": (lambda y: sb.multiply(y, np.float32(0.125)), lambda y: y * 0.125),
+    "tanh": (sb.tanh, np.tanh),
+}
+
+
+@pytest.mark.parametrize("post", sorted(POST_OPS))
+@pytest.mark.parametrize("bias", [True, False])
+def test_fc_with_every_post_op(post, bias):
+    m, k, n = 37, 70, 150  # N: two full panels and a tail of 22 (one full vector, a masked one); K odd-ish
+    w, b = _weights(k, n)
+    graph, oracle = POST_OPS[post]
+    x = sb.parameter([m, k], "f32", name="x")
+    y = sb.matmul(x, w)
+    if bias:
+        y = sb.add(y, b)
+    model = sb.model([graph(y)], name="fc")
+    cm = _compile(model)
+    xs = RNG.standard_normal((m, k)).astype(np.float32)
+    lin = xs.astype(np.float64) @ w + (b if bias else 0)
+    (out,) = cm({"x": xs}).values()
+    np.testing.assert_allclose(out, oracle(lin), rtol=2e-5, atol=3e-5)
+    # one Subgraph holds the whole layer: nothing of it runs on the reference
+    assert [op for _, op, where in cm.placement() if where != TARGET] == []
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 768, 64), (1, 33, 17), (2, 1, 5), (5, 129, 65), (64, 100, 200),
+                                     (130, 17, 16), (3, 1000, 3)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tails_of_m_n_k(m, k, n, threads):
+    w, b = _weights(k, n)
+    x = sb.parameter([m, k], "f32", name="x")
+    model = sb.model([sb.relu(sb.add(sb.matmul(x, w), b))], name="fc")
+    cm = _compile(model, threads=threads)
+    xs = RNG.standard_normal((m, k)).astype(np.float32)
+    (out,) = cm({"x": xs}).values()
+    np.testing.assert_allclose(out, np.maximum(xs.astype(np.float64) @ w + b, 0), rtol=2e-5, atol=3e-5)
+
+
+@pytest.mark.parametrize("shape", [(2, 9, 40), (1, 100, 24), (3, 1, 24)])
+def test_batched_3d_input_with_residual(shape):
+    *batch, k = shape
+    n = 90
+    w, b = _weights(k, n)
+    x = sb.parameter(list(shape), "f32", name="x")
+    res = sb.parameter([*batch, n], "f32", name="res")
+    model = sb.model([sb.add(sb.add(sb.matmul(x, w), b), res)], name="fc_residual")
+    cm = _compile(model, threads=2)
+    xs = RNG.standard_normal(shape).astype(np.float32)
+    rs = RNG.standard_normal((*batch, n)).astype(np.float32)
+    (out,) = cm({"x": xs, "res": rs}).values()
+    np.testing.assert_allclose(out, xs.astype(np.float64) @ w + b + rs, rtol=2e-5, atol=3e-5)
+
+
+@pytest.mark.parametrize("alpha, beta", [(1.0, 1.0), (0.5, 2.0), (2.0, 0.0)])
+def test_gemm_trans_b_alpha_beta(alpha, beta):
+    from onnx import TensorProto, helper, numpy_helper
+
+    m, k, n = 19, 48, 70
+    wt = RNG.standard_normal((n, k)).astype(np.float32)  # transB: the weight is stored [N, K]
+    c = RNG.standard_normal(n).astype(np.float32)
+    node = helper.make_node("Gemm", ["x", "w", "c"], ["y"], transB=1, alpha=alpha, beta=beta)
+    graph = helper.make_graph([node], "gemm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])],
+                              initializer=[numpy_helper.from_array(wt, "w"), numpy_helper.from_array(c, "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    cm = _compile(model.SerializeToString())
+    xs = RNG.standard_normal((m, k)).astype(np.float32)
+    (out,) = cm({"x": xs}).values()
+    np.testing.assert_allclose(out, alpha * (xs.astype(np.float64) @ wt.T.astype(np.float64)) + beta * c,
+                               rtol=2e-5, atol=3e-5)
+
+
+def test_mlp_chain_fc_gelu_fc():
+    m, d, f = 24, 64, 200
+    w1, b1 = _weights(d, f)
+    w2, b2 = _weights(f, d)
+    x = sb.parameter([1, m, d], "f32", name="x")
+    h = _erf_gelu_graph(sb.add(sb.matmul(x, w1), b1))
+    model = sb.model([sb.add(sb.add(sb.matmul(h, w2), b2), x)], name="mlp")
+    cm = _compile(model, threads=2)
+    fcs = [n for n in cm.model.get_ordered_ops() if isinstance(n, Subgraph) and n.rt_info.get(FULLY_CONNECTED)]
+    assert len(fcs) == 2
+    xs = RNG.standard_normal((1, m, d)).astype(np.float32)
+    (out,) = cm({"x": xs}).values()
+    x64 = xs.astype(np.float64)
+    want = _gelu_erf(x64 @ w1 + b1) @ w2 + b2 + x64
+    np.testing.assert_allclose(out, want, rtol=3e-5, atol=5e-5)
+
+
+def test_pack_b_panels_layout():
+    w = np.arange(5 * 150, dtype=np.float32).reshape(5, 150)
+    p = pack_b_panels(w)
+    assert p.size == w.size
+    assert np.array_equal(p[: 5 * PANEL].reshape(5, PANEL), w[:, :PANEL])
+    assert np.array_equal(p[2 * 5 * PANEL :].reshape(5, 150 - 2 * PANEL), w[:, 2 * PANEL :])
+
+
+@pytest.mark.parametrize("m, k, n, at", [(1, 33, 17, "end"), (7, 65, 150, "end"), (7, 65, 150, "start"),
+                                         (40, 16, 64, "end")])
+def test_fc_against_guard_pages(m, k, n, at):
+    """Every array the kernel touches (x, the packed weight, the bias, the output) ends (or starts) at a
+    PROT_NONE page: a read or write past it would crash the test."""
+    w, b = _weights(k, n)
+    x = sb.parameter([m, k], "f32", name="x")
+    model = sb.model([sb.relu(sb.add(sb.matmul(x, w), b))], name="fc")
+    cfg = CompileConfig.from_mapping({"num_threads": 1})
+    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
+    (sg,) = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
+    ex = x86_compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
+    assert isinstance(ex, PackedWeightExecutor), sg.rt_info.get(FALLBACK_KEY)
+    (i,) = ex.packed
+    ex.packed[i] = guarded_copy(ex.packed[i], at)
+    args = [guarded_copy(np.asarray(src.node.value), at) if src.node.type_name == "Constant" else None
+            for src in (inp.source for inp in sg.inputs)]
+    xs = RNG.standard_normal((m, k)).astype(np.float32)
+    args = [guarded_copy(xs, at) if a is None else a for a in args]
+    out = guarded_copy(np.full((m, n), np.nan, np.float32), at)
+    ex(args, [out])
+    np.testing.assert_allclose(out, np.maximum(xs.astype(np.float64) @ w + b, 0), rtol=2e-5, atol=3e-5)
+
+
+def test_dynamic_m_gets_a_kernel_per_shape_and_packs_once():
+    k, n = 40, 70
+    w, b = _weights(k, n)
+    x = sb.parameter([-1, k], "f32", name="x")
+    model = sb.model([sb.add(sb.matmul(x, w), b)], name="fc_dyn")
+    cm = _compile(model)
+    for m in (1, 5, 64):
+        xs = RNG.standard_normal((m, k)).astype(np.float32)
+        (out,) = cm({"x": xs}).values()
+        np.testing.assert_allclose(out, xs.astype(np.float64) @ w + b, rtol=2e-5, atol=3e-5)
+
+
+def test_packing_disabled_still_runs_the_fc():
+    m, k, n = 9, 30, 70
+    w, b = _weights(k, n)
+    x = sb.parameter([m, k], "f32", name="x")
+    model = sb.model([sb.add(sb.matmul(x, w), b)], name="fc")
+    cm = _compile(model, disabled=["mark-packed-weight-brgemm"])
+    xs = RNG.standard_normal((m, k)).astype(np.float32)
+    (out,) = cm({"x": xs}).values()
+    np.testing.assert_allclose(out, xs.astype(np.float64) @ w + b, rtol=2e-5, atol=3e-5)
+
+
+def test_fc_callback_reasons():
+    x = sb.parameter([4, 8], "f32", name="x")
+    mm = sb.matmul(x, np.ones((8, 16), np.float32))
+    assert fc_callback(mm.node, features=frozenset({"avx512f"})) is None
+    assert "avx512f" in fc_callback(mm.node, features=frozenset())
+    xi = sb.parameter([4, 8], "i8", name="xi")
+    mi = sb.matmul(xi, np.ones((8, 16), np.int8))
+    assert "f32" in fc_callback(mi.node, features=frozenset({"avx512f"}))
