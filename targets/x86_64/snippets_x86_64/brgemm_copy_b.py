@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -362,34 +362,7 @@ def packed_weights(sg: Subgraph) -> dict[int, np.ndarray]:
     return packed
 
 
-class PackedWeightExecutor:
-    """Runs a FullyConnected Subgraph's executor with its constant weights replaced by their packed copies, made
-    once at compile time and kept here (the on-disk kernel cache does not store them: the kernel reads whatever
-    weight it is given, so the copies are recomputed when a model is compiled)."""
-
-    def __init__(self, inner: Any, packed: dict[int, np.ndarray]) -> None:
-        self.inner = inner
-        self.packed = packed
-
-    def __getattr__(self, name: str) -> Any:  # kernel, num_threads, ... of the executor it wraps
-        return getattr(self.inner, name)
-
-    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
-        ins = list(args)
-        for i, w in self.packed.items():
-            ins[i] = w
-        return self.inner(ins, outs)
-
-
-def wrap_packed_weights(sg: Subgraph, executor: Any, disabled_passes: Sequence[str] = ()) -> Any:
-    """``executor`` fed with the packed weights of ``sg`` (itself when ``sg`` has none or packing is disabled)."""
-    if executor is None or MARK_PACKED_PASS in disabled_passes:
-        return executor
-    packed = packed_weights(sg)
-    return PackedWeightExecutor(executor, packed) if packed else executor
-
-
 __all__ = [
     "PACKED_B", "PANEL", "TRANSPOSE_SLOT", "BrgemmCopyB", "BrgemmCopyBEmitter", "InsertBrgemmCopyB", "MARK_PACKED_PASS",
-    "PackedWeightExecutor", "pack_b_panels", "packed_weights", "weight_source", "wrap_packed_weights",
+    "pack_b_panels", "packed_weights", "weight_source",
 ]

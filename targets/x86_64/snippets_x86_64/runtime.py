@@ -463,14 +463,15 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
         from snippets_x86_64.debug_caps import compile_subgraph_debug
 
         return compile_subgraph_debug(sg, config, host, debug)
-    from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, packed_weight_body_inputs, wrap_packed_weights
+    from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, packed_weight_body_inputs
+    from snippets_x86_64.fc_executor import fc_executor
 
     if not _is_static(sg.body):
         sg.rt_info.pop(FALLBACK_KEY, None)
         if packed_weight_body_inputs(sg.body) and MARK_PACKED_PASS not in config.disabled_passes:
             # a FullyConnected: only M is dynamic; its Brgemm reads the weight packed (once, here) and is
             # specialized per M (the panel micro-kernel has static row tiles)
-            return wrap_packed_weights(sg, ShapeSpecializingExecutor(sg, config, host), config.disabled_passes)
+            return fc_executor(sg, ShapeSpecializingExecutor(sg, config, host), config, host)
         from snippets_core.lowered.symbolic import DynamicShapeError
 
         try:  # one kernel for every shape, its runtime parameters computed per shape
@@ -491,7 +492,7 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
         return None
     ins, outs = _specs(sg)
     executor = KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
-    executor = wrap_packed_weights(sg, executor, config.disabled_passes)
+    executor = fc_executor(sg, executor, config, host)
     sg.rt_info.pop(FALLBACK_KEY, None)
     sg.rt_info["SnippetsCacheKey"] = kernel.cache_key
     return executor

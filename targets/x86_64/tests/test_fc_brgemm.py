@@ -16,7 +16,8 @@ from snippets_core.runtime.compiled_model import compile_model
 from snippets_core.runtime.pipeline import run_tokenization
 from snippets_core.runtime.targets import resolve_target
 from snippets_core.tokenization import FULLY_CONNECTED
-from snippets_x86_64.brgemm_copy_b import PANEL, PackedWeightExecutor, pack_b_panels
+from snippets_x86_64.brgemm_copy_b import PANEL, pack_b_panels
+from snippets_x86_64.fc_executor import PackedWeightExecutor, SplitNExecutor
 from snippets_x86_64.guarded import guarded_copy
 from snippets_x86_64.runtime import FALLBACK_KEY
 from snippets_x86_64.runtime import compile_subgraph as x86_compile_subgraph
@@ -224,3 +225,27 @@ def test_fc_callback_reasons():
     xi = sb.parameter([4, 8], "i8", name="xi")
     mi = sb.matmul(xi, np.ones((8, 16), np.int8))
     assert "f32" in fc_callback(mi.node, features=frozenset({"avx512f"}))
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_one_row_fc_splits_n_between_threads(transposed):
+    """M = 1 cannot be split, so each of the 2 threads runs the kernel on half of the weight's panels, of the bias
+    and residual, and of the output."""
+    k, n = 40, 256
+    w, b = _weights(k, n)
+    x = sb.parameter([1, 1, k], "f32", name="x")
+    res = sb.parameter([1, 1, n], "f32", name="res")
+    mm = sb.matmul(x, np.ascontiguousarray(w.T), transpose_b=True) if transposed else sb.matmul(x, w)
+    model = sb.model([sb.add(sb.relu(sb.add(mm, b)), res)], name="fc_row")
+    cfg = CompileConfig.from_mapping({"num_threads": 2})
+    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
+    (sg,) = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
+    ex = x86_compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
+    assert isinstance(ex, SplitNExecutor) and len(ex.parts) == 2
+    xs = RNG.standard_normal((1, 1, k)).astype(np.float32)
+    rs = RNG.standard_normal((1, 1, n)).astype(np.float32)
+    args = [xs if inp.source.node.type_name == "Parameter" and inp.source.node.name == "x" else
+            rs if inp.source.node.type_name == "Parameter" else np.asarray(inp.source.node.value)
+            for inp in sg.inputs]
+    (out,) = ex(args)
+    np.testing.assert_allclose(out, np.maximum(xs.astype(np.float64) @ w + b, 0) + rs, rtol=2e-5, atol=3e-5)

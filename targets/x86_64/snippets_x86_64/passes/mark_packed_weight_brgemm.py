@@ -19,7 +19,7 @@ from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, PACKED_B, PANEL, pac
 class MarkPackedWeightBrgemm(Pass):
     """Data-flow pass before InsertBrgemmCopyB: a Brgemm whose B is a FullyConnected weight Parameter (a constant,
     marked by TokenizeFCSnippets) reads it packed in panels (``pack_b_panels``, done once at compile time by
-    ``wrap_packed_weights``), transposed or not, so it gets no runtime BrgemmCopyB; ``PACKED_B`` on the
+    ``snippets_x86_64.fc_executor``), transposed or not, so it gets no runtime BrgemmCopyB; ``PACKED_B`` on the
     Brgemm tells the blocking (:class:`BrgemmFCBlocking`) and the emitter."""
 
     name: ClassVar[str] = MARK_PACKED_PASS
