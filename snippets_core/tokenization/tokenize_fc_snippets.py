@@ -33,7 +33,7 @@ from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node
 from snippets_core.ir.ops.subgraph import Subgraph
-from snippets_core.passes.pass_manager import Pass
+from snippets_core.ir.pass_manager import Pass
 from snippets_core.tokenization.config import SnippetsMode, TokenizationCallback, TokenizationConfig
 from snippets_core.tokenization.marks import is_completed, is_skipped_by_plugin
 from snippets_core.tokenization.tokenization_utils import constant_goes_inside
