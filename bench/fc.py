@@ -129,10 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     notes.append(blas.note)
     started = time.perf_counter()
     peaks = mha.measure_peaks(threads, args.budget, blas, notes)
-    print("# peak f32 throughput, GFLOP/s, fastest call:")
-    H.print_table(["threads", "theoretical (nominal clock)", "JIT FMA loop (measured)", f"numpy GEMM {mha.GEMM_N}^3"],
-                  [[n, _g(p["theoretical_nominal"]), _g(p["jit_fma"]), _g(p["gemm"])] for n, p in peaks.items()],
-                  "rrrr")
+    mha.print_peaks(peaks)
 
     out_dir = H.onnx_dir(args.onnx_dir)
     table: list[list[Any]] = []
@@ -176,10 +173,6 @@ def main(argv: list[str] | None = None) -> int:
     H.write_json(args.json, {"benchmark": "fc", "stat": args.stat, "machine": info, "peaks_gflop_s": peaks,
                              "notes": notes, "results": results})
     return 0
-
-
-def _g(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f}"
 
 
 if __name__ == "__main__":

@@ -229,6 +229,14 @@ def measure_peaks(threads: list[int], budget: float, blas: H.BlasThreads, notes:
     return peaks
 
 
+def print_peaks(peaks: dict[int, dict[str, float | None]]) -> None:
+    print("# peak f32 throughput, GFLOP/s, fastest call (theoretical = cores x nominal MHz x 2 FMA units x 16 lanes"
+          " x 2 flops; a core may boost above the nominal clock):")
+    H.print_table(["threads", "theoretical (nominal clock)", "JIT FMA loop (measured)", f"numpy GEMM {GEMM_N}^3"],
+                  [[n, _g(p["theoretical_nominal"]), _g(p["jit_fma"]), _g(p["gemm"])] for n, p in peaks.items()],
+                  "rrrr")
+
+
 # --- the benchmark --------------------------------------------------------------------------------------------
 Contenders = tuple[dict[str, Callable[[], Any]], dict[str, np.ndarray], dict[str, str], list[Callable[[], None]]]
 
@@ -299,11 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
 
     peaks = measure_peaks(threads, args.budget, blas, notes)
-    print("# peak f32 throughput, GFLOP/s, fastest call (theoretical = cores x nominal MHz x 2 FMA units x 16 lanes"
-          " x 2 flops; a core may boost above the nominal clock):")
-    H.print_table(["threads", "theoretical (nominal clock)", "JIT FMA loop (measured)", f"numpy GEMM {GEMM_N}^3"],
-                  [[n, _g(p["theoretical_nominal"]), _g(p["jit_fma"]), _g(p["gemm"])] for n, p in peaks.items()],
-                  "rrrr")
+    print_peaks(peaks)
 
     out_dir = H.onnx_dir(args.onnx_dir)
     table: list[list[Any]] = []

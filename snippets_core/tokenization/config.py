@@ -121,3 +121,14 @@ class TokenizationConfig:
                 f"the tokenization callback returned {type(reason).__name__} for node '{node.name}'; "
                 "it must return a reason string or None")
         return reason
+
+
+def ask_callback(callback: TokenizationCallback | None, config: TokenizationConfig, node: Node, who: str) -> str | None:
+    """A pattern tokenizer's veto: ``callback``'s reason to leave the pattern at ``node`` out, or None (also when
+    there is no callback or ``config`` is in IgnoreCallback mode). ``who`` names the tokenizer in the error."""
+    if callback is None or config.snippets_mode is SnippetsMode.IgnoreCallback:
+        return None
+    reason = callback(node)
+    if reason is not None and not isinstance(reason, str):
+        raise TypeError(f"the {who} tokenization callback returned {type(reason).__name__} for '{node.name}'")
+    return reason

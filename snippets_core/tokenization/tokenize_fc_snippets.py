@@ -34,7 +34,7 @@ from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.pass_manager import Pass
-from snippets_core.tokenization.config import SnippetsMode, TokenizationCallback, TokenizationConfig
+from snippets_core.tokenization.config import TokenizationCallback, TokenizationConfig, ask_callback
 from snippets_core.tokenization.marks import is_completed, is_skipped_by_plugin
 from snippets_core.tokenization.tokenization_utils import constant_goes_inside
 from snippets_core.tokenization.tokenize_mha_snippets import REJECT_REASON_KEY, _build_subgraph, _live_ids, _targets
@@ -143,12 +143,7 @@ class TokenizeFCSnippets(Pass):
         return changed
 
     def _veto(self, node: Node) -> str | None:
-        if self.callback is None or self.config.snippets_mode is SnippetsMode.IgnoreCallback:
-            return None
-        reason = self.callback(node)
-        if reason is not None and not isinstance(reason, str):
-            raise TypeError(f"the FC tokenization callback returned {type(reason).__name__} for '{node.name}'")
-        return reason
+        return ask_callback(self.callback, self.config, node, "FC")
 
     def _match(self, matmul: Node, live: set[int]) -> list[Node]:
         why = is_fc_matmul(matmul)

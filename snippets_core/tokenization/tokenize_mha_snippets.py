@@ -38,7 +38,7 @@ from snippets_core.ir.ops.snippets import BRGEMM_OUTPUT_TYPES
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.pass_manager import Pass
 from snippets_core.ir.shape import Shape, broadcast_shapes, normalize_axis
-from snippets_core.tokenization.config import SnippetsMode, TokenizationCallback, TokenizationConfig
+from snippets_core.tokenization.config import TokenizationCallback, TokenizationConfig, ask_callback
 from snippets_core.tokenization.marks import (
     ORIGINAL_LAYERS_NAMES,
     SNIPPETS_NODE_TYPE,
@@ -305,12 +305,7 @@ class TokenizeMHASnippets(Pass):
         return changed
 
     def _veto(self, node: Node) -> str | None:
-        if self.callback is None or self.config.snippets_mode is SnippetsMode.IgnoreCallback:
-            return None
-        reason = self.callback(node)
-        if reason is not None and not isinstance(reason, str):
-            raise TypeError(f"the MHA tokenization callback returned {type(reason).__name__} for '{node.name}'")
-        return reason
+        return ask_callback(self.callback, self.config, node, "MHA")
 
     def _match(self, matmul0: Node, live: set[int]) -> tuple[list[Node], int]:
         cfg = self.config
