@@ -54,6 +54,7 @@ def _canon(value: Any) -> str:
 def body_text(model: Model) -> str:
     """The canonical text of a body Model: one line per node, inputs by position in the order."""
     from snippets_core.lowered.port_descriptor import RT_INFO_KEY
+    from snippets_core.tokenization.tokenize_fc_snippets import FC_WEIGHT
 
     order = model.get_ordered_ops()
     index = {n.id: i for i, n in enumerate(order)}
@@ -64,7 +65,9 @@ def body_text(model: Model) -> str:
         outs = ",".join(f"{o.element_type}{o.shape}" for o in n.outputs)
         value = _canon(n.value) if hasattr(n, "value") and n.type_name in ("Constant", "Scalar") else ""
         ports = _canon(n.rt_info.get(RT_INFO_KEY, {}))
-        lines.append(f"{i}:{n.type_name}({ins}){{{attrs}}}{value}->{outs} {ports}")
+        # a FullyConnected weight Parameter is read packed: the same body without the mark is another kernel
+        mark = " packed" if n.rt_info.get(FC_WEIGHT) else ""
+        lines.append(f"{i}:{n.type_name}({ins}){{{attrs}}}{value}->{outs} {ports}{mark}")
     lines.append("params:" + ",".join(str(index[p.id]) for p in model.parameters))
     lines.append("results:" + ",".join(str(index[r.id]) for r in model.results))
     return "\n".join(lines)

@@ -249,3 +249,19 @@ def test_one_row_fc_splits_n_between_threads(transposed):
             for inp in sg.inputs]
     (out,) = ex(args)
     np.testing.assert_allclose(out, np.maximum(xs.astype(np.float64) @ w + b, 0) + rs, rtol=2e-5, atol=3e-5)
+
+
+def test_kernel_cache_key_tells_a_packed_weight_from_a_plain_one():
+    """The same body reads B packed (an FC) or planar (a MatMul of two inputs): two kernels, two keys."""
+    from snippets_core.tokenization.tokenize_fc_snippets import FC_WEIGHT
+    from snippets_x86_64.cache import cache_key
+
+    x = sb.parameter([1, 2, 4, 8], "f32", name="x")
+    model = sb.model([sb.matmul(x, np.ones((8, 16), np.float32))], name="fc")
+    cfg = CompileConfig.from_mapping({"num_threads": 1})
+    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
+    (sg,) = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
+    plain = sg.body.clone()
+    for p in plain.parameters:
+        p.rt_info.pop(FC_WEIGHT, None)
+    assert cache_key(sg.body, []) != cache_key(plain, [])
