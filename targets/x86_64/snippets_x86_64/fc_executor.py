@@ -19,6 +19,7 @@ from snippets_core.ir.ops.io import Parameter
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import Shape
 from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, PANEL, packed_weight_body_inputs, packed_weights
+from snippets_x86_64.runtime import POOL, _output_specs
 
 
 #: rt_info key on an FC Subgraph whose one-row split along N could not be compiled: why (it runs whole)
@@ -51,8 +52,6 @@ class SplitNExecutor:
 
     def __init__(self, parts: list[Any], packed: dict[int, np.ndarray], sliced: list[int], out_shapes: list[tuple],
                  out_types: list[np.dtype], width: int) -> None:
-        from snippets_x86_64.runtime import POOL
-
         self.parts = parts
         self.pool = POOL
         self.width = width
@@ -77,6 +76,90 @@ class SplitNExecutor:
         return results
 
 
+#: fewest rows a thread gets when a dynamic-M FC's rows are split between threads
+ROW_SPLIT_MIN = 16
+_MISSING: Any = object()
+
+
+class DynamicFCExecutor:
+    """A FullyConnected Subgraph with dynamic dims (M: batch x sequence) over a ShapeSpecializingExecutor: the
+    kernel of each input shape reads the packed weights; a shape that runs on the reference gets the original
+    ones. SplitDimensionM cannot split a dynamic M at compile time, so when the input has one batch index and
+    enough rows, the rows are split here between the threads: each runs the kernel specialized for its rows on
+    its row slices of x, of the M-sized post-op inputs and of the output (contiguous: one batch index)."""
+
+    def __init__(self, inner: Any, packed: dict[int, np.ndarray], a_index: int | None, threads: int) -> None:
+        self.inner = inner
+        self.packed = packed
+        self.a_index = a_index
+        self.threads = threads
+        #: output specs by input shapes (shape inference on a body clone: once per shape, not per call)
+        self._out_specs: dict[tuple, list] = {}
+
+    def __getattr__(self, name: str) -> Any:  # executors, reasons, ... of the executor it wraps
+        return getattr(self.inner, name)
+
+    def _kernel(self, arrays: list[np.ndarray]) -> Any:
+        """The KernelExecutor of these input shapes, or None when they run on the reference."""
+        shapes = tuple(a.shape for a in arrays)
+        ex = self.inner.executors.get(shapes, _MISSING)
+        if ex is _MISSING:
+            self.inner._check(arrays)
+            ex = self.inner._specialize(shapes)
+        return ex
+
+    def _row_parts(self, arrays: list[np.ndarray]) -> list[slice]:
+        if self.a_index is None or self.threads < 2:
+            return []
+        x = arrays[self.a_index]
+        if x.ndim < 2 or math.prod(x.shape[:-2]) != 1 or x.shape[-2] < 2 * ROW_SPLIT_MIN:
+            return []
+        m = x.shape[-2]
+        parts = min(self.threads, m // ROW_SPLIT_MIN)
+        step = -(-m // parts)
+        return [slice(r, min(r + step, m)) for r in range(0, m, step)]
+
+    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in args]
+        rows = self._row_parts(arrays)
+        m = arrays[self.a_index].shape[-2] if rows else 0  # type: ignore[index]
+        parts = []
+        for r in rows:
+            # inputs with M rows (x, a residual) are cut; those broadcast along M (bias) are not
+            part = [a[..., r, :] if a.ndim >= 2 and a.shape[-2] == m and math.prod(a.shape[:-2]) == 1 else a
+                    for a in arrays]
+            ex = self._kernel(part)
+            if ex is None:
+                parts = []
+                break
+            parts.append((ex, part, r))
+        if not parts:
+            ex = self._kernel(arrays)
+            if ex is None:  # the reference evaluates the body: it must see the weights as they are
+                return self.inner(arrays, outs)
+            return ex([self.packed.get(i, a) for i, a in enumerate(arrays)], outs)
+        shapes = tuple(a.shape for a in arrays)
+        spec = self._out_specs.get(shapes)
+        if spec is None:
+            spec = self._out_specs[shapes] = _output_specs(self.inner.sg, shapes)
+        results = [o if o is not None else np.empty(s, t)
+                   for o, (t, s) in zip(outs or [None] * len(spec), spec)]
+        tasks = []
+        for ex, part, r in parts:
+            ins = [self.packed.get(i, a) for i, a in enumerate(part)]
+            tasks.append(lambda ex=ex, ins=ins, r=r: ex(ins, [o[..., r, :] for o in results]))
+        POOL.run(tasks)
+        return results
+
+
+def _a_input(sg: Subgraph) -> int | None:
+    """The body Parameter index of the FC's input x (the MatMul's A), or None."""
+    mms = [n for n in sg.body.get_ordered_ops() if n.type_name == "MatMul"]
+    if len(mms) != 1 or mms[0].inputs[0].source.node.type_name != "Parameter":
+        return None
+    return sg.body.parameters.index(mms[0].inputs[0].source.node)  # type: ignore[arg-type]
+
+
 def _one_row(sg: Subgraph) -> tuple[int, int] | None:
     """(N, the A input's index) when ``sg`` is a static FC whose output has one row; else None."""
     body = sg.body
@@ -85,10 +168,8 @@ def _one_row(sg: Subgraph) -> tuple[int, int] | None:
     out = body.results[0].inputs[0].shape
     if not out.is_static or math.prod(out.to_tuple()[:-1]) != 1:
         return None
-    mms = [n for n in body.get_ordered_ops() if n.type_name == "MatMul"]
-    if len(mms) != 1 or mms[0].inputs[0].source.node.type_name != "Parameter":
-        return None
-    return int(out[-1]), body.parameters.index(mms[0].inputs[0].source.node)  # type: ignore[arg-type]
+    a_index = _a_input(sg)
+    return None if a_index is None else (int(out[-1]), a_index)
 
 
 def split_n(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np.ndarray]) -> SplitNExecutor | None:
@@ -130,12 +211,16 @@ def split_n(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np
 
 def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any) -> Any:
     """``executor`` fed with the packed weights of ``sg`` (itself when ``sg`` has none or packing is disabled); a
-    one-row FC on several threads is split along N instead."""
+    one-row FC on several threads is split along N instead, a dynamic one along its rows."""
     if executor is None or MARK_PACKED_PASS in config.disabled_passes:
         return executor
+    from snippets_x86_64.runtime import ShapeSpecializingExecutor
+
     packed = packed_weights(sg)
     if not packed:
         return executor
+    if isinstance(executor, ShapeSpecializingExecutor):
+        return DynamicFCExecutor(executor, packed, _a_input(sg), config.num_threads)
     try:
         split = split_n(sg, config, host, packed)
     except SnippetsError as exc:  # the split is an optimization: the whole-N kernel is compiled and runs
@@ -144,4 +229,4 @@ def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any) -
     return split if split is not None else PackedWeightExecutor(executor, packed)
 
 
-__all__ = ["PackedWeightExecutor", "SplitNExecutor", "fc_executor", "split_n"]
+__all__ = ["DynamicFCExecutor", "PackedWeightExecutor", "SplitNExecutor", "fc_executor", "split_n"]

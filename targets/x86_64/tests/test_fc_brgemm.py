@@ -265,3 +265,53 @@ def test_kernel_cache_key_tells_a_packed_weight_from_a_plain_one():
     for p in plain.parameters:
         p.rt_info.pop(FC_WEIGHT, None)
     assert cache_key(sg.body, []) != cache_key(plain, [])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dynamic_rows_split_between_threads(threads):
+    """[1, S, K] with S dynamic: SplitDimensionM could not split S at compile time, so the executor splits the rows
+    of x, of the residual and of the output between the threads (the bias is not cut)."""
+    from snippets_x86_64.fc_executor import DynamicFCExecutor
+
+    k, n = 24, 70
+    w, b = _weights(k, n)
+    x = sb.parameter([1, -1, k], "f32", name="x")
+    res = sb.parameter([1, -1, n], "f32", name="res")
+    model = sb.model([sb.add(sb.relu(sb.add(sb.matmul(x, w), b)), res)], name="fc_dyn_rows")
+    cm = _compile(model, threads=threads)
+    for s in (1, 31, 33, 100):
+        xs = RNG.standard_normal((1, s, k)).astype(np.float32)
+        rs = RNG.standard_normal((1, s, n)).astype(np.float32)
+        (out,) = cm({"x": xs, "res": rs}).values()
+        np.testing.assert_allclose(out, np.maximum(xs.astype(np.float64) @ w + b, 0) + rs, rtol=2e-5, atol=3e-5)
+    cfg = CompileConfig.from_mapping({"num_threads": threads})
+    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
+    (sg,) = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
+    ex = x86_compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
+    assert isinstance(ex, DynamicFCExecutor)
+    xs = RNG.standard_normal((1, 100, k)).astype(np.float32)
+    rs = RNG.standard_normal((1, 100, n)).astype(np.float32)
+    args = [xs if inp.source.node.name == "x" else rs if inp.source.node.name == "res" else
+            np.asarray(inp.source.node.value) for inp in sg.inputs]
+    ex(args)
+    shapes = [shp[0] for shp, e in ex.executors.items() if e is not None]
+    assert ((1, 50, k) in shapes) == (threads == 2)
+
+
+def test_dynamic_fc_on_the_reference_gets_the_original_weight():
+    """A shape the kernels do not take (past the specialization cap) runs the body on the reference, which must
+    read the weight as it is, not packed."""
+    k, n = 16, 130
+    w, b = _weights(k, n)
+    x = sb.parameter([-1, k], "f32", name="x")
+    model = sb.model([sb.add(sb.matmul(x, w), b)], name="fc_ref")
+    cfg = CompileConfig.from_mapping({"num_threads": 1})
+    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
+    (sg,) = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
+    ex = x86_compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
+    ex.inner.MAX_SPECIALIZATIONS = 0
+    xs = RNG.standard_normal((3, k)).astype(np.float32)
+    args = [xs if inp.source.node.type_name == "Parameter" else np.asarray(inp.source.node.value) for inp in sg.inputs]
+    (out,) = ex(args)
+    assert ex.reasons
+    np.testing.assert_allclose(out, xs.astype(np.float64) @ w + b, rtol=2e-5, atol=3e-5)
