@@ -209,9 +209,10 @@ def split_n(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np
     return SplitNExecutor(executors, packed, sliced, [s for _, s in full_outs], [t for t, _ in full_outs], width)
 
 
-def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any) -> Any:
+def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, split: bool = True) -> Any:
     """``executor`` fed with the packed weights of ``sg`` (itself when ``sg`` has none or packing is disabled); a
-    one-row FC on several threads is split along N instead, a dynamic one along its rows."""
+    one-row FC on several threads is split along N instead, a dynamic one along its rows (unless ``split`` is
+    False: the debug executor runs the one kernel it instrumented)."""
     if executor is None or MARK_PACKED_PASS in config.disabled_passes:
         return executor
     from snippets_x86_64.runtime import ShapeSpecializingExecutor
@@ -221,12 +222,14 @@ def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any) -
         return executor
     if isinstance(executor, ShapeSpecializingExecutor):
         return DynamicFCExecutor(executor, packed, _a_input(sg), config.num_threads)
+    if not split:
+        return PackedWeightExecutor(executor, packed)
     try:
-        split = split_n(sg, config, host, packed)
+        by_n = split_n(sg, config, host, packed)
     except SnippetsError as exc:  # the split is an optimization: the whole-N kernel is compiled and runs
         sg.rt_info[SPLIT_N_SKIPPED] = f"{type(exc).__name__}: {exc}"
-        split = None
-    return split if split is not None else PackedWeightExecutor(executor, packed)
+        by_n = None
+    return by_n if by_n is not None else PackedWeightExecutor(executor, packed)
 
 
 __all__ = ["DynamicFCExecutor", "PackedWeightExecutor", "SplitNExecutor", "fc_executor", "split_n"]

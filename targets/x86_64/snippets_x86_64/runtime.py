@@ -461,8 +461,10 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
     debug = debug_config(config)  # a bad SNIPPETS_* debug setting is an error, not a fallback
     if debug.enabled:  # dumps, perf counters, segfault detector: see snippets_x86_64.debug_caps
         from snippets_x86_64.debug_caps import compile_subgraph_debug
+        from snippets_x86_64.fc_executor import fc_executor
 
-        return compile_subgraph_debug(sg, config, host, debug)
+        # the kernel reads a FullyConnected weight packed: the debug executor gets it packed too (whole, one kernel)
+        return fc_executor(sg, compile_subgraph_debug(sg, config, host, debug), config, host, split=False)
     from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, packed_weight_body_inputs
     from snippets_x86_64.fc_executor import fc_executor
 

@@ -315,3 +315,16 @@ def test_dynamic_fc_on_the_reference_gets_the_original_weight():
     (out,) = ex(args)
     assert ex.reasons
     np.testing.assert_allclose(out, xs.astype(np.float64) @ w + b, rtol=2e-5, atol=3e-5)
+
+
+def test_fc_with_perf_counters_on(monkeypatch):
+    """Debug capabilities compile their own kernel: it reads the packed weight like the normal one."""
+    monkeypatch.setenv("SNIPPETS_PERF_COUNT", "1")
+    m, k, n = 5, 20, 150
+    w, b = _weights(k, n)
+    x = sb.parameter([m, k], "f32", name="x")
+    model = sb.model([sb.add(sb.matmul(x, w), b)], name="fc_perf")
+    cm = _compile(model, threads=2)
+    xs = RNG.standard_normal((m, k)).astype(np.float32)
+    (out,) = cm({"x": xs}).values()
+    np.testing.assert_allclose(out, xs.astype(np.float64) @ w + b, rtol=2e-5, atol=3e-5)
