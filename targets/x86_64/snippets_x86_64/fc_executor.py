@@ -137,6 +137,7 @@ class DynamicFCExecutor:
             ex = self._kernel(arrays)
             if ex is None:  # the reference evaluates the body: it must see the weights as they are
                 return self.inner(arrays, outs)
+            self.inner.last_placement = self.inner._on_target  # where this call ran (placement protocol)
             return ex([self.packed.get(i, a) for i, a in enumerate(arrays)], outs)
         shapes = tuple(a.shape for a in arrays)
         spec = self._out_specs.get(shapes)
@@ -149,6 +150,7 @@ class DynamicFCExecutor:
             ins = [self.packed.get(i, a) for i, a in enumerate(part)]
             tasks.append(lambda ex=ex, ins=ins, r=r: ex(ins, [o[..., r, :] for o in results]))
         POOL.run(tasks)
+        self.inner.last_placement = self.inner._on_target
         return results
 
 
