@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from snippets_core.config import CompileConfig
+from snippets_core.errors import InputError
 from snippets_core.frontends import builder as sb
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.runtime.compiled_model import compile_model
@@ -333,3 +334,19 @@ def test_fc_with_perf_counters_on(monkeypatch):
     xs = RNG.standard_normal((m, k)).astype(np.float32)
     (out,) = cm({"x": xs}).values()
     np.testing.assert_allclose(out, xs.astype(np.float64) @ w + b, rtol=2e-5, atol=3e-5)
+
+
+def test_split_n_knob():
+    k, n = 16, 256
+    w, _ = _weights(k, n)
+    x = sb.parameter([1, k], "f32", name="x")
+    model = sb.model([sb.matmul(x, w)], name="fc_row")
+    for value, kind in ((False, PackedWeightExecutor), (True, SplitNExecutor)):
+        cfg = CompileConfig.from_mapping({"num_threads": 2, "target_options": {"fc_split_n": value}})
+        m = model.clone()
+        run_tokenization(m, resolve_target(TARGET, cfg), cfg)
+        (sg,) = [n for n in m.get_ordered_ops() if isinstance(n, Subgraph)]
+        assert isinstance(x86_compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host), kind)
+    cfg = CompileConfig.from_mapping({"num_threads": 2, "target_options": {"fc_split_n": "yes"}})
+    with pytest.raises(InputError, match="fc_split_n"):
+        compile_model(model, target=TARGET, config=cfg)
