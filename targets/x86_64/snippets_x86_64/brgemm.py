@@ -381,9 +381,9 @@ def brgemm_positioned_passes(target_options: Mapping[str, Any]) -> list[Position
     copy_b = PositionedPass(InsertBrgemmCopyB(), PassPosition("broadcast-to-move-broadcast"))
     # a FullyConnected weight is packed at compile time instead: its Brgemm is marked before InsertBrgemmCopyB
     mark = PositionedPass(MarkPackedWeightBrgemm(), PassPosition(InsertBrgemmCopyB.name))
-    fc_block = int(target_options.get("fc_m_block", 0))
-    if fc_block < 0:
-        raise InputError(f"target_options.fc_m_block must be >= 0 (0: the default), got {fc_block}")
+    from snippets_core.config import int_option
+
+    fc_block = int_option(target_options, "fc_m_block", 0, minimum=0)  # 0: the default
     fc_blocking = PositionedPass(BrgemmFCBlocking(fc_block), PassPosition("brgemm-blocking"), pipeline="control-flow")
     passes: list[PositionedPass] = [copy_b, mark]
     precision = str(target_options.get("inference_precision", "f32")).lower()

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from snippets_core.config import CompileConfig
-from snippets_core.errors import InputError, SnippetsError
+from snippets_core.config import CompileConfig, ConfigError
+from snippets_core.errors import SnippetsError
 from snippets_core.ir.ops.io import Parameter
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import Shape
@@ -226,7 +226,7 @@ def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, s
         return DynamicFCExecutor(executor, packed, _a_input(sg), config.num_threads)
     split_option = dict(config.target_options).get("fc_split_n", True)
     if not isinstance(split_option, bool):
-        raise InputError(f"target_options.fc_split_n must be true or false, got {split_option!r}")
+        raise ConfigError(f"target_options.fc_split_n must be true or false, got {split_option!r}")
     if not split or not split_option:
         return PackedWeightExecutor(executor, packed)
     try:

@@ -9,8 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from snippets_core.config import CompileConfig
-from snippets_core.errors import InputError
+from snippets_core.config import CompileConfig, ConfigError
 from snippets_core.frontends import builder as sb
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.runtime.compiled_model import compile_model
@@ -348,5 +347,7 @@ def test_split_n_knob():
         (sg,) = [n for n in m.get_ordered_ops() if isinstance(n, Subgraph)]
         assert isinstance(x86_compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host), kind)
     cfg = CompileConfig.from_mapping({"num_threads": 2, "target_options": {"fc_split_n": "yes"}})
-    with pytest.raises(InputError, match="fc_split_n"):
+    with pytest.raises(ConfigError, match="fc_split_n"):
         compile_model(model, target=TARGET, config=cfg)
+    with pytest.raises(ConfigError, match="fc_m_block"):
+        compile_model(model, target=TARGET, config={"target_options": {"fc_m_block": -1}})
