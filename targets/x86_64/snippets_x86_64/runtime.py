@@ -523,6 +523,9 @@ class DynamicKernelExecutor:
         )
         self.input_types = [p.outputs[0].element_type.numpy for p in sg.body.parameters]
         self.output_types = [r.outputs[0].element_type.numpy for r in sg.body.results]
+        #: the Subgraph's own output ranks: the kernel's output dims are rank-normalized (leading 1s prepended
+        #: when the body's inputs differ in rank), the arrays handed on must keep the body's shapes
+        self.output_ranks = [r.outputs[0].shape.rank for r in sg.body.results]
         self._options = _executor_options(config)
         self._executors: OrderedDict[tuple[tuple[int, ...], ...], Any] = OrderedDict()
         self._per_shape: ShapeSpecializingExecutor | None = None
@@ -555,7 +558,7 @@ class DynamicKernelExecutor:
                 self.per_shape_kernels += 1
             else:
                 ins = list(zip(self.input_types, shapes))
-                outs = list(zip(self.output_types, cfg.output_shapes))
+                outs = list(zip(self.output_types, map(_body_rank, cfg.output_shapes, self.output_ranks)))
                 executor = KernelExecutor(
                     self.kernel, ins, outs, self.config.num_threads, *self._options, runtime_config=cfg
                 )
@@ -585,6 +588,13 @@ class DynamicKernelExecutor:
         if self.per_shape_kernels:
             text += f", {self.per_shape_kernels} with a kernel of their own (run-time broadcasting)"
         return text
+
+
+def _body_rank(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
+    """``shape`` without the leading 1s that rank normalization prepended to reach the body's ``rank``."""
+    extra = len(shape) - rank
+    assert extra >= 0 and all(d == 1 for d in shape[:extra]), (shape, rank)
+    return shape[extra:]
 
 
 class ShapeSpecializingExecutor:

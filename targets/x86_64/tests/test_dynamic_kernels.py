@@ -220,14 +220,25 @@ def _resized(shapes, master):  # type: ignore[no-untyped-def]
 
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: make the sibling module importable
-from hypothesis import HealthCheck, given, settings  # noqa: E402 - the random-graph section's own imports
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402 - the random-graph section's own imports
 from hypothesis import strategies as st  # noqa: E402
 from test_conformance_random import build, graphs  # noqa: E402
+
+
+# Found by hypothesis: a Subgraph whose inputs differ in rank ([1,1,?] and [1,?]) and whose lower-rank value is also
+# an output; the kernel's output dims are rank-normalized ([1,1,?]) and must be handed on with the body's rank.
+_MIXED_RANK_OUTPUT = (
+    [(1, 1, 2), (1, 2)],
+    [("u", "abs", 1), ("b", "add", 0, 2, 0.0), ("u", "abs", 0), ("b", "add", 0, 0, 0.0), ("b", "add", 2, 3, 0.0),
+     ("b", "add", 0, 0, 0.0), ("b", "add", 0, 0, 0.0), ("b", "add", 0, 0, 0.0)],
+    [2, 6],
+)
 
 
 @settings(max_examples=int(os.environ.get("SNIPPETS_RANDOM_EXAMPLES", "25")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(graphs(), st.integers(0, 2**31 - 1), st.sampled_from([1, 2]))
+@example(_MIXED_RANK_OUTPUT, 0, 1)
 def test_random_graphs_with_dynamic_dims_run_one_kernel_for_every_shape(graph, seed, threads):
     shapes, steps, outputs = graph
     rng = np.random.default_rng(seed)
