@@ -18,7 +18,14 @@ import flatbuffers
 import numpy as np
 
 from snippets_shave._generated import ashv_generated as fb
-from snippets_shave.constants import BLOB_VERSION, DTYPE_TO_NUMPY, KERNEL_ABI_VERSION, RUNTIME_VERSION, DType
+from snippets_shave.constants import (
+    BLOB_VERSION,
+    DTYPE_TO_NUMPY,
+    KERNEL_ABI_VERSION,
+    MAX_BARRIERS,
+    RUNTIME_VERSION,
+    DType,
+)
 from snippets_shave.errors import BlobFormatError
 
 FILE_IDENTIFIER = b"ASHV"
@@ -65,12 +72,12 @@ class Target:
     shaves_per_tile: int = 2
     cmx_bytes_per_tile: int = 2 * 1024 * 1024
     dma_engines: int = 2
-    max_barriers: int = 64
+    max_barriers: int = MAX_BARRIERS["37xx"]
 
     @staticmethod
     def lnl() -> Target:
         """The 40XX (LNL) preset: 6 tiles, 96 barriers."""
-        return Target("40xx", tiles=6, max_barriers=96)
+        return Target("40xx", tiles=6, max_barriers=MAX_BARRIERS["40xx"])
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,10 @@ MAX_DATA_WINDOW = 64 * 1024  # cap on one invocation's WIN_E image
 MAX_ND_DIMS = 15
 DEFAULT_STACK_SIZE = 4096  # bytes per SHAVE, as the compiler's default stack_configuration
 
+# Hardware barriers per platform. 37XX (MTL) has 64 and 40XX (LNL) 96, the counts the NPU compiler's
+# getNumAvailableBarriers gives for those architectures; virtual barriers are mapped onto these ids with reuse.
+MAX_BARRIERS = {"37xx": 64, "40xx": 96}
+
 
 class DType(IntEnum):
     """Element types; the same numbering is used in the blob schema and in ``MemRefData.dataType``."""

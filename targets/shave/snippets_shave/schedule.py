@@ -18,6 +18,7 @@ from snippets_shave.blob import Blob, DmaDescriptor, Executor, KernelKind, Locat
 from snippets_shave.constants import DEFAULT_STACK_SIZE, DTYPE_TO_NUMPY, KERNEL_ABI_VERSION, WIN_F, dtype_of
 from snippets_shave.elf import KernelElf, read_kernel_elf
 from snippets_shave.errors import KernelAbiError
+from snippets_shave.vpurt.assign_physical_barriers import AssignPhysicalBarriers
 from snippets_shave.vpurt.ir import (
     BarrierDecl,
     DmaOp,
@@ -76,7 +77,7 @@ class ScheduleBuilder:
     tasks: list[tuple[Executor, int, VpurtTask]] = field(default_factory=list)
     num_barriers: int = 0
     _by_elf: dict[bytes, _Kernel] = field(default_factory=dict)
-    _names: set[str] = field(default_factory=set)
+    _names: set[str] = field(default_factory=lambda: {"runtime"})  # @runtime is the runtime kernel
 
     @property
     def cmx_workspace_start(self) -> int:
@@ -219,15 +220,16 @@ class ScheduleBuilder:
                 consumers[b] += 1
         return [BarrierDecl(i, producers[i], consumers[i]) for i in range(self.num_barriers)]
 
-    def build_module(self) -> Module:
-        """The schedule as a VPURT module (virtual barriers; ``assign_physical_barriers`` maps them)."""
+    def build_module(self, physical: bool = True) -> Module:
+        """The schedule as a VPURT module; its virtual barriers mapped onto the target's physical ones unless
+        ``physical`` is false (:class:`~snippets_shave.vpurt.assign_physical_barriers.AssignPhysicalBarriers`)."""
         queues: dict[tuple[int, int], list[VpurtTask]] = {}
         for executor, queue, task in self.tasks:
             queues.setdefault((int(executor), queue), []).append(task)
         task_lists = tuple(TaskListOp(Executor(e), q, tuple(ts)) for (e, q), ts in sorted(queues.items()))
         dtypes = first_use_dtypes(task_lists)
         kernels = tuple(with_arg_types(k, dtypes.get(k.name, [])) for k in self.kernels)
-        return Module(
+        module = Module(
             name=self.name,
             target=self.target,
             inputs=tuple(self.inputs),
@@ -239,6 +241,9 @@ class ScheduleBuilder:
             graph=GraphConfig(tuple([self.stack_size] * self.target.tiles)),
             scratch_bytes=self.scratch_bytes,
         )
+        return AssignPhysicalBarriers(self.target.max_barriers).run(module) if physical else module
 
-    def build(self) -> Blob:
-        return module_to_blob(self.build_module())
+    def build(self, physical: bool = True) -> Blob:
+        """The blob serialized from :meth:`build_module` (``physical=False``: virtual barriers only, as a test of
+        the simulator's own deadlock and race detection needs, since physical reuse adds ordering)."""
+        return module_to_blob(self.build_module(physical))

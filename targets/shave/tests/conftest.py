@@ -27,6 +27,7 @@ def build_tiled(
     layout=None,  # type: ignore[no-untyped-def]
     slots_per_tile: int | None = None,
     war_barriers: bool = True,
+    physical_barriers: bool = True,
 ) -> Blob:
     """Split the flat tensor into ``chunks`` uneven pieces of whole rows (``row_len`` elements each; CMX
     chunks are then 2-D ``(rows, row_len)``, else 1-D), give
@@ -34,7 +35,8 @@ def build_tiled(
     shuffled by ``order_seed``. Each chunk has its own barriers; its CMX buffers are its own, or with
     ``slots_per_tile`` one of a ring of buffer sets per tile, reused once the previous chunk in that slot
     has been copied out (its DMA-in waits on that chunk's "done" barrier: a write-after-read dependency;
-    ``war_barriers=False`` leaves that wait out, a racy schedule)."""
+    ``war_barriers=False`` leaves that wait out, a racy schedule; ``physical_barriers=False`` keeps the barriers
+    virtual, since the physical reuse would order such a schedule)."""
     dt = dtype_of(dtype)
     esize = DTYPE_TO_NUMPY[dt].itemsize
     sb = ScheduleBuilder("tiled", target=target)
@@ -91,7 +93,7 @@ def build_tiled(
         sb.dma(
             cmx_out, ddr(out, start, dims), engine=i % target.dma_engines, wait=[b_out], update=[b_done], name=f"out{i}"
         )
-    return sb.build()
+    return sb.build(physical_barriers)
 
 
 @pytest.fixture

@@ -185,7 +185,7 @@ def _slice(blob: Blob, ref: KernelDataRef, what: str) -> bytes:
 
 def module_from_blob(blob: Blob) -> Module:
     """Read a blob back into the VPURT IR (what ``snippets inspect`` prints)."""
-    taken: set[str] = set()
+    taken: set[str] = {"runtime"}  # the runtime kernel's symbol
     names = [unique_name(k.name, taken) for k in blob.kernels]
     task_lists = []
     for i, tl in enumerate(blob.task_lists):
