@@ -8,9 +8,13 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from snippets_shave.blob import Blob, Target, TensorRef
+from snippets_shave.blob import Blob, Target, TensorRef, read_blob, write_blob
 from snippets_shave.constants import DTYPE_TO_NUMPY, dtype_of
 from snippets_shave.schedule import ScheduleBuilder
+from snippets_shave.vpurt.ir import Module
+from snippets_shave.vpurt.parser import parse_module
+from snippets_shave.vpurt.printer import print_module
+from snippets_shave.vpurt.serialize import module_from_blob, module_to_blob
 
 
 def build_tiled(
@@ -99,3 +103,23 @@ def build_tiled(
 @pytest.fixture
 def tiled() -> Callable[..., Blob]:
     return build_tiled
+
+
+def assert_vpurt_round_trip(module: Module) -> None:
+    """The blob serialized from ``module`` reads back into an equal module, and so does its printed text."""
+    back = module_from_blob(read_blob(write_blob(module_to_blob(module))))
+    assert back == module
+    assert parse_module(print_module(back)) == module
+
+
+@pytest.fixture(autouse=True)
+def _vpurt_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every schedule a shave test builds, by hand or through compile_model, goes through the IR round trip."""
+    build_module = ScheduleBuilder.build_module
+
+    def checked(self: ScheduleBuilder, physical: bool = True) -> Module:
+        module = build_module(self, physical)
+        assert_vpurt_round_trip(module)
+        return module
+
+    monkeypatch.setattr(ScheduleBuilder, "build_module", checked)
