@@ -81,3 +81,7 @@ class UnproducedBarrierError(BlobFormatError):
 
 class BarrierCycleError(BlobFormatError):
     """The tasks' barriers and queue orders form a cycle: no order runs them all (names tasks on the cycle)."""
+
+
+class ChecksumError(BlobFormatError):
+    """A blob's bytes do not match the CRC-32 in its header: it was corrupted after it was written."""

@@ -11,7 +11,7 @@ from snippets_shave.schedule import ScheduleBuilder
 from snippets_shave.vpurt.ir import Payload
 
 EXPECTED = """\
-module @clamp_net attributes {VPU.arch = "37xx", VPU.version = "1.0.0", VPU.producer = "snippets"} {
+module @clamp_net attributes {VPU.arch = "37xx", VPU.version = "1.1.0", VPU.producer = "snippets"} {
   module @VPU.SW {
     func.func private @clamp_f16(%m0: memref<*xf16, @CMX_NN>, %m1: memref<*xf16, @CMX_NN>, %s0: f32, %s1: f32) attributes {VPU.kernel_code = "CODE_DIGEST", VPU.code_size = CODE_SIZE, VPU.entry_offset = 0, VPU.abi_version = 1, VPU.kind = "COMPUTE"}
     func.func private @runtime() attributes {VPU.kernel_code = "native"}
