@@ -142,7 +142,9 @@ class ScheduleBuilder:
         return self.num_barriers - 1
 
     # -- tasks ------------------------------------------------------------------------------------------
-    def _add(self, executor: Executor, queue: int, name: str | None, op: DmaOp | SwKernelOp, wait, update) -> VpurtTask:  # type: ignore[no-untyped-def]
+    def _add(  # type: ignore[no-untyped-def]
+        self, executor: Executor, queue: int, name: str | None, op: DmaOp | SwKernelOp, wait, update
+    ) -> VpurtTask:
         task = VpurtTask(len(self.tasks), name or f"task{len(self.tasks)}", op, tuple(wait), tuple(update))
         self.tasks.append((executor, queue, task))
         return task
@@ -189,7 +191,10 @@ class ScheduleBuilder:
         if not 1 <= outputs <= len(layout.memrefs):
             raise KernelAbiError(f"kernel {k.elf.name}: {outputs} outputs of {len(layout.memrefs)} MemRefs")
         n_in = len(layout.memrefs) - outputs
-        args = [KernelArg(r, m if named else None) for r, m in zip(refs, memrefs, strict=True)]  # type: ignore[arg-type]
+        args = [
+            KernelArg(r, m if named else None)  # type: ignore[arg-type]
+            for r, m in zip(refs, memrefs, strict=True)
+        ]
         given = dict(scalars or {})
         values = tuple(normalize_scalar(kind, given[s]) for s, kind in layout.scalars)
         op = SwKernelOp(self.kernels[kernel].name, tile, tuple(args[:n_in]), tuple(args[n_in:]), values)

@@ -62,7 +62,9 @@ def check_producers(module: Module) -> None:
     for _, t in module.tasks():
         for b in t.waits:
             if b not in produced:
-                raise UnproducedBarrierError(f"task {t.name!r} (id {t.id}) waits on barrier %b{b}, which no task updates")
+                raise UnproducedBarrierError(
+                    f"task {t.name!r} (id {t.id}) waits on barrier %b{b}, which no task updates"
+                )
 
 
 @dataclass(frozen=True)

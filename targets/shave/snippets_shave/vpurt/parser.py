@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 from snippets_shave.abi import MemRef
 from snippets_shave.blob import DmaDescriptor, Executor, KernelKind, Location, Target, TensorRef, Version
@@ -33,6 +35,9 @@ from snippets_shave.vpurt.printer import MEMORY, SCALAR_TYPES, TYPE_NAMES
 from snippets_shave.vpurt.serialize import explicit_memref
 
 
+T = TypeVar("T")
+
+
 class VpurtParseError(BlobFormatError):
     """VPURT text that does not parse; the message names the line and the expected token."""
 
@@ -40,7 +45,8 @@ class VpurtParseError(BlobFormatError):
 _STRING = r'"(?:[^"\\]|\\.)*"'
 _TOKEN = re.compile(
     rf"""(?P<ws>\s+)|(?P<comment>//[^\n]*)|(?P<string>{_STRING})|(?P<sym>@(?:{_STRING}|[A-Za-z_][\w.$]*))
-    |(?P<value>%[\w.]+)|(?P<shape>\*x[a-z]+\d*|(?:\d+x)+[a-z]+\d*)|(?P<num>-?(?:\d+\.\d*(?:e[+-]?\d+)?|\d+e[+-]?\d+|\d+|inf)|nan)
+    |(?P<value>%[\w.]+)|(?P<shape>\*x[a-z]+\d*|(?:\d+x)+[a-z]+\d*)
+    |(?P<num>-?(?:\d+\.\d*(?:e[+-]?\d+)?|\d+e[+-]?\d+|\d+|inf)|nan)
     |(?P<ident>[A-Za-z_][\w.]*)|(?P<punct>::|->|[{{}}()\[\]<>,=:+])""",
     re.VERBOSE,
 )
@@ -104,14 +110,18 @@ class _Parser:
         s = self.take("sym")[1:]
         return str(json.loads(s)) if s.startswith('"') else s
 
+    def items(self, close: str, item: Callable[[int], T]) -> tuple[T, ...]:
+        """Comma-separated ``item(index)`` up to the ``close`` token (the opening one already taken)."""
+        out: list[T] = []
+        while not self.accept(close):
+            if out:
+                self.expect(",")
+            out.append(item(len(out)))
+        return tuple(out)
+
     def ints(self) -> tuple[int, ...]:
         self.expect("[")
-        values: list[int] = []
-        while not self.accept("]"):
-            if values:
-                self.expect(",")
-            values.append(self.int())
-        return tuple(values)
+        return self.items("]", lambda _: self.int())
 
     def attrs(self) -> dict[str, object]:
         """``{key = value, ...}`` with int, float, string, symbol or int-list values."""
@@ -239,26 +249,19 @@ class _Parser:
 
     def refs_list(self) -> tuple[TensorRef, ...]:
         self.expect("(")
-        refs: list[TensorRef] = []
-        while not self.accept(")"):
-            if refs:
-                self.expect(",")
-            refs.append(self.tensor())
-        return tuple(refs)
+        return self.items(")", lambda _: self.tensor())
+
+    def barrier(self) -> int:
+        v = self.take("value")
+        if not v.startswith("%b"):
+            raise self.fail("a barrier %bN")
+        return int(v[2:])
 
     def barrier_ids(self, keyword: str) -> tuple[int, ...]:
         if not self.accept(keyword):
             return ()
         self.expect("(")
-        ids: list[int] = []
-        while not self.accept(")"):
-            if ids:
-                self.expect(",")
-            v = self.take("value")
-            if not v.startswith("%b"):
-                raise self.fail("a barrier %bN")
-            ids.append(int(v[2:]))
-        return tuple(ids)
+        return self.items(")", lambda _: self.barrier())
 
     def dma(self) -> DmaOp:
         self.expect("VPUIP.DMA")
@@ -293,15 +296,11 @@ class _Parser:
         decl = kernels[name]
         self.expect("on", "tile")
         tile = self.int()
-        groups: list[list[KernelArg]] = []
+        groups: list[tuple[KernelArg, ...]] = []
         for keyword in ("inputs", "outputs"):
             self.expect(keyword, "(")
-            args: list[KernelArg] = []
-            while not self.accept(")"):
-                if args:
-                    self.expect(",")
-                args.append(self.kernel_arg(sum(map(len, groups)) + len(args)))
-            groups.append(args)
+            first = sum(map(len, groups))
+            groups.append(self.items(")", lambda k, first=first: self.kernel_arg(first + k)))  # type: ignore[misc]
         self.expect("{")
         values: dict[str, float | int] = {}
         while self.peek() != "VPUIP.SW.Kernel.run":
@@ -312,18 +311,14 @@ class _Parser:
             kind = _SCALAR_KINDS[self.take("ident")]
             values[var] = float(number) if kind == "f" else int(number)
         self.expect("VPUIP.SW.Kernel.run", "(")
-        operands: list[str] = []
-        while not self.accept(")"):
-            if operands:
-                self.expect(",")
-            operands.append(self.take("value")[1:])
+        operands = list(self.items(")", lambda _: self.take("value")[1:]))
         self.expect("}")
         n = len(groups[0]) + len(groups[1])
         want = [f"arg{i}" for i in range(n)] + [s.name for s in decl.scalars]
         if operands != want or sorted(values) != sorted(s.name for s in decl.scalars):
             raise VpurtParseError(f"VPUIP.SW.Kernel.run of @{name}: operands {operands}, expected {want}")
         scalars = tuple(values[s.name] for s in decl.scalars)
-        return SwKernelOp(name, tile, tuple(groups[0]), tuple(groups[1]), scalars)
+        return SwKernelOp(name, tile, groups[0], groups[1], scalars)
 
     def task(self, kernels: dict[str, KernelDecl]) -> VpurtTask:
         self.expect("VPURT.Task")
@@ -379,7 +374,8 @@ class _Parser:
             else:
                 self.expect("VPURT.DeclareVirtualBarrier")
             a = self.attrs()
-            barriers.append(BarrierDecl(bid, int(a["producers"]), int(a["consumers"]), physical))  # type: ignore[call-overload]
+            counts = (int(a["producers"]), int(a["consumers"]))  # type: ignore[call-overload]
+            barriers.append(BarrierDecl(bid, *counts, physical))
         by_name = {d.name: d for d in decls}
         task_lists: list[TaskListOp] = []
         while self.accept("VPURT.TaskList"):
@@ -401,7 +397,8 @@ class _Parser:
             raise self.fail("the end of the text")
         major, minor, patch = (int(x) for x in str(head["VPU.version"]).split("."))
         target = Target(str(head["VPU.arch"]), **{k: int(v) for k, v in t.items()})  # type: ignore[call-overload]
-        graph = GraphConfig(tuple(act["stack_configuration"]), runtime, int(act["runtime_version"]))  # type: ignore[arg-type, call-overload]
+        stacks = tuple(act["stack_configuration"])  # type: ignore[call-overload]
+        graph = GraphConfig(stacks, runtime, int(act["runtime_version"]))  # type: ignore[call-overload]
         return Module(
             name, target, inputs, outputs, tuple(decls), tuple(constants), tuple(barriers), tuple(task_lists),
             graph, scratch, Version(major, minor, patch, str(head["VPU.producer"])),

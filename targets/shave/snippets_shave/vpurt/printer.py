@@ -43,7 +43,8 @@ def _ints(values: tuple[int, ...]) -> str:
 
 def tensor(ref: TensorRef) -> str:
     """``ref<"name", 2x40xf16, @CMX_NN[1] + 8192>`` (+ strides and order when not the defaults)."""
-    text = f"ref<{json.dumps(ref.name)}, {shape(ref.dims, ref.dtype)}, {MEMORY[ref.location]}[{ref.index}] + {ref.offset}"
+    where = f"{MEMORY[ref.location]}[{ref.index}] + {ref.offset}"
+    text = f"ref<{json.dumps(ref.name)}, {shape(ref.dims, ref.dtype)}, {where}"
     if ref.strides_bits:
         text += f", strides = {_ints(ref.strides_bits)}"
     if ref.order:
