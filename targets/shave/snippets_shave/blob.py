@@ -10,6 +10,7 @@ Deeper semantic checks (offsets into kernel data, windows, barrier counts) are t
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -18,8 +19,15 @@ import flatbuffers
 import numpy as np
 
 from snippets_shave._generated import ashv_generated as fb
-from snippets_shave.constants import BLOB_VERSION, DTYPE_TO_NUMPY, KERNEL_ABI_VERSION, RUNTIME_VERSION, DType
-from snippets_shave.errors import BlobFormatError
+from snippets_shave.constants import (
+    BLOB_VERSION,
+    DTYPE_TO_NUMPY,
+    KERNEL_ABI_VERSION,
+    MAX_BARRIERS,
+    RUNTIME_VERSION,
+    DType,
+)
+from snippets_shave.errors import BlobFormatError, ChecksumError
 
 FILE_IDENTIFIER = b"ASHV"
 KERNEL_DATA_ALIGN = 64
@@ -65,12 +73,12 @@ class Target:
     shaves_per_tile: int = 2
     cmx_bytes_per_tile: int = 2 * 1024 * 1024
     dma_engines: int = 2
-    max_barriers: int = 64
+    max_barriers: int = MAX_BARRIERS["37xx"]
 
     @staticmethod
     def lnl() -> Target:
         """The 40XX (LNL) preset: 6 tiles, 96 barriers."""
-        return Target("40xx", tiles=6, max_barriers=96)
+        return Target("40xx", tiles=6, max_barriers=MAX_BARRIERS["40xx"])
 
 
 @dataclass(frozen=True)
@@ -374,6 +382,9 @@ class _Writer:
         fb.HeaderAddOutputs(b, outputs)
         fb.HeaderAddScratchBytes(b, h.scratch_bytes)
         fb.HeaderAddActRuntime(b, runtime)
+        b.ForceDefaults(True)  # a zero placeholder that write_blob overwrites with the CRC (seal_checksum)
+        fb.HeaderAddChecksum(b, 0)
+        b.ForceDefaults(False)
         return fb.HeaderEnd(b)
 
     def blob(self, blob: Blob) -> bytes:
@@ -414,8 +425,55 @@ class _Writer:
 
 
 def write_blob(blob: Blob) -> bytes:
-    """Serialize a :class:`Blob` (deterministic: the same object gives the same bytes)."""
-    return _Writer().blob(blob)
+    """Serialize a :class:`Blob` (deterministic: the same object gives the same bytes), sealed with its CRC."""
+    return seal_checksum(_Writer().blob(blob))
+
+
+_CHECKSUM_SLOT = 18  # vtable offset of Header.checksum (field 7): 4 + 2 * 7
+
+
+def _checksum_position(buf: bytes) -> int | None:
+    """Where ``header.checksum``'s 4 bytes are, or None when the header has no such field."""
+    header = fb.Blob.GetRootAs(buf, 0).Header()
+    if header is None:
+        return None
+    o = header._tab.Offset(_CHECKSUM_SLOT)
+    return header._tab.Pos + o if o else None
+
+
+def blob_checksum(buf: bytes, position: int) -> int:
+    """CRC-32 of the whole buffer with the 4 checksum bytes at ``position`` taken as zero."""
+    return zlib.crc32(buf[position + 4 :], zlib.crc32(bytes(4), zlib.crc32(buf[:position])))
+
+
+def seal_checksum(data: bytes) -> bytes:
+    """``data`` with ``header.checksum`` recomputed: the writer's last step (and how a test re-seals a blob it
+    mutated on purpose, to reach the deeper checks)."""
+    buf = bytearray(data)
+    try:
+        position = _checksum_position(bytes(buf))
+    except _LOW_LEVEL_ERRORS as exc:
+        raise BlobFormatError(f"blob header cannot be located to seal its checksum ({type(exc).__name__})") from None
+    if position is None or position + 4 > len(buf):
+        raise BlobFormatError("blob header has no checksum field to seal")
+    struct.pack_into("<I", buf, position, blob_checksum(bytes(buf), position))
+    return bytes(buf)
+
+
+def _verify_checksum(buf: bytes) -> None:
+    position = _checksum_position(buf)
+    if position is None or position + 4 > len(buf):
+        version = fb.Blob.GetRootAs(buf, 0).Header().Version()
+        if version is not None and (version.Major(), version.Minor()) == (1, 0):
+            return  # blobs of schema 1.0 predate the checksum
+        raise ChecksumError("blob header has no checksum (required since schema 1.1): the blob is corrupt")
+    stored = struct.unpack_from("<I", buf, position)[0]
+    computed = blob_checksum(buf, position)
+    if stored != computed:
+        raise ChecksumError(
+            f"blob checksum mismatch: header.checksum = {stored:#010x}, the content gives {computed:#010x} "
+            "(the blob was corrupted after it was written)"
+        )
 
 
 # ------------------------------------------------------------------------------------------------- reader
@@ -620,6 +678,7 @@ def read_blob(data: bytes) -> Blob:
         raise BlobFormatError(f"blob file identifier {buf[4:8]!r}, expected {FILE_IDENTIFIER!r}")
     reader = _Reader(buf)
     try:
+        _verify_checksum(buf)
         return reader.blob()
     except BlobFormatError:
         raise

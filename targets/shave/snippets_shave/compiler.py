@@ -77,6 +77,8 @@ class ShaveOptions:
     shaves_per_tile: int | None = None
     cmx_bytes_per_tile: int | None = None
     dma_engines: int | None = None
+    #: physical barriers (default: the preset's, constants.MAX_BARRIERS); the compiler maps virtual ones onto them
+    max_barriers: int | None = None
     stack_size: int = DEFAULT_STACK_SIZE
     #: CMX slots per tile (default: one per SHAVE)
     slots_per_tile: int | None = None
@@ -94,7 +96,10 @@ class ShaveOptions:
         opts = ShaveOptions(**dict(options))
         if opts.preset not in ("37xx", "40xx"):
             raise ConfigError(f"target_options preset {opts.preset!r}: one of '37xx', '40xx'")
-        for name in ("tiles", "shaves_per_tile", "cmx_bytes_per_tile", "dma_engines", "slots_per_tile", "stack_size"):
+        for name in (
+            "tiles", "shaves_per_tile", "cmx_bytes_per_tile", "dma_engines", "max_barriers", "slots_per_tile",
+            "stack_size",
+        ):  # fmt: skip
             value = getattr(opts, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ConfigError(f"target_options {name} must be a positive integer, got {value!r}")
@@ -114,7 +119,7 @@ class ShaveOptions:
             shaves_per_tile=self.shaves_per_tile or base.shaves_per_tile,
             cmx_bytes_per_tile=self.cmx_bytes_per_tile or base.cmx_bytes_per_tile,
             dma_engines=self.dma_engines or base.dma_engines,
-            max_barriers=base.max_barriers,
+            max_barriers=self.max_barriers or base.max_barriers,
         )
 
 

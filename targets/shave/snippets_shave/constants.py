@@ -21,11 +21,15 @@ WINDOW_BASES = (WIN_C, WIN_D, WIN_E, WIN_F)
 ISA_VERSION = 1  # SHVX ISA version, stored in ELF e_flags and in the .note.ashv
 KERNEL_ABI_VERSION = 1  # kernel arguments contract version (docs/kernel_abi.md)
 RUNTIME_VERSION = 1  # version of the (native) runtime loop the simulator models
-BLOB_VERSION = (1, 0, 0)  # schema version written by this package; readers accept same major, minor <= ours
+BLOB_VERSION = (1, 1, 0)  # 1.1 adds header.checksum; schema version written by this package; readers accept same major, minor <= ours
 
 MAX_DATA_WINDOW = 64 * 1024  # cap on one invocation's WIN_E image
 MAX_ND_DIMS = 15
 DEFAULT_STACK_SIZE = 4096  # bytes per SHAVE, as the compiler's default stack_configuration
+
+# Hardware barriers per platform. 37XX (MTL) has 64 and 40XX (LNL) 96, the counts the NPU compiler's
+# getNumAvailableBarriers gives for those architectures; virtual barriers are mapped onto these ids with reuse.
+MAX_BARRIERS = {"37xx": 64, "40xx": 96}
 
 
 class DType(IntEnum):

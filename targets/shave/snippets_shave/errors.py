@@ -68,3 +68,20 @@ __all__ = [
     "StepLimitExceeded",
     "WindowFault",
 ]
+
+
+class BarrierLimitError(BlobFormatError):
+    """A schedule needs more live barriers than the platform has physical barriers (after reuse), or a blob
+    names a physical barrier beyond the platform's limit; the message names the barrier and the task."""
+
+
+class UnproducedBarrierError(BlobFormatError):
+    """A task waits on a barrier no task updates: it would wait forever (the message names both)."""
+
+
+class BarrierCycleError(BlobFormatError):
+    """The tasks' barriers and queue orders form a cycle: no order runs them all (names tasks on the cycle)."""
+
+
+class ChecksumError(BlobFormatError):
+    """A blob's bytes do not match the CRC-32 in its header: it was corrupted after it was written."""

@@ -1,7 +1,8 @@
-"""Building a :class:`~snippets_shave.blob.Blob` from kernels, DMA copies and kernel invocations.
+"""Building the VPURT IR (and from it a :class:`~snippets_shave.blob.Blob`) from kernels, DMA copies and
+kernel invocations.
 
-:class:`ScheduleBuilder` is what a compiler (or a test) uses: it deduplicates kernel ELFs into
-``kernel_data``, packs each invocation's WIN_E image through the kernel arguments contract, keeps one task
+:class:`ScheduleBuilder` is what a compiler (or a test) uses: it deduplicates kernel ELFs into ``@VPU.SW``
+declarations, checks each invocation's arguments against the kernel arguments contract, keeps one task
 list per DMA engine and per tile in the order tasks were added, and counts every barrier's producers and
 consumers from the tasks that update and wait on it, so the counts are right by construction.
 """
@@ -13,27 +14,32 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from snippets_shave.abi import MemRef, ParamsLayout, build_data_window
-from snippets_shave.blob import (
-    ActKernel,
-    ActKernelInvocation,
-    ActKernelRuntime,
-    ActKernelTask,
-    Barrier,
-    Blob,
-    DmaDescriptor,
-    DmaTask,
-    Executor,
-    Header,
-    KernelDataRef,
-    Location,
-    Target,
-    Task,
-    TaskList,
-    TensorRef,
-)
-from snippets_shave.constants import DEFAULT_STACK_SIZE, DTYPE_TO_NUMPY, WIN_F, dtype_of
+from snippets_shave.blob import Blob, DmaDescriptor, Executor, KernelKind, Location, Target, TensorRef
+from snippets_shave.constants import DEFAULT_STACK_SIZE, DTYPE_TO_NUMPY, KERNEL_ABI_VERSION, WIN_F, dtype_of
 from snippets_shave.elf import KernelElf, read_kernel_elf
 from snippets_shave.errors import KernelAbiError
+from snippets_shave.vpurt.assign_physical_barriers import AssignPhysicalBarriers
+from snippets_shave.vpurt.ir import (
+    BarrierDecl,
+    DmaOp,
+    GraphConfig,
+    KernelArg,
+    KernelDecl,
+    Module,
+    Payload,
+    SwKernelOp,
+    TaskListOp,
+    VpurtTask,
+)
+from snippets_shave.vpurt.serialize import (
+    declare_kernel,
+    explicit_memref,
+    first_use_dtypes,
+    module_to_blob,
+    normalize_scalar,
+    unique_name,
+    with_arg_types,
+)
 
 
 def cmx_reserved_bytes(target: Target, stack_size: int) -> int:
@@ -57,7 +63,8 @@ class _Kernel:
 
 @dataclass
 class ScheduleBuilder:
-    """Accumulates tensors, kernels, tasks and barriers, then ``build()`` returns the Blob."""
+    """Accumulates tensors, kernels, tasks and barriers as VPURT IR; ``build_module()`` returns the
+    :class:`~snippets_shave.vpurt.ir.Module` and ``build()`` the Blob serialized from it."""
 
     name: str
     target: Target = field(default_factory=Target)
@@ -66,11 +73,11 @@ class ScheduleBuilder:
     outputs: list[TensorRef] = field(default_factory=list)
     constants: list[bytes] = field(default_factory=list)
     scratch_bytes: int = 0
-    kernel_data: list[bytes] = field(default_factory=list)
-    kernels: list[ActKernel] = field(default_factory=list)
-    tasks: list[tuple[Executor, int, Task]] = field(default_factory=list)
+    kernels: list[KernelDecl] = field(default_factory=list)
+    tasks: list[tuple[Executor, int, VpurtTask]] = field(default_factory=list)
     num_barriers: int = 0
     _by_elf: dict[bytes, _Kernel] = field(default_factory=dict)
+    _names: set[str] = field(default_factory=lambda: {"runtime"})  # @runtime is the runtime kernel
 
     @property
     def cmx_workspace_start(self) -> int:
@@ -116,22 +123,17 @@ class ScheduleBuilder:
 
     # -- kernels and barriers ---------------------------------------------------------------------------
     def add_kernel(self, elf_bytes: bytes) -> int:
-        """Register a kernel ELF (deduplicated by content) and return its index in ``Blob.kernels``."""
+        """Declare a kernel ELF (deduplicated by content) and return its index in the ``@VPU.SW`` module."""
         known = self._by_elf.get(elf_bytes)
         if known is not None:
             return known.index
         elf = read_kernel_elf(elf_bytes, "kernel ELF")
         layout = ParamsLayout.from_signature(elf.note.params_signature, elf.name)
-        data_index = len(self.kernel_data)
-        self.kernel_data.append(elf_bytes)
-        kernel = ActKernel(
-            name=elf.name,
-            elf=KernelDataRef(f"{elf.name}.elf", data_index, 0, len(elf_bytes)),
-            text=KernelDataRef(f"{elf.name}.text", data_index, elf.text_file_offset, len(elf.text)),
-            entry=elf.entry_offset,
-            params_signature=elf.note.params_signature,
-        )
-        self.kernels.append(kernel)
+        decl = declare_kernel(
+            unique_name(elf.name, self._names), elf.note.params_signature, Payload.of(elf_bytes),
+            elf.entry_offset, KERNEL_ABI_VERSION, KernelKind.COMPUTE, [],
+        )  # fmt: skip
+        self.kernels.append(decl)
         self._by_elf[elf_bytes] = _Kernel(len(self.kernels) - 1, elf, layout)
         return len(self.kernels) - 1
 
@@ -140,8 +142,10 @@ class ScheduleBuilder:
         return self.num_barriers - 1
 
     # -- tasks ------------------------------------------------------------------------------------------
-    def _add(self, executor: Executor, queue: int, name: str | None, payload, wait, update) -> Task:  # type: ignore[no-untyped-def]
-        task = Task(len(self.tasks), name or f"task{len(self.tasks)}", payload, tuple(wait), tuple(update))
+    def _add(  # type: ignore[no-untyped-def]
+        self, executor: Executor, queue: int, name: str | None, op: DmaOp | SwKernelOp, wait, update
+    ) -> VpurtTask:
+        task = VpurtTask(len(self.tasks), name or f"task{len(self.tasks)}", op, tuple(wait), tuple(update))
         self.tasks.append((executor, queue, task))
         return task
 
@@ -155,8 +159,8 @@ class ScheduleBuilder:
         update: tuple[int, ...] | list[int] = (),
         name: str | None = None,
         descriptor: DmaDescriptor | None = None,
-    ) -> Task:
-        return self._add(Executor.DMA, engine, name, DmaTask(src, dst, engine, descriptor), wait, update)
+    ) -> VpurtTask:
+        return self._add(Executor.DMA, engine, name, DmaOp(src, dst, engine, descriptor), wait, update)
 
     def act(
         self,
@@ -170,73 +174,81 @@ class ScheduleBuilder:
         name: str | None = None,
         layout: ParamsLayout | None = None,
         outputs: int = 1,
-    ) -> Task:
+    ) -> VpurtTask:
         """Invoke ``kernel`` on ``tile``; ``memrefs`` may be CMX TensorRefs (converted with :func:`cmx_memref`).
 
         Scalars are named as in ``layout`` (default: the generic ``s0, s1, ...`` of the kernel's signature).
         The last ``outputs`` MemRefs are the ones the kernel writes (by default only the last one).
         """
-        k = self._by_elf[self.kernel_data[self.kernels[kernel].elf.index]]
+        k = next(v for v in self._by_elf.values() if v.index == kernel)
         layout = layout or k.layout
         if layout.signature != k.layout.signature:
             raise KernelAbiError(f"kernel {k.elf.name}: layout {layout.signature} != ELF note {k.layout.signature}")
-        refs = [m if isinstance(m, MemRef) else cmx_memref(m) for m in memrefs]
-        tensors = [m for m in memrefs if isinstance(m, TensorRef)]
-        window = build_data_window(layout, refs, scalars, data_section=k.elf.data)
-        self.kernel_data.append(window.image)
-        data_ref = KernelDataRef(f"{name or 'act'}.win_e", len(self.kernel_data) - 1, 0, len(window.image))
+        refs = [explicit_memref(m if isinstance(m, MemRef) else cmx_memref(m)) for m in memrefs]
+        named = all(isinstance(m, TensorRef) for m in memrefs)
+        # The window is packed now too, so a bad argument list is reported at the call that made it.
+        build_data_window(layout, refs, scalars, data_section=k.elf.data)
         if not 1 <= outputs <= len(layout.memrefs):
             raise KernelAbiError(f"kernel {k.elf.name}: {outputs} outputs of {len(layout.memrefs)} MemRefs")
         n_in = len(layout.memrefs) - outputs
-        invocation = ActKernelInvocation(
-            kernel, data_ref, window.args_offset, window.args_size, tile,
-            inputs=tuple(tensors[:n_in]) if len(tensors) == len(refs) else (),
-            outputs=tuple(tensors[n_in:]) if len(tensors) == len(refs) else (),
-        )  # fmt: skip
-        return self._add(Executor.ACT_SHAVE, tile, name, ActKernelTask(invocation), wait, update)
+        args = [
+            KernelArg(r, m if named else None)  # type: ignore[arg-type]
+            for r, m in zip(refs, memrefs, strict=True)
+        ]
+        given = dict(scalars or {})
+        values = tuple(normalize_scalar(kind, given[s]) for s, kind in layout.scalars)
+        op = SwKernelOp(self.kernels[kernel].name, tile, tuple(args[:n_in]), tuple(args[n_in:]), values)
+        return self._add(Executor.ACT_SHAVE, tile, name, op, wait, update)
 
     def prune_barriers(self) -> None:
         """Drop the barriers no task waits on (nobody observes their producers) and renumber the others in
         order, so a compiler may give every task the barriers it might need and prune once at the end."""
-        waited = sorted({b for _, _, task in self.tasks for b in task.wait})
+        waited = sorted({b for _, _, task in self.tasks for b in task.waits})
         new_id = {b: i for i, b in enumerate(waited)}
         self.tasks = [
             (executor, queue, replace(
-                task, wait=tuple(new_id[b] for b in task.wait), update=tuple(new_id[b] for b in task.update if b in new_id)
+                task, waits=tuple(new_id[b] for b in task.waits),
+                updates=tuple(new_id[b] for b in task.updates if b in new_id),
             ))
             for executor, queue, task in self.tasks
         ]  # fmt: skip
         self.num_barriers = len(waited)
 
     # -- result -----------------------------------------------------------------------------------------
-    def barrier_counts(self) -> list[Barrier]:
+    def barrier_counts(self) -> list[BarrierDecl]:
         producers = [0] * self.num_barriers
         consumers = [0] * self.num_barriers
         for _, _, task in self.tasks:
-            for b in task.update:
+            for b in task.updates:
                 producers[b] += 1
-            for b in task.wait:
+            for b in task.waits:
                 consumers[b] += 1
-        return [Barrier(i, producers[i], consumers[i]) for i in range(self.num_barriers)]
+        return [BarrierDecl(i, producers[i], consumers[i]) for i in range(self.num_barriers)]
 
-    def build(self) -> Blob:
-        queues: dict[tuple[int, int], list[Task]] = {}
+    def build_module(self, physical: bool = True) -> Module:
+        """The schedule as a VPURT module; its virtual barriers mapped onto the target's physical ones unless
+        ``physical`` is false (:class:`~snippets_shave.vpurt.assign_physical_barriers.AssignPhysicalBarriers`)."""
+        queues: dict[tuple[int, int], list[VpurtTask]] = {}
         for executor, queue, task in self.tasks:
             queues.setdefault((int(executor), queue), []).append(task)
-        task_lists = tuple(TaskList(Executor(e), q, tuple(ts)) for (e, q), ts in sorted(queues.items()))
-        header = Header(
+        task_lists = tuple(TaskListOp(Executor(e), q, tuple(ts)) for (e, q), ts in sorted(queues.items()))
+        dtypes = first_use_dtypes(task_lists)
+        kernels = tuple(with_arg_types(k, dtypes.get(k.name, [])) for k in self.kernels)
+        module = Module(
             name=self.name,
             target=self.target,
             inputs=tuple(self.inputs),
             outputs=tuple(self.outputs),
-            act_runtime=ActKernelRuntime(tuple([self.stack_size] * self.target.tiles)),
+            kernels=kernels,
+            constants=tuple(Payload.of(c) for c in self.constants),
+            barriers=tuple(self.barrier_counts()),
+            task_lists=task_lists,
+            graph=GraphConfig(tuple([self.stack_size] * self.target.tiles)),
             scratch_bytes=self.scratch_bytes,
         )
-        return Blob(
-            header=header,
-            task_lists=task_lists,
-            barriers=tuple(self.barrier_counts()),
-            kernels=tuple(self.kernels),
-            kernel_data=tuple(self.kernel_data),
-            constants=tuple(self.constants),
-        )
+        return AssignPhysicalBarriers(self.target.max_barriers).run(module) if physical else module
+
+    def build(self, physical: bool = True) -> Blob:
+        """The blob serialized from :meth:`build_module` (``physical=False``: virtual barriers only, as a test of
+        the simulator's own deadlock and race detection needs, since physical reuse adds ordering)."""
+        return module_to_blob(self.build_module(physical))

@@ -8,9 +8,13 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from snippets_shave.blob import Blob, Target, TensorRef
+from snippets_shave.blob import Blob, Target, TensorRef, read_blob, write_blob
 from snippets_shave.constants import DTYPE_TO_NUMPY, dtype_of
 from snippets_shave.schedule import ScheduleBuilder
+from snippets_shave.vpurt.ir import Module
+from snippets_shave.vpurt.parser import parse_module
+from snippets_shave.vpurt.printer import print_module
+from snippets_shave.vpurt.serialize import module_from_blob, module_to_blob
 
 
 def build_tiled(
@@ -27,6 +31,7 @@ def build_tiled(
     layout=None,  # type: ignore[no-untyped-def]
     slots_per_tile: int | None = None,
     war_barriers: bool = True,
+    physical_barriers: bool = True,
 ) -> Blob:
     """Split the flat tensor into ``chunks`` uneven pieces of whole rows (``row_len`` elements each; CMX
     chunks are then 2-D ``(rows, row_len)``, else 1-D), give
@@ -34,7 +39,8 @@ def build_tiled(
     shuffled by ``order_seed``. Each chunk has its own barriers; its CMX buffers are its own, or with
     ``slots_per_tile`` one of a ring of buffer sets per tile, reused once the previous chunk in that slot
     has been copied out (its DMA-in waits on that chunk's "done" barrier: a write-after-read dependency;
-    ``war_barriers=False`` leaves that wait out, a racy schedule)."""
+    ``war_barriers=False`` leaves that wait out, a racy schedule; ``physical_barriers=False`` keeps the barriers
+    virtual, since the physical reuse would order such a schedule)."""
     dt = dtype_of(dtype)
     esize = DTYPE_TO_NUMPY[dt].itemsize
     sb = ScheduleBuilder("tiled", target=target)
@@ -91,9 +97,29 @@ def build_tiled(
         sb.dma(
             cmx_out, ddr(out, start, dims), engine=i % target.dma_engines, wait=[b_out], update=[b_done], name=f"out{i}"
         )
-    return sb.build()
+    return sb.build(physical_barriers)
 
 
 @pytest.fixture
 def tiled() -> Callable[..., Blob]:
     return build_tiled
+
+
+def assert_vpurt_round_trip(module: Module) -> None:
+    """The blob serialized from ``module`` reads back into an equal module, and so does its printed text."""
+    back = module_from_blob(read_blob(write_blob(module_to_blob(module))))
+    assert back == module
+    assert parse_module(print_module(back)) == module
+
+
+@pytest.fixture(autouse=True)
+def _vpurt_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every schedule a shave test builds, by hand or through compile_model, goes through the IR round trip."""
+    build_module = ScheduleBuilder.build_module
+
+    def checked(self: ScheduleBuilder, physical: bool = True) -> Module:
+        module = build_module(self, physical)
+        assert_vpurt_round_trip(module)
+        return module
+
+    monkeypatch.setattr(ScheduleBuilder, "build_module", checked)

@@ -61,12 +61,12 @@ def test_second_reader_object_api_agrees() -> None:
     assert fb.Blob.BlobBufferHasIdentifier(data, 0)
     obj = fb.BlobT.InitFromPackedBuf(bytearray(data), 0)
     h = obj.header
-    assert (h.version.major, h.version.minor, h.version.patch) == (1, 0, 0)
+    assert (h.version.major, h.version.minor, h.version.patch) == (1, 1, 0)
     assert (h.target.tiles, h.target.shavesPerTile, h.target.cmxBytesPerTile) == (6, 2, 2 * 1024 * 1024)
     assert h.name == "clamp_net" and [t.name for t in h.inputs] == ["x"] and [t.name for t in h.outputs] == ["y"]
     assert list(h.inputs[0].dims) == [2, 40] and h.inputs[0].dtype == fb.DType.F16
     assert list(h.actRuntime.stackSizePerTile) == [4096] * 6
-    assert [(b.id, b.producers, b.consumers, b.realId) for b in obj.barriers] == [(0, 1, 1, -1), (1, 1, 1, -1)]
+    assert [(b.id, b.producers, b.consumers, b.realId) for b in obj.barriers] == [(0, 1, 1, 0), (1, 1, 1, 1)]  # physical ids assigned
     # kernel data: the ELF bytes are exactly those we put in, and the kernel's text view is its .text
     kernel = obj.kernels[0]
     elf = bytes(obj.kernelData[kernel.elf.index].data)

@@ -1,4 +1,7 @@
-"""Mutated blobs (seeded byte flips and truncations) raise typed errors: never another exception, never a hang."""
+"""Mutated blobs (seeded byte flips and truncations) raise typed errors: never another exception, never a hang.
+
+Any flip breaks the header's CRC-32 (a ChecksumError); to reach the deeper checks behind it, most cases re-seal
+the mutated bytes with a fresh checksum first, as a corrupting writer would."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import pytest
 from snippets_core.errors import SnippetsError
 from snippets_shave import reference_kernels as rk
 from snippets_shave.abi import SOFTMAX_PARAMS
-from snippets_shave.blob import Target, write_blob
+from snippets_shave.blob import Target, seal_checksum, write_blob
 from snippets_shave.elf import read_kernel_elf
 from snippets_shave.sim import run
 
@@ -55,6 +58,14 @@ def alarm():  # type: ignore[no-untyped-def]
     signal.signal(signal.SIGALRM, previous)
 
 
+def _resealed(data: bytes) -> bytes:
+    """``data`` with a checksum that matches it, or as is when its header is too broken to find the field."""
+    try:
+        return seal_checksum(data)
+    except SnippetsError:
+        return data
+
+
 def _guarded(data: bytes, inputs: dict[str, np.ndarray], what: str) -> str:
     signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
     try:
@@ -82,7 +93,7 @@ def test_byte_flips(tiled, alarm) -> None:  # type: ignore[no-untyped-def]
         for _ in range(rng.choice([1, 1, 2, 4, 16])):
             pos = rng.randrange(len(mutated))
             mutated[pos] = rng.randrange(256) if rng.random() < 0.5 else mutated[pos] ^ (1 << rng.randrange(8))
-        result = _guarded(bytes(mutated), inputs, f"flip case {case}")
+        result = _guarded(_resealed(bytes(mutated)), inputs, f"flip case {case}")
         outcomes[result] = outcomes.get(result, 0) + 1
     # flips that land in tensor payloads or padding legitimately run; most must be caught as typed errors
     assert sum(v for k, v in outcomes.items() if k != "ok") > 100, outcomes
@@ -111,6 +122,21 @@ def test_flipped_kernel_code_is_caught_or_runs(tiled, alarm) -> None:  # type: i
         mutated = bytearray(data)
         pos = text_start + rng.randrange(8 * 100)
         mutated[pos] ^= 1 << rng.randrange(8)
-        result = _guarded(bytes(mutated), inputs, f"code flip case {case}")
+        result = _guarded(_resealed(bytes(mutated)), inputs, f"code flip case {case}")
         outcomes[result] = outcomes.get(result, 0) + 1
     assert outcomes.get("InstructionDecodeError", 0) > 20, outcomes
+
+
+def test_any_flipped_byte_is_caught_by_the_checksum(tiled, alarm) -> None:  # type: ignore[no-untyped-def]
+    """Without re-sealing, one flipped bit or byte anywhere (payloads and padding too) never runs."""
+    rng = random.Random(31)
+    outcomes: dict[str, int] = {}
+    for case in range(200):
+        data, inputs = _base_blobs(tiled)[case % 2]
+        mutated = bytearray(data)
+        pos = rng.randrange(len(mutated))
+        mutated[pos] ^= (1 << rng.randrange(8)) if case % 2 else rng.randrange(1, 256)
+        result = _guarded(bytes(mutated), inputs, f"unsealed flip case {case} at {pos}")
+        assert result != "ok", f"flip at byte {pos} of {len(data)} ran"
+        outcomes[result] = outcomes.get(result, 0) + 1
+    assert outcomes.get("ChecksumError", 0) > 150, outcomes

@@ -8,37 +8,40 @@ from snippets_shave.blob import write_blob
 from snippets_shave.constants import DType
 from snippets_shave.inspect import format_schedule
 from snippets_shave.schedule import ScheduleBuilder
+from snippets_shave.vpurt.ir import Payload
 
 EXPECTED = """\
-module @clamp_net attributes {VPU.arch = "37xx"} {
+module @clamp_net attributes {VPU.arch = "37xx", VPU.version = "1.1.0", VPU.producer = "snippets"} {
   module @VPU.SW {
-    func.func private @clamp_f16(memref<*xf16, @CMX_NN>, memref<*xf16, @CMX_NN>, f32, f32) attributes {VPU.kernel_code = "kernel_data[0]", VPU.kernel_entry = "clamp_f16", VPU.entry_offset = 0}
+    func.func private @clamp_f16(%m0: memref<*xf16, @CMX_NN>, %m1: memref<*xf16, @CMX_NN>, %s0: f32, %s1: f32) attributes {VPU.kernel_code = "CODE_DIGEST", VPU.code_size = CODE_SIZE, VPU.entry_offset = 0, VPU.abi_version = 1, VPU.kind = "COMPUTE"}
     func.func private @runtime() attributes {VPU.kernel_code = "native"}
   }
-  func.func @main(%x: memref<2x40xf16, @NetworkInput>) -> (memref<2x40xf16, @NetworkOutput>) {
-    %b0 = VPURT.DeclareVirtualBarrier {producers = 1, consumers = 1}
-    %b1 = VPURT.DeclareVirtualBarrier {producers = 1, consumers = 1}
+  func.func @main(ref<"x", 2x40xf16, @NetworkInput[0] + 0>) -> (ref<"y", 2x40xf16, @NetworkOutput[0] + 0>) attributes {VPU.scratch_bytes = 0} {
+    %b0 = VPURT.ConfigurePhysicalBarrier <0> {producers = 1, consumers = 1}
+    %b1 = VPURT.ConfigurePhysicalBarrier <1> {producers = 1, consumers = 1}
     VPURT.TaskList @DMA [engine 0] {
-      VPURT.Task updates(%b0) {  // in (id 0)
-        VPUIP.DMA {port = 0} inputs(memref<2x40xf16, [@NetworkInput, 0] + 0>) outputs(memref<2x40xf16, [@CMX_NN, 1] + 8192>)
+      VPURT.Task {id = 0, name = "in"} updates(%b0) {
+        VPUIP.DMA {port = 0} inputs(ref<"x", 2x40xf16, @NetworkInput[0] + 0>) outputs(ref<"cmx1@8192", 2x40xf16, @CMX_NN[1] + 8192>)
       }
     }
     VPURT.TaskList @DMA [engine 1] {
-      VPURT.Task waits(%b1) {  // out (id 2)
-        VPUIP.DMA {port = 1} inputs(memref<2x40xf16, [@CMX_NN, 1] + 8448>) outputs(memref<2x40xf16, [@NetworkOutput, 0] + 0>)
+      VPURT.Task {id = 2, name = "out"} waits(%b1) {
+        VPUIP.DMA {port = 1} inputs(ref<"cmx1@8448", 2x40xf16, @CMX_NN[1] + 8448>) outputs(ref<"y", 2x40xf16, @NetworkOutput[0] + 0>)
       }
     }
     VPURT.TaskList @ACT_SHAVE [tile 1] {
-      VPURT.Task waits(%b0) updates(%b1) {  // clamp (id 1)
-        VPUIP.SW.Kernel @VPU.SW::@clamp_f16 on tile 1 inputs(memref<2x40xf16, [@CMX_NN, 1] + 8192> as %arg0) outputs(memref<2x40xf16, [@CMX_NN, 1] + 8448> as %arg1) {
-          VPUIP.SW.Kernel.run {attrs = [0.0, 6.0]}(%arg0, %arg1)
+      VPURT.Task {id = 1, name = "clamp"} waits(%b0) updates(%b1) {
+        VPUIP.SW.Kernel @VPU.SW::@clamp_f16 on tile 1 inputs(ref<"cmx1@8192", 2x40xf16, @CMX_NN[1] + 8192> as %arg0) outputs(ref<"cmx1@8448", 2x40xf16, @CMX_NN[1] + 8448> as %arg1) {
+          %s0 = arith.constant 0.0 : f32
+          %s1 = arith.constant 6.0 : f32
+          VPUIP.SW.Kernel.run(%arg0, %arg1, %s0, %s1)
         }
       }
     }
   }
   VPURT.Graph {
-    act_shaves : {runtime: @VPU.SW::@runtime, stack_configuration: [4096, 4096]}
-    target : {tiles = 2, shaves_per_tile = 2, cmx_bytes_per_tile = 2097152, dma_engines = 2}
+    act_shaves : {runtime = @VPU.SW::@runtime, stack_configuration = [4096, 4096], runtime_version = 1}
+    target : {tiles = 2, shaves_per_tile = 2, cmx_bytes_per_tile = 2097152, dma_engines = 2, max_barriers = 64}
   }
 }
 """
@@ -54,4 +57,6 @@ def test_clamp_schedule_text() -> None:
     sb.dma(x, cin, update=[b0], name="in")
     sb.act(k, 1, [cin, cout], {"min": 0.0, "max": 6.0}, wait=[b0], update=[b1], name="clamp", layout=CLAMP_PARAMS)
     sb.dma(cout, y, engine=1, wait=[b1], name="out")
-    assert format_schedule(write_blob(sb.build())) == EXPECTED
+    code = Payload.of(rk.clamp("f16"))  # the kernel's bytes are the reference kernels' business, not this test's
+    expected = EXPECTED.replace("CODE_DIGEST", code.digest).replace("CODE_SIZE", str(code.size))
+    assert format_schedule(write_blob(sb.build())) == expected

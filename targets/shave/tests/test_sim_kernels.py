@@ -116,7 +116,7 @@ def test_buffer_reuse_without_its_barrier_is_a_race(tiled) -> None:
     shape = (4000,)
     x = _inputs(np.random.default_rng(6), 2, shape, np.float32)
     blob = tiled(rk.eltwise_binary("add", "f32"), 2, shape, np.float32, target, chunks=8, slots_per_tile=2,
-                 war_barriers=False)  # fmt: skip
+                 war_barriers=False, physical_barriers=False)  # fmt: skip  (physical reuse would add order)
     loaded = load_blob(write_blob(blob))
     races = find_races(loaded)
     assert races and all("with no barrier or queue order" in r for r in races)

@@ -2497,8 +2497,15 @@ class Header(object):
             return obj
         return None
 
+    # Header
+    def Checksum(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def HeaderStart(builder):
-    builder.StartObject(7)
+    builder.StartObject(8)
 
 def HeaderAddVersion(builder, version):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(version), 0)
@@ -2527,6 +2534,9 @@ def HeaderAddScratchBytes(builder, scratchBytes):
 def HeaderAddActRuntime(builder, actRuntime):
     builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(actRuntime), 0)
 
+def HeaderAddChecksum(builder, checksum):
+    builder.PrependUint32Slot(7, checksum, 0)
+
 def HeaderEnd(builder):
     return builder.EndObject()
 
@@ -2548,6 +2558,7 @@ class HeaderT(object):
         outputs = None,
         scratchBytes = 0,
         actRuntime = None,
+        checksum = 0,
     ):
         self.version = version  # type: Optional[VersionT]
         self.target = target  # type: Optional[TargetT]
@@ -2556,6 +2567,7 @@ class HeaderT(object):
         self.outputs = outputs  # type: Optional[List[TensorRefT]]
         self.scratchBytes = scratchBytes  # type: int
         self.actRuntime = actRuntime  # type: Optional[ActKernelRuntimeT]
+        self.checksum = checksum  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -2604,6 +2616,7 @@ class HeaderT(object):
         self.scratchBytes = header.ScratchBytes()
         if header.ActRuntime() is not None:
             self.actRuntime = ActKernelRuntimeT.InitFromObj(header.ActRuntime())
+        self.checksum = header.Checksum()
 
     # HeaderT
     def Pack(self, builder):
@@ -2645,6 +2658,7 @@ class HeaderT(object):
         HeaderAddScratchBytes(builder, self.scratchBytes)
         if self.actRuntime is not None:
             HeaderAddActRuntime(builder, actRuntime)
+        HeaderAddChecksum(builder, self.checksum)
         header = HeaderEnd(builder)
         return header
 

@@ -33,7 +33,13 @@ from snippets_shave.constants import (
     MemLocation,
 )
 from snippets_shave.elf import KernelElf, read_kernel_elf
-from snippets_shave.errors import BarrierCountError, BlobFormatError, SnippetsError
+from snippets_shave.errors import (
+    BarrierCountError,
+    BarrierLimitError,
+    BlobFormatError,
+    SnippetsError,
+    UnproducedBarrierError,
+)
 from snippets_shave.sim.interp import Program, compile_program
 
 MAX_TILES = 64
@@ -336,6 +342,15 @@ class _Validator:
         for b, bar in enumerate(self.blob.barriers):
             if bar.id != b:
                 raise BlobFormatError(f"barriers[{b}].id = {bar.id}: virtual barrier ids must equal their index")
+            if not -1 <= bar.real_id < t.max_barriers:
+                raise BarrierLimitError(
+                    f"barriers[{b}].real_id = {bar.real_id}: the target has physical barriers 0..{t.max_barriers - 1}"
+                )
+            if consumers[b] and not producers[b]:
+                waiter = next(task for tl in self.blob.task_lists for task in tl.tasks if b in task.wait)
+                raise UnproducedBarrierError(
+                    f"barriers[{b}]: task {waiter.name!r} (id {waiter.id}) waits on it, but no task updates it"
+                )
             if (bar.producers, bar.consumers) != (producers[b], consumers[b]):
                 raise BarrierCountError(
                     f"barriers[{b}]: producers/consumers {bar.producers}/{bar.consumers}, but the task lists have "

@@ -100,8 +100,23 @@ class Simulator:
         result = SimResult({})
         turn = 0
 
+        # Barriers sharing a physical id are its successive instances (increasing virtual id): a task may start
+        # only when every barrier it waits on or updates is the current one, i.e. the earlier instances drained.
+        earlier: list[list[int]] = [[] for _ in blob.barriers]
+        last_on: dict[int, int] = {}
+        for bar in blob.barriers:
+            if bar.real_id >= 0:
+                if bar.real_id in last_on:
+                    earlier[bar.id] = [*earlier[last_on[bar.real_id]], last_on[bar.real_id]]
+                last_on[bar.real_id] = bar.id
+
+        def current(b: int) -> bool:
+            return all(producers[e] == 0 and consumers[e] == 0 for e in earlier[b])
+
         def ready(task: LoadedTask) -> bool:
-            return all(producers[b] == 0 for b in task.task.wait)
+            return all(producers[b] == 0 for b in task.task.wait) and all(
+                current(b) for b in (*task.task.wait, *task.task.update)
+            )
 
         def consume(task: LoadedTask) -> None:
             for b in task.task.wait:
@@ -191,7 +206,7 @@ class Simulator:
 
     @staticmethod
     def _barrier_states(task: LoadedTask, producers: list[int]) -> str:
-        return ", ".join(f"b{b} (P={producers[b]})" for b in task.task.wait) or "nothing"
+        return ", ".join(f"b{b} (P={producers[b]})" for b in task.task.wait) or "nothing (or a physical barrier)"
 
     def _run_kernel(self, task: LoadedTask, cmx: Window, tile: int, shave: int) -> int:
         kernel = self.loaded.kernels[task.kernel]
