@@ -364,13 +364,19 @@ class _Compiler:
         return self.values[self.key(out)]
 
     def check_supported(self, order: list[Node]) -> None:
+        from snippets_shave.sw_layers import SW_LAYER_OPS, sw_layer_reason
         from snippets_shave.tokenization_callback import tokenization_callback
 
         outside = []
         for n in order:
             if n.type_name in ("Parameter", "Result", "Constant", "Subgraph") or n.type_name in VIEW_OPS:
                 continue
-            reason = tokenization_callback(n) or "it was not fused into a Subgraph"
+            if n.type_name in SW_LAYER_OPS:  # not fused: its own SW kernel layer, when its kernel can run it
+                reason = sw_layer_reason(n)
+                if reason is None:
+                    continue
+            else:
+                reason = tokenization_callback(n) or "it was not fused into a Subgraph"
             outside.append(f"{n.name} ({n.type_name}): {reason}")
         if outside:
             raise UnsupportedOpError(
@@ -400,6 +406,7 @@ class _Compiler:
     # -- the model --------------------------------------------------------------------------------------------
     def compile(self) -> tuple[bytes, dict[str, ShaveKernel], list[tuple[str, str, str]]]:
         from snippets_core.ir.ops.subgraph import Subgraph
+        from snippets_shave.sw_layers import SW_LAYER_OPS, compile_layer
 
         model = self.model
         order = model.get_ordered_ops()
@@ -438,6 +445,8 @@ class _Compiler:
                 self.values[self.key(out)] = _Value(ref, src.ready)
             elif isinstance(n, Subgraph):
                 self.subgraph(n)
+            elif n.type_name in SW_LAYER_OPS:
+                compile_layer(self, n)
             elif n.type_name == "Result":
                 self.result(n)
         self.b.prune_barriers()  # the free barriers of the last user of each slot

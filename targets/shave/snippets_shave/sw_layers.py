@@ -1,0 +1,304 @@
+"""SW kernel layers: a node the Tokenizer left outside the Subgraphs runs as its own ACT SHAVE kernel.
+
+The real compiler lowers such ops to ``VPU.SW`` kernels of its runtime library; here each becomes one
+invocation of a :mod:`snippets_shave.sw_kernels` kernel, with its geometry (dims, strides, eps, 1/n) in the
+params struct. :func:`plan` turns a node into a :class:`SwLayer` (or says why it cannot run);
+:func:`compile_layer` schedules it in the blob being built: the whole tensors are DMAed into one CMX slot,
+the kernel runs, the output is DMAed back (the slot and barrier bookkeeping is the compiler's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from snippets_core.errors import CodegenError
+from snippets_core.ir.element_type import ElementType
+from snippets_shave import sw_kernels as swk
+from snippets_shave.abi import ParamsLayout
+from snippets_shave.constants import DType, dtype_of
+
+if TYPE_CHECKING:
+    from snippets_core.ir.node import Node, Output
+
+#: node type -> map-kernel op (eltwise over strided operands)
+MAP_NODES = {
+    "Erf": "erf",
+    "Log": "log",
+    "SoftPlus": "softplus",
+    "Select": "select",
+    "Transpose": "copy",
+    "Equal": "equal",
+    "NotEqual": "not_equal",
+    "Greater": "greater",
+    "GreaterEqual": "greater_equal",
+    "Less": "less",
+    "LessEqual": "less_equal",
+}
+#: node type -> axis-kernel kind
+AXIS_NODES = {
+    "Softmax": "softmax",
+    "ReduceSum": "sum",
+    "ReduceMean": "mean",
+    "ReduceMax": "max",
+    "ReduceMin": "min",
+    "ReduceProd": "prod",
+    "ReduceL1": "l1",
+    "ReduceL2": "l2",
+    "ReduceSumSquare": "sum_square",
+}
+SW_LAYER_OPS = frozenset({*MAP_NODES, *AXIS_NODES, "Gelu", "LayerNormalization"})
+_TYPES = {ElementType.f32: "f32", ElementType.f16: "f16", ElementType.boolean: "u8"}
+_FLOAT = ("f32", "f16")
+
+
+class SwLayerError(CodegenError):
+    """A node that a SW kernel layer cannot run (the message says why)."""
+
+
+@dataclass(frozen=True)
+class SwLayer:
+    """One SW kernel invocation: its ELF, params layout, the node inputs it reads and its scalars."""
+
+    elf: bytes
+    layout: ParamsLayout
+    inputs: tuple[int, ...]  # indices of the node inputs passed as MemRefs, in order
+    scalars: dict[str, float | int | bool]
+
+
+def storage_dtype(et: ElementType) -> DType:
+    """The blob DType of a model value: booleans are stored as u8 0/1."""
+    return DType.U8 if et == ElementType.boolean else dtype_of(et)
+
+
+def _type(out: Output, node: Node, what: str) -> str:
+    t = _TYPES.get(out.element_type)
+    if t is None:
+        raise SwLayerError(f"{node.name} ({node.type_name}): {what} is {out.element_type.value}; SW kernels take f32, f16")
+    return t
+
+
+def _dense_strides(dims: tuple[int, ...], itemsize: int) -> list[int]:
+    strides, step = [], itemsize
+    for d in reversed(dims):
+        strides.append(step)
+        step *= d
+    return strides[::-1]
+
+
+def _broadcast_strides(shape: tuple[int, ...], out: tuple[int, ...], itemsize: int) -> list[int]:
+    dense = _dense_strides(shape, itemsize)
+    pad = len(out) - len(shape)
+    return [0] * pad + [0 if d == 1 and o != 1 else s for d, s, o in zip(shape, dense, out[pad:], strict=True)]
+
+
+def merge_dims(dims: tuple[int, ...], strides: list[list[int]]) -> tuple[list[int], list[list[int]]] | None:
+    """``dims`` and every operand's byte strides with unit dims dropped and neighbours merged where every
+    operand steps through both as one dim; padded in front to 4 dims, or None when more than 4 remain."""
+    keep = [i for i, d in enumerate(dims) if d != 1]
+    out_dims: list[int] = []
+    out_strides: list[list[int]] = [[] for _ in strides]
+    for i in keep:
+        if out_dims and all(s[-1] == st[i] * dims[i] for s, st in zip(out_strides, strides, strict=True)):
+            out_dims[-1] *= dims[i]
+            for s, st in zip(out_strides, strides, strict=True):
+                s[-1] = st[i]
+            continue
+        out_dims.append(dims[i])
+        for s, st in zip(out_strides, strides, strict=True):
+            s.append(st[i])
+    if len(out_dims) > swk.MAP_RANK:
+        return None
+    pad = swk.MAP_RANK - len(out_dims)
+    return [1] * pad + out_dims, [[0] * pad + s for s in out_strides]
+
+
+@cache
+def _map_elf(op: str, types: tuple[str, ...], gathered: tuple[bool, ...]) -> bytes:
+    return swk.map_kernel(op, types, gathered)
+
+
+@cache
+def _axis_elf(kind: str, t_in: str, t_out: str) -> bytes:
+    return swk.axis_kernel(kind, t_in, t_out)
+
+
+@cache
+def _norm_elf(t: str, scale: bool, bias: bool) -> bytes:
+    return swk.norm_kernel(t, scale, bias)
+
+
+def _const_ints(node: Node, index: int, what: str) -> list[int]:
+    src = node.inputs[index].source.node
+    if src.type_name != "Constant":
+        raise SwLayerError(f"{node.name} ({node.type_name}): {what} must be a Constant")
+    return [int(v) for v in np.asarray(src.value).reshape(-1)]  # type: ignore[attr-defined]
+
+
+def _map_layer(node: Node, op: str, data_inputs: tuple[int, ...]) -> SwLayer:
+    out = node.outputs[0]
+    out_dims = out.shape.to_tuple()
+    types = [_type(node.inputs[i].source, node, f"input {i}") for i in data_inputs] + [_type(out, node, "output")]
+    strides = []
+    for k, i in enumerate(data_inputs):
+        size = swk.ITEMSIZE[types[k]]
+        in_dims = node.inputs[i].source.shape.to_tuple()
+        if node.type_name == "Transpose":
+            perm = _const_ints(node, 1, "the order") or list(range(len(in_dims)))[::-1]
+            dense = _dense_strides(in_dims, size)
+            strides.append([dense[p] for p in perm])
+        else:
+            strides.append(_broadcast_strides(in_dims, out_dims, size))
+    strides.append(_dense_strides(out_dims, swk.ITEMSIZE[types[-1]]))
+    merged = merge_dims(out_dims, strides)
+    if merged is None:
+        raise SwLayerError(f"{node.name} ({node.type_name}): more than {swk.MAP_RANK} dims remain after merging")
+    dims, strides = merged
+    if op == "select" and types[0] != "u8" or op != "select" and any(t == "u8" for t in types[:-1]):
+        raise SwLayerError(f"{node.name} ({node.type_name}): unexpected boolean or non-boolean operand {types}")
+    if op in swk.MASK_OPS and types[-1] != "u8" or op not in swk.MASK_OPS and types[-1] == "u8":
+        raise SwLayerError(f"{node.name} ({node.type_name}): output type {types[-1]}")
+    # dense float operands move 4 lanes per step; a broadcast, strided or boolean one is gathered lane by lane
+    gathered = tuple(t == "u8" or s[-1] != swk.ITEMSIZE[t] for t, s in zip(types, strides, strict=True))
+    if dims[-1] == 1:
+        gathered = tuple(False if t != "u8" else True for t in types)
+    scalars: dict[str, float | int | bool] = {f"d{i}": d for i, d in enumerate(dims)}
+    for k, s in enumerate(strides):
+        scalars.update({f"s{k}_{i}": v for i, v in enumerate(s)})
+    elf = _map_elf(op, tuple(types), gathered)
+    return SwLayer(elf, swk.map_layout(len(data_inputs)), data_inputs, scalars)
+
+
+def _axis_layer(node: Node, kind: str) -> SwLayer:
+    src = node.inputs[0].source
+    dims = src.shape.to_tuple()
+    rank = len(dims)
+    if kind == "softmax":
+        axis = node.axis + rank if node.axis < 0 else node.axis  # type: ignore[attr-defined]
+        axes = [axis]
+    else:
+        axes = sorted({a + rank if a < 0 else a for a in _const_ints(node, 1, "the axes")}) or list(range(rank))
+    real = [a for a in axes if dims[a] != 1]
+    others = [i for i in range(rank) if dims[i] != 1 and i not in axes]
+    if real and others and any(min(real) < o < max(real) for o in others):
+        raise SwLayerError(
+            f"{node.name} ({node.type_name}): axes {axes} of {list(dims)} are not contiguous (the SW kernel "
+            f"reduces one run of axes)"
+        )
+    first, last = (min(real), max(real)) if real else (rank, rank - 1)
+    outer = int(np.prod(dims[:first], dtype=np.int64))
+    n = int(np.prod(dims[first : last + 1], dtype=np.int64)) if real else 1
+    inner = int(np.prod(dims[last + 1 :], dtype=np.int64))
+    t_in, t_out = _type(src, node, "input 0"), _type(node.outputs[0], node, "output")
+    if t_in not in _FLOAT or t_out != t_in:
+        raise SwLayerError(f"{node.name} ({node.type_name}): {t_in} -> {t_out}; SW kernels take f32, f16")
+    scalars = {"outer": outer, "n": n, "inner": inner, "scale": 1.0 / n}
+    return SwLayer(_axis_elf(kind, t_in, t_out), swk.AXIS_LAYOUT, (0,), scalars)
+
+
+def _norm_layer(node: Node) -> SwLayer:
+    src = node.inputs[0].source
+    dims = src.shape.to_tuple()
+    axis = node.axis + len(dims) if node.axis < 0 else node.axis  # type: ignore[attr-defined]
+    n = int(np.prod(dims[axis:], dtype=np.int64))
+    outer = int(np.prod(dims[:axis], dtype=np.int64))
+    t = _type(src, node, "input 0")
+    for i in range(1, len(node.inputs)):
+        p = node.inputs[i].source
+        if _type(p, node, f"input {i}") != t or int(np.prod(p.shape.to_tuple(), dtype=np.int64)) != n:
+            raise SwLayerError(
+                f"{node.name} ({node.type_name}): input {i} must be {n} {t} values (the normalized axes), got "
+                f"{p.element_type.value}{list(p.shape.to_tuple())}"
+            )
+    bias = len(node.inputs) > 2
+    scalars = {"outer": outer, "n": n, "inv_n": 1.0 / n, "eps": node.epsilon, "eps_outside": False, "normalize": True}  # type: ignore[attr-defined]
+    inputs = (0, 1, 2) if bias else (0, 1)
+    return SwLayer(_norm_elf(t, True, bias), swk.norm_layout(True, bias), inputs, scalars)
+
+
+def plan(node: Node) -> SwLayer:
+    """The SW kernel layer of ``node`` (a :data:`SW_LAYER_OPS` type with static shapes), or a SwLayerError."""
+    if not all(o.shape.is_static for o in [*(i.source for i in node.inputs), *node.outputs]):
+        raise SwLayerError(f"{node.name} ({node.type_name}): dynamic shapes; a SHAVE blob is compiled for static ones")
+    t = node.type_name
+    if t in AXIS_NODES:
+        return _axis_layer(node, AXIS_NODES[t])
+    if t == "LayerNormalization":
+        return _norm_layer(node)
+    if t == "Gelu":
+        return _map_layer(node, "gelu_" + node.approximation_mode, (0,))  # type: ignore[attr-defined]
+    data = (0, 1, 2) if t == "Select" else (0, 1) if t in MAP_NODES and swk.MAP_OPS[MAP_NODES[t]].arity == 2 else (0,)
+    return _map_layer(node, MAP_NODES[t], data)
+
+
+def sw_layer_reason(node: Node) -> str | None:
+    """Why ``node`` cannot run as a SW kernel layer, or None when it can."""
+    if node.type_name not in SW_LAYER_OPS:
+        return f"{node.type_name} has no SW kernel"
+    try:
+        plan(node)
+    except SwLayerError as exc:
+        return str(exc)
+    return None
+
+
+def compile_layer(compiler: Any, node: Node) -> None:
+    """Schedule ``node`` as one SW kernel invocation in ``compiler`` (the shave ``_Compiler``): DMA its inputs
+    into a CMX slot (after the slot's previous user is done and the inputs are ready), run the kernel, DMA
+    the output to its DDR home."""
+    from snippets_shave.compiler import _align, _flat, _Value
+
+    layer = plan(node)
+    b, hw = compiler.b, compiler.hw
+    ins = []
+    for i in layer.inputs:
+        out = node.inputs[i].source
+        if compiler.key(out) not in compiler.values and out.node.type_name == "Constant":
+            ref = b.add_constant(out.node.name, np.ascontiguousarray(out.node.value))  # type: ignore[attr-defined]
+            compiler.values[compiler.key(out)] = _Value(ref)
+        ins.append(compiler.value(out))
+    result = node.outputs[0]
+    value = place_output(compiler, result)
+    g = compiler.invocations
+    compiler.invocations += 1
+    tile, slot = g % hw.tiles, (g // hw.tiles) % compiler.slots_per_tile
+    cursor = base = b.cmx_workspace_start + slot * compiler.slot_bytes
+    refs = []
+    for k, v in enumerate([*ins, value]):
+        refs.append(b.cmx(tile, cursor, v.ref.dims, v.ref.dtype, f"{node.name}.{'out' if k == len(ins) else f'in{k}'}"))
+        cursor = _align(cursor + refs[-1].nbytes)
+    if cursor > base + compiler.slot_bytes:
+        raise SwLayerError(
+            f"{node.name} ({node.type_name}): the SW layer needs {cursor - base} bytes of CMX, a slot has "
+            f"{compiler.slot_bytes}"
+        )
+    free = compiler.slot_free.get((tile, slot))
+    b_in, b_out, b_free = b.new_barrier(), b.new_barrier(), b.new_barrier()
+    for k, (v, dst) in enumerate(zip(ins, refs, strict=False)):
+        wait = [x for x in (free, v.ready) if x is not None]
+        b.dma(_flat(v.ref, 0, dst.nbytes, dst.dtype, v.ref.name), _flat(dst, 0, dst.nbytes, dst.dtype, dst.name),
+              engine=0, wait=wait, update=[b_in], name=f"{node.name}.dma_in{k}")  # fmt: skip
+    b.act(b.add_kernel(layer.elf), tile, refs, layer.scalars, wait=[b_in], update=[b_out], name=node.name,
+          layout=layer.layout)  # fmt: skip
+    update = [b_free] + ([value.ready] if value.ready is not None else [])
+    out_ref = refs[-1]
+    b.dma(_flat(out_ref, 0, out_ref.nbytes, out_ref.dtype, out_ref.name),
+          _flat(value.ref, 0, out_ref.nbytes, out_ref.dtype, value.ref.name),
+          engine=1 % hw.dma_engines, wait=[b_out], update=update, name=f"{node.name}.dma_out")  # fmt: skip
+    compiler.slot_free[(tile, slot)] = b_free
+    compiler.placement.append((node.name, node.type_name, "shave-sw"))
+
+
+def place_output(compiler: Any, out: Output) -> Any:
+    """The compiler's ``place_output`` for a SW layer's value (booleans stored as u8)."""
+    from snippets_shave.compiler import _Value
+
+    if out.element_type != ElementType.boolean:
+        return compiler.place_output(out)
+    ref = compiler.b.alloc_scratch(f"{out.node.name}:{out.index}", out.shape.to_tuple(), DType.U8)
+    value = _Value(ref, compiler.b.new_barrier())
+    compiler.values[compiler.key(out)] = value
+    return value
