@@ -34,6 +34,11 @@ ERFC_COEFFS = (
     0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807,
     -0.18628806, 0.09678418, 0.37409196, 1.00002368, -1.26551223,
 )  # fmt: skip
+#: erf(x) = x * S(x^2) for |x| < 0.5 (Maclaurin series, 2/sqrt(pi) folded in; next term 2.6e-8 relative):
+#: 1 - erfc(x) loses the relative accuracy of erf near 0. S's coefficients from the highest power down
+ERF_SERIES = tuple(
+    2 / math.sqrt(math.pi) * (-1) ** k / (math.factorial(k) * (2 * k + 1)) for k in range(5, -1, -1)
+)
 #: every constant a SW kernel may need, by name; a kernel's .rodata holds the ones it uses, in this order
 CONSTANTS: dict[str, float] = {
     "zero": 0.0,
@@ -48,6 +53,8 @@ CONSTANTS: dict[str, float] = {
     "gelu_k": math.sqrt(2.0 / math.pi),
     "gelu_c": 0.044715,
     **{f"erfc{i}": c for i, c in enumerate(ERFC_COEFFS)},
+    **{f"erfs{i}": c for i, c in enumerate(ERF_SERIES)},
+    "erf_small": 0.5,
 }
 _FIRST_CONST = 16  # constants live in v16..v31
 
@@ -58,15 +65,26 @@ _TMP = VReg(5)  # the narrow (f16) half of a load or store
 
 
 class Consts:
-    """The kernel's `.rodata` constants, broadcast into v16.. once at entry."""
+    """The kernel's `.rodata` constants: the first 14 are broadcast into v16..v29 once at entry, the others are
+    loaded from `.rodata` (r27 holds its address) into v30/v31, in turn, where an instruction reads them."""
+
+    RESIDENT = 14
 
     def __init__(self, names: list[str]) -> None:
-        if len(names) > 32 - _FIRST_CONST:
-            raise ValueError(f"too many constants: {names}")
         self.names = names
+        self.asm: Assembler | None = None
+        self._turn = 0
 
     def __call__(self, name: str) -> VReg:
-        return VReg(_FIRST_CONST + self.names.index(name))
+        i = self.names.index(name)
+        if i < self.RESIDENT:
+            return VReg(_FIRST_CONST + i)
+        assert self.asm is not None
+        reg = VReg(30 + self._turn)
+        self._turn ^= 1
+        self.asm.LD32(_T0, _RO, 4 * i)
+        self.asm.VBCAST(reg, _T0, t="f32")
+        return reg
 
     @property
     def rodata(self) -> bytes:
@@ -79,9 +97,10 @@ def _assemble(name: str, layout: ParamsLayout, consts: Consts, emit: Callable[[A
     rodata_addr = 0
     for _ in range(2):
         a = Assembler()
+        consts.asm = a
         if consts.names:
             a.MOVI(_RO, rodata_addr)
-            for i, n in enumerate(consts.names):
+            for i, n in enumerate(consts.names[: consts.RESIDENT]):
                 a.LD32(_T0, _RO, 4 * i)
                 a.VBCAST(consts(n), _T0, t="f32")
         emit(a)
@@ -145,10 +164,19 @@ def _erfc_parts(a: Assembler, x: VReg, c: Consts) -> tuple[VReg, VReg]:
 
 
 def _erf(a: Assembler, ins: list[VReg], out: VReg, c: Consts) -> None:
-    e, m = _erfc_parts(a, ins[0], c)
+    x, s, x2 = ins[0], VReg(8), VReg(7)
+    e, m = _erfc_parts(a, x, c)
     a.VSUB(e, c("one"), e, t="f32")  # erf(|x|)
     a.VNEG(VReg(14), e, t="f32")
     a.VSEL(out, e, VReg(14), m, t="i32")
+    a.VMUL(x2, x, x, t="f32")
+    a.VMOV(s, c("erfs0"), t="f32")
+    for i in range(1, len(ERF_SERIES)):
+        a.VFMA(s, s, x2, c(f"erfs{i}"), t="f32")
+    a.VMUL(s, s, x, t="f32")
+    a.VABS(x2, x, t="f32")
+    a.VCMPGT(m, c("erf_small"), x2, t="f32")
+    a.VSEL(out, s, out, m, t="i32")
 
 
 def _gelu_erf(a: Assembler, ins: list[VReg], out: VReg, c: Consts) -> None:
@@ -208,8 +236,8 @@ def _compare(mnemonic: str, swap: bool = False, invert: bool = False) -> Body:
     def body(a: Assembler, ins: list[VReg], out: VReg, c: Consts) -> None:
         x, y = (ins[1], ins[0]) if swap else (ins[0], ins[1])
         getattr(a, mnemonic)(out, x, y, t="f32")
-        if invert:  # all-ones lanes become 0 and zero lanes non-zero
-            a.VSEL(out, c("zero"), c("one"), out, t="i32")
+        if invert:  # all-ones lanes become 0 and zero lanes all ones
+            a.VCMPEQ(out, out, c("zero"), t="i32")
 
     return body
 
@@ -226,14 +254,14 @@ class MapOp:
 _ERFC = ("zero", "one", "half", "log2e", *(f"erfc{i}" for i in range(len(ERFC_COEFFS))))
 MAP_OPS: dict[str, MapOp] = {
     "copy": MapOp(1, _copy),
-    "erf": MapOp(1, _erf, _ERFC),
+    "erf": MapOp(1, _erf, (*_ERFC, "erf_small", *(f"erfs{i}" for i in range(len(ERF_SERIES))))),
     "gelu_erf": MapOp(1, _gelu_erf, (*_ERFC, "two", "rsqrt2")),
     "gelu_tanh": MapOp(1, _gelu_tanh, ("one", "two", "log2e", "gelu_k", "gelu_c")),
     "log": MapOp(1, _log, ("ln2",)),
     "softplus": MapOp(1, _softplus, ("zero", "one", "log2e", "ln2")),
     "select": MapOp(3, _select),
     "equal": MapOp(2, _compare("VCMPEQ")),
-    "not_equal": MapOp(2, _compare("VCMPEQ", invert=True), ("zero", "one")),
+    "not_equal": MapOp(2, _compare("VCMPEQ", invert=True), ("zero",)),
     "greater": MapOp(2, _compare("VCMPGT")),
     "greater_equal": MapOp(2, _compare("VCMPGE")),
     "less": MapOp(2, _compare("VCMPGT", swap=True)),
