@@ -60,13 +60,37 @@ class SwLayerError(CodegenError):
 
 
 @dataclass(frozen=True)
+class Split:
+    """How a layer's work splits over SHAVEs: ``total`` indices of its outermost dim, the params scalar that
+    holds the count, and per operand (inputs, then the output) the byte stride of that dim (0: the operand does
+    not vary along it) and the bytes one index spans."""
+
+    total: int
+    scalar: str
+    strides: tuple[int, ...]
+    extents: tuple[int, ...]
+
+    def window(self, k: int, start: int, count: int, nbytes: int) -> tuple[int, int, int]:
+        """(lo, hi, shift): operand ``k``'s bytes ``[lo, hi)`` hold indices ``[start, start + count)``, the first
+        at ``lo + shift``. An operand whose indices interleave (a transposed input) is copied whole."""
+        step, extent = self.strides[k], self.extents[k]
+        if step == 0:
+            return 0, extent, 0
+        if step >= extent:
+            lo = start * step
+            return lo, lo + (count - 1) * step + extent, 0
+        return 0, nbytes, start * step
+
+
+@dataclass(frozen=True)
 class SwLayer:
-    """One SW kernel invocation: its ELF, params layout, the node inputs it reads and its scalars."""
+    """One SW kernel layer: its ELF, params layout, the node inputs it reads, its scalars, its split."""
 
     elf: bytes
     layout: ParamsLayout
     inputs: tuple[int, ...]  # indices of the node inputs passed as MemRefs, in order
     scalars: dict[str, float | int | bool]
+    split: Split | None = None
 
 
 def storage_dtype(et: ElementType) -> DType:
@@ -169,7 +193,15 @@ def _map_layer(node: Node, op: str, data_inputs: tuple[int, ...]) -> SwLayer:
     for k, s in enumerate(strides):
         scalars.update({f"s{k}_{i}": v for i, v in enumerate(s)})
     elf = _map_elf(op, tuple(types), gathered)
-    return SwLayer(elf, swk.map_layout(len(data_inputs)), data_inputs, scalars)
+    level = next((i for i in range(swk.MAP_RANK - 1) if dims[i] > 1), None)
+    split = None
+    if level is not None:
+        extents = tuple(
+            sum((d - 1) * st for d, st in zip(dims[level + 1 :], s[level + 1 :], strict=True)) + swk.ITEMSIZE[t]
+            for s, t in zip(strides, types, strict=True)
+        )
+        split = Split(dims[level], f"d{level}", tuple(s[level] for s in strides), extents)
+    return SwLayer(elf, swk.map_layout(len(data_inputs)), data_inputs, scalars, split)
 
 
 def _axis_layer(node: Node, kind: str) -> SwLayer:
@@ -196,7 +228,10 @@ def _axis_layer(node: Node, kind: str) -> SwLayer:
     if t_in not in _FLOAT or t_out != t_in:
         raise SwLayerError(f"{node.name} ({node.type_name}): {t_in} -> {t_out}; SW kernels take f32, f16")
     scalars = {"outer": outer, "n": n, "inner": inner, "scale": 1.0 / n}
-    return SwLayer(_axis_elf(kind, t_in, t_out), swk.AXIS_LAYOUT, (0,), scalars)
+    row_in = n * inner * swk.ITEMSIZE[t_in]
+    row_out = (n if kind == "softmax" else 1) * inner * swk.ITEMSIZE[t_out]
+    split = Split(outer, "outer", (row_in, row_out), (row_in, row_out))
+    return SwLayer(_axis_elf(kind, t_in, t_out), swk.AXIS_LAYOUT, (0,), scalars, split)
 
 
 def _norm_layer(node: Node) -> SwLayer:
@@ -216,7 +251,10 @@ def _norm_layer(node: Node) -> SwLayer:
     bias = len(node.inputs) > 2
     scalars = {"outer": outer, "n": n, "inv_n": 1.0 / n, "eps": node.epsilon, "eps_outside": False, "normalize": True}  # type: ignore[attr-defined]
     inputs = (0, 1, 2) if bias else (0, 1)
-    return SwLayer(_norm_elf(t, True, bias), swk.norm_layout(True, bias), inputs, scalars)
+    row = n * swk.ITEMSIZE[t]
+    # the scale and bias rows are the same for every row: stride 0
+    split = Split(outer, "outer", (row, 0, *((0,) if bias else ()), row), (row,) * (len(inputs) + 1))
+    return SwLayer(_norm_elf(t, True, bias), swk.norm_layout(True, bias), inputs, scalars, split)
 
 
 def plan(node: Node) -> SwLayer:
@@ -246,10 +284,11 @@ def sw_layer_reason(node: Node) -> str | None:
 
 
 def compile_layer(compiler: Any, node: Node) -> None:
-    """Schedule ``node`` as one SW kernel invocation in ``compiler`` (the shave ``_Compiler``): DMA its inputs
-    into a CMX slot (after the slot's previous user is done and the inputs are ready), run the kernel, DMA
-    the output to its DDR home."""
-    from snippets_shave.compiler import _align, _flat, _Value
+    """Schedule ``node``'s SW kernel layer in ``compiler`` (the shave ``_Compiler``): its outermost dim is split
+    into at least one invocation per SHAVE (more when a slot cannot hold the work); each invocation DMAs the
+    bytes its indices read into a CMX slot (after the slot's previous user is done and the inputs are ready),
+    runs the kernel and DMAs its part of the output to the output's DDR home."""
+    from snippets_shave.compiler import _Value
 
     layer = plan(node)
     b, hw = compiler.b, compiler.hw
@@ -260,36 +299,81 @@ def compile_layer(compiler: Any, node: Node) -> None:
             ref = b.add_constant(out.node.name, np.ascontiguousarray(out.node.value))  # type: ignore[attr-defined]
             compiler.values[compiler.key(out)] = _Value(ref)
         ins.append(compiler.value(out))
-    result = node.outputs[0]
-    value = place_output(compiler, result)
+    value = place_output(compiler, node.outputs[0])
+    compiler.placement.append((node.name, node.type_name, "shave-sw"))
+    values = [*ins, value]
+    if value.ref.nbytes == 0:
+        return
+    kidx = b.add_kernel(layer.elf)
+    split = layer.split
+    total = split.total if split is not None else 1
+    n_inv = min(total, hw.tiles * hw.shaves_per_tile)
+    while True:
+        bounds = np.linspace(0, total, n_inv + 1).astype(int).tolist()
+        need = max(_slot_bytes(layer, values, s, e - s) for s, e in zip(bounds, bounds[1:], strict=False))
+        if need <= compiler.slot_bytes or n_inv == total:
+            break
+        n_inv = min(total, n_inv * 2)
+    if need > compiler.slot_bytes:
+        raise SwLayerError(
+            f"{node.name} ({node.type_name}): one SW kernel invocation needs {need} bytes of CMX, a slot has "
+            f"{compiler.slot_bytes}"
+        )
+    for j, (start, end) in enumerate(zip(bounds, bounds[1:], strict=False)):
+        _invocation(compiler, node, layer, kidx, values, start, end - start, j)
+
+
+def _windows(layer: SwLayer, values: list[Any], start: int, count: int) -> list[tuple[int, int, int]]:
+    if layer.split is None:
+        return [(0, v.ref.nbytes, 0) for v in values]
+    return [layer.split.window(k, start, count, v.ref.nbytes) for k, v in enumerate(values)]
+
+
+def _slot_bytes(layer: SwLayer, values: list[Any], start: int, count: int) -> int:
+    from snippets_shave.compiler import _align
+
+    return sum(_align(hi - lo) for lo, hi, _ in _windows(layer, values, start, count))
+
+
+def _invocation(
+    compiler: Any, node: Node, layer: SwLayer, kidx: int, values: list[Any], start: int, count: int, j: int
+) -> None:
+    from snippets_shave.blob import TensorRef
+    from snippets_shave.compiler import _align, _flat
+
+    b, hw = compiler.b, compiler.hw
     g = compiler.invocations
     compiler.invocations += 1
     tile, slot = g % hw.tiles, (g // hw.tiles) % compiler.slots_per_tile
-    cursor = base = b.cmx_workspace_start + slot * compiler.slot_bytes
-    refs = []
-    for k, v in enumerate([*ins, value]):
-        refs.append(b.cmx(tile, cursor, v.ref.dims, v.ref.dtype, f"{node.name}.{'out' if k == len(ins) else f'in{k}'}"))
-        cursor = _align(cursor + refs[-1].nbytes)
-    if cursor > base + compiler.slot_bytes:
-        raise SwLayerError(
-            f"{node.name} ({node.type_name}): the SW layer needs {cursor - base} bytes of CMX, a slot has "
-            f"{compiler.slot_bytes}"
-        )
+    cursor = b.cmx_workspace_start + slot * compiler.slot_bytes
     free = compiler.slot_free.get((tile, slot))
     b_in, b_out, b_free = b.new_barrier(), b.new_barrier(), b.new_barrier()
-    for k, (v, dst) in enumerate(zip(ins, refs, strict=False)):
+    tag = f"{node.name}.{j}"
+    memrefs, out_window = [], None
+    for k, (v, (lo, hi, shift)) in enumerate(zip(values, _windows(layer, values, start, count), strict=True)):
+        dtype = v.ref.dtype
+        size = v.ref.nbytes // max(1, int(np.prod(v.ref.dims)))
+        role = "out" if k == len(values) - 1 else f"in{k}"
+        region = b.cmx(tile, cursor, ((hi - lo) // size,), dtype, f"{tag}.{role}")
+        cursor = _align(cursor + hi - lo)
+        memrefs.append(TensorRef(region.name, dtype, ((hi - lo - shift) // size,), region.location, tile,
+                                 region.offset + shift))  # fmt: skip
+        if k == len(values) - 1:
+            out_window = (region, lo, hi)
+            continue
         wait = [x for x in (free, v.ready) if x is not None]
-        b.dma(_flat(v.ref, 0, dst.nbytes, dst.dtype, v.ref.name), _flat(dst, 0, dst.nbytes, dst.dtype, dst.name),
-              engine=0, wait=wait, update=[b_in], name=f"{node.name}.dma_in{k}")  # fmt: skip
-    b.act(b.add_kernel(layer.elf), tile, refs, layer.scalars, wait=[b_in], update=[b_out], name=node.name,
-          layout=layer.layout)  # fmt: skip
+        b.dma(_flat(v.ref, lo, hi - lo, dtype, v.ref.name), region, engine=0, wait=wait, update=[b_in],
+              name=f"{tag}.dma_in{k}")  # fmt: skip
+    scalars = dict(layer.scalars)
+    if layer.split is not None:
+        scalars[layer.split.scalar] = count
+    b.act(kidx, tile, memrefs, scalars, wait=[b_in], update=[b_out], name=tag, layout=layer.layout)
+    region, lo, hi = out_window  # type: ignore[misc]
+    value = values[-1]
     update = [b_free] + ([value.ready] if value.ready is not None else [])
-    out_ref = refs[-1]
-    b.dma(_flat(out_ref, 0, out_ref.nbytes, out_ref.dtype, out_ref.name),
-          _flat(value.ref, 0, out_ref.nbytes, out_ref.dtype, value.ref.name),
-          engine=1 % hw.dma_engines, wait=[b_out], update=update, name=f"{node.name}.dma_out")  # fmt: skip
+    b.dma(region, _flat(value.ref, lo, hi - lo, region.dtype, value.ref.name), engine=1 % hw.dma_engines,
+          wait=[b_out], update=update, name=f"{tag}.dma_out")  # fmt: skip
     compiler.slot_free[(tile, slot)] = b_free
-    compiler.placement.append((node.name, node.type_name, "shave-sw"))
 
 
 def place_output(compiler: Any, out: Output) -> Any:

@@ -35,7 +35,7 @@ def _compile_run(
     inputs: dict[str, np.ndarray],
     out_shape: tuple[int, ...],
     inits: list[onnx.TensorProto] = (),  # type: ignore[assignment]
-    opset: int = 20,
+    options: dict | None = None,
 ) -> np.ndarray:
     dtype = next(iter(inputs.values())).dtype.type
     graph = helper.make_graph(
@@ -46,8 +46,9 @@ def _compile_run(
         initializer=list(inits),
     )
     path = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), path)
-    cm = snippets_core.compile_model(str(path), target="shave")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), path)
+    config = {"target_options": {"check_races": True, **(options or {})}}
+    cm = snippets_core.compile_model(str(path), target="shave", config=config)
     return cm(inputs)["y"]
 
 
@@ -186,8 +187,9 @@ def test_reduce_over_non_contiguous_axes_is_a_typed_error(tmp_path: Path) -> Non
 # --- the whole models -------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("preset", ["37xx", "40xx"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_layernorm_gelu_softmax_select_transpose_reducemean_model(tmp_path: Path, dtype: type) -> None:
+def test_layernorm_gelu_softmax_select_transpose_reducemean_model(tmp_path: Path, dtype: type, preset: str) -> None:
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 6, 24)).astype(dtype)
     thr = rng.uniform(0, 0.3, (1, 1, 24)).astype(dtype)
@@ -208,7 +210,7 @@ def test_layernorm_gelu_softmax_select_transpose_reducemean_model(tmp_path: Path
         helper.make_node("Transpose", ["sel"], ["tr"], perm=[0, 2, 1]),
         helper.make_node("ReduceMean", ["tr", "axes"], ["y"], keepdims=1),
     ]
-    out = _compile_run(tmp_path, nodes, {"x": x, "thr": thr}, (2, 1, 6), inits)
+    out = _compile_run(tmp_path, nodes, {"x": x, "thr": thr}, (2, 1, 6), inits, {"preset": preset})
     v = x.astype(np.float64)
     ln = (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + 1e-5) * g + b
     ge = 0.5 * ln * (1 + _erf(ln / math.sqrt(2)))
@@ -322,3 +324,15 @@ def test_unary_map_kernels_run_alone(t: str, op: str) -> None:
         "gelu_tanh": lambda: 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3))),
     }[op]()
     _check(out, ref, dtype)
+
+
+def test_a_layer_larger_than_a_slot_is_split_over_invocations(tmp_path: Path) -> None:
+    """LayerNorm over 3 MiB of f32 rows: 2 x 64 KiB slots per tile cannot hold it in one piece."""
+    x = np.random.default_rng(9).standard_normal((48, 4, 2048)).astype(np.float32)
+    g = np.ones(2048, np.float32)
+    inits = [helper.make_tensor("g", TensorProto.FLOAT, [2048], g.tolist())]
+    node = helper.make_node("LayerNormalization", ["x", "g"], ["y"], axis=-1, epsilon=1e-5)
+    out = _compile_run(tmp_path, [node], {"x": x}, x.shape, inits, {"cmx_bytes_per_tile": 256 * 1024})
+    v = x.astype(np.float64)
+    ref = (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
