@@ -91,6 +91,8 @@ class SwLayer:
     inputs: tuple[int, ...]  # indices of the node inputs passed as MemRefs, in order
     scalars: dict[str, float | int | bool]
     split: Split | None = None
+    #: the dims of this layer's result (a stage of a multi-stage reduction writes a scratch value of these dims)
+    out_dims: tuple[int, ...] = ()
 
 
 def storage_dtype(et: ElementType) -> DType:
@@ -204,7 +206,14 @@ def _map_layer(node: Node, op: str, data_inputs: tuple[int, ...]) -> SwLayer:
     return SwLayer(elf, swk.map_layout(len(data_inputs)), data_inputs, scalars, split)
 
 
-def _axis_layer(node: Node, kind: str) -> SwLayer:
+#: the kind of a later stage of a reduction over several runs of axes (the earlier stages' results combine so)
+_LATER_STAGE = {"sum": "sum", "mean": "mean", "max": "max", "min": "min", "prod": "prod", "l1": "sum", "sum_square": "sum"}
+
+
+def _axis_layers(node: Node, kind: str) -> list[SwLayer]:
+    """Softmax or a reduction: one stage per run of contiguous reduced axes (unit dims do not break a run),
+    innermost first, each reducing ``[outer, n, inner]`` of the previous stage's result (a mean of means over
+    equal counts is the mean; l1 and sum-square stages are followed by sums)."""
     src = node.inputs[0].source
     dims = src.shape.to_tuple()
     rank = len(dims)
@@ -213,25 +222,38 @@ def _axis_layer(node: Node, kind: str) -> SwLayer:
         axes = [axis]
     else:
         axes = sorted({a + rank if a < 0 else a for a in _const_ints(node, 1, "the axes")}) or list(range(rank))
-    real = [a for a in axes if dims[a] != 1]
-    others = [i for i in range(rank) if dims[i] != 1 and i not in axes]
-    if real and others and any(min(real) < o < max(real) for o in others):
-        raise SwLayerError(
-            f"{node.name} ({node.type_name}): axes {axes} of {list(dims)} are not contiguous (the SW kernel "
-            f"reduces one run of axes)"
-        )
-    first, last = (min(real), max(real)) if real else (rank, rank - 1)
-    outer = int(np.prod(dims[:first], dtype=np.int64))
-    n = int(np.prod(dims[first : last + 1], dtype=np.int64)) if real else 1
-    inner = int(np.prod(dims[last + 1 :], dtype=np.int64))
+    runs: list[list[int]] = []
+    in_run = False
+    for i in range(rank):
+        if dims[i] == 1:
+            continue
+        if i in axes and not in_run:
+            runs.append([])
+        if i in axes:
+            runs[-1].append(i)
+        in_run = i in axes
+    runs = runs or [[]]
+    if kind == "l2" and len(runs) > 1:
+        raise SwLayerError(f"{node.name} ({node.type_name}): axes {axes} of {list(dims)} are not contiguous")
     t_in, t_out = _type(src, node, "input 0"), _type(node.outputs[0], node, "output")
     if t_in not in _FLOAT or t_out != t_in:
         raise SwLayerError(f"{node.name} ({node.type_name}): {t_in} -> {t_out}; SW kernels take f32, f16")
-    scalars = {"outer": outer, "n": n, "inner": inner, "scale": 1.0 / n}
-    row_in = n * inner * swk.ITEMSIZE[t_in]
-    row_out = (n if kind == "softmax" else 1) * inner * swk.ITEMSIZE[t_out]
-    split = Split(outer, "outer", (row_in, row_out), (row_in, row_out))
-    return SwLayer(_axis_elf(kind, t_in, t_out), swk.AXIS_LAYOUT, (0,), scalars, split)
+    layers = []
+    current = list(dims)
+    for step, run in enumerate(reversed(runs)):
+        first, last = (run[0], run[-1]) if run else (rank, rank - 1)
+        outer = int(np.prod(current[:first], dtype=np.int64))
+        n = int(np.prod(current[first : last + 1], dtype=np.int64)) if run else 1
+        inner = int(np.prod(current[last + 1 :], dtype=np.int64))
+        stage = kind if step == 0 else _LATER_STAGE[kind]
+        if stage != "softmax":
+            current[first : last + 1] = [1] * (last + 1 - first)
+        scalars = {"outer": outer, "n": n, "inner": inner, "scale": 1.0 / n}
+        row_in = n * inner * swk.ITEMSIZE[t_in]
+        row_out = (n if stage == "softmax" else 1) * inner * swk.ITEMSIZE[t_out]
+        split = Split(outer, "outer", (row_in, row_out), (row_in, row_out))
+        layers.append(SwLayer(_axis_elf(stage, t_in, t_out), swk.AXIS_LAYOUT, (0,), scalars, split, tuple(current)))
+    return layers
 
 
 def _norm_layer(node: Node) -> SwLayer:
@@ -257,19 +279,20 @@ def _norm_layer(node: Node) -> SwLayer:
     return SwLayer(_norm_elf(t, True, bias), swk.norm_layout(True, bias), inputs, scalars, split)
 
 
-def plan(node: Node) -> SwLayer:
-    """The SW kernel layer of ``node`` (a :data:`SW_LAYER_OPS` type with static shapes), or a SwLayerError."""
+def plan(node: Node) -> list[SwLayer]:
+    """The SW kernel layers of ``node`` (a :data:`SW_LAYER_OPS` type with static shapes), run in order (more than
+    one for a reduction over separate runs of axes), or a SwLayerError."""
     if not all(o.shape.is_static for o in [*(i.source for i in node.inputs), *node.outputs]):
         raise SwLayerError(f"{node.name} ({node.type_name}): dynamic shapes; a SHAVE blob is compiled for static ones")
     t = node.type_name
     if t in AXIS_NODES:
-        return _axis_layer(node, AXIS_NODES[t])
+        return _axis_layers(node, AXIS_NODES[t])
     if t == "LayerNormalization":
-        return _norm_layer(node)
+        return [_norm_layer(node)]
     if t == "Gelu":
-        return _map_layer(node, "gelu_" + node.approximation_mode, (0,))  # type: ignore[attr-defined]
+        return [_map_layer(node, "gelu_" + node.approximation_mode, (0,))]  # type: ignore[attr-defined]
     data = (0, 1, 2) if t == "Select" else (0, 1) if t in MAP_NODES and swk.MAP_OPS[MAP_NODES[t]].arity == 2 else (0,)
-    return _map_layer(node, MAP_NODES[t], data)
+    return [_map_layer(node, MAP_NODES[t], data)]
 
 
 def sw_layer_reason(node: Node) -> str | None:
@@ -290,20 +313,30 @@ def compile_layer(compiler: Any, node: Node) -> None:
     runs the kernel and DMAs its part of the output to the output's DDR home."""
     from snippets_shave.compiler import _Value
 
-    layer = plan(node)
-    b, hw = compiler.b, compiler.hw
+    layers = plan(node)
+    b = compiler.b
     ins = []
-    for i in layer.inputs:
+    for i in layers[0].inputs:
         out = node.inputs[i].source
         if compiler.key(out) not in compiler.values and out.node.type_name == "Constant":
             ref = b.add_constant(out.node.name, np.ascontiguousarray(out.node.value))  # type: ignore[attr-defined]
             compiler.values[compiler.key(out)] = _Value(ref)
         ins.append(compiler.value(out))
-    value = place_output(compiler, node.outputs[0])
     compiler.placement.append((node.name, node.type_name, "shave-sw"))
-    values = [*ins, value]
-    if value.ref.nbytes == 0:
-        return
+    for s, layer in enumerate(layers):
+        if s == len(layers) - 1:
+            value = place_output(compiler, node.outputs[0])
+        else:  # a stage's result in DDR scratch, ready for the next stage
+            dtype = ins[0].ref.dtype
+            value = _Value(b.alloc_scratch(f"{node.name}:stage{s}", layer.out_dims, dtype), b.new_barrier())
+        if value.ref.nbytes:
+            name = node.name if len(layers) == 1 else f"{node.name}.stage{s}"
+            _layer(compiler, name, f"{node.name} ({node.type_name})", layer, [*ins, value])
+        ins = [value]
+
+
+def _layer(compiler: Any, name: str, what: str, layer: SwLayer, values: list[Any]) -> None:
+    b, hw = compiler.b, compiler.hw
     kidx = b.add_kernel(layer.elf)
     split = layer.split
     total = split.total if split is not None else 1
@@ -316,11 +349,11 @@ def compile_layer(compiler: Any, node: Node) -> None:
         n_inv = min(total, n_inv * 2)
     if need > compiler.slot_bytes:
         raise SwLayerError(
-            f"{node.name} ({node.type_name}): one SW kernel invocation needs {need} bytes of CMX, a slot has "
+            f"{what}: one SW kernel invocation needs {need} bytes of CMX, a slot has "
             f"{compiler.slot_bytes}"
         )
     for j, (start, end) in enumerate(zip(bounds, bounds[1:], strict=False)):
-        _invocation(compiler, node, layer, kidx, values, start, end - start, j)
+        _invocation(compiler, name, layer, kidx, values, start, end - start, j)
 
 
 def _windows(layer: SwLayer, values: list[Any], start: int, count: int) -> list[tuple[int, int, int]]:
@@ -336,7 +369,7 @@ def _slot_bytes(layer: SwLayer, values: list[Any], start: int, count: int) -> in
 
 
 def _invocation(
-    compiler: Any, node: Node, layer: SwLayer, kidx: int, values: list[Any], start: int, count: int, j: int
+    compiler: Any, name: str, layer: SwLayer, kidx: int, values: list[Any], start: int, count: int, j: int
 ) -> None:
     from snippets_shave.blob import TensorRef
     from snippets_shave.compiler import _align, _flat
@@ -348,7 +381,7 @@ def _invocation(
     cursor = b.cmx_workspace_start + slot * compiler.slot_bytes
     free = compiler.slot_free.get((tile, slot))
     b_in, b_out, b_free = b.new_barrier(), b.new_barrier(), b.new_barrier()
-    tag = f"{node.name}.{j}"
+    tag = f"{name}.{j}"
     memrefs, out_window = [], None
     for k, (v, (lo, hi, shift)) in enumerate(zip(values, _windows(layer, values, start, count), strict=True)):
         dtype = v.ref.dtype
