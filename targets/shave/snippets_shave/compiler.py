@@ -406,13 +406,13 @@ class _Compiler:
     # -- the model --------------------------------------------------------------------------------------------
     def compile(self) -> tuple[bytes, dict[str, ShaveKernel], list[tuple[str, str, str]]]:
         from snippets_core.ir.ops.subgraph import Subgraph
-        from snippets_shave.sw_layers import SW_LAYER_OPS, compile_layer
+        from snippets_shave.sw_layers import SW_LAYER_OPS, compile_layer, storage_dtype
 
         model = self.model
         order = model.get_ordered_ops()
         self.check_supported(order)
         for p in model.parameters:
-            ref = self.b.add_input(p.name, p.outputs[0].shape.to_tuple(), p.outputs[0].element_type)
+            ref = self.b.add_input(p.name, p.outputs[0].shape.to_tuple(), storage_dtype(p.outputs[0].element_type))
             self.values[self.key(p.outputs[0])] = _Value(ref)
         self.result_refs: dict[int, TensorRef] = {}
         by_name: dict[str, Node] = {}
@@ -424,7 +424,7 @@ class _Compiler:
                     raise CodegenError(f"model '{model.name}' has two different outputs named {r.name!r}")
                 self.result_refs[r.id] = self.result_refs[first.id]
                 continue
-            self.result_refs[r.id] = self.b.add_output(r.name, out.shape.to_tuple(), out.element_type)
+            self.result_refs[r.id] = self.b.add_output(r.name, out.shape.to_tuple(), storage_dtype(out.element_type))
         for n in order:
             if n.type_name == "Constant":
                 # only data read by a Subgraph, a Result or a view goes into the blob (not a view's shape input)

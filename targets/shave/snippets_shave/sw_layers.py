@@ -103,7 +103,9 @@ def storage_dtype(et: ElementType) -> DType:
 def _type(out: Output, node: Node, what: str) -> str:
     t = _TYPES.get(out.element_type)
     if t is None:
-        raise SwLayerError(f"{node.name} ({node.type_name}): {what} is {out.element_type.value}; SW kernels take f32, f16")
+        raise SwLayerError(
+            f"{node.name} ({node.type_name}): {what} is {out.element_type.value}; SW kernels take f32, f16"
+        )
     return t
 
 
@@ -207,7 +209,9 @@ def _map_layer(node: Node, op: str, data_inputs: tuple[int, ...]) -> SwLayer:
 
 
 #: the kind of a later stage of a reduction over several runs of axes (the earlier stages' results combine so)
-_LATER_STAGE = {"sum": "sum", "mean": "mean", "max": "max", "min": "min", "prod": "prod", "l1": "sum", "sum_square": "sum"}
+_LATER_STAGE = {
+    "sum": "sum", "mean": "mean", "max": "max", "min": "min", "prod": "prod", "l1": "sum", "sum_square": "sum",
+}  # fmt: skip
 
 
 def _axis_layers(node: Node, kind: str) -> list[SwLayer]:
@@ -271,7 +275,8 @@ def _norm_layer(node: Node) -> SwLayer:
                 f"{p.element_type.value}{list(p.shape.to_tuple())}"
             )
     bias = len(node.inputs) > 2
-    scalars = {"outer": outer, "n": n, "inv_n": 1.0 / n, "eps": node.epsilon, "eps_outside": False, "normalize": True}  # type: ignore[attr-defined]
+    eps = float(node.epsilon)  # type: ignore[attr-defined]
+    scalars = {"outer": outer, "n": n, "inv_n": 1.0 / n, "eps": eps, "eps_outside": False, "normalize": True}
     inputs = (0, 1, 2) if bias else (0, 1)
     row = n * swk.ITEMSIZE[t]
     # the scale and bias rows are the same for every row: stride 0

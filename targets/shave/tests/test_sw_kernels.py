@@ -275,7 +275,9 @@ def test_erf_coefficients_live_in_rodata_and_geometry_in_params() -> None:
     assert swk.AXIS_LAYOUT.signature == "mm:iiif"
 
 
-def _run_single(elf: bytes, layout: ParamsLayout, arrays: list[np.ndarray], out: np.ndarray, scalars: dict) -> np.ndarray:
+def _run_single(
+    elf: bytes, layout: ParamsLayout, arrays: list[np.ndarray], out: np.ndarray, scalars: dict
+) -> np.ndarray:
     """One invocation on tile 0: DMA every array into CMX, run, DMA the output back."""
     sb = ScheduleBuilder("single", target=Target())
     kernel = sb.add_kernel(elf)
@@ -352,3 +354,20 @@ def test_a_layer_larger_than_a_slot_is_split_over_invocations(tmp_path: Path) ->
     v = x.astype(np.float64)
     ref = (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + 1e-5)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_boolean_model_output_is_u8(tmp_path: Path) -> None:
+    """A comparison as a model output: the blob stores booleans as u8 0/1 (DType has no bool)."""
+    graph = helper.make_graph(
+        [helper.make_node("Less", ["a", "b"], ["y"])],
+        "cmp",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 17]) for n in "ab"],
+        [helper.make_tensor_value_info("y", TensorProto.BOOL, [3, 17])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), tmp_path / "cmp.onnx")
+    cm = snippets_core.compile_model(str(tmp_path / "cmp.onnx"), target="shave")
+    rng = np.random.default_rng(8)
+    a, b = rng.integers(0, 3, (2, 3, 17)).astype(np.float32)
+    out = cm({"a": a, "b": b})["y"]
+    assert out.dtype == np.uint8
+    np.testing.assert_array_equal(out, (a < b).astype(np.uint8))
