@@ -56,7 +56,7 @@ CONSTANTS: dict[str, float] = {
     **{f"erfs{i}": c for i, c in enumerate(ERF_SERIES)},
     "erf_small": 0.5,
 }
-_FIRST_CONST = 16  # constants live in v16..v31
+_FIRST_CONST = 16  # resident constants live in v16..v29, the others pass through v30/v31
 
 # scalar registers shared by the three families
 r0 = SReg(0)
