@@ -758,6 +758,8 @@ class ShaveCompiledModel:
         for sg in self.subgraphs:
             ops = ", ".join(op.type_name for op in sg.body_ops)
             lines.append(f"  [shave] Subgraph {sg.name}: {ops}")
+        lines += [f"  [shave-sw] {op} {name}: its own SW kernel layer" for name, op, where in self._placement
+                  if where == "shave-sw"]  # fmt: skip
         return "\n".join(lines)
 
 

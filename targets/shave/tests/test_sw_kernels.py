@@ -371,3 +371,17 @@ def test_a_boolean_model_output_is_u8(tmp_path: Path) -> None:
     out = cm({"a": a, "b": b})["y"]
     assert out.dtype == np.uint8
     np.testing.assert_array_equal(out, (a < b).astype(np.uint8))
+
+
+def test_describe_and_placement_list_the_sw_layers(tmp_path: Path) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Erf", ["x"], ["e"]), helper.make_node("Softmax", ["e"], ["y"], axis=0)],
+        "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 8])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]), tmp_path / "two.onnx")
+    cm = snippets_core.compile_model(str(tmp_path / "two.onnx"), target="shave")
+    sw = [p for p in cm.placement() if p[2] == "shave-sw"]
+    assert sw == [("Erf_0", "Erf", "shave-sw"), ("Softmax_1", "Softmax", "shave-sw")]
+    assert "[shave-sw] Softmax Softmax_1" in cm.describe()
