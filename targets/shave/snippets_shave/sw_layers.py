@@ -61,25 +61,30 @@ class SwLayerError(CodegenError):
 
 @dataclass(frozen=True)
 class Split:
-    """How a layer's work splits over SHAVEs: ``total`` indices of its outermost dim, the params scalar that
-    holds the count, and per operand (inputs, then the output) the byte stride of that dim (0: the operand does
-    not vary along it) and the bytes one index spans."""
+    """How a layer's work splits over SHAVEs: ``total`` indices of one dim, the params scalar that holds the
+    count, and per operand (inputs, then the output) the byte stride of that dim (0: the operand does not vary
+    along it) and the bytes one index spans. With ``rows`` (a split of the innermost dim, columns), operand k is
+    ``rows[k]`` rows of ``extents[k]`` bytes and an invocation copies its columns of every row (a 2-D DMA)."""
 
     total: int
     scalar: str
     strides: tuple[int, ...]
     extents: tuple[int, ...]
+    rows: tuple[int, ...] | None = None
 
-    def window(self, k: int, start: int, count: int, nbytes: int) -> tuple[int, int, int]:
-        """(lo, hi, shift): operand ``k``'s bytes ``[lo, hi)`` hold indices ``[start, start + count)``, the first
-        at ``lo + shift``. An operand whose indices interleave (a transposed input) is copied whole."""
+    def window(self, k: int, start: int, count: int, nbytes: int) -> tuple[int, int, int, int, int]:
+        """(lo, rows, row bytes, row stride, shift): operand ``k``'s ``rows`` runs of ``row bytes`` from ``lo``
+        every ``row stride`` bytes hold indices ``[start, start + count)``, the first at ``shift`` in the copy.
+        An operand whose indices interleave (a transposed input) is copied whole."""
         step, extent = self.strides[k], self.extents[k]
+        if self.rows is not None:
+            return start * step, self.rows[k], count * step, extent, 0
         if step == 0:
-            return 0, extent, 0
+            return 0, 1, extent, 0, 0
         if step >= extent:
             lo = start * step
-            return lo, lo + (count - 1) * step + extent, 0
-        return 0, nbytes, start * step
+            return lo, 1, (count - 1) * step + extent, 0, 0
+        return 0, 1, nbytes, 0, start * step
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,8 @@ class SwLayer:
     inputs: tuple[int, ...]  # indices of the node inputs passed as MemRefs, in order
     scalars: dict[str, float | int | bool]
     split: Split | None = None
+    #: a second way to split (the columns of Softmax/Reduce), chosen when it gives more parallel work
+    column_split: Split | None = None
     #: the dims of this layer's result (a stage of a multi-stage reduction writes a scratch value of these dims)
     out_dims: tuple[int, ...] = ()
 
@@ -256,7 +263,11 @@ def _axis_layers(node: Node, kind: str) -> list[SwLayer]:
         row_in = n * inner * swk.ITEMSIZE[t_in]
         row_out = (n if stage == "softmax" else 1) * inner * swk.ITEMSIZE[t_out]
         split = Split(outer, "outer", (row_in, row_out), (row_in, row_out))
-        layers.append(SwLayer(_axis_elf(stage, t_in, t_out), swk.AXIS_LAYOUT, (0,), scalars, split, tuple(current)))
+        es = (swk.ITEMSIZE[t_in], swk.ITEMSIZE[t_out])
+        rows = (outer * n, outer * (n if stage == "softmax" else 1))
+        columns = Split(inner, "inner", es, (inner * es[0], inner * es[1]), rows)
+        elf = _axis_elf(stage, t_in, t_out)
+        layers.append(SwLayer(elf, swk.AXIS_LAYOUT, (0,), scalars, split, columns, tuple(current)))
     return layers
 
 
@@ -343,12 +354,15 @@ def compile_layer(compiler: Any, node: Node) -> None:
 def _layer(compiler: Any, name: str, what: str, layer: SwLayer, values: list[Any]) -> None:
     b, hw = compiler.b, compiler.hw
     kidx = b.add_kernel(layer.elf)
+    shaves = hw.tiles * hw.shaves_per_tile
     split = layer.split
+    if layer.column_split is not None and split is not None and split.total < shaves:
+        split = max((split, layer.column_split), key=lambda s: s.total)
     total = split.total if split is not None else 1
-    n_inv = min(total, hw.tiles * hw.shaves_per_tile)
+    n_inv = min(total, shaves)
     while True:
         bounds = np.linspace(0, total, n_inv + 1).astype(int).tolist()
-        need = max(_slot_bytes(layer, values, s, e - s) for s, e in zip(bounds, bounds[1:], strict=False))
+        need = max(_slot_bytes(split, values, s, e - s) for s, e in zip(bounds, bounds[1:], strict=False))
         if need <= compiler.slot_bytes or n_inv == total:
             break
         n_inv = min(total, n_inv * 2)
@@ -358,26 +372,54 @@ def _layer(compiler: Any, name: str, what: str, layer: SwLayer, values: list[Any
             f"{compiler.slot_bytes}"
         )
     for j, (start, end) in enumerate(zip(bounds, bounds[1:], strict=False)):
-        _invocation(compiler, name, layer, kidx, values, start, end - start, j)
+        _invocation(compiler, name, layer, split, kidx, values, start, end - start, j)
 
 
-def _windows(layer: SwLayer, values: list[Any], start: int, count: int) -> list[tuple[int, int, int]]:
-    if layer.split is None:
-        return [(0, v.ref.nbytes, 0) for v in values]
-    return [layer.split.window(k, start, count, v.ref.nbytes) for k, v in enumerate(values)]
+def _windows(split: Split | None, values: list[Any], start: int, count: int) -> list[tuple[int, int, int, int, int]]:
+    if split is None:
+        return [(0, 1, v.ref.nbytes, 0, 0) for v in values]
+    return [split.window(k, start, count, v.ref.nbytes) for k, v in enumerate(values)]
 
 
-def _slot_bytes(layer: SwLayer, values: list[Any], start: int, count: int) -> int:
+def _slot_bytes(split: Split | None, values: list[Any], start: int, count: int) -> int:
     from snippets_shave.compiler import _align
 
-    return sum(_align(hi - lo) for lo, hi, _ in _windows(layer, values, start, count))
+    return sum(_align(rows * size) for _, rows, size, _, _ in _windows(split, values, start, count))
+
+
+def _dma(b: Any, src: Any, dst: Any, lo: int, rows: int, size: int, stride: int, to_cmx: bool, **kw: Any) -> None:
+    """Copy ``rows`` runs of ``size`` bytes, every ``stride`` bytes from byte ``lo`` of the DDR tensor, into the
+    dense CMX region (or back): one flat DMA, or a 2-D descriptor DMA for several rows."""
+    from snippets_shave.blob import DmaDescriptor
+    from snippets_shave.compiler import _flat
+
+    ddr, cmx = (src, dst) if to_cmx else (dst, src)
+    extent = (rows - 1) * stride + size
+    ddr = _flat(ddr.ref, lo, extent, cmx.dtype, ddr.ref.name)
+    descriptor = None
+    if rows > 1:
+        total = rows * size
+        descriptor = (
+            DmaDescriptor(total, size, stride, 0, size, size, 0, 1)
+            if to_cmx
+            else DmaDescriptor(total, size, size, 0, size, stride, 0, 1)
+        )
+    b.dma(*((ddr, cmx) if to_cmx else (cmx, ddr)), descriptor=descriptor, **kw)
 
 
 def _invocation(
-    compiler: Any, name: str, layer: SwLayer, kidx: int, values: list[Any], start: int, count: int, j: int
+    compiler: Any,
+    name: str,
+    layer: SwLayer,
+    split: Split | None,
+    kidx: int,
+    values: list[Any],
+    start: int,
+    count: int,
+    j: int,
 ) -> None:
     from snippets_shave.blob import TensorRef
-    from snippets_shave.compiler import _align, _flat
+    from snippets_shave.compiler import _align
 
     b, hw = compiler.b, compiler.hw
     g = compiler.invocations
@@ -387,30 +429,31 @@ def _invocation(
     free = compiler.slot_free.get((tile, slot))
     b_in, b_out, b_free = b.new_barrier(), b.new_barrier(), b.new_barrier()
     tag = f"{name}.{j}"
-    memrefs, out_window = [], None
-    for k, (v, (lo, hi, shift)) in enumerate(zip(values, _windows(layer, values, start, count), strict=True)):
+    memrefs, out_copy = [], None
+    for k, (v, (lo, rows, size, stride, shift)) in enumerate(
+        zip(values, _windows(split, values, start, count), strict=True)
+    ):
         dtype = v.ref.dtype
-        size = v.ref.nbytes // max(1, int(np.prod(v.ref.dims)))
+        item = v.ref.nbytes // max(1, int(np.prod(v.ref.dims)))
         role = "out" if k == len(values) - 1 else f"in{k}"
-        region = b.cmx(tile, cursor, ((hi - lo) // size,), dtype, f"{tag}.{role}")
-        cursor = _align(cursor + hi - lo)
-        memrefs.append(TensorRef(region.name, dtype, ((hi - lo - shift) // size,), region.location, tile,
+        region = b.cmx(tile, cursor, (rows * size // item,), dtype, f"{tag}.{role}")
+        cursor = _align(cursor + rows * size)
+        memrefs.append(TensorRef(region.name, dtype, ((rows * size - shift) // item,), region.location, tile,
                                  region.offset + shift))  # fmt: skip
         if k == len(values) - 1:
-            out_window = (region, lo, hi)
+            out_copy = (region, lo, rows, size, stride)
             continue
         wait = [x for x in (free, v.ready) if x is not None]
-        b.dma(_flat(v.ref, lo, hi - lo, dtype, v.ref.name), region, engine=0, wait=wait, update=[b_in],
-              name=f"{tag}.dma_in{k}")  # fmt: skip
+        _dma(b, v, region, lo, rows, size, stride, True, engine=0, wait=wait, update=[b_in], name=f"{tag}.dma_in{k}")
     scalars = dict(layer.scalars)
-    if layer.split is not None:
-        scalars[layer.split.scalar] = count
+    if split is not None:
+        scalars[split.scalar] = count
     b.act(kidx, tile, memrefs, scalars, wait=[b_in], update=[b_out], name=tag, layout=layer.layout)
-    region, lo, hi = out_window  # type: ignore[misc]
+    region, lo, rows, size, stride = out_copy  # type: ignore[misc]
     value = values[-1]
     update = [b_free] + ([value.ready] if value.ready is not None else [])
-    b.dma(region, _flat(value.ref, lo, hi - lo, region.dtype, value.ref.name), engine=1 % hw.dma_engines,
-          wait=[b_out], update=update, name=f"{tag}.dma_out")  # fmt: skip
+    _dma(b, region, value, lo, rows, size, stride, False, engine=1 % hw.dma_engines, wait=[b_out], update=update,
+         name=f"{tag}.dma_out")  # fmt: skip
     compiler.slot_free[(tile, slot)] = b_free
 
 

@@ -385,3 +385,14 @@ def test_describe_and_placement_list_the_sw_layers(tmp_path: Path) -> None:
     sw = [p for p in cm.placement() if p[2] == "shave-sw"]
     assert sw == [("Erf_0", "Erf", "shave-sw"), ("Softmax_1", "Softmax", "shave-sw")]
     assert "[shave-sw] Softmax Softmax_1" in cm.describe()
+
+
+def test_softmax_over_axis_0_is_split_by_columns_with_2d_dma(tmp_path: Path) -> None:
+    """outer = 1: the invocations take column blocks (strided 2-D DMAs), more of them than SHAVEs when the
+    rows of one block would not fit a 60 KiB slot."""
+    x = (np.random.default_rng(12).standard_normal((1024, 128)) * 3).astype(np.float32)
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=0)
+    out = _compile_run(tmp_path, [node], {"x": x}, x.shape, options={"cmx_bytes_per_tile": 128 * 1024})
+    v = x.astype(np.float64)
+    e = np.exp(v - v.max(0))
+    np.testing.assert_allclose(out, e / e.sum(0), rtol=2e-5, atol=1e-9)
