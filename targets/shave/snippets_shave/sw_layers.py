@@ -355,21 +355,23 @@ def _layer(compiler: Any, name: str, what: str, layer: SwLayer, values: list[Any
     b, hw = compiler.b, compiler.hw
     kidx = b.add_kernel(layer.elf)
     shaves = hw.tiles * hw.shaves_per_tile
-    split = layer.split
-    if layer.column_split is not None and split is not None and split.total < shaves:
-        split = max((split, layer.column_split), key=lambda s: s.total)
-    total = split.total if split is not None else 1
-    n_inv = min(total, shaves)
-    while True:
-        bounds = np.linspace(0, total, n_inv + 1).astype(int).tolist()
-        need = max(_slot_bytes(split, values, s, e - s) for s, e in zip(bounds, bounds[1:], strict=False))
-        if need <= compiler.slot_bytes or n_inv == total:
+    candidates = [c for c in (layer.split, layer.column_split) if c is not None] or [None]
+    if len(candidates) > 1 and candidates[0].total < shaves:  # type: ignore[union-attr]
+        candidates.sort(key=lambda c: -c.total)  # type: ignore[union-attr]
+    for split in candidates:  # the first that fits a slot
+        total = split.total if split is not None else 1
+        n_inv = min(total, shaves)
+        while True:
+            bounds = np.linspace(0, total, n_inv + 1).astype(int).tolist()
+            need = max(_slot_bytes(split, values, s, e - s) for s, e in zip(bounds, bounds[1:], strict=False))
+            if need <= compiler.slot_bytes or n_inv == total:
+                break
+            n_inv = min(total, n_inv * 2)
+        if need <= compiler.slot_bytes:
             break
-        n_inv = min(total, n_inv * 2)
-    if need > compiler.slot_bytes:
+    else:
         raise SwLayerError(
-            f"{what}: one SW kernel invocation needs {need} bytes of CMX, a slot has "
-            f"{compiler.slot_bytes}"
+            f"{what}: one SW kernel invocation needs {need} bytes of CMX, a slot has {compiler.slot_bytes}"
         )
     for j, (start, end) in enumerate(zip(bounds, bounds[1:], strict=False)):
         _invocation(compiler, name, layer, split, kidx, values, start, end - start, j)
