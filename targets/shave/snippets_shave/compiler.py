@@ -369,13 +369,19 @@ class _Compiler:
         return self.values[self.key(out)]
 
     def check_supported(self, order: list[Node]) -> None:
+        from snippets_shave.sw_layers import SW_LAYER_OPS, sw_layer_reason
         from snippets_shave.tokenization_callback import tokenization_callback
 
         outside = []
         for n in order:
             if n.type_name in ("Parameter", "Result", "Constant", "Subgraph") or n.type_name in VIEW_OPS:
                 continue
-            reason = tokenization_callback(n) or "it was not fused into a Subgraph"
+            if n.type_name in SW_LAYER_OPS:  # not fused: its own SW kernel layer, when its kernel can run it
+                reason = sw_layer_reason(n)
+                if reason is None:
+                    continue
+            else:
+                reason = tokenization_callback(n) or "it was not fused into a Subgraph"
             outside.append(f"{n.name} ({n.type_name}): {reason}")
         if outside:
             raise UnsupportedOpError(
@@ -405,12 +411,13 @@ class _Compiler:
     # -- the model --------------------------------------------------------------------------------------------
     def compile(self) -> tuple[bytes, dict[str, ShaveKernel], list[tuple[str, str, str]]]:
         from snippets_core.ir.ops.subgraph import Subgraph
+        from snippets_shave.sw_layers import SW_LAYER_OPS, compile_layer, storage_dtype
 
         model = self.model
         order = model.get_ordered_ops()
         self.check_supported(order)
         for p in model.parameters:
-            ref = self.b.add_input(p.name, p.outputs[0].shape.to_tuple(), p.outputs[0].element_type)
+            ref = self.b.add_input(p.name, p.outputs[0].shape.to_tuple(), storage_dtype(p.outputs[0].element_type))
             self.values[self.key(p.outputs[0])] = _Value(ref)
         self.result_refs: dict[int, TensorRef] = {}
         by_name: dict[str, Node] = {}
@@ -422,7 +429,7 @@ class _Compiler:
                     raise CodegenError(f"model '{model.name}' has two different outputs named {r.name!r}")
                 self.result_refs[r.id] = self.result_refs[first.id]
                 continue
-            self.result_refs[r.id] = self.b.add_output(r.name, out.shape.to_tuple(), out.element_type)
+            self.result_refs[r.id] = self.b.add_output(r.name, out.shape.to_tuple(), storage_dtype(out.element_type))
         for n in order:
             if n.type_name == "Constant":
                 # only data read by a Subgraph, a Result or a view goes into the blob (not a view's shape input)
@@ -443,6 +450,8 @@ class _Compiler:
                 self.values[self.key(out)] = _Value(ref, src.ready)
             elif isinstance(n, Subgraph):
                 self.subgraph(n)
+            elif n.type_name in SW_LAYER_OPS:
+                compile_layer(self, n)
             elif n.type_name == "Result":
                 self.result(n)
         self.b.prune_barriers()  # the free barriers of the last user of each slot
@@ -754,6 +763,8 @@ class ShaveCompiledModel:
         for sg in self.subgraphs:
             ops = ", ".join(op.type_name for op in sg.body_ops)
             lines.append(f"  [shave] Subgraph {sg.name}: {ops}")
+        lines += [f"  [shave-sw] {op} {name}: its own SW kernel layer" for name, op, where in self._placement
+                  if where == "shave-sw"]  # fmt: skip
         return "\n".join(lines)
 
 

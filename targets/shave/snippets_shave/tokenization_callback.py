@@ -1,7 +1,9 @@
 """The SHAVE tokenization callback: which nodes the shave target keeps out of Subgraphs, and why.
 
 The target runs what its SHVX kernels can compute on f32/f16 lanes: the eltwise ops in
-:data:`SUPPORTED_OPS`, Softmax on the last axis, and ReduceMax/ReduceSum over the last axis. Rules are a
+:data:`SUPPORTED_OPS`, Softmax on the last axis, and ReduceMax/ReduceSum over the last axis. An op kept out that
+:mod:`snippets_shave.sw_layers` knows (Erf, Gelu, LayerNormalization, Select, comparisons, Transpose, Softmax
+or a reduction on other axes) runs as its own SW kernel layer. Rules are a
 table checked in order; the first reason wins and is what a user sees for an op left outside the kernels.
 """
 
@@ -64,6 +66,10 @@ LAST_AXIS_OPS = frozenset({"Softmax", "ReduceMax", "ReduceSum"})
 
 
 def _unsupported_op(node: Node) -> str | None:
+    from snippets_shave.sw_layers import SW_LAYER_OPS
+
+    if node.type_name in SW_LAYER_OPS and node.type_name not in SUPPORTED_OPS:
+        return f"{node.type_name} has no SHAVE kernel in a Subgraph; it runs as its own SW kernel layer"
     if node.type_name not in SUPPORTED_OPS:
         return f"{node.type_name} has no SHAVE kernel (the shave target runs f32/f16 eltwise, Softmax and Reduce ops)"
     return None
