@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from snippets_core.lowered.brgemm_utils import resolve_dim
 from snippets_core.lowered.loop_info import LoopPortType
 from snippets_core.lowered.op_kinds import MEMORY_ACCESS_PORTS
 from snippets_core.lowered.passes.pass_base import LoweredPass
 from snippets_core.lowered.port_descriptor import FULL_DIM
-from snippets_core.lowered.symbolic import dim_min, extent_max
+from snippets_core.lowered.symbolic import any_dynamic, dim_min, extent_max
 
 if TYPE_CHECKING:
     from snippets_core.lowered.expression import BufferExpression
@@ -38,7 +38,7 @@ def buffer_allocation_size(ir: LinearIR, buf: BufferExpression) -> int:
                 continue  # a reduction loop (a Brgemm's K) writes the same tile again
             d = port.dim_idx if port is not None else info.dim_idx
             if 0 <= d < len(shape):
-                extents[d] = extent_max(extents.get(d, 1), dim_min(info.work_amount, shape[-1 - d]))
+                extents[d] = extent_max(extents.get(d, 1), _min_bound(info.work_amount, shape[-1 - d]))
     if writer.type_name in MEMORY_ACCESS_PORTS:
         # (Brgemm, BrgemmCopyB) the block of C one call writes (whole dims unless a loop outside the buffer walks them)
         sub = writer.output_descs[0].subtensor or (FULL_DIM, FULL_DIM)
@@ -49,6 +49,15 @@ def buffer_allocation_size(ir: LinearIR, buf: BufferExpression) -> int:
     if 0 not in extents and shape and getattr(writer.node, "count", 1) > 1:
         elems *= shape[-1]
     return elems * buf.element_size
+
+
+def _min_bound(a: Any, b: Any) -> Any:
+    """An upper bound of ``min(a, b)`` for sizing a buffer: the exact min where it is known, else the static one of
+    the two (a dynamic extent next to a static one, e.g. a broadcast dim of 1, is at most that static value)."""
+    if a == b or not any_dynamic((a, b)):
+        return dim_min(a, b)
+    static = [x for x in (a, b) if not any_dynamic((x,))]
+    return min(static) if static else dim_min(a, b)
 
 
 @dataclass(frozen=True)

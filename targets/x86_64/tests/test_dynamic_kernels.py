@@ -233,12 +233,21 @@ _MIXED_RANK_OUTPUT = (
      ("b", "add", 0, 0, 0.0), ("b", "add", 0, 0, 0.0), ("b", "add", 0, 0, 0.0)],
     [2, 6],
 )
+# Found by hypothesis: a buffer written by a loop over a dynamic dim and read broadcast ([1,?] + [1,1]): its size is
+# bounded by the static extent instead of being undecidable (it used to send the Subgraph to per-shape kernels).
+_BROADCAST_BUFFER = (
+    [(1, 2), (1, 1)],
+    [("u", "abs", 1), ("u", "abs", 0), ("b", "add", 0, 0, 0.0), ("b", "add", 0, 0, 0.0), ("u", "abs", 0),
+     ("u", "abs", 0), ("u", "abs", 2), ("u", "abs", 8), ("u", "abs", 0), ("b", "add", 0, 2, 0.0)],
+    [11, 9],
+)
 
 
 @settings(max_examples=int(os.environ.get("SNIPPETS_RANDOM_EXAMPLES", "25")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(graphs(), st.integers(0, 2**31 - 1), st.sampled_from([1, 2]))
 @example(_MIXED_RANK_OUTPUT, 0, 1)
+@example(_BROADCAST_BUFFER, 0, 1)
 def test_random_graphs_with_dynamic_dims_run_one_kernel_for_every_shape(graph, seed, threads):
     shapes, steps, outputs = graph
     rng = np.random.default_rng(seed)
