@@ -1,0 +1,373 @@
+"""A JIT 2-D convolution for AVX-512 (f32, NHWC), with its post-ops applied in registers before the store.
+
+The kernel is a batch-reduce Brgemm over the kernel taps, the shape oneDNN's brgemm convolutions have: one work
+item is an output row segment of one (image, group, output-channel block); for a block of ``R`` output pixels
+x ``nv`` zmm of output channels (``R * nv`` accumulators), it reduces over kernel rows, kernel columns and input
+channels with one ``vbroadcastss`` of an input value and ``nv`` FMAs against the repacked weight vectors.
+
+* **Layout.** Input: a zero-padded NHWC copy (``[N, Hp, Wp, C]``), so every tap of every output pixel is in
+  bounds and the inner loop has no border test; the copy is made by the executor, whose padding never changes
+  (only the interior is rewritten per call). Output: NHWC ``[N, Ho, Wo, M]``.
+* **Weights** are repacked once (``pack_weights``): per (group, block of ``nv`` output-channel vectors),
+  ``[KH][KW][Cg][nv*16]`` contiguous, zero-padded past the group's last channel, so the weight pointer only
+  ever advances. Per-channel scale/shift that follow the convolution (bias, a folded BatchNormalization) are
+  folded into the packed weight and bias at that time.
+* **Work items** come from a table of byte offsets (input row, weight block, output row, bias block, store mask,
+  variant), made per shape: the kernel itself knows only the row geometry. Items run in order (output rows
+  innermost, so consecutive items reuse one weight block from L2) and are split over threads in ranges.
+* **Post-ops** (:class:`PostOp`): per-channel add/multiply by packed vectors, a residual add (NHWC, same shape
+  as the output), Relu, Clamp, PRelu with a scalar slope (LeakyRelu), HSwish, applied to the accumulators.
+
+The kernel's signature is the native pool's harness: ``conv(unused, args, start, count)`` runs items
+``start .. start+count`` with ``args`` = [src, weights, dst, bias, residual, table, per-channel post-op data].
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from snippets_x86_64.asm import (
+    CMP_PREDICATES,
+    Function,
+    bcst,
+    dword,
+    k1,
+    k2,
+    qword,
+    r8,
+    r9,
+    r10,
+    r11,
+    r12,
+    r13,
+    r14,
+    r15,
+    rax,
+    rbp,
+    rbx,
+    rcx,
+    rdi,
+    rdx,
+    rsi,
+    word,
+    zword,
+)
+from snippets_x86_64.asm.registers import ZMM
+
+if TYPE_CHECKING:
+    from snippets_x86_64.jit import JitFunction
+
+#: lanes of a zmm of f32
+VEC = 16
+#: output-channel vectors per work item at most (4 zmm = 64 channels, the brgemm N block)
+MAX_NV = 4
+#: input channels unrolled per iteration of the reduction loop
+UNROLL = 4
+#: fields of a work-table row (int64): src, weights, dst, bias offsets in bytes, store mask, variant
+ROW = 6
+#: fixed args before the per-channel post-op arrays: src, weights, dst, bias, residual, table
+ARG_SRC, ARG_WEI, ARG_DST, ARG_BIAS, ARG_RES, ARG_TAB, ARG_POST = range(7)
+
+
+@dataclass(frozen=True)
+class PostOp:
+    """One step after the accumulation: ``kind`` in {"add_c", "mul_c", "residual", "relu", "clamp", "prelu",
+    "hswish"}; ``lo``/``hi`` for clamp, ``alpha`` for prelu; ``index`` of the per-channel array for add_c/mul_c."""
+
+    kind: str
+    lo: float = 0.0
+    hi: float = 0.0
+    alpha: float = 0.0
+    index: int = 0
+
+
+POST_OP_KINDS = ("add_c", "mul_c", "residual", "relu", "clamp", "prelu", "hswish")
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A 2-D convolution resolved against one input shape (pads are final, auto_pad applied)."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    m: int
+    group: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pt: int
+    pl: int
+    ho: int
+    wo: int
+
+    @property
+    def cg(self) -> int:
+        return self.c // self.group
+
+    @property
+    def mg(self) -> int:
+        return self.m // self.group
+
+    @property
+    def hp(self) -> int:
+        """Rows of the padded input copy: every tap of every output row is inside it."""
+        return max((self.ho - 1) * self.sh + (self.kh - 1) * self.dh + 1, self.pt + self.h)
+
+    @property
+    def wp(self) -> int:
+        return max((self.wo - 1) * self.sw + (self.kw - 1) * self.dw + 1, self.pl + self.w)
+
+    @property
+    def nvp(self) -> int:
+        """Output-channel vectors per group (the last one partial when Mg % 16)."""
+        return -(-self.mg // VEC)
+
+    def blocks(self) -> list[tuple[int, int]]:
+        """(first vector, vector count) of each output-channel block of a group."""
+        return [(v, min(MAX_NV, self.nvp - v)) for v in range(0, self.nvp, MAX_NV)]
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.n * self.m * self.ho * self.wo * self.cg * self.kh * self.kw
+
+
+def pixels_per_block(nv: int, wo: int) -> int:
+    """Output pixels per register block: ``R * nv`` accumulators + ``nv`` weights + 2 broadcasts + 1 temp."""
+    return max(1, min((ZMM_COUNT - nv - 3) // nv, 14, wo))
+
+
+ZMM_COUNT = 32
+
+
+def pack_weights(w: np.ndarray, geo: ConvGeometry, scale: np.ndarray | None, bias: np.ndarray | None,
+                 ) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """``w`` [M, Cg, KH, KW] into per-(group, block) ``[KH][KW][Cg][nv*16]`` panels, ``scale`` (per output
+    channel) multiplied in; the bias padded to whole vectors per group. Returns (packed, bias, block offsets in
+    elements, one per (group, block))."""
+    w = w.astype(np.float64)
+    if scale is not None:
+        w = w * scale.reshape(-1, 1, 1, 1)
+    wg = w.reshape(geo.group, geo.mg, geo.cg, geo.kh, geo.kw)
+    panels, offsets, at = [], [], 0
+    for g in range(geo.group):
+        for v0, nv in geo.blocks():
+            lo, hi = v0 * VEC, min((v0 + nv) * VEC, geo.mg)
+            panel = np.zeros((geo.kh, geo.kw, geo.cg, nv * VEC), dtype=np.float32)
+            panel[..., : hi - lo] = wg[g, lo:hi].transpose(2, 3, 1, 0)
+            panels.append(panel.ravel())
+            offsets.append(at)
+            at += panel.size
+    b = np.zeros((geo.group, geo.nvp * VEC), dtype=np.float32)
+    if bias is not None:
+        b[:, : geo.mg] = bias.reshape(geo.group, geo.mg)
+    return np.concatenate(panels), b.ravel(), offsets
+
+
+def pack_channels(values: np.ndarray, geo: ConvGeometry) -> np.ndarray:
+    """A per-output-channel vector padded to whole zmm per group (the bias layout)."""
+    b = np.zeros((geo.group, geo.nvp * VEC), dtype=np.float32)
+    b[:, : geo.mg] = np.asarray(values, dtype=np.float32).reshape(geo.group, geo.mg)
+    return b.ravel()
+
+
+def work_table(geo: ConvGeometry, offsets: list[int]) -> np.ndarray:
+    """One row per (image, group, output-channel block, output row), output rows innermost."""
+    rows = []
+    c4, m4 = geo.c * 4, geo.m * 4
+    blocks = geo.blocks()
+    for n in range(geo.n):
+        for g in range(geo.group):
+            for b, (v0, nv) in enumerate(blocks):
+                last = v0 + nv == geo.nvp
+                rem = geo.mg - (geo.nvp - 1) * VEC
+                mask = (1 << rem) - 1 if last else 0xFFFF
+                variant = 0 if nv == blocks[0][1] else 1
+                wei = offsets[g * len(blocks) + b] * 4
+                bias = (g * geo.nvp + v0) * VEC * 4
+                for oh in range(geo.ho):
+                    src = ((n * geo.hp + oh * geo.sh) * geo.wp) * c4 + g * geo.cg * 4
+                    dst = ((n * geo.ho + oh) * geo.wo) * m4 + (g * geo.mg + v0 * VEC) * 4
+                    rows.append((src, wei, dst, bias, mask, variant))
+    return np.asarray(rows, dtype=np.int64).reshape(-1, ROW)
+
+
+def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...]) -> JitFunction:
+    """The JIT function ``conv(unused, args, start, count)`` for ``geo`` (see the module docstring)."""
+    fn = Function("conv", args=("unused", "args", "start", "count"))
+    blocks = geo.blocks()
+    variants = [blocks[0][1]] + ([blocks[-1][1]] if blocks[-1][1] != blocks[0][1] else [])
+    # the table row pointer and the items left
+    fn.imul(r15, rdx, ROW * 8)
+    fn.add(r15, qword[rsi + ARG_TAB * 8])
+    fn.mov(r14, rcx)
+    fn.test(r14, r14)
+    fn.jz(fn.exit)
+    top, nxt = fn.new_label("item"), fn.new_label("next")
+    fn.bind(top)
+    fn.mov(rbx, qword[r15])
+    fn.add(rbx, qword[rsi + ARG_SRC * 8])
+    fn.mov(r8, qword[r15 + 8])
+    fn.add(r8, qword[rsi + ARG_WEI * 8])
+    fn.mov(r9, qword[r15 + 16])
+    fn.mov(r11, r9)
+    fn.add(r9, qword[rsi + ARG_DST * 8])
+    fn.add(r11, qword[rsi + ARG_RES * 8])
+    fn.mov(r10, qword[r15 + 24])
+    fn.kmovw(k1, word[r15 + 32])
+    labels = [fn.new_label(f"variant{i}") for i in range(len(variants))]
+    if len(variants) > 1:
+        fn.cmp(qword[r15 + 40], 0)
+        fn.jne(labels[1])
+    for i, nv in enumerate(variants):
+        fn.bind(labels[i])
+        _emit_row(fn, geo, nv, post_ops)
+        fn.jmp(nxt)
+    fn.bind(nxt)
+    fn.add(r15, ROW * 8)
+    fn.dec(r14)
+    fn.jnz(top)
+    return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64))
+
+
+def _emit_row(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[PostOp, ...]) -> None:
+    """One output row segment of ``nv`` channel vectors: full pixel blocks in a loop, then the tail block."""
+    r_full = pixels_per_block(nv, geo.wo)
+    n_full, r_tail = divmod(geo.wo, r_full)
+    src_step = r_full * geo.sw * geo.c * 4
+    dst_step = r_full * geo.m * 4
+    if n_full:
+        loop = fn.new_label("pixels")
+        fn.mov(r12, n_full)
+        fn.bind(loop)
+        _emit_block(fn, geo, nv, r_full, post_ops)
+        fn.add(rbx, src_step)
+        fn.add(r9, dst_step)
+        fn.add(r11, dst_step)
+        fn.dec(r12)
+        fn.jnz(loop)
+    if r_tail:
+        _emit_block(fn, geo, nv, r_tail, post_ops)
+
+
+def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tuple[PostOp, ...]) -> None:
+    """``r`` pixels x ``nv`` vectors: zero, reduce over (kh, kw, ic), post-ops, store."""
+    acc = [[ZMM[i * nv + j] for j in range(nv)] for i in range(r)]
+    wv = [ZMM[r * nv + j] for j in range(nv)]
+    bc = [ZMM[r * nv + nv], ZMM[r * nv + nv + 1]]
+    tmp = ZMM[r * nv + nv + 2]
+    for row in acc:
+        for z in row:
+            fn.vxorps(z, z, z)
+    pix = geo.sw * geo.c * 4  # bytes between the input pixels of neighbouring outputs
+    vbytes = nv * VEC * 4  # weight bytes per input channel
+    fn.mov(rax, rbx)
+    fn.mov(r13, r8)
+    fn.mov(rdi, geo.kh)
+    kh_loop, kw_loop = fn.new_label("kh"), fn.new_label("kw")
+    fn.bind(kh_loop)
+    fn.mov(rbp, rax)
+    fn.mov(rcx, geo.kw)
+    fn.bind(kw_loop)
+    turn = [0]
+
+    def body(count: int) -> None:
+        for u in range(count):
+            for j in range(nv):
+                fn.vmovups(wv[j], zword[r13 + (u * vbytes + j * 64)])
+            for i in range(r):
+                b = bc[turn[0] % 2]
+                turn[0] += 1
+                fn.vbroadcastss(b, dword[rbp + (u * 4 + i * pix)])
+                for j in range(nv):
+                    fn.vfmadd231ps(acc[i][j], wv[j], b)
+
+    n_unrolled, rest = divmod(geo.cg, UNROLL)
+    if n_unrolled:
+        ic_loop = fn.new_label("ic")
+        fn.mov(rdx, n_unrolled)
+        fn.bind(ic_loop)
+        body(UNROLL)
+        fn.add(rbp, UNROLL * 4)
+        fn.add(r13, UNROLL * vbytes)
+        fn.dec(rdx)
+        fn.jnz(ic_loop)
+    if rest:
+        body(rest)
+        fn.add(r13, rest * vbytes)
+    # rbp walked Cg channels (minus the rest, not added): to the next tap
+    fn.add(rbp, geo.dw * geo.c * 4 - n_unrolled * UNROLL * 4)
+    fn.dec(rcx)
+    fn.jnz(kw_loop)
+    fn.add(rax, geo.dh * geo.wp * geo.c * 4)
+    fn.dec(rdi)
+    fn.jnz(kh_loop)
+    _emit_post_ops(fn, geo, acc, tmp, post_ops)
+    for i in range(r):
+        for j in range(nv):
+            dst = zword[r9 + (i * geo.m * 4 + j * 64)]
+            fn.vmovups(dst.mask(k1) if j == nv - 1 else dst, acc[i][j])
+
+
+def _emit_post_ops(fn: Function, geo: ConvGeometry, acc: list[list], tmp: object,
+                   post_ops: tuple[PostOp, ...]) -> None:
+    """The post-op chain on every accumulator; the bias (with any folded shift) comes first."""
+    nv = len(acc[0])
+    fn.mov(rdx, qword[rsi + ARG_BIAS * 8])
+    for j in range(nv):
+        fn.vmovups(tmp, zword[rdx + r10 + j * 64])
+        for row in acc:
+            fn.vaddps(row[j], row[j], tmp)
+    for op in post_ops:
+        if op.kind in ("add_c", "mul_c"):
+            fn.mov(rdx, qword[rsi + (ARG_POST + op.index) * 8])
+            for j in range(nv):
+                fn.vmovups(tmp, zword[rdx + r10 + j * 64])
+                for row in acc:
+                    (fn.vaddps if op.kind == "add_c" else fn.vmulps)(row[j], row[j], tmp)
+        elif op.kind == "residual":
+            for i, row in enumerate(acc):
+                for j, z in enumerate(row):
+                    src = zword[r11 + (i * geo.m * 4 + j * 64)]
+                    if j == nv - 1:  # the group's last vector may be partial: a masked load never faults
+                        fn.vmovups(tmp.mask(k1).z, src)
+                        fn.vaddps(z, z, tmp)
+                    else:
+                        fn.vaddps(z, z, src)
+        elif op.kind == "relu":
+            fn.vxorps(tmp, tmp, tmp)
+            for row in acc:
+                for z in row:
+                    fn.vmaxps(z, z, tmp)
+        elif op.kind == "clamp":
+            lo, hi = fn.const_f32(op.lo), fn.const_f32(op.hi)
+            for row in acc:
+                for z in row:
+                    fn.vmaxps(z, z, bcst(lo))
+                    fn.vminps(z, z, bcst(hi))
+        elif op.kind == "prelu":
+            fn.vxorps(tmp, tmp, tmp)
+            alpha = fn.const_f32(op.alpha)
+            for row in acc:
+                for z in row:
+                    fn.vcmpps(k2, z, tmp, CMP_PREDICATES["lt_oq"])
+                    fn.vmulps(z.mask(k2), z, bcst(alpha))
+        elif op.kind == "hswish":
+            three, zero6, sixth = fn.const_f32(3.0), fn.const_f32(6.0), fn.const_f32(1.0 / 6.0)
+            for row in acc:
+                for z in row:
+                    fn.vaddps(tmp, z, bcst(three))
+                    fn.vmaxps(tmp, tmp, bcst(fn.const_f32(0.0)))
+                    fn.vminps(tmp, tmp, bcst(zero6))
+                    fn.vmulps(tmp, tmp, bcst(sixth))
+                    fn.vmulps(z, z, tmp)
+        else:
+            raise AssertionError(f"post-op {op.kind!r} reached the emitter")
