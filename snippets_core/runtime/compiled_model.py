@@ -398,6 +398,12 @@ class CompiledModel:
             counts[(st.node.type_name, p.where)] = counts.get((st.node.type_name, p.where), 0) + 1
         for (op, where), c in sorted(counts.items()):
             lines.append(f"  [{where}] {op} x{c}")
+        # why a heavy op was left to its reference kernel (e.g. a 3-D Convolution: TokenizeConvSnippets)
+        for st in self._steps:
+            why = st.node.rt_info.get("SnippetsConvRejectReason") or (
+                st.where == "reference" and st.node.rt_info.get("SnippetsFallbackReason"))
+            if why:
+                lines.append(f"  [{st.where}] {st.node.type_name} '{st.node.name}': {why}")
         return "\n".join(lines)
 
 

@@ -49,6 +49,13 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
             # after MHA (whose MatMuls an FC must not take), before eltwise (which would take the post-ops)
             TokenizeFCSnippets(tcfg, callback=lambda node: host.tokenization_callback(node, target.name, "fc")
                                ).run(model)
+    if tcfg.enabled and tcfg.conv_primitives:
+        from snippets_core.tokenization.tokenize_conv_snippets import TokenizeConvSnippets
+
+        if TokenizeConvSnippets.name not in disabled:
+            # before eltwise, which would take the post-ops the conv primitive applies in registers
+            TokenizeConvSnippets(tcfg, callback=lambda node: host.tokenization_callback(node, target.name, "conv")
+                                 ).run(model)
     TokenizeSnippets(tcfg).run(model)
     run_mha_common_optimizations(model, tcfg, disabled)
     run_common_optimizations(model, disabled)
@@ -70,6 +77,8 @@ def run_common_optimizations(model: Model, disabled_passes: Iterable[str] = ()) 
         return False
     changed = False
     for sg in [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]:
+        if sg.rt_info.get("SnippetsConvolution"):  # a conv primitive: its Constants stay in (packed once)
+            continue
         pipeline = common_optimizations_pipeline(is_quantized(sg.body))
         # Validate checks what the lowering supports; a body it rejects (e.g. a Reshape pair kept by a
         # disabled pass) must still run on its reference, so the check is left to each target's compile,

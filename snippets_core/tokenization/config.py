@@ -66,6 +66,8 @@ class TokenizationConfig:
     #: a Softmax over an inner axis becomes a Transpose pair around a last-axis Softmax before tokenization
     #: (MoveSoftmaxAxisLast); for targets that keep those Transposes outside their kernels (numpy views)
     softmax_axis_to_last: bool = False
+    #: the target runs a Convolution and its post-op chain as one primitive (TokenizeConvSnippets takes them)
+    conv_primitives: bool = False
     snippets_mode: SnippetsMode = SnippetsMode.Enable
     callback: TokenizationCallback | None = None
 
@@ -75,7 +77,7 @@ class TokenizationConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise TokenizationConfigError(f"tokenization config '{name}' must be a positive integer, got {v!r}")
         for name in ("split_m_dimension", "mha_token_enable_transpose_on_output", "is_dynamic_mha_token_enabled",
-                     "mha_transposed_b_in_subgraph"):
+                     "mha_transposed_b_in_subgraph", "conv_primitives"):
             v = getattr(self, name)
             if not isinstance(v, bool):
                 raise TokenizationConfigError(f"tokenization config '{name}' must be a bool, got {v!r}")

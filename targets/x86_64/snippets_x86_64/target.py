@@ -58,7 +58,8 @@ class X86_64Target:
         repacks it); a Softmax over an inner axis runs in a kernel between two Transposes, which stay numpy views
         (the callback keeps Transposes out)."""
         return {"data_ptr_gpr_count": self.data_ptr_gpr_count, "mha_supported_transpose_ranks": (4,),
-                "mha_transposed_b_in_subgraph": True, "softmax_axis_to_last": True}
+                "mha_transposed_b_in_subgraph": True, "softmax_axis_to_last": True,
+                "conv_primitives": True}
 
     def available(self) -> str | None:
         """None when AVX-512 (F, BW, DQ, VL) is usable on this CPU and OS, else the reason it is not."""
@@ -75,6 +76,10 @@ class X86_64Target:
         (with ``sg.rt_info["SnippetsFallbackReason"]``) when the target declares it does not generate something in
         it (UnsupportedByTarget), so it runs on its reference; any other error is raised.
         The executor is ``run(inputs, outs=None) -> outputs``; see :mod:`snippets_x86_64.runtime`."""
+        if sg.rt_info.get("SnippetsConvolution"):  # a conv primitive (TokenizeConvSnippets): its own kernel
+            from snippets_x86_64.conv_subgraph import compile_conv_subgraph
+
+            return compile_conv_subgraph(sg, config)
         from snippets_x86_64.runtime import compile_subgraph
 
         return compile_subgraph(sg, config, host)

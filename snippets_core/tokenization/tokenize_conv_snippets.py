@@ -1,0 +1,188 @@
+"""TokenizeConvSnippets: a 2-D Convolution and its post-op chain into one Completed Subgraph (a conv primitive).
+
+Runs only for a target whose tokenization defaults set ``conv_primitives`` (it runs such Subgraphs as one
+JIT convolution with the post-ops applied in registers), after the pattern tokenizers and before the eltwise
+one, which would otherwise take the post-ops. From every ``Convolution`` with a Constant weight::
+
+        x [N, C, H, W] (static)     W Constant [M, C/group, KH, KW]
+                    \\              /
+                     Convolution           f32, 2-D
+                          |
+    a chain, each link the single consumer of the previous one:
+      Add/Multiply by a per-channel Constant ([M,1,1], [1,M,1,1] or a scalar; Subtract/Divide with the
+      Constant second): bias, BatchNormalization as the frontend folds it (Multiply, Add);
+      Relu, Clamp, PRelu with a scalar Constant slope (LeakyRelu), HSwish;
+      one Add of a tensor of the output's shape (the residual of a ResNet block)
+
+Constants stay in the body (the target packs the weight and folds the per-channel ops into it once, at compile
+time); the Subgraph's inputs are ``x`` and the residual, if any. The Subgraph carries ``rt_info[CONVOLUTION]``.
+A Convolution that is not taken keeps the reason in ``rt_info[CONV_REJECT_REASON_KEY]`` (``describe()`` and
+``snippets inspect`` show it): it then runs on its reference kernel, with the post-ops left to the eltwise
+Tokenizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from snippets_core.ir.element_type import ElementType
+from snippets_core.ir.model import Model
+from snippets_core.ir.node import Node, Output
+from snippets_core.ir.ops.io import Parameter
+from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.ir.pass_manager import Pass
+from snippets_core.tokenization.config import SnippetsMode, TokenizationCallback, TokenizationConfig
+from snippets_core.tokenization.marks import ORIGINAL_LAYERS_NAMES, SNIPPETS_NODE_TYPE, mark_completed
+from snippets_core.tokenization.tokenization_utils import _body_result, _copy_constant, _input_name, _make_body
+
+#: rt_info key on a conv-primitive Subgraph (value True)
+CONVOLUTION = "SnippetsConvolution"
+#: rt_info key on a Convolution left to its reference kernel: why
+CONV_REJECT_REASON_KEY = "SnippetsConvRejectReason"
+#: per-channel ops (with a Constant) and the element-wise activations a conv primitive applies
+CONV_CHANNEL_OPS = frozenset({"Add", "Subtract", "Multiply", "Divide"})
+CONV_ACTIVATIONS = frozenset({"Relu", "Clamp", "PRelu", "HSwish"})
+
+
+def constant_value(out: Output) -> np.ndarray | None:
+    """The value of ``out`` when a Constant node produces it, else None."""
+    node = out.node
+    return np.asarray(node.value) if node.type_name == "Constant" else None  # type: ignore[attr-defined]
+
+
+def per_channel(value: np.ndarray, channels: int) -> bool:
+    """A scalar or a ``[M, 1, 1]`` / ``[1, M, 1, 1]`` vector along the channel axis of an NCHW output."""
+    if value.size == 1:
+        return value.ndim <= 4
+    shape = (1,) * (4 - value.ndim) + value.shape if value.ndim <= 4 else None
+    return shape is not None and shape[0] == 1 and shape[1] == channels and shape[2:] == (1, 1)
+
+
+def conv_reject_reason(conv: Node) -> str | None:
+    """None if ``conv`` can be a conv primitive, else why not."""
+    x, w = conv.inputs[0], conv.inputs[1]
+    if constant_value(w.source) is None:
+        return f"its weight comes from {w.source.node.type_name} '{w.source.node.name}', not a Constant"
+    if w.shape.rank != 4:
+        return f"it is a {w.shape.rank - 2}-D convolution; the JIT kernel is 2-D"
+    if x.element_type is not ElementType.f32 or w.element_type is not ElementType.f32:
+        return f"it convolves {x.element_type.value}; the JIT kernel takes f32"
+    if not x.shape.is_static:
+        return f"its input shape {x.shape} is dynamic; the conv kernel is specialized per shape"
+    if not conv.outputs[0].shape.is_static:
+        return f"its output shape {conv.outputs[0].shape} is not static"
+    return None
+
+
+@dataclass(frozen=True)
+class TokenizeConvSnippets(Pass):
+    """Wrap each 2-D Convolution with a Constant weight and its post-op chain into a Completed Subgraph marked
+    ``CONVOLUTION`` (see the module docstring). ``callback`` is the target's veto (``tokenizer="conv"``)."""
+
+    name: ClassVar[str] = "tokenize-conv-snippets"
+    config: TokenizationConfig = field(default_factory=TokenizationConfig)
+    callback: TokenizationCallback | None = None
+
+    def run(self, model: Model) -> bool:
+        if not self.config.enabled or not self.config.conv_primitives:
+            return False
+        changed = False
+        for node in model.get_ordered_ops():
+            if node.type_name != "Convolution":
+                continue
+            why = conv_reject_reason(node)
+            if why is None:
+                veto = None
+                if self.callback is not None and self.config.snippets_mode is not SnippetsMode.IgnoreCallback:
+                    veto = self.callback(node)
+                why = None if veto is None else f"vetoed by the target: {veto}"
+            if why is not None:
+                node.rt_info[CONV_REJECT_REASON_KEY] = why
+                continue
+            node.rt_info.pop(CONV_REJECT_REASON_KEY, None)
+            chain = _post_op_chain(node)
+            _wrap([node, *chain])
+            changed = True
+        return changed
+
+
+def _post_op_chain(conv: Node) -> list[Node]:
+    """The longest chain of post-ops after ``conv``, each the single consumer of the previous one."""
+    channels = conv.outputs[0].shape[1]
+    shape = conv.outputs[0].shape
+    chain: list[Node] = []
+    current = conv.outputs[0]
+    residual = False
+    while len(current.targets) == 1:
+        cand = current.targets[0].node
+        if len(cand.outputs) != 1 or cand.outputs[0].shape != shape or cand.outputs[0].element_type != ElementType.f32:
+            break
+        others = [i.source for i in cand.inputs if i.source is not current]
+        t = cand.type_name
+        if t in ("Relu", "HSwish") and not others:
+            pass
+        elif t == "Clamp":
+            pass
+        elif t == "PRelu" and cand.inputs[0].source is current:
+            slope = constant_value(cand.inputs[1].source)
+            if slope is None or slope.size != 1:
+                break
+        elif t in CONV_CHANNEL_OPS and len(cand.inputs) == 2 and len(others) == 1:
+            value = constant_value(others[0])
+            first = cand.inputs[0].source is current
+            if value is not None:
+                if not per_channel(value, channels) or (t in ("Subtract", "Divide") and not first):
+                    break
+            elif t == "Add" and not residual and others[0].shape == shape and others[0].element_type == ElementType.f32:
+                residual = True
+            else:
+                break
+        else:
+            break
+        chain.append(cand)
+        current = cand.outputs[0]
+    return chain
+
+
+def _wrap(ordered: list[Node]) -> Subgraph:
+    """Replace ``ordered`` (the Convolution first) by one Completed Subgraph; Constants go into the body."""
+    inside = {n.id for n in ordered}
+    mapping: dict[tuple[int, int], Output] = {}
+    params: list[Parameter] = []
+    sg_inputs: list[Output] = []
+    for op in ordered:
+        new_inputs: list[Output] = []
+        for inp in op.inputs:
+            src = inp.source
+            if src.node.id in inside:
+                new_inputs.append(mapping[(src.node.id, src.index)])
+            elif src.node.type_name == "Constant":
+                new_inputs.append(_copy_constant(src.node).outputs[0])
+            else:
+                p = Parameter(src.element_type, src.shape, name=_input_name(src))
+                params.append(p)
+                sg_inputs.append(src)
+                new_inputs.append(p.outputs[0])
+        clone = op.clone_with_new_inputs(new_inputs)
+        clone.rt_info.pop(SNIPPETS_NODE_TYPE, None)
+        mapping[(op.id, 0)] = clone.outputs[0]
+    last = ordered[-1]
+    body = _make_body([_body_result(mapping[(last.id, 0)])], params, last.name)
+    sg = Subgraph(*sg_inputs, body=body, name=last.name)
+    sg.outputs[0].names |= last.outputs[0].names
+    for t in list(last.outputs[0].targets):
+        t.replace_source(sg.outputs[0])
+    for op in ordered:
+        op.disconnect()
+    sg.rt_info = {k: v for k, v in last.rt_info.items() if k != SNIPPETS_NODE_TYPE}
+    sg.rt_info[ORIGINAL_LAYERS_NAMES] = ",".join(op.name for op in ordered)
+    sg.rt_info[CONVOLUTION] = True
+    mark_completed(sg)
+    return sg
+
+
+__all__ = ["CONVOLUTION", "CONV_ACTIVATIONS", "CONV_CHANNEL_OPS", "CONV_REJECT_REASON_KEY", "TokenizeConvSnippets",
+           "conv_reject_reason", "per_channel"]

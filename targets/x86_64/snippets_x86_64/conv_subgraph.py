@@ -1,0 +1,113 @@
+"""A conv-primitive Subgraph (TokenizeConvSnippets) into a :class:`ConvExecutor`.
+
+The body is ``Parameter x -> Convolution(W Constant) -> post-op chain [-> Add(residual Parameter)]``. The leading
+per-channel ops (bias Add, BatchNormalization's Multiply/Add, any Subtract/Divide by a per-channel Constant) are
+folded into the packed weight and bias in float64; after the first activation or the residual, a per-channel
+op becomes an ``add_c``/``mul_c`` post-op with its own packed vector.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from snippets_core.config import CompileConfig
+from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_x86_64.conv import ConvGeometry, PostOp
+from snippets_x86_64.conv_executor import ConvExecutor
+
+FALLBACK_REASON_KEY = "SnippetsFallbackReason"
+
+
+class ConvUnsupported(Exception):
+    """Internal: why this conv Subgraph runs on its reference."""
+
+
+def _const(out: Any) -> np.ndarray:
+    return np.asarray(out.node.value, dtype=np.float64)  # type: ignore[attr-defined]
+
+
+def build_conv_executor(sg: Subgraph, num_threads: int) -> tuple[ConvExecutor, int | None]:
+    """The executor of ``sg`` and the Subgraph input index of the residual (None without one)."""
+    ops = [n for n in sg.body.get_ordered_ops() if n.type_name not in ("Parameter", "Constant", "Result")]
+    params = list(sg.body.parameters)
+    conv, chain = ops[0], ops[1:]
+    if conv.type_name != "Convolution" or conv.inputs[0].source.node is not params[0]:
+        raise ConvUnsupported(f"the body does not start with a Convolution of its first input ({conv.type_name})")
+    x_shape = params[0].outputs[0].shape.to_tuple()
+    w = _const(conv.inputs[1].source)
+    n, c, h, wd = x_shape
+    m, _, kh, kw = w.shape
+    geo_w = conv._geometry(w.shape[2:])  # type: ignore[attr-defined]
+    (ho, wo), (pt, pl), _ = geo_w.resolve((h, wd))
+    geo = ConvGeometry(n, c, h, wd, m, conv.group, kh, kw, *geo_w.strides, *geo_w.dilations, pt, pl, ho, wo)  # type: ignore
+    scale, shift = np.ones(m), np.zeros(m)
+    folding = True
+    post_ops: list[PostOp] = []
+    channel_data: list[np.ndarray] = []
+    residual: int | None = None
+    current = conv.outputs[0]
+    for op in chain:
+        t = op.type_name
+        other = [i.source for i in op.inputs if i.source is not current]
+        if t in ("Add", "Subtract", "Multiply", "Divide") and other and other[0].node.type_name == "Constant":
+            v = np.broadcast_to(_const(other[0]).reshape(-1), (m,)) if _const(other[0]).size == 1 \
+                else _const(other[0]).reshape(m)
+            if t == "Subtract":
+                t, v = "Add", -v
+            elif t == "Divide":
+                t, v = "Multiply", 1.0 / v
+            if folding:
+                if t == "Add":
+                    shift = shift + v
+                else:
+                    scale, shift = scale * v, shift * v
+            else:
+                post_ops.append(PostOp("add_c" if t == "Add" else "mul_c", index=len(channel_data)))
+                channel_data.append(v)
+        elif t == "Add":
+            residual = params.index(other[0].node)  # type: ignore[arg-type]
+            post_ops.append(PostOp("residual"))
+            folding = False
+        elif t == "Relu":
+            post_ops.append(PostOp("relu"))
+            folding = False
+        elif t == "Clamp":
+            post_ops.append(PostOp("clamp", lo=float(op.min), hi=float(op.max)))  # type: ignore[attr-defined]
+            folding = False
+        elif t == "PRelu":
+            post_ops.append(PostOp("prelu", alpha=float(_const(op.inputs[1].source).reshape(-1)[0])))
+            folding = False
+        elif t == "HSwish":
+            post_ops.append(PostOp("hswish"))
+            folding = False
+        else:
+            raise ConvUnsupported(f"post-op {t} '{op.name}' has no conv-kernel form")
+        current = op.outputs[0]
+    identity = bool(np.all(scale == 1.0))
+    ex = ConvExecutor(geo, w, None if identity else scale, shift, post_ops, channel_data, num_threads=num_threads)
+    return ex, residual
+
+
+def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
+    """``run(inputs) -> [y]`` for a conv-primitive Subgraph, or None (the reason in ``sg.rt_info``)."""
+    try:
+        ex, residual = build_conv_executor(sg, config.num_threads)
+    except ConvUnsupported as e:
+        sg.rt_info[FALLBACK_REASON_KEY] = str(e)
+        return None
+    sg.rt_info["SnippetsConvKernel"] = describe_geometry(ex.geo)
+
+    def run(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return [ex.run(inputs[0], None if residual is None else inputs[residual])]
+
+    run.executor = ex  # type: ignore[attr-defined]
+    return run
+
+
+def describe_geometry(g: ConvGeometry) -> str:
+    """One line for describe()/inspect: the shape the kernel is specialized for."""
+    return (f"conv {g.kh}x{g.kw} s{g.sh}x{g.sw} d{g.dh}x{g.dw} g{g.group} {g.c}->{g.m} "
+            f"{g.h}x{g.w}->{g.ho}x{g.wo} N{g.n} (NHWC, {g.flops / 1e9:.3f} GFLOP)")

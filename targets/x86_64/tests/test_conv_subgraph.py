@@ -1,0 +1,117 @@
+"""Convolution primitives end to end: ONNX models compiled for x86_64_avx512 against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from snippets_core.runtime.compiled_model import compile_model
+
+pytestmark = pytest.mark.avx512
+ort = pytest.importorskip("onnxruntime")
+
+
+def _init(name: str, a: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(a.astype(np.float32), name)
+
+
+def resnet_block(c: int = 24, m: int = 24, hw: int = 15, seed: int = 0) -> onnx.ModelProto:
+    """conv-bn-relu-conv-bn-add-relu-maxpool, the shape of a ResNet basic block."""
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def conv_bn(x: str, y: str, cin: int, cout: int, k: int, pads: list[int], tag: str) -> None:
+        inits.append(_init(f"w{tag}", rng.standard_normal((cout, cin, k, k)) * 0.2))
+        inits.append(_init(f"b{tag}", rng.standard_normal(cout)))
+        for p, lo, hi in (("s", 0.5, 2), ("bb", -1, 1), ("mu", -1, 1), ("var", 0.5, 2)):
+            inits.append(_init(f"{p}{tag}", rng.uniform(lo, hi, cout)))
+        nodes.append(helper.make_node("Conv", ["x" if x == "x" else x, f"w{tag}", f"b{tag}"], [f"c{tag}"],
+                                      pads=pads, kernel_shape=[k, k]))
+        nodes.append(helper.make_node("BatchNormalization", [f"c{tag}", f"s{tag}", f"bb{tag}", f"mu{tag}",
+                                                             f"var{tag}"], [y], epsilon=1e-5))
+
+    conv_bn("x", "bn1", c, m, 3, [1, 1, 1, 1], "1")
+    nodes.append(helper.make_node("Relu", ["bn1"], ["r1"]))
+    conv_bn("r1", "bn2", m, c, 3, [0, 1, 2, 1], "2")
+    nodes.append(helper.make_node("Add", ["bn2", "x"], ["sum"]))
+    nodes.append(helper.make_node("Relu", ["sum"], ["r2"]))
+    nodes.append(helper.make_node("MaxPool", ["r2"], ["y"], kernel_shape=[2, 2], strides=[2, 2]))
+    g = helper.make_graph(nodes, "block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, c, hw, hw])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list("nchw"))], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _run_both(model: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int = 2) -> tuple:
+    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": threads})
+    got = cm(feeds)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)
+    return cm, got, want
+
+
+def test_resnet_block_runs_two_conv_primitives() -> None:
+    model = resnet_block()
+    x = np.random.default_rng(1).standard_normal((2, 24, 15, 15)).astype(np.float32)
+    cm, got, want = _run_both(model, {"x": x})
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-4)
+    convs = [sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsConvolution")]
+    assert len(convs) == 2
+    # conv + bias + BN (Multiply, Add) + Relu; conv + bias + BN + residual Add + Relu: all in the kernels
+    assert [len(sg.body_ops) for sg in convs] == [5, 6]
+    assert [w for _, op, w in cm.placement() if op == "Subgraph"] == ["x86_64_avx512", "x86_64_avx512"]
+
+
+def _single_conv(x_shape: tuple, w_shape: tuple, post: list[tuple], **attrs: object) -> onnx.ModelProto:
+    rng = np.random.default_rng(3)
+    inits = [_init("w", rng.standard_normal(w_shape))]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], **attrs)]
+    cur = "c"
+    for i, (op, kw) in enumerate(post):
+        nodes.append(helper.make_node(op, [cur], [f"p{i}"], **kw))
+        cur = f"p{i}"
+    nodes[-1].output[0] = "y"
+    g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list("nchw"))], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+
+
+@pytest.mark.parametrize("post", [
+    [("LeakyRelu", {"alpha": 0.1})],
+    [("HardSwish", {})],
+    [("Clip", {})],
+    [("Relu", {}), ("Sigmoid", {})],
+])
+def test_activations(post: list[tuple]) -> None:
+    model = _single_conv((1, 17, 9, 11), (20, 17, 3, 3), post, pads=[1, 1, 1, 1])
+    x = np.random.default_rng(4).standard_normal((1, 17, 9, 11)).astype(np.float32) * 3
+    cm, got, want = _run_both(model, {"x": x})
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-4)
+    assert any(sg.rt_info.get("SnippetsConvolution") for sg in cm.subgraphs)
+
+
+@pytest.mark.parametrize("attrs", [
+    {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
+    {"auto_pad": "SAME_LOWER", "strides": [2, 1]},
+    {"auto_pad": "VALID", "dilations": [2, 2]},
+    {"pads": [0, 2, 1, 0], "group": 3},
+])
+def test_auto_pad_groups(attrs: dict) -> None:
+    model = _single_conv((1, 9, 13, 10), (12, 9 // attrs.get("group", 1), 3, 3), [], **attrs)
+    x = np.random.default_rng(5).standard_normal((1, 9, 13, 10)).astype(np.float32)
+    _, got, want = _run_both(model, {"x": x}, threads=1)
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-4)
+
+
+def test_3d_conv_falls_back_with_reason() -> None:
+    rng = np.random.default_rng(6)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "c3",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list("ncdhw"))],
+                          [_init("w", rng.standard_normal((3, 2, 2, 2, 2)))])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    x = rng.standard_normal((1, 2, 4, 4, 4)).astype(np.float32)
+    cm, got, want = _run_both(model, {"x": x})
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-4)
+    assert "3-D convolution; the JIT kernel is 2-D" in cm.describe()
