@@ -11,7 +11,7 @@ one, which would otherwise take the post-ops. From every ``Convolution`` with a 
     a chain, each link the single consumer of the previous one:
       Add/Multiply by a per-channel Constant ([M,1,1], [1,M,1,1] or a scalar; Subtract/Divide with the
       Constant second): bias, BatchNormalization as the frontend folds it (Multiply, Add);
-      Relu, Clamp, PRelu with a scalar Constant slope (LeakyRelu), HSwish;
+      Relu, Clamp, PRelu with a scalar Constant slope (LeakyRelu), HSwish, Sigmoid, Swish, x * Sigmoid(x);
       one Add of a tensor of the output's shape (the residual of a ResNet block)
 
 Constants stay in the body (the target packs the weight and folds the per-channel ops into it once, at compile
@@ -44,7 +44,7 @@ CONVOLUTION = "SnippetsConvolution"
 CONV_REJECT_REASON_KEY = "SnippetsConvRejectReason"
 #: per-channel ops (with a Constant) and the element-wise activations a conv primitive applies
 CONV_CHANNEL_OPS = frozenset({"Add", "Subtract", "Multiply", "Divide"})
-CONV_ACTIVATIONS = frozenset({"Relu", "Clamp", "PRelu", "HSwish"})
+CONV_ACTIVATIONS = frozenset({"Relu", "Clamp", "PRelu", "HSwish", "Sigmoid", "Swish"})
 
 
 def constant_value(out: Output) -> np.ndarray | None:
@@ -116,13 +116,22 @@ def _post_op_chain(conv: Node) -> list[Node]:
     chain: list[Node] = []
     current = conv.outputs[0]
     residual = False
-    while len(current.targets) == 1:
+    while True:
+        silu = _silu_pair(current)
+        if silu is not None:
+            chain.extend(silu)
+            current = silu[1].outputs[0]
+            continue
+        if len(current.targets) != 1:
+            break
         cand = current.targets[0].node
         if len(cand.outputs) != 1 or cand.outputs[0].shape != shape or cand.outputs[0].element_type != ElementType.f32:
             break
         others = [i.source for i in cand.inputs if i.source is not current]
         t = cand.type_name
-        if t in ("Relu", "HSwish") and not others:
+        if t in ("Relu", "HSwish", "Sigmoid") and not others:
+            pass
+        elif t == "Swish" and all(constant_value(o) is not None and constant_value(o).size == 1 for o in others):
             pass
         elif t == "Clamp":
             pass
@@ -145,6 +154,20 @@ def _post_op_chain(conv: Node) -> list[Node]:
         chain.append(cand)
         current = cand.outputs[0]
     return chain
+
+
+def _silu_pair(x: Output) -> tuple[Node, Node] | None:
+    """``Sigmoid(x)`` and ``Multiply(x, Sigmoid(x))`` when they are ``x``'s only consumers (SiLU as exported)."""
+    if len(x.targets) != 2:
+        return None
+    nodes = [t.node for t in x.targets]
+    sig = next((n for n in nodes if n.type_name == "Sigmoid"), None)
+    mul = next((n for n in nodes if n.type_name == "Multiply"), None)
+    if sig is None or mul is None or len(sig.outputs[0].targets) != 1 or sig.outputs[0].targets[0].node is not mul:
+        return None
+    if mul.outputs[0].shape != x.shape:
+        return None
+    return sig, mul
 
 
 def _wrap(ordered: list[Node]) -> Subgraph:

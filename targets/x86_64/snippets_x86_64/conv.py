@@ -57,6 +57,8 @@ from snippets_x86_64.asm import (
     zword,
 )
 from snippets_x86_64.asm.registers import ZMM
+from snippets_x86_64.emitters.base import Aux
+from snippets_x86_64.emitters.math import emit_sigmoid
 
 if TYPE_CHECKING:
     from snippets_x86_64.jit import JitFunction
@@ -75,8 +77,8 @@ ARG_SRC, ARG_WEI, ARG_DST, ARG_BIAS, ARG_RES, ARG_TAB, ARG_POST = range(7)
 
 @dataclass(frozen=True)
 class PostOp:
-    """One step after the accumulation: ``kind`` in {"add_c", "mul_c", "residual", "relu", "clamp", "prelu",
-    "hswish"}; ``lo``/``hi`` for clamp, ``alpha`` for prelu; ``index`` of the per-channel array for add_c/mul_c."""
+    """One step after the accumulation: ``kind`` in :data:`POST_OP_KINDS`; ``lo``/``hi`` for clamp, ``alpha`` for
+    prelu and the beta of swish (``x * sigmoid(beta x)``); ``index`` of the per-channel array for add_c/mul_c."""
 
     kind: str
     lo: float = 0.0
@@ -85,7 +87,7 @@ class PostOp:
     index: int = 0
 
 
-POST_OP_KINDS = ("add_c", "mul_c", "residual", "relu", "clamp", "prelu", "hswish")
+POST_OP_KINDS = ("add_c", "mul_c", "residual", "relu", "clamp", "prelu", "hswish", "sigmoid", "swish")
 
 
 @dataclass(frozen=True)
@@ -310,17 +312,20 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
     fn.add(rax, geo.dh * geo.wp * geo.c * 4)
     fn.dec(rdi)
     fn.jnz(kh_loop)
-    _emit_post_ops(fn, geo, acc, tmp, post_ops)
+    _emit_post_ops(fn, geo, acc, [*bc, tmp, *wv], post_ops)
     for i in range(r):
         for j in range(nv):
             dst = zword[r9 + (i * geo.m * 4 + j * 64)]
             fn.vmovups(dst.mask(k1) if j == nv - 1 else dst, acc[i][j])
 
 
-def _emit_post_ops(fn: Function, geo: ConvGeometry, acc: list[list], tmp: object,
+def _emit_post_ops(fn: Function, geo: ConvGeometry, acc: list[list], free: list,
                    post_ops: tuple[PostOp, ...]) -> None:
-    """The post-op chain on every accumulator; the bias (with any folded shift) comes first."""
+    """The post-op chain on every accumulator; the bias (with any folded shift) comes first. ``free``: the
+    zmm registers not holding accumulators (the broadcast and weight registers are dead here)."""
     nv = len(acc[0])
+    tmp = free[2]
+    aux = Aux(tuple(free[:3]), (k2,))
     fn.mov(rdx, qword[rsi + ARG_BIAS * 8])
     for j in range(nv):
         fn.vmovups(tmp, zword[rdx + r10 + j * 64])
@@ -369,5 +374,19 @@ def _emit_post_ops(fn: Function, geo: ConvGeometry, acc: list[list], tmp: object
                     fn.vminps(tmp, tmp, bcst(zero6))
                     fn.vmulps(tmp, tmp, bcst(sixth))
                     fn.vmulps(z, z, tmp)
+        elif op.kind == "sigmoid":
+            for row in acc:
+                for z in row:
+                    emit_sigmoid(fn, z, z, aux)
+        elif op.kind == "swish":
+            gate = free[3]
+            for row in acc:
+                for z in row:
+                    if op.alpha != 1.0:
+                        fn.vmulps(gate, z, bcst(fn.const_f32(op.alpha)))
+                        emit_sigmoid(fn, gate, gate, aux)
+                    else:
+                        emit_sigmoid(fn, gate, z, aux)
+                    fn.vmulps(z, z, gate)
         else:
             raise AssertionError(f"post-op {op.kind!r} reached the emitter")

@@ -48,6 +48,7 @@ def build_conv_executor(sg: Subgraph, num_threads: int) -> tuple[ConvExecutor, i
     post_ops: list[PostOp] = []
     channel_data: list[np.ndarray] = []
     residual: int | None = None
+    silu_of: Any = None
     current = conv.outputs[0]
     for op in chain:
         t = op.type_name
@@ -83,12 +84,35 @@ def build_conv_executor(sg: Subgraph, num_threads: int) -> tuple[ConvExecutor, i
         elif t == "HSwish":
             post_ops.append(PostOp("hswish"))
             folding = False
+        elif t == "Sigmoid" and silu_of is None and _is_silu_gate(op, chain):
+            silu_of = op  # x * Sigmoid(x): the Multiply that follows applies it as one swish
+            continue
+        elif t == "Sigmoid":
+            post_ops.append(PostOp("sigmoid"))
+            folding = False
+        elif t == "Multiply" and silu_of is not None and any(i.source is silu_of.outputs[0] for i in op.inputs):
+            post_ops.append(PostOp("swish", alpha=1.0))
+            silu_of = None
+            folding = False
+        elif t == "Swish":
+            beta = 1.0 if len(op.inputs) == 1 else float(_const(op.inputs[1].source).reshape(-1)[0])
+            post_ops.append(PostOp("swish", alpha=beta))
+            folding = False
         else:
             raise ConvUnsupported(f"post-op {t} '{op.name}' has no conv-kernel form")
         current = op.outputs[0]
     identity = bool(np.all(scale == 1.0))
     ex = ConvExecutor(geo, w, None if identity else scale, shift, post_ops, channel_data, num_threads=num_threads)
     return ex, residual
+
+
+def _is_silu_gate(sigmoid: Any, chain: list[Any]) -> bool:
+    """``sigmoid`` is the gate of ``x * Sigmoid(x)``: the next op multiplies its input by it."""
+    k = chain.index(sigmoid)
+    if k + 1 >= len(chain) or chain[k + 1].type_name != "Multiply":
+        return False
+    srcs = {id(i.source.node) for i in chain[k + 1].inputs}
+    return srcs == {id(sigmoid), id(sigmoid.inputs[0].source.node)}
 
 
 def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:

@@ -82,6 +82,7 @@ def _single_conv(x_shape: tuple, w_shape: tuple, post: list[tuple], **attrs: obj
     [("HardSwish", {})],
     [("Clip", {})],
     [("Relu", {}), ("Sigmoid", {})],
+    [("Clip", {}), ("Sigmoid", {}), ("LeakyRelu", {"alpha": 2.0})],
 ])
 def test_activations(post: list[tuple]) -> None:
     model = _single_conv((1, 17, 9, 11), (20, 17, 3, 3), post, pads=[1, 1, 1, 1])
@@ -102,6 +103,22 @@ def test_auto_pad_groups(attrs: dict) -> None:
     x = np.random.default_rng(5).standard_normal((1, 9, 13, 10)).astype(np.float32)
     _, got, want = _run_both(model, {"x": x}, threads=1)
     np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-4)
+
+
+def test_silu_as_exported_is_one_swish_post_op() -> None:
+    """x * Sigmoid(x) after a conv (SiLU as PyTorch exports it): both ops inside the conv primitive."""
+    rng = np.random.default_rng(8)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[2, 2, 2, 2]),
+             helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])]
+    g = helper.make_graph(nodes, "silu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list("nchw"))],
+                          [_init("w", rng.standard_normal((35, 6, 5, 5)))])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    x = rng.standard_normal((1, 6, 8, 8)).astype(np.float32)
+    cm, got, want = _run_both(model, {"x": x})
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-4)
+    assert [n.type_name for n in cm.subgraphs[0].body_ops] == ["Convolution", "Sigmoid", "Multiply"]
+    assert cm.placement() == [(cm.subgraphs[0].name, "Subgraph", "x86_64_avx512")]
 
 
 def test_3d_conv_falls_back_with_reason() -> None:
