@@ -43,31 +43,52 @@ class ConvExecutor:
         self.channel_data = [keep(pack_channels(v, geo)) for v in channel_data]
         self.table = work_table(geo, offsets)
         self.kernel = build_conv_kernel(geo, self.post_ops)
+        self.new = new
+        #: the input can be read in place (NHWC, no padding): no copy when the producer wrote NHWC
+        self.unpadded = geo.hp == geo.h and geo.wp == geo.w
         self.xp = new((geo.n, geo.hp, geo.wp, geo.c))
         self.xp[...] = 0.0
-        self.y = new((geo.n, geo.ho, geo.wo, geo.m))
         self.has_residual = any(op.kind == "residual" for op in self.post_ops)
-        self.res = new(self.y.shape) if self.has_residual else self.y
-        self.args = (ctypes.c_uint64 * (ARG_POST + len(self.channel_data)))(
-            self.xp.ctypes.data, self.packed.ctypes.data, self.y.ctypes.data, self.bias.ctypes.data,
-            self.res.ctypes.data, self.table.ctypes.data, *(a.ctypes.data for a in self.channel_data))
+        #: layout changes (NCHW -> NHWC copies) made by the calls so far: the reorders at this primitive's edges
+        self.reorders = 0
+        self.fixed_args = (self.packed.ctypes.data, self.bias.ctypes.data, self.table.ctypes.data,
+                           [a.ctypes.data for a in self.channel_data])
         items = len(self.table)
         threads = max(1, min(num_threads, items))
         bounds = [items * t // threads for t in range(threads + 1)]
         self.chunks = [(bounds[t], bounds[t + 1] - bounds[t]) for t in range(threads)]
 
     def run(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
-        """``x`` [N, C, H, W] -> [N, M, Ho, Wo] (a new array); ``residual`` has the output's shape."""
-        g = self.geo
-        self.xp[:, g.pt:g.pt + g.h, g.pl:g.pl + g.w, :] = x.transpose(0, 2, 3, 1)
-        if self.has_residual:
-            self.res[...] = residual.transpose(0, 2, 3, 1)  # type: ignore[union-attr]
-        self.run_nhwc()
-        return np.ascontiguousarray(self.y.transpose(0, 3, 1, 2))
+        """``x`` [N, C, H, W] -> [N, M, Ho, Wo]; ``residual`` has the output's shape.
 
-    def run_nhwc(self) -> None:
-        """Run the kernel on the buffers as they are (the padded input and residual already filled)."""
-        args = ctypes.addressof(self.args)
+        The result is an NCHW view of a new NHWC array (strides carry the layout): a conv primitive that
+        consumes it reads it with no reorder, another consumer sees an ordinary (strided) NCHW array."""
+        g = self.geo
+        xt = x.transpose(0, 2, 3, 1)
+        if not xt.flags.c_contiguous:
+            self.reorders += 1
+        if self.unpadded and xt.flags.c_contiguous and xt.dtype == np.float32:
+            src = xt
+        else:
+            self.xp[:, g.pt:g.pt + g.h, g.pl:g.pl + g.w, :] = xt
+            src = self.xp
+        res = None
+        if self.has_residual:
+            res = residual.transpose(0, 2, 3, 1)  # type: ignore[union-attr]
+            if not res.flags.c_contiguous:
+                self.reorders += 1
+                res = np.ascontiguousarray(res)
+        y = self.new((g.n, g.ho, g.wo, g.m))
+        self.run_nhwc(src, y, res)
+        return y.transpose(0, 3, 1, 2)
+
+    def run_nhwc(self, src: np.ndarray, y: np.ndarray, res: np.ndarray | None = None) -> None:
+        """The kernel on NHWC arrays: ``src`` (the padded input when there is padding), ``y`` written."""
+        wei, bias, table, extra = self.fixed_args
+        block = (ctypes.c_uint64 * (ARG_POST + len(extra)))(
+            src.ctypes.data, wei, y.ctypes.data, bias, y.ctypes.data if res is None else res.ctypes.data, table,
+            *extra)
+        args = ctypes.addressof(block)
         (start0, count0), rest = self.chunks[0], self.chunks[1:]
         if not rest:
             self.kernel(0, args, start0, count0)

@@ -132,3 +132,18 @@ def test_3d_conv_falls_back_with_reason() -> None:
     cm, got, want = _run_both(model, {"x": x})
     np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-4)
     assert "3-D convolution; the JIT kernel is 2-D" in cm.describe()
+
+
+def test_resnet_block_reorders_only_at_the_model_input() -> None:
+    """conv1 reads the model's NCHW input (one reorder), conv2 reads conv1's NHWC output in place, the residual
+    Add reads the model's input again (one reorder): nothing is reordered between the primitives."""
+    model = resnet_block(c=32, m=32, hw=8)
+    x = np.random.default_rng(2).standard_normal((2, 32, 8, 8)).astype(np.float32)
+    cm, got, want = _run_both(model, {"x": x})
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-4)
+    runs = {st.node.name: st.run.executor for st in cm._steps if hasattr(st.run, "executor")}
+    assert len(runs) == 2
+    first, second = (runs[sg.name] for sg in cm.subgraphs if sg.name in runs)
+    assert (first.reorders, second.reorders) == (1, 1)  # conv1: x; conv2: the residual x, not conv1's output
+    cm({"x": x})
+    assert (first.reorders, second.reorders) == (2, 2)
