@@ -129,9 +129,29 @@ class ConvGeometry:
         return max((self.wo - 1) * self.sw + (self.kw - 1) * self.dw + 1, self.pl + self.w)
 
     @property
+    def depthwise(self) -> bool:
+        """One input and one output channel per group: the channels are the vector lanes (no reduction over C)."""
+        return self.group > 1 and self.group == self.c == self.m
+
+    @property
+    def vec_groups(self) -> int:
+        """Groups of the vector layout of weights, bias and outputs (depthwise: one, all channels)."""
+        return 1 if self.depthwise else self.group
+
+    @property
+    def vec_channels(self) -> int:
+        """Output channels per vector group."""
+        return self.m if self.depthwise else self.mg
+
+    @property
+    def cp(self) -> int:
+        """Channels per pixel of the (padded) input: depthwise pads them to whole vectors (full loads)."""
+        return self.nvp * VEC if self.depthwise else self.c
+
+    @property
     def nvp(self) -> int:
-        """Output-channel vectors per group (the last one partial when Mg % 16)."""
-        return -(-self.mg // VEC)
+        """Output-channel vectors per vector group (the last one partial when not a multiple of 16)."""
+        return -(-self.vec_channels // VEC)
 
     def blocks(self) -> list[tuple[int, int]]:
         """(first vector, vector count) of each output-channel block of a group."""
@@ -158,6 +178,11 @@ def pack_weights(w: np.ndarray, geo: ConvGeometry, scale: np.ndarray | None, bia
     w = w.astype(np.float64)
     if scale is not None:
         w = w * scale.reshape(-1, 1, 1, 1)
+    if geo.depthwise:  # [KH][KW][Cp]: channel blocks are slices of it
+        panel = np.zeros((geo.kh, geo.kw, geo.cp), dtype=np.float32)
+        panel[..., : geo.m] = w[:, 0].transpose(1, 2, 0)
+        offsets = [v0 * VEC for v0, _ in geo.blocks()]
+        return panel.ravel(), pack_channels(np.zeros(geo.m) if bias is None else bias, geo), offsets
     wg = w.reshape(geo.group, geo.mg, geo.cg, geo.kh, geo.kw)
     panels, offsets, at = [], [], 0
     for g in range(geo.group):
@@ -176,27 +201,29 @@ def pack_weights(w: np.ndarray, geo: ConvGeometry, scale: np.ndarray | None, bia
 
 def pack_channels(values: np.ndarray, geo: ConvGeometry) -> np.ndarray:
     """A per-output-channel vector padded to whole zmm per group (the bias layout)."""
-    b = np.zeros((geo.group, geo.nvp * VEC), dtype=np.float32)
-    b[:, : geo.mg] = np.asarray(values, dtype=np.float32).reshape(geo.group, geo.mg)
+    b = np.zeros((geo.vec_groups, geo.nvp * VEC), dtype=np.float32)
+    b[:, : geo.vec_channels] = np.asarray(values, dtype=np.float32).reshape(geo.vec_groups, geo.vec_channels)
     return b.ravel()
 
 
 def work_table(geo: ConvGeometry, offsets: list[int]) -> np.ndarray:
     """One row per (image, group, output-channel block, output row), output rows innermost."""
     rows = []
-    c4, m4 = geo.c * 4, geo.m * 4
+    c4, m4 = geo.cp * 4, geo.m * 4
     blocks = geo.blocks()
     for n in range(geo.n):
-        for g in range(geo.group):
+        for g in range(geo.vec_groups):
             for b, (v0, nv) in enumerate(blocks):
                 last = v0 + nv == geo.nvp
-                rem = geo.mg - (geo.nvp - 1) * VEC
+                rem = geo.vec_channels - (geo.nvp - 1) * VEC
                 mask = (1 << rem) - 1 if last else 0xFFFF
                 variant = 0 if nv == blocks[0][1] else 1
                 wei = offsets[g * len(blocks) + b] * 4
                 bias = (g * geo.nvp + v0) * VEC * 4
                 for oh in range(geo.ho):
                     src = ((n * geo.hp + oh * geo.sh) * geo.wp) * c4 + g * geo.cg * 4
+                    if geo.depthwise:  # the block's channels, not a group's
+                        src += v0 * VEC * 4
                     dst = ((n * geo.ho + oh) * geo.wo) * m4 + (g * geo.mg + v0 * VEC) * 4
                     rows.append((src, wei, dst, bias, mask, variant))
     return np.asarray(rows, dtype=np.int64).reshape(-1, ROW)
@@ -242,22 +269,23 @@ def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...]) -> JitFun
 
 def _emit_row(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[PostOp, ...]) -> None:
     """One output row segment of ``nv`` channel vectors: full pixel blocks in a loop, then the tail block."""
+    emit = _emit_dw_block if geo.depthwise else _emit_block
     r_full = pixels_per_block(nv, geo.wo)
     n_full, r_tail = divmod(geo.wo, r_full)
-    src_step = r_full * geo.sw * geo.c * 4
+    src_step = r_full * geo.sw * geo.cp * 4
     dst_step = r_full * geo.m * 4
     if n_full:
         loop = fn.new_label("pixels")
         fn.mov(r12, n_full)
         fn.bind(loop)
-        _emit_block(fn, geo, nv, r_full, post_ops)
+        emit(fn, geo, nv, r_full, post_ops)
         fn.add(rbx, src_step)
         fn.add(r9, dst_step)
         fn.add(r11, dst_step)
         fn.dec(r12)
         fn.jnz(loop)
     if r_tail:
-        _emit_block(fn, geo, nv, r_tail, post_ops)
+        emit(fn, geo, nv, r_tail, post_ops)
 
 
 def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tuple[PostOp, ...]) -> None:
@@ -317,6 +345,31 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
         for j in range(nv):
             dst = zword[r9 + (i * geo.m * 4 + j * 64)]
             fn.vmovups(dst.mask(k1) if j == nv - 1 else dst, acc[i][j])
+
+
+def _emit_dw_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tuple[PostOp, ...]) -> None:
+    """Depthwise: ``r`` pixels x ``nv`` channel vectors, the taps unrolled, each an FMA of an input vector."""
+    acc = [[ZMM[i * nv + j] for j in range(nv)] for i in range(r)]
+    wv = [ZMM[r * nv + j] for j in range(nv)]
+    free = [ZMM[r * nv + nv + k] for k in range(3)]
+    for row in acc:
+        for z in row:
+            fn.vxorps(z, z, z)
+    pix = geo.sw * geo.cp * 4
+    for i in range(geo.kh):
+        for j in range(geo.kw):
+            tap = i * geo.kw + j
+            off = i * geo.dh * geo.wp * geo.cp * 4 + j * geo.dw * geo.cp * 4
+            for v in range(nv):
+                fn.vmovups(wv[v], zword[r8 + (tap * geo.cp * 4 + v * 64)])
+            for p in range(r):
+                for v in range(nv):
+                    fn.vfmadd231ps(acc[p][v], wv[v], zword[rbx + (off + p * pix + v * 64)])
+    _emit_post_ops(fn, geo, acc, [*free, *wv], post_ops)
+    for p in range(r):
+        for v in range(nv):
+            dst = zword[r9 + (p * geo.m * 4 + v * 64)]
+            fn.vmovups(dst.mask(k1) if v == nv - 1 else dst, acc[p][v])
 
 
 def _emit_post_ops(fn: Function, geo: ConvGeometry, acc: list[list], free: list,

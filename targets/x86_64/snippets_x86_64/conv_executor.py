@@ -45,8 +45,8 @@ class ConvExecutor:
         self.kernel = build_conv_kernel(geo, self.post_ops)
         self.new = new
         #: the input can be read in place (NHWC, no padding): no copy when the producer wrote NHWC
-        self.unpadded = geo.hp == geo.h and geo.wp == geo.w
-        self.xp = new((geo.n, geo.hp, geo.wp, geo.c))
+        self.unpadded = geo.hp == geo.h and geo.wp == geo.w and geo.cp == geo.c
+        self.xp = new((geo.n, geo.hp, geo.wp, geo.cp))
         self.xp[...] = 0.0
         self.has_residual = any(op.kind == "residual" for op in self.post_ops)
         #: layout changes (NCHW -> NHWC copies) made by the calls so far: the reorders at this primitive's edges
@@ -70,7 +70,7 @@ class ConvExecutor:
         if self.unpadded and xt.flags.c_contiguous and xt.dtype == np.float32:
             src = xt
         else:
-            self.xp[:, g.pt:g.pt + g.h, g.pl:g.pl + g.w, :] = xt
+            self.xp[:, g.pt:g.pt + g.h, g.pl:g.pl + g.w, :g.c] = xt
             src = self.xp
         res = None
         if self.has_residual:

@@ -55,6 +55,10 @@ SWEEP = [
     (1, 16, 8, 8, 32, (3, 3), (1, 1), (1, 1), (0, 1, 1, 0), 16),
     (3, 64, 9, 19, 96, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1),
     (1, 20, 6, 30, 130, (3, 1), (1, 3), (1, 1), (1, 0, 1, 2), 2),
+    # depthwise: channels in the lanes, padded to whole vectors
+    (1, 144, 9, 11, 144, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 144),
+    (2, 17, 8, 7, 17, (5, 5), (1, 1), (2, 2), (4, 3, 4, 5), 17),
+    (1, 80, 5, 21, 80, (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 80),
 ]
 
 
@@ -70,6 +74,23 @@ def test_conv_kernel_sweep_guarded(case: tuple, at: str) -> None:
     ex = ConvExecutor(geo, w, None, None, num_threads=2, alloc=lambda shape: guarded_array(shape, np.float32, at))
     got = ex.run(x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_depthwise_post_ops() -> None:
+    """The depthwise kernel shares the post-ops: bias, scale, residual, Relu (the channel tail is 70 % 16)."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 70, 7, 10)).astype(np.float32)
+    w = rng.standard_normal((70, 1, 3, 3)).astype(np.float32)
+    pads = (1, 1, 1, 1)
+    base = conv_f64(x, w, 70, (1, 1), (1, 1), pads)
+    scale, shift = rng.uniform(0.5, 2, 70), rng.standard_normal(70)
+    res = rng.standard_normal(base.shape).astype(np.float32)
+    want = np.maximum(base * scale[None, :, None, None] + shift[None, :, None, None] + res, 0)
+    geo = geometry(x, w, base, 70, (1, 1), (1, 1), pads)
+    assert geo.depthwise
+    ex = ConvExecutor(geo, w, scale, shift, (PostOp("residual"), PostOp("relu")), num_threads=2,
+                      alloc=lambda shape: guarded_array(shape, np.float32))
+    np.testing.assert_allclose(ex.run(x, res), want, rtol=1e-4, atol=1e-4)
 
 
 def test_conv_kernel_post_ops_in_order() -> None:

@@ -242,9 +242,10 @@ def test_compile_model_applies_the_hooks(post_op_marking):
     fused = sorted(n.type_name for sg in eltwise for n in sg.body.get_ordered_ops())
     assert "Exp" in fused and "Tanh" in fused
     assert "Mish" not in fused and "Relu" not in fused and "Sigmoid" not in fused
-    # the Relu the hook kept out of the eltwise Tokenizer is applied inside the convolution primitive
+    # the post-ops the hook kept out of the eltwise Tokenizer are applied inside the convolution primitive,
+    # and so is the join with the eltwise chain (a residual Add)
     prim = [sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsConvolution")]
-    assert [n.type_name for n in prim[0].body_ops] == ["Convolution", "Relu"]
+    assert [n.type_name for n in prim[0].body_ops] == ["Convolution", "Relu", "Sigmoid", "Add"]
     rng = np.random.default_rng(0)
     inputs = {
         "x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32),
