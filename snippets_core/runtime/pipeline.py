@@ -71,13 +71,14 @@ def run_common_optimizations(model: Model, disabled_passes: Iterable[str] = ()) 
     a Subgraph on out-of-range values."""
     from snippets_core.ir.ops.subgraph import Subgraph
     from snippets_core.passes.data_flow_pipeline import common_optimizations_pipeline, is_quantized
+    from snippets_core.tokenization.tokenize_conv_snippets import is_primitive
 
     disabled = set(disabled_passes)
     if "common-optimizations" in disabled:
         return False
     changed = False
     for sg in [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]:
-        if sg.rt_info.get("SnippetsConvolution"):  # a conv primitive: its Constants stay in (packed once)
+        if is_primitive(sg):  # a conv/pool primitive: its Constants stay in (packed once by the target)
             continue
         pipeline = common_optimizations_pipeline(is_quantized(sg.body))
         # Validate checks what the lowering supports; a body it rejects (e.g. a Reshape pair kept by a

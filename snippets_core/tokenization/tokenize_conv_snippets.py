@@ -19,6 +19,9 @@ time); the Subgraph's inputs are ``x`` and the residual, if any. The Subgraph ca
 A Convolution that is not taken keeps the reason in ``rt_info[CONV_REJECT_REASON_KEY]`` (``describe()`` and
 ``snippets inspect`` show it): it then runs on its reference kernel, with the post-ops left to the eltwise
 Tokenizer.
+
+2-D MaxPool (without the indices output) and AvgPool on static f32 inputs become single-op Subgraphs marked
+``POOLING``, so they run on the same layout as the convolutions around them.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from snippets_core.tokenization.tokenization_utils import _body_result, _copy_co
 
 #: rt_info key on a conv-primitive Subgraph (value True)
 CONVOLUTION = "SnippetsConvolution"
+#: rt_info key on a pooling primitive Subgraph (a MaxPool or AvgPool alone; value True)
+POOLING = "SnippetsPooling"
 #: rt_info key on a Convolution left to its reference kernel: why
 CONV_REJECT_REASON_KEY = "SnippetsConvRejectReason"
 #: per-channel ops (with a Constant) and the element-wise activations a conv primitive applies
@@ -59,6 +64,25 @@ def per_channel(value: np.ndarray, channels: int) -> bool:
         return value.ndim <= 4
     shape = (1,) * (4 - value.ndim) + value.shape if value.ndim <= 4 else None
     return shape is not None and shape[0] == 1 and shape[1] == channels and shape[2:] == (1, 1)
+
+
+def is_primitive(node: Node) -> bool:
+    """A Subgraph this Tokenizer made: a target runs it as one conv or pooling kernel."""
+    return bool(node.rt_info.get(CONVOLUTION) or node.rt_info.get(POOLING))
+
+
+def pool_reject_reason(pool: Node) -> str | None:
+    """None if a MaxPool/AvgPool can be a pooling primitive (2-D, f32, static, no indices output), else why not."""
+    x = pool.inputs[0]
+    if len(pool.kernel) != 2:  # type: ignore[attr-defined]
+        return f"it is a {len(pool.kernel)}-D pooling; the JIT kernel is 2-D"  # type: ignore[attr-defined]
+    if x.element_type is not ElementType.f32:
+        return f"it pools {x.element_type.value}; the JIT kernel takes f32"
+    if not x.shape.is_static:
+        return f"its input shape {x.shape} is dynamic; the pooling kernel is specialized per shape"
+    if len(pool.outputs) != 1:
+        return "it also returns the indices of the maxima"
+    return None
 
 
 def conv_reject_reason(conv: Node) -> str | None:
@@ -91,6 +115,14 @@ class TokenizeConvSnippets(Pass):
             return False
         changed = False
         for node in model.get_ordered_ops():
+            if node.type_name in ("MaxPool", "AvgPool"):
+                why = pool_reject_reason(node)
+                if why is not None:
+                    node.rt_info[CONV_REJECT_REASON_KEY] = why
+                else:
+                    _wrap([node], POOLING)
+                    changed = True
+                continue
             if node.type_name != "Convolution":
                 continue
             why = conv_reject_reason(node)
@@ -104,7 +136,7 @@ class TokenizeConvSnippets(Pass):
                 continue
             node.rt_info.pop(CONV_REJECT_REASON_KEY, None)
             chain = _post_op_chain(node)
-            _wrap([node, *chain])
+            _wrap([node, *chain], CONVOLUTION)
             changed = True
         return changed
 
@@ -170,7 +202,7 @@ def _silu_pair(x: Output) -> tuple[Node, Node] | None:
     return sig, mul
 
 
-def _wrap(ordered: list[Node]) -> Subgraph:
+def _wrap(ordered: list[Node], kind: str) -> Subgraph:
     """Replace ``ordered`` (the Convolution first) by one Completed Subgraph; Constants go into the body."""
     inside = {n.id for n in ordered}
     mapping: dict[tuple[int, int], Output] = {}
@@ -202,10 +234,10 @@ def _wrap(ordered: list[Node]) -> Subgraph:
         op.disconnect()
     sg.rt_info = {k: v for k, v in last.rt_info.items() if k != SNIPPETS_NODE_TYPE}
     sg.rt_info[ORIGINAL_LAYERS_NAMES] = ",".join(op.name for op in ordered)
-    sg.rt_info[CONVOLUTION] = True
+    sg.rt_info[kind] = True
     mark_completed(sg)
     return sg
 
 
-__all__ = ["CONVOLUTION", "CONV_ACTIVATIONS", "CONV_CHANNEL_OPS", "CONV_REJECT_REASON_KEY", "TokenizeConvSnippets",
+__all__ = ["POOLING", "is_primitive", "pool_reject_reason", "CONVOLUTION", "CONV_ACTIVATIONS", "CONV_CHANNEL_OPS", "CONV_REJECT_REASON_KEY", "TokenizeConvSnippets",
            "conv_reject_reason", "per_channel"]

@@ -110,6 +110,9 @@ class ConvGeometry:
     pl: int
     ho: int
     wo: int
+    #: "conv", or a pooling over the same windows: "max", "avg" (the divisor per output pixel comes as the
+    #: "weights": one reciprocal count per output pixel)
+    mode: str = "conv"
 
     @property
     def cg(self) -> int:
@@ -131,7 +134,7 @@ class ConvGeometry:
     @property
     def depthwise(self) -> bool:
         """One input and one output channel per group: the channels are the vector lanes (no reduction over C)."""
-        return self.group > 1 and self.group == self.c == self.m
+        return self.mode != "conv" or (self.group > 1 and self.group == self.c == self.m)
 
     @property
     def vec_groups(self) -> int:
@@ -159,6 +162,8 @@ class ConvGeometry:
 
     @property
     def flops(self) -> int:
+        if self.mode != "conv":
+            return self.n * self.m * self.ho * self.wo * self.kh * self.kw
         return 2 * self.n * self.m * self.ho * self.wo * self.cg * self.kh * self.kw
 
 
@@ -218,13 +223,15 @@ def work_table(geo: ConvGeometry, offsets: list[int]) -> np.ndarray:
                 rem = geo.vec_channels - (geo.nvp - 1) * VEC
                 mask = (1 << rem) - 1 if last else 0xFFFF
                 variant = 0 if nv == blocks[0][1] else 1
-                wei = offsets[g * len(blocks) + b] * 4
+                wei = offsets[g * len(blocks) + b] * 4 if geo.mode == "conv" else 0
                 bias = (g * geo.nvp + v0) * VEC * 4
                 for oh in range(geo.ho):
                     src = ((n * geo.hp + oh * geo.sh) * geo.wp) * c4 + g * geo.cg * 4
                     if geo.depthwise:  # the block's channels, not a group's
                         src += v0 * VEC * 4
                     dst = ((n * geo.ho + oh) * geo.wo) * m4 + (g * geo.mg + v0 * VEC) * 4
+                    if geo.mode != "conv":  # the reciprocal counts of this output row
+                        wei = oh * geo.wo * 4
                     rows.append((src, wei, dst, bias, mask, variant))
     return np.asarray(rows, dtype=np.int64).reshape(-1, ROW)
 
@@ -282,6 +289,8 @@ def _emit_row(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[PostOp, 
         fn.add(rbx, src_step)
         fn.add(r9, dst_step)
         fn.add(r11, dst_step)
+        if geo.mode == "avg":
+            fn.add(r8, r_full * 4)
         fn.dec(r12)
         fn.jnz(loop)
     if r_tail:
@@ -348,24 +357,43 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
 
 
 def _emit_dw_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tuple[PostOp, ...]) -> None:
-    """Depthwise: ``r`` pixels x ``nv`` channel vectors, the taps unrolled, each an FMA of an input vector."""
+    """Depthwise: ``r`` pixels x ``nv`` channel vectors, the taps unrolled, each an FMA of an input vector.
+    Pooling is the same walk with vmaxps/vaddps instead of the FMA (the padding holds -inf for max)."""
     acc = [[ZMM[i * nv + j] for j in range(nv)] for i in range(r)]
     wv = [ZMM[r * nv + j] for j in range(nv)]
     free = [ZMM[r * nv + nv + k] for k in range(3)]
-    for row in acc:
-        for z in row:
-            fn.vxorps(z, z, z)
     pix = geo.sw * geo.cp * 4
+    first = True
     for i in range(geo.kh):
         for j in range(geo.kw):
             tap = i * geo.kw + j
             off = i * geo.dh * geo.wp * geo.cp * 4 + j * geo.dw * geo.cp * 4
+            if geo.mode != "conv":
+                for p in range(r):
+                    for v in range(nv):
+                        src = zword[rbx + (off + p * pix + v * 64)]
+                        if first:
+                            fn.vmovups(acc[p][v], src)
+                        else:
+                            (fn.vmaxps if geo.mode == "max" else fn.vaddps)(acc[p][v], acc[p][v], src)
+                first = False
+                continue
+            if first:
+                for row in acc:
+                    for z in row:
+                        fn.vxorps(z, z, z)
+                first = False
             for v in range(nv):
                 fn.vmovups(wv[v], zword[r8 + (tap * geo.cp * 4 + v * 64)])
             for p in range(r):
                 for v in range(nv):
                     fn.vfmadd231ps(acc[p][v], wv[v], zword[rbx + (off + p * pix + v * 64)])
-    _emit_post_ops(fn, geo, acc, [*free, *wv], post_ops)
+    if geo.mode == "avg":
+        for p in range(r):
+            for z in acc[p]:
+                fn.vmulps(z, z, bcst(r8 + p * 4))
+    if geo.mode == "conv":
+        _emit_post_ops(fn, geo, acc, [*free, *wv], post_ops)
     for p in range(r):
         for v in range(nv):
             dst = zword[r9 + (p * geo.m * 4 + v * 64)]

@@ -38,7 +38,10 @@ class ConvExecutor:
             out[...] = a
             return out
 
-        packed, bias, offsets = pack_weights(w, geo, scale, shift)
+        if geo.mode == "conv":
+            packed, bias, offsets = pack_weights(w, geo, scale, shift)
+        else:  # pooling: the "weights" are the reciprocal window counts per output pixel (avg), the bias unused
+            packed, bias, offsets = w.astype(np.float32).ravel(), np.zeros(1, np.float32), []
         self.packed, self.bias = keep(packed), keep(bias)
         self.channel_data = [keep(pack_channels(v, geo)) for v in channel_data]
         self.table = work_table(geo, offsets)
@@ -47,7 +50,8 @@ class ConvExecutor:
         #: the input can be read in place (NHWC, no padding): no copy when the producer wrote NHWC
         self.unpadded = geo.hp == geo.h and geo.wp == geo.w and geo.cp == geo.c
         self.xp = new((geo.n, geo.hp, geo.wp, geo.cp))
-        self.xp[...] = 0.0
+        # the border: zeros for a convolution or an average, -inf for a maximum (padding never wins)
+        self.xp[...] = -np.inf if geo.mode == "max" else 0.0
         self.has_residual = any(op.kind == "residual" for op in self.post_ops)
         #: layout changes (NCHW -> NHWC copies) made by the calls so far: the reorders at this primitive's edges
         self.reorders = 0

@@ -117,6 +117,18 @@ def _is_silu_gate(sigmoid: Any, chain: list[Any]) -> bool:
 
 def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
     """``run(inputs) -> [y]`` for a conv-primitive Subgraph, or None (the reason in ``sg.rt_info``)."""
+    if sg.rt_info.get("SnippetsPooling"):
+        from snippets_x86_64.pool import build_pool_executor
+
+        (pool,) = sg.body_ops
+        pex = build_pool_executor(pool, sg.body.parameters[0].outputs[0].shape.to_tuple(), config.num_threads)
+        sg.rt_info["SnippetsConvKernel"] = describe_geometry(pex.geo)
+
+        def run_pool(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+            return [pex.run(inputs[0])]
+
+        run_pool.executor = pex  # type: ignore[attr-defined]
+        return run_pool
     try:
         ex, residual = build_conv_executor(sg, config.num_threads)
     except ConvUnsupported as e:
@@ -133,5 +145,5 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
 
 def describe_geometry(g: ConvGeometry) -> str:
     """One line for describe()/inspect: the shape the kernel is specialized for."""
-    return (f"conv {g.kh}x{g.kw} s{g.sh}x{g.sw} d{g.dh}x{g.dw} g{g.group} {g.c}->{g.m} "
+    return (f"{'conv' if g.mode == 'conv' else g.mode + 'pool'} {g.kh}x{g.kw} s{g.sh}x{g.sw} d{g.dh}x{g.dw} g{g.group} {g.c}->{g.m} "
             f"{g.h}x{g.w}->{g.ho}x{g.wo} N{g.n} (NHWC, {g.flops / 1e9:.3f} GFLOP)")

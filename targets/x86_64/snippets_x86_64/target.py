@@ -76,7 +76,8 @@ class X86_64Target:
         (with ``sg.rt_info["SnippetsFallbackReason"]``) when the target declares it does not generate something in
         it (UnsupportedByTarget), so it runs on its reference; any other error is raised.
         The executor is ``run(inputs, outs=None) -> outputs``; see :mod:`snippets_x86_64.runtime`."""
-        if sg.rt_info.get("SnippetsConvolution"):  # a conv primitive (TokenizeConvSnippets): its own kernel
+        if sg.rt_info.get("SnippetsConvolution") or sg.rt_info.get("SnippetsPooling"):
+            # a conv or pooling primitive (TokenizeConvSnippets): its own kernel, not the LinearIR pipeline
             from snippets_x86_64.conv_subgraph import compile_conv_subgraph
 
             return compile_conv_subgraph(sg, config)

@@ -60,7 +60,8 @@ def test_resnet_block_runs_two_conv_primitives() -> None:
     assert len(convs) == 2
     # conv + bias + BN (Multiply, Add) + Relu; conv + bias + BN + residual Add + Relu: all in the kernels
     assert [len(sg.body_ops) for sg in convs] == [5, 6]
-    assert [w for _, op, w in cm.placement() if op == "Subgraph"] == ["x86_64_avx512", "x86_64_avx512"]
+    # the whole block runs on kernels: two conv primitives and the MaxPool
+    assert [w for _, _, w in cm.placement()] == ["x86_64_avx512"] * 3
 
 
 def _single_conv(x_shape: tuple, w_shape: tuple, post: list[tuple], **attrs: object) -> onnx.ModelProto:
@@ -142,8 +143,31 @@ def test_resnet_block_reorders_only_at_the_model_input() -> None:
     cm, got, want = _run_both(model, {"x": x})
     np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-4)
     runs = {st.node.name: st.run.executor for st in cm._steps if hasattr(st.run, "executor")}
-    assert len(runs) == 2
-    first, second = (runs[sg.name] for sg in cm.subgraphs if sg.name in runs)
-    assert (first.reorders, second.reorders) == (1, 1)  # conv1: x; conv2: the residual x, not conv1's output
+    assert len(runs) == 3  # conv, conv, pool
+    first, second, pool = (runs[sg.name] for sg in cm.subgraphs if sg.name in runs)
+    # conv1: x; conv2: the residual x, not conv1's output; the pool reads conv2's output in place
+    assert (first.reorders, second.reorders, pool.reorders) == (1, 1, 0)
     cm({"x": x})
-    assert (first.reorders, second.reorders) == (2, 2)
+    assert (first.reorders, second.reorders, pool.reorders) == (2, 2, 0)
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("MaxPool", {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [0, 1, 1, 2], "dilations": [2, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 0}),
+    ("AveragePool", {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [0, 1, 1, 0], "ceil_mode": 1,
+                     "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [2, 2], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+])
+def test_pooling_primitives(op: str, attrs: dict) -> None:
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "pool",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 37, 12, 13])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list("nchw"))])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    x = np.random.default_rng(10).standard_normal((2, 37, 12, 13)).astype(np.float32)
+    cm, got, want = _run_both(model, {"x": x})
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-5, atol=1e-5)
+    assert [sg.rt_info.get("SnippetsPooling") for sg in cm.subgraphs] == [True]
+    assert cm.placement()[0][2] == "x86_64_avx512"

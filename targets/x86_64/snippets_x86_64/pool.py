@@ -1,0 +1,52 @@
+"""MaxPool and AveragePool as JIT kernels: the depthwise convolution's walk (:mod:`snippets_x86_64.conv`) with
+``vmaxps``/``vaddps`` instead of the FMA, on the same NHWC layout (so a pool after a conv primitive reads its
+output in place, and a conv after a pool reads the pool's).
+
+The padded input copy holds -inf (max: padding never wins) or 0 (average) around the image, including the
+extra rows/columns that ``ceil_mode`` windows reach. An average multiplies each output pixel by its reciprocal
+window count, computed once per shape: the taps inside the image, or inside the image and its explicit/auto
+padding with ``count_include_pad`` (positions reached only through ``ceil_mode`` never count).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from snippets_core.ir.node import Node
+from snippets_x86_64.conv import ConvGeometry
+from snippets_x86_64.conv_executor import ConvExecutor
+
+POOL_MODES = {"MaxPool": "max", "AvgPool": "avg"}
+
+
+def pool_geometry(node: Node, x_shape: tuple[int, ...]) -> tuple[ConvGeometry, tuple[int, int, int, int]]:
+    """The window walk of a 2-D pool over ``x_shape`` [N, C, H, W], and its pads (top, left, bottom, right)."""
+    n, c, h, w = x_shape
+    geo_w = node._geometry(node.kernel)  # type: ignore[attr-defined]
+    (ho, wo), (pt, pl), (pb, pr) = geo_w.resolve((h, w))
+    kh, kw = node.kernel  # type: ignore[attr-defined]
+    geo = ConvGeometry(n, c, h, w, c, c, kh, kw, *geo_w.strides, *geo_w.dilations, pt, pl, ho, wo,
+                       mode=POOL_MODES[node.type_name])
+    return geo, (pt, pl, pb, pr)
+
+
+def reciprocal_counts(geo: ConvGeometry, pads: tuple[int, int, int, int], include_pad: bool) -> np.ndarray:
+    """[Ho, Wo]: 1 / (the taps of each window that count), float64 computed, f32 stored."""
+    pt, pl, pb, pr = pads
+    lo_h, hi_h = (-pt, geo.h + pb) if include_pad else (0, geo.h)
+    lo_w, hi_w = (-pl, geo.w + pr) if include_pad else (0, geo.w)
+    rows = np.arange(geo.ho)[:, None] * geo.sh - pt + np.arange(geo.kh)[None, :] * geo.dh
+    cols = np.arange(geo.wo)[:, None] * geo.sw - pl + np.arange(geo.kw)[None, :] * geo.dw
+    count_h = ((rows >= lo_h) & (rows < hi_h)).sum(axis=1)
+    count_w = ((cols >= lo_w) & (cols < hi_w)).sum(axis=1)
+    count = np.maximum(count_h[:, None] * count_w[None, :], 1)
+    return (1.0 / count).astype(np.float32)
+
+
+def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int) -> ConvExecutor:
+    geo, pads = pool_geometry(node, x_shape)
+    if geo.mode == "avg":
+        divisor = reciprocal_counts(geo, pads, bool(node.count_include_pad))  # type: ignore[attr-defined]
+    else:
+        divisor = np.zeros(1, np.float32)
+    return ConvExecutor(geo, divisor, None, None, num_threads=num_threads)
