@@ -226,6 +226,9 @@ def outside_reason(node: Any, host: Any, target: str) -> str | None:
     fc = node.rt_info.get(FC_REJECT_REASON_KEY)
     if fc:
         reasons.append(f"not fused as FullyConnected: {fc}")
+    conv = node.rt_info.get("SnippetsConvRejectReason")  # TokenizeConvSnippets turned it down
+    if conv:
+        reasons.append(f"not a conv primitive: {conv}")
     for refused, reason in _reason_checks():
         if refused(node):
             reasons.append(reason(node))

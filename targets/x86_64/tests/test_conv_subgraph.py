@@ -171,3 +171,16 @@ def test_pooling_primitives(op: str, attrs: dict) -> None:
     np.testing.assert_allclose(got["y"], want[0], rtol=1e-5, atol=1e-5)
     assert [sg.rt_info.get("SnippetsPooling") for sg in cm.subgraphs] == [True]
     assert cm.placement()[0][2] == "x86_64_avx512"
+
+
+def test_inspect_says_why_a_conv_is_not_a_primitive(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from snippets_core.cli import main
+
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="c3d")], "c3",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list("ncdhw"))],
+                          [_init("w", np.ones((3, 2, 2, 2, 2)))])
+    path = tmp_path / "c3.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    assert main(["inspect", str(path), "--target", "x86_64_avx512"]) == 0
+    assert "not a conv primitive: it is a 3-D convolution; the JIT kernel is 2-D" in capsys.readouterr().out
