@@ -21,7 +21,8 @@ A Convolution that is not taken keeps the reason in ``rt_info[CONV_REJECT_REASON
 Tokenizer.
 
 2-D MaxPool (without the indices output) and AvgPool on static f32 inputs become single-op Subgraphs marked
-``POOLING``, so they run on the same layout as the convolutions around them.
+``POOLING``, so they run on the same layout as the convolutions around them; a Concat along the channels of
+their outputs becomes a ``CONCAT`` Subgraph that keeps that layout (Inception, DenseNet).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ from snippets_core.tokenization.tokenization_utils import _body_result, _copy_co
 CONVOLUTION = "SnippetsConvolution"
 #: rt_info key on a pooling primitive Subgraph (a MaxPool or AvgPool alone; value True)
 POOLING = "SnippetsPooling"
+#: rt_info key on a channel Concat of primitives' outputs (value True): it keeps their NHWC layout
+CONCAT = "SnippetsConcat"
 #: rt_info key on a Convolution left to its reference kernel: why
 CONV_REJECT_REASON_KEY = "SnippetsConvRejectReason"
 #: per-channel ops (with a Constant) and the element-wise activations a conv primitive applies
@@ -68,7 +71,18 @@ def per_channel(value: np.ndarray, channels: int) -> bool:
 
 def is_primitive(node: Node) -> bool:
     """A Subgraph this Tokenizer made: a target runs it as one conv or pooling kernel."""
-    return bool(node.rt_info.get(CONVOLUTION) or node.rt_info.get(POOLING))
+    return bool(node.rt_info.get(CONVOLUTION) or node.rt_info.get(POOLING) or node.rt_info.get(CONCAT))
+
+
+def is_channel_concat_of_primitives(node: Node) -> bool:
+    """A Concat along the channels of rank-4 static f32 tensors, at least one made by a conv/pool primitive
+    (the others: anything but Constants); it then writes each input into its channel slice of an NHWC output."""
+    if node.type_name != "Concat" or not node.outputs[0].shape.is_static or node.outputs[0].shape.rank != 4:
+        return False
+    if node.axis not in (1, -3) or node.outputs[0].element_type is not ElementType.f32:  # type: ignore[attr-defined]
+        return False
+    srcs = [i.source.node for i in node.inputs]
+    return all(s.type_name != "Constant" for s in srcs) and any(is_primitive(s) for s in srcs)
 
 
 def pool_reject_reason(pool: Node) -> str | None:
@@ -115,6 +129,10 @@ class TokenizeConvSnippets(Pass):
             return False
         changed = False
         for node in model.get_ordered_ops():
+            if is_channel_concat_of_primitives(node):  # in topological order: its producers are wrapped already
+                _wrap([node], CONCAT)
+                changed = True
+                continue
             if node.type_name in ("MaxPool", "AvgPool"):
                 why = pool_reject_reason(node)
                 if why is not None:
@@ -239,5 +257,5 @@ def _wrap(ordered: list[Node], kind: str) -> Subgraph:
     return sg
 
 
-__all__ = ["POOLING", "is_primitive", "pool_reject_reason", "CONVOLUTION", "CONV_ACTIVATIONS", "CONV_CHANNEL_OPS", "CONV_REJECT_REASON_KEY", "TokenizeConvSnippets",
+__all__ = ["CONCAT", "is_channel_concat_of_primitives", "POOLING", "is_primitive", "pool_reject_reason", "CONVOLUTION", "CONV_ACTIVATIONS", "CONV_CHANNEL_OPS", "CONV_REJECT_REASON_KEY", "TokenizeConvSnippets",
            "conv_reject_reason", "per_channel"]

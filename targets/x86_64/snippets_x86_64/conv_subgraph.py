@@ -117,6 +117,17 @@ def _is_silu_gate(sigmoid: Any, chain: list[Any]) -> bool:
 
 def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
     """``run(inputs) -> [y]`` for a conv-primitive Subgraph, or None (the reason in ``sg.rt_info``)."""
+    if sg.rt_info.get("SnippetsConcat"):
+        from snippets_x86_64.conv_concat import ChannelConcat
+
+        cat = ChannelConcat(sg.body.parameters[0].outputs[0].shape.to_tuple()[0])
+        sg.rt_info["SnippetsConvKernel"] = f"channel concat of {len(sg.inputs)} inputs in NHWC"
+
+        def run_concat(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+            return [cat.run(inputs)]
+
+        run_concat.executor = cat  # type: ignore[attr-defined]
+        return run_concat
     if sg.rt_info.get("SnippetsPooling"):
         from snippets_x86_64.pool import build_pool_executor
 

@@ -76,7 +76,7 @@ class X86_64Target:
         (with ``sg.rt_info["SnippetsFallbackReason"]``) when the target declares it does not generate something in
         it (UnsupportedByTarget), so it runs on its reference; any other error is raised.
         The executor is ``run(inputs, outs=None) -> outputs``; see :mod:`snippets_x86_64.runtime`."""
-        if sg.rt_info.get("SnippetsConvolution") or sg.rt_info.get("SnippetsPooling"):
+        if any(sg.rt_info.get(k) for k in ("SnippetsConvolution", "SnippetsPooling", "SnippetsConcat")):
             # a conv or pooling primitive (TokenizeConvSnippets): its own kernel, not the LinearIR pipeline
             from snippets_x86_64.conv_subgraph import compile_conv_subgraph
 

@@ -184,3 +184,27 @@ def test_inspect_says_why_a_conv_is_not_a_primitive(tmp_path, capsys) -> None:  
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
     assert main(["inspect", str(path), "--target", "x86_64_avx512"]) == 0
     assert "not a conv primitive: it is a 3-D convolution; the JIT kernel is 2-D" in capsys.readouterr().out
+
+
+def test_channel_concat_of_primitives_keeps_nhwc() -> None:
+    """An Inception-style join: two convs and a pool concatenated along the channels, then a 1x1 conv that
+    reads the concatenation with no reorder."""
+    rng = np.random.default_rng(11)
+    nodes = [
+        helper.make_node("Conv", ["x", "wa"], ["a"], kernel_shape=[1, 1]),
+        helper.make_node("Conv", ["x", "wb"], ["b"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["a", "b", "p"], ["cat"], axis=1),
+        helper.make_node("Conv", ["cat", "wc"], ["y"], kernel_shape=[1, 1]),
+    ]
+    inits = [_init("wa", rng.standard_normal((5, 7, 1, 1))), _init("wb", rng.standard_normal((19, 7, 3, 3))),
+             _init("wc", rng.standard_normal((9, 31, 1, 1)))]
+    g = helper.make_graph(nodes, "cat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7, 6, 9])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list("nchw"))], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    x = rng.standard_normal((2, 7, 6, 9)).astype(np.float32)
+    cm, got, want = _run_both(model, {"x": x})
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-4)
+    assert all(w == "x86_64_avx512" for _, _, w in cm.placement())
+    ex = {st.node.type_name + str(i): st.run.executor for i, st in enumerate(cm._steps)}
+    assert [e.reorders for e in ex.values()] == [1, 1, 1, 0, 0]  # x read by three primitives, then none
