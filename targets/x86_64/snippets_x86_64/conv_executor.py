@@ -1,14 +1,16 @@
 """ConvExecutor: runs the JIT convolution (:mod:`snippets_x86_64.conv`) on NCHW arrays, on both cores.
 
-Made once per shape: the packed weight and bias, the work table, the padded NHWC input buffer (its border is
-zeroed once and never written again) and the NHWC output buffer. A call reorders the input into the padded
-buffer's interior, runs the items split over the threads of the native pool, and reorders the output back to
-NCHW (the reorders at the edges of the primitive: see docs/conv.md for the blocked-layout plan).
+Made once per shape: the packed weight and bias, the work table and the padded NHWC input buffer (its border is
+written once; a call rewrites only the interior, and a concurrent call from another Python thread uses a buffer
+of its own). A call copies the input into the padded buffer (a reorder only when the input is not already NHWC),
+runs the items split over the threads of the native pool and returns the new NHWC output as an NCHW view
+(see docs/conv.md: the layout travels in the strides).
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -49,9 +51,9 @@ class ConvExecutor:
         self.new = new
         #: the input can be read in place (NHWC, no padding): no copy when the producer wrote NHWC
         self.unpadded = geo.hp == geo.h and geo.wp == geo.w and geo.cp == geo.c
-        self.xp = new((geo.n, geo.hp, geo.wp, geo.cp))
-        # the border: zeros for a convolution or an average, -inf for a maximum (padding never wins)
-        self.xp[...] = -np.inf if geo.mode == "max" else 0.0
+        self.xp = self._padded_buffer()
+        #: held while a call uses ``xp``; a concurrent call (another Python thread) gets a buffer of its own
+        self._xp_lock = threading.Lock()
         self.has_residual = any(op.kind == "residual" for op in self.post_ops)
         #: layout changes (NCHW -> NHWC copies) made by the calls so far: the reorders at this primitive's edges
         self.reorders = 0
@@ -62,11 +64,27 @@ class ConvExecutor:
         bounds = [items * t // threads for t in range(threads + 1)]
         self.chunks = [(bounds[t], bounds[t + 1] - bounds[t]) for t in range(threads)]
 
+    def _padded_buffer(self) -> np.ndarray:
+        """The padded NHWC input buffer with its border: zeros for a convolution or an average, -inf for a
+        maximum (padding never wins)."""
+        g = self.geo
+        xp = self.new((g.n, g.hp, g.wp, g.cp))
+        xp[...] = -np.inf if g.mode == "max" else 0.0
+        return xp
+
     def run(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
         """``x`` [N, C, H, W] -> [N, M, Ho, Wo]; ``residual`` has the output's shape.
 
         The result is an NCHW view of a new NHWC array (strides carry the layout): a conv primitive that
         consumes it reads it with no reorder, another consumer sees an ordinary (strided) NCHW array."""
+        if self._xp_lock.acquire(blocking=False):
+            try:
+                return self._run(x, residual, self.xp)
+            finally:
+                self._xp_lock.release()
+        return self._run(x, residual, self._padded_buffer())
+
+    def _run(self, x: np.ndarray, residual: np.ndarray | None, xp: np.ndarray) -> np.ndarray:
         g = self.geo
         xt = x.transpose(0, 2, 3, 1)
         if not xt.flags.c_contiguous:
@@ -74,8 +92,8 @@ class ConvExecutor:
         if self.unpadded and xt.flags.c_contiguous and xt.dtype == np.float32:
             src = xt
         else:
-            self.xp[:, g.pt:g.pt + g.h, g.pl:g.pl + g.w, :g.c] = xt
-            src = self.xp
+            xp[:, g.pt:g.pt + g.h, g.pl:g.pl + g.w, :g.c] = xt
+            src = xp
         res = None
         if self.has_residual:
             res = residual.transpose(0, 2, 3, 1)  # type: ignore[union-attr]

@@ -113,3 +113,27 @@ def test_conv_kernel_post_ops_in_order() -> None:
     ex = ConvExecutor(geo, w, scale, shift, ops, [mul], num_threads=2,
                       alloc=lambda shape: guarded_array(shape, np.float32))
     np.testing.assert_allclose(ex.run(x, res), want, rtol=1e-4, atol=1e-4)
+
+
+def test_concurrent_calls_from_python_threads() -> None:
+    """Two Python threads calling one executor: the one that finds the padded buffer busy gets its own."""
+    import threading
+
+    rng = np.random.default_rng(12)
+    w = rng.standard_normal((24, 8, 3, 3)).astype(np.float32)
+    xs = [rng.standard_normal((1, 8, 10, 10)).astype(np.float32) for _ in range(2)]
+    wants = [conv_f64(x, w, 1, (1, 1), (1, 1), (1, 1, 1, 1)) for x in xs]
+    ex = ConvExecutor(geometry(xs[0], w, wants[0], 1, (1, 1), (1, 1), (1, 1, 1, 1)), w, None, None, num_threads=1)
+    bad: list[int] = []
+
+    def work(i: int) -> None:
+        for _ in range(200):
+            if not np.allclose(ex.run(xs[i]), wants[i], rtol=1e-4, atol=1e-3):
+                bad.append(i)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not bad
