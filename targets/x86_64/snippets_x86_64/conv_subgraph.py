@@ -9,6 +9,7 @@ op becomes an ``add_c``/``mul_c`` post-op with its own packed vector.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,20 +30,40 @@ def _const(out: Any) -> np.ndarray:
     return np.asarray(out.node.value, dtype=np.float64)  # type: ignore[attr-defined]
 
 
-def build_conv_executor(sg: Subgraph, num_threads: int) -> tuple[ConvExecutor, int | None]:
-    """The executor of ``sg`` and the Subgraph input index of the residual (None without one)."""
+@dataclass(frozen=True)
+class ConvPlan:
+    """What a conv Subgraph computes, independent of the input's N, H, W: the weight, the folded per-channel
+    scale and shift, the post-ops after them, and the Subgraph input index of the residual (None without one)."""
+
+    conv: Any
+    w: np.ndarray
+    scale: np.ndarray | None
+    shift: np.ndarray
+    post_ops: tuple[PostOp, ...]
+    channel_data: tuple[np.ndarray, ...]
+    residual: int | None
+
+    def executor(self, x_shape: tuple[int, ...], num_threads: int) -> ConvExecutor:
+        """The kernel specialized for an input of ``x_shape`` [N, C, H, W]."""
+        n, c, h, wd = x_shape
+        m, _, kh, kw = self.w.shape
+        geo_w = self.conv._geometry(self.w.shape[2:])
+        (ho, wo), (pt, pl), _ = geo_w.resolve((h, wd))
+        geo = ConvGeometry(n, c, h, wd, m, self.conv.group, kh, kw, *geo_w.strides, *geo_w.dilations,  # type: ignore
+                           pt, pl, ho, wo)
+        return ConvExecutor(geo, self.w, self.scale, self.shift, self.post_ops, self.channel_data,
+                            num_threads=num_threads)
+
+
+def plan_conv(sg: Subgraph) -> ConvPlan:
+    """Read the conv Subgraph's body: fold the leading per-channel ops, translate the rest into post-ops."""
     ops = [n for n in sg.body.get_ordered_ops() if n.type_name not in ("Parameter", "Constant", "Result")]
     params = list(sg.body.parameters)
     conv, chain = ops[0], ops[1:]
     if conv.type_name != "Convolution" or conv.inputs[0].source.node is not params[0]:
         raise ConvUnsupported(f"the body does not start with a Convolution of its first input ({conv.type_name})")
-    x_shape = params[0].outputs[0].shape.to_tuple()
     w = _const(conv.inputs[1].source)
-    n, c, h, wd = x_shape
-    m, _, kh, kw = w.shape
-    geo_w = conv._geometry(w.shape[2:])  # type: ignore[attr-defined]
-    (ho, wo), (pt, pl), _ = geo_w.resolve((h, wd))
-    geo = ConvGeometry(n, c, h, wd, m, conv.group, kh, kw, *geo_w.strides, *geo_w.dilations, pt, pl, ho, wo)  # type: ignore
+    m = w.shape[0]
     scale, shift = np.ones(m), np.zeros(m)
     folding = True
     post_ops: list[PostOp] = []
@@ -102,8 +123,7 @@ def build_conv_executor(sg: Subgraph, num_threads: int) -> tuple[ConvExecutor, i
             raise ConvUnsupported(f"post-op {t} '{op.name}' has no conv-kernel form")
         current = op.outputs[0]
     identity = bool(np.all(scale == 1.0))
-    ex = ConvExecutor(geo, w, None if identity else scale, shift, post_ops, channel_data, num_threads=num_threads)
-    return ex, residual
+    return ConvPlan(conv, w, None if identity else scale, shift, tuple(post_ops), tuple(channel_data), residual)
 
 
 def _is_silu_gate(sigmoid: Any, chain: list[Any]) -> bool:
@@ -141,17 +161,47 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
         run_pool.executor = pex  # type: ignore[attr-defined]
         return run_pool
     try:
-        ex, residual = build_conv_executor(sg, config.num_threads)
+        plan = plan_conv(sg)
     except ConvUnsupported as e:
         sg.rt_info[FALLBACK_REASON_KEY] = str(e)
         return None
-    sg.rt_info["SnippetsConvKernel"] = describe_geometry(ex.geo)
+    x_port = sg.body.parameters[0].outputs[0].shape
+    threads = config.num_threads
+    if x_port.is_static:
+        ex = plan.executor(x_port.to_tuple(), threads)
+        sg.rt_info["SnippetsConvKernel"] = describe_geometry(ex.geo)
+        residual = plan.residual
 
-    def run(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return [ex.run(inputs[0], None if residual is None else inputs[residual])]
+        def run(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+            return [ex.run(inputs[0], None if residual is None else inputs[residual])]
 
-    run.executor = ex  # type: ignore[attr-defined]
-    return run
+        run.executor = ex  # type: ignore[attr-defined]
+        return run
+    return PerShapeConv(sg, plan, threads)
+
+
+class PerShapeConv:
+    """A conv primitive with a dynamic input shape: a kernel per input shape, made on its first call and kept.
+    A residual whose run-time shape is not the output's (a dynamic dim that broadcasts) runs the body on its
+    reference instead: the kernel reads the residual with the output's layout."""
+
+    def __init__(self, sg: Subgraph, plan: ConvPlan, num_threads: int) -> None:
+        self.sg, self.plan, self.num_threads = sg, plan, num_threads
+        self.executors: dict[tuple[int, ...], ConvExecutor] = {}
+        sg.rt_info["SnippetsConvKernel"] = "conv specialized per input shape on first use"
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x = inputs[0]
+        ex = self.executors.get(x.shape)
+        if ex is None:
+            ex = self.executors.setdefault(x.shape, self.plan.executor(x.shape, self.num_threads))
+        res = None if self.plan.residual is None else inputs[self.plan.residual]
+        g = ex.geo
+        if res is not None and res.shape != (g.n, g.m, g.ho, g.wo):
+            from snippets_core.ir.evaluate import evaluate_node
+
+            return list(evaluate_node(self.sg, list(inputs)))
+        return [ex.run(x, res)]
 
 
 def describe_geometry(g: ConvGeometry) -> str:

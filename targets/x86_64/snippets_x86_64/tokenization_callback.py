@@ -193,11 +193,15 @@ def fc_callback(matmul: Node, features: frozenset[str] | None = None) -> str | N
 def tokenization_callback(node: Node, tokenizer: str = "eltwise") -> str | None:
     """The reason to keep ``node`` out of Subgraphs on x86_64_avx512, or None to let the Tokenizer take it.
     ``tokenizer == "mha"``: ``node`` is MatMul0 of a matched MHA (see :func:`mha_callback`);
-    ``tokenizer == "fc"``: ``node`` is the MatMul of a FullyConnected (see :func:`fc_callback`)."""
+    ``tokenizer == "fc"``: ``node`` is the MatMul of a FullyConnected (see :func:`fc_callback`);
+    ``tokenizer == "conv"``: a Convolution TokenizeConvSnippets matched, whose kernel the target specializes per
+    input shape."""
     if tokenizer == "mha":
         return mha_callback(node)
     if tokenizer == "fc":
         return fc_callback(node)
+    if tokenizer == "conv":  # a conv primitive makes a kernel per input shape (conv_subgraph.PerShapeConv)
+        return None
     for rule in RULES:
         reason = rule(node)
         if reason is not None:

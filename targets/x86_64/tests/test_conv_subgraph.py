@@ -208,3 +208,21 @@ def test_channel_concat_of_primitives_keeps_nhwc() -> None:
     assert all(w == "x86_64_avx512" for _, _, w in cm.placement())
     ex = {st.node.type_name + str(i): st.run.executor for i, st in enumerate(cm._steps)}
     assert [e.reorders for e in ex.values()] == [1, 1, 1, 0, 0]  # x read by three primitives, then none
+
+
+def test_dynamic_batch_and_image_size_get_a_kernel_per_shape() -> None:
+    """N, H, W symbolic: the conv primitive makes a kernel for each input shape it meets (and keeps it)."""
+    rng = np.random.default_rng(13)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"])]
+    g = helper.make_graph(nodes, "dyn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 5, "h", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 18, "h", "w"])],
+                          [_init("w", rng.standard_normal((18, 5, 3, 3))), _init("b", rng.standard_normal(18))])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (step,) = cm._steps
+    for shape in [(1, 5, 7, 9), (3, 5, 4, 13), (1, 5, 7, 9)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(cm({"x": x})["y"], sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    assert sorted(step.run.executors) == [(1, 5, 7, 9), (3, 5, 4, 13)]
