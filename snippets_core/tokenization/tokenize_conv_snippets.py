@@ -255,5 +255,8 @@ def _wrap(ordered: list[Node], kind: str) -> Subgraph:
     return sg
 
 
-__all__ = ["CONCAT", "is_channel_concat_of_primitives", "POOLING", "is_primitive", "pool_reject_reason", "CONVOLUTION", "CONV_ACTIVATIONS", "CONV_CHANNEL_OPS", "CONV_REJECT_REASON_KEY", "TokenizeConvSnippets",
-           "conv_reject_reason", "per_channel"]
+__all__ = [
+    "CONCAT", "CONVOLUTION", "CONV_ACTIVATIONS", "CONV_CHANNEL_OPS", "CONV_REJECT_REASON_KEY", "POOLING",
+    "TokenizeConvSnippets", "conv_reject_reason", "is_channel_concat_of_primitives", "is_primitive", "per_channel",
+    "pool_reject_reason",
+]

@@ -206,5 +206,6 @@ class PerShapeConv:
 
 def describe_geometry(g: ConvGeometry) -> str:
     """One line for describe()/inspect: the shape the kernel is specialized for."""
-    return (f"{'conv' if g.mode == 'conv' else g.mode + 'pool'} {g.kh}x{g.kw} s{g.sh}x{g.sw} d{g.dh}x{g.dw} g{g.group} {g.c}->{g.m} "
+    kind = "conv" if g.mode == "conv" else g.mode + "pool"
+    return (f"{kind} {g.kh}x{g.kw} s{g.sh}x{g.sw} d{g.dh}x{g.dw} g{g.group} {g.c}->{g.m} "
             f"{g.h}x{g.w}->{g.ho}x{g.wo} N{g.n} (NHWC, {g.flops / 1e9:.3f} GFLOP)")
