@@ -2,7 +2,8 @@
 
 Runs only for a target whose tokenization defaults set ``conv_primitives`` (it runs such Subgraphs as one
 JIT convolution with the post-ops applied in registers), after the pattern tokenizers and before the eltwise
-one, which would otherwise take the post-ops. From every ``Convolution`` with a Constant weight::
+one, which would otherwise take the post-ops. From every ``Convolution`` with a Constant weight (and the
+per-channel ops and Relu right before it, see ``_pre_op_chain``)::
 
         x [N, C, H, W] (static)     W Constant [M, C/group, KH, KW]
                     \\              /
@@ -152,7 +153,7 @@ class TokenizeConvSnippets(Pass):
                 continue
             node.rt_info.pop(CONV_REJECT_REASON_KEY, None)
             chain = _post_op_chain(node)
-            _wrap([node, *chain], CONVOLUTION)
+            _wrap([*_pre_op_chain(node), node, *chain], CONVOLUTION)
             changed = True
         return changed
 
@@ -202,6 +203,34 @@ def _post_op_chain(conv: Node) -> list[Node]:
         chain.append(cand)
         current = cand.outputs[0]
     return chain
+
+
+def _pre_op_chain(conv: Node) -> list[Node]:
+    """Per-channel Multiply/Add/Subtract/Divide by Constants and Relu right before ``conv`` (a pre-activation
+    block's BatchNormalization-Relu), each read only by the next: producers first. The target applies them while
+    it copies the input into its padded buffer (the padding stays zero, as the convolution pads their result)."""
+    channels = conv.inputs[0].shape[1]
+    pre: list[Node] = []
+    cur = conv.inputs[0].source
+    while len(cur.targets) == 1 and len(cur.node.outputs) == 1 and cur.element_type == ElementType.f32:
+        node = cur.node
+        if node.type_name == "Relu":
+            main = node.inputs[0].source
+        elif node.type_name in CONV_CHANNEL_OPS and len(node.inputs) == 2:
+            consts = [constant_value(i.source) for i in node.inputs]
+            k = 1 if consts[1] is not None else 0
+            if consts[k] is None or consts[1 - k] is not None or not per_channel(consts[k], channels):
+                break
+            if k == 0 and node.type_name in ("Subtract", "Divide"):
+                break
+            main = node.inputs[1 - k].source
+        else:
+            break
+        if main.shape != cur.shape:
+            break
+        pre.insert(0, node)
+        cur = main
+    return pre
 
 
 def _silu_pair(x: Output) -> tuple[Node, Node] | None:

@@ -29,8 +29,12 @@ class ConvExecutor:
 
     def __init__(self, geo: ConvGeometry, w: np.ndarray, scale: np.ndarray | None, shift: np.ndarray | None,
                  post_ops: Sequence[PostOp] = (), channel_data: Sequence[np.ndarray] = (),
-                 num_threads: int = 1, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> None:
-        """``alloc(shape)`` makes each float32 buffer the kernel reads or writes (tests pass guarded memory)."""
+                 num_threads: int = 1, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
+                 pre_ops: Sequence[tuple[str, np.ndarray | None]] = ()) -> None:
+        """``alloc(shape)`` makes each float32 buffer the kernel reads or writes (tests pass guarded memory);
+        ``pre_ops`` are (numpy ufunc name, per-channel vector or None for Relu) applied to the input as it is
+        copied into the padded buffer."""
+        self.pre_ops = [(getattr(np, name), v) for name, v in pre_ops]
         self.geo = geo
         self.post_ops = tuple(post_ops)
         new = alloc or (lambda shape: np.empty(shape, dtype=np.float32))
@@ -50,7 +54,7 @@ class ConvExecutor:
         self.kernel = build_conv_kernel(geo, self.post_ops)
         self.new = new
         #: the input can be read in place (NHWC, no padding): no copy when the producer wrote NHWC
-        self.unpadded = geo.hp == geo.h and geo.wp == geo.w and geo.cp == geo.c
+        self.unpadded = geo.hp == geo.h and geo.wp == geo.w and geo.cp == geo.c and not pre_ops
         self.xp = self._padded_buffer()
         #: held while a call uses ``xp``; a concurrent call (another Python thread) gets a buffer of its own
         self._xp_lock = threading.Lock()
@@ -92,7 +96,11 @@ class ConvExecutor:
         if self.unpadded and xt.flags.c_contiguous and xt.dtype == np.float32:
             src = xt
         else:
-            xp[:, g.pt:g.pt + g.h, g.pl:g.pl + g.w, :g.c] = xt
+            inner = xp[:, g.pt:g.pt + g.h, g.pl:g.pl + g.w, :g.c]
+            if self.pre_ops:
+                self._apply_pre_ops(xt, inner)
+            else:
+                inner[...] = xt
             src = xp
         res = None
         if self.has_residual:
@@ -103,6 +111,14 @@ class ConvExecutor:
         y = self.new((g.n, g.ho, g.wo, g.m))
         self.run_nhwc(src, y, res)
         return y.transpose(0, 3, 1, 2)
+
+    def _apply_pre_ops(self, xt: np.ndarray, inner: np.ndarray) -> None:
+        """The input chain written into the padded buffer's interior: the first op reads ``xt``, the rest work
+        in place (per-channel vectors broadcast along the last, channel, axis)."""
+        src = xt
+        for ufunc, v in self.pre_ops:
+            ufunc(src, np.float32(0) if v is None else v, out=inner)
+            src = inner
 
     def run_nhwc(self, src: np.ndarray, y: np.ndarray, res: np.ndarray | None = None) -> None:
         """The kernel on NHWC arrays: ``src`` (the padded input when there is padding), ``y`` written."""

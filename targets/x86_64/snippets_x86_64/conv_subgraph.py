@@ -42,6 +42,8 @@ class ConvPlan:
     post_ops: tuple[PostOp, ...]
     channel_data: tuple[np.ndarray, ...]
     residual: int | None
+    #: ops applied to the input (NHWC, per-channel vectors along the last axis) as it is copied in
+    pre_ops: tuple[tuple[str, np.ndarray | None], ...] = ()
 
     def executor(self, x_shape: tuple[int, ...], num_threads: int) -> ConvExecutor:
         """The kernel specialized for an input of ``x_shape`` [N, C, H, W]."""
@@ -52,16 +54,18 @@ class ConvPlan:
         geo = ConvGeometry(n, c, h, wd, m, self.conv.group, kh, kw, *geo_w.strides, *geo_w.dilations,  # type: ignore
                            pt, pl, ho, wo)
         return ConvExecutor(geo, self.w, self.scale, self.shift, self.post_ops, self.channel_data,
-                            num_threads=num_threads)
+                            num_threads=num_threads, pre_ops=self.pre_ops)
 
 
 def plan_conv(sg: Subgraph) -> ConvPlan:
     """Read the conv Subgraph's body: fold the leading per-channel ops, translate the rest into post-ops."""
     ops = [n for n in sg.body.get_ordered_ops() if n.type_name not in ("Parameter", "Constant", "Result")]
     params = list(sg.body.parameters)
-    conv, chain = ops[0], ops[1:]
-    if conv.type_name != "Convolution" or conv.inputs[0].source.node is not params[0]:
-        raise ConvUnsupported(f"the body does not start with a Convolution of its first input ({conv.type_name})")
+    k = next((i for i, n in enumerate(ops) if n.type_name == "Convolution"), None)
+    if k is None:
+        raise ConvUnsupported("the body has no Convolution")
+    conv, chain = ops[k], ops[k + 1:]
+    pre = _pre_ops(ops[:k], params[0], conv)
     w = _const(conv.inputs[1].source)
     m = w.shape[0]
     scale, shift = np.ones(m), np.zeros(m)
@@ -123,7 +127,27 @@ def plan_conv(sg: Subgraph) -> ConvPlan:
             raise ConvUnsupported(f"post-op {t} '{op.name}' has no conv-kernel form")
         current = op.outputs[0]
     identity = bool(np.all(scale == 1.0))
-    return ConvPlan(conv, w, None if identity else scale, shift, tuple(post_ops), tuple(channel_data), residual)
+    return ConvPlan(conv, w, None if identity else scale, shift, tuple(post_ops), tuple(channel_data), residual,
+                    pre)
+
+
+def _pre_ops(ops: list[Any], x: Any, conv: Any) -> tuple[tuple[str, np.ndarray | None], ...]:
+    """The ops between the input and the Convolution as (numpy ufunc name, per-channel vector or None)."""
+    out: list[tuple[str, np.ndarray | None]] = []
+    current = x.outputs[0]
+    c = conv.inputs[0].shape[1]
+    for op in ops:
+        if op.type_name == "Relu":
+            out.append(("maximum", None))
+        else:
+            const = next(i.source for i in op.inputs if i.source is not current)
+            v = np.broadcast_to(_const(const).reshape(-1), (c,)).astype(np.float32)
+            out.append(({"Add": "add", "Subtract": "subtract", "Multiply": "multiply", "Divide": "divide"}
+                        [op.type_name], v))
+        current = op.outputs[0]
+    if conv.inputs[0].source is not current:
+        raise ConvUnsupported("the Convolution does not read the end of its input chain")
+    return tuple(out)
 
 
 def _is_silu_gate(sigmoid: Any, chain: list[Any]) -> bool:

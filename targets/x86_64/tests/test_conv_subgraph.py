@@ -226,3 +226,25 @@ def test_dynamic_batch_and_image_size_get_a_kernel_per_shape() -> None:
         x = rng.standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(cm({"x": x})["y"], sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
     assert sorted(step.run.executors) == [(1, 5, 7, 9), (3, 5, 4, 13)]
+
+
+def test_pre_activation_bn_relu_is_applied_on_the_input_copy() -> None:
+    """DenseNet/pre-activation ResNet: BatchNormalization -> Relu -> Conv. The BN's Multiply/Add and the Relu
+    join the conv primitive (applied while the input is copied in; the padding stays zero)."""
+    rng = np.random.default_rng(14)
+    c = 13
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "s", "b", "mu", "var"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["r"]),
+        helper.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1]),
+    ]
+    inits = [_init("s", rng.uniform(0.5, 2, c)), _init("b", rng.standard_normal(c)), _init("mu", rng.standard_normal(c)),
+             _init("var", rng.uniform(0.5, 2, c)), _init("w", rng.standard_normal((20, c, 3, 3)))]
+    g = helper.make_graph(nodes, "pre", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 6, 7])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list("nchw"))], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    x = rng.standard_normal((1, c, 6, 7)).astype(np.float32)
+    cm, got, want = _run_both(model, {"x": x})
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-4)
+    assert [n.type_name for n in cm.subgraphs[0].body_ops] == ["Multiply", "Add", "Relu", "Convolution"]
+    assert [w for _, _, w in cm.placement()] == ["x86_64_avx512"]
