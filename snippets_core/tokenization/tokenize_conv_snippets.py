@@ -12,7 +12,7 @@ per-channel ops and Relu right before it, see ``_pre_op_chain``)::
     a chain, each link the single consumer of the previous one:
       Add/Multiply by a per-channel Constant ([M,1,1], [1,M,1,1] or a scalar; Subtract/Divide with the
       Constant second): bias, BatchNormalization as the frontend folds it (Multiply, Add);
-      Relu, Clamp, PRelu with a scalar Constant slope (LeakyRelu), HSwish, Sigmoid, Swish, x * Sigmoid(x);
+      Relu, Clamp, PRelu with a scalar or per-channel Constant slope, HSwish, Sigmoid, Swish, x * Sigmoid(x);
       one Add of a tensor of the output's shape (the residual of a ResNet block)
 
 Constants stay in the body (the target packs the weight and folds the per-channel ops into it once, at compile
@@ -186,7 +186,7 @@ def _post_op_chain(conv: Node) -> list[Node]:
             pass
         elif t == "PRelu" and cand.inputs[0].source is current:
             slope = constant_value(cand.inputs[1].source)
-            if slope is None or slope.size != 1:
+            if slope is None or not per_channel(slope, channels):
                 break
         elif t in CONV_CHANNEL_OPS and len(cand.inputs) == 2 and len(others) == 1:
             value = constant_value(others[0])

@@ -87,7 +87,7 @@ class PostOp:
     index: int = 0
 
 
-POST_OP_KINDS = ("add_c", "mul_c", "residual", "relu", "clamp", "prelu", "hswish", "sigmoid", "swish")
+POST_OP_KINDS = ("add_c", "mul_c", "residual", "relu", "clamp", "prelu", "prelu_c", "hswish", "sigmoid", "swish")
 
 
 @dataclass(frozen=True)
@@ -446,6 +446,15 @@ def _emit_post_ops(fn: Function, geo: ConvGeometry, acc: list[list], free: list,
                 for z in row:
                     fn.vcmpps(k2, z, tmp, CMP_PREDICATES["lt_oq"])
                     fn.vmulps(z.mask(k2), z, bcst(alpha))
+        elif op.kind == "prelu_c":  # a slope per channel: the vector from the per-channel data
+            fn.mov(rdx, qword[rsi + (ARG_POST + op.index) * 8])
+            zero, slope = free[0], free[1]
+            fn.vxorps(zero, zero, zero)
+            for j in range(nv):
+                fn.vmovups(slope, zword[rdx + r10 + j * 64])
+                for row in acc:
+                    fn.vcmpps(k2, row[j], zero, CMP_PREDICATES["lt_oq"])
+                    fn.vmulps(row[j].mask(k2), row[j], slope)
         elif op.kind == "hswish":
             three, zero6, sixth = fn.const_f32(3.0), fn.const_f32(6.0), fn.const_f32(1.0 / 6.0)
             for row in acc:

@@ -104,7 +104,12 @@ def plan_conv(sg: Subgraph) -> ConvPlan:
             post_ops.append(PostOp("clamp", lo=float(op.min), hi=float(op.max)))  # type: ignore[attr-defined]
             folding = False
         elif t == "PRelu":
-            post_ops.append(PostOp("prelu", alpha=float(_const(op.inputs[1].source).reshape(-1)[0])))
+            slope = _const(op.inputs[1].source)
+            if slope.size == 1:
+                post_ops.append(PostOp("prelu", alpha=float(slope.reshape(-1)[0])))
+            else:
+                post_ops.append(PostOp("prelu_c", index=len(channel_data)))
+                channel_data.append(slope.reshape(m))
             folding = False
         elif t == "HSwish":
             post_ops.append(PostOp("hswish"))

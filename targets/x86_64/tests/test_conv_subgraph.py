@@ -238,8 +238,9 @@ def test_pre_activation_bn_relu_is_applied_on_the_input_copy() -> None:
         helper.make_node("Relu", ["bn"], ["r"]),
         helper.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1]),
     ]
-    inits = [_init("s", rng.uniform(0.5, 2, c)), _init("b", rng.standard_normal(c)), _init("mu", rng.standard_normal(c)),
-             _init("var", rng.uniform(0.5, 2, c)), _init("w", rng.standard_normal((20, c, 3, 3)))]
+    inits = [_init("s", rng.uniform(0.5, 2, c)), _init("b", rng.standard_normal(c)),
+             _init("mu", rng.standard_normal(c)), _init("var", rng.uniform(0.5, 2, c)),
+             _init("w", rng.standard_normal((20, c, 3, 3)))]
     g = helper.make_graph(nodes, "pre", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 6, 7])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, list("nchw"))], inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
@@ -248,3 +249,17 @@ def test_pre_activation_bn_relu_is_applied_on_the_input_copy() -> None:
     np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-4)
     assert [n.type_name for n in cm.subgraphs[0].body_ops] == ["Multiply", "Add", "Relu", "Convolution"]
     assert [w for _, _, w in cm.placement()] == ["x86_64_avx512"]
+
+
+def test_per_channel_prelu() -> None:
+    rng = np.random.default_rng(15)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("PRelu", ["c", "a"], ["y"])]
+    g = helper.make_graph(nodes, "prelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, list("nchw"))],
+                          [_init("w", rng.standard_normal((21, 4, 3, 3))), _init("a", rng.uniform(0, 1, (21, 1, 1)))])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    x = rng.standard_normal((1, 4, 5, 6)).astype(np.float32)
+    cm, got, want = _run_both(model, {"x": x})
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-4)
+    assert [n.type_name for n in cm.subgraphs[0].body_ops] == ["Convolution", "PRelu"]
