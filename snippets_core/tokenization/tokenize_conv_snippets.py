@@ -39,7 +39,7 @@ from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.io import Parameter
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.pass_manager import Pass
-from snippets_core.tokenization.config import SnippetsMode, TokenizationCallback, TokenizationConfig
+from snippets_core.tokenization.config import TokenizationCallback, TokenizationConfig, ask_callback
 from snippets_core.tokenization.marks import ORIGINAL_LAYERS_NAMES, SNIPPETS_NODE_TYPE, mark_completed
 from snippets_core.tokenization.tokenization_utils import _body_result, _copy_constant, _input_name, _make_body
 
@@ -144,9 +144,7 @@ class TokenizeConvSnippets(Pass):
                 continue
             why = conv_reject_reason(node)
             if why is None:
-                veto = None
-                if self.callback is not None and self.config.snippets_mode is not SnippetsMode.IgnoreCallback:
-                    veto = self.callback(node)
+                veto = ask_callback(self.callback, self.config, node, "conv")
                 why = None if veto is None else f"vetoed by the target: {veto}"
             if why is not None:
                 node.rt_info[CONV_REJECT_REASON_KEY] = why
