@@ -329,6 +329,8 @@ class CompiledModel:
         result: dict[str, np.ndarray] = {}
         for name, slot, et in self._results:
             v = np.asarray(slots[slot])
+            if not v.flags.c_contiguous:  # a view (a layout-keeping primitive's NCHW view of NHWC, a transpose):
+                v = np.ascontiguousarray(v)  # callers get what onnxruntime gives, a C-contiguous array
             if outputs is not None and name in outputs:
                 dst = outputs[name]
                 if dst is not v:  # not written in place by a kernel: copy

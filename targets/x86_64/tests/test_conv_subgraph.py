@@ -263,3 +263,34 @@ def test_per_channel_prelu() -> None:
     cm, got, want = _run_both(model, {"x": x})
     np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-4)
     assert [n.type_name for n in cm.subgraphs[0].body_ops] == ["Convolution", "PRelu"]
+
+
+def test_model_outputs_of_layout_keeping_primitives_are_c_contiguous():
+    """A conv primitive hands on an NCHW view of its NHWC array; the model's caller gets a C-contiguous array, as
+    from onnxruntime (a strided output breaks code that passes ``.data`` on, e.g. to ctypes or a file)."""
+    import onnx
+    from onnx import TensorProto
+    from onnx import helper as oh
+
+    from snippets_core import compile_model
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    graph = oh.make_graph(
+        [oh.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), oh.make_node("Relu", ["c"], ["y"])], "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 10, 10])],
+        [onnx.numpy_helper.from_array(w, "w")],
+    )
+    cm = compile_model(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]), target="x86_64_avx512")
+    assert any(st.where == "x86_64_avx512" and "Convolution" in [op.type_name for op in st.node.body_ops]
+               for st in cm._steps)
+    x = rng.standard_normal((1, 8, 10, 10)).astype(np.float32)
+    y = cm({"x": x})["y"]
+    assert y.flags.c_contiguous
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    ref = np.zeros((1, 16, 10, 10))
+    for i in range(3):
+        for j in range(3):
+            ref += np.einsum("nchw,oc->nohw", xp[:, :, i:i + 10, j:j + 10], w[:, :, i, j].astype(np.float64))
+    np.testing.assert_allclose(y, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
