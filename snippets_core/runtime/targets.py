@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from snippets_core.config import CompileConfig
-from snippets_core.errors import TargetNotFoundError
+from snippets_core.errors import ConfigError, TargetNotFoundError
 from snippets_core.ir.ops.subgraph import Subgraph
 
 BUILTIN_TARGETS = ("reference", "interpreter")
@@ -65,4 +65,22 @@ def resolve_target(name: str | None, config: CompileConfig) -> ResolvedTarget:
     reason = obj.available()
     if reason is not None:
         raise TargetNotFoundError(f"target '{name}' is installed but cannot run here: {reason}")
+    _check_target_options(name, obj, config)
     return ResolvedTarget(name, host, obj)
+
+
+#: target_options every target takes (read by the core: SNIPPETS_* debug settings, see docs/debug.md)
+CORE_TARGET_OPTIONS = frozenset({"debug"})
+
+
+def _check_target_options(name: str, obj: object, config: CompileConfig) -> None:
+    """A target that declares its ``target_options`` names (a ``target_options`` set attribute) gets no other: a
+    misspelt knob is a ConfigError listing the known ones, never silently ignored."""
+    declared = getattr(obj, "target_options", None)
+    if declared is None:
+        return
+    known = CORE_TARGET_OPTIONS | frozenset(declared)
+    unknown = sorted(str(k) for k in config.target_options if k not in known)
+    if unknown:
+        raise ConfigError(f"unknown target_options {', '.join(map(repr, unknown))} for target '{name}'; "
+                          f"it takes: {', '.join(sorted(known))}")

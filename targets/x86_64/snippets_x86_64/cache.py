@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from snippets_core.errors import ConfigError
 from snippets_x86_64.kernel import Kernel, KernelInfo
 
 if TYPE_CHECKING:
     from snippets_core.ir.model import Model
 
 #: bump when generated code or the kernel ABI changes, so stale disk entries are never loaded
-CODE_VERSION = 1
+CODE_VERSION = 2  # 2: runtime-parameter blocks (dynamic kernels), packed FC weights, conv primitives
 ENV_CACHE_DIR = "SNIPPETS_CACHE_DIR"
 MEMORY_ENTRIES = 256
 
@@ -181,4 +182,11 @@ KERNEL_CACHE = KernelCache()
 def cache_dir_from(target_options: dict[str, Any]) -> str | None:
     """The disk cache directory: ``target_options["cache_dir"]``, else ``$SNIPPETS_CACHE_DIR``, else None."""
     d = target_options.get("cache_dir") or os.environ.get(ENV_CACHE_DIR)
-    return str(d) if d else None
+    if not d:
+        return None
+    if not isinstance(d, (str, os.PathLike)):
+        raise ConfigError(f"target_options.cache_dir must be a directory path, got {d!r}")
+    if os.path.exists(d) and not os.path.isdir(d):
+        source = "target_options.cache_dir" if target_options.get("cache_dir") else ENV_CACHE_DIR
+        raise ConfigError(f"{source} {str(d)!r} is not a directory (the kernel cache keeps a file per kernel there)")
+    return str(d)

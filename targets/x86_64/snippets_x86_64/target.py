@@ -41,6 +41,12 @@ class X86_64Target:
     data_ptr_gpr_count: ClassVar[int] = 11
     #: loops shorter than this are not worth a kernel of their own (min_kernel_work_amount)
     min_kernel_work_amount: ClassVar[int] = 256
+    #: the target_options this target reads (any other name is a ConfigError listing these; docs/x86_64_math.md)
+    target_options: ClassVar[frozenset[str]] = frozenset({
+        "cache_dir", "parallel_min_bytes", "thread_pool",  # the runtime
+        "inference_precision", "brgemm_m_block", "brgemm_n_block", "brgemm_k_block",  # Brgemm (MHA)
+        "fc_m_block", "fc_split_n",  # FullyConnected
+    })
 
     def __init__(self, mark_fused_post_ops: bool | None = None) -> None:
         #: SnippetsMarkSkipped keeps the post-op chains of Convolution and of MatMul with constant weights

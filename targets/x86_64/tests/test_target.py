@@ -255,3 +255,22 @@ def test_compile_model_applies_the_hooks(post_op_marking):
     got = cm(inputs)
     for name in ("out", "m"):
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-6)
+
+
+def test_unknown_target_options_and_a_cache_dir_that_is_a_file_are_config_errors(tmp_path):
+    """A misspelt knob is never silently ignored; a cache_dir that is a file is said as such (it was an internal
+    FileExistsError)."""
+    from snippets_core import compile_model
+    from snippets_core.errors import ConfigError
+    from snippets_core.frontends import builder as sb
+
+    x = sb.parameter([4, 16], "f32", name="x")
+    model = sb.model([sb.relu(x)], [x])
+    with pytest.raises(ConfigError, match=r"unknown target_options 'parallel_min_byte'.*parallel_min_bytes"):
+        compile_model(model, target="x86_64_avx512", config={"target_options": {"parallel_min_byte": 0}})
+    afile = tmp_path / "not_a_dir"
+    afile.write_text("x")
+    with pytest.raises(ConfigError, match="is not a directory"):
+        compile_model(model, target="x86_64_avx512", config={"target_options": {"cache_dir": str(afile)}})
+    compile_model(model, target="x86_64_avx512", config={"target_options": {"cache_dir": str(tmp_path / "c"),
+                                                                              "debug": {}}})
