@@ -6,7 +6,7 @@ Finds the Multi-Head-Attention skeleton and wraps it into one Subgraph marked Co
                \\       /
                 MatMul0
                    |
-     [Eltwise | Select | FakeQuantize]*           (branch inputs pulled in: one scalar-weight op, Broadcast)
+     [Eltwise | Select | FakeQuantize]*           (branch inputs pulled in: scalar-weight chains, Broadcast)
                    |
               [Reshape] -> Softmax(last axis) -> [Reshape]    (Reshapes only as a pair)
                    |
@@ -234,10 +234,9 @@ class _Match:
                         if len(_targets(parent.outputs[0], self.live)) != 1 or not are_weights_scalar(parent):
                             break
                         self.ordered.insert(shift, parent)
-                        # One op per branch: with two (an attention mask (m - 1) * c on [B,1,1,S]) the lowered
-                        # MHA computed wrong values on every target (the body evaluates right), so the rest of
-                        # the branch stays a small Subgraph of its own.
-                        break
+                        if not parent.inputs:
+                            break
+                        parent = parent.inputs[0].source.node
             self.potential_body_params += _potential_body_params(interm)
             self.ordered.append(interm)
             interm = consumer

@@ -137,13 +137,26 @@ def test_transpose_decomposition(dump, golden, rng) -> None:
     np.testing.assert_array_equal(only_output(model, inputs), np.maximum(np.transpose(inputs["x"], (0, 2, 3, 1)), 0))
 
 
-def test_transpose_decomposition_takes_only_parameter_inputs_and_moving_orders() -> None:
+def test_transpose_decomposition_takes_only_moving_orders() -> None:
     x = sb.parameter([1, 4, 3, 5], name="x")
     keep_last = sb.model([sb.transpose(x, [0, 2, 1, 3])])
     assert not TransposeDecomposition().run(keep_last)
+
+
+def test_transpose_decomposition_moves_a_computed_input_behind_the_reordered_load(dump, golden, rng) -> None:
+    """Relu -> Transpose: the Relu is cloned onto a reordered load of the Parameter (Relu(x).T == Relu(x.T))."""
     x = sb.parameter([1, 4, 3, 5], name="x")
-    not_param = sb.model([sb.transpose(sb.relu(x), [0, 2, 3, 1])])
-    assert not TransposeDecomposition().run(not_param)
+    model = sb.model([sb.transpose(sb.relu(x, name="relu"), [0, 2, 3, 1], name="t")], name="body")
+    inputs = inputs_for(model, rng)
+    assert TransposeDecomposition().run(model)
+    assert dump(model) == golden("""
+        x = Parameter() -> f32[1,4,3,5]
+        t/x/load = LoadReorder(x) {count=1, offset=0, order=(0,2,3,1)} -> f32[1,3,5,4]
+        t/x/store = Store(t/x/load) {count=1, offset=0} -> f32[1,3,5,4]
+        relu = Relu(t/x/store) -> f32[1,3,5,4]
+        t_out0 = Result(relu) -> f32[1,3,5,4]
+    """)
+    np.testing.assert_array_equal(only_output(model, inputs), np.maximum(np.transpose(inputs["x"], (0, 2, 3, 1)), 0))
 
 
 # --- ExplicitTransposeMatMulInputs ---------------------------------------------------------------------------

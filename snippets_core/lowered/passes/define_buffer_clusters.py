@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 def _inplace(ir: LinearIR, src: BufferExpression, dst: BufferExpression) -> bool:
     """``dst`` may reuse ``src``'s memory: one loop nest reads all of ``src`` and writes ``dst`` with
-    the same pointer movement, every read of an element comes before the write to it, and the sizes
-    match."""
+    the same pointer movement, every read of an element comes before the write to it, no element of
+    ``src`` is read again in a later iteration, and the sizes match."""
     if not dst.input_count or src.allocation_size != dst.allocation_size or src.element_size != dst.element_size:
         return False
     store = dst.input_expr(0)
@@ -31,7 +31,13 @@ def _inplace(ir: LinearIR, src: BufferExpression, dst: BufferExpression) -> bool
         if r.loop_ids != store.loop_ids or ir.index(r) > pos_store:
             return False
     s_src, s_dst = loop_signatures(ir, src), loop_signatures(ir, dst)
-    return all(s_src.get(lp) == s_dst.get(lp) for lp in store.loop_ids)
+    if any(s_src.get(lp) != s_dst.get(lp) for lp in store.loop_ids):
+        return False
+    # A loop that does not move src's pointer reads the same src every iteration: unless src is written
+    # again inside that loop (a per-iteration Buffer), the first iteration's dst writes would clobber what
+    # the next iterations read (a broadcast [B,1,1,S] mask Buffer read in every row of the M loop).
+    writer_loops = set(src.input_expr(0).loop_ids) if src.input_count else set()
+    return all(s_src[lp][0] != 0 or lp in writer_loops for lp in store.loop_ids)
 
 
 @dataclass(frozen=True)
