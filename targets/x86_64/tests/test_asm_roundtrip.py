@@ -262,6 +262,10 @@ CASES = [
     ("vdpbf16ps", (zmm0, zmm1, zmm2), {}, "vdpbf16ps zmm0, zmm1, zmm2"),
     ("vdpbf16ps", (zmm3, zmm4, bcst(rsi + 8)), {}, "vdpbf16ps zmm3, zmm4, [rsi+8]{1to16}"),
     ("vpermt2w", (zmm0, zmm1, zmm2), {}, "vpermt2w zmm0, zmm1, zmm2"),
+    ("vpdpbusd", (zmm0, zmm1, zmm2), {}, "vpdpbusd zmm0, zmm1, zmm2"),
+    ("vpdpbusd", (zmm29, zmm30, rsi + 128), {}, "vpdpbusd zmm29, zmm30, [rsi+0x80]"),
+    ("vpdpbusd", (zmm3.mask(k1).z, zmm4, bcst(rsi + 8)), {}, "vpdpbusd zmm3{k1}{z}, zmm4, [rsi+8]{1to16}"),
+    ("vpdpbusds", (zmm5, zmm6, zmm7), {}, "vpdpbusds zmm5, zmm6, zmm7"),
 ]
 
 

@@ -74,6 +74,8 @@ MNEMONICS: tuple[str, ...] = (
     "vzeroupper",
     # bf16 matrix products (the Brgemm micro-kernel): pair dot products and the word interleave of two B rows
     "vdpbf16ps", "vpermt2w",
+    # int8 matrix products (the VNNI Brgemm): u8 x s8 quadruple dot products into s32 (wrapping, saturating)
+    "vpdpbusd", "vpdpbusds",
 )  # fmt: skip
 
 #: Other spellings of the same instructions (the left side is what iced's decoder prints for the right).
