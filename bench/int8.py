@@ -1,0 +1,160 @@
+"""The int8 VNNI Brgemm micro-kernel against our f32 Brgemm on the same GEMM shapes, 1 thread.
+
+Rows are BERT-base FullyConnected shapes, M x K x N (M = 384 tokens): qkv/out projections 384x768x768, FFN up
+384x768x3072, FFN down 384x3072x768.
+
+Contenders (all single-threaded, all writing into preallocated outputs):
+  int8 f32-out  snippets_x86_64.brgemm_int8 standalone: A u8 [M,K] x B s8 (repacked at build time) with the
+                dequantize post-op (zero-point compensation, per-channel scale, bias) -> f32 C; one call per GEMM
+  int8 s32-out  the same kernel storing the raw s32 accumulators (no post-op)
+  f32 brgemm    our f32 Brgemm: the MatMul compiled as one Subgraph by the x86_64_avx512 target (its blocking
+                loops and FMA micro-kernel, as in bench/mha.py's MatMuls)
+  numpy f32     np.matmul (OpenBLAS, 1 thread), for scale
+
+Columns: ms per call (median, or --stat best), GOP/s = 2 M N K / time, % peak = of the peak of the same kind
+measured in this run (a JIT loop of 24 independent vpdpbusd for int8, of vfmadd231ps for f32: the fastest call),
+x f32 = the int8 kernel's rate over our f32 Brgemm's (the issue's goal: >= 2), check = int8 s32 against numpy
+int64 (exact), f32 against numpy float64.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as H  # the shared module sits beside this script
+
+SEED = 20261125
+#: name -> (M, K, N)
+ROWS = {"qkv": (384, 768, 768), "ffn_up": (384, 768, 3072), "ffn_down": (384, 3072, 768)}
+ACCUMULATORS = 24
+PEAK_ITERS = 200_000
+
+
+def jit_peak_loop(mnemonic: str) -> Callable[[int], None]:
+    """A JIT loop of ACCUMULATORS independent ``mnemonic zmm_i, zmm30, zmm31`` per iteration."""
+    from snippets_x86_64.asm import ZMM, Function
+
+    fn = Function(f"{mnemonic}_peak", args=("n",))
+    (n,) = fn.args
+    for r in list(ZMM[:ACCUMULATORS]) + [ZMM[30], ZMM[31]]:
+        fn.vpxord(r, r, r)
+    loop = fn.label("loop")
+    for r in ZMM[:ACCUMULATORS]:
+        fn.emit(mnemonic, r, ZMM[30], ZMM[31])
+    fn.dec(n)
+    fn.jnz(loop)
+    return fn.finalize(None, (ctypes.c_int64,))
+
+
+def measure_peaks(budget: float) -> dict[str, float]:
+    """GOP/s of one core: vpdpbusd does 64 multiply-adds (128 ops) per zmm, vfmadd231ps 16 (32 flops)."""
+    loops = {"int8": jit_peak_loop("vpdpbusd"), "f32": jit_peak_loop("vfmadd231ps")}
+    fns = {k: (lambda f=f: f(PEAK_ITERS)) for k, f in loops.items()}
+    t = H.time_round_robin(fns, budget)
+    ops = {"int8": 128, "f32": 32}
+    return {k: ACCUMULATORS * ops[k] * PEAK_ITERS / min(t[k].samples) / 1e9 for k in loops}
+
+
+def f32_brgemm(m: int, k: int, n: int) -> tuple[Callable[[list[np.ndarray]], Any] | None, str | None]:
+    """Our f32 MatMul as one x86_64_avx512 Subgraph (the tokenizers take a MatMul alone only inside an MHA)."""
+    from snippets_core.config import CompileConfig
+    from snippets_core.frontends import builder as sb
+    from snippets_core.ir.ops.io import Parameter
+    from snippets_core.ir.ops.subgraph import Subgraph
+    from snippets_core.runtime.targets import resolve_target
+    from snippets_x86_64.runtime import FALLBACK_KEY, compile_subgraph
+
+    a, b = sb.parameter((m, k), name="a"), sb.parameter((k, n), name="b")
+    model = sb.model([sb.matmul(a, b, name="matmul")], [a, b], name="matmul")
+    cfg = CompileConfig.from_mapping({"num_threads": 1})
+    sg = Subgraph(*[Parameter(p.element_type, p.shape, name=p.name) for p in model.parameters], body=model.clone())
+    run = compile_subgraph(sg, cfg, resolve_target(H.PREFERRED_TARGET, cfg).host)
+    reason = sg.rt_info.get(FALLBACK_KEY)
+    if run is None or reason:
+        return None, f"f32 brgemm {m}x{k}x{n} fell back: {reason}"
+    return run, None
+
+
+def bench_row(name: str, m: int, k: int, n: int, args: Any, peaks: dict[str, float], notes: list[str]) -> list:
+    from snippets_x86_64.brgemm_copy_b_int8 import repack_b_int8
+    from snippets_x86_64.brgemm_int8 import Int8Geometry, Int8Output, int8_function, post_op_vectors
+
+    rng = np.random.default_rng(SEED)
+    a8 = rng.integers(0, 256, (m, k), dtype=np.uint8)
+    b8 = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    packed = repack_b_int8(b8)
+    comp, scale, bias = post_op_vectors(packed, 0.02, 128, False, rng.uniform(0.001, 0.01, n), rng.uniform(-1, 1, n))
+    c32, cf = np.empty((m, n), np.int32), np.empty((m, n), np.float32)
+    g_s32 = Int8Geometry(m, n, k, k, n)
+    g_f32 = Int8Geometry(m, n, k, k, n, output=Int8Output.F32, compensation=True, bias=True)
+    k_s32, k_f32 = int8_function(g_s32), int8_function(g_f32)
+    ptrs_s32 = (a8.ctypes.data, packed.data.ctypes.data, c32.ctypes.data, None, None, None)
+    ptrs_f32 = (a8.ctypes.data, packed.data.ctypes.data, cf.ctypes.data, comp.ctypes.data, scale.ctypes.data,
+                bias.ctypes.data)  # fmt: skip
+    af, bf = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+    out_np = np.empty((m, n), np.float32)
+    fns: dict[str, Callable[[], Any]] = {
+        "int8 f32-out": lambda: k_f32(*ptrs_f32),
+        "int8 s32-out": lambda: k_s32(*ptrs_s32),
+        "numpy f32": lambda: np.matmul(af, bf, out=out_np),
+    }
+    run, note = f32_brgemm(m, k, n)
+    if run is not None:
+        fns["f32 brgemm"] = lambda: run([af, bf])
+    else:
+        notes.append(note or "")
+    k_s32(*ptrs_s32)
+    ok = np.array_equal(c32, a8.astype(np.int64) @ b8.astype(np.int64))
+    f32_err = H.max_abs_error(run([af, bf])[0], af.astype(np.float64) @ bf) if run is not None else float("nan")
+    t = H.time_round_robin(fns, args.budget, args.repeat, max_call_s=args.max_call)
+    ops = 2.0 * m * n * k
+    rate = {c: ops / t[c].pick(args.stat) / 1e9 for c in fns}
+    rows = []
+    for c in fns:
+        kind = "int8" if c.startswith("int8") else "f32"
+        x_f32 = f"{rate[c] / rate['f32 brgemm']:.2f}" if "f32 brgemm" in rate and kind == "int8" else "-"
+        check = ("ok" if ok else "WRONG") if kind == "int8" else (f"{f32_err:.1e}" if c == "f32 brgemm" else "-")
+        rows.append([f"{name} {m}x{k}x{n}", c, H.fmt_ms(t[c]), f"{rate[c]:.0f}",
+                     f"{100 * rate[c] / peaks[kind]:.0f}%", x_f32, H.fmt_spread(t[c]), check])  # fmt: skip
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    H.add_common_args(ap)
+    ap.add_argument("--rows", default=",".join(ROWS), help=f"rows to run (default all: {','.join(ROWS)})")
+    args = ap.parse_args(argv)
+    rows = H.parse_name_list(args.rows, list(ROWS))
+    from snippets_x86_64.cpu import cpu_features, require_avx512
+
+    require_avx512()
+    if "avx512_vnni" not in cpu_features():
+        raise SystemExit("this CPU lacks AVX512_VNNI (vpdpbusd): nothing to measure")
+    info = H.machine_info()
+    H.print_machine(info)
+    blas = H.BlasThreads()
+    blas.set(1)
+    notes = [blas.note] if blas.note else []
+    peaks = measure_peaks(min(args.budget, 0.5))
+    print(f"# 1-core peak, fastest call: int8 vpdpbusd {peaks['int8']:.0f} GOP/s, f32 vfmadd231ps "
+          f"{peaks['f32']:.0f} GFLOP/s (x{peaks['int8'] / peaks['f32']:.1f})")
+    table = []
+    for name in rows:
+        table += bench_row(name, *ROWS[name], args, peaks, notes)
+    H.print_table(["row M x K x N", "contender", "ms", "GOP/s", "% peak", "x f32", "iqr", "check"], table)
+    for note in notes:
+        print(f"# note: {note}")
+    H.write_json(args.json, {"benchmark": "int8", "stat": args.stat, "machine": info, "peaks_gop_s": peaks,
+                             "rows": table})  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
