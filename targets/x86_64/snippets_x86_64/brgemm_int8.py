@@ -39,7 +39,7 @@ from snippets_x86_64.asm import ZMM, Assembler, Function, dword, k1, k2, r10, r1
 from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, N_BLOCK, PackedB
 
 if TYPE_CHECKING:
-    from snippets_x86_64.asm import GpReg, MaskReg, VecReg
+    from snippets_x86_64.asm import GpReg, MaskReg, Masked, Mem, VecReg
     from snippets_x86_64.jit import JitFunction
 
 #: vector registers the kernel may use (zmm0..zmm30; one stays free like in the f32 kernel)
@@ -94,8 +94,9 @@ def tile_rows(nv: int, extra: int) -> int:
 
 
 @dataclass(frozen=True)
-class _Regs:
-    """The registers one kernel emission uses: pointers in, scratch GPRs, zmm pool, masks."""
+class Int8Regs:
+    """The registers one kernel emission uses: the six pointers (A, packed B, C, comp, scale, bias; unused ones
+    may be any register), six scratch GPRs, the vector pool (``aux_needs()[1]`` of them), two mask registers."""
 
     a: GpReg
     b: GpReg
@@ -129,7 +130,7 @@ class BrgemmInt8Kernel:
         nv = min(N_BLOCK, self.np_) // LANES
         return 6, tile_rows(nv, self.extra) * nv + nv + self.extra, 2
 
-    def emit(self, a: Assembler, r: _Regs) -> None:
+    def emit(self, a: Assembler, r: Int8Regs) -> None:
         g = self.g
         if g.n % LANES:
             a.kmovw(r.n_mask, word[a.const_data(((1 << (g.n % LANES)) - 1).to_bytes(2, "little"), 2)])
@@ -155,39 +156,36 @@ class BrgemmInt8Kernel:
             if rest:  # the M tail: one smaller tile
                 self._tile(a, r, blk, n0, nv, rest)
 
-    def _tile(self, a: Assembler, r: _Regs, blk: int, n0: int, nv: int, mv: int) -> None:
+    def _tile(self, a: Assembler, r: Int8Regs, blk: int, n0: int, nv: int, mv: int) -> None:
         """Rows ``arow .. arow + mv`` x vectors ``n0 .. n0 + 16 nv`` of C: zero (or load), K loop, post-ops, store."""
         g = self.g
         vecs = [v.zmm for v in r.vecs]
-        acc = [[vecs[i * nv + j] for j in range(nv)] for i in range(mv)]
-        bvec = vecs[mv * nv : mv * nv + nv]
-        a_regs = vecs[mv * nv + nv : mv * nv + nv + 2]
-        x80 = vecs[-1] if g.a_signed else None
-        nvec_total = self.np_ // LANES
-        tail = [bool(g.n % LANES) and n0 // LANES + j == nvec_total - 1 for j in range(nv)]
-        cs = C_SIZE[g.output]
-
-        def c_at(i: int, j: int):  # type: ignore[no-untyped-def]
-            return r.crow + (i * g.ldc + j * LANES) * cs
-
-        def masked(reg_or_mem, j: int):  # type: ignore[no-untyped-def]
-            return reg_or_mem.mask(r.n_mask) if tail[j] else reg_or_mem
-
-        for i in range(mv):
-            for j in range(nv):
+        last_vec = self.np_ // LANES - 1
+        t = _Tile(
+            acc=[[vecs[i * nv + j] for j in range(nv)] for i in range(mv)],
+            bvec=vecs[mv * nv : mv * nv + nv],
+            a_regs=vecs[mv * nv + nv : mv * nv + nv + 2],
+            tail=[bool(g.n % LANES) and n0 // LANES + j == last_vec for j in range(nv)],
+            n0=n0,
+            row_bytes=g.ldc * C_SIZE[g.output],
+            c_size=C_SIZE[g.output],
+            regs=r,
+        )
+        for i, row in enumerate(t.acc):
+            for j, v in enumerate(row):
                 if g.beta:
-                    a.vmovdqu32(masked(acc[i][j], j).z if tail[j] else acc[i][j], c_at(i, j))
+                    a.vmovdqu32(t.dst(v, j, zero=True), t.c_at(i, j))
                 else:
-                    a.vpxord(acc[i][j], acc[i][j], acc[i][j])
+                    a.vpxord(v, v, v)
         a.mov(r.pa, r.arow)
         a.lea(r.pb, r.b + blk * N_BLOCK * self.kp)
-        row_b = nv * LANES * K_GROUP
+        x80 = vecs[-1] if g.a_signed else None
 
         def group(tail_bytes: bool) -> None:
-            for j in range(nv):
-                a.vmovdqu32(bvec[j], r.pb + j * LANES * K_GROUP)
-            for i in range(mv):
-                areg = a_regs[i % 2]
+            for j, b in enumerate(t.bvec):
+                a.vmovdqu32(b, r.pb + j * LANES * K_GROUP)
+            for i, row in enumerate(t.acc):
+                areg = t.a_regs[i % 2]
                 if tail_bytes:
                     # the 1-3 bytes of A left in the row, the rest zero (B is zero there)
                     a.vmovdqu8(areg.xmm.mask(r.k_mask).z, r.pa + i * g.lda)
@@ -196,69 +194,94 @@ class BrgemmInt8Kernel:
                     a.vpbroadcastd(areg, dword[r.pa + i * g.lda])
                 if x80 is not None:
                     a.vpxord(areg, areg, x80)
-                for j in range(nv):
-                    a.vpdpbusd(acc[i][j], areg, bvec[j])
+                for j, v in enumerate(row):
+                    a.vpdpbusd(v, areg, t.bvec[j])
 
-        groups = g.k // K_GROUP
-        if groups:
-            a.mov(r.cnt, groups)
+        if g.k // K_GROUP:
+            a.mov(r.cnt, g.k // K_GROUP)
             top = a.label(f"brgemm_int8.n{n0}.m{mv}.k")
             group(False)
             a.add(r.pa, K_GROUP)
-            a.add(r.pb, row_b)
+            a.add(r.pb, nv * LANES * K_GROUP)
             a.dec(r.cnt)
             a.jnz(top)
         if g.k % K_GROUP:
             group(True)
-        self._post_ops(a, r, acc, bvec, a_regs, tail, n0, c_at, masked)
+        self._post_ops(a, t)
 
-    def _post_ops(self, a, r, acc, bvec, spare, tail, n0, c_at, masked) -> None:  # type: ignore[no-untyped-def]
-        """Compensation, dequantization, requantization, stores (one row of post-op vectors per column vector)."""
-        g = self.g
-        nv = len(bvec)
-
-        def vec_at(ptr: GpReg, j: int):  # type: ignore[no-untyped-def]
-            return ptr + (n0 + j * LANES) * 4
+    def _post_ops(self, a: Assembler, t: _Tile) -> None:
+        """Compensation, dequantization, requantization, stores (post-op vectors loaded once per column vector)."""
+        g, r = self.g, t.regs
 
         def load_vectors(ptr: GpReg) -> None:
-            for j in range(nv):
-                a.vmovdqu32(masked(bvec[j], j).z if tail[j] else bvec[j], vec_at(ptr, j))
+            for j, b in enumerate(t.bvec):
+                a.vmovdqu32(t.dst(b, j, zero=True), t.vec_at(ptr, j))
 
         if g.compensation:
             load_vectors(r.comp)
-            for row in acc:
+            for row in t.acc:
                 for j, v in enumerate(row):
-                    a.vpsubd(v, v, bvec[j])
+                    a.vpsubd(v, v, t.bvec[j])
         if g.output == Int8Output.S32:
-            for i, row in enumerate(acc):
+            for i, row in enumerate(t.acc):
                 for j, v in enumerate(row):
-                    a.vmovdqu32(masked(c_at(i, j), j), v)
+                    a.vmovdqu32(t.dst(t.c_at(i, j), j), v)
             return
         load_vectors(r.scale)
-        for row in acc:
+        for row in t.acc:
             for j, v in enumerate(row):
                 a.vcvtdq2ps(v, v)
                 if g.bias:
                     # masked: the bias lanes past N are never read (AVX-512 suppresses their faults)
-                    a.vfmadd213ps(masked(v, j).z if tail[j] else v, bvec[j], vec_at(r.bias, j))
+                    a.vfmadd213ps(t.dst(v, j, zero=True), t.bvec[j], t.vec_at(r.bias, j))
                 else:
-                    a.vmulps(v, v, bvec[j])
+                    a.vmulps(v, v, t.bvec[j])
         if g.output == Int8Output.F32:
-            for i, row in enumerate(acc):
+            for i, row in enumerate(t.acc):
                 for j, v in enumerate(row):
-                    a.vmovups(masked(c_at(i, j), j), v)
+                    a.vmovups(t.dst(t.c_at(i, j), j), v)
             return
         lo, hi = SATURATION[g.output]
-        lo_reg, hi_reg = spare  # the A broadcasts are free after the K loop
+        lo_reg, hi_reg = t.a_regs  # the A broadcasts are free after the K loop
         a.vbroadcastss(lo_reg, a.const_f32(lo))
         a.vbroadcastss(hi_reg, a.const_f32(hi))
-        for i, row in enumerate(acc):
+        for i, row in enumerate(t.acc):
             for j, v in enumerate(row):
                 # clamped in f32 first, so the conversion never overflows and the narrowing never saturates
                 a.vmaxps(v, v, lo_reg)
                 a.vminps(v, v, hi_reg)
                 a.vcvtps2dq(v, v, rc="rn")
-                a.vpmovdb(masked(c_at(i, j), j), v)
+                a.vpmovdb(t.dst(t.c_at(i, j), j), v)
+
+
+@dataclass(frozen=True)
+class _Tile:
+    """The registers and addressing of one register tile: accumulators by row and vector, B vectors, the two A
+    broadcasts, which vectors are the masked N tail, the first column, C's row pitch and element size."""
+
+    acc: list[list[VecReg]]
+    bvec: list[VecReg]
+    a_regs: list[VecReg]
+    tail: list[bool]
+    n0: int
+    row_bytes: int
+    c_size: int
+    regs: Int8Regs
+
+    def c_at(self, i: int, j: int) -> Mem:
+        """Row ``i``, vector ``j`` of the tile in C."""
+        return self.regs.crow + (i * self.row_bytes + j * LANES * self.c_size)
+
+    def vec_at(self, ptr: GpReg, j: int) -> Mem:
+        """Vector ``j`` of the tile in a post-op vector (4-byte elements, indexed by column)."""
+        return ptr + (self.n0 + j * LANES) * 4
+
+    def dst(self, x: VecReg | Mem, j: int, zero: bool = False) -> VecReg | Mem | Masked:
+        """``x`` under the N-tail mask when vector ``j`` is the tail (zeroing the masked lanes if ``zero``)."""
+        if not self.tail[j]:
+            return x
+        m = x.mask(self.regs.n_mask)
+        return m.z if zero else m
 
 
 # --- standalone functions (tests, benchmarks) ---------------------------------------------------------------------
@@ -277,7 +300,7 @@ def int8_function(g: Int8Geometry) -> JitFunction:
     kernel = BrgemmInt8Kernel(g)
     fn = Function("brgemm_int8", args=ARGS)
     _, nvecs, _ = kernel.aux_needs()
-    regs = _Regs(*fn.args, pa=rax, pb=r10, cnt=r11, arow=r12, crow=r13, mcnt=r14, vecs=ZMM[:VEC_BUDGET],
+    regs = Int8Regs(*fn.args, pa=rax, pb=r10, cnt=r11, arow=r12, crow=r13, mcnt=r14, vecs=ZMM[:VEC_BUDGET],
                  n_mask=k1, k_mask=k2)  # fmt: skip
     assert nvecs <= VEC_BUDGET
     kernel.emit(fn, regs)
@@ -335,4 +358,4 @@ def run_int8(
     int8_function(g)(*ptr)
 
 
-__all__ = ["BrgemmInt8Kernel", "Int8Geometry", "Int8Output", "int8_function", "post_op_vectors", "run_int8"]
+__all__ = ["BrgemmInt8Kernel", "Int8Geometry", "Int8Regs", "Int8Output", "int8_function", "post_op_vectors", "run_int8"]
