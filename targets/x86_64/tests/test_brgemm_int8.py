@@ -168,3 +168,20 @@ def test_bad_geometry_and_arrays_are_typed_errors():
         run_int8(g, np.zeros((2, 4), np.int8), p, np.zeros((2, 4), np.int32))
     with pytest.raises(InputError, match="C must be s32"):
         run_int8(g, np.zeros((2, 4), np.uint8), p, np.zeros((2, 4), np.float32))
+
+
+def test_register_blocking_of_a_64_column_block():
+    # one 6 x 4 tile (24 accumulators): per K group 4 loads of B, 6 broadcasts of A, 24 vpdpbusd, as iced decodes it
+    from snippets_x86_64.asm import ZMM, Function, k1, k2, r10, r11, r12, r13, r14, rax
+    from snippets_x86_64.brgemm_int8 import BrgemmInt8Kernel, Int8Regs
+
+    kernel = BrgemmInt8Kernel(Int8Geometry(6, 64, 8, 8, 64))
+    assert kernel.aux_needs() == (6, 30, 2)
+    fn = Function("t", args=("a", "b", "c", "comp", "scale", "bias"))
+    kernel.emit(fn, Int8Regs(*fn.args, pa=rax, pb=r10, cnt=r11, arow=r12, crow=r13, mcnt=r14, vecs=ZMM[:31],
+                             n_mask=k1, k_mask=k2))  # fmt: skip
+    text = [line.split(": ", 1)[1] for line in fn.disassemble().splitlines()]
+    ops = [line.split(" ")[0] for line in text]
+    assert ops.count("vpdpbusd") == 24 and ops.count("vpbroadcastd") == 6
+    assert "vpdpbusd zmm23, zmm29, zmm27" in text  # row 5, vector 3: A broadcast in zmm29, B in zmm27
+    assert ops.count("vmovdqu32") == 4 + 24  # B loads, C stores
