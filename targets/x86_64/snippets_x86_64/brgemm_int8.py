@@ -58,6 +58,8 @@ class Int8Output(Enum):
 #: bytes per element of C, and the clamp bounds of a requantized output
 C_SIZE = {Int8Output.S32: 4, Int8Output.F32: 4, Int8Output.U8: 1, Int8Output.S8: 1}
 SATURATION = {Int8Output.U8: (0.0, 255.0), Int8Output.S8: (-128.0, 127.0)}
+#: the instruction storing a vector of C (u8/s8: the low byte of each s32 lane, already clamped)
+STORE = {Int8Output.S32: "vmovdqu32", Int8Output.F32: "vmovups", Int8Output.U8: "vpmovdb", Int8Output.S8: "vpmovdb"}
 C_DTYPE = {Int8Output.S32: np.int32, Int8Output.F32: np.float32, Int8Output.U8: np.uint8, Int8Output.S8: np.int8}
 
 
@@ -222,36 +224,30 @@ class BrgemmInt8Kernel:
             for row in t.acc:
                 for j, v in enumerate(row):
                     a.vpsubd(v, v, t.bvec[j])
-        if g.output == Int8Output.S32:
-            for i, row in enumerate(t.acc):
+        if g.output != Int8Output.S32:
+            load_vectors(r.scale)
+            for row in t.acc:
                 for j, v in enumerate(row):
-                    a.vmovdqu32(t.dst(t.c_at(i, j), j), v)
-            return
-        load_vectors(r.scale)
-        for row in t.acc:
-            for j, v in enumerate(row):
-                a.vcvtdq2ps(v, v)
-                if g.bias:
-                    # masked: the bias lanes past N are never read (AVX-512 suppresses their faults)
-                    a.vfmadd213ps(t.dst(v, j, zero=True), t.bvec[j], t.vec_at(r.bias, j))
-                else:
-                    a.vmulps(v, v, t.bvec[j])
-        if g.output == Int8Output.F32:
-            for i, row in enumerate(t.acc):
-                for j, v in enumerate(row):
-                    a.vmovups(t.dst(t.c_at(i, j), j), v)
-            return
-        lo, hi = SATURATION[g.output]
-        lo_reg, hi_reg = t.a_regs  # the A broadcasts are free after the K loop
-        a.vbroadcastss(lo_reg, a.const_f32(lo))
-        a.vbroadcastss(hi_reg, a.const_f32(hi))
+                    a.vcvtdq2ps(v, v)
+                    if g.bias:
+                        # masked: the bias lanes past N are never read (AVX-512 suppresses their faults)
+                        a.vfmadd213ps(t.dst(v, j, zero=True), t.bvec[j], t.vec_at(r.bias, j))
+                    else:
+                        a.vmulps(v, v, t.bvec[j])
+        if g.output in SATURATION:
+            lo, hi = SATURATION[g.output]
+            lo_reg, hi_reg = t.a_regs  # the A broadcasts are free after the K loop
+            a.vbroadcastss(lo_reg, a.const_f32(lo))
+            a.vbroadcastss(hi_reg, a.const_f32(hi))
+            for row in t.acc:
+                for v in row:
+                    # clamped in f32 first, so the conversion never overflows and the narrowing never saturates
+                    a.vmaxps(v, v, lo_reg)
+                    a.vminps(v, v, hi_reg)
+                    a.vcvtps2dq(v, v, rc="rn")
         for i, row in enumerate(t.acc):
             for j, v in enumerate(row):
-                # clamped in f32 first, so the conversion never overflows and the narrowing never saturates
-                a.vmaxps(v, v, lo_reg)
-                a.vminps(v, v, hi_reg)
-                a.vcvtps2dq(v, v, rc="rn")
-                a.vpmovdb(t.dst(t.c_at(i, j), j), v)
+                a.emit(STORE[g.output], t.dst(t.c_at(i, j), j), v)
 
 
 @dataclass(frozen=True)
