@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from snippets_core.errors import InputError, UnsupportedByTarget
+from snippets_core.errors import CodegenError, InputError, UnsupportedByTarget
 from snippets_x86_64.asm import ZMM, Assembler, Function, dword, k1, k2, r10, r11, r12, r13, r14, rax, word
 from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, N_BLOCK, PackedB
 
@@ -127,23 +127,30 @@ class BrgemmInt8Kernel:
         self.kp = -(-g.k // K_GROUP) * K_GROUP
         self.np_ = -(-g.n // LANES) * LANES
 
+    def blocks(self) -> list[tuple[int, int, int]]:
+        """(first column, vectors, tile rows) of each N block: the tile as tall as the registers allow."""
+        out = []
+        for n0 in range(0, self.np_, N_BLOCK):
+            nv = min(N_BLOCK, self.np_ - n0) // LANES
+            out.append((n0, nv, min(self.g.m, tile_rows(nv, self.extra))))
+        return out
+
     def aux_needs(self) -> tuple[int, int, int]:
-        """(GPRs, vector registers, mask registers) beside the six pointers."""
-        nv = min(N_BLOCK, self.np_) // LANES
-        return 6, tile_rows(nv, self.extra) * nv + nv + self.extra, 2
+        """(GPRs, vector registers, mask registers) beside the six pointers (the vectors: the largest tile's)."""
+        return 6, max(mr * nv + nv + self.extra for _, nv, mr in self.blocks()), 2
 
     def emit(self, a: Assembler, r: Int8Regs) -> None:
         g = self.g
+        needs = self.aux_needs()[1]
+        if len(r.vecs) < needs:
+            raise CodegenError(f"int8 Brgemm {g.m}x{g.n}x{g.k} needs {needs} vector registers, got {len(r.vecs)}")
         if g.n % LANES:
             a.kmovw(r.n_mask, word[a.const_data(((1 << (g.n % LANES)) - 1).to_bytes(2, "little"), 2)])
         if g.k % K_GROUP:
             a.kmovw(r.k_mask, word[a.const_data(((1 << (g.k % K_GROUP)) - 1).to_bytes(2, "little"), 2)])
         if g.a_signed:
             a.vpbroadcastd(r.vecs[-1], a.const_i32(0x80808080 - (1 << 32)))
-        for blk, n0 in enumerate(range(0, self.np_, N_BLOCK)):
-            width = min(N_BLOCK, self.np_ - n0)
-            nv = width // LANES
-            mr = min(g.m, tile_rows(nv, self.extra))
+        for blk, (n0, nv, mr) in enumerate(self.blocks()):
             full, rest = divmod(g.m, mr)
             a.mov(r.arow, r.a)
             a.lea(r.crow, r.c + n0 * C_SIZE[g.output])

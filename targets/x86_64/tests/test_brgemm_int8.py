@@ -6,10 +6,12 @@ store past any edge (the K tail of A's last row, the N tail of C and of the post
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
-from snippets_core.errors import InputError
+from snippets_core.errors import CodegenError, InputError
 from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, N_BLOCK, repack_b_int8
 from snippets_x86_64.brgemm_int8 import Int8Geometry, Int8Output, post_op_vectors, run_int8
 from snippets_x86_64.cpu import cpu_features
@@ -170,18 +172,36 @@ def test_bad_geometry_and_arrays_are_typed_errors():
         run_int8(g, np.zeros((2, 4), np.uint8), p, np.zeros((2, 4), np.float32))
 
 
-def test_register_blocking_of_a_64_column_block():
-    # one 6 x 4 tile (24 accumulators): per K group 4 loads of B, 6 broadcasts of A, 24 vpdpbusd, as iced decodes it
+def _disassembly(g: Int8Geometry, vectors: int | None = None) -> list[str]:
     from snippets_x86_64.asm import ZMM, Function, k1, k2, r10, r11, r12, r13, r14, rax
     from snippets_x86_64.brgemm_int8 import BrgemmInt8Kernel, Int8Regs
 
-    kernel = BrgemmInt8Kernel(Int8Geometry(6, 64, 8, 8, 64))
-    assert kernel.aux_needs() == (6, 30, 2)
+    kernel = BrgemmInt8Kernel(g)
     fn = Function("t", args=("a", "b", "c", "comp", "scale", "bias"))
-    kernel.emit(fn, Int8Regs(*fn.args, pa=rax, pb=r10, cnt=r11, arow=r12, crow=r13, mcnt=r14, vecs=ZMM[:31],
+    vecs = ZMM[: kernel.aux_needs()[1] if vectors is None else vectors]
+    kernel.emit(fn, Int8Regs(*fn.args, pa=rax, pb=r10, cnt=r11, arow=r12, crow=r13, mcnt=r14, vecs=vecs,
                              n_mask=k1, k_mask=k2))  # fmt: skip
-    text = [line.split(": ", 1)[1] for line in fn.disassemble().splitlines()]
+    return [line.split(": ", 1)[1] for line in fn.disassemble().splitlines()]
+
+
+def test_register_blocking_of_a_64_column_block():
+    # one 6 x 4 tile (24 accumulators): per K group 4 loads of B, 6 broadcasts of A, 24 vpdpbusd, as iced decodes it
+    text = _disassembly(Int8Geometry(6, 64, 8, 8, 64))
     ops = [line.split(" ")[0] for line in text]
     assert ops.count("vpdpbusd") == 24 and ops.count("vpbroadcastd") == 6
     assert "vpdpbusd zmm23, zmm29, zmm27" in text  # row 5, vector 3: A broadcast in zmm29, B in zmm27
     assert ops.count("vmovdqu32") == 4 + 24  # B loads, C stores
+
+
+@pytest.mark.parametrize("g", [Int8Geometry(40, 80, 5, 5, 80), Int8Geometry(40, 80, 5, 5, 80, a_signed=True),
+                               Int8Geometry(3, 20, 9, 9, 20, a_signed=True, output=Int8Output.U8)])  # fmt: skip
+def test_the_kernel_stays_in_the_registers_it_asks_for(g):
+    # N = 80: a 64-column block (6 x 4 tile) then a 16-column one (a taller tile): aux_needs covers both
+    from snippets_x86_64.brgemm_int8 import BrgemmInt8Kernel
+
+    needs = BrgemmInt8Kernel(g).aux_needs()[1]
+    assert needs <= 31
+    used = {int(z) for line in _disassembly(g) for z in re.findall(r"[xyz]mm(\d+)", line)}
+    assert max(used) < needs
+    with pytest.raises(CodegenError, match="vector registers"):
+        _disassembly(g, needs - 1)
