@@ -129,7 +129,12 @@ def bench_row(name: str, m: int, k: int, n: int, args: Any, peaks: dict[str, flo
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    H.add_common_args(ap)
+    # the kernel is single-threaded and reads no ONNX file: the timing options of add_common_args only
+    ap.add_argument("--repeat", type=int, default=None, help="timed calls per contender (default: fit --budget)")
+    ap.add_argument("--budget", type=float, default=1.5, help="seconds of timed calls per contender and row")
+    ap.add_argument("--max-call", type=float, default=1.5, help="slower first calls are timed once (seconds)")
+    ap.add_argument("--stat", choices=H.STATS, default="median", help="rates from the median or the best call")
+    ap.add_argument("--json", default=None, metavar="FILE", help="also write all results as JSON to FILE")
     ap.add_argument("--rows", default=",".join(ROWS), help=f"rows to run (default all: {','.join(ROWS)})")
     args = ap.parse_args(argv)
     rows = H.parse_name_list(args.rows, list(ROWS))
