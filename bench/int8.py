@@ -9,11 +9,13 @@ Contenders (all single-threaded, all writing into preallocated outputs):
   int8 s32-out  the same kernel storing the raw s32 accumulators (no post-op)
   f32 brgemm    our f32 Brgemm: the MatMul compiled as one Subgraph by the x86_64_avx512 target (its blocking
                 loops and FMA micro-kernel, as in bench/mha.py's MatMuls)
+  f32 fc        our f32 FullyConnected: x @ W with W a constant, compile_model on x86_64_avx512 (W packed once
+                into 64-column panels, the FC micro-kernel; bench/fc.py)
   numpy f32     np.matmul (OpenBLAS, 1 thread), for scale
 
 Columns: ms per call (median, or --stat best), GOP/s = 2 M N K / time, % peak = of the peak of the same kind
 measured in this run (a JIT loop of 24 independent vpdpbusd for int8, of vfmadd231ps for f32: the fastest call),
-x f32 = the int8 kernel's rate over our f32 Brgemm's (the issue's goal: >= 2), check = int8 s32 against numpy
+x f32 = the int8 kernel's rate over the faster of our f32 Brgemm and f32 FC (the issue's goal: >= 2), check = int8 s32 against numpy
 int64 (exact), f32 against numpy float64.
 """
 
@@ -83,6 +85,20 @@ def f32_brgemm(m: int, k: int, n: int) -> tuple[Callable[[list[np.ndarray]], Any
     return run, None
 
 
+def f32_fc(m: int, k: int, b: np.ndarray) -> tuple[Callable[[np.ndarray], Any] | None, str | None]:
+    """Our f32 FullyConnected: ``x @ W`` with W a constant, compiled by compile_model (packed weight panels)."""
+    from snippets_core.frontends import builder as sb
+    from snippets_core.runtime.compiled_model import compile_model
+
+    x = sb.parameter((m, k), name="x")
+    model = sb.model([sb.matmul(x, sb.constant(b), name="fc")], [x], name="fc")
+    cm = compile_model(model, target=H.PREFERRED_TARGET, config={"num_threads": 1})
+    placement = H.placement_summary(cm)
+    if "reference" in placement:
+        return None, f"f32 FC {m}x{k}x{b.shape[1]} not compiled: {placement}"
+    return lambda xv: next(iter(cm({"x": xv}).values())), None
+
+
 def bench_row(name: str, m: int, k: int, n: int, args: Any, peaks: dict[str, float], notes: list[str]) -> list:
     from snippets_x86_64.brgemm_copy_b_int8 import repack_b_int8
     from snippets_x86_64.brgemm_int8 import Int8Geometry, Int8Output, int8_function, post_op_vectors
@@ -111,17 +127,25 @@ def bench_row(name: str, m: int, k: int, n: int, args: Any, peaks: dict[str, flo
         fns["f32 brgemm"] = lambda: run([af, bf])
     else:
         notes.append(note or "")
+    fc, note = f32_fc(m, k, bf)
+    if fc is not None:
+        fns["f32 fc"] = lambda: fc(af)
+    else:
+        notes.append(note or "")
     k_s32(*ptrs_s32)
     ok = np.array_equal(c32, a8.astype(np.int64) @ b8.astype(np.int64))
-    f32_err = H.max_abs_error(run([af, bf])[0], af.astype(np.float64) @ bf) if run is not None else float("nan")
+    want = af.astype(np.float64) @ bf
+    f32_err = {"f32 brgemm": H.max_abs_error(run([af, bf])[0], want) if run is not None else float("nan"),
+               "f32 fc": H.max_abs_error(fc(af), want) if fc is not None else float("nan")}
     t = H.time_round_robin(fns, args.budget, args.repeat, max_call_s=args.max_call)
     ops = 2.0 * m * n * k
     rate = {c: ops / t[c].pick(args.stat) / 1e9 for c in fns}
     rows = []
     for c in fns:
         kind = "int8" if c.startswith("int8") else "f32"
-        x_f32 = f"{rate[c] / rate['f32 brgemm']:.2f}" if "f32 brgemm" in rate and kind == "int8" else "-"
-        check = ("ok" if ok else "WRONG") if kind == "int8" else (f"{f32_err:.1e}" if c == "f32 brgemm" else "-")
+        best_f32 = max((rate[f] for f in ("f32 brgemm", "f32 fc") if f in rate), default=None)
+        x_f32 = f"{rate[c] / best_f32:.2f}" if best_f32 and kind == "int8" else "-"
+        check = ("ok" if ok else "WRONG") if kind == "int8" else (f"{f32_err[c]:.1e}" if c in f32_err else "-")
         rows.append([f"{name} {m}x{k}x{n}", c, H.fmt_ms(t[c]), f"{rate[c]:.0f}",
                      f"{100 * rate[c] / peaks[kind]:.0f}%", x_f32, H.fmt_spread(t[c]), check])  # fmt: skip
     return rows
