@@ -7,6 +7,8 @@ pointer points into, so a wrong stride, block or buffer size from the blocking p
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -31,18 +33,27 @@ def _view(st: MachineState, ptr: Pointer, acc: MatrixAccess, rows: int, cols: in
 
 class BrgemmEmitter(InterpreterEmitter):
     """``C[M, N] = beta * C + A[M, K] @ B[K, N]`` on the block the port subtensors describe, accumulating in
-    f32 (i32 for integer inputs) as the machine kernels do."""
+    f32 (i32 for integer inputs) as the machine kernels do. In a kernel lowered for every shape, M, N, K (a
+    dynamic tail block, a whole dynamic K) and the row strides may be runtime parameters (``<name>.m`` etc.)."""
 
     def step(self) -> Step:
         g = brgemm_geometry(self.expr)
         a_reg, b_reg = self.in_regs[0], self.in_regs[1]
         c_reg = self.out_regs[0]
         acc_type = np.float32 if g.c.element_type.is_real else np.int32
+        name = self.expr.name
+        m_of, n_of, k_of = (self.value(f"{name}.{d}", v) for d, v in (("m", g.m), ("n", g.n), ("k", g.k)))
+        strides = [self.value(f"{name}.{w}_row_stride", acc.row_stride) for w, acc in (("a", g.a), ("b", g.b),
+                                                                                        ("c", g.c))]
 
         def run(st: MachineState) -> None:
-            a = _view(st, st.read(a_reg), g.a, g.m, g.k, self, "reads A")
-            b = _view(st, st.read(b_reg), g.b, g.k, g.n, self, "reads B")
-            c = _view(st, st.read(c_reg), g.c, g.m, g.n, self, "writes C")
+            m, n, k = m_of(st), n_of(st), k_of(st)
+            ga, gb, gc = (replace(acc, row_stride=s(st)) for acc, s in zip((g.a, g.b, g.c), strides))
+            if 0 in (m, n):
+                return  # an empty tail block (a dynamic dim that is a multiple of its block)
+            a = _view(st, st.read(a_reg), ga, m, k, self, "reads A")
+            b = _view(st, st.read(b_reg), gb, k, n, self, "reads B")
+            c = _view(st, st.read(c_reg), gc, m, n, self, "writes C")
             prod = np.matmul(a.astype(acc_type), b.astype(acc_type))
             if g.beta:
                 prod = prod + c.astype(acc_type)

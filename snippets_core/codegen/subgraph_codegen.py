@@ -112,8 +112,8 @@ def generate_subgraph(
     from snippets_core.lowered.linear_ir import symbolic_shape
 
     # a body lowered for every shape has outputs whose dynamic dims are SymInts (the configurator evaluates them)
-    out_shapes = tuple(symbolic_shape(r.outputs[0].shape) if lcfg.symbolic_dims else r.outputs[0].shape.to_tuple()
-                       for r in body.results)
+    out_shapes = tuple(symbolic_shape(r.outputs[0].shape, ir.named_dims) if lcfg.symbolic_dims
+                       else r.outputs[0].shape.to_tuple() for r in body.results)
     return GeneratedSubgraph(kernel, ir, body, out_shapes)
 
 
@@ -133,13 +133,18 @@ def _dynamic_positions(shape: Shape) -> frozenset[int]:
 
 
 def _check_symbolic(body: Model) -> None:
-    """Raise DynamicShapeError for a body whose dynamic dims the positional symbols would misname."""
+    """Raise DynamicShapeError for a body whose dynamic dims the positional symbols would misname. A body whose
+    dynamic dims all carry frontend names (``Shape.syms``) is lowered with those names, so a Transpose or a
+    MatMul (a dynamic M, N or K) keeps each dim's identity; ops that reshape data still get a kernel per shape."""
     from snippets_core.lowered.brgemm_utils import BRGEMM_OPS
-    from snippets_core.lowered.symbolic import DynamicShapeError
+    from snippets_core.lowered.symbolic import DynamicShapeError, dims_named_everywhere
 
+    named = dims_named_everywhere(body)
     for n in body.get_ordered_ops():
         if any(not o.shape.rank_is_static for o in [*n.outputs, *(i.source for i in n.inputs)]):
             raise DynamicShapeError(f"{n.type_name} '{n.name}' has a tensor of dynamic rank")
+        if named and n.type_name not in _DIM_MOVING_OPS:
+            continue
         outs = frozenset().union(*(_dynamic_positions(o.shape) for o in n.outputs))
         ins = [_dynamic_positions(i.shape) for i in n.inputs]
         if not outs and not any(ins):

@@ -17,6 +17,7 @@ from snippets_core.ir.element_type import ElementType
 from snippets_core.lowered.expression import PORT_BUFFER_OFFSETS
 from snippets_core.lowered.loop_utils import planar_to_stored, stored_strides
 from snippets_core.lowered.port_descriptor import FULL_DIM
+from snippets_core.lowered.symbolic import SymIntLike, is_dynamic
 
 if TYPE_CHECKING:
     from snippets_core.lowered.expression import Expression, ExpressionPort
@@ -27,8 +28,15 @@ BRGEMM_BETA = "snippets.brgemm_beta"
 BRGEMM_OPS = ("Brgemm",)
 
 
-def resolve_dim(sub: int, dim: int) -> int:
-    return dim if sub == FULL_DIM else min(sub, dim)
+def resolve_dim(sub: SymIntLike, dim: SymIntLike) -> SymIntLike:
+    """The extent of a block: the whole ``dim`` for FULL_DIM, else the subtensor. A static block of a dynamic dim
+    is the block itself (BrgemmBlocking loops over a dynamic dim with that increment, so a main-body block is
+    whole and the tail block's subtensor is the runtime tail)."""
+    if sub == FULL_DIM:
+        return dim
+    if is_dynamic(dim) or is_dynamic(sub):
+        return sub
+    return min(sub, dim)
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,12 @@ class LinearIR:
         #: set by InitLiveRanges, read by AssignRegisters
         self.live_ranges: Any = None
         self.model = model
+        #: dynamic dims are the symbols of their frontend names, not of their positions (symbolic_shape)
+        self.named_dims = False
+        if self.config.symbolic_dims and model is not None:
+            from snippets_core.lowered.symbolic import dims_named_everywhere
+
+            self.named_dims = dims_named_everywhere(model)
         if model is not None:
             for node in model.get_ordered_ops():
                 expr = self.create_expression(node)
@@ -104,7 +110,8 @@ class LinearIR:
                                                    info.get("layout", ())))
         for j, out in enumerate(node.outputs):
             info = get_port_descriptor_info(node, "out", j)
-            expr.output_descs.append(PortDescriptor(_static(out, self.config.symbolic_dims), info.get("subtensor", default_sub),
+            shape = _static(out, self.config.symbolic_dims, self.named_dims)
+            expr.output_descs.append(PortDescriptor(shape, info.get("subtensor", default_sub),
                                                     info.get("layout", ())))
             expr.output_connectors.append(PortConnector(expr.get_output_port(j)))
         self._by_node[node.id] = expr
@@ -321,19 +328,24 @@ def _default_subtensor(node: Node) -> tuple[int, ...]:
     return ()
 
 
-def symbolic_shape(shape: Shape) -> tuple[Any, ...]:
-    """The dims of a shape of static rank, a dynamic dim as the SymInt of its master dim: right-aligned like numpy
-    broadcasting, dim i of a rank-r shape is master dim r-1-i counted from the innermost."""
-    from snippets_core.lowered.symbolic import dim_symbol
+def symbolic_shape(shape: Shape, named: bool = False) -> tuple[Any, ...]:
+    """The dims of a shape of static rank, a dynamic dim as a SymInt. ``named`` (a body whose dynamic dims all
+    carry a frontend name, :func:`~snippets_core.lowered.symbolic.dims_named_everywhere`): the symbol of that
+    name, so a dim keeps its identity through a Transpose or a MatMul. Otherwise the symbol of its master dim:
+    right-aligned like numpy broadcasting, dim i of a rank-r shape is master dim r-1-i counted from the innermost."""
+    from snippets_core.lowered.symbolic import dim_names, dim_symbol, named_symbol
 
+    names = dim_names(shape) if named else None
+    if names is not None:
+        return tuple(d if n is None else named_symbol(n) for d, n in zip(shape.dims, names))
     r = shape.rank
     return tuple(dim_symbol(r - 1 - i) if d is None else d for i, d in enumerate(shape.dims))
 
 
-def _static(out: Output, symbolic: bool = False) -> tuple[Any, ...]:
+def _static(out: Output, symbolic: bool = False, named: bool = False) -> tuple[Any, ...]:
     shape = out.shape
     if symbolic and shape.rank_is_static:
-        return symbolic_shape(shape)
+        return symbolic_shape(shape, named)
     if not shape.is_static:
         raise ShapeInferenceError(f"the LinearIR needs static shapes; {out.node.name}:{out.index} has shape {shape}")
     return shape.to_tuple()

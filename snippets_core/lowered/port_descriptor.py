@@ -58,9 +58,10 @@ class PortDescriptor:
     reg: Reg | None = None
 
     def __post_init__(self) -> None:
-        # a dim known only at run time stays a SymInt (see lowered/symbolic.py)
+        # a dim known only at run time stays a SymInt (see lowered/symbolic.py); so does a subtensor of a dynamic
+        # tail (the last block of a Brgemm loop over a dynamic dim)
         object.__setattr__(self, "shape", tuple(as_dim(d) for d in self.shape))
-        object.__setattr__(self, "subtensor", tuple(int(d) for d in self.subtensor))
+        object.__setattr__(self, "subtensor", tuple(as_dim(d) for d in self.subtensor))
         layout = tuple(int(d) for d in self.layout) if self.layout else tuple(range(len(self.shape)))
         object.__setattr__(self, "layout", layout)
 

@@ -20,9 +20,14 @@ dim; the configurator checks, at run time, that the dims of one symbol agree acr
 
 from __future__ import annotations
 
-from typing import Any, Union
+import re
+from typing import TYPE_CHECKING, Any, Union
 
 from snippets_core.errors import SnippetsError
+
+if TYPE_CHECKING:
+    from snippets_core.ir.model import Model
+    from snippets_core.ir.shape import Shape
 
 #: an atom: ("sym", name) or ("//" | "%", polynomial terms, k)
 _Atom = tuple
@@ -255,6 +260,43 @@ def any_dynamic(values: Any) -> bool:
 def dim_symbol(k: int) -> SymInt:
     """The symbol of master-shape dim ``k`` counted from the innermost (0 = the last dim)."""
     return SymInt.symbol(f"d{k}")
+
+
+def named_symbol(name: str) -> SymInt:
+    """The symbol of a dynamic dim the frontend named (``Shape.syms``: an ONNX ``dim_param`` such as ``seq``):
+    ``s_`` and the name made an identifier, so it never meets a positional ``d<k>``."""
+    return SymInt.symbol("s_" + re.sub(r"\W", "_", name))
+
+
+def dim_names(shape: Shape) -> tuple[str | None, ...] | None:
+    """Per dim, the name of a dynamic dim that is one plain symbol (``S``, not ``S+1`` or ``2*B``), None for a
+    static dim; None as a whole when some dynamic dim has no such name."""
+    if shape.dims is None:
+        return None
+    syms = shape.syms or (None,) * len(shape.dims)
+    names: list[str | None] = []
+    for d, sym in zip(shape.dims, syms):
+        if d is not None:
+            names.append(None)
+            continue
+        if sym is None or len(sym.terms) != 1 or sym.terms[0][1] != 1 or len(sym.terms[0][0]) != 1:
+            return None
+        names.append(sym.terms[0][0][0])
+    return tuple(names)
+
+
+def dims_named_everywhere(model: Model) -> bool:
+    """Whether every dynamic dim of every tensor of ``model`` is a named symbol (:func:`dim_names`), with no two
+    names made the same identifier: then a dim keeps its identity through a Transpose or a MatMul, which the
+    positional names (:func:`dim_symbol`) cannot give it. A body with no dynamic dim is not named."""
+    names: set[str] = set()
+    for n in model.get_ordered_ops():
+        for o in n.outputs:
+            got = dim_names(o.shape)
+            if got is None:
+                return False
+            names.update(x for x in got if x is not None)
+    return bool(names) and len({named_symbol(x) for x in names}) == len(names)
 
 
 def as_dim(d: Any) -> SymIntLike:

@@ -29,7 +29,7 @@ from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.base import UnaryEltwise, same_dtype
 from snippets_core.ir.ops.io import Constant
-from snippets_core.ir.shape import Dim, Shape, as_shape, broadcast_shapes, normalize_axis
+from snippets_core.ir.shape import Dim, SDim, Shape, as_shape, broadcast_shapes, normalize_axis
 
 #: type of the edges that only order control ops (LoopBegin -> LoopEnd, PerfCountBegin -> PerfCountEnd)
 CONTROL_TYPE = ElementType.dynamic
@@ -205,7 +205,9 @@ class _CountedAccess(MemoryAccess, Node):
 
     def infer(self) -> list[tuple[ElementType, Shape]]:
         _one_input(self)
-        if self.count < 1:
+        # a dynamic count (a tail of a dim known only at run time, copied when an outer loop is expanded) is not
+        # an int and never below 1 where it runs
+        if isinstance(self.count, int) and self.count < 1:
             raise ShapeInferenceError(f"count must be >= 1, got {self.count}")
         return [(self.input_type(0), self.input_shape(0))]
 
@@ -235,7 +237,7 @@ class LoadReorder(Load):
         if not shape.rank_is_static:
             return [(et, Shape.dynamic(len(self.order)))]
         order = _check_order(self.order, shape.rank, "LoadReorder order")
-        return [(et, Shape([shape[o] for o in order]))]
+        return [(et, Shape([shape.sym(o) for o in order]))]
 
     def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
         return [np.ascontiguousarray(np.transpose(x, self.order))]
@@ -406,7 +408,9 @@ class LoopEnd(Node):
             values = getattr(self, field_name)
             if values and len(values) != ports:
                 raise ShapeInferenceError(f"{field_name} has {len(values)} entries for {ports} loop ports")
-        if self.increment < 1:
+        # a dynamic increment (the tail of a loop over a dim known only at run time, copied when an outer
+        # loop is expanded) is not an int and is >= 0 by construction
+        if isinstance(self.increment, int) and self.increment < 1:
             raise ShapeInferenceError(f"increment must be >= 1, got {self.increment}")
         return [(i.element_type, i.shape) for i in self.inputs[:-1]]
 
@@ -640,7 +644,7 @@ class _SnippetsReduce(_OneInput):
         if not shape.rank_is_static:
             return [(et, shape)]
         axis = normalize_axis(self.axis, shape.rank)
-        dims = list(shape.dims)
+        dims = list(shape.sym_dims)  # a named dynamic dim keeps its name (Shape.syms)
         dims[axis] = 1
         return [(et, Shape(dims))]
 
@@ -775,7 +779,7 @@ def _planar(shape: Shape, layout: tuple[int, ...], what: str) -> Shape:
     if not layout or not shape.rank_is_static:
         return shape
     order = _check_order(layout, shape.rank, what)
-    return Shape([shape[o] for o in order])
+    return Shape([shape.sym(o) for o in order])  # a named dynamic dim keeps its name (Shape.syms)
 
 
 class Brgemm(MemoryAccess, Node):
@@ -821,12 +825,13 @@ class Brgemm(MemoryAccess, Node):
         if k_a is not None and k_b is not None and k_a != k_b:
             raise ShapeInferenceError(f"K dims differ: A {sa} and B {sb}")
         batch = broadcast_shapes(sa[:-2], sb[:-2])
-        planar_c = Shape(list(batch.dims) + [sa[-2], sb[-1]])  # type: ignore[arg-type]
+        # sym dims: a named dynamic M or N keeps its name (Shape.syms) for a shape-agnostic lowering
+        planar_c = Shape(list(batch.sym_dims) + [sa.sym(-2), sb.sym(-1)])
         if self.layout_c:
             order = _check_order(self.layout_c, planar_c.rank, "Brgemm layout_c")
-            stored: list[Dim] = [None] * planar_c.rank
+            stored: list[SDim] = [None] * planar_c.rank
             for i, o in enumerate(order):
-                stored[o] = planar_c[i]
+                stored[o] = planar_c.sym(i)
             planar_c = Shape(stored)
         return [(et, planar_c)]
 

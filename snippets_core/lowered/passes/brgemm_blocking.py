@@ -12,6 +12,7 @@ from snippets_core.lowered.brgemm_utils import BRGEMM_BETA, BRGEMM_OPS, planar_d
 from snippets_core.lowered.loop_info import LoopPort, LoopPortType, SpecificIterationHandlers, UnifiedLoopInfo
 from snippets_core.lowered.passes.pass_base import LoweredPass
 from snippets_core.lowered.port_descriptor import FULL_DIM
+from snippets_core.lowered.symbolic import is_dynamic
 from snippets_core.passes.pass_manager import PassPosition, PositionedPass
 
 if TYPE_CHECKING:
@@ -83,7 +84,10 @@ class SetBrgemmBeta:
 
 
 def default_k_block(k: int) -> int:
-    """512, or 1024 when K is larger than 1024 (the reference's heuristic)."""
+    """512, or 1024 when K is larger than 1024 (the reference's heuristic); a K known only at run time is not
+    blocked (see BrgemmBlocking.run), 512 is only a placeholder for it."""
+    if is_dynamic(k):
+        return 512
     return 1024 if k > 1024 else 512
 
 
@@ -114,7 +118,11 @@ class BrgemmBlocking(LoweredPass):
             base = len(expr.loop_ids)
             for dim in ("k", "n", "m"):  # innermost first
                 size, block = blocks[dim]
-                if block <= 0 or size <= block:
+                # a dynamic M or N always gets its loop: its body runs size // block times (maybe 0) and the tail
+                # block (size % block, a runtime value) once or not at all, whatever the size turns out to be. A
+                # dynamic K stays whole (one block of runtime depth, beta 0): the K loop peels its first block to
+                # write C, and with K < block at run time that block would be the tail instead
+                if block <= 0 or (dim == "k" and is_dynamic(size)) or (not is_dynamic(size) and size <= block):
                     continue
                 set_brgemm_block(expr, dim, block)
                 self._mark_loop(ir, expr, dim, size, block, base)

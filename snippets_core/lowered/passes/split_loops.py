@@ -9,15 +9,18 @@ from snippets_core.lowered.loop_info import SpecificIterationHandlers, UnifiedLo
 from snippets_core.lowered.passes.fuse_loops import FuseLoops
 from snippets_core.lowered.passes.insert_specific_iterations import TransformInnerSplitLoop
 from snippets_core.lowered.passes.pass_base import LoweredPass
+from snippets_core.lowered.symbolic import is_dynamic
 
 if TYPE_CHECKING:
     from snippets_core.lowered.linear_ir import LinearIR
 
 
 def _can_split(to_split: UnifiedLoopInfo, to_fuse: UnifiedLoopInfo) -> bool:
+    # a dynamic work amount is split whatever it is at run time (the outer loop's body may run no iteration and
+    # its tail iteration all of it), as the loop to fuse with is a loop whatever it is (a dynamic Brgemm M)
     return (to_split.dim_idx == to_fuse.dim_idx and to_split.work_amount == to_fuse.work_amount
             and to_split.increment < to_fuse.increment and to_fuse.increment % to_split.increment == 0
-            and to_split.work_amount >= to_fuse.increment)
+            and (is_dynamic(to_split.work_amount) or to_split.work_amount >= to_fuse.increment))
 
 
 @dataclass(frozen=True)

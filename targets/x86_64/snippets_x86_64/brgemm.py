@@ -33,6 +33,7 @@ from snippets_core.lowered.brgemm_utils import brgemm_geometry
 from snippets_core.lowered.passes.brgemm_blocking import blocking_from_options
 from snippets_core.lowered.port_descriptor import RT_INFO_KEY as PORT_DESCRIPTORS
 from snippets_core.lowered.port_descriptor import set_port_descriptor
+from snippets_core.lowered.symbolic import DynamicShapeError, is_dynamic
 from snippets_core.passes.graph_utils import body_of, make, nodes_of_type, replace_output
 from snippets_core.passes.matmul_to_brgemm import init_brgemm_ports
 from snippets_core.passes.pass_manager import Pass, PassPosition, PositionedPass
@@ -101,6 +102,10 @@ class BrgemmEmitter(JitEmitter):
     def __init__(self, expr: Expression, h: X86_64TargetMachine) -> None:
         super().__init__(expr, h)
         g = brgemm_geometry(expr)
+        dynamic = [d for d, v in zip("MNK", (g.m, g.n, g.k)) if is_dynamic(v)]
+        if dynamic:  # the register tiles and the K loop are unrolled for static extents
+            raise DynamicShapeError(f"Brgemm '{expr.name}': the x86-64 micro-kernel needs {', '.join(dynamic)} at "
+                                    "compile time; it is compiled per shape")
         types = (g.a.element_type, g.b.element_type)
         kernel = KERNELS.get(types)
         if kernel is None or g.c.element_type != F32:
