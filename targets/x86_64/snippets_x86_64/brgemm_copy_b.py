@@ -68,7 +68,7 @@ class BrgemmCopyB(MemoryAccess, Node):
             raise ShapeInferenceError(
                 f"BrgemmCopyB '{self.name}': layout {list(self.layout)} is not a permutation of {shape.rank} dims"
             )
-        return [(et, Shape([shape[o] for o in self.layout]))]
+        return [(et, Shape([shape.sym(o) for o in self.layout]))]
 
     def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
         return [np.ascontiguousarray(np.transpose(x, self.layout) if self.layout else x)]
