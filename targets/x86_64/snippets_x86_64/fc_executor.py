@@ -8,18 +8,20 @@ keeps its executor.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from snippets_core.config import CompileConfig, ConfigError
-from snippets_core.errors import SnippetsError
+from snippets_core.config import CompileConfig, ConfigError, int_option
+from snippets_core.errors import InputError, SnippetsError, UnsupportedByTarget
 from snippets_core.ir.ops.io import Parameter
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import Shape
 from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, PANEL, packed_weight_body_inputs, packed_weights
-from snippets_x86_64.runtime import POOL, _output_specs
+from snippets_core.runtime.placement import Placement, fallback_reason
+from snippets_x86_64.runtime import POOL, TARGET_NAME, _output_specs
 
 
 #: rt_info key on an FC Subgraph whose one-row split along N could not be compiled: why (it runs whole)
@@ -199,16 +201,181 @@ def split_n(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np
             dims[-1] = width
             sliced.append(i)
         p.shape = Shape(dims)
-    body.validate()
-    part = Subgraph(*[Parameter(p.outputs[0].element_type, p.outputs[0].shape, name=p.name).outputs[0]
-                      for p in body.parameters], body=body, name=f"{sg.name}/n_part")
-    part.rt_info.update(sg.rt_info)
+    part = _fixed_subgraph(sg, body, "n_part")
     kernel = _kernel_for(part, config, host, None)
     ins, outs = _specs(part)
     min_bytes, native = _executor_options(config)
     executors = [KernelExecutor(kernel, ins, outs, 1, min_bytes, native) for _ in range(parts)]
     full_outs = [(np.dtype(t), tuple(s[:-1]) + (n,)) for t, s in outs]
     return SplitNExecutor(executors, packed, sliced, [s for _, s in full_outs], [t for t, _ in full_outs], width)
+
+
+def _fixed_subgraph(sg: Subgraph, body: Any, suffix: str) -> Subgraph:
+    """A Subgraph of ``body`` (a clone of ``sg``'s whose Parameters got static shapes) with ``sg``'s rt_info."""
+    body.validate()
+    part = Subgraph(*[Parameter(p.outputs[0].element_type, p.outputs[0].shape, name=p.name).outputs[0]
+                      for p in body.parameters], body=body, name=f"{sg.name}/{suffix}")
+    part.rt_info.update(sg.rt_info)
+    return part
+
+
+#: rows of the kernel a dynamic-M FC runs on every M (``target_options.fc_row_block``; 0: a kernel per shape)
+DEFAULT_ROW_BLOCK = 128
+ROW, WHOLE = "row", "whole"
+
+
+def _row_roles(sg: Subgraph, packed: dict[int, np.ndarray]) -> tuple[list[str], tuple[int, ...]] | str:
+    """Per body Parameter, ``ROW`` (its leading dims are the FC's dynamic M dims: x, a residual) or ``WHOLE``
+    (static, one row: the weight, a bias), and the shape of A's leading dims; or why an input is neither."""
+    a_index = _a_input(sg)
+    if a_index is None:
+        return "the FC's input x is not a Subgraph input"
+    params = [p.outputs[0].shape for p in sg.body.parameters]
+    if not params[a_index].rank_is_static or params[a_index].rank < 2:
+        return "x has no row dims"
+    lead = params[a_index].sym_dims[:-1]
+    if any(isinstance(d, int) and d != 1 for d in lead) or all(isinstance(d, int) for d in lead):
+        return f"x's row dims {params[a_index]} are not dynamic dims and 1s"
+    roles = []
+    for i, shape in enumerate(params):
+        dims = shape.sym_dims if shape.rank_is_static else None
+        if i in packed or (dims is not None and shape.is_static and math.prod(shape.to_tuple()[:-1]) == 1):
+            roles.append(WHOLE)
+        elif dims is not None and len(dims) == len(lead) + 1 and dims[:-1] == lead and isinstance(dims[-1], int):
+            roles.append(ROW)
+        else:
+            return f"input {i} of shape {shape} is neither row-indexed like x nor one row"
+    results = [r.inputs[0].shape for r in sg.body.results]
+    if any(not r.rank_is_static or r.sym_dims[:-1] != lead or not isinstance(r.sym_dims[-1], int)
+           for r in results):
+        return f"an output's shape ({', '.join(map(str, results))}) is not x's rows by N"
+    return roles, tuple(1 if isinstance(d, int) else -1 for d in lead)
+
+
+class RowBlockFCExecutor:
+    """A FullyConnected Subgraph of a dynamic M (rows: batch x sequence) on one kernel compiled for ``rows`` rows:
+    FC rows are independent (the post-ops are per-row eltwise), so for M rows the kernel runs on consecutive
+    ``rows``-row slices of the row-indexed inputs (x, a residual; viewed as [M, K]: no copy) and of the output,
+    and the last ``M % rows`` rows through a zero-padded scratch block. The weight (packed), the bias and the
+    other one-row inputs are passed whole. No shape compiles anything after compile time."""
+
+    def __init__(self, kernel_executor: Any, packed: dict[int, np.ndarray], roles: list[str], rows: int,
+                 lead: tuple[int, ...], out_types: list[np.dtype], fallback: Any) -> None:
+        self.kernel = kernel_executor
+        self.packed = packed
+        self.roles = roles
+        self.rows = rows
+        #: leading-dim template of x (-1: a dynamic dim); a row-indexed array must have x's leading dims
+        self.lead = lead
+        self.out_types = out_types
+        #: the per-shape executor for calls whose row inputs do not share x's leading dims (run-time broadcasting)
+        self.fallback = fallback
+        self._on_target = Placement(TARGET_NAME)
+        #: where the last call ran (the snippets_core.runtime.placement protocol)
+        self.last_placement = self._on_target
+        self._scratch_lock = threading.Lock()
+        self._scratch = self._new_scratch()
+        #: calls that went to ``fallback``
+        self.calls_per_shape = 0
+        self.a_index = roles.index(ROW)
+
+    def _new_scratch(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        ins = [np.zeros(s, d) for (d, s), r in zip(self.kernel.input_specs, self.roles) if r == ROW]
+        return ins, [np.zeros(s, d) for d, s in self.kernel.output_specs]
+
+    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in args]
+        if len(arrays) != len(self.roles):
+            raise InputError(f"the Subgraph takes {len(self.roles)} inputs, got {len(arrays)}")
+        lead = arrays[self.a_index].shape[:-1]
+        if len(lead) != len(self.lead) or any(t == 1 and d != 1 for t, d in zip(self.lead, lead)) or any(
+            r == ROW and a.shape[:-1] != lead for a, r in zip(arrays, self.roles)
+        ):  # a row input broadcast along a dynamic dim at run time (or a bad shape: the per-shape path says)
+            self.calls_per_shape += 1
+            results = self.fallback(arrays, outs)
+            self.last_placement = self.fallback.last_placement
+            return results
+        m = math.prod(lead)
+        specs = self.kernel.input_specs
+        for i, (a, (dtype, shape)) in enumerate(zip(arrays, specs)):
+            if a.dtype != dtype:
+                raise InputError(f"Subgraph input {i} must be {dtype}, got {a.dtype}")
+            if self.roles[i] == WHOLE and i not in self.packed and a.shape != shape:
+                raise InputError(f"Subgraph input {i} must have shape {list(shape)}, got {list(a.shape)}")
+        results = []
+        for j, (dtype, shape) in enumerate(self.kernel.output_specs):
+            o = outs[j] if outs is not None and outs[j] is not None else None
+            full = lead + shape[-1:]
+            if o is None:
+                o = np.empty(full, dtype)
+            elif not (isinstance(o, np.ndarray) and o.dtype == dtype and o.shape == full and o.flags.c_contiguous
+                      and o.flags.writeable):
+                raise InputError(f"output array {j} must be a writeable C-contiguous {dtype}{list(full)}")
+            results.append(o)
+        # [M, C] views (C-contiguous: no copy); the kernel takes [1, .., rows, C] slices of them
+        flat = [np.ascontiguousarray(a).reshape(m, a.shape[-1]) if r == ROW else self.packed.get(i, a)
+                for i, (a, r) in enumerate(zip(arrays, self.roles))]
+        flat_outs = [o.reshape(m, o.shape[-1]) for o in results]
+        rows, run = self.rows, self.kernel
+        full_blocks = m // rows
+        for b in range(full_blocks):
+            sl = slice(b * rows, (b + 1) * rows)
+            run([f[sl].reshape(s) if r == ROW else f for f, r, (_, s) in zip(flat, self.roles, specs)],
+                [o[sl].reshape(s) for o, (_, s) in zip(flat_outs, run.output_specs)])
+        tail = m - full_blocks * rows
+        if tail:
+            own = self._scratch_lock.acquire(blocking=False)
+            try:  # a concurrent call gets scratch of its own
+                s_ins, s_outs = self._scratch if own else self._new_scratch()
+                ins, k = [], 0
+                for f, r in zip(flat, self.roles):
+                    if r == ROW:
+                        pad = s_ins[k]
+                        k += 1
+                        pad.reshape(rows, -1)[:tail] = f[full_blocks * rows :]
+                        ins.append(pad)
+                    else:
+                        ins.append(f)
+                run(ins, s_outs)
+                for o, so in zip(flat_outs, s_outs):
+                    o[full_blocks * rows :] = so.reshape(rows, -1)[:tail]
+            finally:
+                if own:
+                    self._scratch_lock.release()
+        self.last_placement = self._on_target
+        return results
+
+    run = __call__
+
+    def describe(self) -> str:
+        text = f"one kernel of {self.rows} rows for every M (the last M % {self.rows} rows padded)"
+        if self.calls_per_shape:
+            text += f"; {self.calls_per_shape} call(s) with run-time broadcasting: {self.fallback.describe()}"
+        return text
+
+
+def row_block(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np.ndarray],
+              fallback: Any) -> RowBlockFCExecutor | str:
+    """A :class:`RowBlockFCExecutor` for the dynamic-M FC ``sg``, or why it has none (then a kernel per shape)."""
+    from snippets_x86_64.runtime import KernelExecutor, _executor_options, _kernel_for, _specs
+
+    rows = int_option(dict(config.target_options), "fc_row_block", DEFAULT_ROW_BLOCK, minimum=0)
+    if rows == 0:
+        return "target_options.fc_row_block is 0"
+    found = _row_roles(sg, packed)
+    if isinstance(found, str):
+        return found
+    roles, lead = found
+    body = sg.body.clone()
+    block_lead = [1] * (len(lead) - 1) + [rows]  # leading dims folded: [B, S, K] runs as [1, rows, K]
+    for p, r in zip(body.parameters, roles):
+        if r == ROW:
+            p.shape = Shape([*block_lead, p.outputs[0].shape.sym_dims[-1]])
+    part = _fixed_subgraph(sg, body, "row_block")
+    kernel = _kernel_for(part, config, host, None)
+    ins, outs = _specs(part)
+    executor = KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
+    return RowBlockFCExecutor(executor, packed, roles, rows, lead, [np.dtype(t) for t, _ in outs], fallback)
 
 
 def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, split: bool = True) -> Any:
@@ -223,7 +390,17 @@ def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, s
     if not packed:
         return executor
     if isinstance(executor, ShapeSpecializingExecutor):
-        return DynamicFCExecutor(executor, packed, _a_input(sg), config.num_threads)
+        per_shape = DynamicFCExecutor(executor, packed, _a_input(sg), config.num_threads)
+        if not split:
+            return per_shape
+        try:
+            by_rows = row_block(sg, config, host, packed, per_shape)
+        except UnsupportedByTarget as exc:  # declared: a kernel per shape (each may still run or fall back)
+            by_rows = fallback_reason(exc)
+        if isinstance(by_rows, str):
+            executor.why_per_shape = f"no row-block kernel: {by_rows}"
+            return per_shape
+        return by_rows
     split_option = dict(config.target_options).get("fc_split_n", True)
     if not isinstance(split_option, bool):
         raise ConfigError(f"target_options.fc_split_n must be true or false, got {split_option!r}")
@@ -237,4 +414,5 @@ def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, s
     return by_n if by_n is not None else PackedWeightExecutor(executor, packed)
 
 
-__all__ = ["DynamicFCExecutor", "PackedWeightExecutor", "SplitNExecutor", "fc_executor", "split_n"]
+__all__ = ["DynamicFCExecutor", "PackedWeightExecutor", "RowBlockFCExecutor", "SplitNExecutor", "fc_executor",
+           "row_block", "split_n"]

@@ -1,0 +1,97 @@
+"""A FullyConnected of a dynamic M (batch and sequence) runs every M on one kernel compiled for a static block of
+rows (RowBlockFCExecutor): full blocks on slices of x, of the residual and of the output, the tail through a
+padded scratch block. Checked against numpy float64, with every array at a guard page."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from snippets_core.config import CompileConfig
+from snippets_core.frontends import builder as sb
+from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.runtime.pipeline import run_tokenization
+from snippets_core.runtime.targets import resolve_target
+from snippets_x86_64 import runtime as x86_runtime
+from snippets_x86_64.fc_executor import DEFAULT_ROW_BLOCK, DynamicFCExecutor, RowBlockFCExecutor
+from snippets_x86_64.guarded import guarded_copy
+
+pytestmark = pytest.mark.avx512
+TARGET = "x86_64_avx512"
+RNG = np.random.default_rng(20261126)
+R = DEFAULT_ROW_BLOCK
+K, N = 40, 150
+
+
+def _gelu_tanh(x):  # type: ignore[no-untyped-def]
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _fc(threads: int, options: dict | None = None):  # type: ignore[no-untyped-def,type-arg]
+    """The Subgraph of gelu(x @ w + b) + res, x [B, S, K] and res [B, S, N] with B and S dynamic, and its executor."""
+    w = (RNG.standard_normal((K, N)) / math.sqrt(K)).astype(np.float32)
+    b = RNG.standard_normal(N).astype(np.float32)
+    x = sb.parameter([-1, -1, K], "f32", name="x")
+    res = sb.parameter([-1, -1, N], "f32", name="res")
+    model = sb.model([sb.add(sb.gelu(sb.add(sb.matmul(x, w), b), approximation_mode="tanh"), res)], name="fc_rows")
+    cfg = CompileConfig.from_mapping({"num_threads": threads, "target_options": options or {}})
+    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
+    (sg,) = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
+    ex = x86_runtime.compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
+    return sg, ex, w, b
+
+
+def _args(sg, xs, rs, at="end"):  # type: ignore[no-untyped-def]
+    return [guarded_copy(xs, at) if i.source.node.name == "x" else guarded_copy(rs, at) if i.source.node.name == "res"
+            else guarded_copy(np.asarray(i.source.node.value), at) for i in sg.inputs]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_every_m_against_numpy_at_guard_pages(threads, at):
+    sg, ex, w, b = _fc(threads)
+    assert isinstance(ex, RowBlockFCExecutor), ex.describe()
+    assert f"one kernel of {R} rows for every M" in ex.describe()
+    (i,) = ex.packed
+    ex.packed[i] = guarded_copy(ex.packed[i], at)
+    s_ins, s_outs = ex._scratch  # the padded tail block is read and written by the kernel too
+    ex._scratch = ([guarded_copy(a, at) for a in s_ins], [guarded_copy(a, at) for a in s_outs])
+    for batch, seq in [(1, 1), (1, 2), (1, R - 1), (1, R), (1, R + 1), (1, 2 * R + 3), (3, 100), (2, 150)]:
+        xs = RNG.standard_normal((batch, seq, K)).astype(np.float32)
+        rs = RNG.standard_normal((batch, seq, N)).astype(np.float32)
+        out = guarded_copy(np.full((batch, seq, N), np.nan, np.float32), at)
+        ex(_args(sg, xs, rs, at), [out])
+        assert ex.last_placement.where == TARGET
+        want = _gelu_tanh(xs.astype(np.float64) @ w + b) + rs
+        np.testing.assert_allclose(out, want, rtol=2e-5, atol=3e-5)
+
+
+def test_a_new_shape_compiles_nothing(monkeypatch):
+    sg, ex, w, b = _fc(1)
+    calls = []
+    real = x86_runtime.generate_subgraph
+    monkeypatch.setattr(x86_runtime, "generate_subgraph", lambda *a, **k: calls.append(a) or real(*a, **k))
+    for seq in (7, 300):
+        xs = RNG.standard_normal((1, seq, K)).astype(np.float32)
+        rs = RNG.standard_normal((1, seq, N)).astype(np.float32)
+        (out,) = ex(_args(sg, xs, rs))
+        np.testing.assert_allclose(out, _gelu_tanh(xs.astype(np.float64) @ w + b) + rs, rtol=2e-5, atol=3e-5)
+    assert calls == []
+
+
+def test_run_time_broadcast_goes_per_shape():
+    """A residual with one row where x has many (numpy broadcasting of a dynamic dim) runs on a per-shape kernel."""
+    sg, ex, w, b = _fc(1)
+    xs = RNG.standard_normal((1, 5, K)).astype(np.float32)
+    rs = RNG.standard_normal((1, 1, N)).astype(np.float32)
+    (out,) = ex(_args(sg, xs, rs))
+    np.testing.assert_allclose(out, _gelu_tanh(xs.astype(np.float64) @ w + b) + rs, rtol=2e-5, atol=3e-5)
+    assert "run-time broadcasting" in ex.describe()
+
+
+def test_row_block_zero_keeps_a_kernel_per_shape():
+    _, ex, _, _ = _fc(1, {"fc_row_block": 0})
+    assert isinstance(ex, DynamicFCExecutor)
+    assert "fc_row_block is 0" in ex.describe()
