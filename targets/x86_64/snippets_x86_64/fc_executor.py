@@ -260,14 +260,13 @@ class RowBlockFCExecutor:
     other one-row inputs are passed whole. No shape compiles anything after compile time."""
 
     def __init__(self, kernel_executor: Any, packed: dict[int, np.ndarray], roles: list[str], rows: int,
-                 lead: tuple[int, ...], out_types: list[np.dtype], fallback: Any) -> None:
+                 lead: tuple[int, ...], fallback: Any) -> None:
         self.kernel = kernel_executor
         self.packed = packed
         self.roles = roles
         self.rows = rows
         #: leading-dim template of x (-1: a dynamic dim); a row-indexed array must have x's leading dims
         self.lead = lead
-        self.out_types = out_types
         #: the per-shape executor for calls whose row inputs do not share x's leading dims (run-time broadcasting)
         self.fallback = fallback
         self._on_target = Placement(TARGET_NAME)
@@ -375,7 +374,7 @@ def row_block(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, 
     kernel = _kernel_for(part, config, host, None)
     ins, outs = _specs(part)
     executor = KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
-    return RowBlockFCExecutor(executor, packed, roles, rows, lead, [np.dtype(t) for t, _ in outs], fallback)
+    return RowBlockFCExecutor(executor, packed, roles, rows, lead, fallback)
 
 
 def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, split: bool = True) -> Any:
