@@ -367,6 +367,11 @@ def row_block(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, 
     roles, lead = found
     body = sg.body.clone()
     block_lead = [1] * (len(lead) - 1) + [rows]  # leading dims folded: [B, S, K] runs as [1, rows, K]
+    threads = config.num_threads
+    if threads > 1 and rows % threads == 0:
+        # the block's rows split between the threads as SplitDimensionM splits a static M (it cannot split a
+        # dynamic one at compile time): [T, rows / T, K] has a parallel domain of T, one index per thread
+        block_lead = [1] * (len(lead) - 2) + [threads, rows // threads]
     for p, r in zip(body.parameters, roles):
         if r == ROW:
             p.shape = Shape([*block_lead, p.outputs[0].shape.sym_dims[-1]])

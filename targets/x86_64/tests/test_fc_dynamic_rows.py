@@ -95,3 +95,28 @@ def test_row_block_zero_keeps_a_kernel_per_shape():
     _, ex, _, _ = _fc(1, {"fc_row_block": 0})
     assert isinstance(ex, DynamicFCExecutor)
     assert "fc_row_block is 0" in ex.describe()
+
+
+@pytest.mark.parametrize("rank", [2, 3])
+def test_the_row_block_is_split_between_the_threads(rank):
+    """On two threads the row-block kernel's parallel domain has one index per thread (the block's rows split as
+    SplitDimensionM splits a static M), for x of rank 3 ([B, S, K]) and of rank 2 ([M, K]); every M still matches
+    numpy float64."""
+    w = (RNG.standard_normal((K, N)) / math.sqrt(K)).astype(np.float32)
+    b = RNG.standard_normal(N).astype(np.float32)
+    x = sb.parameter([-1] * (rank - 1) + [K], "f32", name="x")
+    model = sb.model([sb.relu(sb.add(sb.matmul(x, w), b))], name="fc_rows_split")
+    # parallel_min_bytes 0: these small arrays would otherwise stay on the calling thread
+    cfg = CompileConfig.from_mapping({"num_threads": 2, "target_options": {"parallel_min_bytes": 0}})
+    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
+    (sg,) = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
+    ex = x86_runtime.compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
+    assert isinstance(ex, RowBlockFCExecutor), ex.describe()
+    assert math.prod(ex.kernel.kernel.info.parallel_domain) == 2 and ex.kernel.num_threads == 2
+    for m in (1, R - 1, R, 2 * R + 3):
+        xs = RNG.standard_normal((1,) * (rank - 2) + (m, K)).astype(np.float32)
+        args = [guarded_copy(xs) if i.source.node.name == "x" else guarded_copy(np.asarray(i.source.node.value))
+                for i in sg.inputs]
+        (got,) = ex(args)
+        want = np.maximum(xs.astype(np.float64) @ w.astype(np.float64) + b, 0)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
