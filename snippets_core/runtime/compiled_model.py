@@ -33,6 +33,7 @@ from snippets_core.ir.ops.io import Constant, Parameter, Result
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import Shape, SymDim
 from snippets_core.runtime.inputs import as_input_array, expect_output_arrays
+from snippets_core.runtime.layout_steps import in_layout
 from snippets_core.runtime.placement import (
     FALLBACK_KEY,
     REFERENCE,
@@ -471,7 +472,7 @@ def compile_model(model: Model | str | Path | bytes | Any, target: str | None = 
             raise error from exc
         if ex is not None:
             sg.rt_info.pop(FALLBACK_KEY, None)
-            executors[sg.id] = (ex, tgt.name)
+            executors[sg.id] = (in_layout(ex, sg), tgt.name)
     return CompiledModel(m, tgt, cfg, executors)
 
 

@@ -59,6 +59,12 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
     TokenizeSnippets(tcfg).run(model)
     run_mha_common_optimizations(model, tcfg, disabled)
     run_common_optimizations(model, disabled)
+    if target.assigns_layouts:
+        from snippets_core.passes.assign_layouts import AssignLayouts
+
+        if AssignLayouts.name not in disabled:
+            # last: it sees the final Subgraphs, and the reorders it inserts are Subgraphs no pass above must touch
+            AssignLayouts(target.preferred_layout).run(model)
 
 
 def run_common_optimizations(model: Model, disabled_passes: Iterable[str] = ()) -> bool:

@@ -15,6 +15,8 @@ import numpy as np
 
 from snippets_core.config import CompileConfig
 from snippets_core.errors import ConfigError, TargetNotFoundError
+from snippets_core.ir.layout import Layout, layout_named
+from snippets_core.ir.node import Node
 from snippets_core.ir.ops.subgraph import Subgraph
 
 BUILTIN_TARGETS = ("reference", "interpreter")
@@ -43,6 +45,18 @@ class ResolvedTarget:
         if compile_fn is None:
             return None
         return compile_fn(sg, config, self.host)
+
+    def preferred_layout(self, node: Node) -> Layout | None:
+        """The memory layout the target wants ``node`` to read and write (its ``preferred_layout(node)`` hook, a
+        layout name); None, the plain layout, for a target without the hook or a node it has no preference for."""
+        fn = getattr(self.obj, "preferred_layout", None)
+        name = fn(node) if fn is not None else None
+        return None if name is None else layout_named(name)
+
+    @property
+    def assigns_layouts(self) -> bool:
+        """Whether the target has layout preferences at all (else every edge stays plain: no pass to run)."""
+        return callable(getattr(self.obj, "preferred_layout", None))
 
     def tokenization_defaults(self) -> dict[str, Any]:
         """Tokenizer knobs the target sets (e.g. its data-pointer register budget)."""

@@ -14,6 +14,7 @@ from snippets_core.ir.ops import nn  # noqa: F401
 from snippets_core.ir.ops import normalization  # noqa: F401
 from snippets_core.ir.ops import quantize  # noqa: F401
 from snippets_core.ir.ops import reduce  # noqa: F401
+from snippets_core.ir.ops import reorder  # noqa: F401
 from snippets_core.ir.ops import select  # noqa: F401
 from snippets_core.ir.ops import shape_ops  # noqa: F401
 from snippets_core.ir.ops import softmax  # noqa: F401

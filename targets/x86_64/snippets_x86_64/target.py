@@ -77,6 +77,14 @@ class X86_64Target:
             return str(exc)
         return None
 
+    def preferred_layout(self, node: Node) -> str | None:
+        """The layout AssignLayouts gives ``node``'s rank-4 tensors: NHWC for the conv, pooling and channel-concat
+        primitives (their kernels read and write channels innermost, so they hand each other memory with no
+        reorder), plain (None) for everything else."""
+        if any(node.rt_info.get(k) for k in ("SnippetsConvolution", "SnippetsPooling", "SnippetsConcat")):
+            return "NHWC"
+        return None
+
     def compile_subgraph(self, sg: Subgraph, config: CompileConfig, host: Any) -> KernelExecutor | None:
         """Compile ``sg`` into a kernel run over its parallel domain on ``config.num_threads`` threads; None
         (with ``sg.rt_info["SnippetsFallbackReason"]``) when the target declares it does not generate something in
@@ -87,6 +95,10 @@ class X86_64Target:
             from snippets_x86_64.conv_subgraph import compile_conv_subgraph
 
             return compile_conv_subgraph(sg, config)
+        if sg.rt_info.get("SnippetsReorder"):  # a layout change AssignLayouts inserted: a JIT transpose
+            from snippets_x86_64.reorder import compile_reorder_subgraph
+
+            return compile_reorder_subgraph(sg, config)
         from snippets_x86_64.runtime import compile_subgraph
 
         return compile_subgraph(sg, config, host)

@@ -1,0 +1,142 @@
+"""AssignLayouts: give every edge of a tokenized model a memory layout, with explicit reorders where needed.
+
+Backend-neutral: the target says which layout each node prefers (``preferred`` is the target's
+``preferred_layout`` hook; None or ``plain`` for a node it has no preference for), and this pass
+
+* writes the layout of every output (``rt_info[OUTPUT_LAYOUTS]``) and the layout each input is read in
+  (``rt_info[INPUT_LAYOUTS]``): a node with a preference reads and writes its tensors of a fitting rank in that
+  layout; a pure element-wise Subgraph is layout-agnostic (see :func:`is_layout_agnostic`) and keeps the layout
+  its inputs share; everything else (shape ops, reductions, the model's Results) reads and writes ``plain``;
+* inserts a ``Reorder`` (one Subgraph marked ``REORDER`` holding it, so a target compiles it like any other
+  kernel) where an edge's layout and its consumer's differ, one per (edge, layout) however many consumers read
+  it, and none where the two layouts lie the same in memory for that shape (NCHW and NHWC when ``H * W == 1``).
+
+So consecutive conv/pool primitives read each other's layout directly, and a model whose primitives all prefer
+one layout reorders only at its inputs and outputs (and where a plain-layout consumer sits in between).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar
+
+from snippets_core.ir.layout import INPUT_LAYOUTS, OUTPUT_LAYOUTS, PLAIN, Layout, layout_named, same_memory
+from snippets_core.ir.model import Model
+from snippets_core.ir.node import Input, Node, Output
+from snippets_core.ir.ops.base import BinaryEltwise, UnaryEltwise
+from snippets_core.ir.ops.io import Constant, Parameter, Result
+from snippets_core.ir.ops.reorder import Reorder
+from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.ir.pass_manager import Pass
+
+#: rt_info key on a Subgraph that holds one Reorder (value True)
+REORDER = "SnippetsReorder"
+#: body ops that compute each output element from the input elements at the same index
+_ELEMENTWISE_TYPES = frozenset({"Convert", "Select", "Clamp"})
+
+
+def _static(out: Output) -> tuple[int, ...] | None:
+    return out.shape.to_tuple() if out.shape.is_static else None
+
+
+def is_layout_agnostic(sg: Subgraph) -> bool:
+    """A Subgraph whose body is element-wise ops only, with scalar constants, and whose inputs and outputs all have
+    one static shape: it computes the same thing on any memory order, so it can run on its inputs' layout."""
+    shapes = {_static(i.source) for i in sg.inputs} | {_static(o) for o in sg.outputs}
+    if len(shapes) != 1 or None in shapes or not sg.inputs:
+        return False
+    for op in sg.body.get_ordered_ops():
+        if isinstance(op, (Parameter, Result)):
+            continue
+        if isinstance(op, Constant):
+            if op.outputs[0].shape.is_static and op.outputs[0].shape.size <= 1:
+                continue
+            return False
+        if not isinstance(op, (UnaryEltwise, BinaryEltwise)) and op.type_name not in _ELEMENTWISE_TYPES:
+            return False
+    return True
+
+
+def make_reorder(src: Output, from_layout: Layout, to_layout: Layout) -> Subgraph:
+    """A Subgraph holding ``Reorder(src)``, marked ``REORDER``, with its layouts written (not yet connected to
+    any consumer)."""
+    from snippets_core.tokenization.marks import mark_completed
+    from snippets_core.tokenization.tokenization_utils import _body_result, _input_name, _make_body
+
+    name = f"{src.node.name}{'' if len(src.node.outputs) == 1 else f':{src.index}'}/reorder_{to_layout}"
+    p = Parameter(src.element_type, src.shape, name=_input_name(src))
+    op = Reorder(p, src=from_layout.name, dst=to_layout.name, name=name)
+    sg = Subgraph(src, body=_make_body([_body_result(op.outputs[0])], [p], name), name=name)
+    sg.rt_info[REORDER] = True
+    sg.rt_info[INPUT_LAYOUTS] = (from_layout.name,)
+    sg.rt_info[OUTPUT_LAYOUTS] = (to_layout.name,)
+    mark_completed(sg)
+    return sg
+
+
+@dataclass(frozen=True)
+class AssignLayouts(Pass):
+    """Assign a layout to every edge and insert the reorders (see the module docstring). ``preferred(node)`` is
+    the target's choice for ``node``: a Layout, or None for plain."""
+
+    name: ClassVar[str] = "assign-layouts"
+    preferred: Callable[[Node], Layout | None] = lambda node: None
+
+    def run(self, model: Model) -> bool:
+        layout_of: dict[tuple[int, int], Layout] = {}  # (node id, output index) -> the layout it is written in
+        reorders: dict[tuple[int, int, str], Output] = {}  # (node id, output index, layout) -> the reordered edge
+        changed = False
+        for node in model.get_ordered_ops():
+            if REORDER in node.rt_info:  # inserted by an earlier run of this pass
+                layout_of[(node.id, 0)] = layout_named(node.rt_info[OUTPUT_LAYOUTS][0])
+                continue
+            want = self._node_layout(node, layout_of)
+            reads: list[str] = []
+            for inp in node.inputs:
+                need = want if want.fits(inp.shape.rank if inp.shape.rank_is_static else None) else PLAIN
+                if isinstance(node, Result):
+                    need = PLAIN
+                changed |= self._connect(inp, need, layout_of, reorders)
+                reads.append(need.name)
+            outs = [want if want.fits(o.shape.rank if o.shape.rank_is_static else None) else PLAIN
+                    for o in node.outputs]
+            for o, layout in zip(node.outputs, outs):
+                layout_of[(node.id, o.index)] = layout
+            node.rt_info[INPUT_LAYOUTS] = tuple(reads)
+            node.rt_info[OUTPUT_LAYOUTS] = tuple(layout.name for layout in outs)
+        return changed
+
+    def _node_layout(self, node: Node, layout_of: dict[tuple[int, int], Layout]) -> Layout:
+        """The layout ``node`` reads and writes its fitting tensors in."""
+        if isinstance(node, (Parameter, Constant, Result)):
+            return PLAIN
+        if isinstance(node, Subgraph) and is_layout_agnostic(node):
+            seen = {layout_of.get((i.source.node.id, i.source.index), PLAIN) for i in node.inputs}
+            return seen.pop() if len(seen) == 1 else PLAIN  # mixed inputs: plain (only a reorder agrees them)
+        return self.preferred(node) or PLAIN
+
+    @staticmethod
+    def _connect(inp: Input, need: Layout, layout_of: dict[tuple[int, int], Layout],
+                 reorders: dict[tuple[int, int, str], Output]) -> bool:
+        """Make ``inp`` read its value in ``need``: directly, or through a (shared) reorder. True if one was made."""
+        src = inp.source
+        have = layout_of.get((src.node.id, src.index), PLAIN)
+        if same_memory(have, need, _static(src)):
+            return False
+        key = (src.node.id, src.index, need.name)
+        made = key not in reorders
+        if made:
+            sg = make_reorder(src, have, need)
+            reorders[key] = sg.outputs[0]
+            layout_of[(sg.id, 0)] = need
+        inp.replace_source(reorders[key])
+        return made
+
+
+def reorder_count(model: Model) -> int:
+    """The Reorder Subgraphs AssignLayouts inserted into ``model``."""
+    return sum(1 for n in model.get_ordered_ops() if n.rt_info.get(REORDER))
+
+
+__all__ = ["REORDER", "AssignLayouts", "is_layout_agnostic", "make_reorder", "reorder_count"]
