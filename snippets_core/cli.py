@@ -181,10 +181,24 @@ def _fmt_shape(shape: Any) -> str:
 
 
 def _port(out: Any) -> dict[str, str]:
-    """An output port as the user sees it: producer, element type, shape."""
+    """An output port as the user sees it: producer, element type, shape, memory layout (AssignLayouts)."""
     node = out.node
     src = node.name if len(node.outputs) == 1 else f"{node.name}:{out.index}"
-    return {"from": src, "type": str(out.element_type), "shape": _fmt_shape(out.shape)}
+    return {"from": src, "type": str(out.element_type), "shape": _fmt_shape(out.shape), "layout": _layout(out)}
+
+
+def _layout(out: Any) -> str:
+    """The layout ``out`` is written in: what AssignLayouts recorded, plain where it did not run."""
+    from snippets_core.ir.layout import OUTPUT_LAYOUTS
+
+    names = out.node.rt_info.get(OUTPUT_LAYOUTS)
+    return names[out.index] if names else "plain"
+
+
+def _fmt_port(p: Mapping[str, str]) -> str:
+    """``from type[shape]``, with the layout when it is not plain."""
+    tail = "" if p["layout"] == "plain" else f" {p['layout']}"
+    return f"{p.get('from', '')} {p['type']}{p['shape']}{tail}".lstrip()
 
 
 def _reason_checks() -> list[tuple[Callable[[Any], bool], Callable[[Any], str]]]:
@@ -247,16 +261,28 @@ def describe_tokenized(model: Any, target: str, host: Any = None) -> dict[str, A
     """The tokenized ``model`` as plain data: Subgraphs with ops, inputs, outputs; ops outside them."""
     from snippets_core.ir.ops.subgraph import Subgraph
 
+    from snippets_core.passes.assign_layouts import REORDER
+
     subgraphs = []
     outside = []
+    reorders = []
+    edges = []
     for node in model.get_ordered_ops():
+        for out in node.outputs:  # every edge: producer, consumers, the layout it is written in
+            if out.targets:
+                edges.append({**_port(out), "to": [t.node.name for t in out.targets]})
+        if node.rt_info.get(REORDER):
+            op = node.body_ops[0]
+            reorders.append({"name": node.name, **_port(node.inputs[0].source), "src": op.src, "dst": op.dst,
+                             "to": [t.node.name for t in node.outputs[0].targets]})
         if isinstance(node, Subgraph):
             subgraphs.append(
                 {
                     "name": node.name,
                     "ops": [{"name": op.name, "type": op.type_name} for op in node.body_ops],
                     "inputs": [_port(i.source) for i in node.inputs],
-                    "outputs": [{"type": str(o.element_type), "shape": _fmt_shape(o.shape)} for o in node.outputs],
+                    "outputs": [{"type": str(o.element_type), "shape": _fmt_shape(o.shape), "layout": _layout(o)}
+                                for o in node.outputs],
                 }
             )
         elif node.type_name not in _IO_TYPES:
@@ -273,6 +299,8 @@ def describe_tokenized(model: Any, target: str, host: Any = None) -> dict[str, A
         ],
         "subgraphs": subgraphs,
         "outside": outside,
+        "reorders": reorders,
+        "edges": edges,
     }
 
 
@@ -285,8 +313,13 @@ def format_tokenized(info: Mapping[str, Any]) -> str:
     for sg in info["subgraphs"]:
         lines.append(f"Subgraph {sg['name']}")
         lines.append("  ops:     " + ", ".join(f"{op['type']} ({op['name']})" for op in sg["ops"]))
-        lines.append("  inputs:  " + ", ".join(f"{i['from']} {i['type']}{i['shape']}" for i in sg["inputs"]))
-        lines.append("  outputs: " + ", ".join(f"{o['type']}{o['shape']}" for o in sg["outputs"]))
+        lines.append("  inputs:  " + ", ".join(_fmt_port(i) for i in sg["inputs"]))
+        lines.append("  outputs: " + ", ".join(_fmt_port(o) for o in sg["outputs"]))
+    if info.get("reorders"):
+        lines.append(f"reorders ({len(info['reorders'])}, inserted by assign-layouts):")
+        for r in info["reorders"]:
+            lines.append(f"  {r['name']}: {r['from']} {r['type']}{r['shape']} {r['src']} -> {r['dst']}, "
+                         f"read by {', '.join(r['to'])}")
     if info["outside"]:
         lines.append("outside Subgraphs (reference kernels):")
         for n in info["outside"]:

@@ -1,0 +1,136 @@
+"""Layouts on x86_64_avx512: AssignLayouts keeps the conv primitives' NHWC between them, the reorders it inserts
+run as JIT transposes (checked against numpy under guard pages), and `snippets inspect` shows them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from snippets_core.ir.layout import NHWC, PLAIN
+from snippets_core.runtime.compiled_model import compile_model
+from snippets_x86_64.guarded import guarded_array
+from snippets_x86_64.reorder import ReorderExecutor, compile_reorder_subgraph
+
+pytestmark = pytest.mark.avx512
+LIGHT = Path(onnx.__file__).resolve().parent / "backend" / "test" / "data" / "light"
+
+
+def _reorders(cm) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    return [(sg.body_ops[0].src, sg.body_ops[0].dst) for sg in cm.subgraphs if sg.rt_info.get("SnippetsReorder")]
+
+
+def _conv_model() -> onnx.ModelProto:
+    """conv -> Exp -> conv: Exp is no conv post-op, so it is an element-wise Subgraph between two primitives."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Exp", ["c1"], ["e"]),
+             helper.make_node("Conv", ["e", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    inits = [numpy_helper.from_array((rng.standard_normal((20, 5, 3, 3)) * 0.1).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((7, 20, 3, 3)) * 0.1).astype(np.float32), "w2")]
+    g = helper.make_graph(nodes, "cec", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 9, 11])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 7, 9, 11])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_resnet50_reorders_only_at_its_input() -> None:
+    """ResNet-50 from onnx's backend test data: one reorder (the NCHW input to NHWC); every conv and pool reads its
+    producer's NHWC memory, and the global pool's [1, 2048, 1, 1] output is the same memory in both layouts, so
+    the classifier reads it with none. The output matches the model's stored output."""
+    path = LIGHT / "light_resnet50.onnx"
+    cm = compile_model(str(path), "x86_64_avx512", {"num_threads": 2})
+    assert _reorders(cm) == [("plain", "NHWC")]
+    n = 1 * 3 * 224 * 224
+    x = (np.arange(n).reshape(1, 3, 224, 224) / n).astype(np.float32)
+    (y,) = cm({"gpu_0/data_0": x}).values()
+    ref = numpy_helper.to_array(onnx.load_tensor(str(path.with_suffix("")) + "_output_0.pb"))
+    np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-6)
+    primitives = [st.run.executor for st in cm._steps if hasattr(getattr(st.run, "executor", None), "reorders")]
+    assert len(primitives) == 55 and all(ex.reorders == 0 for ex in primitives)  # 53 convs, 2 pools
+
+
+def test_an_elementwise_subgraph_between_primitives_runs_on_nhwc() -> None:
+    ort = pytest.importorskip("onnxruntime")
+    model = _conv_model()
+    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
+    (exp,) = [sg for sg in cm.subgraphs if [op.type_name for op in sg.body_ops] == ["Exp"]]
+    assert exp.rt_info["SnippetsInputLayouts"] == ("NHWC",) and exp.rt_info["SnippetsOutputLayouts"] == ("NHWC",)
+    assert _reorders(cm) == [("plain", "NHWC"), ("NHWC", "plain")]
+    x = np.random.default_rng(4).standard_normal((2, 5, 9, 11)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(cm({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+    assert all(w == "x86_64_avx512" for _, _, w in cm.placement())
+    assert [st.run.executor.reorders for st in cm._steps if st.node.rt_info.get("SnippetsConvolution")] == [0, 0]
+
+
+def test_disabled_assign_layouts_leaves_the_primitives_to_reorder_for_themselves() -> None:
+    model = _conv_model()
+    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"disabled_passes": ["assign-layouts"]})
+    assert _reorders(cm) == []
+    x = np.random.default_rng(5).standard_normal((2, 5, 9, 11)).astype(np.float32)
+    ref = compile_model(model.SerializeToString(), "reference")({"x": x})["y"]
+    np.testing.assert_allclose(cm({"x": x})["y"], ref, rtol=1e-4, atol=1e-4)
+
+
+def test_inspect_shows_edge_layouts_and_reorders(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from snippets_core.cli import main
+
+    path = tmp_path / "cec.onnx"
+    onnx.save(_conv_model(), str(path))
+    assert main(["inspect", str(path), "--target", "x86_64_avx512"]) == 0
+    text = capsys.readouterr().out
+    assert "reorders (2, inserted by assign-layouts):" in text
+    assert "x/reorder_NHWC: x f32[2,5,9,11] plain -> NHWC" in text
+    assert "f32[2,20,9,11] NHWC" in text  # the edges between the primitives and the Exp Subgraph
+    assert main(["inspect", str(path), "--target", "x86_64_avx512", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert [(r["src"], r["dst"]) for r in info["reorders"]] == [("plain", "NHWC"), ("NHWC", "plain")]
+    layouts = {e["from"]: e["layout"] for e in info["edges"]}
+    assert layouts["x"] == "plain" and layouts["x/reorder_NHWC"] == "NHWC"
+    assert sorted(set(layouts.values())) == ["NHWC", "plain"]
+    assert all("layout" in p for sg in info["subgraphs"] for p in sg["inputs"] + sg["outputs"])
+
+
+SHAPES = [(1, 3, 5, 7), (2, 17, 33, 3), (1, 16, 4, 4), (2, 33, 17, 1), (3, 1, 2, 2), (1, 40, 16, 1), (1, 64, 7, 7)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
+@pytest.mark.parametrize("at", ["end", "start"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_reorder_kernels_against_numpy_under_guard_pages(shape: tuple[int, ...], at: str, threads: int) -> None:
+    """NCHW -> NHWC and back, the source and the destination each flush against a PROT_NONE page: every tile
+    tail (rows and columns below 16) stays inside both arrays."""
+    x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    src = guarded_array(shape, np.float32, at)
+    src[...] = x
+    alloc = lambda s: guarded_array(s, np.float32, at)  # noqa: E731
+    to_nhwc = ReorderExecutor(PLAIN, NHWC, shape, np.float32, threads, alloc)
+    y = to_nhwc.run(src)
+    nhwc = y.transpose(0, 2, 3, 1)
+    assert nhwc.flags.c_contiguous
+    np.testing.assert_array_equal(nhwc, np.transpose(x, (0, 2, 3, 1)))
+    back = ReorderExecutor(NHWC, PLAIN, shape, np.float32, threads, alloc).run(y)
+    assert back.flags.c_contiguous
+    np.testing.assert_array_equal(back, x)
+    assert to_nhwc.copies == 0
+
+
+def test_empty_tensor_reorders_to_an_empty_tensor() -> None:
+    y = ReorderExecutor(PLAIN, NHWC, (0, 3, 4, 4), np.float32).run(np.empty((0, 3, 4, 4), np.float32))
+    assert y.shape == (0, 3, 4, 4)
+
+
+def test_a_reorder_without_a_kernel_runs_on_its_reference_with_the_reason() -> None:
+    from snippets_core.config import CompileConfig
+    from snippets_core.ir import ElementType
+    from snippets_core.ir.ops.io import Parameter
+    from snippets_core.passes.assign_layouts import make_reorder
+
+    x = Parameter(ElementType.u8, [1, 3, 4, 4], name="x")
+    sg = make_reorder(x.outputs[0], PLAIN, NHWC)
+    assert compile_reorder_subgraph(sg, CompileConfig()) is None
+    assert sg.rt_info["SnippetsFallbackReason"] == "the JIT reorder moves 4-byte elements, not uint8"
