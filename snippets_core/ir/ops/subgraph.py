@@ -7,11 +7,36 @@ from typing import Any
 
 import numpy as np
 
-from snippets_core.errors import ShapeInferenceError
+from snippets_core.errors import ShapeInferenceError, SnippetsError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node, Output
 from snippets_core.ir.shape import Shape
+
+
+#: rt_info key on a Subgraph whose body Constants a target released once it packed them (value: why)
+CONSTANTS_RELEASED = "SnippetsConstantsReleased"
+#: constants this small stay: they cost nothing and keep the body readable
+_KEEP_ELEMENTS = 64
+
+
+class ConstantsReleasedError(SnippetsError):
+    """A Subgraph whose body constants were released (the target keeps only its packed copy) was evaluated."""
+
+
+def release_constants(sg: Subgraph, why: str) -> int:
+    """Replace the large Constants of ``sg``'s body by zero-stride placeholders of the same shape and type (no
+    memory), after a target packed them into a kernel of its own, so the weights are held once; evaluating the
+    body afterwards is a ConstantsReleasedError, never a result from the placeholders. Returns the bytes freed."""
+    freed = 0
+    for node in sg.body.get_ordered_ops():
+        value = getattr(node, "value", None)
+        if node.type_name != "Constant" or not isinstance(value, np.ndarray) or value.size <= _KEEP_ELEMENTS:
+            continue
+        freed += value.nbytes
+        node.value = np.broadcast_to(np.zeros((), value.dtype), value.shape)  # type: ignore[attr-defined]
+    sg.rt_info[CONSTANTS_RELEASED] = why
+    return freed
 
 
 class Subgraph(Node):
@@ -46,6 +71,9 @@ class Subgraph(Node):
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         from snippets_core.ir.evaluate import evaluate_model
 
+        if CONSTANTS_RELEASED in self.rt_info:
+            raise ConstantsReleasedError(f"Subgraph '{self.name}' cannot run on its reference: its body constants "
+                                         f"were released ({self.rt_info[CONSTANTS_RELEASED]})")
         outs = evaluate_model(self.body, {p.name: a for p, a in zip(self.body.parameters, args)})
         return [outs[r.name] for r in self.body.results]
 

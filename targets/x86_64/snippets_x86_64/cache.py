@@ -8,17 +8,24 @@ fingerprint of the sources of the core and of this package (so no stale code is 
 cache lives in memory (bounded, oldest dropped first) and, when a directory is given by
 ``target_options["cache_dir"]`` or the environment variable ``SNIPPETS_CACHE_DIR``, on disk: per key a
 ``<key>.bin`` with the machine code and a ``<key>.json`` with the calling metadata, written atomically.
+
+:data:`FUNCTION_CACHE` does the same for the JIT functions made outside the LinearIR pipeline (conv, pooling and
+reorder kernels), whose code depends on a small value (the geometry and the post-ops, not the weights): ResNet-50's
+53 convolutions need 20-odd distinct kernels, and a second compile in another process reads them from disk.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import ctypes
 import functools
 import hashlib
 import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +36,7 @@ from snippets_x86_64.kernel import Kernel, KernelInfo
 
 if TYPE_CHECKING:
     from snippets_core.ir.model import Model
+    from snippets_x86_64.jit import JitFunction
 
 #: bump when generated code or the kernel ABI changes, so stale disk entries are never loaded
 CODE_VERSION = 2  # 2: runtime-parameter blocks (dynamic kernels), packed FC weights, conv primitives
@@ -190,3 +198,95 @@ def cache_dir_from(target_options: dict[str, Any]) -> str | None:
         source = "target_options.cache_dir" if target_options.get("cache_dir") else ENV_CACHE_DIR
         raise ConfigError(f"{source} {str(d)!r} is not a directory (the kernel cache keeps a file per kernel there)")
     return str(d)
+
+
+#: the disk cache directory of the compile in progress (set by the target around a primitive's compile)
+_FUNCTION_CACHE_DIR: contextvars.ContextVar[str | None] = contextvars.ContextVar("function_cache_dir", default=None)
+
+
+@contextlib.contextmanager
+def function_cache_dir(directory: str | None) -> Iterator[None]:
+    """JIT functions built inside the ``with`` block are read from and written to ``directory`` (None: memory)."""
+    token = _FUNCTION_CACHE_DIR.set(directory)
+    try:
+        yield
+    finally:
+        _FUNCTION_CACHE_DIR.reset(token)
+
+
+class FunctionCache:
+    """JIT functions by (kind, spec): ``get(kind, spec, build, argtypes)`` returns the function ``build()`` makes
+    for ``spec`` (a value whose repr says everything the code depends on, e.g. a conv geometry and its post-ops),
+    built once per process and, under :func:`function_cache_dir`, once per disk cache. Thread-safe."""
+
+    def __init__(self, max_entries: int = MEMORY_ENTRIES) -> None:
+        self._mem: OrderedDict[str, JitFunction] = OrderedDict()
+        self._lock = threading.Lock()
+        self.max_entries = max_entries
+        #: memory hits, disk hits, misses (built)
+        self.stats = {"memory": 0, "disk": 0, "miss": 0}
+
+    @staticmethod
+    def key(kind: str, spec: Any) -> str:
+        text = f"x86_64_avx512 {kind} code v{CODE_VERSION} {code_fingerprint()}\n{spec!r}"
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def get(self, kind: str, spec: Any, build: Callable[[], JitFunction], argtypes: tuple[Any, ...]) -> JitFunction:
+        from snippets_x86_64.jit import JitFunction
+
+        key = self.key(kind, spec)
+        with self._lock:
+            fn = self._mem.get(key)
+            if fn is not None:
+                self._mem.move_to_end(key)
+                self.stats["memory"] += 1
+                return fn
+        directory = _FUNCTION_CACHE_DIR.get()
+        loaded = self._load(Path(directory), key) if directory else None
+        if loaded is not None:
+            code, code_size, name = loaded
+            fn = JitFunction(code, None, argtypes, name=name, code_size=code_size)
+            self.stats["disk"] += 1
+        else:
+            fn = build()
+            self.stats["miss"] += 1
+            if directory:
+                self._store(Path(directory), key, fn)
+        with self._lock:
+            self._mem[key] = fn
+            while len(self._mem) > self.max_entries:
+                self._mem.popitem(last=False)
+        return fn
+
+    def clear(self) -> None:
+        with self._lock:
+            self._mem.clear()
+            self.stats = {"memory": 0, "disk": 0, "miss": 0}
+
+    @staticmethod
+    def _load(directory: Path, key: str) -> tuple[bytes, int, str] | None:
+        try:
+            meta = json.loads((directory / f"{key}.fn.json").read_text())
+            code = (directory / f"{key}.fn.bin").read_bytes()
+        except (OSError, ValueError):
+            return None
+        if meta.get("code_version") != CODE_VERSION or meta.get("key") != key or len(code) != meta.get("code_len"):
+            return None  # another version's entry, or a torn write: rebuild
+        return code, int(meta["code_size"]), str(meta["name"])
+
+    @staticmethod
+    def _store(directory: Path, key: str, fn: JitFunction) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        meta = {"key": key, "code_version": CODE_VERSION, "code_size": fn.code_size, "code_len": len(fn.code),
+                "name": fn.name}
+        for path, data in ((directory / f"{key}.fn.bin", fn.code),
+                           (directory / f"{key}.fn.json", json.dumps(meta, sort_keys=True).encode())):
+            tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}.{threading.get_ident()}")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+
+
+#: the process-wide cache of conv, pooling and reorder kernels
+FUNCTION_CACHE = FunctionCache()
+#: the signature of the native pool's harness kernels: ``f(unused, args, start, count)``
+HARNESS_ARGTYPES = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)

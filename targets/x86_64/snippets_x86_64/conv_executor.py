@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
 from snippets_x86_64.conv import ARG_POST, ConvGeometry, PostOp, build_conv_kernel, pack_channels, pack_weights, \
     work_table
 from snippets_x86_64.native_pool import native_pool
@@ -51,7 +52,8 @@ class ConvExecutor:
         self.packed, self.bias = keep(packed), keep(bias)
         self.channel_data = [keep(pack_channels(v, geo)) for v in channel_data]
         self.table = work_table(geo, offsets)
-        self.kernel = build_conv_kernel(geo, self.post_ops)
+        self.kernel = FUNCTION_CACHE.get("conv", (geo, self.post_ops), lambda: build_conv_kernel(geo, self.post_ops),
+                                         HARNESS_ARGTYPES)
         self.new = new
         #: the input can be read in place (NHWC, no padding): no copy when the producer wrote NHWC
         self.unpadded = geo.hp == geo.h and geo.wp == geo.w and geo.cp == geo.c and not pre_ops

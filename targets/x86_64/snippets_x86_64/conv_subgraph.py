@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from snippets_core.config import CompileConfig
-from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.ir.ops.subgraph import Subgraph, release_constants
 from snippets_x86_64.conv import ConvGeometry, PostOp
 from snippets_x86_64.conv_executor import ConvExecutor
 
@@ -199,6 +199,8 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
     if x_port.is_static:
         ex = plan.executor(x_port.to_tuple(), threads)
         sg.rt_info["SnippetsConvKernel"] = describe_geometry(ex.geo)
+        # the kernel reads only its packed copy: the weights are held once (a static shape never runs the body)
+        release_constants(sg, "packed into the conv kernel's weights")
         residual = plan.residual
 
         def run(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

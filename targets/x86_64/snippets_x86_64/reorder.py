@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from snippets_core.ir.layout import NHWC, PLAIN, Layout, layout_named, logical, physical
+from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
 from snippets_x86_64.asm import Function, k1, k2, qword, r9, r14, r15, rbx, word, zword
 from snippets_x86_64.asm.registers import ZMM
 from snippets_x86_64.jit import JitFunction
@@ -152,7 +153,8 @@ class ReorderExecutor:
         self.copies = 0
         if self.empty:
             return
-        self.kernel = build_transpose_kernel(rows, cols)
+        self.kernel = FUNCTION_CACHE.get("reorder", (rows, cols), lambda: build_transpose_kernel(rows, cols),
+                                         HARNESS_ARGTYPES)
         self.table = transpose_table(batch, rows, cols)
         items = len(self.table)
         threads = max(1, min(num_threads, items))

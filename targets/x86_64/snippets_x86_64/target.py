@@ -90,15 +90,20 @@ class X86_64Target:
         (with ``sg.rt_info["SnippetsFallbackReason"]``) when the target declares it does not generate something in
         it (UnsupportedByTarget), so it runs on its reference; any other error is raised.
         The executor is ``run(inputs, outs=None) -> outputs``; see :mod:`snippets_x86_64.runtime`."""
-        if any(sg.rt_info.get(k) for k in ("SnippetsConvolution", "SnippetsPooling", "SnippetsConcat")):
-            # a conv or pooling primitive (TokenizeConvSnippets): its own kernel, not the LinearIR pipeline
-            from snippets_x86_64.conv_subgraph import compile_conv_subgraph
+        primitive = any(sg.rt_info.get(k) for k in ("SnippetsConvolution", "SnippetsPooling", "SnippetsConcat"))
+        if primitive or sg.rt_info.get("SnippetsReorder"):
+            # a conv or pooling primitive (TokenizeConvSnippets) or a layout change (AssignLayouts): a kernel of its
+            # own, not the LinearIR pipeline, built once per geometry (FUNCTION_CACHE, on disk under cache_dir)
+            from snippets_x86_64.cache import cache_dir_from, function_cache_dir
 
-            return compile_conv_subgraph(sg, config)
-        if sg.rt_info.get("SnippetsReorder"):  # a layout change AssignLayouts inserted: a JIT transpose
-            from snippets_x86_64.reorder import compile_reorder_subgraph
+            with function_cache_dir(cache_dir_from(dict(config.target_options))):
+                if primitive:
+                    from snippets_x86_64.conv_subgraph import compile_conv_subgraph
 
-            return compile_reorder_subgraph(sg, config)
+                    return compile_conv_subgraph(sg, config)
+                from snippets_x86_64.reorder import compile_reorder_subgraph
+
+                return compile_reorder_subgraph(sg, config)
         from snippets_x86_64.runtime import compile_subgraph
 
         return compile_subgraph(sg, config, host)

@@ -1,0 +1,76 @@
+"""Weights once and kernels once: a conv primitive keeps only its packed weights (the body's Constants are
+released), and conv/pool/reorder kernels are built once per geometry, in memory and in the on-disk cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from snippets_core.ir.ops.subgraph import ConstantsReleasedError
+from snippets_core.runtime.compiled_model import compile_model
+from snippets_x86_64.cache import FUNCTION_CACHE
+
+pytestmark = pytest.mark.avx512
+
+
+def _two_same_convs(seed: int = 0) -> bytes:
+    """Two 3x3 conv-Relu of one geometry (different weights) and a max pool: two kernels to build, not three."""
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("MaxPool", ["r2"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 16, 3, 3)) * 0.2).astype(np.float32), n)
+             for n in ("w1", "w2")]
+    inits += [numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), n) for n in ("b1", "b2")]
+    g = helper.make_graph(nodes, "twice", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 10, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 5, 6])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def test_packed_weights_replace_the_originals() -> None:
+    model = _two_same_convs()
+    cm = compile_model(model, "x86_64_avx512")
+    convs = [sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsConvolution")]
+    weights = [n.value for sg in convs for n in sg.body.get_ordered_ops() if n.type_name == "Constant"
+               and n.value.shape == (16, 16, 3, 3)]
+    assert len(weights) == 2 and all(w.strides == (0, 0, 0, 0) for w in weights)  # placeholders: no memory
+    x = np.random.default_rng(1).standard_normal((1, 16, 10, 12)).astype(np.float32)
+    want = compile_model(model, "reference")({"x": x})["y"]
+    np.testing.assert_allclose(cm({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ConstantsReleasedError, match="body constants were released .packed into the conv kernel"):
+        convs[0].evaluate(x)
+
+
+def test_kernels_are_built_once_per_geometry_and_read_back_from_disk(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    model = _two_same_convs(seed=2)
+    x = np.random.default_rng(3).standard_normal((1, 16, 10, 12)).astype(np.float32)
+    want = compile_model(model, "reference")({"x": x})["y"]
+    config = {"target_options": {"cache_dir": str(tmp_path)}}
+    FUNCTION_CACHE.clear()
+    cm = compile_model(model, "x86_64_avx512", config)
+    # conv (built), conv (same geometry: a memory hit), pool, two reorders (one shape each way)
+    assert FUNCTION_CACHE.stats == {"memory": 1, "disk": 0, "miss": 4}
+    np.testing.assert_allclose(cm({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+    assert len(list(tmp_path.glob("*.fn.bin"))) == 4
+    FUNCTION_CACHE.clear()  # as a new process: the kernels come from disk
+    cm2 = compile_model(model, "x86_64_avx512", config)
+    assert FUNCTION_CACHE.stats == {"memory": 1, "disk": 4, "miss": 0}
+    np.testing.assert_allclose(cm2({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_torn_disk_entry_is_rebuilt(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    model = _two_same_convs(seed=4)
+    config = {"target_options": {"cache_dir": str(tmp_path)}}
+    FUNCTION_CACHE.clear()
+    compile_model(model, "x86_64_avx512", config)
+    for path in tmp_path.glob("*.fn.bin"):
+        path.write_bytes(path.read_bytes()[:-1])
+    FUNCTION_CACHE.clear()
+    cm = compile_model(model, "x86_64_avx512", config)
+    assert FUNCTION_CACHE.stats["disk"] == 0 and FUNCTION_CACHE.stats["miss"] == 4
+    x = np.random.default_rng(5).standard_normal((1, 16, 10, 12)).astype(np.float32)
+    np.testing.assert_allclose(cm({"x": x})["y"], compile_model(model, "reference")({"x": x})["y"],
+                               rtol=1e-4, atol=1e-4)
