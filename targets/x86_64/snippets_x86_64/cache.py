@@ -288,5 +288,89 @@ class FunctionCache:
 
 #: the process-wide cache of conv, pooling and reorder kernels
 FUNCTION_CACHE = FunctionCache()
+
+
+class ArrayCache:
+    """Arrays computed at compile time from constants (packed conv weights), on disk under
+    :func:`function_cache_dir` only: ``get(kind, spec, sources, build)`` returns ``build()``'s arrays, read back from
+    ``<key>.<i>.npy`` (memory-mapped: the caller copies what it keeps) when an earlier compile stored them. The key
+    hashes ``spec``'s repr and the bytes of ``sources``, so other weights never match."""
+
+    def __init__(self) -> None:
+        #: disk hits, misses (built; stored when a directory is set)
+        self.stats = {"disk": 0, "miss": 0}
+
+    @staticmethod
+    def key(kind: str, spec: Any, sources: Iterable[np.ndarray | None]) -> str:
+        h = hashlib.sha256(f"x86_64_avx512 {kind} code v{CODE_VERSION} {code_fingerprint()}\n{spec!r}".encode())
+        for a in sources:
+            if a is None:
+                h.update(b"\0none")
+                continue
+            a = np.ascontiguousarray(a)
+            h.update(f"\0{a.dtype.str}{a.shape}".encode())
+            h.update(memoryview(a).cast("B"))
+        return h.hexdigest()
+
+    def get(self, kind: str, spec: Any, sources: Iterable[np.ndarray | None],
+            build: Callable[[], tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+        directory = _FUNCTION_CACHE_DIR.get()
+        if not directory:
+            return build()
+        path = Path(directory)
+        key = self.key(kind, spec, sources)
+        loaded = self._load(path, key)
+        if loaded is not None:
+            self.stats["disk"] += 1
+            return loaded
+        self.stats["miss"] += 1
+        arrays = build()
+        self._store(path, key, arrays)
+        return arrays
+
+    @staticmethod
+    def _load(directory: Path, key: str) -> tuple[np.ndarray, ...] | None:
+        try:
+            meta = json.loads((directory / f"{key}.arrays.json").read_text())
+            if meta.get("code_version") != CODE_VERSION or meta.get("key") != key:
+                return None
+            arrays = tuple(np.load(directory / f"{key}.{i}.npy", mmap_mode="r") for i in range(meta["count"]))
+        except (OSError, ValueError, KeyError):
+            return None
+        if [list(a.shape) for a in arrays] != meta.get("shapes"):
+            return None  # a torn or foreign entry: rebuild
+        return arrays
+
+    @staticmethod
+    def _store(directory: Path, key: str, arrays: tuple[np.ndarray, ...]) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        suffix = f".tmp{os.getpid()}.{threading.get_ident()}"
+        for i, a in enumerate(arrays):  # the arrays first, the metadata last: a reader that finds it finds them
+            tmp = directory / f"{key}.{i}.npy{suffix}"
+            with open(tmp, "wb") as f:
+                np.save(f, np.ascontiguousarray(a))
+            os.replace(tmp, directory / f"{key}.{i}.npy")
+        meta = {"key": key, "code_version": CODE_VERSION, "count": len(arrays), "shapes": [list(a.shape) for a in arrays]}
+        tmp = directory / f"{key}.arrays.json{suffix}"
+        tmp.write_text(json.dumps(meta, sort_keys=True))
+        os.replace(tmp, directory / f"{key}.arrays.json")
+
+
+#: the process-wide cache of packed conv weights
+ARRAY_CACHE = ArrayCache()
+
+
+def cached_pack_weights(w: np.ndarray, geo: Any, scale: np.ndarray | None, shift: np.ndarray | None,
+                        ) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """:func:`snippets_x86_64.conv.pack_weights`, read from the disk cache when an earlier compile packed the same
+    weight, scale and shift for the same geometry."""
+    from snippets_x86_64.conv import pack_weights
+
+    def build() -> tuple[np.ndarray, ...]:
+        packed, bias, offsets = pack_weights(w, geo, scale, shift)
+        return packed, bias, np.asarray(offsets, dtype=np.int64)
+
+    packed, bias, offsets = ARRAY_CACHE.get("pack_weights", geo, (w, scale, shift), build)
+    return packed, bias, [int(o) for o in offsets]
 #: the signature of the native pool's harness kernels: ``f(unused, args, start, count)``
 HARNESS_ARGTYPES = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)

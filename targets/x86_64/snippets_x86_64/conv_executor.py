@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
-from snippets_x86_64.conv import ARG_POST, ConvGeometry, PostOp, build_conv_kernel, pack_channels, pack_weights, \
+from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
+from snippets_x86_64.conv import ARG_POST, ConvGeometry, PostOp, build_conv_kernel, pack_channels, \
     work_table
 from snippets_x86_64.native_pool import native_pool
 
@@ -46,7 +46,7 @@ class ConvExecutor:
             return out
 
         if geo.mode == "conv":
-            packed, bias, offsets = pack_weights(w, geo, scale, shift)
+            packed, bias, offsets = cached_pack_weights(w, geo, scale, shift)
         else:  # pooling: the "weights" are the reciprocal window counts per output pixel (avg), the bias unused
             packed, bias, offsets = w.astype(np.float32).ravel(), np.zeros(1, np.float32), []
         self.packed, self.bias = keep(packed), keep(bias)

@@ -66,7 +66,8 @@ def plan_conv(sg: Subgraph) -> ConvPlan:
         raise ConvUnsupported("the body has no Convolution")
     conv, chain = ops[k], ops[k + 1:]
     pre = _pre_ops(ops[:k], params[0], conv)
-    w = _const(conv.inputs[1].source)
+    # the weight as stored (f32): pack_weights folds in float64 one panel at a time, and the packing cache hashes it
+    w = np.asarray(conv.inputs[1].source.node.value)
     m = w.shape[0]
     scale, shift = np.ones(m), np.zeros(m)
     folding = True

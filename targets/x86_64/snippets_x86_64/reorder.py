@@ -104,10 +104,10 @@ def build_transpose_kernel(rows: int, cols: int) -> JitFunction:
             _tile(fn, rows, cols, valid_rows, tail_cols)
         fn.jmp(nxt)
     fn.bind(nxt)
-    fn.add(r15, ROW * 8)
+    fn.add(r15, ROW * 8)  # the next item's table row
     fn.dec(r14)
     fn.jnz(top)
-    return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64))
+    return fn.finalize(None, HARNESS_ARGTYPES)
 
 
 def transpose_table(batch: int, rows: int, cols: int) -> np.ndarray:

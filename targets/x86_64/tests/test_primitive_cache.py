@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from snippets_core.ir.ops.subgraph import ConstantsReleasedError
 from snippets_core.runtime.compiled_model import compile_model
-from snippets_x86_64.cache import FUNCTION_CACHE
+from snippets_x86_64.cache import ARRAY_CACHE, FUNCTION_CACHE
 
 pytestmark = pytest.mark.avx512
 
@@ -55,9 +55,11 @@ def test_kernels_are_built_once_per_geometry_and_read_back_from_disk(tmp_path) -
     assert FUNCTION_CACHE.stats == {"memory": 1, "disk": 0, "miss": 4}
     np.testing.assert_allclose(cm({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
     assert len(list(tmp_path.glob("*.fn.bin"))) == 4
-    FUNCTION_CACHE.clear()  # as a new process: the kernels come from disk
+    FUNCTION_CACHE.clear()  # as a new process: the kernels and the packed weights come from disk
+    packed = dict(ARRAY_CACHE.stats)
     cm2 = compile_model(model, "x86_64_avx512", config)
     assert FUNCTION_CACHE.stats == {"memory": 1, "disk": 4, "miss": 0}
+    assert ARRAY_CACHE.stats == {"disk": packed["disk"] + 2, "miss": packed["miss"]}  # two convs' weights
     np.testing.assert_allclose(cm2({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
 
 
@@ -74,3 +76,16 @@ def test_a_torn_disk_entry_is_rebuilt(tmp_path) -> None:  # type: ignore[no-unty
     x = np.random.default_rng(5).standard_normal((1, 16, 10, 12)).astype(np.float32)
     np.testing.assert_allclose(cm({"x": x})["y"], compile_model(model, "reference")({"x": x})["y"],
                                rtol=1e-4, atol=1e-4)
+
+
+def test_packed_weights_of_other_weights_are_never_served(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Same geometry, other weights: another key, packed anew (the key hashes the weight's bytes)."""
+    config = {"target_options": {"cache_dir": str(tmp_path)}}
+    x = np.random.default_rng(6).standard_normal((1, 16, 10, 12)).astype(np.float32)
+    for seed in (7, 8):
+        model = _two_same_convs(seed=seed)
+        before = dict(ARRAY_CACHE.stats)
+        cm = compile_model(model, "x86_64_avx512", config)
+        assert ARRAY_CACHE.stats["miss"] == before["miss"] + 2
+        np.testing.assert_allclose(cm({"x": x})["y"], compile_model(model, "reference")({"x": x})["y"],
+                                   rtol=1e-4, atol=1e-4)
