@@ -5,8 +5,9 @@ Backend-neutral: the target says which layout each node prefers (``preferred`` i
 
 * writes the layout of every output (``rt_info[OUTPUT_LAYOUTS]``) and the layout each input is read in
   (``rt_info[INPUT_LAYOUTS]``): a node with a preference reads and writes its tensors of a fitting rank in that
-  layout; a pure element-wise Subgraph is layout-agnostic (see :func:`is_layout_agnostic`) and keeps the layout
-  its inputs share; everything else (shape ops, reductions, the model's Results) reads and writes ``plain``;
+  layout; an element-wise Subgraph is layout-agnostic (see :func:`is_layout_agnostic`) and keeps the layout its
+  inputs share (inputs like ``[N, C, 1, 1]``, the same in every layout, do not count); everything else (shape
+  ops, reductions, the model's Results) reads and writes ``plain``;
 * inserts a ``Reorder`` (one Subgraph marked ``REORDER`` holding it, so a target compiles it like any other
   kernel) where an edge's layout and its consumer's differ, one per (edge, layout) however many consumers read
   it, and none where the two layouts lie the same in memory for that shape (NCHW and NHWC when ``H * W == 1``).
@@ -21,7 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from snippets_core.ir.layout import INPUT_LAYOUTS, OUTPUT_LAYOUTS, PLAIN, Layout, layout_named, same_memory
+import numpy as np
+
+from snippets_core.ir.layout import INPUT_LAYOUTS, LAYOUTS, OUTPUT_LAYOUTS, PLAIN, Layout, layout_named, same_memory
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Input, Node, Output
 from snippets_core.ir.ops.base import BinaryEltwise, UnaryEltwise
@@ -32,7 +35,7 @@ from snippets_core.ir.pass_manager import Pass
 
 #: rt_info key on a Subgraph that holds one Reorder (value True)
 REORDER = "SnippetsReorder"
-#: body ops that compute each output element from the input elements at the same index
+#: body ops besides Unary/BinaryEltwise that compute each output element from the input elements at its index
 _ELEMENTWISE_TYPES = frozenset({"Convert", "Select", "Clamp"})
 
 
@@ -41,21 +44,35 @@ def _static(out: Output) -> tuple[int, ...] | None:
 
 
 def is_layout_agnostic(sg: Subgraph) -> bool:
-    """A Subgraph whose body is element-wise ops only, with scalar constants, and whose inputs and outputs all have
-    one static shape: it computes the same thing on any memory order, so it can run on its inputs' layout."""
-    shapes = {_static(i.source) for i in sg.inputs} | {_static(o) for o in sg.outputs}
-    if len(shapes) != 1 or None in shapes or not sg.inputs:
+    """A Subgraph of element-wise ops only (numpy broadcasting between them) whose inputs and outputs are static
+    rank-4 tensors (but Constants, of rank 4 or less) and whose constants have rank 4 or less: it computes the same thing in any dim order once its
+    inputs and constants are put in that order, so it can run on its inputs' layout (its PropagateLayout at the
+    model level: :func:`snippets_core.runtime.layout_steps.physical_subgraph`)."""
+    ports = [i.source for i in sg.inputs if not _is_constant(i.source)] + list(sg.outputs)
+    if not ports or any(_static(o) is None or o.shape.rank != 4 for o in ports):
+        return False
+    if any(_is_constant(i.source) and i.source.shape.rank > 4 for i in sg.inputs):
         return False
     for op in sg.body.get_ordered_ops():
         if isinstance(op, (Parameter, Result)):
             continue
         if isinstance(op, Constant):
-            if op.outputs[0].shape.is_static and op.outputs[0].shape.size <= 1:
-                continue
-            return False
+            if np.ndim(op.value) > 4:  # type: ignore[attr-defined]
+                return False
+            continue
         if not isinstance(op, (UnaryEltwise, BinaryEltwise)) and op.type_name not in _ELEMENTWISE_TYPES:
             return False
     return True
+
+
+def _is_constant(out: Output) -> bool:
+    return isinstance(out.node, Constant)
+
+
+def layout_free(shape: tuple[int, ...] | None) -> bool:
+    """A tensor of ``shape`` lies the same in memory in every layout that fits it (``[N, C, 1, 1]``)."""
+    return shape is not None and all(same_memory(layout, PLAIN, shape) for layout in LAYOUTS.values()
+                                     if layout.fits(len(shape)))
 
 
 def make_reorder(src: Output, from_layout: Layout, to_layout: Layout) -> Subgraph:
@@ -92,11 +109,12 @@ class AssignLayouts(Pass):
                 layout_of[(node.id, 0)] = layout_named(node.rt_info[OUTPUT_LAYOUTS][0])
                 continue
             want = self._node_layout(node, layout_of)
+            agnostic = isinstance(node, Subgraph) and is_layout_agnostic(node)
             reads: list[str] = []
             for inp in node.inputs:
                 need = want if want.fits(inp.shape.rank if inp.shape.rank_is_static else None) else PLAIN
-                if isinstance(node, Result):
-                    need = PLAIN
+                if isinstance(node, Result) or (agnostic and _is_constant(inp.source)):
+                    need = PLAIN  # an agnostic Subgraph's constant inputs are laid out at compile time
                 changed |= self._connect(inp, need, layout_of, reorders)
                 reads.append(need.name)
             outs = [want if want.fits(o.shape.rank if o.shape.rank_is_static else None) else PLAIN
@@ -112,8 +130,10 @@ class AssignLayouts(Pass):
         if isinstance(node, (Parameter, Constant, Result)):
             return PLAIN
         if isinstance(node, Subgraph) and is_layout_agnostic(node):
-            seen = {layout_of.get((i.source.node.id, i.source.index), PLAIN) for i in node.inputs}
-            return seen.pop() if len(seen) == 1 else PLAIN  # mixed inputs: plain (only a reorder agrees them)
+            # the layouts of the inputs whose memory depends on it; mixed ones: plain (only reorders agree them)
+            seen = {layout_of.get((i.source.node.id, i.source.index), PLAIN) for i in node.inputs
+                    if not layout_free(_static(i.source)) and not _is_constant(i.source)}
+            return seen.pop() if len(seen) == 1 else PLAIN
         return self.preferred(node) or PLAIN
 
     @staticmethod
@@ -139,4 +159,4 @@ def reorder_count(model: Model) -> int:
     return sum(1 for n in model.get_ordered_ops() if n.rt_info.get(REORDER))
 
 
-__all__ = ["REORDER", "AssignLayouts", "is_layout_agnostic", "make_reorder", "reorder_count"]
+__all__ = ["REORDER", "AssignLayouts", "is_layout_agnostic", "layout_free", "make_reorder", "reorder_count"]

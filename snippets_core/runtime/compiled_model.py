@@ -33,7 +33,7 @@ from snippets_core.ir.ops.io import Constant, Parameter, Result
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import Shape, SymDim
 from snippets_core.runtime.inputs import as_input_array, expect_output_arrays
-from snippets_core.runtime.layout_steps import in_layout
+from snippets_core.runtime.layout_steps import compile_in_layout
 from snippets_core.runtime.placement import (
     FALLBACK_KEY,
     REFERENCE,
@@ -461,7 +461,7 @@ def compile_model(model: Model | str | Path | bytes | Any, target: str | None = 
     executors: dict[int, tuple[Executor, str]] = {}
     for sg in (n for n in m.get_ordered_ops() if isinstance(n, Subgraph)):
         try:
-            ex = tgt.compile_subgraph(sg, cfg)
+            ex = compile_in_layout(sg, lambda s: tgt.compile_subgraph(s, cfg))  # s: sg, or its NHWC twin
         except UnsupportedByTarget as exc:  # the one declared reason to run a Subgraph on its reference
             sg.rt_info[FALLBACK_KEY] = fallback_reason(exc)
             continue
@@ -472,7 +472,7 @@ def compile_model(model: Model | str | Path | bytes | Any, target: str | None = 
             raise error from exc
         if ex is not None:
             sg.rt_info.pop(FALLBACK_KEY, None)
-            executors[sg.id] = (in_layout(ex, sg), tgt.name)
+            executors[sg.id] = (ex, tgt.name)
     return CompiledModel(m, tgt, cfg, executors)
 
 

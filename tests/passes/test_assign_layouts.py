@@ -109,16 +109,45 @@ def test_mixed_inputs_make_an_elementwise_subgraph_read_plain() -> None:
     assert reorders(model) == [("x", "plain", "NHWC"), ("a", "NHWC", "plain")]
 
 
-def test_a_subgraph_with_a_non_scalar_constant_or_a_broadcast_is_not_layout_agnostic() -> None:
+def test_a_per_channel_subgraph_runs_on_nhwc_through_its_physical_twin() -> None:
+    """An element-wise Subgraph with a per-channel Constant and a broadcasting [N, C, 1, 1] input between NHWC
+    nodes keeps NHWC (the [N, C, 1, 1] input lies the same in both layouts: no reorder for it either); its physical
+    twin, fed the NHWC memory, computes the same values as the body on the logical arrays."""
+    from snippets_core.ir.layout import logical, physical
+    from snippets_core.runtime.layout_steps import physical_subgraph, runs_in_layout, twin_constants
+
+    x, g = Parameter(F32, [2, 3, 4, 5], name="x"), Parameter(F32, [2, 3, 1, 1], name="g")
+    a = op("Relu", x, name="a")
+    k = op("Constant", np.arange(3, dtype=np.float32).reshape(3, 1, 1) + 1, name="k")
+    m = op("Multiply", op("Add", a, g, name="s"), k, name="m")
+    c = op("Relu", m, name="c")
+    model = Model([Result(c, name="y")], [x, g])
+    add_sg = create_single_node_subgraph(m.inputs[0].source.node)  # Add(a, g)
+    sg = create_single_node_subgraph(m)  # Multiply(., k), k inside
+    AssignLayouts(nhwc_for("a", "c")).run(model)
+    assert add_sg.rt_info[INPUT_LAYOUTS] == ("NHWC", "NHWC") and sg.rt_info[OUTPUT_LAYOUTS] == ("NHWC",)
+    assert reorders(model) == [("x", "plain", "NHWC"), ("c", "NHWC", "plain")]
+    assert runs_in_layout(sg) and is_layout_agnostic(sg)
+    twin = physical_subgraph(sg)
+    # k [3, 1, 1] is an input (a non-scalar Constant): laid out once, as [1, 1, 1, 3]
+    assert [str(p.shape) for p in twin.body.parameters] == ["[2,4,5,3]", "[1,1,1,3]"]
+    assert sg.rt_info[INPUT_LAYOUTS] == ("NHWC", "plain")
+    v = np.random.default_rng(2).standard_normal((2, 3, 4, 5)).astype(np.float32)
+    nhwc = np.ascontiguousarray(v.transpose(0, 2, 3, 1))
+    (got,) = twin.evaluate(nhwc, twin_constants(sg)[1])
+    np.testing.assert_allclose(logical(got, NHWC), v * (np.arange(3) + 1).reshape(3, 1, 1), rtol=1e-6)
+    assert physical(logical(got, NHWC), NHWC).flags.c_contiguous
+
+
+def test_non_elementwise_or_other_rank_subgraphs_are_not_layout_agnostic() -> None:
     x = Parameter(F32, [1, 3, 4, 4], name="x")
-    bias = op("Constant", np.ones((1, 3, 1, 1), np.float32), name="bias")
-    s = op("Add", x, bias, name="s")
-    Model([Result(s, name="y")], [x])
-    assert not is_layout_agnostic(create_single_node_subgraph(s))
-    x2, y2 = Parameter(F32, [1, 3, 4, 4], name="x2"), Parameter(F32, [1, 3, 1, 4], name="y2")
-    t = op("Add", x2, y2, name="t")
-    Model([Result(t, name="y")], [x2, y2])
-    assert not is_layout_agnostic(create_single_node_subgraph(t))
+    r = op("ReduceSum", x, op("Constant", np.array([1], np.int64), name="ax"), keep_dims=True, name="r")
+    Model([Result(r, name="y")], [x])
+    assert not is_layout_agnostic(create_single_node_subgraph(r))
+    x3 = Parameter(F32, [3, 4, 4], name="x3")
+    e = op("Exp", x3, name="e")
+    Model([Result(e, name="y")], [x3])
+    assert not is_layout_agnostic(create_single_node_subgraph(e))
 
 
 def test_reorder_reference_moves_memory_and_keeps_values() -> None:

@@ -67,6 +67,36 @@ def test_an_elementwise_subgraph_between_primitives_runs_on_nhwc() -> None:
     assert [st.run.executor.reorders for st in cm._steps if st.node.rt_info.get("SnippetsConvolution")] == [0, 0]
 
 
+def test_a_per_channel_elementwise_subgraph_between_primitives_runs_on_nhwc() -> None:
+    """conv -> Exp -> Multiply by a per-channel Constant -> (conv, model output): the Exp-Multiply Subgraph is
+    compiled in NHWC order (the constant laid out as [1, 1, 1, C] once), so conv2 reads it with no reorder; the
+    model's two outputs are the only other reorders."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(6)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Exp", ["c1"], ["e"]),
+             helper.make_node("Mul", ["e", "k"], ["z"]),
+             helper.make_node("Conv", ["z", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    inits = [numpy_helper.from_array((rng.standard_normal((20, 5, 3, 3)) * 0.1).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.uniform(0.5, 2, (20, 1, 1)).astype(np.float32), "k"),
+             numpy_helper.from_array((rng.standard_normal((7, 20, 3, 3)) * 0.1).astype(np.float32), "w2")]
+    g = helper.make_graph(nodes, "cmc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 9, 11])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 7, 9, 11]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 20, 9, 11])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
+    (eltwise,) = [sg for sg in cm.subgraphs if [op.type_name for op in sg.body_ops] == ["Exp", "Multiply"]]
+    assert eltwise.rt_info["SnippetsInputLayouts"] == ("NHWC", "plain")  # the Constant k is laid out once
+    assert eltwise.rt_info["SnippetsOutputLayouts"] == ("NHWC",)
+    assert _reorders(cm) == [("plain", "NHWC"), ("NHWC", "plain"), ("NHWC", "plain")]
+    x = rng.standard_normal((2, 5, 9, 11)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = cm({"x": x})
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got["z"], want[1], rtol=1e-4, atol=1e-4)
+    assert all(w == "x86_64_avx512" for _, _, w in cm.placement())
+
+
 def test_disabled_assign_layouts_leaves_the_primitives_to_reorder_for_themselves() -> None:
     model = _conv_model()
     cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"disabled_passes": ["assign-layouts"]})
