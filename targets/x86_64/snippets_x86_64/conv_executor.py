@@ -57,7 +57,8 @@ class ConvExecutor:
         self.new = new
         #: the input can be read in place (NHWC, no padding): no copy when the producer wrote NHWC
         self.unpadded = geo.hp == geo.h and geo.wp == geo.w and geo.cp == geo.c and not pre_ops
-        self.xp = self._padded_buffer()
+        # an unpadded conv reads its NHWC input in place: its buffer is made only if an input ever needs a copy
+        self.xp: np.ndarray | None = None if self.unpadded else self._padded_buffer()
         #: held while a call uses ``xp``; a concurrent call (another Python thread) gets a buffer of its own
         self._xp_lock = threading.Lock()
         self.has_residual = any(op.kind == "residual" for op in self.post_ops)
@@ -90,7 +91,7 @@ class ConvExecutor:
                 self._xp_lock.release()
         return self._run(x, residual, self._padded_buffer())
 
-    def _run(self, x: np.ndarray, residual: np.ndarray | None, xp: np.ndarray) -> np.ndarray:
+    def _run(self, x: np.ndarray, residual: np.ndarray | None, xp: np.ndarray | None) -> np.ndarray:
         g = self.geo
         xt = x.transpose(0, 2, 3, 1)
         if not xt.flags.c_contiguous:
@@ -98,6 +99,8 @@ class ConvExecutor:
         if self.unpadded and xt.flags.c_contiguous and xt.dtype == np.float32:
             src = xt
         else:
+            if xp is None:  # only the caller holding ``_xp_lock`` gets ``self.xp``, so it may make it
+                xp = self.xp = self._padded_buffer()
             inner = xp[:, g.pt:g.pt + g.h, g.pl:g.pl + g.w, :g.c]
             if self.pre_ops:
                 self._apply_pre_ops(xt, inner)
