@@ -1,9 +1,9 @@
 """ChannelConcat: a Concat along the channels of conv/pool primitives' outputs, kept in their NHWC layout.
 
-The primitives hand NCHW views of NHWC arrays to each other (see docs/conv.md); numpy's concatenate along
-axis 1 of such views would make a plain NCHW array and the next primitive would have to reorder it. This
-writes each input into its channel slice of an NHWC output instead (one strided copy per input, no reorder
-when the input is itself NHWC) and returns the output's NCHW view.
+AssignLayouts gives the primitives and this Concat NHWC edges (NCHW views of NHWC arrays, see docs/conv.md);
+numpy's concatenate along axis 1 of such views would make a plain NCHW array and the next primitive would need a
+reorder. This writes each input into its channel slice of an NHWC output instead (one copy per input, no reorder
+when the input is itself NHWC, which the pass makes sure of) and returns the output's NCHW view.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Made once per shape: the packed weight and bias, the work table and the padded N
 written once; a call rewrites only the interior, and a concurrent call from another Python thread uses a buffer
 of its own). A call copies the input into the padded buffer (a reorder only when the input is not already NHWC),
 runs the items split over the threads of the native pool and returns the new NHWC output as an NCHW view
-(see docs/conv.md: the layout travels in the strides).
+(see docs/conv.md: the layout travels in the strides; AssignLayouts makes every input NHWC, so ``reorders`` stays 0).
 """
 
 from __future__ import annotations
