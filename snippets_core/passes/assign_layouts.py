@@ -45,9 +45,9 @@ def _static(out: Output) -> tuple[int, ...] | None:
 
 def is_layout_agnostic(sg: Subgraph) -> bool:
     """A Subgraph of element-wise ops only (numpy broadcasting between them) whose inputs and outputs are static
-    rank-4 tensors (but Constants, of rank 4 or less) and whose constants have rank 4 or less: it computes the same thing in any dim order once its
-    inputs and constants are put in that order, so it can run on its inputs' layout (its PropagateLayout at the
-    model level: :func:`snippets_core.runtime.layout_steps.physical_subgraph`)."""
+    rank-4 tensors (inputs from Constants: rank 4 or less, as the body's constants): it computes the same thing in
+    any dim order once its inputs and constants are put in that order, so it can run on its inputs' layout (its
+    PropagateLayout at the model level: :func:`snippets_core.runtime.layout_steps.physical_subgraph`)."""
     ports = [i.source for i in sg.inputs if not _is_constant(i.source)] + list(sg.outputs)
     if not ports or any(_static(o) is None or o.shape.rank != 4 for o in ports):
         return False

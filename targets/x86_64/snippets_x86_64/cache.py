@@ -21,6 +21,7 @@ import contextvars
 import ctypes
 import functools
 import hashlib
+import io
 import json
 import os
 import threading
@@ -107,23 +108,56 @@ def cache_key(model: Model, config_parts: Iterable[Any]) -> str:
     return h.hexdigest()
 
 
-class KernelCache:
-    """Kernels by key, in memory and optionally on disk. Thread-safe."""
+def _write_files(directory: Path, files: Iterable[tuple[str, bytes]]) -> None:
+    """Each (name, data) written atomically (a temporary file, then a rename), in order: callers write the data
+    first and the metadata last, so a reader that finds the metadata finds whole data."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, data in files:
+        path = directory / name
+        tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}.{threading.get_ident()}")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+
+class _MemoryCache:
+    """The in-memory half of a cache: values by key, the oldest dropped past ``max_entries``; hit counters."""
 
     def __init__(self, max_entries: int = MEMORY_ENTRIES) -> None:
-        self._mem: OrderedDict[str, Kernel] = OrderedDict()
+        self._mem: OrderedDict[str, Any] = OrderedDict()
         self._lock = threading.Lock()
         self.max_entries = max_entries
         #: counters for tests and reports: memory hits, disk hits, misses
         self.stats = {"memory": 0, "disk": 0, "miss": 0}
 
-    def get(self, key: str, cache_dir: str | Path | None) -> Kernel | None:
+    def _recall(self, key: str) -> Any:
+        """The value kept for ``key`` (counted as a memory hit), or None."""
         with self._lock:
-            kernel = self._mem.get(key)
-            if kernel is not None:
+            value = self._mem.get(key)
+            if value is not None:
                 self._mem.move_to_end(key)
                 self.stats["memory"] += 1
-                return kernel
+            return value
+
+    def _remember(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._mem[key] = value
+            self._mem.move_to_end(key)
+            while len(self._mem) > self.max_entries:
+                self._mem.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._mem.clear()
+            self.stats = {"memory": 0, "disk": 0, "miss": 0}
+
+
+class KernelCache(_MemoryCache):
+    """Kernels by key, in memory and optionally on disk. Thread-safe."""
+
+    def get(self, key: str, cache_dir: str | Path | None) -> Kernel | None:
+        kernel = self._recall(key)
+        if kernel is not None:
+            return kernel
         if cache_dir is not None:
             kernel = self._load(Path(cache_dir), key)
             if kernel is not None:
@@ -137,18 +171,6 @@ class KernelCache:
         self._remember(key, kernel)
         if cache_dir is not None:
             self._store(Path(cache_dir), key, kernel)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._mem.clear()
-            self.stats = {"memory": 0, "disk": 0, "miss": 0}
-
-    def _remember(self, key: str, kernel: Kernel) -> None:
-        with self._lock:
-            self._mem[key] = kernel
-            self._mem.move_to_end(key)
-            while len(self._mem) > self.max_entries:
-                self._mem.popitem(last=False)
 
     @staticmethod
     def _load(directory: Path, key: str) -> Kernel | None:
@@ -164,7 +186,6 @@ class KernelCache:
 
     @staticmethod
     def _store(directory: Path, key: str, kernel: Kernel) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
         meta = {
             "key": key,
             "code_version": CODE_VERSION,
@@ -174,13 +195,8 @@ class KernelCache:
             "lir": kernel.lir_text,
         }
         # data first, metadata last: a reader that finds the metadata finds whole code (checked by length)
-        for path, data in (
-            (directory / f"{key}.bin", kernel.code),
-            (directory / f"{key}.json", json.dumps(meta, sort_keys=True).encode()),
-        ):
-            tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}.{threading.get_ident()}")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+        _write_files(directory, [(f"{key}.bin", kernel.code),
+                                 (f"{key}.json", json.dumps(meta, sort_keys=True).encode())])
 
 
 #: the process-wide kernel cache
@@ -214,17 +230,10 @@ def function_cache_dir(directory: str | None) -> Iterator[None]:
         _FUNCTION_CACHE_DIR.reset(token)
 
 
-class FunctionCache:
+class FunctionCache(_MemoryCache):
     """JIT functions by (kind, spec): ``get(kind, spec, build, argtypes)`` returns the function ``build()`` makes
     for ``spec`` (a value whose repr says everything the code depends on, e.g. a conv geometry and its post-ops),
     built once per process and, under :func:`function_cache_dir`, once per disk cache. Thread-safe."""
-
-    def __init__(self, max_entries: int = MEMORY_ENTRIES) -> None:
-        self._mem: OrderedDict[str, JitFunction] = OrderedDict()
-        self._lock = threading.Lock()
-        self.max_entries = max_entries
-        #: memory hits, disk hits, misses (built)
-        self.stats = {"memory": 0, "disk": 0, "miss": 0}
 
     @staticmethod
     def key(kind: str, spec: Any) -> str:
@@ -235,12 +244,9 @@ class FunctionCache:
         from snippets_x86_64.jit import JitFunction
 
         key = self.key(kind, spec)
-        with self._lock:
-            fn = self._mem.get(key)
-            if fn is not None:
-                self._mem.move_to_end(key)
-                self.stats["memory"] += 1
-                return fn
+        fn = self._recall(key)
+        if fn is not None:
+            return fn
         directory = _FUNCTION_CACHE_DIR.get()
         loaded = self._load(Path(directory), key) if directory else None
         if loaded is not None:
@@ -252,16 +258,8 @@ class FunctionCache:
             self.stats["miss"] += 1
             if directory:
                 self._store(Path(directory), key, fn)
-        with self._lock:
-            self._mem[key] = fn
-            while len(self._mem) > self.max_entries:
-                self._mem.popitem(last=False)
+        self._remember(key, fn)
         return fn
-
-    def clear(self) -> None:
-        with self._lock:
-            self._mem.clear()
-            self.stats = {"memory": 0, "disk": 0, "miss": 0}
 
     @staticmethod
     def _load(directory: Path, key: str) -> tuple[bytes, int, str] | None:
@@ -276,14 +274,10 @@ class FunctionCache:
 
     @staticmethod
     def _store(directory: Path, key: str, fn: JitFunction) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
         meta = {"key": key, "code_version": CODE_VERSION, "code_size": fn.code_size, "code_len": len(fn.code),
                 "name": fn.name}
-        for path, data in ((directory / f"{key}.fn.bin", fn.code),
-                           (directory / f"{key}.fn.json", json.dumps(meta, sort_keys=True).encode())):
-            tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}.{threading.get_ident()}")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+        _write_files(directory, [(f"{key}.fn.bin", fn.code),
+                                 (f"{key}.fn.json", json.dumps(meta, sort_keys=True).encode())])
 
 
 #: the process-wide cache of conv, pooling and reorder kernels
@@ -343,17 +337,14 @@ class ArrayCache:
 
     @staticmethod
     def _store(directory: Path, key: str, arrays: tuple[np.ndarray, ...]) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        suffix = f".tmp{os.getpid()}.{threading.get_ident()}"
+        files = []
         for i, a in enumerate(arrays):  # the arrays first, the metadata last: a reader that finds it finds them
-            tmp = directory / f"{key}.{i}.npy{suffix}"
-            with open(tmp, "wb") as f:
-                np.save(f, np.ascontiguousarray(a))
-            os.replace(tmp, directory / f"{key}.{i}.npy")
-        meta = {"key": key, "code_version": CODE_VERSION, "count": len(arrays), "shapes": [list(a.shape) for a in arrays]}
-        tmp = directory / f"{key}.arrays.json{suffix}"
-        tmp.write_text(json.dumps(meta, sort_keys=True))
-        os.replace(tmp, directory / f"{key}.arrays.json")
+            buf = io.BytesIO()
+            np.save(buf, np.ascontiguousarray(a))
+            files.append((f"{key}.{i}.npy", buf.getvalue()))
+        meta = {"key": key, "code_version": CODE_VERSION, "count": len(arrays),
+                "shapes": [list(a.shape) for a in arrays]}
+        _write_files(directory, [*files, (f"{key}.arrays.json", json.dumps(meta, sort_keys=True).encode())])
 
 
 #: the process-wide cache of packed conv weights
