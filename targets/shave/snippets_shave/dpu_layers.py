@@ -1,0 +1,325 @@
+"""DPU (NCE) layers of the whole-model compiler: MatMul/FullyConnected, Convolution, MaxPool/AvgPool.
+
+A layer the tokenizer leaves outside the Subgraphs and the NCE can run becomes one NCE task split into
+variants (DPU workloads), scheduled as the Software Layers HLD's last section proposes (docs/dpu.md):
+
+* **operands in f16**: a constant operand is rounded to f16 at compile time; an f32 activation is converted by
+  an ACT SHAVE ``Convert`` Subgraph into DDR scratch first (the NCE reads f16/int8 only);
+* **variants**: the output is cut into ``dpus * variants_per_dpu`` pieces (MatMul: rows of one batch;
+  Convolution and pools: output channels of one image); consecutive variants go to the same DPU, so a tile's
+  variants read one contiguous slice. Each tile DMAs the operand bytes its variants read into its DPU region of
+  CMX (once per tile), each variant computes its slice into CMX;
+* **per-variant barriers**: each variant updates its own barrier; the ACT SHAVE kernel that post-processes the
+  variant's output (the f16 -> f32 ``Convert`` back to the model's type, on the same tile, CMX to CMX) waits on
+  that barrier only, and its output DMA writes the variant's bytes to the value's DDR home. With
+  ``dpu_barriers="shared"`` every variant updates one barrier instead (the scheme of the HLD's "Issues" section),
+  so no post-processing starts before the last variant ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil, prod
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from snippets_core.errors import CodegenError, UnsupportedOpError
+from snippets_shave.blob import DpuOp, DpuTask, TensorRef
+from snippets_shave.constants import DType
+from snippets_shave.sim.dpu import window_out
+
+if TYPE_CHECKING:
+    from snippets_core.ir.node import Node, Output
+    from snippets_shave.target_machine import ShaveKernel
+
+DPU_LAYER_OPS = ("MatMul", "Convolution", "MaxPool", "AvgPool")
+_ALIGN = 64
+_F16 = 2
+
+
+def _align(value: int) -> int:
+    return (value + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _is_constant(out: Output) -> bool:
+    return out.node.type_name == "Constant"
+
+
+def dpu_layer_reason(node: Node) -> str | None:
+    """Why the NCE cannot run ``node`` (None: it can)."""
+    from snippets_core.ir.element_type import ElementType
+
+    types = {i.element_type for i in node.inputs[:2]} | {o.element_type for o in node.outputs}
+    if not types <= {ElementType.f32, ElementType.f16}:
+        return f"the NCE layers of the shave compiler take f32/f16 values, got {sorted(t.value for t in types)}"
+    if not all(o.shape.is_static for o in node.outputs) or not all(i.shape.is_static for i in node.inputs):
+        return "it has dynamic shapes; a blob is compiled for static shapes"
+    if node.type_name == "MatMul":
+        a, b = node.inputs[0], node.inputs[1]
+        if a.shape.rank < 2 or b.shape.rank < 2:
+            return "a MatMul with a 1-D operand (the NCE multiplies matrices)"
+        if node.transpose_a and not _is_constant(a.source):  # type: ignore[attr-defined]
+            return "MatMul transpose_a of a computed value (the NCE reads A row by row)"
+        return None
+    rank = node.inputs[0].shape.rank
+    if rank != 4:
+        return f"{node.type_name} of a rank-{rank} tensor (the NCE runs 2-D windows over NCHW)"
+    if node.type_name == "Convolution":
+        if not _is_constant(node.inputs[1].source):
+            return "Convolution weights that are not a Constant"
+        if node.group != 1:  # type: ignore[attr-defined]
+            return f"Convolution with group {node.group} (only group 1 is lowered to the NCE)"  # type: ignore[attr-defined]
+    if node.type_name == "MaxPool" and len(node.outputs) > 1 and node.outputs[1].targets:
+        return "MaxPool indices output"
+    return None
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """Bytes ``[offset, offset + nbytes)`` of a DDR value that a tile's variants read."""
+
+    value: Any  # compiler _Value
+    offset: int
+    nbytes: int
+    dims: tuple[int, ...]
+
+
+@dataclass
+class _Variant:
+    inputs: list[_Piece]  # input, then weights (if any)
+    out_dims: tuple[int, ...]
+    out_offset: int  # element offset of the variant's slice in the layer's output
+    geometry: dict[str, Any]
+
+
+def _chunks(total: int, parts: int) -> list[tuple[int, int]]:
+    bounds = np.linspace(0, total, min(parts, total) + 1).astype(int).tolist()
+    return list(zip(bounds, bounds[1:], strict=False))
+
+
+class DpuLayerCompiler:
+    """Schedules the DPU layers of one model into a shave ``_Compiler``'s ScheduleBuilder (see the module
+    docstring). ``region`` is each tile's DPU region of CMX: ``[start, start + size)``."""
+
+    def __init__(self, compiler: Any, start: int, size: int) -> None:
+        self.c = compiler
+        self.start = start
+        self.size = size
+        self.free: dict[int, int] = {}  # tile -> barrier: the region's last users are done
+        self._post_kernels: dict[int, ShaveKernel] = {}
+
+    # -- operands ----------------------------------------------------------------------------------------------
+    def f16_value(self, out: Output, name: str, transpose: bool = False) -> Any:
+        """The f16 DDR copy of a layer operand: a constant rounded at compile time, an f16 value as it is, an f32
+        value through an ACT SHAVE Convert Subgraph."""
+        from snippets_core.ir.element_type import ElementType
+        from snippets_shave.compiler import _Value
+
+        c = self.c
+        if _is_constant(out):
+            value = np.asarray(out.node.value, dtype=np.float32)  # type: ignore[attr-defined]
+            if transpose:
+                value = np.swapaxes(value, -1, -2)
+            return _Value(c.b.add_constant(f"{name}.f16", np.ascontiguousarray(value.astype(np.float16))))
+        if transpose:
+            raise CodegenError(f"{name}: a transposed computed operand reached the DPU lowering")
+        if out.element_type == ElementType.f16:
+            return c.value(out)
+        return self._convert(out, ElementType.f16, f"{name}/to_f16")
+
+    def _convert(self, out: Output, et: Any, name: str) -> Any:
+        from snippets_core.ir.model import Model
+        from snippets_core.ir.ops.convert import Convert
+        from snippets_core.ir.ops.io import Parameter, Result
+        from snippets_core.ir.ops.subgraph import Subgraph
+
+        p = Parameter(out.element_type, out.shape.to_tuple(), name=f"{name}/in")
+        body = Model([Result(Convert(p, destination_type=et, name=name), name=f"{name}/out")], [p], name=name)
+        sg = Subgraph(out, body=body, name=name)
+        Result(sg.outputs[0], name=f"{name}/reader")  # a reader outside the model: the value gets a ready barrier
+        self.c.subgraph(sg)
+        return self.c.value(sg.outputs[0])
+
+    def post_kernel(self, elems: int) -> ShaveKernel:
+        """The ACT SHAVE kernel converting ``elems`` f16 values to f32 in one call (cached by length)."""
+        from snippets_core.ir.element_type import ElementType
+        from snippets_core.ir.model import Model
+        from snippets_core.ir.ops.convert import Convert
+        from snippets_core.ir.ops.io import Parameter, Result
+        from snippets_core.ir.ops.subgraph import Subgraph
+        from snippets_shave.compiler import generate_kernel
+
+        if elems not in self._post_kernels:
+            name = f"dpu_post_f16_to_f32_{elems}"
+            p = Parameter(ElementType.f16, (elems,), name="x")
+            body = Model([Result(Convert(p, destination_type=ElementType.f32), name="y")], [p], name=name)
+            sg = Subgraph(Parameter(ElementType.f16, (elems,), name="x").outputs[0], body=body, name=name)
+            kernel = generate_kernel(sg, self.c.config, self.c.host, name=name, parallel_work=1 << 62)
+            blocks = (*kernel.inputs, *kernel.outputs)
+            if any(b.block_elems * kernel.calls != elems for b in blocks):
+                raise CodegenError(f"{name}: the Convert kernel does not cover {elems} values in order")
+            self._post_kernels[elems] = kernel
+        return self._post_kernels[elems]
+
+    # -- the layers --------------------------------------------------------------------------------------------
+    def variants_wanted(self) -> int:
+        return self.c.hw.dpus * self.c.options.variants_per_dpu
+
+    def plan(self, n: Node) -> tuple[DpuOp, list[_Variant]]:
+        if n.type_name == "MatMul":
+            return DpuOp.MATMUL, self._matmul(n)
+        return self._window(n)
+
+    def _matmul(self, n: Node) -> list[_Variant]:
+        a_out, b_out = n.inputs[0].source, n.inputs[1].source
+        ta, tb = n.transpose_a, n.transpose_b  # type: ignore[attr-defined]
+        a_shape, b_shape = list(a_out.shape.to_tuple()), list(b_out.shape.to_tuple())
+        if ta:
+            a_shape[-2:] = a_shape[-1], a_shape[-2]
+        b_const = _is_constant(b_out)
+        if tb and b_const:
+            b_shape[-2:] = b_shape[-1], b_shape[-2]
+        m, k = a_shape[-2:]
+        nn = b_shape[-2] if (tb and not b_const) else b_shape[-1]
+        a = self.f16_value(a_out, f"{n.name}.a", ta)
+        b = self.f16_value(b_out, f"{n.name}.b", tb and b_const)
+        out_shape = n.outputs[0].shape.to_tuple()
+        batch = tuple(out_shape[:-2])
+        nb = prod(batch)
+        a_batch = np.broadcast_to(np.arange(prod(a_shape[:-2])).reshape(a_shape[:-2]), batch).reshape(-1)
+        b_batch = np.broadcast_to(np.arange(prod(b_shape[:-2])).reshape(b_shape[:-2]), batch).reshape(-1)
+        b_dims = (nn, k) if (tb and not b_const) else (k, nn)
+        per_batch = max(1, ceil(self.variants_wanted() / max(nb, 1)))
+        out = []
+        for i in range(nb):
+            for m0, m1 in _chunks(m, per_batch):
+                a_piece = _Piece(a, (int(a_batch[i]) * m + m0) * k * _F16, (m1 - m0) * k * _F16, (m1 - m0, k))
+                b_piece = _Piece(b, int(b_batch[i]) * k * nn * _F16, k * nn * _F16, b_dims)
+                geometry = {"transpose_b": bool(tb and not b_const)}
+                out.append(_Variant([a_piece, b_piece], (m1 - m0, nn), (i * m + m0) * nn, geometry))
+        return out
+
+    def _window(self, n: Node) -> tuple[DpuOp, list[_Variant]]:
+        x_out = n.inputs[0].source
+        nb, ch, h, w = x_out.shape.to_tuple()
+        out_shape = n.outputs[0].shape.to_tuple()
+        if n.type_name == "Convolution":
+            weights = np.asarray(n.inputs[1].source.node.value)  # type: ignore[attr-defined]
+            kernel = tuple(int(d) for d in weights.shape[2:])
+            op = DpuOp.CONV
+        else:
+            kernel = tuple(n.kernel)  # type: ignore[attr-defined]
+            op = DpuOp.MAXPOOL if n.type_name == "MaxPool" else DpuOp.AVGPOOL
+        geo = n._geometry(kernel)  # type: ignore[attr-defined]
+        outs, pbs, pes = geo.resolve((h, w))
+        strides = tuple(int(s) for s in (n.strides or (1, 1)))  # type: ignore[attr-defined]
+        dil = tuple(int(d) for d in (getattr(n, "dilations", None) or (1, 1)))
+        pads = (int(pbs[0]), int(pbs[1]), int(pes[0]), int(pes[1]))
+        got = [window_out(s, kk, st, lo, hi, dd) for s, kk, st, lo, hi, dd in zip(
+            (h, w), kernel, strides, pads[:2], pads[2:], dil, strict=True)]  # fmt: skip
+        if got != list(outs) or tuple(out_shape[2:]) != tuple(outs):
+            raise UnsupportedOpError(f"{n.name} ({n.type_name}): output {list(outs)} is not the NCE's floor window")
+        x = self.f16_value(x_out, f"{n.name}.x")
+        wv = self.f16_value(n.inputs[1].source, f"{n.name}.w") if op == DpuOp.CONV else None
+        out_ch = out_shape[1]
+        geometry = {"kernel": kernel, "strides": strides, "pads": pads, "dilations": dil if op == DpuOp.CONV else ()}
+        if op == DpuOp.AVGPOOL:
+            geometry["exclude_pad"] = not n.count_include_pad  # type: ignore[attr-defined]
+        per_image = max(1, ceil(self.variants_wanted() / max(nb, 1)))
+        plane_out = out_shape[2] * out_shape[3]
+        variants = []
+        for i in range(nb):
+            for c0, c1 in _chunks(out_ch, per_image):
+                if op == DpuOp.CONV:
+                    inputs = [
+                        _Piece(x, i * ch * h * w * _F16, ch * h * w * _F16, (1, ch, h, w)),
+                        _Piece(wv, c0 * ch * prod(kernel) * _F16, (c1 - c0) * ch * prod(kernel) * _F16,
+                               (c1 - c0, ch, *kernel)),
+                    ]  # fmt: skip
+                else:
+                    inputs = [_Piece(x, (i * ch + c0) * h * w * _F16, (c1 - c0) * h * w * _F16, (1, c1 - c0, h, w))]
+                dims = (1, c1 - c0, *out_shape[2:])
+                variants.append(_Variant(inputs, dims, (i * out_ch + c0) * plane_out, dict(geometry)))
+        return op, variants
+
+    def compile(self, n: Node) -> None:
+        """Schedule ``n`` (a node :func:`dpu_layer_reason` accepts) as one NCE task of variants."""
+        from snippets_core.ir.element_type import ElementType
+
+        c, b, hw = self.c, self.c.b, self.c.hw
+        op, variants = self.plan(n)
+        value = c.place_output(n.outputs[0])
+        out_f32 = n.outputs[0].element_type == ElementType.f32
+        shared = c.options.dpu_barriers == "shared"
+        b_shared = b.new_barrier() if shared else None
+        dpus = hw.dpus
+        c.placement.append((n.name, n.type_name, "dpu"))
+        by_tile: dict[int, list[tuple[int, int, _Variant]]] = {}
+        for j, var in enumerate(variants):
+            dpu = j * dpus // len(variants)
+            by_tile.setdefault(dpu // hw.dpus_per_tile, []).append((j, dpu, var))
+        for tile, items in sorted(by_tile.items()):
+            cursor = self.start
+            b_in = b.new_barrier()
+            placed: dict[tuple[int, int, int], TensorRef] = {}
+            free = self.free.get(tile)
+            b_free = b.new_barrier()
+            # operand bytes the tile's variants read: each copied once
+            for j, _, var in items:
+                for piece in var.inputs:
+                    key = (id(piece.value), piece.offset, piece.nbytes)
+                    if key in placed:
+                        continue
+                    dst = b.cmx(tile, cursor, (piece.nbytes // _F16,), DType.F16, f"{n.name}.t{tile}.in{len(placed)}")
+                    cursor = _align(cursor + piece.nbytes)
+                    placed[key] = dst
+                    src = TensorRef(f"{piece.value.ref.name}", DType.F16, (piece.nbytes // _F16,),
+                                    piece.value.ref.location, piece.value.ref.index, piece.value.ref.offset + piece.offset)  # fmt: skip
+                    wait = [x for x in (free, piece.value.ready) if x is not None]
+                    b.dma(src, dst, engine=0, wait=wait, update=[b_in], name=f"{n.name}.t{tile}.dma_in{len(placed) - 1}")
+            for j, dpu, var in items:
+                out_elems = prod(var.out_dims)
+                out_cmx = b.cmx(tile, cursor, var.out_dims, DType.F16, f"{n.name}.v{j}.out")
+                cursor = _align(cursor + out_elems * _F16)
+                refs = []
+                for piece in var.inputs:
+                    r = placed[(id(piece.value), piece.offset, piece.nbytes)]
+                    refs.append(TensorRef(r.name, DType.F16, piece.dims, r.location, r.index, r.offset))
+                task = DpuTask(
+                    op, refs[0], out_cmx, refs[1] if len(refs) > 1 else None,
+                    kernel=var.geometry.get("kernel", ()), strides=var.geometry.get("strides", ()),
+                    pads=var.geometry.get("pads", ()), dilations=var.geometry.get("dilations", ()),
+                    transpose_b=var.geometry.get("transpose_b", False), exclude_pad=var.geometry.get("exclude_pad", False),
+                    layer=n.name, variant=j, variants=len(variants),
+                )  # fmt: skip
+                b_var = b_shared if shared else b.new_barrier()
+                b.dpu(task, dpu, wait=[b_in], update=[b_var], name=f"{n.name}.v{j}")
+                out_update = [b_free] + ([value.ready] if value.ready is not None else [])
+                dst = TensorRef(value.ref.name, DType.F32 if out_f32 else DType.F16, (out_elems,), value.ref.location,
+                                value.ref.index, value.ref.offset + var.out_offset * (4 if out_f32 else _F16))  # fmt: skip
+                if not out_f32:
+                    src = TensorRef(out_cmx.name, DType.F16, (out_elems,), out_cmx.location, tile, out_cmx.offset)
+                    b.dma(src, dst, engine=1 % hw.dma_engines, wait=[b_var], update=out_update, name=f"{n.name}.v{j}.dma_out")
+                    continue
+                kernel = self.post_kernel(out_elems)
+                kidx = b.add_kernel(kernel.elf)
+                blk = kernel.inputs[0]
+                post_in = b.cmx(tile, out_cmx.offset, (kernel.calls, blk.block_elems), DType.F16, f"{n.name}.v{j}.post_in")
+                post_out = b.cmx(tile, cursor, (kernel.calls, blk.block_elems), DType.F32, f"{n.name}.v{j}.post_out")
+                cursor = _align(cursor + out_elems * 4)
+                memrefs = [post_in, post_out]
+                if kernel.scratchpad_size:
+                    memrefs.append(b.cmx(tile, cursor, (kernel.scratchpad_size,), DType.U8, f"{n.name}.v{j}.scratch"))
+                    cursor = _align(cursor + kernel.scratchpad_size)
+                b_post = b.new_barrier()
+                b.act(kidx, tile, memrefs, wait=[b_var], update=[b_post], name=f"{n.name}.v{j}.post",
+                      outputs=len(memrefs) - 1)  # fmt: skip
+                src = TensorRef(post_out.name, DType.F32, (out_elems,), post_out.location, tile, post_out.offset)
+                b.dma(src, dst, engine=1 % hw.dma_engines, wait=[b_post], update=out_update, name=f"{n.name}.v{j}.dma_out")
+            if cursor > self.start + self.size:
+                raise CodegenError(
+                    f"{n.name} ({n.type_name}): its variants on tile {tile} need {cursor - self.start} bytes of CMX, "
+                    f"the DPU region has {self.size} (target_options variants_per_dpu splits the work finer)"
+                )
+            self.free[tile] = b_free
