@@ -694,6 +694,8 @@ class ShaveCompiledModel:
         self.seed = seed
         self.check_races = check_races
         self.last_run_stats = RunStats()
+        #: the timing model's schedule of the last run (:mod:`snippets_shave.sim.timing`)
+        self.last_timing: Any = None
         self.loaded = load_blob(blob)
         header = self.loaded.blob.header
         self._inputs = [(ref.name, DTYPE_TO_NUMPY[ref.dtype], tuple(ref.dims)) for ref in header.inputs]
@@ -749,6 +751,7 @@ class ShaveCompiledModel:
         t0 = time.perf_counter()
         result = simulate(self.loaded, arrays, seed=self.seed if seed is None else seed, check_races=self.check_races)
         elapsed = time.perf_counter() - t0
+        self.last_timing = result.timing
         self.last_run_stats = RunStats([(self.model.name, "Blob", "shave-simulator", elapsed)])
         values = {name: np.array(v) for name, v in result.outputs.items()}
         if outputs is not None:
@@ -774,12 +777,14 @@ class ShaveCompiledModel:
         blob = self.loaded.blob
         n_dma = sum(len(tl.tasks) for tl in blob.task_lists if tl.executor.name == "DMA")
         n_act = sum(len(tl.tasks) for tl in blob.task_lists if tl.executor.name == "ACT_SHAVE")
+        n_dpu = sum(len(tl.tasks) for tl in blob.task_lists if tl.executor.name == "DPU")
         hw = blob.header.target
         lines = [
             f"model '{self.model.name}' compiled for target 'shave' into one blob of {len(self.target_artifact)} bytes",
             (
                 f"  {hw.name}: {hw.tiles} tiles x {hw.shaves_per_tile} SHAVEs, {hw.cmx_bytes_per_tile} bytes of CMX "
-                f"per tile; {len(blob.kernels)} kernel(s), {n_act} invocation(s), {n_dma} DMA task(s), "
+                f"per tile; {len(blob.kernels)} kernel(s), {n_act} invocation(s), {n_dpu} DPU variant(s), "
+                f"{n_dma} DMA task(s), "
                 f"{len(blob.barriers)} barrier(s)"
             ),
         ]
@@ -788,6 +793,11 @@ class ShaveCompiledModel:
             lines.append(f"  [shave] Subgraph {sg.name}: {ops}")
         lines += [f"  [shave-sw] {op} {name}: its own SW kernel layer" for name, op, where in self._placement
                   if where == "shave-sw"]  # fmt: skip
+        lines += [f"  [dpu] {op} {name}: an NCE task in per-DPU variants" for name, op, where in self._placement
+                  if where == "dpu"]  # fmt: skip
+        if self.last_timing is not None:
+            t = self.last_timing
+            lines.append(f"  simulated NPU time of the last run: {t.total_us:.1f} us ({t.total_cycles} cycles, timing model)")
         return "\n".join(lines)
 
 

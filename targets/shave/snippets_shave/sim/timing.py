@@ -81,7 +81,7 @@ class Timing:
         """Busy cycles per executor kind (DMA, DPU, SHAVE)."""
         out: dict[str, int] = {}
         for tid, where in self.executor.items():
-            kind = where.rstrip("0123456789").split(".")[0].replace("tile", "SHAVE")
+            kind = "SHAVE" if where.startswith("tile") else where.rstrip("0123456789")
             out[kind] = out.get(kind, 0) + self.end[tid] - self.start[tid]
         return out
 
