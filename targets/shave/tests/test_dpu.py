@@ -141,6 +141,8 @@ def test_eltwise_variants_against_float64(op: DpuOp, fn) -> None:  # type: ignor
         (lambda t: {"input": t.input.__class__(**{**t.input.__dict__, "dtype": DType.F32})}, "the NCE takes"),
         (lambda t: {"output": t.input}, "output"),
         (lambda t: {"variant": 3}, "variant 3 of 1"),
+        (lambda t: {"variants": 2}, "variants \\[0\\] of 2"),
+        (lambda t: {"strides": (1, 1)}, "MATMUL takes no strides"),
     ],
 )
 def test_loader_rejects_bad_dpu_tasks(edit, message: str) -> None:  # type: ignore[no-untyped-def]

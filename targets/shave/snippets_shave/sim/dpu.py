@@ -105,6 +105,14 @@ def check_dpu_task(p: DpuTask, where: str) -> None:
         allowed = (DPU_OUTPUT_DTYPE,) if name == "output" else DPU_INPUT_DTYPES
         if ref.dtype not in allowed:
             raise BlobFormatError(f"{where}.{name}: {ref.dtype.name}; the NCE takes {[d.name for d in allowed]}")
+    window = p.op in (DpuOp.CONV, DpuOp.MAXPOOL, DpuOp.AVGPOOL)
+    unused = [name for name, value, used in (
+        ("kernel", p.kernel, window), ("strides", p.strides, window), ("pads", p.pads, window),
+        ("dilations", p.dilations, p.op == DpuOp.CONV), ("transpose_b", p.transpose_b, p.op == DpuOp.MATMUL),
+        ("exclude_pad", p.exclude_pad, p.op == DpuOp.AVGPOOL),
+    ) if value and not used]  # fmt: skip
+    if unused:
+        raise BlobFormatError(f"{where}: {p.op.name} takes no {', '.join(unused)}")
     if p.variants < 1 or p.variant >= p.variants:
         raise BlobFormatError(f"{where}: variant {p.variant} of {p.variants}")
     expected = _expected_output(p, where)

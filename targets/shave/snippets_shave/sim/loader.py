@@ -366,6 +366,7 @@ class _Validator:
                     if not isinstance(task.payload, ActKernelTask):
                         raise BlobFormatError(f"{where}: an ACT_SHAVE task list holds a non-kernel task")
                     tiles[tl.queue].append(self.act(task, task.payload, where, tl.queue, kernels))
+        check_variants(dpus)
         for b, bar in enumerate(self.blob.barriers):
             if bar.id != b:
                 raise BlobFormatError(f"barriers[{b}].id = {bar.id}: virtual barrier ids must equal their index")
@@ -387,6 +388,22 @@ class _Validator:
             self.blob, kernels, tuple(map(tuple, dma)), tuple(map(tuple, tiles)), tuple(stacks), self.reserved,
             dict(self.sizes), tuple(map(tuple, dpus)),
         )  # fmt: skip
+
+
+def check_variants(dpus: list[list[LoadedTask]]) -> None:
+    """The variants of each NCE task (layer) are numbered 0..variants-1, each once, all with the same count."""
+    seen: dict[str, tuple[int, list[int], str]] = {}
+    for q in dpus:
+        for t in q:
+            p = t.task.payload
+            assert isinstance(p, DpuTask)
+            count, indices, _ = seen.setdefault(p.layer, (p.variants, [], t.where))
+            if p.variants != count:
+                raise BlobFormatError(f"{t.where}: layer {p.layer!r} has {count} variants elsewhere, {p.variants} here")
+            indices.append(p.variant)
+    for layer, (count, indices, where) in seen.items():
+        if sorted(indices) != list(range(count)):
+            raise BlobFormatError(f"{where}: layer {layer!r} has variants {sorted(indices)} of {count}")
 
 
 def load_blob(data: bytes | Blob) -> LoadedBlob:
