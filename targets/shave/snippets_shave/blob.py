@@ -112,6 +112,10 @@ class TensorRef:
     strides_bits: tuple[int, ...] = ()
     order: int = 0
 
+    def with_dims(self, dims: tuple[int, ...]) -> TensorRef:
+        """The same bytes seen with other (dense) dims."""
+        return TensorRef(self.name, self.dtype, tuple(dims), self.location, self.index, self.offset)
+
     @property
     def nbytes(self) -> int:
         """Bytes the tensor spans (dense unless strides are given)."""

@@ -797,7 +797,9 @@ class ShaveCompiledModel:
                   if where == "dpu"]  # fmt: skip
         if self.last_timing is not None:
             t = self.last_timing
-            lines.append(f"  simulated NPU time of the last run: {t.total_us:.1f} us ({t.total_cycles} cycles, timing model)")
+            lines.append(
+                f"  simulated NPU time of the last run: {t.total_us:.1f} us ({t.total_cycles} cycles, timing model)"
+            )
         return "\n".join(lines)
 
 

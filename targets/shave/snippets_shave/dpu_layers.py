@@ -68,8 +68,9 @@ def dpu_layer_reason(node: Node) -> str | None:
     if node.type_name == "Convolution":
         if not _is_constant(node.inputs[1].source):
             return "Convolution weights that are not a Constant"
-        if node.group != 1:  # type: ignore[attr-defined]
-            return f"Convolution with group {node.group} (only group 1 is lowered to the NCE)"  # type: ignore[attr-defined]
+        group = node.group  # type: ignore[attr-defined]
+        if group != 1:
+            return f"Convolution with group {group} (only group 1 is lowered to the NCE)"
     if node.type_name == "MaxPool" and len(node.outputs) > 1 and node.outputs[1].targets:
         return "MaxPool indices output"
     return None
@@ -83,6 +84,10 @@ class _Piece:
     offset: int
     nbytes: int
     dims: tuple[int, ...]
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (id(self.value), self.offset, self.nbytes)
 
 
 @dataclass
@@ -245,81 +250,90 @@ class DpuLayerCompiler:
 
     def compile(self, n: Node) -> None:
         """Schedule ``n`` (a node :func:`dpu_layer_reason` accepts) as one NCE task of variants."""
-        from snippets_core.ir.element_type import ElementType
-
-        c, b, hw = self.c, self.c.b, self.c.hw
+        c, hw = self.c, self.c.hw
         op, variants = self.plan(n)
         value = c.place_output(n.outputs[0])
-        out_f32 = n.outputs[0].element_type == ElementType.f32
-        shared = c.options.dpu_barriers == "shared"
-        b_shared = b.new_barrier() if shared else None
-        dpus = hw.dpus
+        shared = c.b.new_barrier() if c.options.dpu_barriers == "shared" else None
         c.placement.append((n.name, n.type_name, "dpu"))
         by_tile: dict[int, list[tuple[int, int, _Variant]]] = {}
         for j, var in enumerate(variants):
-            dpu = j * dpus // len(variants)
+            dpu = j * hw.dpus // len(variants)  # consecutive variants on one DPU: one contiguous slice per tile
             by_tile.setdefault(dpu // hw.dpus_per_tile, []).append((j, dpu, var))
         for tile, items in sorted(by_tile.items()):
-            cursor = self.start
-            b_in = b.new_barrier()
-            placed: dict[tuple[int, int, int], TensorRef] = {}
-            free = self.free.get(tile)
-            b_free = b.new_barrier()
-            # operand bytes the tile's variants read: each copied once
-            for j, _, var in items:
-                for piece in var.inputs:
-                    key = (id(piece.value), piece.offset, piece.nbytes)
-                    if key in placed:
-                        continue
-                    dst = b.cmx(tile, cursor, (piece.nbytes // _F16,), DType.F16, f"{n.name}.t{tile}.in{len(placed)}")
-                    cursor = _align(cursor + piece.nbytes)
-                    placed[key] = dst
-                    src = TensorRef(f"{piece.value.ref.name}", DType.F16, (piece.nbytes // _F16,),
-                                    piece.value.ref.location, piece.value.ref.index, piece.value.ref.offset + piece.offset)  # fmt: skip
-                    wait = [x for x in (free, piece.value.ready) if x is not None]
-                    b.dma(src, dst, engine=0, wait=wait, update=[b_in], name=f"{n.name}.t{tile}.dma_in{len(placed) - 1}")
+            region = _Region(self, n, tile)
+            b_in, b_free = c.b.new_barrier(), c.b.new_barrier()
+            placed = self._load(n, region, [v for _, _, v in items], b_in)
             for j, dpu, var in items:
-                out_elems = prod(var.out_dims)
-                out_cmx = b.cmx(tile, cursor, var.out_dims, DType.F16, f"{n.name}.v{j}.out")
-                cursor = _align(cursor + out_elems * _F16)
-                refs = []
-                for piece in var.inputs:
-                    r = placed[(id(piece.value), piece.offset, piece.nbytes)]
-                    refs.append(TensorRef(r.name, DType.F16, piece.dims, r.location, r.index, r.offset))
-                task = DpuTask(
-                    op, refs[0], out_cmx, refs[1] if len(refs) > 1 else None,
-                    kernel=var.geometry.get("kernel", ()), strides=var.geometry.get("strides", ()),
-                    pads=var.geometry.get("pads", ()), dilations=var.geometry.get("dilations", ()),
-                    transpose_b=var.geometry.get("transpose_b", False), exclude_pad=var.geometry.get("exclude_pad", False),
-                    layer=n.name, variant=j, variants=len(variants),
-                )  # fmt: skip
-                b_var = b_shared if shared else b.new_barrier()
-                b.dpu(task, dpu, wait=[b_in], update=[b_var], name=f"{n.name}.v{j}")
-                out_update = [b_free] + ([value.ready] if value.ready is not None else [])
-                dst = TensorRef(value.ref.name, DType.F32 if out_f32 else DType.F16, (out_elems,), value.ref.location,
-                                value.ref.index, value.ref.offset + var.out_offset * (4 if out_f32 else _F16))  # fmt: skip
-                if not out_f32:
-                    src = TensorRef(out_cmx.name, DType.F16, (out_elems,), out_cmx.location, tile, out_cmx.offset)
-                    b.dma(src, dst, engine=1 % hw.dma_engines, wait=[b_var], update=out_update, name=f"{n.name}.v{j}.dma_out")
-                    continue
-                kernel = self.post_kernel(out_elems)
-                kidx = b.add_kernel(kernel.elf)
-                blk = kernel.inputs[0]
-                post_in = b.cmx(tile, out_cmx.offset, (kernel.calls, blk.block_elems), DType.F16, f"{n.name}.v{j}.post_in")
-                post_out = b.cmx(tile, cursor, (kernel.calls, blk.block_elems), DType.F32, f"{n.name}.v{j}.post_out")
-                cursor = _align(cursor + out_elems * 4)
-                memrefs = [post_in, post_out]
-                if kernel.scratchpad_size:
-                    memrefs.append(b.cmx(tile, cursor, (kernel.scratchpad_size,), DType.U8, f"{n.name}.v{j}.scratch"))
-                    cursor = _align(cursor + kernel.scratchpad_size)
-                b_post = b.new_barrier()
-                b.act(kidx, tile, memrefs, wait=[b_var], update=[b_post], name=f"{n.name}.v{j}.post",
-                      outputs=len(memrefs) - 1)  # fmt: skip
-                src = TensorRef(post_out.name, DType.F32, (out_elems,), post_out.location, tile, post_out.offset)
-                b.dma(src, dst, engine=1 % hw.dma_engines, wait=[b_post], update=out_update, name=f"{n.name}.v{j}.dma_out")
-            if cursor > self.start + self.size:
-                raise CodegenError(
-                    f"{n.name} ({n.type_name}): its variants on tile {tile} need {cursor - self.start} bytes of CMX, "
-                    f"the DPU region has {self.size} (target_options variants_per_dpu splits the work finer)"
-                )
+                refs = [placed[p.key].with_dims(p.dims) for p in var.inputs]
+                out = region.alloc(var.out_dims, DType.F16, f"{n.name}.v{j}.out")
+                weights = refs[1] if len(refs) > 1 else None
+                task = DpuTask(op, refs[0], out, weights, layer=n.name, variant=j, variants=len(variants), **var.geometry)
+                b_var = shared if shared is not None else c.b.new_barrier()
+                c.b.dpu(task, dpu, wait=[b_in], update=[b_var], name=f"{n.name}.v{j}")
+                self._store(n, region, j, var, out, value, wait=b_var, update=[b_free])
             self.free[tile] = b_free
+
+    def _load(self, n: Node, region: _Region, variants: list[_Variant], b_in: int) -> dict[tuple[int, int, int], Any]:
+        """DMA the operand bytes a tile's variants read into its DPU region, each piece once; they update ``b_in``
+        after the region's previous layer is done with it and their value is ready."""
+        b = self.c.b
+        placed: dict[tuple[int, int, int], Any] = {}
+        for piece in (p for v in variants for p in v.inputs):
+            if piece.key in placed:
+                continue
+            name = f"{n.name}.t{region.tile}.in{len(placed)}"
+            placed[piece.key] = dst = region.alloc((piece.nbytes // _F16,), DType.F16, name)
+            src = piece.value.ref
+            src = TensorRef(src.name, DType.F16, dst.dims, src.location, src.index, src.offset + piece.offset)
+            wait = [x for x in (self.free.get(region.tile), piece.value.ready) if x is not None]
+            b.dma(src, dst, engine=0, wait=wait, update=[b_in], name=f"{n.name}.t{region.tile}.dma_in{len(placed) - 1}")
+        return placed
+
+    def _store(
+        self, n: Node, region: _Region, j: int, var: _Variant, out: TensorRef, value: Any, wait: int, update: list[int]
+    ) -> None:
+        """Variant ``j``'s output to its place in the value's DDR home: straight from CMX for an f16 value, for an
+        f32 one through the ACT SHAVE post-processing (f16 -> f32, CMX to CMX, on the variant's tile)."""
+        from snippets_core.ir.element_type import ElementType
+
+        b, hw = self.c.b, self.c.hw
+        elems = prod(var.out_dims)
+        out_f32 = n.outputs[0].element_type == ElementType.f32
+        size = 4 if out_f32 else _F16
+        home = value.ref
+        dst = TensorRef(home.name, DType.F32 if out_f32 else DType.F16, (elems,), home.location, home.index,
+                        home.offset + var.out_offset * size)  # fmt: skip
+        update = update + ([value.ready] if value.ready is not None else [])
+        src = out.with_dims((elems,))
+        if out_f32:
+            kernel = self.post_kernel(elems)
+            rows = (kernel.calls, kernel.inputs[0].block_elems)
+            post_out = region.alloc(rows, DType.F32, f"{n.name}.v{j}.post_out")
+            memrefs = [out.with_dims(rows), post_out]
+            if kernel.scratchpad_size:
+                memrefs.append(region.alloc((kernel.scratchpad_size,), DType.U8, f"{n.name}.v{j}.scratch"))
+            b_post = b.new_barrier()
+            b.act(b.add_kernel(kernel.elf), region.tile, memrefs, wait=[wait], update=[b_post],
+                  name=f"{n.name}.v{j}.post", outputs=len(memrefs) - 1)  # fmt: skip
+            src, wait = post_out.with_dims((elems,)), b_post
+        b.dma(src, dst, engine=1 % hw.dma_engines, wait=[wait], update=update, name=f"{n.name}.v{j}.dma_out")
+
+
+class _Region:
+    """A bump allocator over one tile's DPU region for one layer; running out is a CodegenError naming it."""
+
+    def __init__(self, layers: DpuLayerCompiler, n: Node, tile: int) -> None:
+        self.layers, self.node, self.tile = layers, n, tile
+        self.cursor = layers.start
+
+    def alloc(self, dims: tuple[int, ...], dtype: DType, name: str) -> TensorRef:
+        ref = self.layers.c.b.cmx(self.tile, self.cursor, dims, dtype, name)
+        self.cursor = _align(self.cursor + ref.nbytes)
+        used, size = self.cursor - self.layers.start, self.layers.size
+        if used > size:
+            n = self.node
+            raise CodegenError(
+                f"{n.name} ({n.type_name}): its variants on tile {self.tile} need more than {size} bytes of CMX, "
+                f"the size of the DPU region (target_options variants_per_dpu splits the work finer)"
+            )
+        return ref

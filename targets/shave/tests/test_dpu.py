@@ -25,7 +25,9 @@ RNG = np.random.default_rng(14)
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
-def _run_dpu(op: DpuOp, x: np.ndarray, w: np.ndarray | None, out_dims: tuple[int, ...], **geometry: object) -> np.ndarray:
+def _run_dpu(
+    op: DpuOp, x: np.ndarray, w: np.ndarray | None, out_dims: tuple[int, ...], **geometry: object
+) -> np.ndarray:
     """One variant on DPU 0: inputs DMA'd from network inputs into CMX, the DPU, the output DMA'd out."""
     b = ScheduleBuilder("dpu_one")
     start = b.cmx_workspace_start
@@ -233,3 +235,41 @@ def test_whole_example_in_one_blob_matches_onnxruntime(name: str, shape: object)
     assert np.abs(got - want).max() <= 2e-3 * np.abs(want).max() + 1e-3
     assert result.timing.total_cycles > 0
 
+
+
+def _conv_pool_model(group: int = 1) -> object:
+    from snippets_core.ir.model import Model
+    from snippets_core.ir.ops.io import Constant, Parameter, Result
+    from snippets_core.ir.ops.nn import AvgPool, Convolution
+
+    x = Parameter("f32", (1, 4, 10, 9), name="x")
+    w = Constant(RNG.standard_normal((6, 4 // group, 3, 3)).astype(np.float32), name="w")
+    conv = Convolution(x, w, strides=(2, 1), pads=(1, 0, 1, 2), group=group, name="conv")
+    pool = AvgPool(conv, kernel=(2, 2), strides=(1, 2), pads=(0, 1, 1, 0), count_include_pad=False, name="pool")
+    return Model([Result(pool, name="y")], [x], name="conv_pool")
+
+
+def test_strided_padded_conv_and_avgpool_layers_against_float64() -> None:
+    cm = compile_model(_conv_pool_model(), target="shave")
+    assert {op for _, op, where in cm.placement() if where == "dpu"} == {"Convolution", "AvgPool"}
+    x = RNG.standard_normal((1, 4, 10, 9)).astype(np.float32)
+    w = next(n.value for n in cm.model.get_ordered_ops() if n.type_name == "Constant" and n.value.ndim == 4)
+    x16, w16 = x.astype(np.float16).astype(np.float64), np.asarray(w).astype(np.float16).astype(np.float64)
+    conv = np.einsum("ncijhw,ochw->noij", _windows(x16, (3, 3), (2, 1), (1, 0, 1, 2), (1, 1), 0.0), w16)
+    win = _windows(conv.astype(np.float16), (2, 2), (1, 2), (0, 1, 1, 0), (1, 1), np.nan)
+    want = np.nanmean(win, axis=(4, 5))
+    got = cm({"x": x})["y"]
+    assert got.shape == want.shape
+    assert np.abs(got - want).max() <= 2.0**-9 * np.abs(conv).max()  # two f16 roundings of the conv's scale
+
+
+def test_layers_the_nce_cannot_run_and_bad_options_are_typed_errors() -> None:
+    from snippets_core.config import ConfigError
+    from snippets_core.errors import CodegenError, UnsupportedOpError
+
+    with pytest.raises(UnsupportedOpError, match="group 2"):
+        compile_model(_conv_pool_model(group=2), target="shave")
+    with pytest.raises(ConfigError, match="dpu_barriers"):
+        compile_model(_mlp(), target="shave", config={"target_options": {"dpu_barriers": "none"}})
+    with pytest.raises(CodegenError, match="DPU region"):  # 48x80 weights do not fit a 16 KiB-CMX region
+        compile_model(_mlp(), target="shave", config={"target_options": {"cmx_bytes_per_tile": 65536}})

@@ -66,8 +66,9 @@ def _expected_output(p: DpuTask, where: str) -> tuple[int, ...]:
             raise BlobFormatError(f"{where}: MATMUL input K = {x[1]} but weights K = {k}")
         return (x[0], n)
     if p.op in (DpuOp.ADD, DpuOp.MUL):
-        if tuple(p.weights.dims) != x:  # type: ignore[union-attr]
-            raise BlobFormatError(f"{where}: {p.op.name} operands {x} and {tuple(p.weights.dims)} differ")  # type: ignore[union-attr]
+        w = tuple(p.weights.dims)  # type: ignore[union-attr]
+        if w != x:
+            raise BlobFormatError(f"{where}: {p.op.name} operands {x} and {w} differ")
         return x
     if len(x) != 4:
         raise BlobFormatError(f"{where}: {p.op.name} takes input [N, C, H, W], got {x}")

@@ -3,8 +3,8 @@
 A linear scan over one task order, as the NPU compiler's barrier allocation does: the order is a topological
 order of the schedule (producers before consumers, each queue in its list order, ties by task id); a virtual
 barrier is live from its first user to its last consumer, and its physical id is free again for a barrier
-whose first user comes after that last consumer; the free id freed longest ago is taken first. Virtual ids are renumbered by first use, so the barriers
-sharing a physical id are its successive instances in increasing virtual id; the runtime (and the simulator)
+whose first user comes after that last consumer; the free id freed longest ago is taken first. Virtual ids
+are renumbered by first use, so the barriers sharing a physical id are its successive instances in increasing virtual id; the runtime (and the simulator)
 lets a task start only when every barrier it waits on or updates is the current instance of its physical id.
 By induction on the order, the earliest unfinished task can always start, so the mapping adds no deadlock.
 """

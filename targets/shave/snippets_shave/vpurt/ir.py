@@ -6,8 +6,8 @@ argument mapping and scalar constants (:class:`SwKernelOp`), ``VPUIP.DMA`` (:cla
 with waits/updates barriers (:class:`VpurtTask`), ``VPURT.TaskList``, barrier declarations (virtual, or
 configured on a physical id: :class:`BarrierDecl`) and ``VPURT.Graph`` with the stack configuration
 (:class:`GraphConfig`). A DPU variant (``VPUIP.NCE.DPUTask``) is the blob's
-:class:`~snippets_shave.blob.DpuTask` value itself: its fields are the IR's (docs/dpu.md). Values are frozen; byte payloads (kernel ELFs, constants) travel beside the IR in
-:class:`Payload` and compare by their digest, so a module parsed from its printed text equals the original.
+:class:`~snippets_shave.blob.DpuTask` value itself: its fields are the IR's (docs/dpu.md). Values are frozen;
+byte payloads (kernel ELFs, constants) travel beside the IR in :class:`Payload` and compare by their digest, so a module parsed from its printed text equals the original.
 """
 
 from __future__ import annotations
