@@ -390,6 +390,19 @@ class _Validator:
         )  # fmt: skip
 
 
+def earlier_instances(blob: Blob) -> list[list[int]]:
+    """Per virtual barrier, the barriers configured before it on the same physical id: barriers sharing a
+    physical id are its successive instances in increasing virtual id, and one is current once those drained."""
+    earlier: list[list[int]] = [[] for _ in blob.barriers]
+    last_on: dict[int, int] = {}
+    for bar in blob.barriers:
+        if bar.real_id >= 0:
+            if bar.real_id in last_on:
+                earlier[bar.id] = [*earlier[last_on[bar.real_id]], last_on[bar.real_id]]
+            last_on[bar.real_id] = bar.id
+    return earlier
+
+
 def check_variants(dpus: list[list[LoadedTask]]) -> None:
     """The variants of each NCE task (layer) are numbered 0..variants-1, each once, all with the same count."""
     seen: dict[str, tuple[int, list[int], str]] = {}

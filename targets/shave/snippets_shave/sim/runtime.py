@@ -25,7 +25,7 @@ from snippets_shave.constants import DTYPE_TO_NUMPY, WIN_E, WIN_F
 from snippets_shave.errors import DeadlockError, SimulationError
 from snippets_shave.sim.dpu import run_dpu
 from snippets_shave.sim.interp import AddressSpace, CoreState, Window, execute
-from snippets_shave.sim.loader import LoadedBlob, LoadedTask, Region, load_blob
+from snippets_shave.sim.loader import LoadedBlob, LoadedTask, Region, earlier_instances, load_blob
 from snippets_shave.sim.timing import estimate
 
 DEFAULT_STEP_LIMIT = 50_000_000  # instructions per invocation
@@ -111,15 +111,8 @@ class Simulator:
         result = SimResult({})
         turn = 0
 
-        # Barriers sharing a physical id are its successive instances (increasing virtual id): a task may start
-        # only when every barrier it waits on or updates is the current one, i.e. the earlier instances drained.
-        earlier: list[list[int]] = [[] for _ in blob.barriers]
-        last_on: dict[int, int] = {}
-        for bar in blob.barriers:
-            if bar.real_id >= 0:
-                if bar.real_id in last_on:
-                    earlier[bar.id] = [*earlier[last_on[bar.real_id]], last_on[bar.real_id]]
-                last_on[bar.real_id] = bar.id
+        # a task may start only when every barrier it waits on or updates is its physical id's current instance
+        earlier = earlier_instances(blob)
 
         def current(b: int) -> bool:
             return all(producers[e] == 0 and consumers[e] == 0 for e in earlier[b])

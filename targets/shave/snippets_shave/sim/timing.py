@@ -26,7 +26,7 @@ from math import ceil
 from snippets_shave.blob import DpuTask
 from snippets_shave.constants import DType
 from snippets_shave.errors import DeadlockError
-from snippets_shave.sim.loader import LoadedBlob, LoadedTask
+from snippets_shave.sim.loader import LoadedBlob, LoadedTask, earlier_instances
 
 
 @dataclass(frozen=True)
@@ -110,13 +110,7 @@ def estimate(loaded: LoadedBlob, instructions: dict[int, int], model: TimingMode
     producers = [b.producers for b in blob.barriers]
     consumers = [b.consumers for b in blob.barriers]
     released = [0] * len(blob.barriers)  # cycle at which a barrier with no producers left becomes visible
-    earlier: list[list[int]] = [[] for _ in blob.barriers]
-    last_on: dict[int, int] = {}
-    for bar in blob.barriers:
-        if bar.real_id >= 0:
-            if bar.real_id in last_on:
-                earlier[bar.id] = [*earlier[last_on[bar.real_id]], last_on[bar.real_id]]
-            last_on[bar.real_id] = bar.id
+    earlier = earlier_instances(blob)
 
     # serial executors (DMA engines, DPUs): a queue and the cycle at which it is free
     serial = [(f"DMA{e}", deque(q)) for e, q in enumerate(loaded.dma_queues)]
