@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from snippets_core.errors import CodegenError, UnsupportedOpError
-from snippets_shave.blob import DpuOp, DpuTask, TensorRef
+from snippets_shave.blob import DmaDescriptor, DpuOp, DpuTask, TensorRef
 from snippets_shave.constants import DType
 from snippets_shave.sim.dpu import window_out
 
@@ -78,16 +78,18 @@ def dpu_layer_reason(node: Node) -> str | None:
 
 @dataclass(frozen=True)
 class _Piece:
-    """Bytes ``[offset, offset + nbytes)`` of a DDR value that a tile's variants read."""
+    """Bytes ``[offset, offset + nbytes)`` of a DDR value that a tile's variants read; with ``stride``, the
+    piece is ``dims[0]`` lines of ``nbytes / dims[0]`` bytes, ``stride`` bytes apart (a column block)."""
 
     value: Any  # compiler _Value
     offset: int
     nbytes: int
     dims: tuple[int, ...]
+    stride: int = 0
 
     @property
-    def key(self) -> tuple[int, int, int]:
-        return (id(self.value), self.offset, self.nbytes)
+    def key(self) -> tuple[int, int, int, int]:
+        return (id(self.value), self.offset, self.nbytes, self.stride)
 
 
 @dataclass
@@ -96,6 +98,13 @@ class _Variant:
     out_dims: tuple[int, ...]
     out_offset: int  # element offset of the variant's slice in the layer's output
     geometry: dict[str, Any]
+    out_stride: int = 0  # elements between the rows of a column block of the output (0: contiguous)
+
+
+def _gather(nbytes: int, width: int, stride: int) -> DmaDescriptor:
+    """A DMA reading ``nbytes`` as lines of ``width`` bytes ``stride`` apart, written back to back (a column
+    block of a matrix gathered into CMX)."""
+    return DmaDescriptor(nbytes, width, stride, 0, nbytes, nbytes, 0, 1)
 
 
 def _chunks(total: int, parts: int) -> list[tuple[int, int]]:
@@ -196,13 +205,25 @@ class DpuLayerCompiler:
         b_batch = np.broadcast_to(np.arange(prod(b_shape[:-2])).reshape(b_shape[:-2]), batch).reshape(-1)
         b_dims = (nn, k) if (tb and not b_const) else (k, nn)
         per_batch = max(1, ceil(self.variants_wanted() / max(nb, 1)))
+        geometry = {"transpose_b": bool(tb and not b_const)}
         out = []
         for i in range(nb):
-            for m0, m1 in _chunks(m, per_batch):
-                a_piece = _Piece(a, (int(a_batch[i]) * m + m0) * k * _F16, (m1 - m0) * k * _F16, (m1 - m0, k))
-                b_piece = _Piece(b, int(b_batch[i]) * k * nn * _F16, k * nn * _F16, b_dims)
-                geometry = {"transpose_b": bool(tb and not b_const)}
-                out.append(_Variant([a_piece, b_piece], (m1 - m0, nn), (i * m + m0) * nn, geometry))
+            a_at, b_at = int(a_batch[i]) * m * k * _F16, int(b_batch[i]) * k * nn * _F16
+            if m >= per_batch or nn < per_batch:  # rows of A: each variant reads all of B
+                for m0, m1 in _chunks(m, per_batch):
+                    a_piece = _Piece(a, a_at + m0 * k * _F16, (m1 - m0) * k * _F16, (m1 - m0, k))
+                    b_piece = _Piece(b, b_at, k * nn * _F16, b_dims)
+                    out.append(_Variant([a_piece, b_piece], (m1 - m0, nn), (i * m + m0) * nn, dict(geometry)))
+                continue
+            # few rows (a fully connected layer on one sample): output channels, each variant a column block of B
+            for n0, n1 in _chunks(nn, per_batch):
+                a_piece = _Piece(a, a_at, m * k * _F16, (m, k))
+                if geometry["transpose_b"]:  # B is [N, K]: the block is rows n0..n1
+                    b_piece = _Piece(b, b_at + n0 * k * _F16, (n1 - n0) * k * _F16, (n1 - n0, k))
+                else:  # B is [K, N]: K lines of n1 - n0 values
+                    b_piece = _Piece(b, b_at + n0 * _F16, k * (n1 - n0) * _F16, (k, n1 - n0), stride=nn * _F16)
+                stride = nn if m > 1 else 0
+                out.append(_Variant([a_piece, b_piece], (m, n1 - n0), i * m * nn + n0, dict(geometry), stride))
         return out
 
     def _window(self, n: Node) -> tuple[DpuOp, list[_Variant]]:
@@ -286,7 +307,9 @@ class DpuLayerCompiler:
             src = piece.value.ref
             src = TensorRef(src.name, DType.F16, dst.dims, src.location, src.index, src.offset + piece.offset)
             wait = [x for x in (self.free.get(region.tile), piece.value.ready) if x is not None]
-            b.dma(src, dst, engine=0, wait=wait, update=[b_in], name=f"{n.name}.t{region.tile}.dma_in{len(placed) - 1}")
+            descriptor = _gather(piece.nbytes, piece.nbytes // piece.dims[0], piece.stride) if piece.stride else None
+            b.dma(src, dst, engine=0, wait=wait, update=[b_in], descriptor=descriptor,
+                  name=f"{n.name}.t{region.tile}.dma_in{len(placed) - 1}")  # fmt: skip
         return placed
 
     def _store(
@@ -316,7 +339,15 @@ class DpuLayerCompiler:
             b.act(b.add_kernel(kernel.elf), region.tile, memrefs, wait=[wait], update=[b_post],
                   name=f"{n.name}.v{j}.post", outputs=len(memrefs) - 1)  # fmt: skip
             src, wait = post_out.with_dims((elems,)), b_post
-        b.dma(src, dst, engine=1 % hw.dma_engines, wait=[wait], update=update, name=f"{n.name}.v{j}.dma_out")
+        # a column block goes row by row (one flat DMA each: the race checker sees exactly the bytes written)
+        rows, width = (var.out_dims[0], var.out_dims[-1]) if var.out_stride else (1, elems)
+        for r in range(rows):
+            piece = TensorRef(src.name, src.dtype, (width,), src.location, src.index, src.offset + r * width * size)
+            at = dst.offset + r * var.out_stride * size
+            target = TensorRef(dst.name, dst.dtype, (width,), dst.location, dst.index, at)
+            suffix = f".{r}" if rows > 1 else ""
+            b.dma(piece, target, engine=1 % hw.dma_engines, wait=[wait], update=update,
+                  name=f"{n.name}.v{j}.dma_out{suffix}")  # fmt: skip
 
 
 class _Region:
