@@ -122,6 +122,7 @@ class DpuLayerCompiler:
         self.size = size
         self.free: dict[int, int] = {}  # tile -> barrier: the region's last users are done
         self._post_kernels: dict[int, ShaveKernel] = {}
+        self._f16: dict[tuple[int, int], Any] = {}  # f16 copies of f32 activations, made once per value
 
     # -- operands ----------------------------------------------------------------------------------------------
     def f16_value(self, out: Output, name: str, transpose: bool = False) -> Any:
@@ -140,7 +141,10 @@ class DpuLayerCompiler:
             raise CodegenError(f"{name}: a transposed computed operand reached the DPU lowering")
         if out.element_type == ElementType.f16:
             return c.value(out)
-        return self._convert(out, ElementType.f16, f"{name}/to_f16")
+        key = c.key(out)
+        if key not in self._f16:  # e.g. the Q, K and V projections read one f16 copy of x
+            self._f16[key] = self._convert(out, ElementType.f16, f"{name}/to_f16")
+        return self._f16[key]
 
     def _convert(self, out: Output, et: Any, name: str) -> Any:
         from snippets_core.ir.model import Model
