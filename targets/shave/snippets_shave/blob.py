@@ -49,6 +49,18 @@ class Executor(IntEnum):
 
     DMA = 0
     ACT_SHAVE = 1
+    DPU = 2
+
+
+class DpuOp(IntEnum):
+    """What an NCE variant computes (schema enum ``ashv.DpuOp``; docs/dpu.md)."""
+
+    MATMUL = 0
+    CONV = 1
+    MAXPOOL = 2
+    AVGPOOL = 3
+    ADD = 4
+    MUL = 5
 
 
 class KernelKind(IntEnum):
@@ -74,6 +86,12 @@ class Target:
     cmx_bytes_per_tile: int = 2 * 1024 * 1024
     dma_engines: int = 2
     max_barriers: int = MAX_BARRIERS["37xx"]
+    dpus_per_tile: int = 1
+
+    @property
+    def dpus(self) -> int:
+        """DPUs of the platform: one DPU task list each."""
+        return self.tiles * self.dpus_per_tile
 
     @staticmethod
     def lnl() -> Target:
@@ -93,6 +111,10 @@ class TensorRef:
     offset: int = 0
     strides_bits: tuple[int, ...] = ()
     order: int = 0
+
+    def with_dims(self, dims: tuple[int, ...]) -> TensorRef:
+        """The same bytes seen with other (dense) dims."""
+        return TensorRef(self.name, self.dtype, tuple(dims), self.location, self.index, self.offset)
 
     @property
     def nbytes(self) -> int:
@@ -163,12 +185,31 @@ class DmaTask:
 
 
 @dataclass(frozen=True)
+class DpuTask:
+    """One variant (DPU workload) of an NCE task: its op, its operand slices in CMX and the window geometry."""
+
+    op: DpuOp
+    input: TensorRef
+    output: TensorRef
+    weights: TensorRef | None = None
+    kernel: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    pads: tuple[int, ...] = ()
+    dilations: tuple[int, ...] = ()
+    transpose_b: bool = False
+    exclude_pad: bool = False
+    layer: str = ""
+    variant: int = 0
+    variants: int = 1
+
+
+@dataclass(frozen=True)
 class Task:
     """A schedulable unit: a payload plus the virtual barriers it waits on and updates."""
 
     id: int
     name: str
-    payload: DmaTask | ActKernelTask
+    payload: DmaTask | ActKernelTask | DpuTask
     wait: tuple[int, ...] = ()
     update: tuple[int, ...] = ()
 
@@ -283,8 +324,33 @@ class _Writer:
         fb.ActKernelAddParamsSignature(b, sig)
         return fb.ActKernelEnd(b)
 
-    def payload(self, p: DmaTask | ActKernelTask) -> tuple[int, int]:
+    def dpu(self, p: DpuTask) -> int:
         b = self.b
+        ins, out = self.tensor(p.input), self.tensor(p.output)
+        weights = self.tensor(p.weights) if p.weights is not None else None
+        vectors = [self.numpy(v, "<u4") for v in (p.kernel, p.strides, p.pads, p.dilations)]
+        layer = self.string(p.layer)
+        fb.DpuTaskStart(b)
+        fb.DpuTaskAddOp(b, int(p.op))
+        fb.DpuTaskAddInput(b, ins)
+        if weights is not None:
+            fb.DpuTaskAddWeights(b, weights)
+        fb.DpuTaskAddOutput(b, out)
+        for add, vec in zip(
+            (fb.DpuTaskAddKernel, fb.DpuTaskAddStrides, fb.DpuTaskAddPads, fb.DpuTaskAddDilations), vectors, strict=True
+        ):
+            add(b, vec)
+        fb.DpuTaskAddTransposeB(b, p.transpose_b)
+        fb.DpuTaskAddExcludePad(b, p.exclude_pad)
+        fb.DpuTaskAddLayer(b, layer)
+        fb.DpuTaskAddVariant(b, p.variant)
+        fb.DpuTaskAddVariants(b, p.variants)
+        return fb.DpuTaskEnd(b)
+
+    def payload(self, p: DmaTask | ActKernelTask | DpuTask) -> tuple[int, int]:
+        b = self.b
+        if isinstance(p, DpuTask):
+            return fb.TaskPayload.DpuTask, self.dpu(p)
         if isinstance(p, DmaTask):
             src, dst = self.tensor(p.src), self.tensor(p.dst)
             fb.DmaTaskStart(b)
@@ -361,6 +427,7 @@ class _Writer:
         fb.TargetAddCmxBytesPerTile(b, h.target.cmx_bytes_per_tile)
         fb.TargetAddDmaEngines(b, h.target.dma_engines)
         fb.TargetAddMaxBarriers(b, h.target.max_barriers)
+        fb.TargetAddDpusPerTile(b, h.target.dpus_per_tile)
         target = fb.TargetEnd(b)
         rt = h.act_runtime
         rt_kernel = self.kernel(rt.kernel) if rt.kernel is not None else None
@@ -553,8 +620,27 @@ class _Reader:
         bars = self.required(t.Barriers(), f"{path}.barriers")
         ptype = t.PayloadType()
         table = self.required(t.Payload(), f"{path}.payload")
-        payload: DmaTask | ActKernelTask
-        if ptype == fb.TaskPayload.DmaTask:
+        payload: DmaTask | ActKernelTask | DpuTask
+        if ptype == fb.TaskPayload.DpuTask:
+            d = fb.DpuTask()
+            d.Init(table.Bytes, table.Pos)
+            ppath = f"{path}.payload"
+            payload = DpuTask(
+                op=self.enum(DpuOp, d.Op(), f"{ppath}.op"),
+                input=self.tensor(d.Input(), f"{ppath}.input"),
+                output=self.tensor(d.Output(), f"{ppath}.output"),
+                weights=self.tensor(d.Weights(), f"{ppath}.weights") if d.Weights() is not None else None,
+                kernel=self.numbers(d, "Kernel", f"{ppath}.kernel", 4),
+                strides=self.numbers(d, "Strides", f"{ppath}.strides", 4),
+                pads=self.numbers(d, "Pads", f"{ppath}.pads", 4),
+                dilations=self.numbers(d, "Dilations", f"{ppath}.dilations", 4),
+                transpose_b=bool(d.TransposeB()),
+                exclude_pad=bool(d.ExcludePad()),
+                layer=self.string(d.Layer()),
+                variant=d.Variant(),
+                variants=d.Variants(),
+            )
+        elif ptype == fb.TaskPayload.DmaTask:
             d = fb.DmaTask()
             d.Init(table.Bytes, table.Pos)
             desc = d.Descriptor()
@@ -620,7 +706,8 @@ class _Reader:
             )
         t = self.required(h.Target(), "header.target")
         target = Target(
-            self.string(t.Name()), t.Tiles(), t.ShavesPerTile(), t.CmxBytesPerTile(), t.DmaEngines(), t.MaxBarriers()
+            self.string(t.Name()), t.Tiles(), t.ShavesPerTile(), t.CmxBytesPerTile(), t.DmaEngines(), t.MaxBarriers(),
+            t.DpusPerTile(),
         )
         rt = self.required(h.ActRuntime(), "header.act_runtime")
         rt_kernel = rt.Kernel()

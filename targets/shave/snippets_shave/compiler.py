@@ -43,6 +43,7 @@ from snippets_core.config import ConfigError
 from snippets_core.errors import CodegenError, InputError, UnsupportedOpError
 from snippets_core.runtime.inputs import as_input_array, expect_output_arrays
 from snippets_shave.blob import DmaDescriptor, Target, TensorRef, write_blob
+from snippets_shave.dpu_layers import DPU_LAYER_OPS, DpuLayerCompiler, dpu_layer_reason
 from snippets_shave.constants import DEFAULT_STACK_SIZE, DTYPE_TO_NUMPY, DType, dtype_of
 from snippets_shave.errors import StaticShapeError
 from snippets_shave.schedule import ScheduleBuilder
@@ -82,6 +83,12 @@ class ShaveOptions:
     stack_size: int = DEFAULT_STACK_SIZE
     #: CMX slots per tile (default: one per SHAVE)
     slots_per_tile: int | None = None
+    #: DPUs per tile (default: the preset's, 1)
+    dpus_per_tile: int | None = None
+    #: NCE variants (DPU workloads) per DPU of each DPU layer
+    variants_per_dpu: int = 2
+    #: "per_variant": each variant updates its own barrier (the HLD's proposal); "shared": one per NCE task
+    dpu_barriers: str = "per_variant"
     #: simulator: a seeded random interleaving of the executors on every call (None: round-robin)
     seed: int | None = None
     #: simulator: run the static race checker before every call
@@ -98,7 +105,7 @@ class ShaveOptions:
             raise ConfigError(f"target_options preset {opts.preset!r}: one of '37xx', '40xx'")
         for name in (
             "tiles", "shaves_per_tile", "cmx_bytes_per_tile", "dma_engines", "max_barriers", "slots_per_tile",
-            "stack_size",
+            "stack_size", "dpus_per_tile", "variants_per_dpu",
         ):  # fmt: skip
             value = getattr(opts, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
@@ -107,6 +114,8 @@ class ShaveOptions:
             raise ConfigError(f"target_options seed must be an integer, got {opts.seed!r}")
         if not isinstance(opts.check_races, bool):
             raise ConfigError(f"target_options check_races must be true or false, got {opts.check_races!r}")
+        if opts.dpu_barriers not in ("per_variant", "shared"):
+            raise ConfigError(f"target_options dpu_barriers {opts.dpu_barriers!r}: one of 'per_variant', 'shared'")
         if opts.stack_size % 16:
             raise ConfigError(f"target_options stack_size {opts.stack_size} must be a multiple of 16")
         return opts
@@ -120,6 +129,7 @@ class ShaveOptions:
             cmx_bytes_per_tile=self.cmx_bytes_per_tile or base.cmx_bytes_per_tile,
             dma_engines=self.dma_engines or base.dma_engines,
             max_barriers=self.max_barriers or base.max_barriers,
+            dpus_per_tile=self.dpus_per_tile or base.dpus_per_tile,
         )
 
 
@@ -351,6 +361,13 @@ class _Compiler:
         self.invocations = 0
         self.slots_per_tile = options.slots_per_tile or self.hw.shaves_per_tile
         workspace = self.hw.cmx_bytes_per_tile - self.b.cmx_workspace_start
+        self.dpu_layers = None
+        if any(n.type_name in DPU_LAYER_OPS for n in model.get_ordered_ops()):
+            # the top quarter of each tile's workspace is the DPU region (operands, variant outputs, post-processing);
+            # the SHAVE slots keep the rest, as the SW layers of a transformer need
+            dpu_bytes = workspace // 4 // _ALIGN * _ALIGN
+            workspace -= dpu_bytes
+            self.dpu_layers = DpuLayerCompiler(self, self.b.cmx_workspace_start + workspace, dpu_bytes)
         self.slot_bytes = workspace // self.slots_per_tile // _ALIGN * _ALIGN
         if self.slot_bytes <= 0:
             raise ConfigError(
@@ -376,7 +393,11 @@ class _Compiler:
         for n in order:
             if n.type_name in ("Parameter", "Result", "Constant", "Subgraph") or n.type_name in VIEW_OPS:
                 continue
-            if n.type_name in SW_LAYER_OPS:  # not fused: its own SW kernel layer, when its kernel can run it
+            if n.type_name in DPU_LAYER_OPS:
+                reason = dpu_layer_reason(n)
+                if reason is None:
+                    continue
+            elif n.type_name in SW_LAYER_OPS:  # not fused: its own SW kernel layer, when its kernel can run it
                 reason = sw_layer_reason(n)
                 if reason is None:
                     continue
@@ -450,6 +471,8 @@ class _Compiler:
                 self.values[self.key(out)] = _Value(ref, src.ready)
             elif isinstance(n, Subgraph):
                 self.subgraph(n)
+            elif n.type_name in DPU_LAYER_OPS:
+                self.dpu_layers.compile(n)
             elif n.type_name in SW_LAYER_OPS:
                 compile_layer(self, n)
             elif n.type_name == "Result":
@@ -671,6 +694,8 @@ class ShaveCompiledModel:
         self.seed = seed
         self.check_races = check_races
         self.last_run_stats = RunStats()
+        #: the timing model's schedule of the last run (:mod:`snippets_shave.sim.timing`)
+        self.last_timing: Any = None
         self.loaded = load_blob(blob)
         header = self.loaded.blob.header
         self._inputs = [(ref.name, DTYPE_TO_NUMPY[ref.dtype], tuple(ref.dims)) for ref in header.inputs]
@@ -726,6 +751,7 @@ class ShaveCompiledModel:
         t0 = time.perf_counter()
         result = simulate(self.loaded, arrays, seed=self.seed if seed is None else seed, check_races=self.check_races)
         elapsed = time.perf_counter() - t0
+        self.last_timing = result.timing
         self.last_run_stats = RunStats([(self.model.name, "Blob", "shave-simulator", elapsed)])
         values = {name: np.array(v) for name, v in result.outputs.items()}
         if outputs is not None:
@@ -751,12 +777,14 @@ class ShaveCompiledModel:
         blob = self.loaded.blob
         n_dma = sum(len(tl.tasks) for tl in blob.task_lists if tl.executor.name == "DMA")
         n_act = sum(len(tl.tasks) for tl in blob.task_lists if tl.executor.name == "ACT_SHAVE")
+        n_dpu = sum(len(tl.tasks) for tl in blob.task_lists if tl.executor.name == "DPU")
         hw = blob.header.target
         lines = [
             f"model '{self.model.name}' compiled for target 'shave' into one blob of {len(self.target_artifact)} bytes",
             (
                 f"  {hw.name}: {hw.tiles} tiles x {hw.shaves_per_tile} SHAVEs, {hw.cmx_bytes_per_tile} bytes of CMX "
-                f"per tile; {len(blob.kernels)} kernel(s), {n_act} invocation(s), {n_dma} DMA task(s), "
+                f"per tile; {len(blob.kernels)} kernel(s), {n_act} invocation(s), {n_dpu} DPU variant(s), "
+                f"{n_dma} DMA task(s), "
                 f"{len(blob.barriers)} barrier(s)"
             ),
         ]
@@ -765,6 +793,13 @@ class ShaveCompiledModel:
             lines.append(f"  [shave] Subgraph {sg.name}: {ops}")
         lines += [f"  [shave-sw] {op} {name}: its own SW kernel layer" for name, op, where in self._placement
                   if where == "shave-sw"]  # fmt: skip
+        lines += [f"  [dpu] {op} {name}: an NCE task in per-DPU variants" for name, op, where in self._placement
+                  if where == "dpu"]  # fmt: skip
+        if self.last_timing is not None:
+            t = self.last_timing
+            lines.append(
+                f"  simulated NPU time of the last run: {t.total_us:.1f} us ({t.total_cycles} cycles, timing model)"
+            )
         return "\n".join(lines)
 
 

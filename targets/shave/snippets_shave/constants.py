@@ -21,7 +21,7 @@ WINDOW_BASES = (WIN_C, WIN_D, WIN_E, WIN_F)
 ISA_VERSION = 1  # SHVX ISA version, stored in ELF e_flags and in the .note.ashv
 KERNEL_ABI_VERSION = 1  # kernel arguments contract version (docs/kernel_abi.md)
 RUNTIME_VERSION = 1  # version of the (native) runtime loop the simulator models
-BLOB_VERSION = (1, 1, 0)  # 1.1 adds header.checksum; schema version written by this package; readers accept same major, minor <= ours
+BLOB_VERSION = (1, 2, 0)  # 1.1 adds header.checksum, 1.2 DPU tasks; schema version written by this package; readers accept same major, minor <= ours
 
 MAX_DATA_WINDOW = 64 * 1024  # cap on one invocation's WIN_E image
 MAX_ND_DIMS = 15

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from snippets_shave.abi import MemRef, ParamsLayout, build_data_window
-from snippets_shave.blob import Blob, DmaDescriptor, Executor, KernelKind, Location, Target, TensorRef
+from snippets_shave.blob import Blob, DmaDescriptor, DpuTask, Executor, KernelKind, Location, Target, TensorRef
 from snippets_shave.constants import DEFAULT_STACK_SIZE, DTYPE_TO_NUMPY, KERNEL_ABI_VERSION, WIN_F, dtype_of
 from snippets_shave.elf import KernelElf, read_kernel_elf
 from snippets_shave.errors import KernelAbiError
@@ -143,7 +143,7 @@ class ScheduleBuilder:
 
     # -- tasks ------------------------------------------------------------------------------------------
     def _add(  # type: ignore[no-untyped-def]
-        self, executor: Executor, queue: int, name: str | None, op: DmaOp | SwKernelOp, wait, update
+        self, executor: Executor, queue: int, name: str | None, op: DmaOp | SwKernelOp | DpuTask, wait, update
     ) -> VpurtTask:
         task = VpurtTask(len(self.tasks), name or f"task{len(self.tasks)}", op, tuple(wait), tuple(update))
         self.tasks.append((executor, queue, task))
@@ -161,6 +161,20 @@ class ScheduleBuilder:
         descriptor: DmaDescriptor | None = None,
     ) -> VpurtTask:
         return self._add(Executor.DMA, engine, name, DmaOp(src, dst, engine, descriptor), wait, update)
+
+    def dpu(
+        self,
+        task: DpuTask,
+        dpu: int,
+        *,
+        wait: tuple[int, ...] | list[int] = (),
+        update: tuple[int, ...] | list[int] = (),
+        name: str | None = None,
+    ) -> VpurtTask:
+        """One NCE variant on DPU ``dpu`` (of ``target.dpus``; its operands in the CMX of that DPU's tile)."""
+        if not 0 <= dpu < self.target.dpus:
+            raise KernelAbiError(f"DPU {dpu}: the target has {self.target.dpus}")
+        return self._add(Executor.DPU, dpu, name, task, wait, update)
 
     def act(
         self,

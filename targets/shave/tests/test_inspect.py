@@ -11,7 +11,7 @@ from snippets_shave.schedule import ScheduleBuilder
 from snippets_shave.vpurt.ir import Payload
 
 EXPECTED = """\
-module @clamp_net attributes {VPU.arch = "37xx", VPU.version = "1.1.0", VPU.producer = "snippets"} {
+module @clamp_net attributes {VPU.arch = "37xx", VPU.version = "1.2.0", VPU.producer = "snippets"} {
   module @VPU.SW {
     func.func private @clamp_f16(%m0: memref<*xf16, @CMX_NN>, %m1: memref<*xf16, @CMX_NN>, %s0: f32, %s1: f32) attributes {VPU.kernel_code = "CODE_DIGEST", VPU.code_size = CODE_SIZE, VPU.entry_offset = 0, VPU.abi_version = 1, VPU.kind = "COMPUTE"}
     func.func private @runtime() attributes {VPU.kernel_code = "native"}
@@ -41,7 +41,7 @@ module @clamp_net attributes {VPU.arch = "37xx", VPU.version = "1.1.0", VPU.prod
   }
   VPURT.Graph {
     act_shaves : {runtime = @VPU.SW::@runtime, stack_configuration = [4096, 4096], runtime_version = 1}
-    target : {tiles = 2, shaves_per_tile = 2, cmx_bytes_per_tile = 2097152, dma_engines = 2, max_barriers = 64}
+    target : {tiles = 2, shaves_per_tile = 2, cmx_bytes_per_tile = 2097152, dma_engines = 2, max_barriers = 64, dpus_per_tile = 1}
   }
 }
 """

@@ -32,6 +32,7 @@ class Location(object):
 class Executor(object):
     DMA = 0
     ACT_SHAVE = 1
+    DPU = 2
 
 
 class KernelKind(object):
@@ -39,10 +40,20 @@ class KernelKind(object):
     NOP = 1
 
 
+class DpuOp(object):
+    MATMUL = 0
+    CONV = 1
+    MAXPOOL = 2
+    AVGPOOL = 3
+    ADD = 4
+    MUL = 5
+
+
 class TaskPayload(object):
     NONE = 0
     DmaTask = 1
     ActKernelTask = 2
+    DpuTask = 3
 
 def TaskPayloadCreator(unionType, table):
     from flatbuffers.table import Table
@@ -52,6 +63,8 @@ def TaskPayloadCreator(unionType, table):
         return DmaTaskT.InitFromBuf(table.Bytes, table.Pos)
     if unionType == TaskPayload.ActKernelTask:
         return ActKernelTaskT.InitFromBuf(table.Bytes, table.Pos)
+    if unionType == TaskPayload.DpuTask:
+        return DpuTaskT.InitFromBuf(table.Bytes, table.Pos)
     return None
 
 
@@ -246,8 +259,15 @@ class Target(object):
             return self._tab.Get(flatbuffers.number_types.Uint16Flags, o + self._tab.Pos)
         return 64
 
+    # Target
+    def DpusPerTile(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
+        return 1
+
 def TargetStart(builder):
-    builder.StartObject(6)
+    builder.StartObject(7)
 
 def TargetAddName(builder, name):
     builder.PrependUOffsetTRelativeSlot(0, flatbuffers.number_types.UOffsetTFlags.py_type(name), 0)
@@ -267,6 +287,9 @@ def TargetAddDmaEngines(builder, dmaEngines):
 def TargetAddMaxBarriers(builder, maxBarriers):
     builder.PrependUint16Slot(5, maxBarriers, 64)
 
+def TargetAddDpusPerTile(builder, dpusPerTile):
+    builder.PrependUint8Slot(6, dpusPerTile, 1)
+
 def TargetEnd(builder):
     return builder.EndObject()
 
@@ -283,6 +306,7 @@ class TargetT(object):
         cmxBytesPerTile = 2097152,
         dmaEngines = 2,
         maxBarriers = 64,
+        dpusPerTile = 1,
     ):
         self.name = name  # type: Optional[str]
         self.tiles = tiles  # type: int
@@ -290,6 +314,7 @@ class TargetT(object):
         self.cmxBytesPerTile = cmxBytesPerTile  # type: int
         self.dmaEngines = dmaEngines  # type: int
         self.maxBarriers = maxBarriers  # type: int
+        self.dpusPerTile = dpusPerTile  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -320,6 +345,7 @@ class TargetT(object):
         self.cmxBytesPerTile = target.CmxBytesPerTile()
         self.dmaEngines = target.DmaEngines()
         self.maxBarriers = target.MaxBarriers()
+        self.dpusPerTile = target.DpusPerTile()
 
     # TargetT
     def Pack(self, builder):
@@ -333,6 +359,7 @@ class TargetT(object):
         TargetAddCmxBytesPerTile(builder, self.cmxBytesPerTile)
         TargetAddDmaEngines(builder, self.dmaEngines)
         TargetAddMaxBarriers(builder, self.maxBarriers)
+        TargetAddDpusPerTile(builder, self.dpusPerTile)
         target = TargetEnd(builder)
         return target
 
@@ -1624,6 +1651,436 @@ class DmaTaskT(object):
         return dmaTask
 
 
+class DpuTask(object):
+    __slots__ = ['_tab']
+
+    @classmethod
+    def GetRootAs(cls, buf, offset=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, offset)
+        x = DpuTask()
+        x.Init(buf, n + offset)
+        return x
+
+    @classmethod
+    def GetRootAsDpuTask(cls, buf, offset=0):
+        """This method is deprecated. Please switch to GetRootAs."""
+        return cls.GetRootAs(buf, offset)
+    @classmethod
+    def DpuTaskBufferHasIdentifier(cls, buf, offset, size_prefixed=False):
+        return flatbuffers.util.BufferHasIdentifier(buf, offset, b"\x41\x53\x48\x56", size_prefixed=size_prefixed)
+
+    # DpuTask
+    def Init(self, buf, pos):
+        self._tab = flatbuffers.table.Table(buf, pos)
+
+    # DpuTask
+    def Op(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
+        return 0
+
+    # DpuTask
+    def Input(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = TensorRef()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # DpuTask
+    def Weights(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = TensorRef()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # DpuTask
+    def Output(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            obj = TensorRef()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # DpuTask
+    def Kernel(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # DpuTask
+    def KernelAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # DpuTask
+    def KernelLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # DpuTask
+    def KernelIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        return o == 0
+
+    # DpuTask
+    def Strides(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # DpuTask
+    def StridesAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # DpuTask
+    def StridesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # DpuTask
+    def StridesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        return o == 0
+
+    # DpuTask
+    def Pads(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # DpuTask
+    def PadsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # DpuTask
+    def PadsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # DpuTask
+    def PadsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        return o == 0
+
+    # DpuTask
+    def Dilations(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # DpuTask
+    def DilationsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # DpuTask
+    def DilationsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # DpuTask
+    def DilationsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(18))
+        return o == 0
+
+    # DpuTask
+    def TransposeB(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(20))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+    # DpuTask
+    def ExcludePad(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(22))
+        if o != 0:
+            return bool(self._tab.Get(flatbuffers.number_types.BoolFlags, o + self._tab.Pos))
+        return False
+
+    # DpuTask
+    def Layer(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(24))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # DpuTask
+    def Variant(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(26))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint16Flags, o + self._tab.Pos)
+        return 0
+
+    # DpuTask
+    def Variants(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(28))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint16Flags, o + self._tab.Pos)
+        return 0
+
+def DpuTaskStart(builder):
+    builder.StartObject(13)
+
+def DpuTaskAddOp(builder, op):
+    builder.PrependUint8Slot(0, op, 0)
+
+def DpuTaskAddInput(builder, input):
+    builder.PrependUOffsetTRelativeSlot(1, flatbuffers.number_types.UOffsetTFlags.py_type(input), 0)
+
+def DpuTaskAddWeights(builder, weights):
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(weights), 0)
+
+def DpuTaskAddOutput(builder, output):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(output), 0)
+
+def DpuTaskAddKernel(builder, kernel):
+    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(kernel), 0)
+
+def DpuTaskStartKernelVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def DpuTaskAddStrides(builder, strides):
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(strides), 0)
+
+def DpuTaskStartStridesVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def DpuTaskAddPads(builder, pads):
+    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(pads), 0)
+
+def DpuTaskStartPadsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def DpuTaskAddDilations(builder, dilations):
+    builder.PrependUOffsetTRelativeSlot(7, flatbuffers.number_types.UOffsetTFlags.py_type(dilations), 0)
+
+def DpuTaskStartDilationsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def DpuTaskAddTransposeB(builder, transposeB):
+    builder.PrependBoolSlot(8, transposeB, 0)
+
+def DpuTaskAddExcludePad(builder, excludePad):
+    builder.PrependBoolSlot(9, excludePad, 0)
+
+def DpuTaskAddLayer(builder, layer):
+    builder.PrependUOffsetTRelativeSlot(10, flatbuffers.number_types.UOffsetTFlags.py_type(layer), 0)
+
+def DpuTaskAddVariant(builder, variant):
+    builder.PrependUint16Slot(11, variant, 0)
+
+def DpuTaskAddVariants(builder, variants):
+    builder.PrependUint16Slot(12, variants, 0)
+
+def DpuTaskEnd(builder):
+    return builder.EndObject()
+
+
+try:
+    from typing import List, Optional
+except:
+    pass
+
+class DpuTaskT(object):
+
+    # DpuTaskT
+    def __init__(
+        self,
+        op = 0,
+        input = None,
+        weights = None,
+        output = None,
+        kernel = None,
+        strides = None,
+        pads = None,
+        dilations = None,
+        transposeB = False,
+        excludePad = False,
+        layer = None,
+        variant = 0,
+        variants = 0,
+    ):
+        self.op = op  # type: int
+        self.input = input  # type: Optional[TensorRefT]
+        self.weights = weights  # type: Optional[TensorRefT]
+        self.output = output  # type: Optional[TensorRefT]
+        self.kernel = kernel  # type: Optional[List[int]]
+        self.strides = strides  # type: Optional[List[int]]
+        self.pads = pads  # type: Optional[List[int]]
+        self.dilations = dilations  # type: Optional[List[int]]
+        self.transposeB = transposeB  # type: bool
+        self.excludePad = excludePad  # type: bool
+        self.layer = layer  # type: Optional[str]
+        self.variant = variant  # type: int
+        self.variants = variants  # type: int
+
+    @classmethod
+    def InitFromBuf(cls, buf, pos):
+        dpuTask = DpuTask()
+        dpuTask.Init(buf, pos)
+        return cls.InitFromObj(dpuTask)
+
+    @classmethod
+    def InitFromPackedBuf(cls, buf, pos=0):
+        n = flatbuffers.encode.Get(flatbuffers.packer.uoffset, buf, pos)
+        return cls.InitFromBuf(buf, pos+n)
+
+    @classmethod
+    def InitFromObj(cls, dpuTask):
+        x = DpuTaskT()
+        x._UnPack(dpuTask)
+        return x
+
+    # DpuTaskT
+    def _UnPack(self, dpuTask):
+        if dpuTask is None:
+            return
+        self.op = dpuTask.Op()
+        if dpuTask.Input() is not None:
+            self.input = TensorRefT.InitFromObj(dpuTask.Input())
+        if dpuTask.Weights() is not None:
+            self.weights = TensorRefT.InitFromObj(dpuTask.Weights())
+        if dpuTask.Output() is not None:
+            self.output = TensorRefT.InitFromObj(dpuTask.Output())
+        if not dpuTask.KernelIsNone():
+            if np is None:
+                self.kernel = []
+                for i in range(dpuTask.KernelLength()):
+                    self.kernel.append(dpuTask.Kernel(i))
+            else:
+                self.kernel = dpuTask.KernelAsNumpy()
+        if not dpuTask.StridesIsNone():
+            if np is None:
+                self.strides = []
+                for i in range(dpuTask.StridesLength()):
+                    self.strides.append(dpuTask.Strides(i))
+            else:
+                self.strides = dpuTask.StridesAsNumpy()
+        if not dpuTask.PadsIsNone():
+            if np is None:
+                self.pads = []
+                for i in range(dpuTask.PadsLength()):
+                    self.pads.append(dpuTask.Pads(i))
+            else:
+                self.pads = dpuTask.PadsAsNumpy()
+        if not dpuTask.DilationsIsNone():
+            if np is None:
+                self.dilations = []
+                for i in range(dpuTask.DilationsLength()):
+                    self.dilations.append(dpuTask.Dilations(i))
+            else:
+                self.dilations = dpuTask.DilationsAsNumpy()
+        self.transposeB = dpuTask.TransposeB()
+        self.excludePad = dpuTask.ExcludePad()
+        self.layer = dpuTask.Layer()
+        if self.layer is not None:
+            self.layer = self.layer.decode('utf-8')
+        self.variant = dpuTask.Variant()
+        self.variants = dpuTask.Variants()
+
+    # DpuTaskT
+    def Pack(self, builder):
+        if self.input is not None:
+            input = self.input.Pack(builder)
+        if self.weights is not None:
+            weights = self.weights.Pack(builder)
+        if self.output is not None:
+            output = self.output.Pack(builder)
+        if self.kernel is not None:
+            if np is not None and type(self.kernel) is np.ndarray:
+                kernel = builder.CreateNumpyVector(self.kernel)
+            else:
+                DpuTaskStartKernelVector(builder, len(self.kernel))
+                for i in reversed(range(len(self.kernel))):
+                    builder.PrependUint32(self.kernel[i])
+                kernel = builder.EndVector()
+        if self.strides is not None:
+            if np is not None and type(self.strides) is np.ndarray:
+                strides = builder.CreateNumpyVector(self.strides)
+            else:
+                DpuTaskStartStridesVector(builder, len(self.strides))
+                for i in reversed(range(len(self.strides))):
+                    builder.PrependUint32(self.strides[i])
+                strides = builder.EndVector()
+        if self.pads is not None:
+            if np is not None and type(self.pads) is np.ndarray:
+                pads = builder.CreateNumpyVector(self.pads)
+            else:
+                DpuTaskStartPadsVector(builder, len(self.pads))
+                for i in reversed(range(len(self.pads))):
+                    builder.PrependUint32(self.pads[i])
+                pads = builder.EndVector()
+        if self.dilations is not None:
+            if np is not None and type(self.dilations) is np.ndarray:
+                dilations = builder.CreateNumpyVector(self.dilations)
+            else:
+                DpuTaskStartDilationsVector(builder, len(self.dilations))
+                for i in reversed(range(len(self.dilations))):
+                    builder.PrependUint32(self.dilations[i])
+                dilations = builder.EndVector()
+        if self.layer is not None:
+            layer = builder.CreateString(self.layer)
+        DpuTaskStart(builder)
+        DpuTaskAddOp(builder, self.op)
+        if self.input is not None:
+            DpuTaskAddInput(builder, input)
+        if self.weights is not None:
+            DpuTaskAddWeights(builder, weights)
+        if self.output is not None:
+            DpuTaskAddOutput(builder, output)
+        if self.kernel is not None:
+            DpuTaskAddKernel(builder, kernel)
+        if self.strides is not None:
+            DpuTaskAddStrides(builder, strides)
+        if self.pads is not None:
+            DpuTaskAddPads(builder, pads)
+        if self.dilations is not None:
+            DpuTaskAddDilations(builder, dilations)
+        DpuTaskAddTransposeB(builder, self.transposeB)
+        DpuTaskAddExcludePad(builder, self.excludePad)
+        if self.layer is not None:
+            DpuTaskAddLayer(builder, layer)
+        DpuTaskAddVariant(builder, self.variant)
+        DpuTaskAddVariants(builder, self.variants)
+        dpuTask = DpuTaskEnd(builder)
+        return dpuTask
+
+
 class BarrierRef(object):
     __slots__ = ['_tab']
 
@@ -1903,7 +2360,7 @@ class TaskT(object):
         self.name = name  # type: Optional[str]
         self.barriers = barriers  # type: Optional[BarrierRefT]
         self.payloadType = payloadType  # type: int
-        self.payload = payload  # type: Union[None, 'DmaTaskT', 'ActKernelTaskT']
+        self.payload = payload  # type: Union[None, 'DmaTaskT', 'ActKernelTaskT', 'DpuTaskT']
 
     @classmethod
     def InitFromBuf(cls, buf, pos):

@@ -16,6 +16,7 @@ from snippets_shave.blob import (
     Blob,
     DmaDescriptor,
     DmaTask,
+    DpuTask,
     Executor,
     KernelDataRef,
     Location,
@@ -45,6 +46,7 @@ from snippets_shave.sim.interp import Program, compile_program
 MAX_TILES = 64
 MAX_SHAVES_PER_TILE = 16
 MAX_DMA_ENGINES = 16
+MAX_DPUS_PER_TILE = 8
 MAX_CMX_BYTES = 16 * 1024 * 1024  # one WIN_F window
 MAX_DDR_BYTES = 1 << 30
 WRITABLE_LOCATIONS = (Location.NET_OUTPUT, Location.DDR_SCRATCH, Location.CMX)
@@ -87,6 +89,8 @@ class LoadedTask:
     window: bytes = b""
     args_offset: int = 0
     params: DecodedParams | None = None
+    # DPU: the regions of input, weights (if any) and output, the output last
+    regions: tuple[Region, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,7 @@ class LoadedBlob:
     stack_sizes: tuple[int, ...]  # per tile, bytes per SHAVE
     cmx_reserved: tuple[int, ...]  # per tile: stacks live below this offset
     memory_sizes: dict[tuple[Location, int], int]
+    dpu_queues: tuple[tuple[LoadedTask, ...], ...] = ()  # per DPU (tile * dpus_per_tile + dpu)
 
     @property
     def target(self):  # type: ignore[no-untyped-def]
@@ -156,6 +161,7 @@ class _Validator:
             ("tiles", t.tiles, MAX_TILES),
             ("shaves_per_tile", t.shaves_per_tile, MAX_SHAVES_PER_TILE),
             ("dma_engines", t.dma_engines, MAX_DMA_ENGINES),
+            ("dpus_per_tile", t.dpus_per_tile, MAX_DPUS_PER_TILE),
             ("cmx_bytes_per_tile", t.cmx_bytes_per_tile, MAX_CMX_BYTES),
         )
         for name, value, limit in limits:
@@ -253,6 +259,21 @@ class _Validator:
             dst = self.region(p.dst, f"{where}.dst", dst_extent)
         return LoadedTask(task, where, Executor.DMA, queue, src=src, dst=dst, descriptor=p.descriptor)
 
+    def dpu(self, task: Task, p: DpuTask, where: str, queue: int) -> LoadedTask:
+        from snippets_shave.sim.dpu import check_dpu_task
+
+        check_dpu_task(p, f"{where}.payload")
+        tile = queue // self.target.dpus_per_tile
+        if p.input.index != tile:
+            raise BlobFormatError(f"{where}: operands in the CMX of tile {p.input.index}, the DPU is on tile {tile}")
+        refs = [("input", p.input)] + ([("weights", p.weights)] if p.weights is not None else [])
+        regions = [self.region(ref, f"{where}.payload.{name}") for name, ref in (*refs, ("output", p.output))]
+        out = regions[-1]
+        for (name, _), r in zip(refs, regions, strict=False):
+            if r.offset < out.offset + out.size and out.offset < r.offset + r.size:
+                raise BlobFormatError(f"{where}: the output overlaps the {name} (a DPU does not compute in place)")
+        return LoadedTask(task, where, Executor.DPU, queue, regions=tuple(regions))
+
     def act(
         self, task: Task, p: ActKernelTask, where: str, queue: int, kernels: tuple[LoadedKernel, ...]
     ) -> LoadedTask:
@@ -312,10 +333,12 @@ class _Validator:
         producers, consumers = [0] * nbar, [0] * nbar
         dma: list[list[LoadedTask]] = [[] for _ in range(t.dma_engines)]
         tiles: list[list[LoadedTask]] = [[] for _ in range(t.tiles)]
+        dpus: list[list[LoadedTask]] = [[] for _ in range(t.tiles * t.dpus_per_tile)]
+        limits = {Executor.DMA: t.dma_engines, Executor.ACT_SHAVE: t.tiles, Executor.DPU: len(dpus)}
         seen_lists: set[tuple[int, int]] = set()
         seen_ids: set[int] = set()
         for i, tl in enumerate(self.blob.task_lists):
-            limit = t.dma_engines if tl.executor == Executor.DMA else t.tiles
+            limit = limits[tl.executor]
             if tl.queue >= limit or (int(tl.executor), tl.queue) in seen_lists:
                 raise BlobFormatError(f"task_lists[{i}]: {tl.executor.name} queue {tl.queue} invalid or repeated")
             seen_lists.add((int(tl.executor), tl.queue))
@@ -335,10 +358,15 @@ class _Validator:
                     if not isinstance(task.payload, DmaTask):
                         raise BlobFormatError(f"{where}: a DMA task list holds a non-DMA task")
                     dma[tl.queue].append(self.dma(task, task.payload, where, tl.queue))
+                elif tl.executor == Executor.DPU:
+                    if not isinstance(task.payload, DpuTask):
+                        raise BlobFormatError(f"{where}: a DPU task list holds a non-DPU task")
+                    dpus[tl.queue].append(self.dpu(task, task.payload, where, tl.queue))
                 else:
                     if not isinstance(task.payload, ActKernelTask):
                         raise BlobFormatError(f"{where}: an ACT_SHAVE task list holds a non-kernel task")
                     tiles[tl.queue].append(self.act(task, task.payload, where, tl.queue, kernels))
+        check_variants(dpus)
         for b, bar in enumerate(self.blob.barriers):
             if bar.id != b:
                 raise BlobFormatError(f"barriers[{b}].id = {bar.id}: virtual barrier ids must equal their index")
@@ -358,8 +386,37 @@ class _Validator:
                 )
         return LoadedBlob(
             self.blob, kernels, tuple(map(tuple, dma)), tuple(map(tuple, tiles)), tuple(stacks), self.reserved,
-            dict(self.sizes),
+            dict(self.sizes), tuple(map(tuple, dpus)),
         )  # fmt: skip
+
+
+def earlier_instances(blob: Blob) -> list[list[int]]:
+    """Per virtual barrier, the barriers configured before it on the same physical id: barriers sharing a
+    physical id are its successive instances in increasing virtual id, and one is current once those drained."""
+    earlier: list[list[int]] = [[] for _ in blob.barriers]
+    last_on: dict[int, int] = {}
+    for bar in blob.barriers:
+        if bar.real_id >= 0:
+            if bar.real_id in last_on:
+                earlier[bar.id] = [*earlier[last_on[bar.real_id]], last_on[bar.real_id]]
+            last_on[bar.real_id] = bar.id
+    return earlier
+
+
+def check_variants(dpus: list[list[LoadedTask]]) -> None:
+    """The variants of each NCE task (layer) are numbered 0..variants-1, each once, all with the same count."""
+    seen: dict[str, tuple[int, list[int], str]] = {}
+    for q in dpus:
+        for t in q:
+            p = t.task.payload
+            assert isinstance(p, DpuTask)
+            count, indices, _ = seen.setdefault(p.layer, (p.variants, [], t.where))
+            if p.variants != count:
+                raise BlobFormatError(f"{t.where}: layer {p.layer!r} has {count} variants elsewhere, {p.variants} here")
+            indices.append(p.variant)
+    for layer, (count, indices, where) in seen.items():
+        if sorted(indices) != list(range(count)):
+            raise BlobFormatError(f"{where}: layer {layer!r} has variants {sorted(indices)} of {count}")
 
 
 def load_blob(data: bytes | Blob) -> LoadedBlob:

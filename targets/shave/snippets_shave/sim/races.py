@@ -25,6 +25,9 @@ class RaceError(SimulationError):
 
 def _accesses(task: LoadedTask) -> list[tuple[tuple[Location, int], int, int, bool]]:
     """(memory key, start, end, is_write) for everything the task touches."""
+    if task.regions:  # a DPU variant: reads its operands, writes its output (the last region)
+        last = len(task.regions) - 1
+        return [(r.key, r.offset, r.offset + r.size, i == last) for i, r in enumerate(task.regions)]
     if task.src is not None and task.dst is not None:
         return [
             (task.src.key, task.src.offset, task.src.offset + task.src.size, False),
@@ -44,7 +47,7 @@ def _accesses(task: LoadedTask) -> list[tuple[tuple[Location, int], int, int, bo
 
 def find_races(loaded: LoadedBlob) -> list[str]:
     """Descriptions of every unordered conflicting pair (empty when the schedule is race-free)."""
-    tasks: list[LoadedTask] = [t for q in loaded.dma_queues for t in q] + [t for q in loaded.tile_queues for t in q]
+    tasks: list[LoadedTask] = [t for q in (*loaded.dma_queues, *loaded.tile_queues, *loaded.dpu_queues) for t in q]
     index = {id(t): i for i, t in enumerate(tasks)}
     succ: list[set[int]] = [set() for _ in tasks]
     updaters: dict[int, list[int]] = defaultdict(list)
@@ -55,7 +58,7 @@ def find_races(loaded: LoadedBlob) -> list[str]:
         for b in t.task.wait:
             for u in updaters[b]:
                 succ[u].add(i)
-    serial = list(loaded.dma_queues)
+    serial = list(loaded.dma_queues) + list(loaded.dpu_queues)  # a DPU runs its variants one at a time
     if loaded.blob.header.target.shaves_per_tile == 1:
         serial += list(loaded.tile_queues)
     for q in serial:

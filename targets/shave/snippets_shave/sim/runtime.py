@@ -5,7 +5,8 @@ its wait barriers has P == 0, consumes them (C -= 1), copies, and later produces
 barriers). Each tile has one FIFO in ACT_SHAVE list order; each of its SHAVEs pops the next invocation when
 idle, then (head-of-line, like nnActEntry) waits for its barriers, consumes, runs the kernel, and produces.
 ``seed=None`` picks ready actions round-robin; a seed picks them at random, so tests can check that outputs
-do not depend on the interleaving. Nothing runnable while tasks remain is a :class:`DeadlockError`.
+do not depend on the interleaving. A DPU runs its list of NCE variants in order like a DMA engine
+(:mod:`snippets_shave.sim.dpu` computes one). Nothing runnable while tasks remain is a :class:`DeadlockError`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +23,10 @@ from snippets_core.errors import BlobFormatError, InputError
 from snippets_shave.blob import Blob, Location
 from snippets_shave.constants import DTYPE_TO_NUMPY, WIN_E, WIN_F
 from snippets_shave.errors import DeadlockError, SimulationError
+from snippets_shave.sim.dpu import run_dpu
 from snippets_shave.sim.interp import AddressSpace, CoreState, Window, execute
-from snippets_shave.sim.loader import LoadedBlob, LoadedTask, Region, load_blob
+from snippets_shave.sim.loader import LoadedBlob, LoadedTask, Region, earlier_instances, load_blob
+from snippets_shave.sim.timing import estimate
 
 DEFAULT_STEP_LIMIT = 50_000_000  # instructions per invocation
 
@@ -39,6 +43,10 @@ class SimResult:
     outputs: dict[str, np.ndarray]
     trace: list[TraceEvent] = field(default_factory=list)
     instructions: int = 0
+    #: instructions each ACT task executed, by task id (the timing model's SHAVE work)
+    task_instructions: dict[int, int] = field(default_factory=dict)
+    #: the simulated time of the schedule (:mod:`snippets_shave.sim.timing`); set by :func:`simulate`
+    timing: Any = None
 
 
 def _copy_with_descriptor(src: np.ndarray, dst: np.ndarray, task: LoadedTask) -> None:
@@ -92,6 +100,9 @@ class Simulator:
         consumers = [b.consumers for b in blob.barriers]
         dma_q = [deque(q) for q in loaded.dma_queues]
         dma_running: list[LoadedTask | None] = [None] * len(dma_q)
+        dpu_q = [deque(q) for q in loaded.dpu_queues]
+        dpu_running: list[LoadedTask | None] = [None] * len(dpu_q)
+        dpus_per_tile = blob.header.target.dpus_per_tile
         fifo = [deque(q) for q in loaded.tile_queues]
         spt = blob.header.target.shaves_per_tile
         held: list[list[LoadedTask | None]] = [[None] * spt for _ in fifo]
@@ -100,15 +111,8 @@ class Simulator:
         result = SimResult({})
         turn = 0
 
-        # Barriers sharing a physical id are its successive instances (increasing virtual id): a task may start
-        # only when every barrier it waits on or updates is the current one, i.e. the earlier instances drained.
-        earlier: list[list[int]] = [[] for _ in blob.barriers]
-        last_on: dict[int, int] = {}
-        for bar in blob.barriers:
-            if bar.real_id >= 0:
-                if bar.real_id in last_on:
-                    earlier[bar.id] = [*earlier[last_on[bar.real_id]], last_on[bar.real_id]]
-                last_on[bar.real_id] = bar.id
+        # a task may start only when every barrier it waits on or updates is its physical id's current instance
+        earlier = earlier_instances(blob)
 
         def current(b: int) -> bool:
             return all(producers[e] == 0 and consumers[e] == 0 for e in earlier[b])
@@ -136,6 +140,11 @@ class Simulator:
                     actions.append(("dma_end", e, 0))
                 elif q and ready(q[0]):
                     actions.append(("dma_start", e, 0))
+            for d, q in enumerate(dpu_q):
+                if dpu_running[d] is not None:
+                    actions.append(("dpu_end", d, 0))
+                elif q and ready(q[0]):
+                    actions.append(("dpu_start", d, 0))
             for t in range(len(fifo)):
                 for s in range(spt):
                     if running[t][s] is not None:
@@ -167,13 +176,26 @@ class Simulator:
                 dma_running[a] = None
                 produce(task)
                 result.trace.append(TraceEvent(f"DMA{a}", task.task.name, "end"))
+            elif kind == "dpu_start":
+                task = dpu_q[a].popleft()
+                consume(task)
+                run_dpu(task.task.payload, views[(Location.CMX, a // dpus_per_tile)])  # type: ignore[arg-type]
+                dpu_running[a] = task
+                result.trace.append(TraceEvent(f"DPU{a}", task.task.name, "start"))
+            elif kind == "dpu_end":
+                task = dpu_running[a]  # type: ignore[assignment]
+                dpu_running[a] = None
+                produce(task)
+                result.trace.append(TraceEvent(f"DPU{a}", task.task.name, "end"))
             elif kind == "pop":
                 held[a][b] = fifo[a].popleft()
             elif kind == "act_start":
                 task = held[a][b]  # type: ignore[assignment]
                 held[a][b] = None
                 consume(task)
-                result.instructions += self._run_kernel(task, cmx[a], a, b)
+                executed = self._run_kernel(task, cmx[a], a, b)
+                result.instructions += executed
+                result.task_instructions[task.task.id] = executed
                 running[a][b] = task
                 result.trace.append(TraceEvent(f"tile{a}.shave{b}", task.task.name, "start"))
             else:  # act_end
@@ -184,7 +206,7 @@ class Simulator:
 
         blocked = [
             f"DMA{e}: {q[0].where} waits {self._barrier_states(q[0], producers)}" for e, q in enumerate(dma_q) if q
-        ]
+        ] + [f"DPU{d}: {q[0].where} waits {self._barrier_states(q[0], producers)}" for d, q in enumerate(dpu_q) if q]
         for t in range(len(fifo)):
             for s in range(spt):
                 task = held[t][s]
@@ -235,7 +257,8 @@ def simulate(
     step_limit: int = DEFAULT_STEP_LIMIT,
     check_races: bool = False,
 ) -> SimResult:
-    """Load (validating everything first) and run a blob; returns outputs, the task trace and instruction count.
+    """Load (validating everything first) and run a blob; returns outputs, the task trace, the instruction count
+    and the simulated time of the schedule (``result.timing``, :mod:`snippets_shave.sim.timing`).
 
     ``check_races`` first runs the static race checker (:mod:`snippets_shave.sim.races`) and raises
     ``RaceError`` if two unordered tasks touch the same bytes and one of them writes."""
@@ -244,7 +267,9 @@ def simulate(
         from snippets_shave.sim.races import check_races as _check
 
         _check(loaded)
-    return Simulator(loaded, step_limit=step_limit).run(inputs, seed=seed)
+    result = Simulator(loaded, step_limit=step_limit).run(inputs, seed=seed)
+    result.timing = estimate(loaded, result.task_instructions)
+    return result
 
 
 def run(

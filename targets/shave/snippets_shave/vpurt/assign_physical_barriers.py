@@ -3,8 +3,8 @@
 A linear scan over one task order, as the NPU compiler's barrier allocation does: the order is a topological
 order of the schedule (producers before consumers, each queue in its list order, ties by task id); a virtual
 barrier is live from its first user to its last consumer, and its physical id is free again for a barrier
-whose first user comes after that last consumer. Virtual ids are renumbered by first use, so the barriers
-sharing a physical id are its successive instances in increasing virtual id; the runtime (and the simulator)
+whose first user comes after that last consumer; the free id freed longest ago is taken first. Virtual ids
+are renumbered by first use, so the barriers sharing a physical id are its successive instances in increasing virtual id; the runtime (and the simulator)
 lets a task start only when every barrier it waits on or updates is the current instance of its physical id.
 By induction on the order, the earliest unfinished task can always start, so the mapping adds no deadlock.
 """
@@ -12,6 +12,7 @@ By induction on the order, the earliest unfinished task can always start, so the
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
@@ -88,12 +89,14 @@ class AssignPhysicalBarriers:
             end.setdefault(b, len(order))
         by_first_use = sorted((d for d in module.barriers), key=lambda d: (start[d.id], d.id))
         new_id = {d.id: i for i, d in enumerate(by_first_use)}
-        free = list(range(self.limit))
+        # least recently freed first: an id is reused as late as possible, so the ordering its instances add
+        # (a task waits until the earlier instances drained) rarely ties together work that is independent
+        free = deque(range(self.limit))
         live: list[tuple[int, int]] = []  # (last use, physical id)
         physical: dict[int, int] = {}
         for d in by_first_use:
             while live and live[0][0] < start[d.id]:
-                heapq.heappush(free, heapq.heappop(live)[1])
+                free.append(heapq.heappop(live)[1])
             if not free:
                 at = order[start[d.id]] if start[d.id] < len(order) else None
                 where = f" at task {at.name!r} (id {at.id})" if at is not None else ""
@@ -101,7 +104,7 @@ class AssignPhysicalBarriers:
                     f"barrier %b{d.id} needs a physical barrier{where}, but all {self.limit} of the target are live "
                     f"(the schedule keeps more than {self.limit} barriers pending at once)"
                 )
-            physical[d.id] = heapq.heappop(free)
+            physical[d.id] = free.popleft()
             heapq.heappush(live, (end[d.id], physical[d.id]))
         barriers = tuple(
             BarrierDecl(new_id[d.id], d.producers, d.consumers, physical[d.id])

@@ -5,8 +5,9 @@ It follows the Software Layers HLD's "Kernel Representation in the Compiler": ``
 argument mapping and scalar constants (:class:`SwKernelOp`), ``VPUIP.DMA`` (:class:`DmaOp`), ``VPURT.Task``
 with waits/updates barriers (:class:`VpurtTask`), ``VPURT.TaskList``, barrier declarations (virtual, or
 configured on a physical id: :class:`BarrierDecl`) and ``VPURT.Graph`` with the stack configuration
-(:class:`GraphConfig`). Values are frozen; byte payloads (kernel ELFs, constants) travel beside the IR in
-:class:`Payload` and compare by their digest, so a module parsed from its printed text equals the original.
+(:class:`GraphConfig`). A DPU variant (``VPUIP.NCE.DPUTask``) is the blob's
+:class:`~snippets_shave.blob.DpuTask` value itself: its fields are the IR's (docs/dpu.md). Values are frozen;
+byte payloads (kernel ELFs, constants) travel beside the IR in :class:`Payload` and compare by their digest, so a module parsed from its printed text equals the original.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from snippets_shave.abi import MemRef
-from snippets_shave.blob import DmaDescriptor, Executor, KernelKind, Target, TensorRef, Version
+from snippets_shave.blob import DmaDescriptor, DpuTask, Executor, KernelKind, Target, TensorRef, Version
 from snippets_shave.constants import RUNTIME_VERSION, DType
 
 
@@ -98,14 +99,14 @@ class VpurtTask:
 
     id: int
     name: str
-    op: DmaOp | SwKernelOp
+    op: DmaOp | SwKernelOp | DpuTask
     waits: tuple[int, ...] = ()
     updates: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class TaskListOp:
-    """``VPURT.TaskList @DMA [engine N]`` or ``@ACT_SHAVE [tile N]``: one queue, tasks in order."""
+    """``VPURT.TaskList @DMA [engine N]``, ``@ACT_SHAVE [tile N]`` or ``@DPU [dpu N]``: one queue, in order."""
 
     executor: Executor
     queue: int

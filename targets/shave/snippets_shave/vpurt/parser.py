@@ -13,7 +13,9 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from snippets_shave.abi import MemRef
-from snippets_shave.blob import DmaDescriptor, Executor, KernelKind, Location, Target, TensorRef, Version
+from snippets_shave.blob import (
+    DmaDescriptor, DpuOp, DpuTask, Executor, KernelKind, Location, Target, TensorRef, Version,
+)  # fmt: skip
 from snippets_shave.constants import WIN_F, DType, MemLocation
 from snippets_shave.errors import BlobFormatError
 from snippets_shave.schedule import cmx_memref
@@ -31,7 +33,7 @@ from snippets_shave.vpurt.ir import (
     TaskListOp,
     VpurtTask,
 )
-from snippets_shave.vpurt.printer import MEMORY, SCALAR_TYPES, TYPE_NAMES
+from snippets_shave.vpurt.printer import MEMORY, QUEUE_WORDS, SCALAR_TYPES, TYPE_NAMES
 from snippets_shave.vpurt.serialize import explicit_memref
 
 
@@ -285,6 +287,27 @@ class _Parser:
             descriptor = DmaDescriptor(length, *src_d, *dst_d, planes)
         return DmaOp(src, dst, engine, descriptor)
 
+    def dpu(self) -> DpuTask:
+        self.expect("VPUIP.NCE.DPUTask")
+        a = self.attrs()
+        self.expect("inputs", "(")
+        src = self.tensor()
+        self.expect(")")
+        weights = None
+        if self.accept("weights"):
+            self.expect("(")
+            weights = self.tensor()
+            self.expect(")")
+        self.expect("outputs", "(")
+        dst = self.tensor()
+        self.expect(")")
+        return DpuTask(
+            DpuOp[str(a["op"])], src, dst, weights,
+            *(tuple(a[k]) for k in ("kernel", "strides", "pads", "dilations")),  # type: ignore[call-overload]
+            transpose_b=bool(a["transpose_b"]), exclude_pad=bool(a["exclude_pad"]), layer=str(a["layer"]),
+            variant=int(a["variant"]), variants=int(a["variants"]),  # type: ignore[call-overload]
+        )  # fmt: skip
+
     def sw_kernel(self, kernels: dict[str, KernelDecl]) -> SwKernelOp:
         self.expect("VPUIP.SW.Kernel")
         if self.symbol() != "VPU.SW":
@@ -326,7 +349,13 @@ class _Parser:
         waits = self.barrier_ids("waits")
         updates = self.barrier_ids("updates")
         self.expect("{")
-        op = self.dma() if self.peek() == "VPUIP.DMA" else self.sw_kernel(kernels)
+        op: DmaOp | SwKernelOp | DpuTask
+        if self.peek() == "VPUIP.DMA":
+            op = self.dma()
+        elif self.peek() == "VPUIP.NCE.DPUTask":
+            op = self.dpu()
+        else:
+            op = self.sw_kernel(kernels)
         self.expect("}")
         return VpurtTask(int(a["id"]), str(a["name"]), op, waits, updates)  # type: ignore[call-overload]
 
@@ -381,7 +410,7 @@ class _Parser:
         while self.accept("VPURT.TaskList"):
             executor = Executor[self.symbol()]
             self.expect("[")
-            self.expect("engine" if executor == Executor.DMA else "tile")
+            self.expect(QUEUE_WORDS[executor])
             queue = self.int()
             self.expect("]", "{")
             tasks: list[VpurtTask] = []

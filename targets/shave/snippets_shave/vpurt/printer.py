@@ -10,7 +10,7 @@ import json
 import re
 
 from snippets_shave.abi import MemRef
-from snippets_shave.blob import DmaDescriptor, Location, TensorRef
+from snippets_shave.blob import DmaDescriptor, DpuTask, Executor, Location, TensorRef
 from snippets_shave.constants import WIN_F, DType, MemLocation
 from snippets_shave.schedule import cmx_memref
 from snippets_shave.vpurt.ir import BarrierDecl, DmaOp, KernelArg, KernelDecl, Module, SwKernelOp, VpurtTask
@@ -97,7 +97,24 @@ def _descriptor(d: DmaDescriptor) -> str:
     )
 
 
-def _op(module: Module, op: DmaOp | SwKernelOp) -> list[str]:
+#: the word before a task list's queue number
+QUEUE_WORDS = {Executor.DMA: "engine", Executor.ACT_SHAVE: "tile", Executor.DPU: "dpu"}
+
+
+def _dpu(op: DpuTask) -> str:
+    attrs = (
+        f"op = {json.dumps(op.op.name)}, layer = {json.dumps(op.layer)}, variant = {op.variant}, "
+        f"variants = {op.variants}, kernel = {_ints(op.kernel)}, strides = {_ints(op.strides)}, "
+        f"pads = {_ints(op.pads)}, dilations = {_ints(op.dilations)}, transpose_b = {int(op.transpose_b)}, "
+        f"exclude_pad = {int(op.exclude_pad)}"
+    )
+    weights = f" weights({tensor(op.weights)})" if op.weights is not None else ""
+    return f"VPUIP.NCE.DPUTask {{{attrs}}} inputs({tensor(op.input)}){weights} outputs({tensor(op.output)})"
+
+
+def _op(module: Module, op: DmaOp | SwKernelOp | DpuTask) -> list[str]:
+    if isinstance(op, DpuTask):
+        return [_dpu(op)]
     if isinstance(op, DmaOp):
         line = f"VPUIP.DMA {{port = {op.engine}}} inputs({tensor(op.src)}) outputs({tensor(op.dst)})"
         return [line + (_descriptor(op.descriptor) if op.descriptor is not None else "")]
@@ -148,7 +165,7 @@ def print_module(module: Module) -> str:
     lines.append(f"  func.func @main({ins}) -> ({outs}) attributes {{VPU.scratch_bytes = {module.scratch_bytes}}} {{")
     lines += [f"    {_barrier(b)}" for b in module.barriers]
     for tl in module.task_lists:
-        where = "engine" if tl.executor.name == "DMA" else "tile"
+        where = QUEUE_WORDS[tl.executor]
         lines.append(f"    VPURT.TaskList @{tl.executor.name} [{where} {tl.queue}] {{")
         for task in tl.tasks:
             lines += [f"      {line}" for line in _task(module, task)]
@@ -159,7 +176,8 @@ def print_module(module: Module) -> str:
         f"    act_shaves : {{runtime = @VPU.SW::@runtime, stack_configuration = {_ints(g.stack_configuration)}, "
         f"runtime_version = {g.runtime_version}}}",
         f"    target : {{tiles = {t.tiles}, shaves_per_tile = {t.shaves_per_tile}, cmx_bytes_per_tile = "
-        f"{t.cmx_bytes_per_tile}, dma_engines = {t.dma_engines}, max_barriers = {t.max_barriers}}}",
+        f"{t.cmx_bytes_per_tile}, dma_engines = {t.dma_engines}, max_barriers = {t.max_barriers}, dpus_per_tile = "
+        f"{t.dpus_per_tile}}}",
         "  }",
         "}",
     ]

@@ -22,6 +22,7 @@ from snippets_shave.blob import (
     Barrier,
     Blob,
     DmaTask,
+    DpuTask,
     Header,
     KernelDataRef,
     Task,
@@ -134,7 +135,9 @@ def module_to_blob(module: Module) -> Blob:
         tasks = []
         for t in tl.tasks:
             if isinstance(t.op, DmaOp):
-                payload: DmaTask | ActKernelTask = DmaTask(t.op.src, t.op.dst, t.op.engine, t.op.descriptor)
+                payload: DmaTask | ActKernelTask | DpuTask = DmaTask(t.op.src, t.op.dst, t.op.engine, t.op.descriptor)
+            elif isinstance(t.op, DpuTask):
+                payload = t.op
             else:
                 op = t.op
                 if op.kernel not in index:
@@ -194,7 +197,9 @@ def module_from_blob(blob: Blob) -> Module:
             where = f"task_lists[{i}].tasks[{j}] ({task.name!r})"
             if isinstance(task.payload, DmaTask):
                 p = task.payload
-                op: DmaOp | SwKernelOp = DmaOp(p.src, p.dst, p.engine, p.descriptor)
+                op: DmaOp | SwKernelOp | DpuTask = DmaOp(p.src, p.dst, p.engine, p.descriptor)
+            elif isinstance(task.payload, DpuTask):
+                op = task.payload
             else:
                 inv = task.payload.invocation
                 if inv.kernel >= len(blob.kernels):
