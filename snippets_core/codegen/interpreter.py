@@ -61,11 +61,13 @@ class NopEmitter(InterpreterEmitter):
     """Parameter, Result, Buffer, shape-only ops: nothing happens at run time."""
 
 
-def _compiled_offset(expr: Expression) -> int:
-    """Byte offset added at compile time: the place in the scratchpad of the Buffer accessed."""
+def _compiled_offset(expr: Expression) -> Any:
+    """Byte offset of the Buffer accessed in the scratchpad: an int, or (a buffer placed after one of a size known
+    only at run time) a SymInt the emitter reads from the runtime-parameter block."""
     from snippets_core.lowered.passes.allocate_buffers import BUFFER_OFFSET
 
-    return int(expr.node.rt_info.get(BUFFER_OFFSET, 0))
+    off = expr.node.rt_info.get(BUFFER_OFFSET, 0)
+    return off if is_dynamic(off) else int(off)
 
 
 class LoadEmitter(InterpreterEmitter):
@@ -80,7 +82,7 @@ class LoadEmitter(InterpreterEmitter):
         dtype = src.expr.node.outputs[src.index].element_type.numpy
         size = np.dtype(dtype).itemsize
         count_of = self.value(f"{self.expr.name}.count", 1 if self.broadcast else node.count)
-        offset = _compiled_offset(self.expr) + node.offset * size
+        offset_of = self.value(f"{self.expr.name}.buffer_offset", _compiled_offset(self.expr) + node.offset * size)
         lanes, in_reg, out_reg, broadcast = self.lanes, self.in_regs[0], self.out_regs[0], self.broadcast
         if not is_dynamic(node.count) and (1 if self.broadcast else node.count) > lanes:
             raise CodegenError(f"{self.expr.type_name} '{self.expr.name}' loads {node.count} elements into {lanes} "
@@ -88,7 +90,7 @@ class LoadEmitter(InterpreterEmitter):
 
         def run(st: MachineState) -> None:
             count = count_of(st)
-            ptr = st.read(in_reg) + offset
+            ptr = st.read(in_reg) + offset_of(st)
             mem = st.memory[ptr.region]
             nbytes = count * size
             if ptr.addr < 0 or ptr.addr + nbytes > mem.size:
@@ -115,12 +117,12 @@ class StoreEmitter(InterpreterEmitter):
         dtype = node.outputs[0].element_type.numpy
         size = np.dtype(dtype).itemsize
         count_of = self.value(f"{self.expr.name}.count", node.count)
-        offset = _compiled_offset(self.expr) + node.offset * size
+        offset_of = self.value(f"{self.expr.name}.buffer_offset", _compiled_offset(self.expr) + node.offset * size)
         in_reg, out_reg = self.in_regs[0], self.out_regs[0]
 
         def run(st: MachineState) -> None:
             count = count_of(st)
-            ptr = st.read(out_reg) + offset
+            ptr = st.read(out_reg) + offset_of(st)
             mem = st.memory[ptr.region]
             nbytes = count * size
             if ptr.addr < 0 or ptr.addr + nbytes > mem.size:
