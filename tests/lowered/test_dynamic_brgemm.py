@@ -175,3 +175,33 @@ def test_the_configurator_computes_the_brgemm_blocks_a_static_compile_bakes_in(t
         assert set(_blocks(static)) <= set(evaluated), seq
         assert {b for b in evaluated if 0 not in b[:3]} <= set(_blocks(static)) | {
             b for b in evaluated if b[0] == 32 and seq < 32 or b[1] == 64 and seq < 64}, seq
+
+
+@pytest.mark.parametrize("transposed", [True, False])
+def test_the_configurator_places_the_whole_mha_buffers_a_static_compile_sizes(transposed):
+    # per sequence length, the configurator's Brgemm blocks are the static compile's, and the buffers of dynamic size
+    # (offsets and the scratchpad size from the block) are disjoint clusters inside the scratchpad, which is at
+    # least as large as the static compile's (that one shares memory between clusters alive at different times)
+    sym = _generate(_mha(S, transposed, mask=True))
+    ir = sym.linear_ir
+    blocks = _blocks(sym)
+    bufs = {b.cluster_id: (b.offset, b.allocation_size) for b in ir.get_buffers()}
+    values = [*(d for b in blocks for d in b[:3]), *(v for ob in bufs.values() for v in ob),
+              ir.static_buffer_scratchpad_size]
+    codes = [v.code() for v in values if is_dynamic(v)]
+    assert sum(is_dynamic(o) for o, _ in bufs.values()) >= 1, "no buffer at a dynamic offset"
+    inputs = [tuple(d.code() if is_dynamic(d) else d for d in p.output_descs[0].shape) for p in ir.parameters]
+    configurator = RuntimeConfigurator(inputs, [], codes, ())
+    for seq in (1, 2, 31, 33, 64, 65, 100):
+        static = _generate(_mha(seq, transposed, mask=True))
+        shapes = [tuple(p.output_descs[0].shape) for p in static.linear_ir.parameters]
+        block = iter(configurator.configure(shapes).values)
+        got = [next(block) if is_dynamic(v) else v for v in values]
+        n_dims = 3 * len(blocks)
+        evaluated = {tuple(got[3 * i:3 * i + 3]) + (blocks[i][3],) for i in range(len(blocks))}
+        assert set(_blocks(static)) <= evaluated, seq
+        spans = sorted((got[n_dims + 2 * i], got[n_dims + 2 * i] + got[n_dims + 2 * i + 1]) for i in range(len(bufs)))
+        scratchpad = got[-1]
+        assert all(lo >= 0 and lo % 64 == 0 for lo, _ in spans), spans
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])) and spans[-1][1] <= scratchpad, (seq, spans)
+        assert static.linear_ir.static_buffer_scratchpad_size <= scratchpad, seq

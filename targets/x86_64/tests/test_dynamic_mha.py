@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import snippets_x86_64.runtime as x86_runtime
 from snippets_core.ir.model import Model
@@ -151,3 +153,23 @@ def test_the_dynamic_mha_kernel_reads_its_extents_from_the_block(monkeypatch):
     for part in ("m_rest", ".n", "k_steps", "n_tiles", "buffer_offset"):
         assert part in names, (part, names)
     assert run.kernel.info.scratchpad_slot >= 0  # the scratchpad size too
+
+
+_PROPERTY: dict[str, Any] = {}
+
+
+@settings(max_examples=25, deadline=None)
+@given(batch=st.integers(1, 4), seq=st.integers(1, 300), mask=st.booleans(), at=st.sampled_from(["start", "end"]))
+def test_property_random_shapes_match_numpy_under_guard_pages(batch, seq, mask, at):
+    if mask not in _PROPERTY:
+        cm = compile_model(_mha_model("bshd", "k", mask), target="x86_64_avx512")
+        _PROPERTY[mask] = cm
+    cm = _PROPERTY[mask]
+    ins = _inputs("bshd", "k", mask, batch, seq)
+    want = _reference("bshd", "k", ins)
+    out = guarded_array(want.shape, np.float32, at)
+    names = [p.name for p in cm.model.parameters]
+    cm({n: guarded_copy(a, at) for n, a in zip(names, ins)}, {"y": out})
+    np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5)
+    (run,) = [s.run for s in cm._steps if isinstance(s.node, Subgraph)]
+    assert isinstance(run, DynamicKernelExecutor) and run.per_shape_kernels == 0
