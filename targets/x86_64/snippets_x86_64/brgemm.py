@@ -33,7 +33,7 @@ from snippets_core.lowered.brgemm_utils import brgemm_geometry
 from snippets_core.lowered.passes.brgemm_blocking import blocking_from_options
 from snippets_core.lowered.port_descriptor import RT_INFO_KEY as PORT_DESCRIPTORS
 from snippets_core.lowered.port_descriptor import set_port_descriptor
-from snippets_core.lowered.symbolic import DynamicShapeError, is_dynamic
+from snippets_core.lowered.symbolic import DynamicShapeError, is_dynamic, low_mask, nonzero
 from snippets_core.passes.graph_utils import body_of, make, nodes_of_type, replace_output
 from snippets_core.passes.matmul_to_brgemm import init_brgemm_ports
 from snippets_core.passes.pass_manager import Pass, PassPosition, PositionedPass
@@ -139,7 +139,8 @@ class BrgemmEmitter(JitEmitter):
         vecs = self.mr * self.nr + self.nr + self.extra
         if self.dynamic:
             gprs = 5 + (2 if is_dynamic(self.g.a.row_stride) else 0) + (1 if is_dynamic(self.g.b.row_stride) else 0)
-            return gprs, vecs, self.nr if is_dynamic(self.g.n) else (1 if self.tail else 0)
+            vecs = max(self.rows_for(nv) * nv + nv for nv in range(1, self.nr + 1)) + self.extra
+            return gprs, vecs, 1 if is_dynamic(self.g.n) or self.tail else 0
         # a packed B needs three more: the panel's B and C pointers and the panel counter
         return 6 if self.panel else 3, vecs, 1 if self.tail else 0
 
@@ -203,14 +204,10 @@ class BrgemmEmitter(JitEmitter):
         if is_dynamic(g.a.col_stride) or g.b.col_stride != 1:
             raise DynamicShapeError(f"Brgemm '{name}': A's column stride {g.a.col_stride} (B's {g.b.col_stride}) "
                                     "must be static (B's 1) for the runtime-extent micro-kernel")
-        # the widest tile a static N allows; a dynamic N takes whole-width panels (masked per vector at run time)
-        m_bound = g.m if not is_dynamic(g.m) else 1 << 20
+        # the widest panel a static N allows (a dynamic N: NR_MAX vectors); each panel width nv has its row count
         n_bound = g.n if not is_dynamic(g.n) else NR_MAX * LANES
-        self.mr, self.nr = tile_shape(m_bound, n_bound, VEC_BUDGET - self.extra)
-        if is_dynamic(g.a.row_stride):  # rows of A addressed [pa + sa*{0,1,2,4}], [pa3 + sa*{0,2}]
-            self.mr = min(self.mr, len(_A_ROWS))
-        if is_dynamic(g.m):  # one compiled variant per remainder of M: keep the jump table short
-            self.mr = min(self.mr, DYNAMIC_MR_MAX)
+        self.nr = tile_shape(1, n_bound, VEC_BUDGET - self.extra)[1]
+        self.mr = self.rows_for(self.nr)
         self.tail = 0 if is_dynamic(g.n) else g.n % LANES
         # the kernel prologue copies the runtime parameters registered so far to their stack slots: a dry run of
         # the emission on a scratch function registers every value the block will read
@@ -219,6 +216,16 @@ class BrgemmEmitter(JitEmitter):
         n_gpr, n_vec, n_mask = self.aux_needs()
         aux = AuxRegs(tuple(GP64[3:3 + n_gpr]), tuple(ZMM[:n_vec]), tuple(K[1:1 + n_mask]))
         _DynamicEmission(self, self.h.new_function(), [GP64[0], GP64[1]], [GP64[2]], aux).emit()
+
+    def rows_for(self, nv: int) -> int:
+        """Rows of the register tile of a panel of ``nv`` vectors, for a block with runtime extents."""
+        g = self.g
+        mr = tile_shape(g.m if not is_dynamic(g.m) else 1 << 20, nv * LANES, VEC_BUDGET - self.extra)[0]
+        if is_dynamic(g.a.row_stride):  # rows of A addressed [pa + sa*{0,1,2,4}], [pa3 + sa*{0,2}]
+            mr = min(mr, len(_A_ROWS))
+        if is_dynamic(g.m):  # compiled variants per remainder of M: keep the compare chain short
+            mr = min(mr, DYNAMIC_MR_MAX)
+        return mr
 
     def _emit_packed(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
         """The whole N and K of a B packed in panels (:func:`snippets_x86_64.brgemm_copy_b.pack_b_panels`): a
@@ -354,19 +361,19 @@ class _DynamicEmission:
     (a sequence length): one code for every shape, its extents read from the runtime-parameter block (stack slots
     the kernel prologue fills), as OpenVINO's kernel executor does per shape but without recompiling.
 
-    * N: static panels as in the static kernel; a dynamic N walks panels of ``nr`` vectors in a runtime loop, the
-      columns of each panel (``min(left, 16 nr)``) become one op-mask per vector (``bzhi``), so the last panel is
-      masked and nothing past N is read or written.
-    * M: a static M takes the static kernel's even row tiles; a dynamic M runs ``M // mr`` tiles of ``mr`` rows in
-      a runtime loop, then jumps to the compiled variant for the ``M % mr`` rows left (a compare chain over
-      1..mr-1).
+    * N: static panels as in the static kernel; a dynamic N runs its whole panels of ``nr`` vectors in a runtime
+      loop, then jumps to the panel variant compiled for the vectors left (1..nr, the last one under the runtime
+      tail mask), so a narrow tail costs what its columns need.
+    * M: a static M takes the static kernel's even row tiles; a dynamic M runs whole tiles of ``mr`` rows in a
+      runtime loop and jumps to the variant of what is left: ``r`` rows alone (M < mr), or the last whole tile and
+      ``r`` rows as two even tiles (``mr + r`` rows: 6 + 2 -> 4, 4), never a thin tile after wide ones.
     * K: a static K keeps the static kernel's L1 chunks; a dynamic K is one chunk, ``K // 2`` unrolled pairs and
       an odd step selected at run time.
     * a dynamic row stride of A is a register (rows ``[pa + sa*s]``, ``[pa3 + sa*s]``, at most 6 rows per tile),
       of B a register (``[pb + sb]``), of C a running pointer at the tile's loads and stores.
 
-    The register tile (``mr`` x ``nr`` accumulators) is the static kernel's; only the loop counts, masks and
-    pointer steps come from the block."""
+    The register tiles (``mr`` x ``nv`` accumulators) are the static kernel's, so the K loop is the same FMAs;
+    only the loop counts, masks, variant choice and pointer steps come from the block."""
 
     def __init__(self, em: BrgemmEmitter, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
         self.em, self.g, self.a, self.h = em, em.g, a, em.h
@@ -381,7 +388,7 @@ class _DynamicEmission:
         self.pa3, self.sa = (rest.pop(0), rest.pop(0)) if self.a_dyn else (None, None)
         self.sb = rest.pop(0) if self.b_dyn else None
         self.vecs = [v.zmm for v in aux.vecs]
-        self.masks = list(aux.masks)
+        self.mask = aux.masks[0] if aux.masks else None
         self.slot = {k: qword[a.stack_slot(8)] for k in ("a", "b", "c", "n", "ta", "tc", "mt")}
 
     def rt(self, what: str, value: Any) -> Any:
@@ -405,100 +412,118 @@ class _DynamicEmission:
         elif value:
             self.a.add(slot, int(value))
 
+    def dispatch(self, key: Any, variants: dict[int, Any], what: str) -> None:
+        """Run ``variants[v]()`` for the runtime value ``v`` of ``key`` (a compare chain; no variant for other
+        values)."""
+        a = self.a
+        end = a.new_label(f"brgemm.{self.name}.{what}_end")
+        labels = {v: a.new_label(f"brgemm.{self.name}.{what}{v}") for v in variants}
+        a.mov(self.t, self.rt(what, key))
+        for v, label in labels.items():
+            a.cmp(self.t, v)
+            a.je(label)
+        a.jmp(end)
+        for i, (v, label) in enumerate(labels.items()):
+            a.bind(label)
+            variants[v]()
+            if i < len(labels) - 1:
+                a.jmp(end)
+        a.bind(end)
+
     # --- the block ------------------------------------------------------------------------------------------
     def emit(self) -> None:
-        a, g, s = self.a, self.g, self.slot
+        a, g, s, nr = self.a, self.g, self.slot, self.em.nr
         for key, base, acc in (("a", self.ins[0], g.a), ("b", self.ins[1], g.b), ("c", self.outs[0], g.c)):
             lea_runtime(a, self.h, self.t, base, acc.offset_bytes, f"{self.name}.{key}_offset")
             a.mov(s[key], self.t)
-        nr = self.em.nr
         if not is_dynamic(g.n):
             nvec = -(-g.n // LANES)
-            mask = self.masks[0] if self.em.tail else None
-            if mask is not None:
-                a.kmovw(mask, word[a.const_data(((1 << self.em.tail) - 1).to_bytes(2, "little"), 2)])
+            if self.em.tail:
+                a.kmovw(self.mask, word[a.const_data(((1 << self.em.tail) - 1).to_bytes(2, "little"), 2)])
             for v0 in range(0, nvec, nr):
                 nv = min(nr, nvec - v0)
-                masks = [mask if mask is not None and v0 + j == nvec - 1 else None for j in range(nv)]
-                self.panel(nv, masks, v0 * LANES * 4)
+                self.panel(nv, self.mask if self.em.tail and v0 + nv == nvec else None, v0 * LANES * 4)
             return
+        # a dynamic N: whole panels of nr vectors in a runtime loop, then the variant of the vectors left
         width = nr * LANES
-        done = a.new_label(f"brgemm.{self.name}.n_done")
-        a.mov(self.t, self.rt("n", g.n))
-        a.mov(s["n"], self.t)
+        left = a.new_label(f"brgemm.{self.name}.n_left")
+        a.mov(self.t, self.rt(f"n_panels{width}", g.n // width))
         a.test(self.t, self.t)
-        a.jz(done)
+        a.jz(left)
         top = a.label(f"brgemm.{self.name}.n")
-        # the panel's columns: min(left, width) -> one 16-bit op-mask per vector
-        a.mov(self.cnt, width)
-        a.cmp(self.t, self.cnt)
-        a.cmovb(self.cnt, self.t)
-        a.mov(self.t, -1)
-        a.bzhi(self.t, self.t, self.cnt)
-        for j in range(nr):
-            a.mov(self.pc, self.t)
-            if j:
-                a.shr(self.pc, LANES * j)
-            a.kmovw(self.masks[j], self.pc.r32)
-        self.panel(nr, self.masks[:nr], 0)
+        a.mov(s["n"], self.t)
+        self.panel(nr, None, 0)
         a.add(s["b"], width * 4)
         a.add(s["c"], width * 4)
         a.mov(self.t, s["n"])
-        a.sub(self.t, width)
-        a.mov(s["n"], self.t)
-        a.jg(top)
-        a.bind(done)
+        a.dec(self.t)
+        a.jnz(top)  # t holds the panels left: the loop head stores it
+        a.bind(left)
+        rest = g.n % width
+        a.kmovw(self.mask, word[self.rt(f"n_tail_mask{width}", low_mask((rest - 1) % LANES + 1))])
+        self.dispatch((rest + LANES - 1) // LANES, {nv: (lambda nv=nv: self.panel(nv, self.mask, 0))
+                                                    for nv in range(1, nr + 1)}, f"n_vectors{width}")
 
-    def panel(self, nv: int, masks: list, col_bytes: int) -> None:
-        """Every K chunk and row tile of one panel of ``nv`` vectors starting ``col_bytes`` into B's and C's rows."""
-        g, a, s, em = self.g, self.a, self.slot, self.em
+    def panel(self, nv: int, mask: Any, col_bytes: int) -> None:
+        """Every K chunk and row tile of one panel of ``nv`` vectors starting ``col_bytes`` into B's and C's rows
+        (``mask``: the op-mask of its last vector, or None)."""
+        g, a, s = self.g, self.a, self.slot
+        masks = [mask if j == nv - 1 else None for j in range(nv)]
+        mr = self.em.rows_for(nv)
         chunks: list[tuple[int, Any]] = [(0, g.k)] if is_dynamic(g.k) else k_chunks(g.k, nv * LANES * 4, False)
         for k0, kc in chunks:
             first = not (g.beta or k0)  # the first K chunk of a beta-0 block writes C, the others add to it
+
+            def tile(rows: int, k0: int = k0, kc: Any = kc, first: bool = first) -> None:
+                self.tile(rows, mr, nv, masks, first, k0, kc, col_bytes)
+
             if not is_dynamic(g.m):
-                for m0, mv in row_tiles(g.m, em.mr):
+                for m0, mv in row_tiles(g.m, mr):
                     self.set_ptr(self.pa, s["a"], m0 * g.a.row_stride * 4 + k0 * g.a.col_stride * 4, f"a_tile{m0}")
                     self.set_ptr(self.pc, s["c"], m0 * g.c.row_stride * 4 + col_bytes, f"c_tile{m0}")
-                    self.tile(mv, nv, masks, first, k0, kc, col_bytes)
+                    tile(mv)
                 continue
-            # a dynamic M: M // mr whole tiles in a runtime loop, then the variant of the M % mr rows left
-            mr = em.mr
+            # a dynamic M: whole tiles in a runtime loop (all but the last when rows are left and there is one),
+            # then the variant of what is left
             self.set_ptr(self.t, s["a"], k0 * g.a.col_stride * 4, "a_k0")
             a.mov(s["ta"], self.t)
             self.set_ptr(self.t, s["c"], col_bytes, "c_col")
             a.mov(s["tc"], self.t)
+            whole, r = g.m // mr, g.m % mr
+            paired = nonzero(r) * nonzero(whole)
             rest = a.new_label(f"brgemm.{self.name}.m_rest")
-            end = a.new_label(f"brgemm.{self.name}.m_end")
-            a.mov(self.t, self.rt(f"m_tiles{mr}", g.m // mr))
-            a.mov(s["mt"], self.t)
+            a.mov(self.t, self.rt(f"m_loop{mr}", whole - paired))
             a.test(self.t, self.t)
             a.jz(rest)
+            a.mov(s["mt"], self.t)
             top = a.label(f"brgemm.{self.name}.m")
-            a.mov(self.pa, s["ta"])
-            a.mov(self.pc, s["tc"])
-            self.tile(mr, nv, masks, first, k0, kc, col_bytes)
-            self.add_slot(s["ta"], mr * g.a.row_stride * 4, f"a_tile_step{mr}")
-            self.add_slot(s["tc"], mr * g.c.row_stride * 4, f"c_tile_step{mr}")
+            self.walk_tile(tile, mr)
             a.mov(self.t, s["mt"])
             a.dec(self.t)
             a.mov(s["mt"], self.t)
             a.jnz(top)
             a.bind(rest)
-            if mr > 1:
-                a.mov(self.t, self.rt(f"m_rest{mr}", g.m % mr))
-                variants = [a.new_label(f"brgemm.{self.name}.m{v}") for v in range(1, mr)]
-                for v, label in enumerate(variants, 1):
-                    a.cmp(self.t, v)
-                    a.je(label)
-                a.jmp(end)
-                for v, label in enumerate(variants, 1):
-                    a.bind(label)
-                    a.mov(self.pa, s["ta"])
-                    a.mov(self.pc, s["tc"])
-                    self.tile(v, nv, masks, first, k0, kc, col_bytes)
-                    if v < mr - 1:
-                        a.jmp(end)
-            a.bind(end)
+
+            def alone(v: int) -> None:
+                self.walk_tile(tile, v, last=True)
+
+            def pair(v: int) -> None:  # the last whole tile and v rows: two even tiles
+                self.walk_tile(tile, (mr + v + 1) // 2)
+                self.walk_tile(tile, (mr + v) // 2, last=True)
+
+            variants = {v: (lambda v=v: alone(v)) for v in range(1, mr)}
+            variants.update({mr + v: (lambda v=v: pair(v)) for v in range(1, mr)})
+            self.dispatch(r + mr * paired, variants, f"m_left{mr}")
+
+    def walk_tile(self, tile: Any, rows: int, last: bool = False) -> None:
+        """A tile of ``rows`` rows at the walking tile pointers, then the pointers past it (unless ``last``)."""
+        g, a, s = self.g, self.a, self.slot
+        a.mov(self.pa, s["ta"])
+        a.mov(self.pc, s["tc"])
+        tile(rows)
+        if not last:
+            self.add_slot(s["ta"], rows * g.a.row_stride * 4, f"a_rows{rows}")
+            self.add_slot(s["tc"], rows * g.c.row_stride * 4, f"c_rows{rows}")
 
     # --- one register tile -----------------------------------------------------------------------------------
     def c_rows(self, mv: int, nv: int, fn: Any) -> None:
@@ -515,12 +540,12 @@ class _DynamicEmission:
             a.mov(self.t, self.rt(f"c_rows_back{mv - 1}", -(mv - 1) * g.c.row_stride * 4))
             a.add(self.pc, self.t)
 
-    def tile(self, mv: int, nv: int, masks: list, first: bool, k0: int, k: Any, col_bytes: int) -> None:
+    def tile(self, mv: int, mr: int, nv: int, masks: list, first: bool, k0: int, k: Any, col_bytes: int) -> None:
         """``C[mv rows, nv vectors] (+)= A @ B`` with ``pa``/``pc`` at the tile's first A/C element."""
-        g, a, em = self.g, self.a, self.em
-        acc = [[self.vecs[r * em.nr + j] for j in range(nv)] for r in range(mv)]
-        bvec = [self.vecs[em.mr * em.nr + j] for j in range(nv)]
-        a_regs = self.vecs[em.mr * em.nr + em.nr:][:2]
+        g, a = self.g, self.a
+        acc = [[self.vecs[r * nv + j] for j in range(nv)] for r in range(mv)]
+        bvec = [self.vecs[mr * nv + j] for j in range(nv)]
+        a_regs = self.vecs[mr * nv + nv:][:2]
 
         def init(r: int, j: int, addr: Any) -> None:
             if first:

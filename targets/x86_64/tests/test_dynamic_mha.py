@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import snippets_x86_64.runtime as x86_runtime
+from snippets_core.config import CompileConfig
 from snippets_core.ir.model import Model
 from snippets_core.ir.ops.binary import Add
 from snippets_core.ir.ops.io import Constant, Parameter, Result
@@ -23,6 +24,7 @@ from snippets_core.ir.ops.shape_ops import Transpose
 from snippets_core.ir.ops.softmax import Softmax
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import Shape, SymDim
+from snippets_core.plugins.host import get_host
 from snippets_core.runtime.compiled_model import compile_model
 from snippets_x86_64.guarded import guarded_array, guarded_copy
 from snippets_x86_64.runtime import DynamicKernelExecutor
@@ -150,7 +152,7 @@ def test_the_dynamic_mha_kernel_reads_its_extents_from_the_block(monkeypatch):
     _, run, _ = _compile("bshd", "k", True, monkeypatch)
     names = " ".join(n for n, _ in run.kernel.info.runtime_params)
     # the Brgemms' M tail rows, N and K, the copy's N tiles, and a buffer offset: all runtime parameters
-    for part in ("m_rest", ".n", "k_steps", "n_tiles", "buffer_offset"):
+    for part in ("m_left", "n_vectors", "k_steps", "n_tiles", "buffer_offset"):
         assert part in names, (part, names)
     assert run.kernel.info.scratchpad_slot >= 0  # the scratchpad size too
 
@@ -173,3 +175,27 @@ def test_property_random_shapes_match_numpy_under_guard_pages(batch, seq, mask, 
     np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5)
     (run,) = [s.run for s in cm._steps if isinstance(s.node, Subgraph)]
     assert isinstance(run, DynamicKernelExecutor) and run.per_shape_kernels == 0
+
+
+@pytest.mark.parametrize("dims", ["MN", "K", "MNK"])
+def test_one_brgemm_kernel_runs_every_m_n_k_under_guard_pages(dims):
+    # every remainder of the row tile (alone and paired with the last whole tile), every N tail variant (1..4
+    # vectors) and odd and even K, on one kernel
+    m_, n_, k_ = (SymDim.of(d) if d in dims else v for d, v in zip("MNK", (37, 70, 100)))
+    shapes = [(2, m_, k_), (2, k_, n_)]
+    outer = [Parameter("f32", Shape(s), name=f"o{i}") for i, s in enumerate(shapes)]
+    inner = [Parameter("f32", Shape(s), name=f"p{i}") for i, s in enumerate(shapes)]
+    sg = Subgraph(*outer, body=Model([Result(MatMul(*inner), name="y")], inner))
+    run = x86_runtime.compile_subgraph(sg, CompileConfig.from_mapping({}), get_host())
+    assert isinstance(run, DynamicKernelExecutor), getattr(run, "why_per_shape", run)
+    for i in range(40):
+        m = int(RNG.integers(1, 80)) if "M" in dims else 37
+        n = int(RNG.integers(1, 150)) if "N" in dims else 70
+        k = int(RNG.integers(1, 300)) if "K" in dims else 100
+        a = RNG.standard_normal((2, m, k)).astype(np.float32)
+        b = RNG.standard_normal((2, k, n)).astype(np.float32)
+        at = "end" if i % 2 else "start"
+        out = guarded_array((2, m, n), np.float32, at)
+        run([guarded_copy(a, at), guarded_copy(b, at)], [out])
+        np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=2e-5, atol=2e-5, err_msg=f"{m}x{n}x{k}")
+    assert run.per_shape_kernels == 0
