@@ -414,6 +414,9 @@ class InterpretedKernel:
                           for j, o in enumerate(offs)] for k, offs in enumerate(emitter.data_offsets)]
         self.data_ptr_regs = emitter.data_ptr_regs
         self.buffer_regs = emitter.buffer_regs
+        #: per buffer register: its start in the scratchpad, (offset, False) or (its slot of the block, True)
+        self._buffer_bases = [(params.add(f"buffer_base[{g}]", o), True) if is_dynamic(o) else (o, False)
+                              for g, o in enumerate(emitter.buffer_bases)]
         self.parallel_domain = emitter.parallel_domain
         self.scratchpad_size = emitter.scratchpad_size
         #: the slot of a scratchpad size known only at run time (-1: static)
@@ -441,8 +444,8 @@ class InterpretedKernel:
         names = [f"in{i}" for i in range(len(self.input_specs))] + [f"out{j}" for j in range(len(self.output_specs))]
         for name, reg, offs in zip(names, self.data_ptr_regs, self._offsets):
             st.write(reg, Pointer(name, sum(i * (params[o] if dyn else o) for i, (o, dyn) in zip(indexes, offs))))
-        for reg in self.buffer_regs:
-            st.write(reg, Pointer("scratchpad", 0))
+        for reg, (o, dyn) in zip(self.buffer_regs, self._buffer_bases):
+            st.write(reg, Pointer("scratchpad", params[o] if dyn else o))
         program = self.program
         n = len(program)
         while st.pc < n:
