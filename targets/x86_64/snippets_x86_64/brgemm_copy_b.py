@@ -35,11 +35,11 @@ from snippets_core.ir.shape import Shape
 from snippets_core.lowered.brgemm_utils import _access
 from snippets_core.lowered.port_descriptor import FULL_DIM, set_port_descriptor
 from snippets_core.lowered.port_descriptor import RT_INFO_KEY as PORT_DESCRIPTORS
+from snippets_core.lowered.symbolic import DynamicShapeError, is_dynamic, low_mask
 from snippets_core.passes.graph_utils import body_of, make, nodes_of_type, replace_output
 from snippets_core.passes.matmul_to_brgemm import init_brgemm_ports
 from snippets_core.passes.pass_manager import Pass
 from snippets_x86_64.asm import Assembler, word
-from snippets_core.lowered.symbolic import DynamicShapeError, is_dynamic, low_mask
 from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter, lea_runtime
 
 if TYPE_CHECKING:
