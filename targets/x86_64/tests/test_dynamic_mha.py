@@ -199,3 +199,43 @@ def test_one_brgemm_kernel_runs_every_m_n_k_under_guard_pages(dims):
         run([guarded_copy(a, at), guarded_copy(b, at)], [out])
         np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=2e-5, atol=2e-5, err_msg=f"{m}x{n}x{k}")
     assert run.per_shape_kernels == 0
+
+
+def _model_zoo() -> Any:
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "bench" / "model_zoo.py"
+    spec = importlib.util.spec_from_file_location("snippets_bench_model_zoo", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_model_zoo_bert_layer_attention_compiles_once_for_every_shape(monkeypatch):
+    # bench/model_zoo.py's BERT layer (dynamic batch and sequence as exported, an int64 attention mask expanded by
+    # Shape/Gather/Unsqueeze), narrowed to 2 heads; oracle: onnx's reference evaluator
+    from onnx.reference import ReferenceEvaluator
+
+    zm = _model_zoo().bert_layer(64, batch=1, hidden=128, heads=2, ffn=256)
+    generated: list[Any] = []
+    real = x86_runtime.generate_subgraph
+    monkeypatch.setattr(x86_runtime, "generate_subgraph", lambda *a, **kw: generated.append(kw) or real(*a, **kw))
+    cm = compile_model(zm.proto.SerializeToString(), target="x86_64_avx512")
+    attention = [s.run for s in cm._steps if isinstance(s.node, Subgraph) and "Softmax" in
+                 [op.type_name for op in s.node.body_ops]]
+    assert len(attention) == 1 and isinstance(attention[0], DynamicKernelExecutor), cm.describe()
+    compiled = len(generated)
+    ref = ReferenceEvaluator(zm.proto)
+    x_name = next(n for n in zm.feeds if n != "attention_mask")
+    for batch, seq in [(1, 5), (2, 77), (3, 129), (1, 64), (2, 33)]:
+        mask = np.ones((batch, seq), np.int64)
+        mask[:, seq - seq // 8:] = 0
+        feeds = {x_name: RNG.standard_normal((batch, seq, 128), dtype=np.float32), "attention_mask": mask}
+        (got,) = cm(feeds).values()
+        np.testing.assert_allclose(got, ref.run(None, feeds)[0], rtol=1e-4, atol=1e-4, err_msg=f"{batch}x{seq}")
+    assert len(generated) == compiled, "a new shape compiled a kernel"
+    assert attention[0].new_shapes == 5 and attention[0].per_shape_kernels == 0
