@@ -200,7 +200,9 @@ def test_the_configurator_places_the_whole_mha_buffers_a_static_compile_sizes(tr
         n_dims = 3 * len(blocks)
         evaluated = {tuple(got[3 * i:3 * i + 3]) + (blocks[i][3],) for i in range(len(blocks))}
         assert set(_blocks(static)) <= evaluated, seq
-        spans = sorted((got[n_dims + 2 * i], got[n_dims + 2 * i] + got[n_dims + 2 * i + 1]) for i in range(len(bufs)))
+        # clusters of dynamic size never share memory (static ones may, when alive at different times)
+        sized = [i for i, (_, size) in enumerate(bufs.values()) if is_dynamic(size)]
+        spans = sorted((got[n_dims + 2 * i], got[n_dims + 2 * i] + got[n_dims + 2 * i + 1]) for i in sized)
         scratchpad = got[-1]
         assert all(lo >= 0 and lo % 64 == 0 for lo, _ in spans), spans
         assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])) and spans[-1][1] <= scratchpad, (seq, spans)
