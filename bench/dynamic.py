@@ -21,9 +21,9 @@ Three measurements:
   where        per op type, the share of one call of the dynamic model at the largest steady shape, and where it
                runs (the linear layers' MatMuls run on numpy until the FullyConnected kernels land).
 
-``--static-seq S`` fixes the sequence (only the batch is dynamic, the batches 1-8 once each): then the attention
-Subgraph is one kernel for every shape too, while with a dynamic sequence (a dynamic M, N, K of its Brgemms) it still
-gets a kernel per shape, compiled on the shape's first call.
+``--static-seq S`` fixes the sequence (only the batch is dynamic, the batches 1-8 once each). With a dynamic
+sequence too, the attention Subgraph is still one kernel for every shape: its Brgemms read M, N, K, row strides and
+buffer offsets from the runtime-parameter block (docs/mha.md), so a new shape compiles nothing.
 
 The machine's memory bandwidth is measured in the same run (a 128 MiB copy) and printed as a reference.
 """
@@ -212,8 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=PAIRS, help=f"random (batch, seq) pairs (default {PAIRS})")
     ap.add_argument("--steady", default="1x128,4x384,8x512", help="steady-state shapes BxS (default 1x128,4x384,8x512)")
     ap.add_argument("--static-seq", type=int, default=None, metavar="S",
-                    help="fix the sequence length to S (only the batch is dynamic: the attention Subgraph then runs "
-                         "one kernel for every shape too; its dynamic sequence still gets a kernel per shape)")
+                    help="fix the sequence length to S (only the batch is dynamic)")
     args = ap.parse_args(argv)
     import snippets_core
 

@@ -109,4 +109,7 @@ class KernelEmitter(Emitter):
         for b in ir.get_buffers():
             groups.setdefault(b.reg_group, b.output_descs[0].reg)
         self.buffer_regs: list[Reg | None] = [groups[g] for g in sorted(groups)]
+        #: per buffer register group, the scratchpad offset its register starts at (0, or a dynamic offset the
+        #: kernel reads from its runtime-parameter block: LinearIR.buffer_group_bases)
+        self.buffer_bases: list[Any] = [ir.buffer_group_bases.get(g, 0) for g in sorted(groups)]
         self.scratchpad_size = ir.static_buffer_scratchpad_size

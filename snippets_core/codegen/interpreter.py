@@ -61,11 +61,13 @@ class NopEmitter(InterpreterEmitter):
     """Parameter, Result, Buffer, shape-only ops: nothing happens at run time."""
 
 
-def _compiled_offset(expr: Expression) -> int:
-    """Byte offset added at compile time: the place in the scratchpad of the Buffer accessed."""
+def _compiled_offset(expr: Expression) -> Any:
+    """Byte offset of the Buffer accessed in the scratchpad: an int, or (a buffer placed after one of a size known
+    only at run time) a SymInt the emitter reads from the runtime-parameter block."""
     from snippets_core.lowered.passes.allocate_buffers import BUFFER_OFFSET
 
-    return int(expr.node.rt_info.get(BUFFER_OFFSET, 0))
+    off = expr.node.rt_info.get(BUFFER_OFFSET, 0)
+    return off if is_dynamic(off) else int(off)
 
 
 class LoadEmitter(InterpreterEmitter):
@@ -80,7 +82,7 @@ class LoadEmitter(InterpreterEmitter):
         dtype = src.expr.node.outputs[src.index].element_type.numpy
         size = np.dtype(dtype).itemsize
         count_of = self.value(f"{self.expr.name}.count", 1 if self.broadcast else node.count)
-        offset = _compiled_offset(self.expr) + node.offset * size
+        offset_of = self.value(f"{self.expr.name}.buffer_offset", _compiled_offset(self.expr) + node.offset * size)
         lanes, in_reg, out_reg, broadcast = self.lanes, self.in_regs[0], self.out_regs[0], self.broadcast
         if not is_dynamic(node.count) and (1 if self.broadcast else node.count) > lanes:
             raise CodegenError(f"{self.expr.type_name} '{self.expr.name}' loads {node.count} elements into {lanes} "
@@ -88,7 +90,7 @@ class LoadEmitter(InterpreterEmitter):
 
         def run(st: MachineState) -> None:
             count = count_of(st)
-            ptr = st.read(in_reg) + offset
+            ptr = st.read(in_reg) + offset_of(st)
             mem = st.memory[ptr.region]
             nbytes = count * size
             if ptr.addr < 0 or ptr.addr + nbytes > mem.size:
@@ -115,12 +117,12 @@ class StoreEmitter(InterpreterEmitter):
         dtype = node.outputs[0].element_type.numpy
         size = np.dtype(dtype).itemsize
         count_of = self.value(f"{self.expr.name}.count", node.count)
-        offset = _compiled_offset(self.expr) + node.offset * size
+        offset_of = self.value(f"{self.expr.name}.buffer_offset", _compiled_offset(self.expr) + node.offset * size)
         in_reg, out_reg = self.in_regs[0], self.out_regs[0]
 
         def run(st: MachineState) -> None:
             count = count_of(st)
-            ptr = st.read(out_reg) + offset
+            ptr = st.read(out_reg) + offset_of(st)
             mem = st.memory[ptr.region]
             nbytes = count * size
             if ptr.addr < 0 or ptr.addr + nbytes > mem.size:
@@ -412,6 +414,9 @@ class InterpretedKernel:
                           for j, o in enumerate(offs)] for k, offs in enumerate(emitter.data_offsets)]
         self.data_ptr_regs = emitter.data_ptr_regs
         self.buffer_regs = emitter.buffer_regs
+        #: per buffer register: its start in the scratchpad, (offset, False) or (its slot of the block, True)
+        self._buffer_bases = [(params.add(f"buffer_base[{g}]", o), True) if is_dynamic(o) else (o, False)
+                              for g, o in enumerate(emitter.buffer_bases)]
         self.parallel_domain = emitter.parallel_domain
         self.scratchpad_size = emitter.scratchpad_size
         #: the slot of a scratchpad size known only at run time (-1: static)
@@ -439,8 +444,8 @@ class InterpretedKernel:
         names = [f"in{i}" for i in range(len(self.input_specs))] + [f"out{j}" for j in range(len(self.output_specs))]
         for name, reg, offs in zip(names, self.data_ptr_regs, self._offsets):
             st.write(reg, Pointer(name, sum(i * (params[o] if dyn else o) for i, (o, dyn) in zip(indexes, offs))))
-        for reg in self.buffer_regs:
-            st.write(reg, Pointer("scratchpad", 0))
+        for reg, (o, dyn) in zip(self.buffer_regs, self._buffer_bases):
+            st.write(reg, Pointer("scratchpad", params[o] if dyn else o))
         program = self.program
         n = len(program)
         while st.pc < n:

@@ -45,10 +45,13 @@ class BrgemmEmitter(InterpreterEmitter):
         m_of, n_of, k_of = (self.value(f"{name}.{d}", v) for d, v in (("m", g.m), ("n", g.n), ("k", g.k)))
         strides = [self.value(f"{name}.{w}_row_stride", acc.row_stride) for w, acc in (("a", g.a), ("b", g.b),
                                                                                         ("c", g.c))]
+        offsets = [self.value(f"{name}.{w}_offset", acc.offset_bytes) for w, acc in (("a", g.a), ("b", g.b),
+                                                                                     ("c", g.c))]
 
         def run(st: MachineState) -> None:
             m, n, k = m_of(st), n_of(st), k_of(st)
-            ga, gb, gc = (replace(acc, row_stride=s(st)) for acc, s in zip((g.a, g.b, g.c), strides))
+            ga, gb, gc = (replace(acc, row_stride=s(st), offset_bytes=o(st))
+                          for acc, s, o in zip((g.a, g.b, g.c), strides, offsets))
             if 0 in (m, n):
                 return  # an empty tail block (a dynamic dim that is a multiple of its block)
             a = _view(st, st.read(a_reg), ga, m, k, self, "reads A")

@@ -44,9 +44,9 @@ class MatrixAccess:
     """One matrix operand: rows/cols strides in elements, a byte offset in its buffer (0 for kernel I/O),
     its element type and whether its memory is a Buffer of the scratchpad."""
 
-    row_stride: int
-    col_stride: int
-    offset_bytes: int
+    row_stride: SymIntLike
+    col_stride: SymIntLike
+    offset_bytes: SymIntLike
     element_type: ElementType
 
 
@@ -63,11 +63,13 @@ class BrgemmGeometry:
     beta: float
 
 
-def _buffer_offset(port: ExpressionPort) -> int:
+def _buffer_offset(port: ExpressionPort) -> SymIntLike:
     """The scratchpad offset of the Buffer behind a memory port (0 for Parameters and Results), as
-    AllocateBuffers recorded it per port (the copies InsertSpecificIterations makes keep the record)."""
+    AllocateBuffers recorded it per port (the copies InsertSpecificIterations makes keep the record); a Buffer
+    placed after one of a size known only at run time has a dynamic offset (a SymInt)."""
     offsets = port.expr.node.rt_info.get(PORT_BUFFER_OFFSETS, {})
-    return int(offsets.get(("in" if port.is_input else "out", port.index), 0) or 0)
+    off = offsets.get(("in" if port.is_input else "out", port.index), 0)
+    return off if is_dynamic(off) else int(off or 0)
 
 
 def _access(port: ExpressionPort, element_type: ElementType, extra_offset: int) -> MatrixAccess:

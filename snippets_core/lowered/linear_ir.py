@@ -76,6 +76,9 @@ class LinearIR:
         #: the tile rank: how many innermost dims the kernel iterates (OptimizeDomain may change it)
         self.loop_depth = self.config.loop_depth
         self.static_buffer_scratchpad_size = 0
+        #: buffer register group -> the byte offset its pointer register starts at (a dynamic offset shared by every
+        #: buffer of the group: the kernel adds it once, its accesses then use offsets relative to it)
+        self.buffer_group_bases: dict[int, Any] = {}
         #: set by InitLiveRanges, read by AssignRegisters
         self.live_ranges: Any = None
         self.model = model

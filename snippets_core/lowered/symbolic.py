@@ -323,13 +323,20 @@ def low_mask(x: SymIntLike) -> SymIntLike:
     return (1 << x) - 1
 
 
+def nonzero(x: SymIntLike) -> SymIntLike:
+    """``int(x != 0)``: 1 when a dynamic value is not 0 at run time (a count of tail tiles, a flag)."""
+    if isinstance(x, SymInt):
+        return SymInt(((((("nz", x.terms, 0),)), 1),))
+    return int(x != 0)
+
+
 def loop_iterations(work_amount: SymIntLike, increment: SymIntLike) -> SymIntLike:
     """How many times a loop body runs: ``work_amount // increment``; a dynamic tail (its increment is its work
     amount) runs once, or not at all when it is 0 at run time."""
     if isinstance(increment, SymInt):
         if increment != work_amount:
             raise DynamicShapeError(f"a loop of work amount {work_amount} by a dynamic increment {increment}")
-        return SymInt(((((("nz", increment.terms, 0),)), 1),))
+        return nonzero(increment)
     return work_amount // increment
 
 

@@ -138,11 +138,19 @@ def test_one_attention_scores_kernel_runs_every_sequence_length(transposed, mask
     assert kernel.configurator.computed >= 20  # one kernel, a block per sequence length
 
 
-def test_a_whole_mha_of_dynamic_sequence_still_needs_a_kernel_per_shape():
-    # the scores between its products live in scratchpad buffers of dynamic size (one M block x seq columns);
-    # only one such buffer cluster gets a static offset
-    with pytest.raises(DynamicShapeError, match="buffer clusters have sizes known only at run time"):
-        _generate(_mha(S, transposed=True, mask=True))
+@pytest.mark.parametrize("transposed", [True, False])
+@pytest.mark.parametrize("mask", [True, False])
+def test_one_whole_mha_kernel_runs_every_sequence_length(transposed, mask):
+    # the scores between its products live in scratchpad buffers of dynamic size (one M block x seq columns): the
+    # clusters after the first sit at offsets known only at run time, read from the block like the extents
+    gen = _generate(_mha(S, transposed, mask))
+    offsets = [e.offset for e in gen.linear_ir.get_buffers()]
+    assert any(is_dynamic(o) for o in offsets), "no buffer at a dynamic offset: the test would prove nothing"
+    for seq in [1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 70]:
+        ins = _mha_inputs(seq, transposed, mask)
+        (out,) = gen.kernel.run(ins)
+        np.testing.assert_allclose(out.reshape(1, 2, seq, 16), _mha_reference(ins, transposed), rtol=1e-5,
+                                   atol=1e-5, err_msg=f"seq {seq}")
 
 
 def _blocks(gen) -> list[tuple[object, object, object, float]]:  # type: ignore[no-untyped-def]
@@ -167,3 +175,35 @@ def test_the_configurator_computes_the_brgemm_blocks_a_static_compile_bakes_in(t
         assert set(_blocks(static)) <= set(evaluated), seq
         assert {b for b in evaluated if 0 not in b[:3]} <= set(_blocks(static)) | {
             b for b in evaluated if b[0] == 32 and seq < 32 or b[1] == 64 and seq < 64}, seq
+
+
+@pytest.mark.parametrize("transposed", [True, False])
+def test_the_configurator_places_the_whole_mha_buffers_a_static_compile_sizes(transposed):
+    # per sequence length, the configurator's Brgemm blocks are the static compile's, and the buffers of dynamic size
+    # (offsets and the scratchpad size from the block) are disjoint clusters inside the scratchpad, which is at
+    # least as large as the static compile's (that one shares memory between clusters alive at different times)
+    sym = _generate(_mha(S, transposed, mask=True))
+    ir = sym.linear_ir
+    blocks = _blocks(sym)
+    bufs = {b.cluster_id: (b.offset, b.allocation_size) for b in ir.get_buffers()}
+    values = [*(d for b in blocks for d in b[:3]), *(v for ob in bufs.values() for v in ob),
+              ir.static_buffer_scratchpad_size]
+    codes = [v.code() for v in values if is_dynamic(v)]
+    assert sum(is_dynamic(o) for o, _ in bufs.values()) >= 1, "no buffer at a dynamic offset"
+    inputs = [tuple(d.code() if is_dynamic(d) else d for d in p.output_descs[0].shape) for p in ir.parameters]
+    configurator = RuntimeConfigurator(inputs, [], codes, ())
+    for seq in (1, 2, 31, 33, 64, 65, 100):
+        static = _generate(_mha(seq, transposed, mask=True))
+        shapes = [tuple(p.output_descs[0].shape) for p in static.linear_ir.parameters]
+        block = iter(configurator.configure(shapes).values)
+        got = [next(block) if is_dynamic(v) else v for v in values]
+        n_dims = 3 * len(blocks)
+        evaluated = {tuple(got[3 * i:3 * i + 3]) + (blocks[i][3],) for i in range(len(blocks))}
+        assert set(_blocks(static)) <= evaluated, seq
+        # clusters of dynamic size never share memory (static ones may, when alive at different times)
+        sized = [i for i, (_, size) in enumerate(bufs.values()) if is_dynamic(size)]
+        spans = sorted((got[n_dims + 2 * i], got[n_dims + 2 * i] + got[n_dims + 2 * i + 1]) for i in sized)
+        scratchpad = got[-1]
+        assert all(lo >= 0 and lo % 64 == 0 for lo, _ in spans), spans
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])) and spans[-1][1] <= scratchpad, (seq, spans)
+        assert static.linear_ir.static_buffer_scratchpad_size <= scratchpad, seq

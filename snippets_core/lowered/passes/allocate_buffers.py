@@ -14,6 +14,7 @@ from snippets_core.lowered.passes.normalize_buffer_register_groups import Normal
 from snippets_core.lowered.passes.pass_base import LoweredPass
 from snippets_core.lowered.passes.set_buffer_reg_group import SetBufferRegGroup
 from snippets_core.lowered.passes.solve_buffer_memory import SolveBufferMemory
+from snippets_core.lowered.symbolic import is_dynamic
 
 if TYPE_CHECKING:
     from snippets_core.lowered.linear_ir import LinearIR
@@ -41,18 +42,27 @@ class AllocateBuffers(LoweredPass):
             steps += [InitBuffersDefault()]
         for step in steps:
             step.run(ir)
+        # a register group whose buffers all sit at one dynamic offset: its pointer register starts there (the
+        # kernel adds the offset once, from the runtime-parameter block) and its accesses use offset 0, so a loop
+        # over it pays nothing for the offset being known only at run time
+        offsets: dict[int, set] = {}  # type: ignore[type-arg]
+        for b in ir.get_buffers():
+            offsets.setdefault(b.reg_group, set()).add(b.offset)
+        ir.buffer_group_bases = {g: next(iter(offs)) for g, offs in sorted(offsets.items())
+                                 if len(offs) == 1 and is_dynamic(next(iter(offs)))}
         for b in ir.get_buffers():
             b.node.reg_group, b.node.cluster_id, b.node.offset = b.reg_group, b.cluster_id, b.offset
-            # the accesses add the buffer's place in the scratchpad at compile time (their pointer
-            # register may be shared with other buffers of the group)
+            # the accesses add the buffer's place in the scratchpad (relative to its group's base) at compile time
+            # (their pointer register may be shared with other buffers of the group)
+            offset = b.offset - ir.buffer_group_bases.get(b.reg_group, 0)
             accesses = ([b.input_expr(0)] if b.input_count else []) + [c.expr for c in b.consumers(0)]
             for acc in accesses:
                 if acc.type_name != "LoopEnd":
-                    acc.node.rt_info[BUFFER_OFFSET] = b.offset
+                    acc.node.rt_info[BUFFER_OFFSET] = offset
             # per port too, for ops that access several buffers (Brgemm); copies made later keep it
             if b.input_count:
                 src = b.input_connectors[0].source
-                src.expr.node.rt_info.setdefault(PORT_BUFFER_OFFSETS, {})[("out", src.index)] = b.offset
+                src.expr.node.rt_info.setdefault(PORT_BUFFER_OFFSETS, {})[("out", src.index)] = offset
             for c in b.consumers(0):
-                c.expr.node.rt_info.setdefault(PORT_BUFFER_OFFSETS, {})[("in", c.index)] = b.offset
+                c.expr.node.rt_info.setdefault(PORT_BUFFER_OFFSETS, {})[("in", c.index)] = offset
         return True

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 from snippets_core.lowered.loop_manager import LoopManager
 from snippets_core.lowered.passes.buffer_access import buffer_accesses
 from snippets_core.lowered.passes.pass_base import LoweredPass
-from snippets_core.lowered.symbolic import DynamicShapeError, is_dynamic
+from snippets_core.lowered.symbolic import is_dynamic
 
 if TYPE_CHECKING:
     from snippets_core.lowered.expression import BufferExpression
@@ -52,13 +52,12 @@ class SolveBufferMemory(LoweredPass):
             sizes = [0 if b.allocation_size is None else b.allocation_size for b in members]
             size = -(-(sizes[0] if all(x == sizes[0] for x in sizes) else max(sizes)) // ALIGNMENT) * ALIGNMENT
             info.append((cid, size, min(s[0] for s in spans), max(s[1] for s in spans)))
-        # clusters of a size known only at run time go after the others, without sharing memory: the first at the
-        # static end of the rest (a static offset), the scratchpad size is dynamic (the configurator computes it)
+        # clusters of a size known only at run time go after the others, one after another without sharing memory:
+        # the first at the static end of the rest (a static offset), the next ones at offsets known only at run time
+        # (expressions of the dims: the kernel reads them from its runtime-parameter block), and the scratchpad
+        # size is dynamic (the configurator computes it per shape)
         dynamic = [t for t in info if is_dynamic(t[1])]
         info = [t for t in info if not is_dynamic(t[1])]
-        if len(dynamic) > 1:
-            raise DynamicShapeError(f"{len(dynamic)} buffer clusters have sizes known only at run time; their "
-                                    "offsets would be too")
         placed: list[tuple[int, int, int, int]] = []  # (offset, size, lo, hi)
         offsets: dict[int, int] = {}
         for cid, size, lo, hi in sorted(info, key=lambda t: (-t[1], t[0])):

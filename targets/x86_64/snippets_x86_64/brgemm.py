@@ -33,13 +33,13 @@ from snippets_core.lowered.brgemm_utils import brgemm_geometry
 from snippets_core.lowered.passes.brgemm_blocking import blocking_from_options
 from snippets_core.lowered.port_descriptor import RT_INFO_KEY as PORT_DESCRIPTORS
 from snippets_core.lowered.port_descriptor import set_port_descriptor
-from snippets_core.lowered.symbolic import DynamicShapeError, is_dynamic
+from snippets_core.lowered.symbolic import DynamicShapeError, is_dynamic, low_mask, nonzero
 from snippets_core.passes.graph_utils import body_of, make, nodes_of_type, replace_output
 from snippets_core.passes.matmul_to_brgemm import init_brgemm_ports
 from snippets_core.passes.pass_manager import Pass, PassPosition, PositionedPass
-from snippets_x86_64.asm import Assembler, dword, word
+from snippets_x86_64.asm import Assembler, dword, qword, word
 from snippets_x86_64.brgemm_copy_b import PACKED_B
-from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter
+from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter, lea_runtime
 
 if TYPE_CHECKING:
     from snippets_core.lowered.expression import Expression
@@ -102,10 +102,9 @@ class BrgemmEmitter(JitEmitter):
     def __init__(self, expr: Expression, h: X86_64TargetMachine) -> None:
         super().__init__(expr, h)
         g = brgemm_geometry(expr)
-        dynamic = [d for d, v in zip("MNK", (g.m, g.n, g.k)) if is_dynamic(v)]
-        if dynamic:  # the register tiles and the K loop are unrolled for static extents
-            raise DynamicShapeError(f"Brgemm '{expr.name}': the x86-64 micro-kernel needs {', '.join(dynamic)} at "
-                                    "compile time; it is compiled per shape")
+        #: M, N, K, strides or buffer offsets known only at run time: read from the runtime-parameter block
+        self.dynamic = any(is_dynamic(v) for v in (g.m, g.n, g.k, *(x for acc in (g.a, g.b, g.c) for x in (
+            acc.row_stride, acc.col_stride, acc.offset_bytes))))
         types = (g.a.element_type, g.b.element_type)
         kernel = KERNELS.get(types)
         if kernel is None or g.c.element_type != F32:
@@ -130,14 +129,25 @@ class BrgemmEmitter(JitEmitter):
         #: registers beside the tile: A broadcasts (two for f32, one for bf16), and for bf16 the pair permutation
         #: and the second B row
         self.extra = 3 if kernel == "bf16" else 2
+        if self.dynamic:
+            self._init_dynamic()
+            return
         self.mr, self.nr = tile_shape(g.m, g.n, VEC_BUDGET - self.extra)
         self.tail = g.n % LANES
 
     def aux_needs(self) -> tuple[int, int, int]:
+        vecs = self.mr * self.nr + self.nr + self.extra
+        if self.dynamic:
+            gprs = 5 + (2 if is_dynamic(self.g.a.row_stride) else 0) + (1 if is_dynamic(self.g.b.row_stride) else 0)
+            vecs = max(self.rows_for(nv) * nv + nv for nv in range(1, self.nr + 1)) + self.extra
+            return gprs, vecs, 1 if is_dynamic(self.g.n) or self.tail else 0
         # a packed B needs three more: the panel's B and C pointers and the panel counter
-        return 6 if self.panel else 3, self.mr * self.nr + self.nr + self.extra, 1 if self.tail else 0
+        return 6 if self.panel else 3, vecs, 1 if self.tail else 0
 
     def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
+        if self.dynamic:
+            _DynamicEmission(self, a, ins, outs, aux).emit()
+            return
         if self.panel:
             self._emit_packed(a, ins, outs, aux)
             return
@@ -183,6 +193,39 @@ class BrgemmEmitter(JitEmitter):
                         for j in range(nv):
                             dst = c_addr(r, j)
                             a.vmovups(dst.mask(mask) if masked[j] else dst, acc[r][j])
+
+    def _init_dynamic(self) -> None:
+        """Checks and register tiles of a block with runtime extents (see :class:`_DynamicEmission`)."""
+        g, name = self.g, self.expr.name
+        if self.kernel != "f32" or self.panel:
+            raise DynamicShapeError(f"Brgemm '{name}': the runtime-extent micro-kernel computes f32 with B read in "
+                                    f"place (got {self.kernel}{', a packed B' if self.panel else ''}); it is "
+                                    "compiled per shape")
+        if is_dynamic(g.a.col_stride) or g.b.col_stride != 1:
+            raise DynamicShapeError(f"Brgemm '{name}': A's column stride {g.a.col_stride} (B's {g.b.col_stride}) "
+                                    "must be static (B's 1) for the runtime-extent micro-kernel")
+        # the widest panel a static N allows (a dynamic N: NR_MAX vectors); each panel width nv has its row count
+        n_bound = g.n if not is_dynamic(g.n) else NR_MAX * LANES
+        self.nr = tile_shape(1, n_bound, VEC_BUDGET - self.extra)[1]
+        self.mr = self.rows_for(self.nr)
+        self.tail = 0 if is_dynamic(g.n) else g.n % LANES
+        # the kernel prologue copies the runtime parameters registered so far to their stack slots: a dry run of
+        # the emission on a scratch function registers every value the block will read
+        from snippets_x86_64.asm import GP64, ZMM, K
+
+        n_gpr, n_vec, n_mask = self.aux_needs()
+        aux = AuxRegs(tuple(GP64[3:3 + n_gpr]), tuple(ZMM[:n_vec]), tuple(K[1:1 + n_mask]))
+        _DynamicEmission(self, self.h.new_function(), [GP64[0], GP64[1]], [GP64[2]], aux).emit()
+
+    def rows_for(self, nv: int) -> int:
+        """Rows of the register tile of a panel of ``nv`` vectors, for a block with runtime extents."""
+        g = self.g
+        mr = tile_shape(g.m if not is_dynamic(g.m) else 1 << 20, nv * LANES, VEC_BUDGET - self.extra)[0]
+        if is_dynamic(g.a.row_stride):  # rows of A addressed [pa + sa*{0,1,2,4}], [pa3 + sa*{0,2}]
+            mr = min(mr, len(_A_ROWS))
+        if is_dynamic(g.m):  # compiled variants per remainder of M: keep the compare chain short
+            mr = min(mr, DYNAMIC_MR_MAX)
+        return mr
 
     def _emit_packed(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
         """The whole N and K of a B packed in panels (:func:`snippets_x86_64.brgemm_copy_b.pack_b_panels`): a
@@ -305,6 +348,285 @@ class BrgemmEmitter(JitEmitter):
                 a.vpbroadcastw(second, word[pa + r * g.a.row_stride * 2])
                 for j, acc in enumerate(row):
                     a.vdpbf16ps(acc, t.bvec[j], second)
+
+
+#: rows of a tile whose A rows are a runtime stride ``sa`` apart: row -> (base: 0 = pa, 1 = pa3 = pa + 3 sa, scale)
+_A_ROWS = {0: (0, 0), 1: (0, 1), 2: (0, 2), 3: (1, 0), 4: (0, 4), 5: (1, 2)}
+#: at most this many rows per tile for a dynamic M (a compiled variant per remainder 1..mr-1)
+DYNAMIC_MR_MAX = 8
+
+
+class _DynamicEmission:
+    """The micro-kernel of a Brgemm block whose M, N, K, row strides or buffer offsets are known only at run time
+    (a sequence length): one code for every shape, its extents read from the runtime-parameter block (stack slots
+    the kernel prologue fills), as OpenVINO's kernel executor does per shape but without recompiling.
+
+    * N: static panels as in the static kernel; a dynamic N runs its whole panels of ``nr`` vectors in a runtime
+      loop, then jumps to the panel variant compiled for the vectors left (1..nr, the last one under the runtime
+      tail mask), so a narrow tail costs what its columns need.
+    * M: a static M takes the static kernel's even row tiles; a dynamic M runs whole tiles of ``mr`` rows in a
+      runtime loop and jumps to the variant of what is left: ``r`` rows alone (M < mr), or the last whole tile and
+      ``r`` rows as two even tiles (``mr + r`` rows: 6 + 2 -> 4, 4), never a thin tile after wide ones.
+    * K: a static K keeps the static kernel's L1 chunks; a dynamic K is one chunk, ``K // 2`` unrolled pairs and
+      an odd step selected at run time.
+    * a dynamic row stride of A is a register (rows ``[pa + sa*s]``, ``[pa3 + sa*s]``, at most 6 rows per tile),
+      of B a register (``[pb + sb]``), of C a running pointer at the tile's loads and stores.
+
+    The register tiles (``mr`` x ``nv`` accumulators) are the static kernel's, so the K loop is the same FMAs;
+    only the loop counts, masks, variant choice and pointer steps come from the block."""
+
+    def __init__(self, em: BrgemmEmitter, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
+        self.em, self.g, self.a, self.h = em, em.g, a, em.h
+        self.name = em.expr.name
+        self.ins, self.outs = ins, outs
+        gprs = list(aux.gprs)
+        self.pa, self.pb, self.cnt, self.pc, self.t = gprs[:5]
+        rest = gprs[5:]
+        self.a_dyn = is_dynamic(self.g.a.row_stride)
+        self.b_dyn = is_dynamic(self.g.b.row_stride)
+        self.c_dyn = is_dynamic(self.g.c.row_stride)
+        self.pa3, self.sa = (rest.pop(0), rest.pop(0)) if self.a_dyn else (None, None)
+        self.sb = rest.pop(0) if self.b_dyn else None
+        self.vecs = [v.zmm for v in aux.vecs]
+        self.mask = aux.masks[0] if aux.masks else None
+        self.slot = {k: qword[a.stack_slot(8)] for k in ("a", "b", "c", "n", "ta", "tc", "mt")}
+
+    def rt(self, what: str, value: Any) -> Any:
+        """An int, or the stack slot of a dynamic value (registered in the runtime-parameter block)."""
+        return self.h.runtime_value(f"{self.name}.{what}", value)
+
+    def set_ptr(self, reg: GpReg, base: Any, offset: Any, what: str) -> None:
+        """``reg = [base slot] + offset`` (offset an int or a dynamic value)."""
+        a = self.a
+        a.mov(reg, base)
+        if is_dynamic(offset):
+            a.add(reg, self.rt(what, offset))
+        elif offset:
+            a.add(reg, int(offset))
+
+    def add_slot(self, slot: Any, value: Any, what: str) -> None:
+        """``[slot] += value`` (an int or a dynamic value)."""
+        if is_dynamic(value):
+            self.a.mov(self.t, self.rt(what, value))
+            self.a.add(slot, self.t)
+        elif value:
+            self.a.add(slot, int(value))
+
+    def dispatch(self, key: Any, variants: dict[int, Any], what: str) -> None:
+        """Run ``variants[v]()`` for the runtime value ``v`` of ``key`` (a compare chain; no variant for other
+        values)."""
+        a = self.a
+        end = a.new_label(f"brgemm.{self.name}.{what}_end")
+        labels = {v: a.new_label(f"brgemm.{self.name}.{what}{v}") for v in variants}
+        a.mov(self.t, self.rt(what, key))
+        for v, label in labels.items():
+            a.cmp(self.t, v)
+            a.je(label)
+        a.jmp(end)
+        for i, (v, label) in enumerate(labels.items()):
+            a.bind(label)
+            variants[v]()
+            if i < len(labels) - 1:
+                a.jmp(end)
+        a.bind(end)
+
+    # --- the block ------------------------------------------------------------------------------------------
+    def emit(self) -> None:
+        a, g, s, nr = self.a, self.g, self.slot, self.em.nr
+        for key, base, acc in (("a", self.ins[0], g.a), ("b", self.ins[1], g.b), ("c", self.outs[0], g.c)):
+            lea_runtime(a, self.h, self.t, base, acc.offset_bytes, f"{self.name}.{key}_offset")
+            a.mov(s[key], self.t)
+        if not is_dynamic(g.n):
+            nvec = -(-g.n // LANES)
+            if self.em.tail:
+                a.kmovw(self.mask, word[a.const_data(((1 << self.em.tail) - 1).to_bytes(2, "little"), 2)])
+            for v0 in range(0, nvec, nr):
+                nv = min(nr, nvec - v0)
+                self.panel(nv, self.mask if self.em.tail and v0 + nv == nvec else None, v0 * LANES * 4)
+            return
+        # a dynamic N: whole panels of nr vectors in a runtime loop, then the variant of the vectors left
+        width = nr * LANES
+        left = a.new_label(f"brgemm.{self.name}.n_left")
+        a.mov(self.t, self.rt(f"n_panels{width}", g.n // width))
+        a.test(self.t, self.t)
+        a.jz(left)
+        top = a.label(f"brgemm.{self.name}.n")
+        a.mov(s["n"], self.t)
+        self.panel(nr, None, 0)
+        a.add(s["b"], width * 4)
+        a.add(s["c"], width * 4)
+        a.mov(self.t, s["n"])
+        a.dec(self.t)
+        a.jnz(top)  # t holds the panels left: the loop head stores it
+        a.bind(left)
+        rest = g.n % width
+        a.kmovw(self.mask, word[self.rt(f"n_tail_mask{width}", low_mask((rest - 1) % LANES + 1))])
+        self.dispatch((rest + LANES - 1) // LANES, {nv: (lambda nv=nv: self.panel(nv, self.mask, 0))
+                                                    for nv in range(1, nr + 1)}, f"n_vectors{width}")
+
+    def panel(self, nv: int, mask: Any, col_bytes: int) -> None:
+        """Every K chunk and row tile of one panel of ``nv`` vectors starting ``col_bytes`` into B's and C's rows
+        (``mask``: the op-mask of its last vector, or None)."""
+        g, a, s = self.g, self.a, self.slot
+        masks = [mask if j == nv - 1 else None for j in range(nv)]
+        mr = self.em.rows_for(nv)
+        chunks: list[tuple[int, Any]] = [(0, g.k)] if is_dynamic(g.k) else k_chunks(g.k, nv * LANES * 4, False)
+        for k0, kc in chunks:
+            first = not (g.beta or k0)  # the first K chunk of a beta-0 block writes C, the others add to it
+
+            def tile(rows: int, k0: int = k0, kc: Any = kc, first: bool = first) -> None:
+                self.tile(rows, mr, nv, masks, first, k0, kc, col_bytes)
+
+            if not is_dynamic(g.m):
+                for m0, mv in row_tiles(g.m, mr):
+                    self.set_ptr(self.pa, s["a"], m0 * g.a.row_stride * 4 + k0 * g.a.col_stride * 4, f"a_tile{m0}")
+                    self.set_ptr(self.pc, s["c"], m0 * g.c.row_stride * 4 + col_bytes, f"c_tile{m0}")
+                    tile(mv)
+                continue
+            # a dynamic M: whole tiles in a runtime loop (all but the last when rows are left and there is one),
+            # then the variant of what is left
+            self.set_ptr(self.t, s["a"], k0 * g.a.col_stride * 4, "a_k0")
+            a.mov(s["ta"], self.t)
+            self.set_ptr(self.t, s["c"], col_bytes, "c_col")
+            a.mov(s["tc"], self.t)
+            whole, r = g.m // mr, g.m % mr
+            paired = nonzero(r) * nonzero(whole)
+            rest = a.new_label(f"brgemm.{self.name}.m_rest")
+            a.mov(self.t, self.rt(f"m_loop{mr}", whole - paired))
+            a.test(self.t, self.t)
+            a.jz(rest)
+            a.mov(s["mt"], self.t)
+            top = a.label(f"brgemm.{self.name}.m")
+            self.walk_tile(tile, mr)
+            a.mov(self.t, s["mt"])
+            a.dec(self.t)
+            a.mov(s["mt"], self.t)
+            a.jnz(top)
+            a.bind(rest)
+
+            def alone(v: int) -> None:
+                self.walk_tile(tile, v, last=True)
+
+            def pair(v: int) -> None:  # the last whole tile and v rows: two even tiles
+                self.walk_tile(tile, (mr + v + 1) // 2)
+                self.walk_tile(tile, (mr + v) // 2, last=True)
+
+            variants = {v: (lambda v=v: alone(v)) for v in range(1, mr)}
+            variants.update({mr + v: (lambda v=v: pair(v)) for v in range(1, mr)})
+            self.dispatch(r + mr * paired, variants, f"m_left{mr}")
+
+    def walk_tile(self, tile: Any, rows: int, last: bool = False) -> None:
+        """A tile of ``rows`` rows at the walking tile pointers, then the pointers past it (unless ``last``)."""
+        g, a, s = self.g, self.a, self.slot
+        a.mov(self.pa, s["ta"])
+        a.mov(self.pc, s["tc"])
+        tile(rows)
+        if not last:
+            self.add_slot(s["ta"], rows * g.a.row_stride * 4, f"a_rows{rows}")
+            self.add_slot(s["tc"], rows * g.c.row_stride * 4, f"c_rows{rows}")
+
+    # --- one register tile -----------------------------------------------------------------------------------
+    def c_rows(self, mv: int, nv: int, fn: Any) -> None:
+        """``fn(r, j, address)`` for every C vector of the tile (``pc`` = its first row; a dynamic C row stride
+        walks ``pc`` and walks it back)."""
+        g, a = self.g, self.a
+        for r in range(mv):
+            for j in range(nv):
+                off = j * LANES * 4 if self.c_dyn else (r * g.c.row_stride + j * LANES) * 4
+                fn(r, j, self.pc + off)
+            if self.c_dyn and r < mv - 1:
+                a.add(self.pc, self.rt("c_row_bytes", g.c.row_stride * 4))
+        if self.c_dyn and mv > 1:
+            a.mov(self.t, self.rt(f"c_rows_back{mv - 1}", -(mv - 1) * g.c.row_stride * 4))
+            a.add(self.pc, self.t)
+
+    def tile(self, mv: int, mr: int, nv: int, masks: list, first: bool, k0: int, k: Any, col_bytes: int) -> None:
+        """``C[mv rows, nv vectors] (+)= A @ B`` with ``pa``/``pc`` at the tile's first A/C element."""
+        g, a = self.g, self.a
+        acc = [[self.vecs[r * nv + j] for j in range(nv)] for r in range(mv)]
+        bvec = [self.vecs[mr * nv + j] for j in range(nv)]
+        a_regs = self.vecs[mr * nv + nv:][:2]
+
+        def init(r: int, j: int, addr: Any) -> None:
+            if first:
+                a.vxorps(acc[r][j], acc[r][j], acc[r][j])
+            else:
+                a.vmovups(acc[r][j].mask(masks[j]).z if masks[j] is not None else acc[r][j], addr)
+
+        self.c_rows(mv, nv, init)
+        if self.a_dyn:
+            a.mov(self.sa, self.rt("a_row_bytes", g.a.row_stride * 4))
+            a.lea(self.pa3, self.pa + self.sa * 2)
+            a.add(self.pa3, self.sa)
+        if self.b_dyn:
+            a.mov(self.sb, self.rt("b_row_bytes", g.b.row_stride * 4))
+        self.set_ptr(self.pb, self.slot["b"], k0 * g.b.row_stride * 4 + col_bytes, f"b_k{k0}")
+        self.k_loop(acc, bvec, a_regs, masks, k)
+
+        def store(r: int, j: int, addr: Any) -> None:
+            a.vmovups(addr.mask(masks[j]) if masks[j] is not None else addr, acc[r][j])
+
+        self.c_rows(mv, nv, store)
+
+    def a_addr(self, r: int, step: int) -> Any:
+        g = self.g
+        disp = step * g.a.col_stride * 4
+        if not self.a_dyn:
+            return self.pa + (r * g.a.row_stride * 4 + disp)
+        base, scale = _A_ROWS[r]
+        reg = self.pa if base == 0 else self.pa3
+        return (reg + self.sa * scale + disp) if scale else (reg + disp)
+
+    def b_addr(self, step: int, j: int) -> Any:
+        if self.b_dyn:
+            return (self.pb + self.sb + j * LANES * 4) if step else (self.pb + j * LANES * 4)
+        return self.pb + (step * self.g.b.row_stride + j * LANES) * 4
+
+    def k_step(self, acc: list, bvec: list, a_regs: list, masks: list, step: int) -> None:
+        a = self.a
+        for j, b in enumerate(bvec):
+            a.vmovups(b.mask(masks[j]).z if masks[j] is not None else b, self.b_addr(step, j))
+        for r, row in enumerate(acc):
+            areg = a_regs[r % len(a_regs)]
+            a.vbroadcastss(areg, dword[self.a_addr(r, step)])
+            for j, c in enumerate(row):
+                a.vfmadd231ps(c, bvec[j], areg)
+
+    def k_loop(self, acc: list, bvec: list, a_regs: list, masks: list, k: Any) -> None:
+        """K steps of the tile, ``K_UNROLL`` per iteration; a dynamic K reads the pair count and the odd step."""
+        g, a = self.g, self.a
+        unroll = K_UNROLL if is_dynamic(k) else max(1, min(K_UNROLL, k))
+        skip = a.new_label(f"brgemm.{self.name}.k_skip")
+        if is_dynamic(k):
+            a.mov(self.cnt, self.rt(f"k_steps{unroll}", k // unroll))
+            a.test(self.cnt, self.cnt)
+            a.jz(skip)
+        else:
+            a.mov(self.cnt, k // unroll)
+        top = a.label(f"brgemm.{self.name}.k")
+        for st in range(unroll):
+            self.k_step(acc, bvec, a_regs, masks, st)
+        a_step = unroll * g.a.col_stride * 4
+        a.add(self.pa, a_step)
+        if self.pa3 is not None:
+            a.add(self.pa3, a_step)
+        if self.b_dyn:
+            a.lea(self.pb, self.pb + self.sb * unroll)
+        else:
+            a.add(self.pb, unroll * g.b.row_stride * 4)
+        a.dec(self.cnt)
+        a.jnz(top)
+        a.bind(skip)
+        if is_dynamic(k):
+            done = a.new_label(f"brgemm.{self.name}.k_done")
+            a.mov(self.cnt, self.rt(f"k_odd{unroll}", k % unroll))
+            a.test(self.cnt, self.cnt)
+            a.jz(done)
+            self.k_step(acc, bvec, a_regs, masks, 0)
+            a.bind(done)
+        else:
+            for st in range(k % unroll):
+                self.k_step(acc, bvec, a_regs, masks, st)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ each batch index (head) transposes its B once.
 The emitter transposes 16 x 16 tiles in registers: 16 rows of 16 contiguous K values are loaded, transposed
 with four stages of in-lane and cross-lane shuffles (``vunpcklps/vunpckhps``, ``vshufps``, ``vshuff32x4``
 twice; 64 shuffles per tile) and stored as 16 rows of 16 N values. N tiles run in a counted loop (the N tail
-stores masked, its missing rows are never stored), K tiles are unrolled (a K tail loads masked).
+stores masked, its missing rows are never stored), K tiles are unrolled (a K tail loads masked). A dynamic N (a
+sequence length) reads its tile count, tail and output row stride from the runtime-parameter block: one kernel
+for every length.
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ from snippets_core.ir.shape import Shape
 from snippets_core.lowered.brgemm_utils import _access
 from snippets_core.lowered.port_descriptor import FULL_DIM, set_port_descriptor
 from snippets_core.lowered.port_descriptor import RT_INFO_KEY as PORT_DESCRIPTORS
+from snippets_core.lowered.symbolic import DynamicShapeError, is_dynamic, low_mask
 from snippets_core.passes.graph_utils import body_of, make, nodes_of_type, replace_output
 from snippets_core.passes.matmul_to_brgemm import init_brgemm_ports
 from snippets_core.passes.pass_manager import Pass
 from snippets_x86_64.asm import Assembler, word
-from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter
+from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter, lea_runtime
 
 if TYPE_CHECKING:
     from snippets_core.lowered.expression import Expression
@@ -211,13 +214,31 @@ class BrgemmCopyBEmitter(JitEmitter):
                 f"got strides {src.row_stride}/{dst.col_stride}"
             )
         shape = expr.output_descs[0].preordered_shape
-        self.k, self.n = int(shape[-2]), int(shape[-1])
+        if is_dynamic(shape[-2]) or is_dynamic(src.col_stride):
+            raise DynamicShapeError(f"BrgemmCopyB '{expr.name}': the x86-64 copy unrolls its K tiles, K {shape[-2]} "
+                                    "must be known at compile time")
+        self.k, self.n = int(shape[-2]), shape[-1]
         self.src, self.dst = src, dst
+        #: a dynamic N (a sequence length): the N tile count, the tail's rows, its mask, the output row stride in
+        #: bytes and the output's buffer offset are read from the runtime-parameter block (stack slots)
+        self.dynamic = is_dynamic(self.n)
+        if is_dynamic(dst.offset_bytes):  # registered now: the kernel prologue copies what is registered before it
+            h.runtime_value(f"{expr.name}.dst_offset", dst.offset_bytes)
+        if self.dynamic:
+            rt = h.runtime_value
+            name = expr.name
+            self.full_slot = rt(f"{name}.n_tiles", self.n // LANES)
+            self.tail_slot = rt(f"{name}.n_tail", self.n % LANES)
+            self.mask_slot = rt(f"tail_mask({self.n % LANES})", low_mask(self.n % LANES))
+            self.row_slot = rt(f"{name}.dst_row_bytes", self.n * 4)
 
     def aux_needs(self) -> tuple[int, int, int]:
-        return 3, 17, 2
+        return 4 if self.dynamic else 3, 17, 2
 
     def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
+        if self.dynamic:
+            self._emit_dynamic(a, ins, outs, aux)
+            return
         ps, pd, cnt = aux.gprs[:3]
         vecs = [v.zmm for v in aux.vecs[:17]]
         kmask, nmask = aux.masks[:2]
@@ -225,7 +246,7 @@ class BrgemmCopyBEmitter(JitEmitter):
         if k_tail:
             a.kmovw(kmask, word[a.const_data(((1 << k_tail) - 1).to_bytes(2, "little"), 2)])
         a.lea(ps, ins[0] + self.src.offset_bytes)
-        a.lea(pd, outs[0] + self.dst.offset_bytes)
+        lea_runtime(a, self.h, pd, outs[0], self.dst.offset_bytes, f"{self.expr.name}.dst_offset")
         full = self.n // LANES
         if full:
             a.mov(cnt, full)
@@ -239,13 +260,52 @@ class BrgemmCopyBEmitter(JitEmitter):
             a.kmovw(nmask, word[a.const_data(((1 << n_tail) - 1).to_bytes(2, "little"), 2)])
             self._tile_column(a, ps, pd, vecs, kmask, n_tail, nmask)
 
-    def _tile_column(self, a: Assembler, ps, pd, vecs, kmask, rows: int, nmask) -> None:  # type: ignore[no-untyped-def]
-        """All K tiles of one column of 16 (or ``rows``) N: load ``rows`` rows of up to 16 K, transpose, store."""
+    def _emit_dynamic(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
+        """The same copy for an N known only at run time: a counted loop over the whole N tiles (count from the
+        block), then the tail tile when ``N % 16`` is not 0: its rows are loaded while they exist (a compare per
+        row), its columns stored under the runtime mask; output rows are ``4 N`` bytes apart (a running pointer)."""
+        ps, pd, cnt, pt = aux.gprs[:4]
+        vecs = [v.zmm for v in aux.vecs[:17]]
+        kmask, nmask = aux.masks[:2]
+        if self.k % LANES:
+            a.kmovw(kmask, word[a.const_data(((1 << (self.k % LANES)) - 1).to_bytes(2, "little"), 2)])
+        a.lea(ps, ins[0] + self.src.offset_bytes)
+        lea_runtime(a, self.h, pd, outs[0], self.dst.offset_bytes, f"{self.expr.name}.dst_offset")
+        done = a.new_label(f"copy_b.{self.expr.name}.done")
+        tail = a.new_label(f"copy_b.{self.expr.name}.tail")
+        a.mov(cnt, self.full_slot)
+        a.test(cnt, cnt)
+        a.jz(tail)
+        top = a.label(f"copy_b.{self.expr.name}.n")
+        self._tile_column(a, ps, pd, vecs, kmask, LANES, None, pt)
+        a.add(ps, LANES * self.src.col_stride * 4)
+        a.add(pd, LANES * 4)
+        a.dec(cnt)
+        a.jnz(top)
+        a.bind(tail)
+        a.mov(cnt, self.tail_slot)
+        a.test(cnt, cnt)
+        a.jz(done)
+        a.kmovw(nmask, word[self.mask_slot])
+        self._tile_column(a, ps, pd, vecs, kmask, LANES, nmask, pt, rows_reg=cnt)
+        a.bind(done)
+
+    def _tile_column(self, a: Assembler, ps, pd, vecs, kmask, rows: int, nmask, pt=None,  # type: ignore[no-untyped-def]
+                     rows_reg=None) -> None:
+        """All K tiles of one column of 16 (or ``rows``) N: load ``rows`` rows of up to 16 K, transpose, store.
+        With ``pt`` (a dynamic N) the output rows are addressed through that running pointer, ``row_slot`` bytes
+        apart; with ``rows_reg`` only that many rows are loaded (the others are garbage never stored)."""
         cs, n = self.src.col_stride, self.n
+        if pt is not None:
+            a.mov(pt, pd)
         for k0 in range(0, self.k, LANES):
             kb = min(LANES, self.k - k0)
             regs = list(vecs)  # slots 0..15 hold data, the 17th is the spare each shuffle writes into
+            loaded = a.new_label(f"copy_b.{self.expr.name}.loaded{k0}") if rows_reg is not None else None
             for i in range(LANES):
+                if loaded is not None and i:
+                    a.cmp(rows_reg, i)
+                    a.jbe(loaded)  # rows past the tail are never loaded (their lanes are never stored)
                 if i < rows:
                     addr = ps + (i * cs + k0) * 4
                     if kb < LANES:
@@ -254,6 +314,8 @@ class BrgemmCopyBEmitter(JitEmitter):
                         a.vmovups(regs[i], addr)
                 else:
                     a.vxorps(regs[i], regs[i], regs[i])  # rows past the N tail: lanes never stored
+            if loaded is not None:
+                a.bind(loaded)
             for op, imm_lo, imm_hi, pairs in _STAGES:
                 for p, q in pairs:
                     spare = regs[16]
@@ -266,8 +328,13 @@ class BrgemmCopyBEmitter(JitEmitter):
                         getattr(a, op)(y, x, y, imm_hi)
                     regs[p], regs[16] = spare, x
             for j in range(kb):
-                dst = pd + ((k0 + j) * n) * 4
+                if pt is not None:
+                    dst = pt + 0
+                else:
+                    dst = pd + ((k0 + j) * n) * 4
                 a.vmovups(dst.mask(nmask) if nmask is not None else dst, regs[TRANSPOSE_SLOT[j]])
+                if pt is not None:
+                    a.add(pt, self.row_slot)
 
 
 

@@ -73,6 +73,18 @@ class JitEmitter(Emitter):
         """Append the expression's instructions to ``a``."""
 
 
+def lea_runtime(a: Assembler, h: X86_64TargetMachine, dst: GpReg, base: GpReg, offset: object, name: str) -> None:
+    """``dst = base + offset``: ``offset`` a byte count known at compile time, or a dynamic one (a SymInt: a
+    buffer's place after buffers of sizes known only at run time) read from the runtime-parameter block."""
+    from snippets_core.lowered.symbolic import is_dynamic
+
+    if is_dynamic(offset):
+        a.mov(dst, h.runtime_value(name, offset))
+        a.add(dst, base)
+    else:
+        a.lea(dst, base + int(offset))  # type: ignore[call-overload]
+
+
 class NopEmitter(JitEmitter):
     """Ops that generate no code: Parameter, Result, Buffer (its pointer is set up by the kernel prologue),
     shape-only ops (RankNormalization, Reshape, Reorder: a new view of the same memory), VectorBuffer (a

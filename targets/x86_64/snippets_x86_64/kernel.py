@@ -266,9 +266,12 @@ class X86_64KernelEmitter(KernelEmitter):
                     a.imul(tmp, qword[indexes + 8 * j])
                 a.add(ptr, tmp)
         scratch = 8 * len(self.data_ptr_regs)
-        for reg in self.buffer_regs:
+        for g, (reg, start) in enumerate(zip(self.buffer_regs, self.buffer_bases)):
             if reg is not None:
                 a.mov(GP64[reg.idx], qword[call_args + scratch])
+                if is_dynamic(start):  # the group's buffers sit at an offset known only at run time
+                    slot = self.h.runtime_params.add(f"buffer_base[{g}]", start)
+                    a.add(GP64[reg.idx], qword[call_args + 8 * (base + slot)])
 
     # --- aux registers ---------------------------------------------------------------------------------------
     def _slot(self, kind: str, n: int) -> Mem:

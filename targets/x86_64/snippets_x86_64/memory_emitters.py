@@ -22,7 +22,7 @@ that buffer in the scratchpad (``BUFFER_OFFSET`` in the node's rt_info, set by A
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from snippets_core.errors import CodegenError, UnsupportedByTarget
 from snippets_core.ir.element_type import ElementType
@@ -32,7 +32,7 @@ from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter
 
 if TYPE_CHECKING:
     from snippets_core.lowered.expression import Expression
-    from snippets_x86_64.asm import MaskReg, VecReg
+    from snippets_x86_64.asm import GpReg, MaskReg, VecReg
     from snippets_x86_64.target_machine import X86_64TargetMachine
 
 ET = ElementType
@@ -56,11 +56,13 @@ MEMORY_TYPES = tuple(LANE_FORM)
 _RAW_MOVE = {4: "vmovups", 2: "vmovdqu16", 1: "vmovdqu8"}
 
 
-def buffer_offset(expr: Expression) -> int:
-    """Bytes added at compile time: the place in the scratchpad of the Buffer accessed (0 otherwise)."""
+def buffer_offset(expr: Expression) -> Any:
+    """Bytes added to the pointer: the place in the scratchpad of the Buffer accessed (0 otherwise); a SymInt for
+    a Buffer placed after one whose size is known only at run time (SolveBufferMemory)."""
     from snippets_core.lowered.passes.allocate_buffers import BUFFER_OFFSET
 
-    return int(expr.node.rt_info.get(BUFFER_OFFSET, 0))
+    off = expr.node.rt_info.get(BUFFER_OFFSET, 0)
+    return off if is_dynamic(off) else int(off)
 
 
 def raw(reg: VecReg, nbytes: int) -> VecReg:
@@ -125,7 +127,25 @@ class MemoryEmitter(JitEmitter):
             raise CodegenError(
                 f"{expr.type_name} '{expr.name}' moves {self.count} elements; a vector holds {h.vector_size}"
             )
-        self.byte_offset = buffer_offset(expr) + int(expr.node.offset) * self.size
+        offset = buffer_offset(expr) + int(expr.node.offset) * self.size
+        #: a Buffer at an offset known only at run time: the stack slot of that offset (added to the pointer in an
+        #: aux gpr before the access), and the displacement is 0
+        self.offset_slot = h.runtime_value(f"buffer_offset({offset})", offset) if is_dynamic(offset) else None
+        self.byte_offset = 0 if self.offset_slot is not None else offset
+
+    def address(self, a: Assembler, base: GpReg, aux: AuxRegs) -> Mem:
+        """``[base + offset]``; a dynamic offset is added to ``base`` in the last aux gpr first."""
+        if self.offset_slot is None:
+            return base + self.byte_offset
+        tmp = aux.gprs[-1]
+        a.mov(tmp, self.offset_slot)
+        a.add(tmp, base)
+        return tmp + 0
+
+    @property
+    def offset_gprs(self) -> int:
+        """The aux gprs :meth:`address` needs."""
+        return 0 if self.offset_slot is None else 1
 
     @property
     def masked(self) -> bool:
@@ -152,10 +172,10 @@ class LoadEmitter(MemoryEmitter):
         super().__init__(expr, h, element_type_of_input(expr), as_dim(expr.node.count))
 
     def aux_needs(self) -> tuple[int, int, int]:
-        return 0, 0, 1 if self.masked else 0
+        return self.offset_gprs, 0, 1 if self.masked else 0
 
     def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
-        src: Mem = ins[0] + self.byte_offset
+        src: Mem = self.address(a, ins[0], aux)
         dst = outs[0].zmm
         widen = WIDEN.get(self.element_type)
         if not self.masked:
@@ -182,10 +202,10 @@ class StoreEmitter(MemoryEmitter):
             raise UnsupportedByTarget(f"Store '{expr.name}' of bf16 needs AVX512_BF16 (vcvtneps2bf16), which this CPU lacks")
 
     def aux_needs(self) -> tuple[int, int, int]:
-        return 0, (1 if self.element_type in NARROW else 0), (1 if self.masked else 0)
+        return self.offset_gprs, (1 if self.element_type in NARROW else 0), (1 if self.masked else 0)
 
     def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
-        dst: Mem = outs[0] + self.byte_offset
+        dst: Mem = self.address(a, outs[0], aux)
         src = ins[0].zmm
         narrow = NARROW.get(self.element_type)
         if narrow is not None:
@@ -211,17 +231,18 @@ class BroadcastLoadEmitter(MemoryEmitter):
         super().__init__(expr, h, element_type_of_input(expr), 1)
 
     def aux_needs(self) -> tuple[int, int, int]:
-        return 0, 0, 0
+        return self.offset_gprs, 0, 0
 
     def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
         mnemonic, hint = _BROADCAST[self.size]
         dst = outs[0].zmm
         widen = WIDEN.get(self.element_type)
+        src = self.address(a, ins[0], aux)
         if widen is None:
-            a.emit(mnemonic, dst, hint[ins[0] + self.byte_offset])
+            a.emit(mnemonic, dst, hint[src])
             return
         image = raw(dst, self.full_bytes)
-        a.emit(mnemonic, image, hint[ins[0] + self.byte_offset])
+        a.emit(mnemonic, image, hint[src])
         widen(a, dst, image)
 
 
