@@ -43,8 +43,15 @@ from snippets_core.config import ConfigError
 from snippets_core.errors import CodegenError, InputError, UnsupportedOpError
 from snippets_core.runtime.inputs import as_input_array, expect_output_arrays
 from snippets_shave.blob import DmaDescriptor, Target, TensorRef, write_blob
+from snippets_shave.constants import (
+    DEFAULT_STACK_SIZE,
+    DTYPE_TO_NUMPY,
+    MAX_BARRIERS,
+    RUNTIME_FRAME_BYTES,
+    DType,
+    dtype_of,
+)
 from snippets_shave.dpu_layers import DPU_LAYER_OPS, DpuLayerCompiler, dpu_layer_reason
-from snippets_shave.constants import DEFAULT_STACK_SIZE, DTYPE_TO_NUMPY, DType, dtype_of
 from snippets_shave.errors import StaticShapeError
 from snippets_shave.schedule import ScheduleBuilder
 
@@ -116,8 +123,15 @@ class ShaveOptions:
             raise ConfigError(f"target_options check_races must be true or false, got {opts.check_races!r}")
         if opts.dpu_barriers not in ("per_variant", "shared"):
             raise ConfigError(f"target_options dpu_barriers {opts.dpu_barriers!r}: one of 'per_variant', 'shared'")
-        if opts.stack_size % 16:
-            raise ConfigError(f"target_options stack_size {opts.stack_size} must be a multiple of 16")
+        if opts.stack_size % 16 or opts.stack_size <= RUNTIME_FRAME_BYTES:
+            raise ConfigError(
+                f"target_options stack_size {opts.stack_size} must be a multiple of 16 above the Runtime Kernel's "
+                f"{RUNTIME_FRAME_BYTES}-byte frame"
+            )
+        if opts.max_barriers is not None and opts.max_barriers > MAX_BARRIERS[opts.preset]:
+            raise ConfigError(
+                f"target_options max_barriers {opts.max_barriers}: {opts.preset} has {MAX_BARRIERS[opts.preset]}"
+            )
         return opts
 
     def hardware(self) -> Target:
@@ -786,6 +800,10 @@ class ShaveCompiledModel:
                 f"per tile; {len(blob.kernels)} kernel(s), {n_act} invocation(s), {n_dpu} DPU variant(s), "
                 f"{n_dma} DMA task(s), "
                 f"{len(blob.barriers)} barrier(s)"
+            ),
+            (
+                f"  Runtime Kernel: {len(self.loaded.runtime.program)} SHVX instructions at WIN_C, stacks "
+                f"{list(blob.header.act_runtime.stack_size_per_tile)} bytes per SHAVE"
             ),
         ]
         for sg in self.subgraphs:

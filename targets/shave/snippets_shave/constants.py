@@ -11,7 +11,7 @@ from enum import IntEnum
 
 import numpy as np
 
-WIN_C = 0x1C000000  # runtime kernel code (the runtime loop is native Python in the simulator)
+WIN_C = 0x1C000000  # the Runtime Kernel's code, then the tile's invocation records (runtime_kernel.py)
 WIN_D = 0x1D000000  # kernel .text + .rodata
 WIN_E = 0x1E000000  # invocation .data copy + params + dims/strides
 WIN_F = 0x1F000000  # CMX slice of the tile the kernel runs on
@@ -20,8 +20,12 @@ WINDOW_BASES = (WIN_C, WIN_D, WIN_E, WIN_F)
 
 ISA_VERSION = 1  # SHVX ISA version, stored in ELF e_flags and in the .note.ashv
 KERNEL_ABI_VERSION = 1  # kernel arguments contract version (docs/kernel_abi.md)
-RUNTIME_VERSION = 1  # version of the (native) runtime loop the simulator models
-BLOB_VERSION = (1, 2, 0)  # 1.1 adds header.checksum, 1.2 DPU tasks; schema version written by this package; readers accept same major, minor <= ours
+RUNTIME_VERSION = 2  # the host <-> Runtime Kernel contract: record layout, FIFO, entry registers (runtime_kernel.py)
+RUNTIME_CODE_BUFFER = 1 << 20  # WIN_C bytes for the Runtime Kernel's code (37XX: a 1 MiB code buffer)
+RUNTIME_FRAME_BYTES = 16  # the Runtime Kernel's own frame at the top of each SHAVE stack
+# Schema version written by this package; readers accept the same major and a minor <= ours.
+# 1.1 adds header.checksum, 1.2 DPU tasks, 1.3 the Runtime Kernel in act_runtime.kernel (required).
+BLOB_VERSION = (1, 3, 0)
 
 MAX_DATA_WINDOW = 64 * 1024  # cap on one invocation's WIN_E image
 MAX_ND_DIMS = 15

@@ -3,7 +3,8 @@
 One ELF per kernel (shave_blob.md §5.3), little-endian ``ELFCLASS32``, ``ET_EXEC``, ``e_machine = EM_NONE``
 (as Intel's blobs; there is no registered machine number for SHAVE) and ``e_flags`` = the SHVX ISA version:
 
-* ``.text``   ``SHF_ALLOC|SHF_EXECINSTR`` at WIN_D (0x1D000000), 16-byte aligned;
+* ``.text``   ``SHF_ALLOC|SHF_EXECINSTR`` at WIN_D (0x1D000000), 16-byte aligned (the runtime kernel's at WIN_C,
+  0x1C000000, as the real runtime link script places it);
 * ``.rodata`` ``SHF_ALLOC`` right after ``.text`` (16-byte aligned) inside WIN_D: the constants pool;
 * ``.data``   ``SHF_ALLOC|SHF_WRITE`` at WIN_E (0x1E000000): copied into each invocation's WIN_E image;
 * ``.note.ashv`` (``SHT_NOTE``, owner ``ASHV``, type ``NT_ASHV_KERNEL``): ISA version, kernel ABI version,
@@ -71,18 +72,19 @@ class KernelElf:
     note: KernelNote
     symbols: dict[str, int] = field(default_factory=dict)
     text_file_offset: int = 0  # where .text sits in the ELF file (for ActKernel.text, a sub-view of the ELF)
+    base: int = WIN_D  # the window .text is linked at (WIN_C for the runtime kernel)
 
     @property
     def entry_offset(self) -> int:
         """Entry point as an offset from the start of ``.text`` (``ActKernel.entry``)."""
-        return self.entry - WIN_D
+        return self.entry - self.base
 
     @property
     def text_image(self) -> bytes:
-        """WIN_D contents: ``.text``, zero padding, ``.rodata``."""
+        """The code window's contents: ``.text``, zero padding, ``.rodata``."""
         if not self.rodata:
             return self.text
-        return self.text + bytes(self.rodata_addr - WIN_D - len(self.text)) + self.rodata
+        return self.text + bytes(self.rodata_addr - self.base - len(self.text)) + self.rodata
 
 
 def _note_bytes(note: KernelNote) -> bytes:
@@ -105,14 +107,16 @@ def write_kernel_elf(
     params_signature: str = "",
     params_size: int = 0,
     labels: dict[str, int] | None = None,
+    base: int = WIN_D,
 ) -> bytes:
-    """Write a kernel ELF. ``labels`` maps local label names to word indices in ``.text`` (for disassembly)."""
+    """Write a kernel ELF. ``labels`` maps local label names to word indices in ``.text`` (for disassembly);
+    ``base`` is the window ``.text`` is linked at (WIN_D, or WIN_C for the runtime kernel)."""
     if not text or len(text) % 8:
         raise ElfFormatError(f"kernel {name!r}: .text size {len(text)} must be a positive multiple of 8")
     if not 0 <= entry_offset < len(text) or entry_offset % 8:
         raise ElfFormatError(f"kernel {name!r}: entry offset {entry_offset} outside .text")
-    rodata_addr = WIN_D + _align(len(text), 16)
-    if rodata_addr - WIN_D + len(rodata) > WINDOW_SIZE or len(data) > WINDOW_SIZE:
+    rodata_addr = base + _align(len(text), 16)
+    if rodata_addr - base + len(rodata) > WINDOW_SIZE or len(data) > WINDOW_SIZE:
         raise ElfFormatError(f"kernel {name!r}: code or data larger than a 16 MiB window")
     note = _note_bytes(KernelNote(ISA_VERSION, KERNEL_ABI_VERSION, params_size, params_signature))
 
@@ -129,10 +133,10 @@ def write_kernel_elf(
     for label, index in local:
         if not 0 <= index * 8 <= len(text):
             raise ElfFormatError(f"kernel {name!r}: label {label!r} outside .text")
-        syms.append(_SYM.pack(len(strtab), WIN_D + index * 8, 0, (STB_LOCAL << 4) | STT_NOTYPE, 0, 1))
+        syms.append(_SYM.pack(len(strtab), base + index * 8, 0, (STB_LOCAL << 4) | STT_NOTYPE, 0, 1))
         strtab += label.encode() + b"\0"
     first_global = len(syms)
-    syms.append(_SYM.pack(len(strtab), WIN_D + entry_offset, len(text), (STB_GLOBAL << 4) | STT_FUNC, 0, 1))
+    syms.append(_SYM.pack(len(strtab), base + entry_offset, len(text), (STB_GLOBAL << 4) | STT_FUNC, 0, 1))
     strtab += name.encode() + b"\0"
     symtab = b"".join(syms)
 
@@ -140,7 +144,7 @@ def write_kernel_elf(
     phnum = 3
     off = _align(_EHDR.size + phnum * _PHDR.size, 16)
     text_off = off
-    rodata_off = text_off + (rodata_addr - WIN_D)
+    rodata_off = text_off + (rodata_addr - base)
     off = rodata_off + len(rodata)
     data_off = _align(off, 16)
     note_off = _align(data_off + len(data), 4)
@@ -152,7 +156,7 @@ def write_kernel_elf(
     # (name, type, flags, addr, offset, size, link, info, align, entsize)
     sections = [
         ("", SHT_NULL, 0, 0, 0, 0, 0, 0, 0, 0),
-        (".text", SHT_PROGBITS, SHF_ALLOC | SHF_EXECINSTR, WIN_D, text_off, len(text), 0, 0, 16, 0),
+        (".text", SHT_PROGBITS, SHF_ALLOC | SHF_EXECINSTR, base, text_off, len(text), 0, 0, 16, 0),
         (".rodata", SHT_PROGBITS, SHF_ALLOC, rodata_addr, rodata_off, len(rodata), 0, 0, 16, 0),
         (".data", SHT_PROGBITS, SHF_ALLOC | SHF_WRITE, WIN_E, data_off, len(data), 0, 0, 16, 0),
         (".note.ashv", SHT_NOTE, 0, 0, note_off, len(note), 0, 0, 4, 0),
@@ -160,15 +164,15 @@ def write_kernel_elf(
         (".strtab", SHT_STRTAB, 0, 0, strtab_off, len(strtab), 0, 0, 1, 0),
         (".shstrtab", SHT_STRTAB, 0, 0, shstrtab_off, len(shstrtab), 0, 0, 1, 0),
     ]
-    image_size = rodata_addr - WIN_D + len(rodata)
+    image_size = rodata_addr - base + len(rodata)
     phdrs = [
-        _PHDR.pack(PT_LOAD, text_off, WIN_D, WIN_D, image_size, image_size, PF_R | PF_X, 16),
+        _PHDR.pack(PT_LOAD, text_off, base, base, image_size, image_size, PF_R | PF_X, 16),
         _PHDR.pack(PT_LOAD, data_off, WIN_E, WIN_E, len(data), len(data), PF_R | PF_W, 16),
         _PHDR.pack(PT_NOTE, note_off, 0, 0, len(note), len(note), PF_R, 4),
     ]
     ident = b"\x7fELF" + bytes([1, 1, 1, 0]) + bytes(8)
     ehdr = _EHDR.pack(
-        ident, ET_EXEC, EM_NONE, 1, WIN_D + entry_offset, _EHDR.size, shoff, ISA_VERSION,
+        ident, ET_EXEC, EM_NONE, 1, base + entry_offset, _EHDR.size, shoff, ISA_VERSION,
         _EHDR.size, _PHDR.size, phnum, _SHDR.size, len(sections), len(sections) - 1,
     )  # fmt: skip
     out = bytearray(shoff + len(sections) * _SHDR.size)
@@ -201,8 +205,9 @@ def _cstr(table: bytes, offset: int, what: str) -> str:
         raise ElfFormatError(f"{what}: string at offset {offset} is not UTF-8") from None
 
 
-def read_kernel_elf(blob: bytes, what: str = "kernel ELF") -> KernelElf:
-    """Parse and validate a kernel ELF (bounded: every offset and size is checked before use)."""
+def read_kernel_elf(blob: bytes, what: str = "kernel ELF", base: int = WIN_D) -> KernelElf:
+    """Parse and validate a kernel ELF linked at window ``base`` (bounded: every offset and size is checked
+    before use)."""
     blob = bytes(blob)
     if len(blob) < _EHDR.size:
         raise ElfFormatError(f"{what}: {len(blob)} bytes is shorter than an ELF header")
@@ -243,20 +248,20 @@ def read_kernel_elf(blob: bytes, what: str = "kernel ELF") -> KernelElf:
         return raw[index], payloads[index]
 
     text_hdr, text = section(".text")  # type: ignore[misc]
-    if text_hdr[3] != WIN_D or text_hdr[1] != SHT_PROGBITS or not text_hdr[2] & SHF_EXECINSTR:
+    if text_hdr[3] != base or text_hdr[1] != SHT_PROGBITS or not text_hdr[2] & SHF_EXECINSTR:
         raise ElfFormatError(
-            f"{what}: .text must be executable PROGBITS at WIN_D {WIN_D:#x} (sh_addr {text_hdr[3]:#x})"
+            f"{what}: .text must be executable PROGBITS at {base:#x} (sh_addr {text_hdr[3]:#x})"
         )
     if not text or len(text) % 8:
         raise ElfFormatError(f"{what}: .text size {len(text)} must be a positive multiple of 8")
-    rodata, rodata_addr = b"", WIN_D + _align(len(text), 16)
+    rodata, rodata_addr = b"", base + _align(len(text), 16)
     got = section(".rodata", required=False)
     if got is not None and got[1]:
         rodata_hdr, rodata = got
         rodata_addr = rodata_hdr[3]
-        if rodata_addr < WIN_D + len(text) or rodata_addr + len(rodata) > WIN_D + WINDOW_SIZE:
-            raise ElfFormatError(f"{what}: .rodata at {rodata_addr:#x} must follow .text inside WIN_D")
-        if rodata_addr - WIN_D - len(text) > 4096:
+        if rodata_addr < base + len(text) or rodata_addr + len(rodata) > base + WINDOW_SIZE:
+            raise ElfFormatError(f"{what}: .rodata at {rodata_addr:#x} must follow .text inside its window")
+        if rodata_addr - base - len(text) > 4096:
             raise ElfFormatError(f"{what}: .rodata at {rodata_addr:#x} leaves an unexpected gap after .text")
     data = b""
     got = section(".data", required=False)
@@ -280,9 +285,9 @@ def read_kernel_elf(blob: bytes, what: str = "kernel ELF") -> KernelElf:
             entry_name = sym
     if entry_name is None:
         raise ElfFormatError(f"{what}: no global function symbol at e_entry {e_entry:#x}")
-    if not WIN_D <= e_entry < WIN_D + len(text) or (e_entry - WIN_D) % 8:
+    if not base <= e_entry < base + len(text) or (e_entry - base) % 8:
         raise ElfFormatError(f"{what}: e_entry {e_entry:#x} is not an instruction of .text")
-    return KernelElf(entry_name, text, rodata, rodata_addr, data, e_entry, note, symbols, text_hdr[4])
+    return KernelElf(entry_name, text, rodata, rodata_addr, data, e_entry, note, symbols, text_hdr[4], base)
 
 
 def _read_note(note: bytes, what: str) -> KernelNote:

@@ -51,6 +51,11 @@ class StepLimitExceeded(SimulationError):
     """A kernel ran more instructions than the simulator's budget (a runaway loop)."""
 
 
+class RuntimeKernelError(SimulationError):
+    """The Runtime Kernel misused the FIFO/barrier/window hardware: a barrier id out of range, a count taken
+    below zero, a launch without its windows (the message names the SHAVE and its task)."""
+
+
 class DeadlockError(SimulationError):
     """No executor can make progress while tasks remain, or barriers are not drained at the end."""
 
@@ -64,6 +69,7 @@ __all__ = [
     "InstructionDecodeError",
     "KernelAbiError",
     "KernelTrap",
+    "RuntimeKernelError",
     "SimulationError",
     "StepLimitExceeded",
     "WindowFault",

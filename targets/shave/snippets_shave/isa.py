@@ -35,15 +35,18 @@ NO_TYPE: tuple[str, ...] = ()  # scalar/control ops: type field must be 0
 # Operand kinds: the field they occupy and how they print.
 #   v* vector register, r* scalar register (rs = store source, kept in the rd field),
 #   imm signed 32-bit, target PC-relative word offset, shamt 0..31, lane 0..lanes-1, half 0..1,
-#   stype a source element type kept in the rc field.
+#   stype a source element type kept in the rc field, win a switchable window (1 = WIN_D, 2 = WIN_E).
 _FIELD_OF_KIND: dict[str, str] = {
     "vd": "rd", "va": "ra", "vb": "rb", "vc": "rc", "vs": "rd",
     "rd": "rd", "ra": "ra", "rb": "rb", "rc": "rc", "rs": "rd",
     "imm": "imm", "target": "imm", "shamt": "imm", "lane": "imm", "half": "imm",
-    "stype": "rc",
+    "stype": "rc", "win": "imm",
 }  # fmt: skip
 REGISTER_KINDS = frozenset({"vd", "va", "vb", "vc", "vs", "rd", "ra", "rb", "rc", "rs"})
 VECTOR_KINDS = frozenset({"vd", "va", "vb", "vc", "vs"})
+
+# Windows the runtime kernel re-points per invocation (WINSET): WIN_C and WIN_F are set once, at boot.
+SWITCHABLE_WINDOWS = (1, 2)
 
 # Conversions VCVT accepts: (destination type, source type).
 CVT_PAIRS = frozenset({("f16", "f32"), ("f32", "f16"), ("f32", "i32"), ("i32", "f32")})
@@ -57,7 +60,7 @@ class InstrDef:
     opcode: int
     operands: tuple[str, ...]
     types: tuple[str, ...]
-    unit: str  # CTRL, ALU, LSU, VLSU, VAU, SAU, MOVE: the SHAVE unit the opcode group models
+    unit: str  # CTRL, ALU, LSU, VLSU, VAU, SAU, MOVE, SYS: the SHAVE unit the opcode group models
     summary: str
 
 
@@ -140,6 +143,16 @@ def _defs() -> dict[str, InstrDef]:
         ("VEXTRACT", 0x63, ("rd", "va", "lane"), VT, "MOVE", "rd = bits of lane (zero-extended)"),
         ("VINSERT", 0x64, ("vd", "ra", "lane"), VT, "MOVE", "lane of vd = low lane-width bits of ra"),
         ("VMASKN", 0x65, ("vd", "ra"), VT, "MOVE", "vd lane i = all ones if i < ra (unsigned) else 0"),
+        # runtime-kernel system ops 0x70-0x7F (the FIFO, barrier and window hardware; docs/shvx_isa.md):
+        # a compute kernel that executes one traps. The waits stall the SHAVE until their condition holds.
+        ("HALT", 0x70, (), NO_TYPE, "SYS", "stop this SHAVE's runtime kernel: no more work"),
+        ("FIFOPOP", 0x71, ("rd",), NO_TYPE, "SYS", "rd = address of the tile's next invocation record, 0 if none"),
+        ("BWAIT", 0x72, ("ra",), NO_TYPE, "SYS", "stall until barrier ra is current and its producer count is 0"),
+        ("BCUR", 0x73, ("ra",), NO_TYPE, "SYS", "stall until barrier ra is the current instance of its physical id"),
+        ("BCONS", 0x74, ("ra",), NO_TYPE, "SYS", "consumer count of barrier ra -= 1"),
+        ("BPROD", 0x75, ("ra",), NO_TYPE, "SYS", "producer count of barrier ra -= 1"),
+        ("WINSET", 0x76, ("win", "ra"), NO_TYPE, "SYS", "map window win (1 WIN_D, 2 WIN_E) to image handle ra"),
+        ("LAUNCH", 0x77, ("ra",), NO_TYPE, "SYS", "call the kernel at WIN_D address ra (r0, r1, SP); resume after it"),
     ]
     table: dict[str, InstrDef] = {}
     for mnemonic, opcode, operands, types, unit, summary in rows:
@@ -203,6 +216,10 @@ def _check_operand(d: InstrDef, kind: str, value: int | str, etype: str | None, 
     if kind == "half":
         if not 0 <= value < 2:
             raise err(f"{d.mnemonic}: half {value} must be 0 or 1")
+        return value
+    if kind == "win":
+        if value not in SWITCHABLE_WINDOWS:
+            raise err(f"{d.mnemonic}: window {value} is not switchable (1 = WIN_D, 2 = WIN_E)")
         return value
     # imm / target: signed 32-bit; MOVI also takes an unsigned 32-bit bit pattern (e.g. float bits)
     low = -(1 << 31)
@@ -294,7 +311,7 @@ def decode(word: int, pc: int | None = None) -> Instruction:
             operands.append(src)
             continue
         value = _signed32(raw) if kind in ("imm", "target") else raw
-        if kind in ("shamt", "lane", "half"):
+        if kind in ("shamt", "lane", "half", "win"):
             try:
                 _check_operand(d, kind, value, etype, InstructionDecodeError)
             except InstructionDecodeError as exc:

@@ -18,6 +18,7 @@ from snippets_shave.blob import Blob, DmaDescriptor, DpuTask, Executor, KernelKi
 from snippets_shave.constants import DEFAULT_STACK_SIZE, DTYPE_TO_NUMPY, KERNEL_ABI_VERSION, WIN_F, dtype_of
 from snippets_shave.elf import KernelElf, read_kernel_elf
 from snippets_shave.errors import KernelAbiError
+from snippets_shave.runtime_kernel import RUNTIME_NAME, RUNTIME_SIGNATURE, runtime_kernel_elf
 from snippets_shave.vpurt.assign_physical_barriers import AssignPhysicalBarriers
 from snippets_shave.vpurt.ir import (
     BarrierDecl,
@@ -40,6 +41,14 @@ from snippets_shave.vpurt.serialize import (
     unique_name,
     with_arg_types,
 )
+
+
+def runtime_kernel_decl() -> KernelDecl:
+    """``@VPU.SW::@runtime``: the Runtime Kernel every schedule carries (``VPURT.Graph``'s ``runtime``)."""
+    return declare_kernel(
+        RUNTIME_NAME, RUNTIME_SIGNATURE, Payload.of(runtime_kernel_elf()), 0, KERNEL_ABI_VERSION, KernelKind.COMPUTE,
+        [],
+    )  # fmt: skip
 
 
 def cmx_reserved_bytes(target: Target, stack_size: int) -> int:
@@ -77,7 +86,7 @@ class ScheduleBuilder:
     tasks: list[tuple[Executor, int, VpurtTask]] = field(default_factory=list)
     num_barriers: int = 0
     _by_elf: dict[bytes, _Kernel] = field(default_factory=dict)
-    _names: set[str] = field(default_factory=lambda: {"runtime"})  # @runtime is the runtime kernel
+    _names: set[str] = field(default_factory=lambda: {RUNTIME_NAME})  # @runtime is the Runtime Kernel
 
     @property
     def cmx_workspace_start(self) -> int:
@@ -257,7 +266,7 @@ class ScheduleBuilder:
             constants=tuple(Payload.of(c) for c in self.constants),
             barriers=tuple(self.barrier_counts()),
             task_lists=task_lists,
-            graph=GraphConfig(tuple([self.stack_size] * self.target.tiles)),
+            graph=GraphConfig(tuple([self.stack_size] * self.target.tiles), runtime_kernel_decl()),
             scratch_bytes=self.scratch_bytes,
         )
         return AssignPhysicalBarriers(self.target.max_barriers).run(module) if physical else module

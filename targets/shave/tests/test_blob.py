@@ -61,7 +61,7 @@ def test_second_reader_object_api_agrees() -> None:
     assert fb.Blob.BlobBufferHasIdentifier(data, 0)
     obj = fb.BlobT.InitFromPackedBuf(bytearray(data), 0)
     h = obj.header
-    assert (h.version.major, h.version.minor, h.version.patch) == (1, 2, 0)
+    assert (h.version.major, h.version.minor, h.version.patch) == (1, 3, 0)
     assert (h.target.tiles, h.target.shavesPerTile, h.target.cmxBytesPerTile) == (6, 2, 2 * 1024 * 1024)
     assert h.name == "clamp_net" and [t.name for t in h.inputs] == ["x"] and [t.name for t in h.outputs] == ["y"]
     assert list(h.inputs[0].dims) == [2, 40] and h.inputs[0].dtype == fb.DType.F16

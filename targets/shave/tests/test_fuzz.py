@@ -16,7 +16,9 @@ from snippets_core.errors import SnippetsError
 from snippets_shave import reference_kernels as rk
 from snippets_shave.abi import SOFTMAX_PARAMS
 from snippets_shave.blob import Target, seal_checksum, write_blob
+from snippets_shave.constants import WIN_C
 from snippets_shave.elf import read_kernel_elf
+from snippets_shave.runtime_kernel import runtime_kernel_elf
 from snippets_shave.sim import run
 
 CASE_SECONDS = 20  # a case slower than this is a hang
@@ -41,7 +43,7 @@ def _base_blobs(tiled) -> list[tuple[bytes, dict[str, np.ndarray]]]:  # type: ig
 def _run_case(data: bytes, inputs: dict[str, np.ndarray]) -> str:
     """'ok' or the typed error's class name; any other exception fails the test."""
     try:
-        run(data, inputs, step_limit=100_000)
+        run(data, inputs, step_limit=100_000, runtime_step_limit=100_000)
     except SnippetsError as exc:
         return type(exc).__name__
     return "ok"
@@ -125,6 +127,26 @@ def test_flipped_kernel_code_is_caught_or_runs(tiled, alarm) -> None:  # type: i
         result = _guarded(_resealed(bytes(mutated)), inputs, f"code flip case {case}")
         outcomes[result] = outcomes.get(result, 0) + 1
     assert outcomes.get("InstructionDecodeError", 0) > 20, outcomes
+
+
+def test_flipped_runtime_kernel_code_is_caught_or_runs(tiled, alarm) -> None:  # type: ignore[no-untyped-def]
+    """Flips aimed at the Runtime Kernel's words: bad encodings, wild branches, barrier ids out of range, runaway
+    or halted runtimes all stay typed (decode errors, RuntimeKernelError, StepLimitExceeded, DeadlockError)."""
+    rng = random.Random(5)
+    data, inputs = _base_blobs(tiled)[0]
+    elf = runtime_kernel_elf()
+    at = data.find(elf)
+    assert at > 0
+    text_start = at + read_kernel_elf(elf, base=WIN_C).text_file_offset
+    words = len(read_kernel_elf(elf, base=WIN_C).text) // 8
+    outcomes: dict[str, int] = {}
+    for case in range(120):
+        mutated = bytearray(data)
+        pos = text_start + 8 * rng.randrange(words) + rng.randrange(8)
+        mutated[pos] ^= 1 << rng.randrange(8)
+        result = _guarded(_resealed(bytes(mutated)), inputs, f"runtime code flip case {case}")
+        outcomes[result] = outcomes.get(result, 0) + 1
+    assert outcomes.get("InstructionDecodeError", 0) > 20 and len(outcomes) > 2, outcomes
 
 
 def test_any_flipped_byte_is_caught_by_the_checksum(tiled, alarm) -> None:  # type: ignore[no-untyped-def]

@@ -7,14 +7,15 @@ from snippets_shave.abi import CLAMP_PARAMS
 from snippets_shave.blob import write_blob
 from snippets_shave.constants import DType
 from snippets_shave.inspect import format_schedule
+from snippets_shave.runtime_kernel import runtime_kernel_elf
 from snippets_shave.schedule import ScheduleBuilder
 from snippets_shave.vpurt.ir import Payload
 
 EXPECTED = """\
-module @clamp_net attributes {VPU.arch = "37xx", VPU.version = "1.2.0", VPU.producer = "snippets"} {
+module @clamp_net attributes {VPU.arch = "37xx", VPU.version = "1.3.0", VPU.producer = "snippets"} {
   module @VPU.SW {
     func.func private @clamp_f16(%m0: memref<*xf16, @CMX_NN>, %m1: memref<*xf16, @CMX_NN>, %s0: f32, %s1: f32) attributes {VPU.kernel_code = "CODE_DIGEST", VPU.code_size = CODE_SIZE, VPU.entry_offset = 0, VPU.abi_version = 1, VPU.kind = "COMPUTE"}
-    func.func private @runtime() attributes {VPU.kernel_code = "native"}
+    func.func private @runtime() attributes {VPU.kernel_code = "RUNTIME_DIGEST", VPU.code_size = RUNTIME_SIZE, VPU.entry_offset = 0, VPU.abi_version = 1, VPU.kind = "COMPUTE"}
   }
   func.func @main(ref<"x", 2x40xf16, @NetworkInput[0] + 0>) -> (ref<"y", 2x40xf16, @NetworkOutput[0] + 0>) attributes {VPU.scratch_bytes = 0} {
     %b0 = VPURT.ConfigurePhysicalBarrier <0> {producers = 1, consumers = 1}
@@ -40,7 +41,7 @@ module @clamp_net attributes {VPU.arch = "37xx", VPU.version = "1.2.0", VPU.prod
     }
   }
   VPURT.Graph {
-    act_shaves : {runtime = @VPU.SW::@runtime, stack_configuration = [4096, 4096], runtime_version = 1}
+    act_shaves : {runtime = @VPU.SW::@runtime, stack_configuration = [4096, 4096], runtime_version = 2}
     target : {tiles = 2, shaves_per_tile = 2, cmx_bytes_per_tile = 2097152, dma_engines = 2, max_barriers = 64, dpus_per_tile = 1}
   }
 }
@@ -58,5 +59,7 @@ def test_clamp_schedule_text() -> None:
     sb.act(k, 1, [cin, cout], {"min": 0.0, "max": 6.0}, wait=[b0], update=[b1], name="clamp", layout=CLAMP_PARAMS)
     sb.dma(cout, y, engine=1, wait=[b1], name="out")
     code = Payload.of(rk.clamp("f16"))  # the kernel's bytes are the reference kernels' business, not this test's
+    runtime = Payload.of(runtime_kernel_elf())
     expected = EXPECTED.replace("CODE_DIGEST", code.digest).replace("CODE_SIZE", str(code.size))
+    expected = expected.replace("RUNTIME_DIGEST", runtime.digest).replace("RUNTIME_SIZE", str(runtime.size))
     assert format_schedule(write_blob(sb.build())) == expected

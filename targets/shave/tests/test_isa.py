@@ -42,6 +42,8 @@ def _samples(mnemonic: str, rng: random.Random) -> list[Instruction]:
                 elif kind == "stype":
                     srcs = sorted(s for dst, s in CVT_PAIRS if dst == etype)
                     ops.append(srcs[0] if pick == "low" else srcs[-1])
+                elif kind == "win":
+                    ops.append({"low": 1, "high": 2}.get(pick, rng.choice((1, 2))))
                 elif kind == "half":
                     ops.append(1 if pick == "high" and "f16" in (etype, ops[-1]) else 0)
             out.append(Instruction(mnemonic, etype, tuple(ops)))

@@ -13,12 +13,16 @@ import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from snippets_shave.constants import WIN_D, WINDOW_BASES
 from snippets_shave.errors import KernelTrap, StepLimitExceeded, WindowFault
 from snippets_shave.isa import LANES, Instruction, decode_program
+
+if TYPE_CHECKING:
+    from snippets_shave.sim.runtime import ShaveHardware
 
 M32 = 0xFFFFFFFF
 RETURN_ADDRESS = 0  # LR at entry: RET to it hands control back to the runtime
@@ -69,11 +73,15 @@ class AddressSpace:
 
 
 class CoreState:
-    """Registers and address space of one SHAVE while it runs one invocation."""
+    """Registers and address space of one SHAVE while it runs one invocation (or its runtime kernel).
 
-    __slots__ = ("lv", "mem", "ncode", "r", "uv", "vb")
+    ``hw`` is the SHAVE's FIFO/barrier/window hardware, which only the runtime kernel reaches: for a compute
+    kernel it is None and a system instruction traps."""
 
-    def __init__(self, mem: AddressSpace, ncode: int) -> None:
+    __slots__ = ("hw", "lv", "mem", "ncode", "r", "uv", "vb")
+
+    def __init__(self, mem: AddressSpace, ncode: int, hw: ShaveHardware | None = None) -> None:
+        self.hw = hw
         self.r = [0] * 32
         self.vb = np.zeros((32, 16), dtype=np.uint8)
         self.lv = {"f32": self.vb.view(np.float32), "f16": self.vb.view(np.float16), "i32": self.vb.view(np.int32)}
@@ -99,7 +107,7 @@ _BRANCHES: dict[str, Callable[[int, int], bool]] = {
 }
 
 
-def _control(ins: Instruction, i: int) -> Op:
+def _control(ins: Instruction, i: int, base: int) -> Op:
     m, ops = ins.mnemonic, ins.operands
     if m == "NOP":
         return lambda st, pc: pc + 1
@@ -109,7 +117,7 @@ def _control(ins: Instruction, i: int) -> Op:
             target = st.r[31]
             if target == RETURN_ADDRESS:
                 return -1
-            index, rem = divmod(target - WIN_D, 8)
+            index, rem = divmod(target - base, 8)
             if rem or not 0 <= index < st.ncode:
                 raise KernelTrap(f"RET at word {pc} to {target:#010x}, which is not an instruction of the kernel")
             return index
@@ -128,7 +136,7 @@ def _control(ins: Instruction, i: int) -> Op:
     if m == "CALL":
 
         def call(st: CoreState, pc: int) -> int:
-            st.r[31] = WIN_D + 8 * (pc + 1)
+            st.r[31] = base + 8 * (pc + 1)
             return target
 
         return call
@@ -483,8 +491,78 @@ def _convert(ins: Instruction) -> Op:
     return f32_to_i32
 
 
+# -- system ops (the runtime kernel's FIFO, barrier and window hardware) ----------------------------------
+
+
+def _hardware(st: CoreState, mnemonic: str, pc: int) -> ShaveHardware:
+    if st.hw is None:
+        raise KernelTrap(f"{mnemonic} at word {pc}: only the runtime kernel reaches the FIFO/barrier hardware")
+    return st.hw
+
+
+def _sys(ins: Instruction, i: int) -> Op:
+    m, ops = ins.mnemonic, ins.operands
+    if m == "HALT":
+
+        def halt(st: CoreState, pc: int) -> int:
+            _hardware(st, m, pc).halt()
+            return -1
+
+        return halt
+    if m == "FIFOPOP":
+        d = ops[0]
+
+        def fifo_pop(st: CoreState, pc: int) -> int:
+            st.r[d] = _hardware(st, m, pc).fifo_pop()
+            return pc + 1
+
+        return fifo_pop
+    if m == "WINSET":
+        win, a = ops
+
+        def winset(st: CoreState, pc: int) -> int:
+            _hardware(st, m, pc).set_window(win, st.r[a], st.mem, pc)
+            return pc + 1
+
+        return winset
+    if m == "LAUNCH":
+        a = ops[0]
+
+        def launch(st: CoreState, pc: int) -> int:
+            _hardware(st, m, pc).launch(st, st.r[a], pc)
+            return pc + 1
+
+        return launch
+    a = ops[0]
+    if m in ("BWAIT", "BCUR"):
+        # The scheduler checks the wait's guard before it steps the SHAVE, so executing it means it holds;
+        # reaching one unguarded (a plain run) re-checks it, and a wait that cannot hold is a deadlock there.
+        def wait(st: CoreState, pc: int) -> int:
+            hw = _hardware(st, m, pc)
+            if not hw.barrier_ready(st.r[a], m == "BWAIT", pc):
+                hw.stalled(m, st.r[a], pc)
+            return pc + 1
+
+        return wait
+    produce = m == "BPROD"
+
+    def count(st: CoreState, pc: int) -> int:
+        _hardware(st, m, pc).barrier_count(st.r[a], produce, pc)
+        return pc + 1
+
+    return count
+
+
+def _guard(ins: Instruction) -> Callable[[CoreState], bool] | None:
+    """The condition a stalling instruction waits for (None: the instruction never stalls)."""
+    if ins.mnemonic not in ("BWAIT", "BCUR"):
+        return None
+    a, producers_done = ins.operands[0], ins.mnemonic == "BWAIT"
+    return lambda st: st.hw is not None and st.hw.barrier_ready(st.r[a], producers_done, -1)
+
+
 _BUILDERS: dict[str, Callable[[Instruction, int], Op]] = {
-    "CTRL": _control,
+    "SYS": _sys,
     "ALU": _alu,
     "LSU": _lsu,
     "VLSU": _vlsu,
@@ -497,10 +575,15 @@ _BUILDERS: dict[str, Callable[[Instruction, int], Op]] = {
 
 @dataclass(frozen=True)
 class Program:
-    """A decoded kernel: one closure per instruction, plus a trap at the end for falling off the code."""
+    """A decoded kernel: one closure per instruction, plus a trap at the end for falling off the code.
+
+    ``sync[pc]`` marks the system instructions (the points where a runtime kernel meets the other executors)
+    and ``guards[pc]`` the condition a stalling one waits for."""
 
     instructions: tuple[Instruction, ...]
     ops: tuple[Op, ...]
+    sync: tuple[bool, ...] = ()
+    guards: tuple[Callable[[CoreState], bool] | None, ...] = ()
 
     def __len__(self) -> int:
         return len(self.instructions)
@@ -510,21 +593,26 @@ def _fell_off(st: CoreState, pc: int) -> int:
     raise KernelTrap(f"execution ran past the last instruction (word {pc})")
 
 
-_CACHE: dict[bytes, Program] = {}
+_CACHE: dict[tuple[bytes, int], Program] = {}
 _CACHE_LIMIT = 256
 
 
-def compile_program(text: bytes) -> Program:
-    """Decode ``.text`` (raising InstructionDecodeError on bad words) and build its closures; cached by bytes."""
-    cached = _CACHE.get(text)
+def compile_program(text: bytes, base: int = WIN_D) -> Program:
+    """Decode ``.text`` linked at window address ``base`` (WIN_D for kernels, WIN_C for the runtime kernel),
+    raising InstructionDecodeError on bad words, and build its closures; cached by bytes and base."""
+    cached = _CACHE.get((text, base))
     if cached is not None:
         return cached
     instrs = decode_program(text)
-    ops = [_BUILDERS[ins.definition.unit](ins, i) for i, ins in enumerate(instrs)]
-    program = Program(tuple(instrs), (*ops, _fell_off))
+    ops = [
+        _control(ins, i, base) if ins.definition.unit == "CTRL" else _BUILDERS[ins.definition.unit](ins, i)
+        for i, ins in enumerate(instrs)
+    ]
+    sync = tuple(ins.definition.unit == "SYS" for ins in instrs)
+    program = Program(tuple(instrs), (*ops, _fell_off), (*sync, False), (*map(_guard, instrs), None))
     if len(_CACHE) >= _CACHE_LIMIT:
         _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[text] = program
+    _CACHE[(text, base)] = program
     return program
 
 
@@ -540,3 +628,20 @@ def execute(program: Program, entry_index: int, state: CoreState, step_limit: in
             if steps > step_limit:
                 raise StepLimitExceeded(f"kernel ran more than {step_limit} instructions (last at word {pc})")
     return steps
+
+
+def run_segment(program: Program, pc: int, state: CoreState, budget: int) -> tuple[int, int]:
+    """Run a runtime kernel from ``pc`` (its next system instruction, whose guard holds) up to the next system
+    instruction; return that pc (-1: halted) and the instructions executed. More than ``budget`` instructions
+    without reaching one is :class:`StepLimitExceeded` (a runaway runtime kernel)."""
+    ops, sync = program.ops, program.sync
+    steps = 0
+    with np.errstate(all="ignore"):
+        pc = ops[pc](state, pc)
+        steps = 1
+        while pc >= 0 and not sync[pc]:
+            pc = ops[pc](state, pc)
+            steps += 1
+            if steps > budget:
+                raise StepLimitExceeded(f"runtime kernel ran more than {budget} instructions (last at word {pc})")
+    return pc, steps

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from snippets_shave.abi import DecodedParams, ParamsLayout, unpack_params
+from snippets_shave.abi import DecodedParams, ParamsLayout, dims_order_from_code, unpack_params
 from snippets_shave.blob import (
     ActKernel,
     ActKernelTask,
@@ -19,6 +19,7 @@ from snippets_shave.blob import (
     DpuTask,
     Executor,
     KernelDataRef,
+    KernelKind,
     Location,
     Task,
     TensorRef,
@@ -27,10 +28,17 @@ from snippets_shave.blob import (
 from snippets_shave.constants import (
     DTYPE_TO_NUMPY,
     KERNEL_ABI_VERSION,
+    MAX_BARRIERS,
     MAX_DATA_WINDOW,
+    MAX_ND_DIMS,
+    RUNTIME_CODE_BUFFER,
+    RUNTIME_FRAME_BYTES,
     RUNTIME_VERSION,
+    WIN_C,
     WIN_D,
+    WIN_E,
     WIN_F,
+    WINDOW_SIZE,
     MemLocation,
 )
 from snippets_shave.elf import KernelElf, read_kernel_elf
@@ -38,9 +46,11 @@ from snippets_shave.errors import (
     BarrierCountError,
     BarrierLimitError,
     BlobFormatError,
+    KernelAbiError,
     SnippetsError,
     UnproducedBarrierError,
 )
+from snippets_shave.runtime_kernel import RUNTIME_SIGNATURE, InvocationRecord, pack_records
 from snippets_shave.sim.interp import Program, compile_program
 
 MAX_TILES = 64
@@ -62,7 +72,7 @@ class LoadedKernel:
 
     @property
     def entry_index(self) -> int:
-        return (self.elf.entry - WIN_D) // 8
+        return self.elf.entry_offset // 8
 
 
 @dataclass(frozen=True)
@@ -104,6 +114,8 @@ class LoadedBlob:
     stack_sizes: tuple[int, ...]  # per tile, bytes per SHAVE
     cmx_reserved: tuple[int, ...]  # per tile: stacks live below this offset
     memory_sizes: dict[tuple[Location, int], int]
+    runtime: LoadedKernel  # the Runtime Kernel (linked at WIN_C)
+    records: tuple[tuple[bytes, tuple[int, ...]], ...]  # per tile: its invocation records and their addresses
     dpu_queues: tuple[tuple[LoadedTask, ...], ...] = ()  # per DPU (tile * dpus_per_tile + dpu)
 
     @property
@@ -122,14 +134,16 @@ def _kernel_bytes(blob: Blob, ref: KernelDataRef, path: str) -> bytes:
     return data[ref.offset : ref.offset + ref.size]
 
 
-def _load_kernel(blob: Blob, k: ActKernel, path: str) -> LoadedKernel:
+def _load_kernel(blob: Blob, k: ActKernel, path: str, base: int = WIN_D) -> LoadedKernel:
     elf_bytes = _kernel_bytes(blob, k.elf, f"{path}.elf")
     text = _kernel_bytes(blob, k.text, f"{path}.text")
-    elf = read_kernel_elf(elf_bytes, f"{path} ({k.name!r}) ELF")
+    elf = read_kernel_elf(elf_bytes, f"{path} ({k.name!r}) ELF", base)
     if text != elf.text:
         raise BlobFormatError(f"{path}.text does not hold the bytes of the ELF's .text section")
-    if k.entry + WIN_D != elf.entry:
+    if k.entry + base != elf.entry:
         raise BlobFormatError(f"{path}.entry = {k.entry}, but the ELF's e_entry is {elf.entry:#x}")
+    if not k.name:
+        raise BlobFormatError(f"{path}.name is empty")
     if k.abi_version != KERNEL_ABI_VERSION:
         raise BlobFormatError(f"{path}.abi_version = {k.abi_version}, expected {KERNEL_ABI_VERSION}")
     if k.params_signature != elf.note.params_signature:
@@ -141,11 +155,34 @@ def _load_kernel(blob: Blob, k: ActKernel, path: str) -> LoadedKernel:
         raise BlobFormatError(
             f"{path}: note params_size {elf.note.params_size} != {layout.size} for {layout.signature}"
         )
+    if k.text.index != k.elf.index or k.text.offset != k.elf.offset + elf.text_file_offset:
+        raise BlobFormatError(f"{path}.text is not the sub-view of {path}.elf at its .text section")
+    if k.kind not in (KernelKind.COMPUTE, KernelKind.NOP):
+        raise BlobFormatError(f"{path}.kind = {k.kind} is not a kernel kind")
     try:
-        program = compile_program(elf.text)
+        program = compile_program(elf.text, base)
     except BlobFormatError as exc:
         raise type(exc)(f"{path} ({k.name!r}): {exc}") from None
     return LoadedKernel(k, elf, program, layout, elf.text_image)
+
+
+def _load_runtime(blob: Blob) -> LoadedKernel:
+    """The Runtime Kernel: required (this simulator runs the blob's own), linked at WIN_C, its code inside the
+    code buffer, no arguments but the entry registers."""
+    path = "header.act_runtime.kernel"
+    k = blob.header.act_runtime.kernel
+    if k is None:
+        raise BlobFormatError(f"{path} is missing: a blob carries its Runtime Kernel (runtime_version 2)")
+    if k.params_signature != RUNTIME_SIGNATURE:
+        raise BlobFormatError(f"{path}.params_signature = {k.params_signature!r}, expected {RUNTIME_SIGNATURE!r}")
+    loaded = _load_kernel(blob, k, path, WIN_C)
+    if len(loaded.image) > RUNTIME_CODE_BUFFER:
+        raise BlobFormatError(
+            f"{path}: code of {len(loaded.image)} bytes does not fit the {RUNTIME_CODE_BUFFER}-byte code buffer"
+        )
+    if loaded.elf.data:
+        raise BlobFormatError(f"{path}: the Runtime Kernel has no WIN_E image, but its ELF has a .data section")
+    return loaded
 
 
 class _Validator:
@@ -167,6 +204,14 @@ class _Validator:
         for name, value, limit in limits:
             if not 1 <= value <= limit:
                 raise BlobFormatError(f"header.target.{name} = {value} outside 1..{limit}")
+        if t.name not in MAX_BARRIERS:
+            raise BlobFormatError(f"header.target.name = {t.name!r}: not a platform ({', '.join(MAX_BARRIERS)})")
+        if not 1 <= t.max_barriers <= MAX_BARRIERS[t.name]:
+            raise BarrierLimitError(
+                f"header.target.max_barriers = {t.max_barriers}: {t.name} has {MAX_BARRIERS[t.name]} physical barriers"
+            )
+        if not h.name:
+            raise BlobFormatError("header.name is empty (the module's symbol)")
         rt = h.act_runtime
         if rt.runtime_version != RUNTIME_VERSION:
             raise BlobFormatError(
@@ -177,10 +222,12 @@ class _Validator:
                 f"header.act_runtime.stack_size_per_tile has {len(rt.stack_size_per_tile)} entries for {t.tiles} tiles"
             )
         for i, size in enumerate(rt.stack_size_per_tile):
-            if size == 0 or size % 16 or size * t.shaves_per_tile >= t.cmx_bytes_per_tile:
-                raise BlobFormatError(f"header.act_runtime.stack_size_per_tile[{i}] = {size} invalid for this CMX")
-        if rt.kernel is not None:
-            _load_kernel(self.blob, rt.kernel, "header.act_runtime.kernel")
+            if size <= RUNTIME_FRAME_BYTES or size % 16 or size * t.shaves_per_tile >= t.cmx_bytes_per_tile:
+                raise BlobFormatError(
+                    f"header.act_runtime.stack_size_per_tile[{i}] = {size} invalid for this CMX (a multiple of 16 "
+                    f"above the Runtime Kernel's {RUNTIME_FRAME_BYTES}-byte frame)"
+                )
+        self.runtime = _load_runtime(self.blob)
         if h.scratch_bytes > MAX_DDR_BYTES:
             raise BlobFormatError(f"header.scratch_bytes = {h.scratch_bytes} exceeds {MAX_DDR_BYTES}")
         self.sizes[(Location.DDR_SCRATCH, 0)] = h.scratch_bytes
@@ -207,6 +254,13 @@ class _Validator:
             raise BlobFormatError(f"{path}.dtype = {ref.dtype.name} has no element size")
         if ref.strides_bits and len(ref.strides_bits) != len(ref.dims):
             raise BlobFormatError(f"{path}: {len(ref.strides_bits)} strides for {len(ref.dims)} dims")
+        if len(ref.dims) > MAX_ND_DIMS:
+            raise BlobFormatError(f"{path}: {len(ref.dims)} dims, at most {MAX_ND_DIMS}")
+        if ref.order:
+            try:
+                dims_order_from_code(ref.order, len(ref.dims))
+            except KernelAbiError as exc:
+                raise BlobFormatError(f"{path}.order: {exc}") from None
         size = ref.nbytes
         if size > MAX_DDR_BYTES:
             raise BlobFormatError(f"{path}: {size} bytes is larger than any memory")
@@ -295,6 +349,9 @@ class _Validator:
         if window[: len(data)] != data or inv.args_offset < len(data):
             raise BlobFormatError(f"{where}: WIN_E image does not start with the kernel's .data section")
         params = unpack_params(window, inv.args_offset, kernel.layout, f"{where} params")
+        for s, kind in kernel.layout.scalars:
+            if kind == "b" and params.scalars[s] not in (0, 1):
+                raise KernelAbiError(f"{where} params.{s} = {params.scalars[s]}: a bool scalar is 0 or 1")
         cmx = self.target.cmx_bytes_per_tile
         for name, m in params.memrefs.items():
             off = m.data_addr - WIN_F
@@ -312,9 +369,11 @@ class _Validator:
                     f"{where}: invocation lists {len(described)} input/output tensors for {len(params.memrefs)} MemRefs"
                 )
             for i, (ref, (name, m)) in enumerate(zip(described, params.memrefs.items(), strict=True)):
+                self.nbytes(ref, f"{where}.invocation tensor {i}")
                 same = (
                     ref.location == Location.CMX and ref.index == queue and WIN_F + ref.offset == m.data_addr
                     and tuple(ref.dims) == m.dims and ref.dtype == m.dtype
+                    and (not ref.strides_bits or tuple(ref.strides_bits) == m.strides_bits)
                 )  # fmt: skip
                 if not same:
                     raise BlobFormatError(f"{where}: invocation tensor {i} ({ref.name!r}) disagrees with params.{name}")
@@ -337,6 +396,7 @@ class _Validator:
         limits = {Executor.DMA: t.dma_engines, Executor.ACT_SHAVE: t.tiles, Executor.DPU: len(dpus)}
         seen_lists: set[tuple[int, int]] = set()
         seen_ids: set[int] = set()
+        seen_names: set[str] = set()
         for i, tl in enumerate(self.blob.task_lists):
             limit = limits[tl.executor]
             if tl.queue >= limit or (int(tl.executor), tl.queue) in seen_lists:
@@ -347,6 +407,9 @@ class _Validator:
                 if task.id in seen_ids:
                     raise BlobFormatError(f"{where}: id {task.id} repeated")
                 seen_ids.add(task.id)
+                if not task.name or task.name in seen_names:  # errors and traces name tasks
+                    raise BlobFormatError(f"{where}: name empty or repeated")
+                seen_names.add(task.name)
                 for kind, ids, counts in (("wait", task.wait, consumers), ("update", task.update, producers)):
                     if len(set(ids)) != len(ids):
                         raise BlobFormatError(f"{where}: barriers.{kind} lists a barrier twice")
@@ -386,8 +449,23 @@ class _Validator:
                 )
         return LoadedBlob(
             self.blob, kernels, tuple(map(tuple, dma)), tuple(map(tuple, tiles)), tuple(stacks), self.reserved,
-            dict(self.sizes), tuple(map(tuple, dpus)),
+            dict(self.sizes), self.runtime, tuple(self.records(q, kernels) for q in tiles), tuple(map(tuple, dpus)),
         )  # fmt: skip
+
+    @staticmethod
+    def records(queue: list[LoadedTask], kernels: tuple[LoadedKernel, ...]) -> tuple[bytes, tuple[int, ...]]:
+        """What the host writes after the Runtime Kernel's code for one tile: a record per ACT_SHAVE task."""
+        recs = [
+            InvocationRecord(
+                lt.task.id, lt.kernel, kernels[lt.kernel].elf.entry, j, WIN_E + lt.args_offset,
+                kernels[lt.kernel].layout.size, lt.task.wait, lt.task.update,
+            )
+            for j, lt in enumerate(queue)
+        ]  # fmt: skip
+        table, addresses = pack_records(recs)
+        if RUNTIME_CODE_BUFFER + len(table) > WINDOW_SIZE:
+            raise BlobFormatError(f"{len(queue)} invocation records of one tile do not fit WIN_C after the code")
+        return table, addresses
 
 
 def earlier_instances(blob: Blob) -> list[list[int]]:

@@ -125,7 +125,8 @@ class BarrierDecl:
 
 @dataclass(frozen=True)
 class GraphConfig:
-    """``VPURT.Graph``: the runtime kernel (``None``: the native runtime loop) and SHAVE stacks per tile."""
+    """``VPURT.Graph``: the Runtime Kernel (``None``: none attached; the loader rejects such a blob) and SHAVE stacks
+    per tile."""
 
     stack_configuration: tuple[int, ...]
     runtime: KernelDecl | None = None

@@ -28,7 +28,7 @@ from snippets_shave.blob import (
     Task,
     TaskList,
 )
-from snippets_shave.constants import DType
+from snippets_shave.constants import WIN_C, WIN_D, DType
 from snippets_shave.elf import read_kernel_elf
 from snippets_shave.errors import BlobFormatError, KernelAbiError
 from snippets_shave.vpurt.ir import (
@@ -100,8 +100,8 @@ def unique_name(name: str, taken: set[str]) -> str:
 
 
 # -- IR -> blob -----------------------------------------------------------------------------------------------
-def _act_kernel(decl: KernelDecl, index: int) -> ActKernel:
-    elf = read_kernel_elf(decl.code.data, f"@VPU.SW::@{decl.name}")
+def _act_kernel(decl: KernelDecl, index: int, base: int = WIN_D) -> ActKernel:
+    elf = read_kernel_elf(decl.code.data, f"@VPU.SW::@{decl.name}", base)
     return ActKernel(
         name=decl.name,
         elf=KernelDataRef(f"{decl.name}.elf", index, 0, len(decl.code.data)),
@@ -128,7 +128,7 @@ def module_to_blob(module: Module) -> Blob:
         elf_data[decl.name] = read_kernel_elf(decl.code.data, decl.name).data
     runtime_kernel = None
     if module.graph.runtime is not None:
-        runtime_kernel = _act_kernel(module.graph.runtime, len(kernel_data))
+        runtime_kernel = _act_kernel(module.graph.runtime, len(kernel_data), WIN_C)
         kernel_data.append(module.graph.runtime.code.data)
     task_lists = []
     for tl in module.task_lists:
