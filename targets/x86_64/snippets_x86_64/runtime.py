@@ -49,7 +49,7 @@ import numpy as np
 from snippets_core.errors import CodegenError, InputError, ShapeInferenceError, UnsupportedByTarget
 from snippets_core.runtime.placement import FALLBACK_KEY, REFERENCE, Placement, fallback_reason, subgraph_error
 from snippets_x86_64.cache import KERNEL_CACHE, cache_dir_from, cache_key
-from snippets_x86_64.native_pool import native_pool
+from snippets_x86_64.native_pool import Job, native_pool
 
 if TYPE_CHECKING:
     from snippets_core.codegen.subgraph_codegen import GeneratedSubgraph
@@ -70,12 +70,15 @@ _ALIGN = 64
 
 class ThreadPool:
     """Persistent worker threads; ``run(tasks)`` runs ``tasks[0]`` on the caller and the others on workers
-    ``0..len-2``, and returns when all are done (re-raising the first error)."""
+    ``0..len-2``, and returns when all are done (re-raising the first error). A task that itself calls ``run``
+    (an executor nested in another's task) runs its tasks on its own thread: posting them to the pool's workers
+    could post to the very worker that waits for them."""
 
     def __init__(self) -> None:
         self._queues: list[queue.SimpleQueue] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._local = threading.local()
 
     def _grow(self, n: int) -> None:
         with self._lock:
@@ -86,8 +89,8 @@ class ThreadPool:
                 ).start()
                 self._queues.append(q)
 
-    @staticmethod
-    def _work(q: queue.SimpleQueue) -> None:
+    def _work(self, q: queue.SimpleQueue) -> None:
+        self._local.nested = True
         while True:
             task, done = q.get()
             try:
@@ -100,6 +103,9 @@ class ThreadPool:
     def run(self, tasks: Sequence[Callable[[], Any]]) -> None:
         if len(tasks) == 1:
             tasks[0]()
+            return
+        if getattr(self._local, "nested", False):
+            _run_here(tasks)
             return
         if self._pid != os.getpid():  # a forked child inherits no worker threads: start its own
             self._queues, self._lock, self._pid = [], threading.Lock(), os.getpid()
@@ -119,6 +125,18 @@ class ThreadPool:
                 error = result
         if error is not None:
             raise error
+
+
+def _run_here(tasks: Sequence[Callable[[], Any]]) -> None:
+    """Every task on the calling thread, in order; the first error is raised once all have run (as ``run``)."""
+    error: BaseException | None = None
+    for task in tasks:
+        try:
+            task()
+        except BaseException as exc:  # noqa: BLE001 - re-raised after the other tasks ran
+            error = error or exc
+    if error is not None:
+        raise error
 
 
 POOL = ThreadPool()
@@ -187,6 +205,8 @@ class _CallState:
             self.native.append(
                 (kernel.harness.address, kernel.address, ctypes.addressof(ca), ctypes.addressof(idx), count)
             )
+        #: the native pool's view of the chunks (the first on the caller)
+        self.job = Job(self.native)
 
 
 def _bind(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
@@ -203,7 +223,7 @@ class KernelExecutor:
         output_specs: Sequence[tuple[np.dtype, tuple[int, ...]]],
         num_threads: int,
         parallel_min_bytes: int = PARALLEL_MIN_BYTES,
-        native_threads: bool = False,
+        native_threads: bool = True,
         runtime_config: RuntimeConfig | None = None,
     ) -> None:
         self.kernel = kernel
@@ -315,7 +335,7 @@ class KernelExecutor:
             pool = native_pool()
             if pool.lock.acquire(blocking=False):
                 try:
-                    pool.run(state.native[1:], state.tasks[0])
+                    pool.run_job(state.job)
                 finally:
                     pool.lock.release()
                 return
@@ -442,7 +462,7 @@ def _output_specs(sg: Subgraph, shapes: Sequence[tuple[int, ...]]) -> list[tuple
 
 def _executor_options(config: CompileConfig) -> tuple[int, bool]:
     options = dict(config.target_options)
-    pool = options.get("thread_pool", "python")
+    pool = options.get("thread_pool", "native")
     if pool not in ("python", "native"):
         from snippets_core.config import ConfigError
 

@@ -230,6 +230,7 @@ CASES = [
     ("shrx", (eax, edx, ecx), {}, "shrx eax, edx, ecx"),
     ("sarx", (rax, rdx, rcx), {}, "sarx rax, rdx, rcx"),
     ("rdtsc", (), {}, "rdtsc"),
+    ("pause", (), {}, "pause"),
     ("sfence", (), {}, "sfence"),
     ("lfence", (), {}, "lfence"),
     ("mfence", (), {}, "mfence"),
