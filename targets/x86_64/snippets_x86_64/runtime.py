@@ -61,6 +61,12 @@ if TYPE_CHECKING:
 
 TARGET_NAME = "x86_64_avx512"
 PARALLEL_MIN_BYTES = 256 * 1024
+#: estimated nanoseconds of work a thread must get for a kernel to be split (a hand-over to a spinning native
+#: worker costs about 1-2 us; below twice that a split chunk would not pay for it)
+PARALLEL_MIN_NS = 4000
+#: the rates of the work estimate (one core, f32, AVX-512, measured on the examples' kernels on a Zen 5 and a
+#: Sapphire Rapids: Brgemm flops, eltwise element-ops, bytes in and out of a kernel)
+FLOPS_PER_NS, ELEMENT_OPS_PER_NS, BYTES_PER_NS = 200.0, 20.0, 40.0
 #: the scratchpad of each thread starts on a cache line
 _ALIGN = 64
 
@@ -225,6 +231,9 @@ class KernelExecutor:
         parallel_min_bytes: int = PARALLEL_MIN_BYTES,
         native_threads: bool = True,
         runtime_config: RuntimeConfig | None = None,
+        *,
+        work_ns: float | None = None,
+        parallel_min_ns: int = PARALLEL_MIN_NS,
     ) -> None:
         self.kernel = kernel
         #: the parallel domain and runtime-parameter block of these shapes (a kernel lowered for every shape)
@@ -242,8 +251,12 @@ class KernelExecutor:
             )
         work = math.prod(self.domain)
         nbytes = sum(d.itemsize * math.prod(s) for d, s in (*self.input_specs, *self.output_specs))
-        by_size = max(1, nbytes // max(parallel_min_bytes, 1)) if parallel_min_bytes > 0 else num_threads
-        self.num_threads = max(1, min(num_threads, work, by_size))
+        #: the estimated single-thread time of a call (ns), when known: see :func:`estimated_ns`
+        self.work_ns = getattr(kernel, "work_ns", None) if work_ns is None else work_ns
+        # split when each thread gets enough bytes (parallel_min_bytes 0: always) or enough estimated work
+        by_size = nbytes // parallel_min_bytes if parallel_min_bytes > 0 else num_threads
+        by_work = int(self.work_ns // parallel_min_ns) if self.work_ns is not None and parallel_min_ns > 0 else 0
+        self.num_threads = max(1, min(num_threads, work, max(by_size, by_work)))
         self.chunks = _split(work, self.num_threads)
         self._state = _CallState(kernel, self.chunks, self.domain, self.params)
         self._busy = threading.Lock()
@@ -347,6 +360,36 @@ class KernelExecutor:
 # --- compile_subgraph --------------------------------------------------------------------------------------------
 
 
+_NO_WORK = frozenset({"Parameter", "Result", "Constant"})
+
+
+def estimated_ns(body: Model) -> float | None:
+    """The estimated single-thread run time of a kernel for ``body`` (static shapes), from its matrix products'
+    flops, its other ops' element counts and the bytes of its inputs and outputs; None when a shape is dynamic.
+    Only the thread split uses it: a kernel is split only if each thread gets ``parallel_min_ns`` of it."""
+    flops = elements = nbytes = 0
+    for n in body.get_ordered_ops():
+        if n.type_name in _NO_WORK:
+            if n.type_name == "Constant":
+                continue
+            o = n.outputs[0] if n.outputs else n.inputs[0]
+            if not o.shape.is_static:
+                return None
+            nbytes += math.prod(o.shape.to_tuple()) * o.element_type.numpy.itemsize
+            continue
+        for o in n.outputs:
+            if not o.shape.is_static:
+                return None
+            size = math.prod(o.shape.to_tuple())
+            if n.type_name in ("MatMul", "Brgemm"):
+                a = n.inputs[0].shape.to_tuple()
+                k = a[-2] if getattr(n, "transpose_a", False) and len(a) > 1 else a[-1]
+                flops += 2 * size * k
+            else:
+                elements += size
+    return flops / FLOPS_PER_NS + elements / ELEMENT_OPS_PER_NS + nbytes / BYTES_PER_NS
+
+
 def _specs(sg: Subgraph) -> tuple[list[tuple[np.dtype, tuple[int, ...]]], list[tuple[np.dtype, tuple[int, ...]]]]:
     body = sg.body
     ins = [(p.outputs[0].element_type.numpy, p.outputs[0].shape.to_tuple()) for p in body.parameters]
@@ -405,7 +448,7 @@ def generate_subgraph(
 
 
 #: target_options that only steer the runtime (not part of the kernel cache key)
-RUNTIME_OPTIONS = frozenset({"cache_dir", "parallel_min_bytes", "thread_pool"})
+RUNTIME_OPTIONS = frozenset({"cache_dir", "parallel_min_bytes", "parallel_min_ns", "thread_pool"})
 
 
 def _key_parts(config: CompileConfig, host: Any) -> list[Any]:
@@ -446,17 +489,25 @@ def _kernel_for(sg: Subgraph, config: CompileConfig, host: Any, shapes: tuple[tu
         kernel = generate_subgraph(sg, config, host, shapes, symbolic=symbolic).kernel
         KERNEL_CACHE.put(key, kernel, cache_dir)
     kernel.cache_key = key
+    if not symbolic:  # a kernel for one set of shapes: its work is known (a symbolic one's, per call shape)
+        kernel.work_ns = estimated_ns(sg.body if shapes is None else _shaped_body(sg, shapes))
     return kernel
 
 
-def _output_specs(sg: Subgraph, shapes: Sequence[tuple[int, ...]]) -> list[tuple[np.dtype, tuple[int, ...]]]:
-    """Element types and shapes of the outputs for these input shapes (the body's own shape inference)."""
+def _shaped_body(sg: Subgraph, shapes: Sequence[tuple[int, ...]]) -> Model:
+    """A copy of the body with these input shapes, shapes inferred."""
     from snippets_core.ir.shape import Shape
 
     body = sg.body.clone()
     for p, shape in zip(body.parameters, shapes):
         p.shape = Shape(shape)
     body.validate()
+    return body
+
+
+def _output_specs(sg: Subgraph, shapes: Sequence[tuple[int, ...]]) -> list[tuple[np.dtype, tuple[int, ...]]]:
+    """Element types and shapes of the outputs for these input shapes (the body's own shape inference)."""
+    body = _shaped_body(sg, shapes)
     return [(r.outputs[0].element_type.numpy, r.outputs[0].shape.to_tuple()) for r in body.results]
 
 
@@ -470,6 +521,12 @@ def _executor_options(config: CompileConfig) -> tuple[int, bool]:
     from snippets_core.config import int_option
 
     return int_option(options, "parallel_min_bytes", PARALLEL_MIN_BYTES, minimum=0), pool == "native"
+
+
+def _parallel_min_ns(config: CompileConfig) -> int:
+    from snippets_core.config import int_option
+
+    return int_option(dict(config.target_options), "parallel_min_ns", PARALLEL_MIN_NS, minimum=0)
 
 
 def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
@@ -513,7 +570,8 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
         sg.rt_info[FALLBACK_KEY] = fallback_reason(exc)
         return None
     ins, outs = _specs(sg)
-    executor = KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
+    executor = KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config),
+                              parallel_min_ns=_parallel_min_ns(config))
     executor = fc_executor(sg, executor, config, host)
     sg.rt_info.pop(FALLBACK_KEY, None)
     sg.rt_info["SnippetsCacheKey"] = kernel.cache_key
@@ -547,6 +605,7 @@ class DynamicKernelExecutor:
         #: when the body's inputs differ in rank), the arrays handed on must keep the body's shapes
         self.output_ranks = [r.outputs[0].shape.rank for r in sg.body.results]
         self._options = _executor_options(config)
+        self._min_ns = _parallel_min_ns(config)
         self._executors: OrderedDict[tuple[tuple[int, ...], ...], Any] = OrderedDict()
         self._per_shape: ShapeSpecializingExecutor | None = None
         self._lock = threading.Lock()
@@ -580,7 +639,8 @@ class DynamicKernelExecutor:
                 ins = list(zip(self.input_types, shapes))
                 outs = list(zip(self.output_types, map(_body_rank, cfg.output_shapes, self.output_ranks)))
                 executor = KernelExecutor(
-                    self.kernel, ins, outs, self.config.num_threads, *self._options, runtime_config=cfg
+                    self.kernel, ins, outs, self.config.num_threads, *self._options, runtime_config=cfg,
+                    work_ns=estimated_ns(_shaped_body(self.sg, shapes)), parallel_min_ns=self._min_ns,
                 )
             self.new_shapes += 1
             self._executors[shapes] = executor
@@ -666,7 +726,8 @@ class ShapeSpecializingExecutor:
                 kernel = _kernel_for(self.sg, self.config, self.host, shapes)
                 ins = list(zip(self.input_types, shapes))
                 outs = _output_specs(self.sg, shapes)
-                executor = KernelExecutor(kernel, ins, outs, self.config.num_threads, *_executor_options(self.config))
+                executor = KernelExecutor(kernel, ins, outs, self.config.num_threads, *_executor_options(self.config),
+                                          parallel_min_ns=_parallel_min_ns(self.config))
                 self.compiles += 1
             except UnsupportedByTarget as exc:  # the declared reason: these shapes run on the reference
                 self.reasons[shapes] = f"input shapes {list(shapes)}: {fallback_reason(exc)}"
