@@ -72,9 +72,9 @@ SYS_FUTEX, SYS_SCHED_YIELD = 202, 24
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 #: how long a worker spins after its last chunk before it sleeps (microseconds; ``SNIPPETS_SPIN_US`` overrides):
 #: the gaps between a model's parallel kernels are shorter, so a worker is awake when the next chunk comes
-SPIN_US = 300.0
+SPIN_US = 100.0
 #: how long the caller spins (in native code) on the workers' done words before it sleeps on one
-WAIT_SPIN_US = 2000.0
+WAIT_SPIN_US = 200.0
 #: a spinning thread (worker or caller) calls ``sched_yield`` this often: when the machine has more runnable
 #: threads than cores (tests, other processes), the thread it waits for may need this core to run at all
 YIELD_US = 20.0
