@@ -49,7 +49,7 @@ import numpy as np
 from snippets_core.errors import CodegenError, InputError, ShapeInferenceError, UnsupportedByTarget
 from snippets_core.runtime.placement import FALLBACK_KEY, REFERENCE, Placement, fallback_reason, subgraph_error
 from snippets_x86_64.cache import KERNEL_CACHE, cache_dir_from, cache_key
-from snippets_x86_64.native_pool import Job, native_pool
+from snippets_x86_64.native_pool import THUNK_AFTER, Job, build_thunk, native_pool
 
 if TYPE_CHECKING:
     from snippets_core.codegen.subgraph_codegen import GeneratedSubgraph
@@ -213,6 +213,21 @@ class _CallState:
             )
         #: the native pool's view of the chunks (the first on the caller)
         self.job = Job(self.native)
+        self._single: Callable[[], Any] | None = None
+        self._single_calls = 0
+
+    def run_single(self) -> None:
+        """Run the one chunk on the calling thread (through a no-argument thunk from the second call on)."""
+        single = self._single
+        if single is None:
+            self._single_calls += 1
+            if self._single_calls < THUNK_AFTER:
+                self.tasks[0]()
+                return
+            harness, *args = self.native[0]
+            self._thunk = build_thunk(harness, tuple(args))  # kept: it owns the thunk's page
+            single = self._single = self._thunk.cfunc
+        single()
 
 
 def _bind(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
@@ -342,7 +357,7 @@ class KernelExecutor:
         for ca in state.args:
             ca[:n] = ptrs
         if len(state.tasks) == 1:
-            state.tasks[0]()
+            state.run_single()
             return
         if self.native_threads:
             pool = native_pool()
