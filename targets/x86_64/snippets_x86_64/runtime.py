@@ -16,15 +16,13 @@ call where it ran (``last_placement``, see :mod:`snippets_core.runtime.placement
 
 The executor splits the parallel domain into contiguous chunks, one per thread; each thread has its own
 call arguments and its own slice of the buffer scratchpad, and runs its chunk with one call of the JIT
-harness (ctypes releases the GIL, so the threads run in parallel). The other threads are those of the
-persistent Python :class:`ThreadPool`, or, with ``target_options["thread_pool"] = "native"``, the native
-workers of :mod:`snippets_x86_64.native_pool` (microseconds per hand-over instead of tens). The native pool
-is opt-in: a full test run once hung in it (the caller waiting for a worker's done word, the worker asleep
-on its sequence word) and that lost hand-over is not explained yet (the futex protocol, callee-saved registers
-across every suite kernel, forks and several callers were checked). A hand-over that breaks now raises
-CodegenError with the control block's words instead of hanging; the Python pool has never hung.
-Small problems run on the calling thread only (below ``target_options["parallel_min_bytes"]`` bytes of
-inputs and outputs per thread, default 256 KiB).
+harness. The other threads are the native workers of :mod:`snippets_x86_64.native_pool` (the caller posts,
+runs its own chunk and waits in one native call; idle workers spin briefly before they sleep, since waking a
+sleeping thread costs more than a small kernel), or, with ``target_options["thread_pool"] = "python"`` or when
+another thread's call holds the native pool, those of the persistent Python :class:`ThreadPool`. A kernel is
+split only when each thread gets ``target_options["parallel_min_ns"]`` of estimated work (:func:`estimated_ns`,
+default 4 us) or ``parallel_min_bytes`` bytes of inputs and outputs (default 256 KiB); smaller ones run on the
+calling thread.
 
 Arrays: inputs must have the body's element types and shapes (InputError otherwise); a non-contiguous
 input is copied to a contiguous one first (the kernel addresses memory by row-major strides). Outputs are
