@@ -14,7 +14,10 @@ once, for a machine shared with other work.
 The caller's side is native too: :func:`build_dispatch` posts every worker's chunk (a few stores, and a
 ``FUTEX_WAKE`` only for a worker whose SLEEPING word is set: a Dekker handshake with ``mfence`` on both sides),
 runs the caller's own chunk, and spins until the workers' done words hold their sequence numbers, in one ctypes
-call. Only if a worker is still busy after ``WAIT_SPIN_US`` does the caller go back to Python and sleep on the
+call. A chunk whose worker has not claimed it by then (``lock cmpxchg`` on the block's CLAIM word: the worker was
+not scheduled, the machine has more runnable threads than cores) is claimed and run by the caller, so a late
+worker never makes a call slower than one thread. Only if a worker is still busy with a chunk it claimed after
+``WAIT_SPIN_US`` does the caller go back to Python and sleep on the
 done word (its WAITING word asks the worker for a ``FUTEX_WAKE``), every ``CHECK_NS`` checking that the worker
 thread is alive and that its block still holds the posted number: a broken hand-over raises
 :class:`CodegenError` with the block's words instead of hanging.
@@ -85,17 +88,19 @@ MAX_WORKERS = 255
 
 # control block layout, bytes (what the caller writes and what the worker writes on separate cache lines)
 # SEQ: the number of the job posted last; SLEEPING: the worker is (about to be) asleep on SEQ; POSTED: the
-# caller's count of jobs posted (SEQ's value); DONE: the number of the job finished last; WAITING: the caller
+# caller's count of jobs posted (SEQ's value); CLAIM: the number of the job taken last, by the worker or by the
+# caller (``lock cmpxchg`` from the number before it: whoever swaps first runs the chunk); DONE: the number of the job finished last; WAITING: the caller
 # sleeps on DONE; TAKEN: the number of the job the worker took last (diagnostics); SPIN_TICKS: TSC ticks to spin
-SEQ, SLEEPING, POSTED = 0, 4, 8
+SEQ, SLEEPING, POSTED, CLAIM = 0, 4, 8, 12
 DONE, WAITING = 64, 68
 HARNESS, KERNEL, ARGS, START, COUNT = 128, 136, 144, 152, 160
 QUIT, SYSCALL, TAKEN, SPIN_TICKS, YIELD_TICKS = 192, 200, 208, 216, 224
 BLOCK = 256
 PAGE = mmap.PAGESIZE
 PROT_NONE = 0
-#: a job: word 0 the number of chunks (the caller's first), then five words per chunk
-CHUNK_WORDS = 5
+#: a job: word 0 the number of chunks (the caller's first), then per chunk (harness, kernel, args, start, count)
+#: and a state word that dispatch sets when the chunk is finished (done by its worker or run by the caller)
+CHUNK_WORDS = 6
 #: dispatch modes (bits)
 POST, RUN_OWN, WAIT = 1, 2, 4
 
@@ -139,6 +144,18 @@ def _futex(a: Assembler, word: Any, op: int, value: Any, syscall: Any) -> None:
     a.mov(r11, syscall)
     a.xor(eax, eax)  # a variadic call: no vector arguments
     a.call(r11)
+
+
+def _lock_last(a: Assembler) -> None:
+    """Give the instruction just emitted a ``lock`` prefix (the DSL has no lock form; iced encodes the flag)."""
+    a._instructions[-1].has_lock_prefix = True
+
+
+def _chunk_address(a: Assembler, job: Any, index: Any, out: Any) -> None:
+    """``out`` = the address of chunk ``index`` of the job at ``job`` (six words per chunk after the count)."""
+    a.lea(out, index + index * 2)
+    a.add(out, out)
+    a.lea(out, job + out * 8 + 8)
 
 
 def _sched_yield(a: Assembler, syscall: Any) -> None:
@@ -199,12 +216,21 @@ def build_worker() -> Function:
     fn.mov(dword[rbx + TAKEN], r12d)
     fn.cmp(qword[rbx + QUIT], 0)
     fn.jne(fn.exit)
+    # claim the job (CLAIM: number - 1 -> number); a caller that found it unclaimed has run it already
+    publish = fn.new_label("publish")
+    fn.mov(edx, r12d)
+    fn.mov(eax, r12d)
+    fn.dec(eax)
+    fn.cmpxchg(dword[rbx + CLAIM], edx)
+    _lock_last(fn)
+    fn.jne(publish)
     fn.mov(rdi, qword[rbx + KERNEL])
     fn.mov(rsi, qword[rbx + ARGS])
     fn.mov(rdx, qword[rbx + START])
     fn.mov(rcx, qword[rbx + COUNT])
     fn.mov(r11, qword[rbx + HARNESS])
     fn.call(r11)
+    fn.bind(publish)
     fn.mov(dword[rbx + DONE], r12d)  # stores are not reordered on x86: the chunk's outputs are written
     # a caller asleep on the done word set WAITING before it slept (the same handshake as SLEEPING)
     fn.mfence()
@@ -218,15 +244,18 @@ def build_worker() -> Function:
 
 def build_dispatch() -> Function:
     """``dispatch(table, job, mode) -> int``: with POST, give chunk ``i`` (i >= 1) of ``job`` to the worker of
-    block ``table[i]`` (waking it only if it sleeps); with RUN_OWN, run chunk 0 here; with WAIT, spin until every
-    posted chunk is done or ``table[-1]`` TSC ticks have passed, calling ``sched_yield`` every ``table[0]`` ticks.
-    Returns 0, or the index of a chunk not yet done (the caller then sleeps on its done word in Python)."""
+    block ``table[i]`` (waking it only if it sleeps); with RUN_OWN, run chunk 0 here; with WAIT, finish every
+    posted chunk: a chunk its worker has not claimed yet (the worker has not been scheduled, on a machine with
+    more runnable threads than cores) is claimed and run here, so a late worker never makes the call slower than
+    one thread; a claimed one is waited for, spinning at most ``table[-1]`` TSC ticks and calling
+    ``sched_yield`` every ``table[0]`` ticks. Returns 0, or the index of a chunk its worker is still running
+    (the caller then sleeps on its done word in Python and calls WAIT again)."""
     fn = Function("dispatch", args=("table", "job", "mode"))
     post, wake, next_wake, run_own = fn.new_label("post"), fn.new_label("wake"), fn.new_label("next_wake"), \
         fn.new_label("run_own")
     wait, wait_next, spin, busy, done = fn.new_label("wait"), fn.new_label("wait_next"), fn.new_label("spin"), \
         fn.new_label("busy"), fn.new_label("done")
-    give_up = fn.new_label("give_up")
+    give_up, finished, next_chunk = fn.new_label("give_up"), fn.new_label("finished"), fn.new_label("next_chunk")
     fn.mov(rbx, rdi)
     fn.mov(r12, rsi)
     fn.mov(r13, rdx)
@@ -237,11 +266,11 @@ def build_dispatch() -> Function:
     fn.cmp(r14, qword[r12])
     fn.jae(wake)
     fn.mov(r15, qword[rbx + r14 * 8])  # the worker's block
-    fn.lea(rax, r14 + r14 * 4)
-    fn.lea(rcx, r12 + rax * 8 + 8)  # the chunk: five words
+    _chunk_address(fn, r12, r14, rcx)
     for k, off in enumerate((HARNESS, KERNEL, ARGS, START, COUNT)):
         fn.mov(rdx, qword[rcx + 8 * k])
         fn.mov(qword[r15 + off], rdx)
+    fn.mov(qword[rcx + 40], 0)  # not finished
     fn.mov(eax, dword[r15 + POSTED])
     fn.inc(eax)
     fn.mov(dword[r15 + POSTED], eax)
@@ -284,10 +313,34 @@ def build_dispatch() -> Function:
     fn.cmp(r14, qword[r12])
     fn.jae(done)
     fn.mov(r15, qword[rbx + r14 * 8])
+    _chunk_address(fn, r12, r14, rcx)
+    fn.cmp(qword[rcx + 40], 0)
+    fn.jne(next_chunk)  # finished in an earlier WAIT
+    fn.mov(edx, dword[r15 + POSTED])
+    fn.cmp(dword[r15 + DONE], edx)
+    fn.je(finished)
+    # unclaimed (CLAIM still holds the number before it)? then it is ours to run
+    fn.mov(eax, edx)
+    fn.dec(eax)
+    fn.cmpxchg(dword[r15 + CLAIM], edx)
+    _lock_last(fn)
+    fn.jne(spin)  # its worker has it
+    fn.mov(qword[rcx + 40], 1)
+    fn.mov(r11, qword[rcx])
+    fn.mov(rdi, qword[rcx + 8])
+    fn.mov(rsi, qword[rcx + 16])
+    fn.mov(rdx, qword[rcx + 24])
+    fn.mov(rcx, qword[rcx + 32])
+    fn.call(r11)
+    fn.jmp(next_chunk)
     fn.bind(spin)
     fn.mov(eax, dword[r15 + DONE])
     fn.cmp(eax, dword[r15 + POSTED])
     fn.jne(busy)
+    _chunk_address(fn, r12, r14, rcx)
+    fn.bind(finished)
+    fn.mov(qword[rcx + 40], 1)
+    fn.bind(next_chunk)
     fn.inc(r14)
     fn.jmp(wait_next)
     fn.bind(busy)
@@ -375,7 +428,7 @@ class Job:
 
     def __init__(self, chunks: list[tuple[int, int, int, int, int]]) -> None:
         self.n = len(chunks)
-        words = [self.n] + [v & 0xFFFF_FFFF_FFFF_FFFF for c in chunks for v in c]
+        words = [self.n] + [v & 0xFFFF_FFFF_FFFF_FFFF for c in chunks for v in (*c, 0)]
         self.words = (ctypes.c_uint64 * len(words))(*words)
         self.address = ctypes.addressof(self.words)
         self.chunks = chunks
@@ -474,7 +527,7 @@ class NativePool:
             self._grow(job.n - 1)
         busy = job.entry(self)()
         if busy:
-            self._sleep_until_done(busy, job.n)
+            self._finish(job, busy)
 
     def run(self, chunks: list[tuple[int, int, int, int, int]], own: Callable[[], Any]) -> None:
         """Post ``chunks`` to workers 0.., run ``own()`` (the caller's chunk, which may raise) meanwhile, wait for
@@ -493,16 +546,18 @@ class NativePool:
         finally:
             busy = self._call(self._table_addr, job.address, WAIT)
             if busy:
-                self._sleep_until_done(busy, job.n)
+                self._finish(job, busy)
 
-    def _sleep_until_done(self, first: int, n: int) -> None:
-        """Sleep on the done words of chunks ``first..n-1`` (workers ``first-1..``) until each is done."""
-        for w in range(first - 1, n - 1):
+    def _finish(self, job: Job, busy: int) -> None:
+        """Sleep on the done word of chunk ``busy`` (its worker still runs it) until it changes, then WAIT again
+        (which also takes the chunks no worker has claimed), until every chunk is finished."""
+        while busy:
+            w = busy - 1
             block = self._blocks[w]
             seq = ctypes.c_uint32.from_address(block + POSTED).value
             done = ctypes.c_uint32.from_address(block + DONE)
             waiting = ctypes.c_uint32.from_address(block + WAITING)
-            while (now := done.value) != seq:
+            if (now := done.value) != seq:
                 waiting.value = 1
                 try:
                     # sleeps only while the done word is still ``now`` (the syscall orders WAITING's store before
@@ -511,6 +566,7 @@ class NativePool:
                         self._check(w, seq)
                 finally:
                     waiting.value = 0
+            busy = self._call(self._table_addr, job.address, WAIT)
 
     def _check(self, w: int, seq: int) -> None:
         """Raise if worker ``w`` can no longer publish ``seq`` as done: its thread has left, or its block's
@@ -518,7 +574,7 @@ class NativePool:
         block = self._blocks[w]
         words = {
             name: ctypes.c_uint32.from_address(block + off).value
-            for name, off in (("seq", SEQ), ("posted", POSTED), ("taken", TAKEN), ("done", DONE),
+            for name, off in (("seq", SEQ), ("posted", POSTED), ("claim", CLAIM), ("taken", TAKEN), ("done", DONE),
                               ("sleeping", SLEEPING))
         }
         if words["done"] == seq:

@@ -231,6 +231,7 @@ CASES = [
     ("sarx", (rax, rdx, rcx), {}, "sarx rax, rdx, rcx"),
     ("rdtsc", (), {}, "rdtsc"),
     ("pause", (), {}, "pause"),
+    ("cmpxchg", (dword[rbx + 12], edx), {}, "cmpxchg [rbx+0xc], edx"),
     ("sfence", (), {}, "sfence"),
     ("lfence", (), {}, "lfence"),
     ("mfence", (), {}, "mfence"),

@@ -28,6 +28,7 @@ from snippets_core.ir.ops.unary import Relu
 from snippets_core.plugins.host import get_host
 from snippets_core.runtime.compiled_model import compile_model
 from snippets_x86_64.asm import Function, r8, rax, rcx, rdx, rsi
+from snippets_x86_64 import native_pool as np_mod
 from snippets_x86_64.native_pool import Job, NativePool
 from snippets_x86_64.runtime import KernelExecutor, ThreadPool, compile_subgraph, estimated_ns
 
@@ -76,6 +77,34 @@ def test_many_short_jobs_across_the_spin_to_sleep_edge(spin_us: float) -> None:
             with pool.lock:
                 pool.run_job(job)
             assert out.tobytes() == expected.tobytes(), (k, parts)
+    finally:
+        pool.close()
+
+
+def test_the_caller_runs_the_chunks_of_a_worker_that_never_runs() -> None:
+    """A worker that is not scheduled (here: a control block with no thread at all) never claims its chunk: the
+    caller claims it and runs it itself, instead of waiting for a worker that may get a core only milliseconds
+    later. Every call gives the right bytes; the block shows the caller's claims and no run by a worker."""
+    pool = NativePool(spin_us=0.0)
+    try:
+        pool._grow(1)
+        block = np_mod._new_block()  # a second worker slot nobody serves
+        ctypes.c_uint64.from_address(block + np_mod.SYSCALL).value = np_mod._SYSCALL_ADDR
+        pool._table[len(pool._blocks) + 2] = block
+        pool._blocks.append(block)
+        gone = threading.Thread(target=lambda: None)
+        gone.start()
+        gone.join()
+        pool._threads.append(gone)
+        expected = 2 * np.arange(999, dtype=np.int64) + 1
+        for k in range(200):
+            out = np.zeros(999, np.int64)
+            with pool.lock:
+                pool.run_job(_fill_job(out, 3))
+            assert out.tobytes() == expected.tobytes(), k
+        words = {name: ctypes.c_uint32.from_address(block + off).value
+                 for name, off in (("posted", np_mod.POSTED), ("claim", np_mod.CLAIM), ("done", np_mod.DONE))}
+        assert words == {"posted": 200, "claim": 200, "done": 0}
     finally:
         pool.close()
 
