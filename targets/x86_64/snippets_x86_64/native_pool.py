@@ -166,6 +166,23 @@ def _sched_yield(a: Assembler, syscall: Any) -> None:
     a.call(r11)
 
 
+def _pause_or_yield(a: Assembler, again: Any, deadline: Any, timeout: Any, next_yield: Any, period: Any,
+                    syscall: Any) -> None:
+    """One step of a spin-wait: ``pause``; past ``deadline`` (TSC) jump to ``timeout``; past ``next_yield`` call
+    ``sched_yield`` and move ``next_yield`` on by ``period``; then jump to ``again``."""
+    a.pause()  # yields the core's pipeline to a hyperthread sibling, and saves power
+    _read_tsc(a)
+    a.cmp(rax, deadline)
+    a.jae(timeout)
+    a.cmp(rax, next_yield)
+    a.jb(again)
+    _sched_yield(a, syscall)
+    _read_tsc(a)
+    a.add(rax, period)
+    a.mov(next_yield, rax)
+    a.jmp(again)
+
+
 def build_worker() -> Function:
     """``worker(ctrl)``: wait (spin, then sleep) for a new sequence number, run the posted harness chunk, report
     it done; leave when the QUIT word is set."""
@@ -186,17 +203,7 @@ def build_worker() -> Function:
     fn.mov(eax, dword[rbx + SEQ])
     fn.cmp(eax, r12d)
     fn.jne(job)
-    fn.pause()  # yields the core's pipeline to a hyperthread sibling, and saves power
-    _read_tsc(fn)
-    fn.cmp(rax, r13)
-    fn.jae(sleep)
-    fn.cmp(rax, r15)
-    fn.jb(spin)
-    _sched_yield(fn, qword[rbx + SYSCALL])
-    _read_tsc(fn)
-    fn.add(rax, qword[rbx + YIELD_TICKS])
-    fn.mov(r15, rax)
-    fn.jmp(spin)
+    _pause_or_yield(fn, spin, r13, sleep, r15, qword[rbx + YIELD_TICKS], qword[rbx + SYSCALL])
     fn.bind(sleep)
     # sleep: SLEEPING = 1, then look at SEQ once more (a poster stores SEQ, then reads SLEEPING: with a fence
     # on both sides, at least one of us sees the other's store)
@@ -344,17 +351,7 @@ def build_dispatch() -> Function:
     fn.inc(r14)
     fn.jmp(wait_next)
     fn.bind(busy)
-    fn.pause()
-    _read_tsc(fn)
-    fn.cmp(rax, r13)
-    fn.jae(give_up)
-    fn.cmp(rax, next_yield)
-    fn.jb(spin)
-    _sched_yield(fn, qword[r15 + SYSCALL])
-    _read_tsc(fn)
-    fn.add(rax, qword[rbx])
-    fn.mov(next_yield, rax)
-    fn.jmp(spin)
+    _pause_or_yield(fn, spin, r13, give_up, next_yield, qword[rbx], qword[r15 + SYSCALL])
     fn.bind(give_up)
     fn.mov(rax, r14)
     fn.jmp(fn.exit)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,34 +28,16 @@ from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.ops.unary import Relu
 from snippets_core.plugins.host import get_host
 from snippets_core.runtime.compiled_model import compile_model
-from snippets_x86_64.asm import Function, r8, rax, rcx, rdx, rsi
 from snippets_x86_64 import native_pool as np_mod
 from snippets_x86_64.native_pool import Job, NativePool
 from snippets_x86_64.runtime import KernelExecutor, ThreadPool, compile_subgraph, estimated_ns
 
+sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: make the sibling module importable
+from test_native_pool import FILL  # noqa: E402 - fill(delay, out, start, count): out[i] = 2 * i + 1
+
 pytestmark = [pytest.mark.avx512, pytest.mark.timeout(240)]
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 RNG = np.random.default_rng(12)
-
-
-def _build_fill() -> object:
-    """``fill(unused, out, start, count)``: ``out[i] = 2 * i + 1`` for i in [start, start + count)."""
-    fn = Function("fill", args=("unused", "out", "start", "count"))
-    fn.test(rcx, rcx)
-    fn.jz(fn.exit)
-    loop = fn.label("loop")
-    fn.mov(rax, rdx)
-    fn.add(rax, rax)
-    fn.inc(rax)
-    fn.mov(rsi + rdx * 8, rax)
-    fn.inc(rdx)
-    fn.dec(rcx)
-    fn.jnz(loop)
-    fn.xor(r8, r8)
-    return fn.finalize(None, (ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64))
-
-
-FILL = _build_fill()
 
 
 def _fill_job(out: np.ndarray, parts: int) -> Job:
@@ -249,12 +232,17 @@ def test_callers_on_several_threads_share_the_pools() -> None:
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    _on_threads(work, 4)
+    assert not errors, errors
+
+
+def _on_threads(work: Callable[[int], None], n: int) -> None:
+    """``work(i)`` on ``n`` Python threads at once; returns when all have finished."""
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert not errors, errors
 
 
 # --- whole models: 1 vs 2 threads, the reference evaluator, concurrent models ---------------------------------
@@ -311,11 +299,7 @@ def test_two_compiled_models_run_at_once() -> None:
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _on_threads(work, 2)
     assert not errors, errors
 
 
