@@ -325,3 +325,21 @@ def test_the_interpreter_exits_with_workers_alive_and_a_daemon_thread_mid_call()
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "ok"
+
+
+def test_array_addresses_match_the_array_interface() -> None:
+    """The executor reads an array's data pointer from the ndarray object (0.15 us instead of a 0.6-3 us buffer
+    export); on every kind of array it must give what numpy's array interface says."""
+    from snippets_x86_64 import runtime as rt
+
+    class Tagged(np.ndarray):
+        pass
+
+    base = RNG.standard_normal((6, 10)).astype(np.float32)
+    frozen = base.copy()
+    frozen.flags.writeable = False
+    arrays = [base, base[2:], base[:, 3:], base.T, frozen, frozen[1:], np.empty(0, np.float32), base.view(Tagged),
+              np.zeros((), np.int64), np.frombuffer(bytearray(64), np.uint8)]
+    assert rt._address is rt._fast_address  # CPython with numpy's layout: the fast read is in use
+    for a in arrays:
+        assert rt._address(a) == a.__array_interface__["data"][0]
