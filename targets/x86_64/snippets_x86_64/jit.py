@@ -53,6 +53,9 @@ class ExecutableMemory:
         self.address: int = address
         # the finalizer unmaps the pages even if the object is only garbage-collected
         self._finalizer = weakref.finalize(self, _unmap, address, self.size)
+        # not at interpreter exit: a daemon thread (or a native worker) may still be running this code then, and
+        # the process's end unmaps it anyway
+        self._finalizer.atexit = False
         ctypes.memmove(address, code, len(code))
         if _mprotect(address, self.size, _PROT_READ | _PROT_EXEC) != 0:
             error = _os_error("mprotect(PROT_READ|PROT_EXEC)")

@@ -16,15 +16,13 @@ call where it ran (``last_placement``, see :mod:`snippets_core.runtime.placement
 
 The executor splits the parallel domain into contiguous chunks, one per thread; each thread has its own
 call arguments and its own slice of the buffer scratchpad, and runs its chunk with one call of the JIT
-harness (ctypes releases the GIL, so the threads run in parallel). The other threads are those of the
-persistent Python :class:`ThreadPool`, or, with ``target_options["thread_pool"] = "native"``, the native
-workers of :mod:`snippets_x86_64.native_pool` (microseconds per hand-over instead of tens). The native pool
-is opt-in: a full test run once hung in it (the caller waiting for a worker's done word, the worker asleep
-on its sequence word) and that lost hand-over is not explained yet (the futex protocol, callee-saved registers
-across every suite kernel, forks and several callers were checked). A hand-over that breaks now raises
-CodegenError with the control block's words instead of hanging; the Python pool has never hung.
-Small problems run on the calling thread only (below ``target_options["parallel_min_bytes"]`` bytes of
-inputs and outputs per thread, default 256 KiB).
+harness. The other threads are the native workers of :mod:`snippets_x86_64.native_pool` (the caller posts,
+runs its own chunk and waits in one native call; idle workers spin briefly before they sleep, since waking a
+sleeping thread costs more than a small kernel), or, with ``target_options["thread_pool"] = "python"`` or when
+another thread's call holds the native pool, those of the persistent Python :class:`ThreadPool`. A kernel is
+split only when each thread gets ``target_options["parallel_min_ns"]`` of estimated work (:func:`estimated_ns`,
+default 4 us) or ``parallel_min_bytes`` bytes of inputs and outputs (default 256 KiB); smaller ones run on the
+calling thread.
 
 Arrays: inputs must have the body's element types and shapes (InputError otherwise); a non-contiguous
 input is copied to a contiguous one first (the kernel addresses memory by row-major strides). Outputs are
@@ -49,7 +47,7 @@ import numpy as np
 from snippets_core.errors import CodegenError, InputError, ShapeInferenceError, UnsupportedByTarget
 from snippets_core.runtime.placement import FALLBACK_KEY, REFERENCE, Placement, fallback_reason, subgraph_error
 from snippets_x86_64.cache import KERNEL_CACHE, cache_dir_from, cache_key
-from snippets_x86_64.native_pool import native_pool
+from snippets_x86_64.native_pool import THUNK_AFTER, Job, build_thunk, native_pool
 
 if TYPE_CHECKING:
     from snippets_core.codegen.subgraph_codegen import GeneratedSubgraph
@@ -61,6 +59,12 @@ if TYPE_CHECKING:
 
 TARGET_NAME = "x86_64_avx512"
 PARALLEL_MIN_BYTES = 256 * 1024
+#: estimated nanoseconds of work a thread must get for a kernel to be split (a hand-over to a spinning native
+#: worker costs about 1-2 us; below twice that a split chunk would not pay for it)
+PARALLEL_MIN_NS = 4000
+#: the rates of the work estimate (one core, f32, AVX-512, measured on the examples' kernels on a Zen 5 and a
+#: Sapphire Rapids: Brgemm flops, eltwise element-ops, bytes in and out of a kernel)
+FLOPS_PER_NS, ELEMENT_OPS_PER_NS, BYTES_PER_NS = 200.0, 20.0, 40.0
 #: the scratchpad of each thread starts on a cache line
 _ALIGN = 64
 
@@ -70,12 +74,15 @@ _ALIGN = 64
 
 class ThreadPool:
     """Persistent worker threads; ``run(tasks)`` runs ``tasks[0]`` on the caller and the others on workers
-    ``0..len-2``, and returns when all are done (re-raising the first error)."""
+    ``0..len-2``, and returns when all are done (re-raising the first error). A task that itself calls ``run``
+    (an executor nested in another's task) runs its tasks on its own thread: posting them to the pool's workers
+    could post to the very worker that waits for them."""
 
     def __init__(self) -> None:
         self._queues: list[queue.SimpleQueue] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._local = threading.local()
 
     def _grow(self, n: int) -> None:
         with self._lock:
@@ -86,8 +93,8 @@ class ThreadPool:
                 ).start()
                 self._queues.append(q)
 
-    @staticmethod
-    def _work(q: queue.SimpleQueue) -> None:
+    def _work(self, q: queue.SimpleQueue) -> None:
+        self._local.nested = True
         while True:
             task, done = q.get()
             try:
@@ -100,6 +107,9 @@ class ThreadPool:
     def run(self, tasks: Sequence[Callable[[], Any]]) -> None:
         if len(tasks) == 1:
             tasks[0]()
+            return
+        if getattr(self._local, "nested", False):
+            _run_here(tasks)
             return
         if self._pid != os.getpid():  # a forked child inherits no worker threads: start its own
             self._queues, self._lock, self._pid = [], threading.Lock(), os.getpid()
@@ -121,6 +131,18 @@ class ThreadPool:
             raise error
 
 
+def _run_here(tasks: Sequence[Callable[[], Any]]) -> None:
+    """Every task on the calling thread, in order; the first error is raised once all have run (as ``run``)."""
+    error: BaseException | None = None
+    for task in tasks:
+        try:
+            task()
+        except BaseException as exc:  # noqa: BLE001 - re-raised after the other tasks ran
+            error = error or exc
+    if error is not None:
+        raise error
+
+
 POOL = ThreadPool()
 
 
@@ -134,15 +156,43 @@ def _aligned_empty(nbytes: int) -> tuple[np.ndarray, int]:
     return buf, addr + (-addr) % _ALIGN
 
 
-def _address(a: np.ndarray) -> int:
-    """The data address of a C-contiguous array (``c_char.from_buffer`` is five times cheaper than ``.ctypes``,
-    but needs a writeable, non-empty buffer)."""
+def _slow_address(a: np.ndarray) -> int:
+    """The data address of an array through the buffer protocol (``c_char.from_buffer`` is five times cheaper
+    than ``.ctypes``, but needs a writeable, non-empty buffer)."""
     if a.flags.writeable and a.size:
         try:
             return ctypes.addressof(ctypes.c_char.from_buffer(a))
         except ValueError:  # dtypes the buffer protocol cannot express (ml_dtypes' bfloat16)
             pass
     return a.__array_interface__["data"][0]
+
+
+#: where an ndarray object keeps its data pointer: numpy's public ``PyArrayObject_fields`` puts ``char *data``
+#: right after the object header (ob_refcnt, ob_type)
+_DATA_FIELD = 2 * ctypes.sizeof(ctypes.c_void_p)
+_read_pointer = ctypes.c_void_p.from_address
+
+
+def _fast_address(a: np.ndarray) -> int:
+    """The data address of an ndarray read from its object (0.15 us, a buffer export costs 0.6-3 us)."""
+    return _read_pointer(id(a) + _DATA_FIELD).value or 0
+
+
+def _fast_address_works() -> bool:
+    """Whether this interpreter and numpy lay an ndarray out as :func:`_fast_address` reads it (CPython with
+    numpy's object layout; checked on owners, views, read-only and empty arrays against the array interface)."""
+    import platform
+
+    if platform.python_implementation() != "CPython":
+        return False
+    base = np.arange(64, dtype=np.float32)
+    read_only = base[8:].reshape(8, 7)
+    read_only.flags.writeable = False
+    samples = [base, base[3:], base.reshape(8, 8).T, read_only, np.empty(0, np.int8), np.zeros((2, 3), np.float64)]
+    return all(_fast_address(a) == a.__array_interface__["data"][0] for a in samples)
+
+
+_address = _fast_address if _fast_address_works() else _slow_address
 
 
 def _split(work: int, parts: int) -> list[tuple[int, int]]:
@@ -187,6 +237,23 @@ class _CallState:
             self.native.append(
                 (kernel.harness.address, kernel.address, ctypes.addressof(ca), ctypes.addressof(idx), count)
             )
+        #: the native pool's view of the chunks (the first on the caller)
+        self.job = Job(self.native)
+        self._single: Callable[[], Any] | None = None
+        self._single_calls = 0
+
+    def run_single(self) -> None:
+        """Run the one chunk on the calling thread (through a no-argument thunk from the second call on)."""
+        single = self._single
+        if single is None:
+            self._single_calls += 1
+            if self._single_calls < THUNK_AFTER:
+                self.tasks[0]()
+                return
+            harness, *args = self.native[0]
+            self._thunk = build_thunk(harness, tuple(args))  # kept: it owns the thunk's page
+            single = self._single = self._thunk.cfunc
+        single()
 
 
 def _bind(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
@@ -203,8 +270,11 @@ class KernelExecutor:
         output_specs: Sequence[tuple[np.dtype, tuple[int, ...]]],
         num_threads: int,
         parallel_min_bytes: int = PARALLEL_MIN_BYTES,
-        native_threads: bool = False,
+        native_threads: bool = True,
         runtime_config: RuntimeConfig | None = None,
+        *,
+        work_ns: float | None = None,
+        parallel_min_ns: int = PARALLEL_MIN_NS,
     ) -> None:
         self.kernel = kernel
         #: the parallel domain and runtime-parameter block of these shapes (a kernel lowered for every shape)
@@ -222,8 +292,12 @@ class KernelExecutor:
             )
         work = math.prod(self.domain)
         nbytes = sum(d.itemsize * math.prod(s) for d, s in (*self.input_specs, *self.output_specs))
-        by_size = max(1, nbytes // max(parallel_min_bytes, 1)) if parallel_min_bytes > 0 else num_threads
-        self.num_threads = max(1, min(num_threads, work, by_size))
+        #: the estimated single-thread time of a call (ns), when known: see :func:`estimated_ns`
+        self.work_ns = getattr(kernel, "work_ns", None) if work_ns is None else work_ns
+        # split when each thread gets enough bytes (parallel_min_bytes 0: always) or enough estimated work
+        by_size = nbytes // parallel_min_bytes if parallel_min_bytes > 0 else num_threads
+        by_work = int(self.work_ns // parallel_min_ns) if self.work_ns is not None and parallel_min_ns > 0 else 0
+        self.num_threads = max(1, min(num_threads, work, max(by_size, by_work)))
         self.chunks = _split(work, self.num_threads)
         self._state = _CallState(kernel, self.chunks, self.domain, self.params)
         self._busy = threading.Lock()
@@ -288,10 +362,12 @@ class KernelExecutor:
     def _addresses(self, arrays: Sequence[np.ndarray]) -> list[int]:
         """The data addresses of a call's arrays. A view (an array that does not own its data, such as the
         Subgraph's constants on every call) that is the same object as at that position in the last call costs
-        a weakref check instead of a buffer export (about 1.5 us for a read-only array, a large part of a
-        small call). A view's data address is fixed for its life (only an owner can be resized, and not while
-        a view holds it), and the weakref dies with the view, so a new array at a recycled ``id`` is never
+        a weakref check instead of reading its address again (which matters where :func:`_address` is the slow
+        buffer export). A view's data address is fixed for its life (only an owner can be resized, and not
+        while a view holds it), and the weakref dies with the view, so a new array at a recycled ``id`` is never
         taken for the old one."""
+        if _address is _fast_address:
+            return [_fast_address(a) for a in arrays]
         memo = self._memo
         ptrs = []
         for i, a in enumerate(arrays):
@@ -309,13 +385,13 @@ class KernelExecutor:
         for ca in state.args:
             ca[:n] = ptrs
         if len(state.tasks) == 1:
-            state.tasks[0]()
+            state.run_single()
             return
         if self.native_threads:
             pool = native_pool()
             if pool.lock.acquire(blocking=False):
                 try:
-                    pool.run(state.native[1:], state.tasks[0])
+                    pool.run_job(state.job)
                 finally:
                     pool.lock.release()
                 return
@@ -325,6 +401,36 @@ class KernelExecutor:
 
 
 # --- compile_subgraph --------------------------------------------------------------------------------------------
+
+
+_NO_WORK = frozenset({"Parameter", "Result", "Constant"})
+
+
+def estimated_ns(body: Model) -> float | None:
+    """The estimated single-thread run time of a kernel for ``body`` (static shapes), from its matrix products'
+    flops, its other ops' element counts and the bytes of its inputs and outputs; None when a shape is dynamic.
+    Only the thread split uses it: a kernel is split only if each thread gets ``parallel_min_ns`` of it."""
+    flops = elements = nbytes = 0
+    for n in body.get_ordered_ops():
+        if n.type_name in _NO_WORK:
+            if n.type_name == "Constant":
+                continue
+            o = n.outputs[0] if n.outputs else n.inputs[0]
+            if not o.shape.is_static:
+                return None
+            nbytes += math.prod(o.shape.to_tuple()) * o.element_type.numpy.itemsize
+            continue
+        for o in n.outputs:
+            if not o.shape.is_static:
+                return None
+            size = math.prod(o.shape.to_tuple())
+            if n.type_name in ("MatMul", "Brgemm"):
+                a = n.inputs[0].shape.to_tuple()
+                k = a[-2] if getattr(n, "transpose_a", False) and len(a) > 1 else a[-1]
+                flops += 2 * size * k
+            else:
+                elements += size
+    return flops / FLOPS_PER_NS + elements / ELEMENT_OPS_PER_NS + nbytes / BYTES_PER_NS
 
 
 def _specs(sg: Subgraph) -> tuple[list[tuple[np.dtype, tuple[int, ...]]], list[tuple[np.dtype, tuple[int, ...]]]]:
@@ -385,7 +491,7 @@ def generate_subgraph(
 
 
 #: target_options that only steer the runtime (not part of the kernel cache key)
-RUNTIME_OPTIONS = frozenset({"cache_dir", "parallel_min_bytes", "thread_pool"})
+RUNTIME_OPTIONS = frozenset({"cache_dir", "parallel_min_bytes", "parallel_min_ns", "thread_pool"})
 
 
 def _key_parts(config: CompileConfig, host: Any) -> list[Any]:
@@ -426,23 +532,31 @@ def _kernel_for(sg: Subgraph, config: CompileConfig, host: Any, shapes: tuple[tu
         kernel = generate_subgraph(sg, config, host, shapes, symbolic=symbolic).kernel
         KERNEL_CACHE.put(key, kernel, cache_dir)
     kernel.cache_key = key
+    if not symbolic:  # a kernel for one set of shapes: its work is known (a symbolic one's, per call shape)
+        kernel.work_ns = estimated_ns(sg.body if shapes is None else _shaped_body(sg, shapes))
     return kernel
 
 
-def _output_specs(sg: Subgraph, shapes: Sequence[tuple[int, ...]]) -> list[tuple[np.dtype, tuple[int, ...]]]:
-    """Element types and shapes of the outputs for these input shapes (the body's own shape inference)."""
+def _shaped_body(sg: Subgraph, shapes: Sequence[tuple[int, ...]]) -> Model:
+    """A copy of the body with these input shapes, shapes inferred."""
     from snippets_core.ir.shape import Shape
 
     body = sg.body.clone()
     for p, shape in zip(body.parameters, shapes):
         p.shape = Shape(shape)
     body.validate()
+    return body
+
+
+def _output_specs(sg: Subgraph, shapes: Sequence[tuple[int, ...]]) -> list[tuple[np.dtype, tuple[int, ...]]]:
+    """Element types and shapes of the outputs for these input shapes (the body's own shape inference)."""
+    body = _shaped_body(sg, shapes)
     return [(r.outputs[0].element_type.numpy, r.outputs[0].shape.to_tuple()) for r in body.results]
 
 
 def _executor_options(config: CompileConfig) -> tuple[int, bool]:
     options = dict(config.target_options)
-    pool = options.get("thread_pool", "python")
+    pool = options.get("thread_pool", "native")
     if pool not in ("python", "native"):
         from snippets_core.config import ConfigError
 
@@ -450,6 +564,12 @@ def _executor_options(config: CompileConfig) -> tuple[int, bool]:
     from snippets_core.config import int_option
 
     return int_option(options, "parallel_min_bytes", PARALLEL_MIN_BYTES, minimum=0), pool == "native"
+
+
+def _parallel_min_ns(config: CompileConfig) -> int:
+    from snippets_core.config import int_option
+
+    return int_option(dict(config.target_options), "parallel_min_ns", PARALLEL_MIN_NS, minimum=0)
 
 
 def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
@@ -493,7 +613,8 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
         sg.rt_info[FALLBACK_KEY] = fallback_reason(exc)
         return None
     ins, outs = _specs(sg)
-    executor = KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
+    executor = KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config),
+                              parallel_min_ns=_parallel_min_ns(config))
     executor = fc_executor(sg, executor, config, host)
     sg.rt_info.pop(FALLBACK_KEY, None)
     sg.rt_info["SnippetsCacheKey"] = kernel.cache_key
@@ -527,6 +648,7 @@ class DynamicKernelExecutor:
         #: when the body's inputs differ in rank), the arrays handed on must keep the body's shapes
         self.output_ranks = [r.outputs[0].shape.rank for r in sg.body.results]
         self._options = _executor_options(config)
+        self._min_ns = _parallel_min_ns(config)
         self._executors: OrderedDict[tuple[tuple[int, ...], ...], Any] = OrderedDict()
         self._per_shape: ShapeSpecializingExecutor | None = None
         self._lock = threading.Lock()
@@ -560,7 +682,8 @@ class DynamicKernelExecutor:
                 ins = list(zip(self.input_types, shapes))
                 outs = list(zip(self.output_types, map(_body_rank, cfg.output_shapes, self.output_ranks)))
                 executor = KernelExecutor(
-                    self.kernel, ins, outs, self.config.num_threads, *self._options, runtime_config=cfg
+                    self.kernel, ins, outs, self.config.num_threads, *self._options, runtime_config=cfg,
+                    work_ns=estimated_ns(_shaped_body(self.sg, shapes)), parallel_min_ns=self._min_ns,
                 )
             self.new_shapes += 1
             self._executors[shapes] = executor
@@ -646,7 +769,8 @@ class ShapeSpecializingExecutor:
                 kernel = _kernel_for(self.sg, self.config, self.host, shapes)
                 ins = list(zip(self.input_types, shapes))
                 outs = _output_specs(self.sg, shapes)
-                executor = KernelExecutor(kernel, ins, outs, self.config.num_threads, *_executor_options(self.config))
+                executor = KernelExecutor(kernel, ins, outs, self.config.num_threads, *_executor_options(self.config),
+                                          parallel_min_ns=_parallel_min_ns(self.config))
                 self.compiles += 1
             except UnsupportedByTarget as exc:  # the declared reason: these shapes run on the reference
                 self.reasons[shapes] = f"input shapes {list(shapes)}: {fallback_reason(exc)}"

@@ -230,6 +230,8 @@ CASES = [
     ("shrx", (eax, edx, ecx), {}, "shrx eax, edx, ecx"),
     ("sarx", (rax, rdx, rcx), {}, "sarx rax, rdx, rcx"),
     ("rdtsc", (), {}, "rdtsc"),
+    ("pause", (), {}, "pause"),
+    ("cmpxchg", (dword[rbx + 12], edx), {}, "cmpxchg [rbx+0xc], edx"),
     ("sfence", (), {}, "sfence"),
     ("lfence", (), {}, "lfence"),
     ("mfence", (), {}, "mfence"),

@@ -20,7 +20,7 @@ import pytest
 from snippets_core.errors import CodegenError
 from snippets_x86_64 import native_pool as np_mod
 from snippets_x86_64.asm import Function, r8, rax, rcx, rdi, rdx, rsi
-from snippets_x86_64.native_pool import DONE, PAGE, SEQ, NativePool, native_pool
+from snippets_x86_64.native_pool import DONE, PAGE, POSTED, SEQ, NativePool, native_pool
 
 pytestmark = pytest.mark.avx512  # the pool runs JIT code; the tests share the x86-64 skip rule
 TIMEOUT = 30.0
@@ -134,12 +134,13 @@ def test_a_sequence_word_changed_behind_the_callers_back_is_reported() -> None:
         block = pool._blocks[0]
         seq_word = ctypes.c_uint32.from_address(block + SEQ)
         done_word = ctypes.c_uint32.from_address(block + DONE)
+        posted = ctypes.c_uint32.from_address(block + POSTED)  # the number the caller posts, in the block
         kept, chunks, own = _job(64, 2)  # kept alive: the chunks write into it
-        stray = (pool._seq[0] + 7) & 0xFFFF_FFFF
+        stray = (posted.value + 1 + 7) & 0xFFFF_FFFF
 
         def own_and_stray_write() -> None:
             own()
-            while done_word.value != pool._seq[0]:  # the worker finished the posted chunk
+            while done_word.value != posted.value:  # the worker finished the posted chunk
                 pass
             seq_word.value = stray  # a stray write, then the worker's wake-up for it
             np_mod._syscall(np_mod.SYS_FUTEX, block + SEQ, np_mod.FUTEX_WAKE_PRIVATE, 1, None)

@@ -39,7 +39,7 @@ MNEMONICS: tuple[str, ...] = (
     "ja", "jae", "jb", "jbe", "je", "jne", "jg", "jge", "jl", "jle", "js", "jns", "jo", "jno", "jp", "jnp",
     "cmova", "cmovb", "cmove", "cmovne", "cmovg", "cmovge", "cmovl", "cmovle", "movsx",
     "bzhi", "shlx", "shrx", "sarx",  # BMI2: tail masks and shifts without flags or cl
-    "cpuid", "xgetbv", "rdtsc", "sfence", "lfence", "mfence",
+    "cpuid", "xgetbv", "rdtsc", "sfence", "lfence", "mfence", "pause", "cmpxchg",
     "prefetcht0", "prefetcht1", "prefetcht2", "prefetchnta",
     # vector moves and broadcasts
     "vmovups", "vmovaps", "vmovdqu8", "vmovdqu16", "vmovdqu32", "vmovdqu64", "vmovss", "vmovd", "vmovq",
