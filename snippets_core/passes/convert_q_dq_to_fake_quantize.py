@@ -13,7 +13,7 @@ from snippets_core.ir.node import Node, Output, replace_node
 from snippets_core.ir.ops.fake_quantize import FakeQuantize
 from snippets_core.ir.ops.binary import Maximum, Minimum
 from snippets_core.ir.ops.io import Constant
-from snippets_core.ir.ops.quantize import QUANT_RANGES
+from snippets_core.ir.ops.quantize import QUANT_RANGES, QUANTIZATION_GRID, QuantGrid
 from snippets_core.ir.pass_manager import Pass
 from snippets_core.ir.shape import normalize_axis
 from snippets_core.passes.graph_utils import nodes_of_type
@@ -77,6 +77,8 @@ class ConvertQDQToFakeQuantize(Pass):
                 replace_node(dq, node)
                 if grid.key is not None:
                     made[node.id] = grid.key
+                    # an int8 FullyConnected reading this output quantizes its input on this grid instead
+                    node.rt_info[QUANTIZATION_GRID] = QuantGrid(grid.qtype, float(grid.scale), int(grid.zero_point))
             changed = True
         return changed
 

@@ -68,6 +68,9 @@ class TokenizationConfig:
     softmax_axis_to_last: bool = False
     #: the target runs a Convolution and its post-op chain as one primitive (TokenizeConvSnippets takes them)
     conv_primitives: bool = False
+    #: the target runs a quantized MatMul (static QDQ, dynamic, QLinearMatMul, MatMulInteger with an int8 constant
+    #: weight) as one int8 kernel (TokenizeInt8FCSnippets takes them)
+    int8_fc: bool = False
     snippets_mode: SnippetsMode = SnippetsMode.Enable
     callback: TokenizationCallback | None = None
 
@@ -77,7 +80,7 @@ class TokenizationConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise TokenizationConfigError(f"tokenization config '{name}' must be a positive integer, got {v!r}")
         for name in ("split_m_dimension", "mha_token_enable_transpose_on_output", "is_dynamic_mha_token_enabled",
-                     "mha_transposed_b_in_subgraph", "conv_primitives"):
+                     "mha_transposed_b_in_subgraph", "conv_primitives", "int8_fc"):
             v = getattr(self, name)
             if not isinstance(v, bool):
                 raise TokenizationConfigError(f"tokenization config '{name}' must be a bool, got {v!r}")

@@ -162,10 +162,12 @@ def test_quantized_model_matches_onnxruntime(tmp_path: Path, name: str, kind: st
         assert "Round" in cm.describe()
     else:
         assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
-        # the integer ops run on their numpy references (int64 accumulation), and say so
-        assert placement["MatMulInteger"] == "reference" and placement["DynamicQuantizeLinear"] == "reference"
+        if target == "reference":  # the integer ops run on their numpy references (int64 accumulation), and say so
+            assert placement["MatMulInteger"] == "reference" and placement["DynamicQuantizeLinear"] == "reference"
         if name == "cnn":
             assert placement["ConvInteger"] == "reference"
+    if target == "x86_64_avx512" and _has_vnni():
+        _assert_matmuls_run_int8(cm, ops)
     step = _output_step(path)
     if step is not None:
         _compare_stepwise(cm, sess, shape, step)
@@ -175,6 +177,27 @@ def test_quantized_model_matches_onnxruntime(tmp_path: Path, name: str, kind: st
         want, got = sess.run(None, {"x": x})[0], cm({"x": x})["y"]
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def _has_vnni() -> bool:
+    from snippets_x86_64.cpu import cpu_features
+
+    return "avx512_vnni" in cpu_features()
+
+
+def _assert_matmuls_run_int8(cm, ops: set[str]) -> None:  # type: ignore[no-untyped-def]
+    """Every MatMul with a constant int8 weight runs as an int8 FullyConnected Subgraph on the VNNI Brgemm: no
+    MatMulInteger is left outside a Subgraph, and describe() names the int8 kernel once per weight."""
+    from snippets_core.tokenization.tokenize_int8_fc_snippets import is_int8_fc
+
+    placement = {t for _, t, _ in cm.placement()}
+    assert "MatMulInteger" not in placement and "QLinearMatMul" not in placement, cm.describe()
+    int8 = [sg for sg in cm.subgraphs if is_int8_fc(sg)]
+    weights = 6 if "Softmax" in ops else 1  # the encoder: Q, K, V, output, FFN up and down; the CNN: its head
+    assert len(int8) == weights, cm.describe()
+    assert cm.describe().count("int8 FullyConnected on the VNNI Brgemm") == weights, cm.describe()
+    assert not any(sg.body_ops and sg.body_ops[-1].type_name == "MatMul" and not is_int8_fc(sg)
+                   for sg in cm.subgraphs), cm.describe()
 
 
 def _compare_stepwise(cm, sess, shape: tuple[int, ...], step: float) -> None:  # type: ignore[no-untyped-def]
@@ -202,7 +225,11 @@ def test_qoperator_model_with_qlinear_conv_and_matmul(tmp_path: Path, target: st
     assert {("", "QLinearConv"), ("", "QLinearMatMul")} <= ops and all(d == "" for d, _ in ops)
     cm = sc.compile_model(path, target)
     placement = {t: w for _, t, w in cm.placement()}
-    assert placement["QLinearConv"] == "reference" and placement["QLinearMatMul"] == "reference"
+    assert placement["QLinearConv"] == "reference"
+    if target == "x86_64_avx512" and _has_vnni():
+        _assert_matmuls_run_int8(cm, set())
+    else:
+        assert placement["QLinearMatMul"] == "reference"
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     step = _output_step(path)

@@ -65,7 +65,14 @@ class X86_64Target:
         (the callback keeps Transposes out)."""
         return {"data_ptr_gpr_count": self.data_ptr_gpr_count, "mha_supported_transpose_ranks": (4,),
                 "mha_transposed_b_in_subgraph": True, "softmax_axis_to_last": True,
-                "conv_primitives": True}
+                "conv_primitives": True, "int8_fc": self._has_vnni()}
+
+    @staticmethod
+    def _has_vnni() -> bool:
+        """Quantized MatMuls become int8 FullyConnected Subgraphs where the VNNI Brgemm can run them."""
+        from snippets_x86_64.cpu import cpu_features
+
+        return "avx512_vnni" in cpu_features()
 
     def available(self) -> str | None:
         """None when AVX-512 (F, BW, DQ, VL) is usable on this CPU and OS, else the reason it is not."""
