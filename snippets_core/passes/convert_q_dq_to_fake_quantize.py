@@ -167,4 +167,11 @@ def _match(dq: Node) -> _Grid | None:
     s, z = full(qs), full(qz)  # type: ignore[arg-type]
     if not (np.array_equal(s, full(ds)) and np.array_equal(z, full(dz))):  # type: ignore[arg-type]
         return None
+    if q.outputs[0].element_type not in QUANT_RANGES:
+        return None
+    lo, hi = QUANT_RANGES[q.outputs[0].element_type]
+    with np.errstate(over="ignore"):  # a grid as wide as the type (a mask times float min) has no FakeQuantize form
+        ends = ((np.asarray([lo - 1, hi + 1]).reshape(2, *([1] * z.ndim)) - z) * s).astype(et.numpy)
+    if not np.isfinite(ends).all():
+        return None
     return _Grid(x, q.outputs[0].element_type, np.asarray(s), np.asarray(z))

@@ -240,6 +240,20 @@ def test_q_dq_rewrite_can_be_disabled_and_skips_what_it_cannot_express() -> None
     np.testing.assert_array_equal(cm2({"x": x})["y"], ReferenceEvaluator(m2).run(None, {"x": x})[0])
 
 
+def test_a_grid_wider_than_float_stays_a_q_dq_pair() -> None:
+    """A mask times float min, quantized (onnxruntime's static quantizer does it to BERT's attention mask): the
+    FakeQuantize ends (qmin - z) * s overflow f32, so the pair is left as it is and computes what ONNX says."""
+    scale = np.float32(np.finfo(np.float32).max / 255 * 1.5)
+    m = _qdq_model(scale, np.uint8(255), T.UINT8)
+    cm = sc.compile_model(m, "reference")
+    assert "FakeQuantize" not in cm.describe() and "QuantizeLinear" in cm.describe()
+    x = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
+    x.reshape(-1)[:4] = np.finfo(np.float32).min
+    got, want = cm({"x": x})["y"], ReferenceEvaluator(m).run(None, {"x": x})[0]
+    assert np.isfinite(got).all()
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("zp", [3, 4])  # odd and even z - qmin: FakeQuantize + saturation, or FakeQuantize alone
 def test_a_repeated_q_dq_after_a_reshape_is_removed(zp: int) -> None:
     """onnxruntime's quantizer puts the same Q->DQ on both sides of a Reshape/Transpose: the second pair is the
