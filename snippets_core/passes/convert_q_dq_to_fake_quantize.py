@@ -120,11 +120,16 @@ class _Grid:
         # one more step below in_low (elsewhere one above in_high, so levels agree across channels) and a
         # Maximum/Minimum to [il, ih] after it restores Q's saturation.
         odd = ((z64 - lo) % 2).astype(bool)
+        # a grid as wide as the float type (onnxruntime quantizes BERT's mask * float_min): its ends are clipped to
+        # the finite range and it is not extended below (its ties, 1e36 apart, do not occur)
+        fmax = float(np.finfo(et.numpy).max)
+        odd &= il - s64 >= -fmax
         if odd.any():
             levels += 1
             fq_il, fq_ih = np.where(odd, il - s64, il), np.where(odd, ih, ih + s64)
         else:
             fq_il, fq_ih = il, ih
+        il, ih, fq_il, fq_ih = (np.clip(v, -fmax, fmax) for v in (il, ih, fq_il, fq_ih))
 
         def const(v: np.ndarray, tag: str) -> Constant:
             return Constant(np.ascontiguousarray(np.asarray(v, dtype=et.numpy)), name=f"{name}/{tag}")
@@ -166,12 +171,5 @@ def _match(dq: Node) -> _Grid | None:
 
     s, z = full(qs), full(qz)  # type: ignore[arg-type]
     if not (np.array_equal(s, full(ds)) and np.array_equal(z, full(dz))):  # type: ignore[arg-type]
-        return None
-    if q.outputs[0].element_type not in QUANT_RANGES:
-        return None
-    lo, hi = QUANT_RANGES[q.outputs[0].element_type]
-    with np.errstate(over="ignore"):  # a grid as wide as the type (a mask times float min) has no FakeQuantize form
-        ends = ((np.asarray([lo - 1, hi + 1]).reshape(2, *([1] * z.ndim)) - z) * s).astype(et.numpy)
-    if not np.isfinite(ends).all():
         return None
     return _Grid(x, q.outputs[0].element_type, np.asarray(s), np.asarray(z))
