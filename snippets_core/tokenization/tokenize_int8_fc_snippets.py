@@ -160,7 +160,9 @@ def _bias(last: Node, live: set[int], n: int) -> tuple[Node, np.ndarray] | None:
     return add, b.reshape(n).astype(np.float32)
 
 
-def _activation(x: Output, k: int) -> None:
+def _activation(x: Output, k: int, float_input: bool = False) -> None:
+    if float_input and x.element_type is not ElementType.f32:
+        raise Int8Reject(f"its input is {x.element_type}; the int8 kernel quantizes f32")
     shape = x.shape
     if not shape.rank_is_static or shape.rank < 2 or shape[-1] != k:
         raise Int8Reject(f"its input has shape {shape}; the int8 FullyConnected takes [.., M, {k}]")
@@ -235,7 +237,7 @@ class TokenizeInt8FCSnippets(Pass):
             while head[0].type_name != "FakeQuantize":  # the Maximum/Minimum of an odd zero point's extended grid
                 head.insert(0, head[0].inputs[0].source.node)
             x = head[0].inputs[0].source
-        _activation(x, w.shape[0])
+        _activation(x, w.shape[0], float_input=True)
         chain, bias = [matmul], None
         found = _bias(matmul, live, w.shape[1])
         if found is not None:
@@ -257,6 +259,7 @@ class TokenizeInt8FCSnippets(Pass):
             if chain is not None:
                 head, tail, w_scale, bias = chain
                 x = dql.inputs[0].source
+                _activation(x, w.shape[0], float_input=True)
                 spec = Int8FCSpec(DYNAMIC, False, 1.0, 0, w, w_scale, bias, F32)
                 return head, [mmi, *tail], spec, x
         if a.element_type not in _ACTIVATION_TYPES:
