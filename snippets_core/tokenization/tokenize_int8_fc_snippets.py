@@ -168,6 +168,18 @@ def _activation(x: Output, k: int, float_input: bool = False) -> None:
         raise Int8Reject(f"its input has shape {shape}; the int8 FullyConnected takes [.., M, {k}]")
 
 
+def _integer_operands(node: Node, b_index: int, b_zp_index: int) -> tuple[Output, np.ndarray]:
+    """(A, the int8 constant B [K, N]) of a MatMulInteger / QLinearMatMul whose B and B zero point are inputs
+    ``b_index`` and ``b_zp_index``."""
+    b = _const(node.inputs[b_index].source)
+    if b is None:
+        raise Int8Reject("its B is not a constant")
+    w = _int8_weight(b, _const_or_reject(node.inputs[b_zp_index].source, "its B zero point"), "its B")
+    a = node.inputs[0].source
+    _activation(a, w.shape[0])
+    return a, w
+
+
 @dataclass(frozen=True)
 class TokenizeInt8FCSnippets(Pass):
     """Wrap each quantized linear layer into a Completed int8 FullyConnected Subgraph (see the module docstring)."""
@@ -247,12 +259,7 @@ class TokenizeInt8FCSnippets(Pass):
         return head, chain, spec, x
 
     def _integer(self, mmi: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
-        b = _const(mmi.inputs[1].source)
-        if b is None:
-            raise Int8Reject("its B is not a constant")
-        w = _int8_weight(b, _scalar(mmi.inputs[3].source, "its B zero point"), "its B")
-        a = mmi.inputs[0].source
-        _activation(a, w.shape[0])
+        a, w = _integer_operands(mmi, 1, 3)
         dql = a.node
         if dql.type_name == "DynamicQuantizeLinear" and mmi.inputs[2].source == dql.outputs[2]:
             chain = self._dynamic_chain(mmi, dql, live, w.shape[1])
@@ -301,12 +308,7 @@ class TokenizeInt8FCSnippets(Pass):
         return [dql, s[0]], tail, w_scale, bias
 
     def _qlinear(self, qlm: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
-        b = _const(qlm.inputs[3].source)
-        if b is None:
-            raise Int8Reject("its B is not a constant")
-        w = _int8_weight(b, _const_or_reject(qlm.inputs[5].source, "its B zero point"), "its B")
-        a = qlm.inputs[0].source
-        _activation(a, w.shape[0])
+        a, w = _integer_operands(qlm, 3, 5)
         if a.element_type not in _ACTIVATION_TYPES or qlm.outputs[0].element_type not in _ACTIVATION_TYPES:
             raise Int8Reject(f"it takes {a.element_type} to {qlm.outputs[0].element_type}")
         b_scale = _const(qlm.inputs[4].source)
