@@ -243,3 +243,32 @@ def test_qoperator_com_microsoft_ops_are_refused_naming_the_domain(tmp_path: Pat
     path = _quantize(tmp_path, model, shape, "qoperator")
     with pytest.raises(UnsupportedOpError, match=r"QLinearAdd \(domain 'com.microsoft'\) x2 \('QLinearAdd_\d+'"):
         sc.compile_model(path, "reference")
+
+
+@pytest.mark.parametrize("kind", ["static", "dynamic"])
+def test_int8_fc_tokenization_is_backend_neutral(tmp_path: Path, kind: str) -> None:
+    """TokenizeInt8FCSnippets on the reference target (the ``int8_fc`` knob on): the encoder's six quantized MatMuls
+    become int8 FullyConnected Subgraphs whose specs hold the int8 weights, and evaluating their bodies still
+    matches onnxruntime."""
+    from snippets_core.tokenization.tokenize_int8_fc_snippets import INT8_FULLY_CONNECTED, is_int8_fc
+
+    model, shape = _encoder(np.random.default_rng(0))
+    path = _quantize(tmp_path, model, shape, kind)
+    cm = sc.compile_model(path, "reference", {"tokenization": {"int8_fc": True}})
+    int8 = [sg for sg in cm.subgraphs if is_int8_fc(sg)]
+    assert len(int8) == 6, cm.describe()
+    weights = {t.name: nh.to_array(t) for t in onnx.load(path).graph.initializer if t.data_type == T.INT8}
+    for sg in int8:
+        spec = sg.rt_info[INT8_FULLY_CONNECTED]
+        assert spec.weight.dtype == np.int8 and any(np.array_equal(spec.weight, w) for w in weights.values())
+        assert sg.inputs[spec.a_index].element_type.value == "f32"
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    step = _output_step(path)
+    if step is not None:
+        _compare_stepwise(cm, sess, shape, step)
+        return
+    x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    want = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(cm({"x": x})["y"], want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
