@@ -24,7 +24,7 @@ quantized MatMul left alone keeps why in ``rt_info[INT8_FC_REJECT_REASON_KEY]``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -69,6 +69,8 @@ class Int8FCSpec:
     y_scale: float = 1.0
     y_zero_point: int = 0
     a_index: int = 0
+    #: a 2-D convolution (NCHW x, the weight's rows ordered [kh, kw, c]): run as this GEMM over its windows
+    conv: Int8ConvGeometry | None = None
 
     @property
     def k(self) -> int:
@@ -81,8 +83,27 @@ class Int8FCSpec:
     def describe(self) -> str:
         a = {QUANTIZE: "f32 x quantized on a constant grid", DYNAMIC: "f32 x quantized on its own range per call",
              QUANTIZED: "quantized x"}[self.source]
-        return (f"{self.k}x{self.n} {'s8' if self.a_signed else 'u8'} x s8 ({a}), {self.output} out"
+        what = f"{self.k}x{self.n}" if self.conv is None else f"Conv {self.conv.describe()} as a {self.k}x{self.n}"
+        return (f"{what} {'s8' if self.a_signed else 'u8'} x s8 ({a}), {self.output} out"
                 f"{', bias' if self.bias is not None else ''}")
+
+
+@dataclass(frozen=True)
+class Int8ConvGeometry:
+    """A 2-D convolution of a static NCHW input, group 1: kernel, strides, dilations, the pads (begin, and end
+    grown so that every window is inside the padded input) and the input and output spatial sizes."""
+
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads_begin: tuple[int, int]
+    pads_end: tuple[int, int]
+    spatial: tuple[int, int]
+    out: tuple[int, int]
+
+    def describe(self) -> str:
+        return (f"{self.kernel[0]}x{self.kernel[1]} stride {self.strides[0]}x{self.strides[1]} "
+                f"{self.spatial[0]}x{self.spatial[1]} -> {self.out[0]}x{self.out[1]}")
 
 
 class Int8Reject(Exception):
@@ -180,6 +201,26 @@ def _integer_operands(node: Node, b_index: int, b_zp_index: int) -> tuple[Output
     return a, w
 
 
+def _quantized_input(node: Node) -> tuple[list[Node], Output, Any]:
+    """(the quantizing head to clone, the f32 x it reads, the grid) of ``node``'s input 0: a per-tensor u8/i8
+    Q->DQ pair made FakeQuantize, or values already on such a grid moved by Reshape/Transpose."""
+    g = node.inputs[0].source.node
+    moved = g
+    while moved.type_name in _MOVES:
+        moved = moved.inputs[0].source.node
+    grid = moved.rt_info.get(QUANTIZATION_GRID)
+    if grid is None or grid.qtype not in _ACTIVATION_TYPES:
+        raise Int8Reject(f"its input comes from {g.type_name} '{g.name}', not a per-tensor u8/i8 Q->DQ pair")
+    if moved is not g:
+        # values already on the grid, moved (ConvertQDQToFakeQuantize dropped the repeated pair): quantizing
+        # them again gives back their integers, so the body is the op alone
+        return [], node.inputs[0].source, grid
+    head = [g]
+    while head[0].type_name != "FakeQuantize":  # the Maximum/Minimum of an odd zero point's extended grid
+        head.insert(0, head[0].inputs[0].source.node)
+    return head, head[0].inputs[0].source, grid
+
+
 @dataclass(frozen=True)
 class TokenizeInt8FCSnippets(Pass):
     """Wrap each quantized linear layer into a Completed int8 FullyConnected Subgraph (see the module docstring)."""
@@ -192,8 +233,8 @@ class TokenizeInt8FCSnippets(Pass):
             return False
         changed = False
         for node in model.get_ordered_ops():
-            match = {"MatMul": self._static, "MatMulInteger": self._integer, "QLinearMatMul": self._qlinear}.get(
-                node.type_name)
+            match = {"MatMul": self._static, "MatMulInteger": self._integer, "QLinearMatMul": self._qlinear,
+                     "Convolution": self._conv}.get(node.type_name)
             if match is None:
                 continue
             live = _live_ids(model)
@@ -202,7 +243,8 @@ class TokenizeInt8FCSnippets(Pass):
             try:
                 head, chain, spec, x = match(node, live)
             except Int8Reject as e:
-                if node.type_name != "MatMul" or DEQUANTIZED_FROM in node.inputs[1].source.node.rt_info:
+                if node.type_name not in ("MatMul", "Convolution") or \
+                        DEQUANTIZED_FROM in node.inputs[1].source.node.rt_info:
                     node.rt_info[INT8_FC_REJECT_REASON_KEY] = str(e)
                 continue
             node.rt_info.pop(INT8_FC_REJECT_REASON_KEY, None)
@@ -233,22 +275,7 @@ class TokenizeInt8FCSnippets(Pass):
         if matmul.transpose_a:  # type: ignore[attr-defined]
             raise Int8Reject("it has transpose_a")
         w, w_scale = _dequantized_weight(matmul)
-        g = matmul.inputs[0].source.node
-        moved = g
-        while moved.type_name in _MOVES:
-            moved = moved.inputs[0].source.node
-        grid = moved.rt_info.get(QUANTIZATION_GRID)
-        if grid is None or grid.qtype not in _ACTIVATION_TYPES:
-            raise Int8Reject(f"its input comes from {g.type_name} '{g.name}', not a per-tensor u8/i8 Q->DQ pair")
-        if moved is not g:
-            # values already on the grid, moved (ConvertQDQToFakeQuantize dropped the repeated pair): quantizing
-            # them again gives back their integers, so the body is the MatMul alone
-            head, x = [], matmul.inputs[0].source
-        else:
-            head = [g]
-            while head[0].type_name != "FakeQuantize":  # the Maximum/Minimum of an odd zero point's extended grid
-                head.insert(0, head[0].inputs[0].source.node)
-            x = head[0].inputs[0].source
+        head, x, grid = _quantized_input(matmul)
         _activation(x, w.shape[0], float_input=True)
         chain, bias = [matmul], None
         found = _bias(matmul, live, w.shape[1])
@@ -256,6 +283,46 @@ class TokenizeInt8FCSnippets(Pass):
             chain.append(found[0])
             bias = found[1]
         spec = Int8FCSpec(QUANTIZE, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, w, w_scale, bias, F32)
+        return head, chain, spec, x
+
+    def _conv(self, conv: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
+        """A static QDQ 2-D Convolution (group 1) with an int8 weight quantized per output channel."""
+        src = conv.inputs[1].source.node
+        qc: QuantizedConstant | None = src.rt_info.get(DEQUANTIZED_FROM)
+        if qc is None:
+            raise Int8Reject("its weight is not a dequantized constant")
+        w = qc.data
+        if w.ndim != 4 or conv.group != 1:  # type: ignore[attr-defined]
+            raise Int8Reject(f"it is a {w.ndim - 2}-D convolution of group {conv.group}; the int8 kernel takes "  # type: ignore[attr-defined]
+                             "2-D, group 1")
+        _int8_weight(w.reshape(w.shape[0], -1), qc.zero_point, "its weight")
+        if qc.block_size or (qc.scale.size != 1 and qc.axis != 0):
+            raise Int8Reject(f"its weight is quantized along axis {qc.axis}, not per output channel")
+        head, x, grid = _quantized_input(conv)
+        shape = x.shape
+        if not shape.is_static or shape.rank != 4 or x.element_type is not ElementType.f32:
+            raise Int8Reject(f"its input is {x.element_type} {shape}; the int8 convolution takes static f32 NCHW")
+        m, c, kh, kw = w.shape
+        geo = conv._geometry((kh, kw))  # type: ignore[attr-defined]
+        spatial = tuple(int(d) for d in shape.to_tuple()[2:])
+        outs, pbs, pes = geo.resolve(spatial)
+        # the end pads grown so that the last window is inside the padded input (a stride that skips the end)
+        ends = tuple(max(pe, (o - 1) * st + (k - 1) * d + 1 - sz - pb) for o, st, k, d, sz, pb, pe in
+                     zip(outs, geo.strides, (kh, kw), geo.dilations, spatial, pbs, pes))
+        g = Int8ConvGeometry((kh, kw), tuple(geo.strides), tuple(geo.dilations), tuple(pbs), ends, spatial,
+                             tuple(outs))  # type: ignore[arg-type]
+        weight = np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(kh * kw * c, m))
+        chain, bias = [conv], None
+        add = _sole_consumer(conv.outputs[0], live, "Add")
+        if add is not None:
+            other = [i.source for i in add.inputs if i.source.node is not conv]
+            b = _const(other[0]) if len(other) == 1 else None
+            if b is not None and b.dtype == np.float32 and b.shape in ((m, 1, 1), (1, m, 1, 1)):
+                chain.append(add)
+                bias = b.reshape(m).astype(np.float32)
+        spec = Int8FCSpec(QUANTIZE, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, weight,
+                          _column_scale(qc.scale.reshape(-1) if qc.scale.size > 1 else qc.scale, m, "the weight scale"),
+                          bias, F32, conv=g)
         return head, chain, spec, x
 
     def _integer(self, mmi: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:

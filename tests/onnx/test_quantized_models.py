@@ -188,14 +188,17 @@ def _has_vnni() -> bool:
 def _assert_matmuls_run_int8(cm, ops: set[str]) -> None:  # type: ignore[no-untyped-def]
     """Every MatMul with a constant int8 weight runs as an int8 FullyConnected Subgraph on the VNNI Brgemm: no
     MatMulInteger is left outside a Subgraph, and describe() names the int8 kernel once per weight."""
-    from snippets_core.tokenization.tokenize_int8_fc_snippets import is_int8_fc
+    from snippets_core.tokenization.tokenize_int8_fc_snippets import INT8_FULLY_CONNECTED, is_int8_fc
 
     placement = {t for _, t, _ in cm.placement()}
     assert "MatMulInteger" not in placement and "QLinearMatMul" not in placement, cm.describe()
-    int8 = [sg for sg in cm.subgraphs if is_int8_fc(sg)]
+    int8 = [sg for sg in cm.subgraphs if is_int8_fc(sg) and sg.rt_info[INT8_FULLY_CONNECTED].conv is None]
     weights = 6 if "Softmax" in ops else 1  # the encoder: Q, K, V, output, FFN up and down; the CNN: its head
     assert len(int8) == weights, cm.describe()
-    assert cm.describe().count("int8 FullyConnected on the VNNI Brgemm") == weights, cm.describe()
+    convs = sum(1 for sg in cm.subgraphs if is_int8_fc(sg) and sg.rt_info[INT8_FULLY_CONNECTED].conv is not None)
+    # a static QDQ Conv (Q->DQ input, per-channel int8 weight) runs as an int8 convolution too
+    assert convs == (2 if "Conv" in ops else 0), cm.describe()
+    assert cm.describe().count("int8 FullyConnected on the VNNI Brgemm") == weights + convs, cm.describe()
     assert not any(sg.body_ops and sg.body_ops[-1].type_name == "MatMul" and not is_int8_fc(sg)
                    for sg in cm.subgraphs), cm.describe()
 

@@ -159,9 +159,18 @@ class Int8FCExecutor:
         return f"int8 FullyConnected on the VNNI Brgemm: {self.spec.describe()}{threads}"
 
 
-def int8_fc_executor(sg: Subgraph, threads: int) -> Int8FCExecutor:
-    """The executor of an int8 FullyConnected Subgraph; with static rows, its kernels are compiled now."""
-    ex = Int8FCExecutor(sg.rt_info[INT8_FULLY_CONNECTED], threads)
+def int8_fc_executor(sg: Subgraph, threads: int) -> Any:
+    """The executor of an int8 FullyConnected (or convolution) Subgraph; with static rows, its kernels are compiled
+    now."""
+    spec = sg.rt_info[INT8_FULLY_CONNECTED]
+    if spec.conv is not None:
+        from snippets_x86_64.int8_conv_executor import Int8ConvExecutor
+
+        conv = Int8ConvExecutor(spec, threads)
+        n = sg.inputs[spec.a_index].shape.to_tuple()[0]
+        conv.gemm.plan(n * spec.conv.out[0] * spec.conv.out[1])
+        return conv
+    ex = Int8FCExecutor(spec, threads)
     x = sg.inputs[ex.spec.a_index].shape
     if x.is_static:
         ex.plan(math.prod(x.to_tuple()[:-1]))
