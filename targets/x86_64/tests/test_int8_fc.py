@@ -6,6 +6,7 @@ split between 2 threads or N split (M = 1), a dynamic M; the executor under guar
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import onnx
@@ -244,3 +245,57 @@ def test_int8_fc_can_be_disabled() -> None:
     assert not any(is_int8_fc(sg) for sg in cm.subgraphs) and "VNNI" not in cm.describe()
     x = _input(model, (3, 24), 0)
     np.testing.assert_allclose(cm({"x": x})["y"], _float64_static(x, p), rtol=1e-5, atol=1e-4)
+
+
+def static_qdq_conv(c: int, m: int, x_shape: list, seed: int = 0, **attrs: Any) -> tuple[bytes, dict]:
+    """x -> Q -> DQ -> Conv(., DQ(W per output channel), bias), as onnxruntime's static QDQ quantizer writes it."""
+    rng = np.random.default_rng(seed)
+    k = attrs.pop("k", (3, 3))
+    w = rng.integers(-128, 128, (m, c, *k)).astype(np.int8)
+    ws = (rng.uniform(0.5, 2.0, m) / 128).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    xs, zp = np.float32(0.041), 121
+    inits = [nh.from_array(w, "wq"), nh.from_array(ws, "ws"), nh.from_array(np.zeros(m, np.int8), "wz"),
+             nh.from_array(xs, "xs"), nh.from_array(np.uint8(zp), "xz"), nh.from_array(b, "b")]
+    nodes = [h.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             h.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             h.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=0),
+             h.make_node("Conv", ["xd", "wd", "b"], ["y"], **attrs)]
+    return _model(nodes, inits, T.FLOAT, x_shape, T.FLOAT), {"w": w, "ws": ws, "b": b, "xs": xs, "xz": zp, **attrs}
+
+
+def _float64_conv(x: np.ndarray, p: dict) -> np.ndarray:
+    """The dequantized convolution in float64, by onnx's reference evaluator on float64 tensors."""
+    from onnx.reference import ReferenceEvaluator
+
+    q = np.clip(np.rint(x / p["xs"]) + p["xz"], 0, 255)
+    xd = (q - p["xz"]) * np.float64(p["xs"])
+    wd = p["w"].astype(np.float64) * p["ws"].astype(np.float64).reshape(-1, 1, 1, 1)
+    attrs = {a: p[a] for a in ("strides", "pads", "dilations") if a in p}
+    node = h.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    g = h.make_graph([node], "c", [h.make_tensor_value_info(n, T.DOUBLE, None) for n in ("x", "w", "b")],
+                     [h.make_tensor_value_info("y", T.DOUBLE, None)])
+    ref = ReferenceEvaluator(h.make_model(g, opset_imports=[h.make_opsetid("", 19)]))
+    return ref.run(None, {"x": xd, "w": wd, "b": p["b"].astype(np.float64)})[0]
+
+
+CONVS = [(3, 8, [1, 3, 16, 16], {"pads": [1, 1, 1, 1]}),
+         (5, 17, [2, 5, 9, 11], {"pads": [1, 0, 2, 1], "strides": [2, 2]}),
+         (16, 33, [1, 16, 7, 7], {"k": (1, 1)}),
+         (4, 20, [1, 4, 10, 10], {"dilations": [2, 2], "pads": [2, 2, 2, 2], "strides": [3, 2]})]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("c", "m", "shape", "attrs"), CONVS)
+def test_static_qdq_conv_matches_onnxruntime_and_float64(c: int, m: int, shape: list, attrs: dict,
+                                                         threads: int) -> None:
+    model, p = static_qdq_conv(c, m, shape, **dict(attrs))
+    cm = sc.compile_model(model, TARGET, {"num_threads": threads})
+    assert "int8 convolution" in cm.describe(), cm.describe()
+    x = _input(model, tuple(shape), 6)
+    got, want = cm({"x": x})["y"], _ort(model, x)
+    ref = _float64_conv(x, p)
+    assert got.shape == ref.shape
+    tol = 1e-5 * np.abs(ref).max()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=tol)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=10 * tol)
