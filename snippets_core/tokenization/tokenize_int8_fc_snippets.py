@@ -221,6 +221,29 @@ def _quantized_input(node: Node) -> tuple[list[Node], Output, Any]:
     return head, head[0].inputs[0].source, grid
 
 
+def _conv_geometry(conv: Node, w: np.ndarray, x: Output,
+                   types: tuple[ElementType, ...]) -> tuple[Int8ConvGeometry, np.ndarray]:
+    """The geometry of a 2-D group-1 convolution of the static NCHW ``x`` (of one of ``types``) and its int8 weight
+    ``w`` [M, C, KH, KW] as the GEMM's [KH*KW*C, M] (rows ordered kh, kw, c)."""
+    shape = x.shape
+    if not shape.is_static or shape.rank != 4 or x.element_type not in types:
+        raise Int8Reject(f"its input is {x.element_type} {shape}; the int8 convolution takes static NCHW "
+                         f"{'/'.join(t.value for t in types)}")
+    if w.ndim != 4 or conv.group != 1:  # type: ignore[attr-defined]
+        raise Int8Reject(f"it is a {w.ndim - 2}-D convolution of group {conv.group}; the int8 kernel takes "  # type: ignore[attr-defined]
+                         "2-D, group 1")
+    m, c, kh, kw = w.shape
+    geo = conv._geometry((kh, kw))  # type: ignore[attr-defined]
+    spatial = tuple(int(d) for d in shape.to_tuple()[2:])
+    outs, pbs, pes = geo.resolve(spatial)
+    # the end pads grown so that the last window is inside the padded input (a stride that skips the end)
+    ends = tuple(max(pe, (o - 1) * st + (k - 1) * d + 1 - sz - pb) for o, st, k, d, sz, pb, pe in
+                 zip(outs, geo.strides, (kh, kw), geo.dilations, spatial, pbs, pes))
+    g = Int8ConvGeometry((kh, kw), tuple(geo.strides), tuple(geo.dilations), tuple(pbs), ends, spatial,
+                         tuple(outs))  # type: ignore[arg-type]
+    return g, np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(kh * kw * c, m))
+
+
 @dataclass(frozen=True)
 class TokenizeInt8FCSnippets(Pass):
     """Wrap each quantized linear layer into a Completed int8 FullyConnected Subgraph (see the module docstring)."""
@@ -234,7 +257,7 @@ class TokenizeInt8FCSnippets(Pass):
         changed = False
         for node in model.get_ordered_ops():
             match = {"MatMul": self._static, "MatMulInteger": self._integer, "QLinearMatMul": self._qlinear,
-                     "Convolution": self._conv}.get(node.type_name)
+                     "Convolution": self._conv, "QLinearConv": self._qlinear_conv}.get(node.type_name)
             if match is None:
                 continue
             live = _live_ids(model)
@@ -292,26 +315,12 @@ class TokenizeInt8FCSnippets(Pass):
         if qc is None:
             raise Int8Reject("its weight is not a dequantized constant")
         w = qc.data
-        if w.ndim != 4 or conv.group != 1:  # type: ignore[attr-defined]
-            raise Int8Reject(f"it is a {w.ndim - 2}-D convolution of group {conv.group}; the int8 kernel takes "  # type: ignore[attr-defined]
-                             "2-D, group 1")
         _int8_weight(w.reshape(w.shape[0], -1), qc.zero_point, "its weight")
         if qc.block_size or (qc.scale.size != 1 and qc.axis != 0):
             raise Int8Reject(f"its weight is quantized along axis {qc.axis}, not per output channel")
         head, x, grid = _quantized_input(conv)
-        shape = x.shape
-        if not shape.is_static or shape.rank != 4 or x.element_type is not ElementType.f32:
-            raise Int8Reject(f"its input is {x.element_type} {shape}; the int8 convolution takes static f32 NCHW")
-        m, c, kh, kw = w.shape
-        geo = conv._geometry((kh, kw))  # type: ignore[attr-defined]
-        spatial = tuple(int(d) for d in shape.to_tuple()[2:])
-        outs, pbs, pes = geo.resolve(spatial)
-        # the end pads grown so that the last window is inside the padded input (a stride that skips the end)
-        ends = tuple(max(pe, (o - 1) * st + (k - 1) * d + 1 - sz - pb) for o, st, k, d, sz, pb, pe in
-                     zip(outs, geo.strides, (kh, kw), geo.dilations, spatial, pbs, pes))
-        g = Int8ConvGeometry((kh, kw), tuple(geo.strides), tuple(geo.dilations), tuple(pbs), ends, spatial,
-                             tuple(outs))  # type: ignore[arg-type]
-        weight = np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(kh * kw * c, m))
+        g, weight = _conv_geometry(conv, w, x, (ElementType.f32,))
+        m = w.shape[0]
         chain, bias = [conv], None
         add = _sole_consumer(conv.outputs[0], live, "Add")
         if add is not None:
@@ -324,6 +333,32 @@ class TokenizeInt8FCSnippets(Pass):
                           _column_scale(qc.scale.reshape(-1) if qc.scale.size > 1 else qc.scale, m, "the weight scale"),
                           bias, F32, conv=g)
         return head, chain, spec, x
+
+    def _qlinear_conv(self, qlc: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
+        """QLinearConv (2-D, group 1) with a constant int8 weight: requantized u8/i8 out, its i32 bias a post-op."""
+        w = _const_or_reject(qlc.inputs[3].source, "its weight")
+        _int8_weight(w.reshape(w.shape[0], -1) if w.ndim else w, _const_or_reject(qlc.inputs[5].source,
+                     "its weight zero point"), "its weight")
+        x = qlc.inputs[0].source
+        g, weight = _conv_geometry(qlc, w, x, tuple(_ACTIVATION_TYPES))
+        out_type = qlc.outputs[0].element_type
+        if out_type not in _ACTIVATION_TYPES:
+            raise Int8Reject(f"it outputs {out_type}")
+        m = w.shape[0]
+        a_scale = float(_scalar(qlc.inputs[1].source, "x_scale"))
+        w_scale = _column_scale(_const_or_reject(qlc.inputs[4].source, "w_scale").reshape(-1), m, "w_scale")
+        bias = None
+        if len(qlc.inputs) > 8:
+            b = _const_or_reject(qlc.inputs[8].source, "its bias")
+            if b.size != m:
+                raise Int8Reject(f"its bias has {b.size} values for {m} channels")
+            # the i32 bias is added to the accumulator: in the dequantized domain it is b * x_scale * w_scale
+            bias = (b.reshape(m).astype(np.float64) * a_scale * w_scale.astype(np.float64)).astype(np.float32)
+        spec = Int8FCSpec(QUANTIZED, _ACTIVATION_TYPES[x.element_type], a_scale,
+                          int(_scalar(qlc.inputs[2].source, "x_zero_point")), weight, w_scale, bias,
+                          S8 if _ACTIVATION_TYPES[out_type] else U8, float(_scalar(qlc.inputs[6].source, "y_scale")),
+                          int(_scalar(qlc.inputs[7].source, "y_zero_point")), conv=g)
+        return [], [qlc], spec, x
 
     def _integer(self, mmi: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
         a, w = _integer_operands(mmi, 1, 3)

@@ -22,6 +22,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from snippets_core.errors import InputError
 from snippets_core.tokenization.tokenize_int8_fc_snippets import QUANTIZED, Int8FCSpec
+from snippets_x86_64.brgemm_int8 import C_DTYPE
 from snippets_x86_64.int8_fc_executor import Int8FCExecutor
 from snippets_x86_64.quantize_int8 import quantize_function, quantize_params
 
@@ -37,39 +38,47 @@ class Int8ConvExecutor:
         self.channels = spec.k // (kh * kw)
         # the GEMM over the windows: its A (the gathered windows) is already quantized
         self.gemm = Int8FCExecutor(replace(spec, source=QUANTIZED, conv=None, a_index=0), threads)
-        self.qparams = quantize_params(spec.a_scale, spec.a_zero_point, spec.a_signed)
+        #: None: x is already quantized (QLinearConv), its bytes are only moved
+        self.qparams = quantize_params(spec.a_scale, spec.a_zero_point, spec.a_signed) \
+            if spec.source != QUANTIZED else None
         self.qdtype = np.int8 if spec.a_signed else np.uint8
+        self.in_dtype = np.float32 if self.qparams is not None else self.qdtype
+        self.out_dtype = C_DTYPE[self.gemm.output]
         self.last_placement = self.gemm.last_placement
 
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
         g, s = self.geo, self.spec
         x = np.asarray(args[s.a_index])
-        if x.dtype != np.float32 or x.ndim != 4 or x.shape[1] != self.channels or x.shape[2:] != g.spatial:
-            raise InputError(f"the int8 convolution takes f32 [N, {self.channels}, {g.spatial[0]}, {g.spatial[1]}], "
-                             f"got {x.dtype} {list(x.shape)}")
+        if x.dtype != self.in_dtype or x.ndim != 4 or x.shape[1] != self.channels or x.shape[2:] != g.spatial:
+            raise InputError(f"the int8 convolution takes {np.dtype(self.in_dtype)} [N, {self.channels}, "
+                             f"{g.spatial[0]}, {g.spatial[1]}], got {x.dtype} {list(x.shape)}")
         n, c, h, w = x.shape
         (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilations
         (ho, wo), (pt, pl) = g.out, g.pads_begin
         hp, wp = h + pt + g.pads_end[0], w + pl + g.pads_end[1]
-        xt = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-        q = np.empty((n, h, w, c), self.qdtype)
-        if q.size:
-            quantize_function(w * c)(xt.ctypes.data, q.ctypes.data, n * h, self.qparams.ctypes.data)
         padded = np.full((n, hp, wp, c), s.a_zero_point, self.qdtype)
-        padded[:, pt : pt + h, pl : pl + w] = q
+        if self.qparams is None:
+            padded[:, pt : pt + h, pl : pl + w] = x.transpose(0, 2, 3, 1)
+        elif x.size:
+            xt = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+            q = np.empty((n, h, w, c), self.qdtype)
+            quantize_function(w * c)(xt.ctypes.data, q.ctypes.data, n * h, self.qparams.ctypes.data)
+            padded[:, pt : pt + h, pl : pl + w] = q
         # every window in bounds: pads_end was grown at tokenization so the last one fits the padded input
         windows = as_strided(padded, (n, ho, wo, kh, kw, c),
                              (hp * wp * c, sh * wp * c, sw * c, dh * wp * c, dw * c, 1), writeable=False)
         cols = np.ascontiguousarray(windows).reshape(n * ho * wo, kh * kw * c)
         (y,) = self.gemm([cols])
-        out = outs[0] if outs is not None and outs[0] is not None else np.empty((n, s.n, ho, wo), np.float32)
-        if out.dtype != np.float32 or out.shape != (n, s.n, ho, wo):
-            raise InputError(f"output array 0 must be f32{[n, s.n, ho, wo]}, got {out.dtype}{list(out.shape)}")
+        out = outs[0] if outs is not None and outs[0] is not None else np.empty((n, s.n, ho, wo), self.out_dtype)
+        if out.dtype != self.out_dtype or out.shape != (n, s.n, ho, wo):
+            raise InputError(f"output array 0 must be {np.dtype(self.out_dtype)}{[n, s.n, ho, wo]}, got "
+                             f"{out.dtype}{list(out.shape)}")
         out[...] = y.reshape(n, ho, wo, s.n).transpose(0, 3, 1, 2)
         return [out]
 
     def describe(self) -> str:
-        return (f"int8 convolution: the padded NHWC input quantized (JIT), its windows gathered (numpy im2col), "
+        how = "quantized (JIT)" if self.qparams is not None else "copied"
+        return (f"int8 convolution: the padded NHWC input {how}, its windows gathered (numpy im2col), "
                 f"then {self.gemm.describe()}")
 
 

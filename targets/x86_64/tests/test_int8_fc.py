@@ -299,3 +299,29 @@ def test_static_qdq_conv_matches_onnxruntime_and_float64(c: int, m: int, shape: 
     tol = 1e-5 * np.abs(ref).max()
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=tol)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=10 * tol)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("c", "m", "shape", "attrs"), CONVS)
+@pytest.mark.parametrize("signed", [False, True])
+def test_qlinear_conv_matches_onnxruntime(c: int, m: int, shape: list, attrs: dict, signed: bool,
+                                          threads: int) -> None:
+    """QLinearConv with per-channel weight scales and an i32 bias: requantized, at most 1% one step off."""
+    rng = np.random.default_rng(1)
+    attrs = dict(attrs)
+    k = attrs.pop("k", (3, 3))
+    qt = np.int8 if signed else np.uint8
+    w = rng.integers(-128, 128, (m, c, *k)).astype(np.int8)
+    inits = [nh.from_array(np.float32(0.05), "xs"), nh.from_array(np.asarray(-5 if signed else 9, qt), "xz"),
+             nh.from_array(w, "wq"), nh.from_array((rng.uniform(0.5, 2.0, m) / 128).astype(np.float32), "ws"),
+             nh.from_array(np.zeros(m, np.int8), "wz"),
+             nh.from_array(np.float32(0.03 * math.sqrt(c * k[0] * k[1])), "ys"),
+             nh.from_array(np.asarray(2 if signed else 120, qt), "yz"),
+             nh.from_array(rng.integers(-3000, 3000, m).astype(np.int32), "b")]
+    nodes = [h.make_node("QLinearConv", ["x", "xs", "xz", "wq", "ws", "wz", "ys", "yz", "b"], ["y"], **attrs)]
+    t = T.INT8 if signed else T.UINT8
+    model = _model(nodes, inits, t, shape, t)
+    cm = sc.compile_model(model, TARGET, {"num_threads": threads})
+    assert "int8 convolution" in cm.describe(), cm.describe()
+    x = _input(model, tuple(shape), 8)
+    _check_steps(cm({"x": x})["y"], _ort(model, x))
