@@ -181,6 +181,18 @@ def _bias(last: Node, live: set[int], n: int) -> tuple[Node, np.ndarray] | None:
     return add, b.reshape(n).astype(np.float32)
 
 
+def _conv_bias(last: Node, live: set[int], m: int) -> tuple[Node, np.ndarray] | None:
+    """The Add of a constant per-channel bias ([M, 1, 1] or [1, M, 1, 1]) that alone reads ``last``'s NCHW output."""
+    add = _sole_consumer(last.outputs[0], live, "Add")
+    if add is None:
+        return None
+    other = [i.source for i in add.inputs if i.source.node is not last]
+    b = _const(other[0]) if len(other) == 1 else None
+    if b is None or b.dtype != np.float32 or b.shape not in ((m, 1, 1), (1, m, 1, 1)):
+        return None
+    return add, b.reshape(m).astype(np.float32)
+
+
 def _activation(x: Output, k: int, float_input: bool = False) -> None:
     if float_input and x.element_type is not ElementType.f32:
         raise Int8Reject(f"its input is {x.element_type}; the int8 kernel quantizes f32")
@@ -257,7 +269,8 @@ class TokenizeInt8FCSnippets(Pass):
         changed = False
         for node in model.get_ordered_ops():
             match = {"MatMul": self._static, "MatMulInteger": self._integer, "QLinearMatMul": self._qlinear,
-                     "Convolution": self._conv, "QLinearConv": self._qlinear_conv}.get(node.type_name)
+                     "Convolution": self._conv, "QLinearConv": self._qlinear_conv,
+                     "ConvInteger": self._integer_conv}.get(node.type_name)
             if match is None:
                 continue
             live = _live_ids(model)
@@ -322,13 +335,10 @@ class TokenizeInt8FCSnippets(Pass):
         g, weight = _conv_geometry(conv, w, x, (ElementType.f32,))
         m = w.shape[0]
         chain, bias = [conv], None
-        add = _sole_consumer(conv.outputs[0], live, "Add")
-        if add is not None:
-            other = [i.source for i in add.inputs if i.source.node is not conv]
-            b = _const(other[0]) if len(other) == 1 else None
-            if b is not None and b.dtype == np.float32 and b.shape in ((m, 1, 1), (1, m, 1, 1)):
-                chain.append(add)
-                bias = b.reshape(m).astype(np.float32)
+        found = _conv_bias(conv, live, m)
+        if found is not None:
+            chain.append(found[0])
+            bias = found[1]
         spec = Int8FCSpec(QUANTIZE, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, weight,
                           _column_scale(qc.scale.reshape(-1) if qc.scale.size > 1 else qc.scale, m, "the weight scale"),
                           bias, F32, conv=g)
@@ -360,6 +370,23 @@ class TokenizeInt8FCSnippets(Pass):
                           int(_scalar(qlc.inputs[7].source, "y_zero_point")), conv=g)
         return [], [qlc], spec, x
 
+    def _integer_conv(self, ci: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
+        """``DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul(x_scale * w_scale) [-> Add bias]`` (2-D, group 1),
+        as onnxruntime's dynamic quantizer writes a Conv."""
+        w = _const_or_reject(ci.inputs[1].source, "its weight")
+        _int8_weight(w.reshape(w.shape[0], -1) if w.ndim else w, _const_or_reject(ci.inputs[3].source,
+                     "its weight zero point"), "its weight")
+        dql = ci.inputs[0].source.node
+        if dql.type_name != "DynamicQuantizeLinear" or ci.inputs[2].source != dql.outputs[2]:
+            raise Int8Reject("its input is not DynamicQuantizeLinear's")
+        x = dql.inputs[0].source
+        g, weight = _conv_geometry(ci, w, x, (ElementType.f32,))
+        chain = self._dynamic_chain(ci, dql, live, w.shape[0], _conv_bias)
+        if chain is None:
+            raise Int8Reject("it is not followed by Cast and the Mul by x_scale * w_scale")
+        head, tail, w_scale, bias = chain
+        return head, [ci, *tail], Int8FCSpec(DYNAMIC, False, 1.0, 0, weight, w_scale, bias, F32, conv=g), x
+
     def _integer(self, mmi: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
         a, w = _integer_operands(mmi, 1, 3)
         dql = a.node
@@ -379,8 +406,8 @@ class TokenizeInt8FCSnippets(Pass):
         return [], [mmi], spec, a
 
     @staticmethod
-    def _dynamic_chain(mmi: Node, dql: Node, live: set[int],
-                       n: int) -> tuple[list[Node], list[Node], np.ndarray, np.ndarray | None] | None:
+    def _dynamic_chain(mmi: Node, dql: Node, live: set[int], n: int,
+                       bias_of: Any = None) -> tuple[list[Node], list[Node], np.ndarray, np.ndarray | None] | None:
         """``Cast f32 -> Mul(., Mul(x_scale, w_scale)) [-> Add bias]`` after the MatMulInteger, as onnxruntime's
         dynamic quantizer writes it: (head [DQL, scale Mul], the chain after the MatMulInteger, w_scale, bias)."""
         cast = _sole_consumer(mmi.outputs[0], live, "Convert")
@@ -403,7 +430,7 @@ class TokenizeInt8FCSnippets(Pass):
         except Int8Reject:
             return None
         tail, bias = [cast, mul], None
-        found = _bias(mul, live, n)
+        found = (bias_of or _bias)(mul, live, n)
         if found is not None:
             tail.append(found[0])
             bias = found[1]

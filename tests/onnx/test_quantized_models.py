@@ -164,8 +164,8 @@ def test_quantized_model_matches_onnxruntime(tmp_path: Path, name: str, kind: st
         assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
         if target == "reference":  # the integer ops run on their numpy references (int64 accumulation), and say so
             assert placement["MatMulInteger"] == "reference" and placement["DynamicQuantizeLinear"] == "reference"
-        if name == "cnn":
-            assert placement["ConvInteger"] == "reference"
+            if name == "cnn":
+                assert placement["ConvInteger"] == "reference"
     if target == "x86_64_avx512" and _has_vnni():
         _assert_matmuls_run_int8(cm, ops)
     step = _output_step(path)
@@ -191,13 +191,13 @@ def _assert_matmuls_run_int8(cm, ops: set[str]) -> None:  # type: ignore[no-unty
     from snippets_core.tokenization.tokenize_int8_fc_snippets import INT8_FULLY_CONNECTED, is_int8_fc
 
     placement = {t for _, t, _ in cm.placement()}
-    assert "MatMulInteger" not in placement and "QLinearMatMul" not in placement, cm.describe()
+    assert not {"MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv"} & placement, cm.describe()
     int8 = [sg for sg in cm.subgraphs if is_int8_fc(sg) and sg.rt_info[INT8_FULLY_CONNECTED].conv is None]
     weights = 6 if "Softmax" in ops else 1  # the encoder: Q, K, V, output, FFN up and down; the CNN: its head
     assert len(int8) == weights, cm.describe()
     convs = sum(1 for sg in cm.subgraphs if is_int8_fc(sg) and sg.rt_info[INT8_FULLY_CONNECTED].conv is not None)
     # a static QDQ Conv (Q->DQ input, per-channel int8 weight) runs as an int8 convolution too
-    assert convs == (2 if {"Conv", "QLinearConv"} & ops else 0), cm.describe()
+    assert convs == (2 if {"Conv", "QLinearConv", "ConvInteger"} & ops else 0), cm.describe()
     assert cm.describe().count("int8 FullyConnected on the VNNI Brgemm") == weights + convs, cm.describe()
     assert not any(sg.body_ops and sg.body_ops[-1].type_name == "MatMul" and not is_int8_fc(sg)
                    for sg in cm.subgraphs), cm.describe()

@@ -21,7 +21,8 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from snippets_core.errors import InputError
-from snippets_core.tokenization.tokenize_int8_fc_snippets import QUANTIZED, Int8FCSpec
+from snippets_core.ir.ops.quantize import dynamic_quantization_grid
+from snippets_core.tokenization.tokenize_int8_fc_snippets import DYNAMIC, QUANTIZE, QUANTIZED, Int8FCSpec
 from snippets_x86_64.brgemm_int8 import C_DTYPE
 from snippets_x86_64.int8_fc_executor import Int8FCExecutor
 from snippets_x86_64.quantize_int8 import quantize_function, quantize_params
@@ -37,12 +38,14 @@ class Int8ConvExecutor:
         kh, kw = self.geo.kernel
         self.channels = spec.k // (kh * kw)
         # the GEMM over the windows: its A (the gathered windows) is already quantized
-        self.gemm = Int8FCExecutor(replace(spec, source=QUANTIZED, conv=None, a_index=0), threads)
+        # the GEMM over the windows (a dynamic grid's vectors are made per call)
+        self.gemm = Int8FCExecutor(replace(spec, source=DYNAMIC if spec.source == DYNAMIC else QUANTIZED, conv=None,
+                                           a_index=0), threads)
         #: None: x is already quantized (QLinearConv), its bytes are only moved
         self.qparams = quantize_params(spec.a_scale, spec.a_zero_point, spec.a_signed) \
-            if spec.source != QUANTIZED else None
+            if spec.source == QUANTIZE else None
         self.qdtype = np.int8 if spec.a_signed else np.uint8
-        self.in_dtype = np.float32 if self.qparams is not None else self.qdtype
+        self.in_dtype = self.qdtype if spec.source == QUANTIZED else np.float32
         self.out_dtype = C_DTYPE[self.gemm.output]
         self.last_placement = self.gemm.last_placement
 
@@ -56,19 +59,25 @@ class Int8ConvExecutor:
         (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilations
         (ho, wo), (pt, pl) = g.out, g.pads_begin
         hp, wp = h + pt + g.pads_end[0], w + pl + g.pads_end[1]
-        padded = np.full((n, hp, wp, c), s.a_zero_point, self.qdtype)
-        if self.qparams is None:
+        qparams, zp, vectors = self.qparams, s.a_zero_point, self.gemm.vectors if s.source != DYNAMIC else None
+        if s.source == DYNAMIC:  # DynamicQuantizeLinear's grid of this x
+            scale, zp = (float(v) for v in dynamic_quantization_grid(x))
+            zp = int(zp)
+            qparams, vectors = quantize_params(scale, zp, False), self.gemm.vectors_for(scale, zp)
+        padded = np.full((n, hp, wp, c), zp, self.qdtype)
+        if qparams is None:
             padded[:, pt : pt + h, pl : pl + w] = x.transpose(0, 2, 3, 1)
         elif x.size:
             xt = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
             q = np.empty((n, h, w, c), self.qdtype)
-            quantize_function(w * c)(xt.ctypes.data, q.ctypes.data, n * h, self.qparams.ctypes.data)
+            quantize_function(w * c)(xt.ctypes.data, q.ctypes.data, n * h, qparams.ctypes.data)
             padded[:, pt : pt + h, pl : pl + w] = q
         # every window in bounds: pads_end was grown at tokenization so the last one fits the padded input
         windows = as_strided(padded, (n, ho, wo, kh, kw, c),
                              (hp * wp * c, sh * wp * c, sw * c, dh * wp * c, dw * c, 1), writeable=False)
         cols = np.ascontiguousarray(windows).reshape(n * ho * wo, kh * kw * c)
-        (y,) = self.gemm([cols])
+        y = np.empty((n * ho * wo, s.n), self.out_dtype)
+        self.gemm.multiply(cols, y, vectors, None)  # type: ignore[arg-type]
         out = outs[0] if outs is not None and outs[0] is not None else np.empty((n, s.n, ho, wo), self.out_dtype)
         if out.dtype != self.out_dtype or out.shape != (n, s.n, ho, wo):
             raise InputError(f"output array 0 must be {np.dtype(self.out_dtype)}{[n, s.n, ho, wo]}, got "
@@ -77,7 +86,7 @@ class Int8ConvExecutor:
         return [out]
 
     def describe(self) -> str:
-        how = "quantized (JIT)" if self.qparams is not None else "copied"
+        how = "copied" if self.spec.source == QUANTIZED else "quantized (JIT)"
         return (f"int8 convolution: the padded NHWC input {how}, its windows gathered (numpy im2col), "
                 f"then {self.gemm.describe()}")
 

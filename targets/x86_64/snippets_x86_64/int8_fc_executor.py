@@ -52,14 +52,14 @@ class Int8FCExecutor:
         self.output = OUTPUTS[spec.output]
         self.has_bias = self.output in (Int8Output.U8, Int8Output.S8) or spec.bias is not None
         if spec.source != DYNAMIC:
-            self.vectors = self._vectors(spec.a_scale, spec.a_zero_point)
+            self.vectors = self.vectors_for(spec.a_scale, spec.a_zero_point)
             self.qparams = quantize_params(spec.a_scale, spec.a_zero_point, spec.a_signed)
         self._plans: dict[int, list[tuple[int, int, int, int]]] = {}
         self._on_target = Placement(TARGET_NAME)
         #: where the last call ran (the snippets_core.runtime.placement protocol): always here
         self.last_placement = self._on_target
 
-    def _vectors(self, a_scale: float, a_zero_point: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def vectors_for(self, a_scale: float, a_zero_point: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(comp s32, scale f32, bias f32) for A's grid ``(a_scale, a_zero_point)``."""
         s = self.spec
         if s.source == DYNAMIC:
@@ -120,22 +120,29 @@ class Int8FCExecutor:
         if s.source == DYNAMIC:
             scale, zp = dynamic_quantization_grid(x2)
             a_scale, a_zp = float(scale), int(zp)
-            vectors, qparams = self._vectors(a_scale, a_zp), quantize_params(a_scale, a_zp, False)
+            vectors, qparams = self.vectors_for(a_scale, a_zp), quantize_params(a_scale, a_zp, False)
         elif s.source != QUANTIZED:
             vectors, qparams = self.vectors, self.qparams
         else:
             vectors, qparams = self.vectors, None
+        self.multiply(x2, out.reshape(m, s.n), vectors, qparams)
+        return [out]
+
+    def multiply(self, x2: np.ndarray, c2: np.ndarray, vectors: tuple[np.ndarray, np.ndarray, np.ndarray],
+                 qparams: np.ndarray | None) -> None:
+        """``c2 [M, N] = post(quantize(x2) @ W)``: ``x2`` [M, K] f32 quantized with ``qparams`` (None: x2 holds
+        the int8 A), ``vectors`` the (comp, scale, bias) of A's grid; rows or N blocks split between the threads."""
+        s = self.spec
+        m = x2.shape[0]
         plan = self.plan(m)
         q = x2 if qparams is None else np.empty((m, s.k), np.uint8)
         split_n = len(plan) > 1 and plan[0][1] == m
         if qparams is not None and (split_n or len(plan) == 1):
             quantize_function(s.k)(x2.ctypes.data, q.ctypes.data, m, qparams.ctypes.data)
             qparams = None
-        c2 = out.reshape(m, s.n)
         tasks = [lambda t=t: self._run(t, x2, q, c2, vectors, qparams) for t in plan]
         POOL.run(tasks)
         self.last_placement = self._on_target
-        return [out]
 
     def _run(self, task: tuple[int, int, int, int], x: np.ndarray, q: np.ndarray, c: np.ndarray,
              vectors: tuple[np.ndarray, np.ndarray, np.ndarray], qparams: np.ndarray | None) -> None:

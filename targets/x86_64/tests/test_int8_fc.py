@@ -325,3 +325,26 @@ def test_qlinear_conv_matches_onnxruntime(c: int, m: int, shape: list, attrs: di
     assert "int8 convolution" in cm.describe(), cm.describe()
     x = _input(model, tuple(shape), 8)
     _check_steps(cm({"x": x})["y"], _ort(model, x))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("c", "m", "shape", "attrs"), CONVS)
+def test_dynamic_conv_integer_matches_onnxruntime(c: int, m: int, shape: list, attrs: dict, threads: int) -> None:
+    """DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul(x_scale * w_scale) -> Add bias (quantize_dynamic)."""
+    rng = np.random.default_rng(2)
+    attrs = dict(attrs)
+    k = attrs.pop("k", (3, 3))
+    inits = [nh.from_array(rng.integers(-128, 128, (m, c, *k)).astype(np.int8), "wq"),
+             nh.from_array(np.zeros((), np.int8), "wz"), nh.from_array(np.float32(0.0123), "ws"),
+             nh.from_array(rng.standard_normal((1, m, 1, 1)).astype(np.float32), "b")]
+    nodes = [h.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             h.make_node("Mul", ["xs", "ws"], ["s"]),
+             h.make_node("ConvInteger", ["xq", "wq", "xz", "wz"], ["acc"], **attrs),
+             h.make_node("Cast", ["acc"], ["accf"], to=T.FLOAT), h.make_node("Mul", ["accf", "s"], ["cv"]),
+             h.make_node("Add", ["cv", "b"], ["y"])]
+    model = _model(nodes, inits, T.FLOAT, shape, T.FLOAT)
+    cm = sc.compile_model(model, TARGET, {"num_threads": threads})
+    assert "int8 convolution" in cm.describe() and "ConvInteger x" not in cm.describe(), cm.describe()
+    x = _input(model, tuple(shape), 9)
+    got, want = cm({"x": x})["y"], _ort(model, x)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
