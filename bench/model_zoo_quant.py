@@ -70,4 +70,4 @@ def _quantized(base: str, kind: str) -> Callable[[], Z.ZooModel]:
 
 #: name -> builder of the quantized models bench/models.py adds to its list
 QUANT_MODELS: dict[str, Any] = {f"{base}_{kind}": _quantized(base, kind)
-                                for base in ("bert_s128", "bert_s384") for kind in ("qdq", "dyn")}
+                                for base in ("bert_s128", "bert_s384", "cnn_block") for kind in ("qdq", "dyn")}

@@ -233,8 +233,8 @@ def _quantized_input(node: Node) -> tuple[list[Node], Output, Any]:
     return head, head[0].inputs[0].source, grid
 
 
-def _conv_geometry(conv: Node, w: np.ndarray, x: Output,
-                   types: tuple[ElementType, ...]) -> tuple[Int8ConvGeometry, np.ndarray]:
+def _conv_geometry(conv: Node, w: np.ndarray, x: Output, types: tuple[ElementType, ...],
+                   config: TokenizationConfig) -> tuple[Int8ConvGeometry, np.ndarray]:
     """The geometry of a 2-D group-1 convolution of the static NCHW ``x`` (of one of ``types``) and its int8 weight
     ``w`` [M, C, KH, KW] as the GEMM's [KH*KW*C, M] (rows ordered kh, kw, c)."""
     shape = x.shape
@@ -253,6 +253,10 @@ def _conv_geometry(conv: Node, w: np.ndarray, x: Output,
                  zip(outs, geo.strides, (kh, kw), geo.dilations, spatial, pbs, pes))
     g = Int8ConvGeometry((kh, kw), tuple(geo.strides), tuple(geo.dilations), tuple(pbs), ends, spatial,
                          tuple(outs))  # type: ignore[arg-type]
+    macs = shape.to_tuple()[0] * outs[0] * outs[1] * kh * kw * c * m
+    if c < config.int8_conv_min_channels or macs < config.int8_conv_min_macs:
+        raise Int8Reject(f"it has {c} input channels and {macs} multiply-adds; the target takes int8 convolutions "
+                         f"from {config.int8_conv_min_channels} channels and {config.int8_conv_min_macs} on")
     return g, np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(kh * kw * c, m))
 
 
@@ -332,7 +336,7 @@ class TokenizeInt8FCSnippets(Pass):
         if qc.block_size or (qc.scale.size != 1 and qc.axis != 0):
             raise Int8Reject(f"its weight is quantized along axis {qc.axis}, not per output channel")
         head, x, grid = _quantized_input(conv)
-        g, weight = _conv_geometry(conv, w, x, (ElementType.f32,))
+        g, weight = _conv_geometry(conv, w, x, (ElementType.f32,), self.config)
         m = w.shape[0]
         chain, bias = [conv], None
         found = _conv_bias(conv, live, m)
@@ -350,7 +354,7 @@ class TokenizeInt8FCSnippets(Pass):
         _int8_weight(w.reshape(w.shape[0], -1) if w.ndim else w, _const_or_reject(qlc.inputs[5].source,
                      "its weight zero point"), "its weight")
         x = qlc.inputs[0].source
-        g, weight = _conv_geometry(qlc, w, x, tuple(_ACTIVATION_TYPES))
+        g, weight = _conv_geometry(qlc, w, x, tuple(_ACTIVATION_TYPES), self.config)
         out_type = qlc.outputs[0].element_type
         if out_type not in _ACTIVATION_TYPES:
             raise Int8Reject(f"it outputs {out_type}")
@@ -380,7 +384,7 @@ class TokenizeInt8FCSnippets(Pass):
         if dql.type_name != "DynamicQuantizeLinear" or ci.inputs[2].source != dql.outputs[2]:
             raise Int8Reject("its input is not DynamicQuantizeLinear's")
         x = dql.inputs[0].source
-        g, weight = _conv_geometry(ci, w, x, (ElementType.f32,))
+        g, weight = _conv_geometry(ci, w, x, (ElementType.f32,), self.config)
         chain = self._dynamic_chain(ci, dql, live, w.shape[0], _conv_bias)
         if chain is None:
             raise Int8Reject("it is not followed by Cast and the Mul by x_scale * w_scale")

@@ -29,6 +29,8 @@ ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
 
 N_INPUTS = 4
+#: the CNNs' convolutions are small: below x86's thresholds, which keep them f32; here they run int8 too
+ALL_CONVS = {"tokenization": {"int8_conv_min_macs": 0, "int8_conv_min_channels": 1}}
 
 
 def _w(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float = 0.2) -> onnx.TensorProto:
@@ -153,7 +155,7 @@ def test_quantized_model_matches_onnxruntime(tmp_path: Path, name: str, kind: st
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    cm = sc.compile_model(path, target)
+    cm = sc.compile_model(path, target, ALL_CONVS)
     placement = {t: w for _, t, w in cm.placement()}
     if kind == "static":
         assert {"QuantizeLinear", "DequantizeLinear"} <= ops
@@ -226,7 +228,7 @@ def test_qoperator_model_with_qlinear_conv_and_matmul(tmp_path: Path, target: st
     path = _quantize(tmp_path, model, shape, "qoperator")
     ops = {(n.domain, n.op_type) for n in onnx.load(path).graph.node}
     assert {("", "QLinearConv"), ("", "QLinearMatMul")} <= ops and all(d == "" for d, _ in ops)
-    cm = sc.compile_model(path, target)
+    cm = sc.compile_model(path, target, ALL_CONVS)
     placement = {t: w for _, t, w in cm.placement()}
     if target == "x86_64_avx512" and _has_vnni():
         _assert_matmuls_run_int8(cm, {"QLinearConv"})

@@ -13,6 +13,7 @@ output pixel in the kernel; a batch-reduce int8 conv kernel reading the padded i
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -47,6 +48,8 @@ class Int8ConvExecutor:
         self.qdtype = np.int8 if spec.a_signed else np.uint8
         self.in_dtype = self.qdtype if spec.source == QUANTIZED else np.float32
         self.out_dtype = C_DTYPE[self.gemm.output]
+        self._lock = threading.Lock()
+        self._scratch: dict[int, dict[str, Any]] = {}
         self.last_placement = self.gemm.last_placement
 
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
@@ -64,26 +67,49 @@ class Int8ConvExecutor:
             scale, zp = (float(v) for v in dynamic_quantization_grid(x))
             zp = int(zp)
             qparams, vectors = quantize_params(scale, zp, False), self.gemm.vectors_for(scale, zp)
-        padded = np.full((n, hp, wp, c), zp, self.qdtype)
-        if qparams is None:
-            padded[:, pt : pt + h, pl : pl + w] = x.transpose(0, 2, 3, 1)
-        elif x.size:
-            xt = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-            q = np.empty((n, h, w, c), self.qdtype)
-            quantize_function(w * c)(xt.ctypes.data, q.ctypes.data, n * h, qparams.ctypes.data)
-            padded[:, pt : pt + h, pl : pl + w] = q
-        # every window in bounds: pads_end was grown at tokenization so the last one fits the padded input
-        windows = as_strided(padded, (n, ho, wo, kh, kw, c),
-                             (hp * wp * c, sh * wp * c, sw * c, dh * wp * c, dw * c, 1), writeable=False)
-        cols = np.ascontiguousarray(windows).reshape(n * ho * wo, kh * kw * c)
-        y = np.empty((n * ho * wo, s.n), self.out_dtype)
-        self.gemm.multiply(cols, y, vectors, None)  # type: ignore[arg-type]
-        out = outs[0] if outs is not None and outs[0] is not None else np.empty((n, s.n, ho, wo), self.out_dtype)
-        if out.dtype != self.out_dtype or out.shape != (n, s.n, ho, wo):
-            raise InputError(f"output array 0 must be {np.dtype(self.out_dtype)}{[n, s.n, ho, wo]}, got "
-                             f"{out.dtype}{list(out.shape)}")
-        out[...] = y.reshape(n, ho, wo, s.n).transpose(0, 3, 1, 2)
+        own = self._lock.acquire(blocking=False)
+        try:  # the buffers are kept between calls (fresh pages cost more than the copies); a concurrent call
+            # gets its own
+            buf = self._scratch.get(n) if own else None
+            if buf is None:
+                buf = self._new_buffers(n)
+                if own:
+                    self._scratch[n] = buf
+            padded, cols, y = buf["padded"], buf["cols"], buf["y"]
+            if buf["border"] != zp:  # the border holds the zero point (the interior is rewritten below)
+                padded.fill(zp)
+                buf["border"] = zp
+            if qparams is None:
+                padded[:, pt : pt + h, pl : pl + w] = x.transpose(0, 2, 3, 1)
+            elif x.size:
+                xt, q = buf["xt"], buf["q"]
+                np.copyto(xt, x.transpose(0, 2, 3, 1))
+                quantize_function(w * c)(xt.ctypes.data, q.ctypes.data, n * h, qparams.ctypes.data)
+                padded[:, pt : pt + h, pl : pl + w] = q
+            # every window in bounds: pads_end was grown at tokenization so the last one fits the padded input
+            windows = as_strided(padded, (n, ho, wo, kh, kw, c),
+                                 (hp * wp * c, sh * wp * c, sw * c, dh * wp * c, dw * c, 1), writeable=False)
+            np.copyto(cols.reshape(windows.shape), windows)
+            self.gemm.multiply(cols, y, vectors, None)  # type: ignore[arg-type]
+            out = outs[0] if outs is not None and outs[0] is not None else np.empty((n, s.n, ho, wo), self.out_dtype)
+            if out.dtype != self.out_dtype or out.shape != (n, s.n, ho, wo):
+                raise InputError(f"output array 0 must be {np.dtype(self.out_dtype)}{[n, s.n, ho, wo]}, got "
+                                 f"{out.dtype}{list(out.shape)}")
+            out[...] = y.reshape(n, ho, wo, s.n).transpose(0, 3, 1, 2)
+        finally:
+            if own:
+                self._lock.release()
         return [out]
+
+    def _new_buffers(self, n: int) -> dict[str, Any]:
+        """The per-call arrays of a batch of ``n``: NHWC x and its quantized bytes, the padded input, the gathered
+        windows, the GEMM's NHWC output; ``border``: the value the padded border holds (None: not filled yet)."""
+        g, s, c = self.geo, self.spec, self.channels
+        (h, w), (ho, wo) = g.spatial, g.out
+        hp, wp = h + g.pads_begin[0] + g.pads_end[0], w + g.pads_begin[1] + g.pads_end[1]
+        return {"xt": np.empty((n, h, w, c), np.float32), "q": np.empty((n, h, w, c), self.qdtype),
+                "padded": np.empty((n, hp, wp, c), self.qdtype), "cols": np.empty((n * ho * wo, s.k), self.qdtype),
+                "y": np.empty((n * ho * wo, s.n), self.out_dtype), "border": None}
 
     def describe(self) -> str:
         how = "copied" if self.spec.source == QUANTIZED else "quantized (JIT)"

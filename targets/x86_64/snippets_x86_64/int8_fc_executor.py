@@ -19,6 +19,7 @@ thread splits N instead, in whole 64-column blocks of the packed weight.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,6 +56,8 @@ class Int8FCExecutor:
             self.vectors = self.vectors_for(spec.a_scale, spec.a_zero_point)
             self.qparams = quantize_params(spec.a_scale, spec.a_zero_point, spec.a_signed)
         self._plans: dict[int, list[tuple[int, int, int, int]]] = {}
+        self._lock = threading.Lock()
+        self._scratch = np.empty(0, np.uint8)
         self._on_target = Placement(TARGET_NAME)
         #: where the last call ran (the snippets_core.runtime.placement protocol): always here
         self.last_placement = self._on_target
@@ -135,13 +138,25 @@ class Int8FCExecutor:
         s = self.spec
         m = x2.shape[0]
         plan = self.plan(m)
-        q = x2 if qparams is None else np.empty((m, s.k), np.uint8)
-        split_n = len(plan) > 1 and plan[0][1] == m
-        if qparams is not None and (split_n or len(plan) == 1):
-            quantize_function(s.k)(x2.ctypes.data, q.ctypes.data, m, qparams.ctypes.data)
-            qparams = None
-        tasks = [lambda t=t: self._run(t, x2, q, c2, vectors, qparams) for t in plan]
-        POOL.run(tasks)
+        own = qparams is not None and self._lock.acquire(blocking=False)
+        try:  # the quantized A's buffer is kept between calls (fresh pages cost more than the quantization)
+            if qparams is None:
+                q = x2
+            elif own:
+                if self._scratch.size < m * s.k:
+                    self._scratch = np.empty(m * s.k, np.uint8)
+                q = self._scratch[: m * s.k].reshape(m, s.k)
+            else:  # a concurrent call
+                q = np.empty((m, s.k), np.uint8)
+            split_n = len(plan) > 1 and plan[0][1] == m
+            if qparams is not None and (split_n or len(plan) == 1):
+                quantize_function(s.k)(x2.ctypes.data, q.ctypes.data, m, qparams.ctypes.data)
+                qparams = None
+            tasks = [lambda t=t: self._run(t, x2, q, c2, vectors, qparams) for t in plan]
+            POOL.run(tasks)
+        finally:
+            if own:
+                self._lock.release()
         self.last_placement = self._on_target
 
     def _run(self, task: tuple[int, int, int, int], x: np.ndarray, q: np.ndarray, c: np.ndarray,

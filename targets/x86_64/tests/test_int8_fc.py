@@ -23,6 +23,8 @@ ort = pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.skipif("avx512_vnni" not in cpu_features(), reason="the int8 Brgemm needs AVX512_VNNI")
 
 TARGET = "x86_64_avx512"
+#: the convolutions here are small: below the target's thresholds, which keep them f32 by default
+ALL_CONVS = {"tokenization": {"int8_conv_min_macs": 0, "int8_conv_min_channels": 1}}
 
 
 def _weights(rng: np.random.Generator, k: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -109,7 +111,7 @@ def _ort(model: bytes, x: np.ndarray) -> np.ndarray:
 
 
 def _compile(model: bytes, threads: int = 1) -> sc.CompiledModel:  # type: ignore[name-defined]
-    cm = sc.compile_model(model, TARGET, {"num_threads": threads})
+    cm = sc.compile_model(model, TARGET, {"num_threads": threads, **ALL_CONVS})
     assert sum(is_int8_fc(sg) for sg in cm.subgraphs) == 1, cm.describe()
     assert "int8 FullyConnected on the VNNI Brgemm" in cm.describe()
     return cm
@@ -290,7 +292,7 @@ CONVS = [(3, 8, [1, 3, 16, 16], {"pads": [1, 1, 1, 1]}),
 def test_static_qdq_conv_matches_onnxruntime_and_float64(c: int, m: int, shape: list, attrs: dict,
                                                          threads: int) -> None:
     model, p = static_qdq_conv(c, m, shape, **dict(attrs))
-    cm = sc.compile_model(model, TARGET, {"num_threads": threads})
+    cm = sc.compile_model(model, TARGET, {"num_threads": threads, **ALL_CONVS})
     assert "int8 convolution" in cm.describe(), cm.describe()
     x = _input(model, tuple(shape), 6)
     got, want = cm({"x": x})["y"], _ort(model, x)
@@ -321,7 +323,7 @@ def test_qlinear_conv_matches_onnxruntime(c: int, m: int, shape: list, attrs: di
     nodes = [h.make_node("QLinearConv", ["x", "xs", "xz", "wq", "ws", "wz", "ys", "yz", "b"], ["y"], **attrs)]
     t = T.INT8 if signed else T.UINT8
     model = _model(nodes, inits, t, shape, t)
-    cm = sc.compile_model(model, TARGET, {"num_threads": threads})
+    cm = sc.compile_model(model, TARGET, {"num_threads": threads, **ALL_CONVS})
     assert "int8 convolution" in cm.describe(), cm.describe()
     x = _input(model, tuple(shape), 8)
     _check_steps(cm({"x": x})["y"], _ort(model, x))
@@ -343,8 +345,20 @@ def test_dynamic_conv_integer_matches_onnxruntime(c: int, m: int, shape: list, a
              h.make_node("Cast", ["acc"], ["accf"], to=T.FLOAT), h.make_node("Mul", ["accf", "s"], ["cv"]),
              h.make_node("Add", ["cv", "b"], ["y"])]
     model = _model(nodes, inits, T.FLOAT, shape, T.FLOAT)
-    cm = sc.compile_model(model, TARGET, {"num_threads": threads})
+    cm = sc.compile_model(model, TARGET, {"num_threads": threads, **ALL_CONVS})
     assert "int8 convolution" in cm.describe() and "ConvInteger x" not in cm.describe(), cm.describe()
     x = _input(model, tuple(shape), 9)
     got, want = cm({"x": x})["y"], _ort(model, x)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+
+
+def test_small_convolutions_stay_f32_by_default() -> None:
+    """Below the target's thresholds (multiply-adds, input channels) the f32 conv primitive is faster: the Conv is
+    left out of the int8 Subgraphs, with the reason on the node, and the result is the same."""
+    model, p = static_qdq_conv(3, 8, [1, 3, 16, 16], pads=[1, 1, 1, 1])
+    cm = sc.compile_model(model, TARGET)
+    assert "int8 convolution" not in cm.describe(), cm.describe()
+    x = _input(model, (1, 3, 16, 16), 6)
+    np.testing.assert_allclose(cm({"x": x})["y"], _float64_conv(x, p), rtol=1e-4, atol=1e-4)
+    with pytest.raises(Exception, match="int8_conv_min_macs"):
+        sc.compile_model(model, TARGET, {"tokenization": {"int8_conv_min_macs": -1}})
