@@ -71,7 +71,7 @@ class TokenizationConfig:
     #: the target runs a quantized MatMul (static QDQ, dynamic, QLinearMatMul, MatMulInteger with an int8 constant
     #: weight) as one int8 kernel (TokenizeInt8FCSnippets takes them)
     int8_fc: bool = False
-    #: a quantized convolution becomes an int8 one only with this many multiply-adds and input channels at least
+    #: a static QDQ convolution becomes an int8 one only with this many multiply-adds and input channels at least
     #: (below, the target's f32 convolution of the dequantized values is faster)
     int8_conv_min_macs: int = 0
     int8_conv_min_channels: int = 1

@@ -234,7 +234,7 @@ def _quantized_input(node: Node) -> tuple[list[Node], Output, Any]:
 
 
 def _conv_geometry(conv: Node, w: np.ndarray, x: Output, types: tuple[ElementType, ...],
-                   config: TokenizationConfig) -> tuple[Int8ConvGeometry, np.ndarray]:
+                   config: TokenizationConfig | None = None) -> tuple[Int8ConvGeometry, np.ndarray]:
     """The geometry of a 2-D group-1 convolution of the static NCHW ``x`` (of one of ``types``) and its int8 weight
     ``w`` [M, C, KH, KW] as the GEMM's [KH*KW*C, M] (rows ordered kh, kw, c)."""
     shape = x.shape
@@ -254,7 +254,9 @@ def _conv_geometry(conv: Node, w: np.ndarray, x: Output, types: tuple[ElementTyp
     g = Int8ConvGeometry((kh, kw), tuple(geo.strides), tuple(geo.dilations), tuple(pbs), ends, spatial,
                          tuple(outs))  # type: ignore[arg-type]
     macs = shape.to_tuple()[0] * outs[0] * outs[1] * kh * kw * c * m
-    if c < config.int8_conv_min_channels or macs < config.int8_conv_min_macs:
+    # ``config``: a static QDQ Conv, which otherwise runs as the target's f32 convolution (the integer forms would
+    # run on their int64 references: they always go)
+    if config is not None and (c < config.int8_conv_min_channels or macs < config.int8_conv_min_macs):
         raise Int8Reject(f"it has {c} input channels and {macs} multiply-adds; the target takes int8 convolutions "
                          f"from {config.int8_conv_min_channels} channels and {config.int8_conv_min_macs} on")
     return g, np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(kh * kw * c, m))
@@ -354,7 +356,7 @@ class TokenizeInt8FCSnippets(Pass):
         _int8_weight(w.reshape(w.shape[0], -1) if w.ndim else w, _const_or_reject(qlc.inputs[5].source,
                      "its weight zero point"), "its weight")
         x = qlc.inputs[0].source
-        g, weight = _conv_geometry(qlc, w, x, tuple(_ACTIVATION_TYPES), self.config)
+        g, weight = _conv_geometry(qlc, w, x, tuple(_ACTIVATION_TYPES))
         out_type = qlc.outputs[0].element_type
         if out_type not in _ACTIVATION_TYPES:
             raise Int8Reject(f"it outputs {out_type}")
@@ -384,7 +386,7 @@ class TokenizeInt8FCSnippets(Pass):
         if dql.type_name != "DynamicQuantizeLinear" or ci.inputs[2].source != dql.outputs[2]:
             raise Int8Reject("its input is not DynamicQuantizeLinear's")
         x = dql.inputs[0].source
-        g, weight = _conv_geometry(ci, w, x, (ElementType.f32,), self.config)
+        g, weight = _conv_geometry(ci, w, x, (ElementType.f32,))
         chain = self._dynamic_chain(ci, dql, live, w.shape[0], _conv_bias)
         if chain is None:
             raise Int8Reject("it is not followed by Cast and the Mul by x_scale * w_scale")
