@@ -4,7 +4,8 @@
   on 4 random inputs shaped like the model's feeds;
 * ``<model>_dyn``: ``quantize_dynamic`` (DynamicQuantizeLinear + MatMulInteger, s8 weights per tensor).
 
-bench/models.py runs them beside the f32 model they come from (the same weights), so the table reads int8 against
+The models: the BERT layer at 128 and 384 tokens, and examples/cnn_block.onnx. bench/models.py runs them beside the
+f32 model they come from (the same weights), so the table reads int8 against
 our f32 of the same model, and against onnxruntime and OpenVINO on the same quantized files. Needs onnxruntime
 (the quantizer); the quantized proto is made once per process.
 """

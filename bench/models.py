@@ -8,8 +8,9 @@ The models (bench/model_zoo.py builds them with onnx.helper in the form torch ex
   gpt2_s128             a GPT-2 decoder block: LayerNormalization, causal mask through Slice + Where, tanh Gelu
   vit_t197              a ViT-B/16 encoder block on 197 tokens: LayerNormalization, Erf Gelu
   transformer_block, cnn_block, activation_head   the examples (examples/*.onnx, static shapes)
-  bert_s128_qdq, bert_s128_dyn, bert_s384_qdq, bert_s384_dyn   the BERT layer quantized by onnxruntime (static
-                        QDQ per-channel; dynamic), bench/model_zoo_quant.py: int8 against the f32 rows above
+  bert_s128_qdq, bert_s128_dyn, bert_s384_qdq, bert_s384_dyn, cnn_block_qdq, cnn_block_dyn   quantized by
+                        onnxruntime (static QDQ per-channel; dynamic), bench/model_zoo_quant.py: int8 against the
+                        f32 rows above
 
 ``--static`` writes the fixed dims into every contender's copy of the model before it compiles (so the
 kernels of a target that compiles static shapes only are seen before dynamic shapes are supported).
