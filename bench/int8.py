@@ -1,4 +1,4 @@
-"""The int8 VNNI Brgemm micro-kernel against our f32 Brgemm on the same GEMM shapes, 1 thread.
+"""The int8 VNNI Brgemm micro-kernel and the whole int8 FullyConnected against our f32 ones on the same GEMM shapes.
 
 Rows are BERT-base FullyConnected shapes, M x K x N (M = 384 tokens): qkv/out projections 384x768x768, FFN up
 384x768x3072, FFN down 384x3072x768.
@@ -12,6 +12,9 @@ Contenders (all single-threaded, all writing into preallocated outputs):
   f32 fc        our f32 FullyConnected: x @ W with W a constant, compile_model on x86_64_avx512 (W packed once
                 into 64-column panels, the FC micro-kernel; bench/fc.py)
   numpy f32     np.matmul (OpenBLAS, 1 thread), for scale
+  int8 FC Nthr  the whole int8 FullyConnected as compile_model runs a static QDQ layer (f32 x quantized by the JIT
+                quantizer, the VNNI Brgemm on the weight packed once, dequantized f32 + bias out), 1 and 2 threads
+  f32 fc 2thr   our f32 FullyConnected on 2 threads (x f32 of the 2-thread int8 FC is against it)
 
 Columns: ms per call (median, or --stat best), GOP/s = 2 M N K / time, % peak = of the peak of the same kind
 measured in this run (a JIT loop of 24 independent vpdpbusd for int8, of vfmadd231ps for f32: the fastest call),
@@ -85,18 +88,47 @@ def f32_brgemm(m: int, k: int, n: int) -> tuple[Callable[[list[np.ndarray]], Any
     return run, None
 
 
-def f32_fc(m: int, k: int, b: np.ndarray) -> tuple[Callable[[np.ndarray], Any] | None, str | None]:
+def f32_fc(m: int, k: int, b: np.ndarray, threads: int = 1) -> tuple[Callable[[np.ndarray], Any] | None, str | None]:
     """Our f32 FullyConnected: ``x @ W`` with W a constant, compiled by compile_model (packed weight panels)."""
     from snippets_core.frontends import builder as sb
     from snippets_core.runtime.compiled_model import compile_model
 
     x = sb.parameter((m, k), name="x")
     model = sb.model([sb.matmul(x, sb.constant(b), name="fc")], [x], name="fc")
-    cm = compile_model(model, target=H.PREFERRED_TARGET, config={"num_threads": 1})
+    cm = compile_model(model, target=H.PREFERRED_TARGET, config={"num_threads": threads})
     placement = H.placement_summary(cm)
     if "reference" in placement:
         return None, f"f32 FC {m}x{k}x{b.shape[1]} not compiled: {placement}"
     return lambda xv: next(iter(cm({"x": xv}).values())), None
+
+
+def int8_fc(m: int, k: int, b8: np.ndarray, w_scale: np.ndarray, bias: np.ndarray,
+            threads: int) -> tuple[Callable[[np.ndarray], Any] | None, str | None]:
+    """Our int8 FullyConnected on a static QDQ layer (x -> Q -> DQ -> MatMul(DQ(W per column)) -> Add bias), as
+    compile_model runs it: x quantized by the JIT quantizer, the VNNI Brgemm, dequantized f32 out."""
+    from onnx import TensorProto as T
+    from onnx import helper as oh
+    from onnx import numpy_helper as nh
+
+    from snippets_core.runtime.compiled_model import compile_model
+
+    n = b8.shape[1]
+    inits = [nh.from_array(b8, "wq"), nh.from_array(w_scale.astype(np.float32), "ws"),
+             nh.from_array(np.zeros(n, np.int8), "wz"), nh.from_array(np.float32(0.02), "xs"),
+             nh.from_array(np.uint8(128), "xz"), nh.from_array(bias.astype(np.float32), "b")]
+    nodes = [oh.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             oh.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             oh.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=1),
+             oh.make_node("MatMul", ["xd", "wd"], ["mm"]), oh.make_node("Add", ["mm", "b"], ["y"])]
+    g = oh.make_graph(nodes, "int8_fc", [oh.make_tensor_value_info("x", T.FLOAT, [m, k])],
+                      [oh.make_tensor_value_info("y", T.FLOAT, [m, n])], inits)
+    proto = oh.make_model(g, opset_imports=[oh.make_opsetid("", 19)])
+    cm = compile_model(proto.SerializeToString(),
+                       target=H.PREFERRED_TARGET, config={"num_threads": threads})
+    if "int8 FullyConnected" not in cm.describe():
+        return None, f"int8 FC {m}x{k}x{n} not made: {cm.describe()}"
+    out = np.empty((m, n), np.float32)
+    return lambda xv: cm({"x": xv}, outputs={"y": out}), None
 
 
 def bench_row(name: str, m: int, k: int, n: int, args: Any, peaks: dict[str, float], notes: list[str]) -> list:
@@ -132,6 +164,16 @@ def bench_row(name: str, m: int, k: int, n: int, args: Any, peaks: dict[str, flo
         fns["f32 fc"] = lambda: fc(af)
     else:
         notes.append(note or "")
+    ws, bv = rng.uniform(0.001, 0.01, n), rng.uniform(-1, 1, n)
+    for threads in (1, 2):  # the whole FullyConnected: quantize x, Brgemm, dequantize; rows split on 2 threads
+        q, note = int8_fc(m, k, b8, ws, bv, threads)
+        if q is not None:
+            fns[f"int8 FC {threads}thr"] = lambda q=q: q(af)
+        else:
+            notes.append(note or "")
+    fc2, note = f32_fc(m, k, bf, 2)
+    if fc2 is not None:
+        fns["f32 fc 2thr"] = lambda: fc2(af)
     k_s32(*ptrs_s32)
     ok = np.array_equal(c32, a8.astype(np.int64) @ b8.astype(np.int64))
     want = af.astype(np.float64) @ bf
@@ -143,11 +185,16 @@ def bench_row(name: str, m: int, k: int, n: int, args: Any, peaks: dict[str, flo
     rows = []
     for c in fns:
         kind = "int8" if c.startswith("int8") else "f32"
-        best_f32 = max((rate[f] for f in ("f32 brgemm", "f32 fc") if f in rate), default=None)
+        cores = 2 if c.endswith("2thr") else 1
+        # int8 against the faster f32 of the same thread count
+        f32s = ("f32 fc 2thr",) if cores == 2 else ("f32 brgemm", "f32 fc")
+        best_f32 = max((rate[f] for f in f32s if f in rate), default=None)
         x_f32 = f"{rate[c] / best_f32:.2f}" if best_f32 and kind == "int8" else "-"
         check = ("ok" if ok else "WRONG") if kind == "int8" else (f"{f32_err[c]:.1e}" if c in f32_err else "-")
+        if c.startswith("int8 FC"):
+            check = "in tests"  # targets/x86_64/tests/test_int8_fc.py checks it against onnxruntime and float64
         rows.append([f"{name} {m}x{k}x{n}", c, H.fmt_ms(t[c]), f"{rate[c]:.0f}",
-                     f"{100 * rate[c] / peaks[kind]:.0f}%", x_f32, H.fmt_spread(t[c]), check])  # fmt: skip
+                     f"{100 * rate[c] / (cores * peaks[kind]):.0f}%", x_f32, H.fmt_spread(t[c]), check])  # fmt: skip
     return rows
 
 

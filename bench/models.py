@@ -8,6 +8,9 @@ The models (bench/model_zoo.py builds them with onnx.helper in the form torch ex
   gpt2_s128             a GPT-2 decoder block: LayerNormalization, causal mask through Slice + Where, tanh Gelu
   vit_t197              a ViT-B/16 encoder block on 197 tokens: LayerNormalization, Erf Gelu
   transformer_block, cnn_block, activation_head   the examples (examples/*.onnx, static shapes)
+  bert_s128_qdq, bert_s128_dyn, bert_s384_qdq, bert_s384_dyn, cnn_block_qdq, cnn_block_dyn   quantized by
+                        onnxruntime (static QDQ per-channel; dynamic), bench/model_zoo_quant.py: int8 against the
+                        f32 rows above
 
 ``--static`` writes the fixed dims into every contender's copy of the model before it compiles (so the
 kernels of a target that compiles static shapes only are seen before dynamic shapes are supported).
@@ -40,6 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H  # the shared module sits beside this script
 import mha  # noqa: E402 - its FMA-peak measurement, beside this script
 import model_zoo as Z  # noqa: E402
+import model_zoo_quant as ZQ  # noqa: E402 - the int8 models (onnxruntime.quantization)
+
+#: every model: the f32 zoo and its quantized versions
+MODELS = {**Z.MODELS, **ZQ.QUANT_MODELS}
 
 QUICK_MODELS = ["bert_s128", "gpt2_s128", "vit_t197", "transformer_block", "cnn_block", "activation_head"]
 PEERS = ("onnxruntime", "openvino")
@@ -121,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     H.add_common_args(ap)
     ap.add_argument("--models", default=None,
-                    help=f"models to run, comma-separated from {','.join(Z.MODELS)} (default all; --quick: "
+                    help=f"models to run, comma-separated from {','.join(MODELS)} (default all; --quick: "
                          f"{','.join(QUICK_MODELS)})")
     ap.add_argument("--static", action="store_true",
                     help="fix the batch/sequence dims in the model before compiling (every contender)")
@@ -134,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick and "--budget" not in " ".join(argv if argv is not None else sys.argv):
         args.budget = 0.3
     threads = H.parse_int_list(args.threads)
-    names = H.parse_name_list(args.models or ",".join(QUICK_MODELS if args.quick else Z.MODELS), list(Z.MODELS))
+    names = H.parse_name_list(args.models or ",".join(QUICK_MODELS if args.quick else MODELS), list(MODELS))
     contenders = H.parse_name_list(args.contenders, ["us", *PEERS])
 
     info = H.machine_info()
@@ -163,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     ratios: dict[int, list[float]] = {n: [] for n in threads}
     for name in names:
-        zm = Z.MODELS[name]()
+        zm = MODELS[name]()
         path = prepare(zm, args.static, out_dir)
         want = reference_outputs(path, zm.feeds)
         first = next(iter(want))

@@ -27,6 +27,7 @@ from snippets_core.errors import ModelFormatError, ShapeInferenceError, Snippets
 from snippets_core.frontends.onnx_functions import expand as expand_function
 from snippets_core.frontends.onnx_functions import has_function_body
 from snippets_core.frontends.onnx_lenient import checkable, inline_local_functions, topological_order
+from snippets_core.frontends.onnx_quant import mark_dequantized_constant
 from snippets_core.frontends.onnx_types import element_type_of
 from snippets_core.ir import ops as _ops  # noqa: F401  (registers the op set)
 from snippets_core.ir.const_eval import known_shape_vector
@@ -356,8 +357,12 @@ class _GraphReader:
         value = np.asarray(value)
         if out.element_type not in (ElementType.dynamic, ElementType.string):
             value = value.astype(out.element_type.numpy, copy=False)
+        inputs = [i.source.node.value for i in node.inputs]  # type: ignore[attr-defined]
         node.disconnect()
-        return Constant(value, name=node.name)
+        folded = Constant(value, name=node.name)
+        if node.type_name == "DequantizeLinear":  # the int8 FullyConnected reads the weight as quantized
+            mark_dequantized_constant(folded, node, inputs)
+        return folded
 
     def read(self) -> Model:
         g = self.proto.graph

@@ -22,8 +22,8 @@ import numpy as np
 from snippets_core.errors import ModelFormatError
 from snippets_core.frontends.onnx_types import element_type_of
 from snippets_core.ir.element_type import ElementType
-from snippets_core.ir.node import Output
-from snippets_core.ir.ops.quantize import QUANT_RANGES
+from snippets_core.ir.node import Node, Output
+from snippets_core.ir.ops.quantize import DEQUANTIZED_FROM, QUANT_RANGES, QuantizedConstant
 
 if TYPE_CHECKING:
     from snippets_core.frontends.onnx import NodeContext
@@ -188,3 +188,12 @@ def _qlinear_conv(ctx: NodeContext) -> Outputs:
 @_register("DynamicQuantizeLinear")
 def _dynamic_quantize_linear(ctx: NodeContext) -> Outputs:
     return list(ctx.make("DynamicQuantizeLinear", ctx.input(0)).outputs)
+
+
+def mark_dequantized_constant(folded: Node, dq: Node, inputs: Sequence[np.ndarray]) -> None:
+    """Remember on ``folded`` (the Constant the reader made of ``DequantizeLinear(constant)``) the quantized
+    tensor, scale and zero point it came from, so an int8 kernel can use the integer weights."""
+    data = np.asarray(inputs[0])
+    zero_point = np.asarray(inputs[2]) if len(inputs) > 2 else np.zeros((), data.dtype)
+    folded.rt_info[DEQUANTIZED_FROM] = QuantizedConstant(
+        data, np.asarray(inputs[1]), zero_point, int(dq.axis), int(dq.block_size))  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ from snippets_core.ir.node import Node, Output, replace_node
 from snippets_core.ir.ops.fake_quantize import FakeQuantize
 from snippets_core.ir.ops.binary import Maximum, Minimum
 from snippets_core.ir.ops.io import Constant
-from snippets_core.ir.ops.quantize import QUANT_RANGES
+from snippets_core.ir.ops.quantize import QUANT_RANGES, QUANTIZATION_GRID, QuantGrid
 from snippets_core.ir.pass_manager import Pass
 from snippets_core.ir.shape import normalize_axis
 from snippets_core.passes.graph_utils import nodes_of_type
@@ -77,6 +77,8 @@ class ConvertQDQToFakeQuantize(Pass):
                 replace_node(dq, node)
                 if grid.key is not None:
                     made[node.id] = grid.key
+                    # an int8 FullyConnected reading this output quantizes its input on this grid instead
+                    node.rt_info[QUANTIZATION_GRID] = QuantGrid(grid.qtype, float(grid.scale), int(grid.zero_point))
             changed = True
         return changed
 
@@ -118,11 +120,16 @@ class _Grid:
         # one more step below in_low (elsewhere one above in_high, so levels agree across channels) and a
         # Maximum/Minimum to [il, ih] after it restores Q's saturation.
         odd = ((z64 - lo) % 2).astype(bool)
+        # a grid as wide as the float type (onnxruntime quantizes BERT's mask * float_min): its ends are clipped to
+        # the finite range and it is not extended below (its ties, 1e36 apart, do not occur)
+        fmax = float(np.finfo(et.numpy).max)
+        odd &= il - s64 >= -fmax
         if odd.any():
             levels += 1
             fq_il, fq_ih = np.where(odd, il - s64, il), np.where(odd, ih, ih + s64)
         else:
             fq_il, fq_ih = il, ih
+        il, ih, fq_il, fq_ih = (np.clip(v, -fmax, fmax) for v in (il, ih, fq_il, fq_ih))
 
         def const(v: np.ndarray, tag: str) -> Constant:
             return Constant(np.ascontiguousarray(np.asarray(v, dtype=et.numpy)), name=f"{name}/{tag}")

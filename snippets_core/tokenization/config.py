@@ -68,16 +68,26 @@ class TokenizationConfig:
     softmax_axis_to_last: bool = False
     #: the target runs a Convolution and its post-op chain as one primitive (TokenizeConvSnippets takes them)
     conv_primitives: bool = False
+    #: the target runs a quantized MatMul (static QDQ, dynamic, QLinearMatMul, MatMulInteger with an int8 constant
+    #: weight) as one int8 kernel (TokenizeInt8FCSnippets takes them)
+    int8_fc: bool = False
+    #: a static QDQ convolution becomes an int8 one only with this many multiply-adds and input channels at least
+    #: (below, the target's f32 convolution of the dequantized values is faster)
+    int8_conv_min_macs: int = 0
+    int8_conv_min_channels: int = 1
     snippets_mode: SnippetsMode = SnippetsMode.Enable
     callback: TokenizationCallback | None = None
 
     def __post_init__(self) -> None:
-        for name in ("concurrency", "data_ptr_gpr_count"):
+        for name in ("concurrency", "data_ptr_gpr_count", "int8_conv_min_channels"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise TokenizationConfigError(f"tokenization config '{name}' must be a positive integer, got {v!r}")
+        v = self.int8_conv_min_macs
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise TokenizationConfigError(f"tokenization config 'int8_conv_min_macs' must be an integer >= 0, got {v!r}")
         for name in ("split_m_dimension", "mha_token_enable_transpose_on_output", "is_dynamic_mha_token_enabled",
-                     "mha_transposed_b_in_subgraph", "conv_primitives"):
+                     "mha_transposed_b_in_subgraph", "conv_primitives", "int8_fc"):
             v = getattr(self, name)
             if not isinstance(v, bool):
                 raise TokenizationConfigError(f"tokenization config '{name}' must be a bool, got {v!r}")

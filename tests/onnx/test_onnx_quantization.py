@@ -240,6 +240,21 @@ def test_q_dq_rewrite_can_be_disabled_and_skips_what_it_cannot_express() -> None
     np.testing.assert_array_equal(cm2({"x": x})["y"], ReferenceEvaluator(m2).run(None, {"x": x})[0])
 
 
+@pytest.mark.parametrize("zp", [255, 254])
+def test_a_grid_as_wide_as_float_is_a_finite_fake_quantize(zp: int) -> None:
+    """A mask times float min, quantized (onnxruntime's static quantizer does it to BERT's attention mask): the
+    FakeQuantize ends are clipped to the finite f32 range (no NaN), the values on the grid are Q then DQ's."""
+    scale = np.float32(np.finfo(np.float32).max / 255 * 0.999)
+    m = _qdq_model(scale, np.uint8(zp), T.UINT8)
+    cm = sc.compile_model(m, "reference")
+    assert "Round" in cm.describe() and "QuantizeLinear" not in cm.describe()  # fused, decomposed
+    x = np.random.default_rng(0).standard_normal(SHAPE).astype(np.float32)
+    x.reshape(-1)[:4] = np.finfo(np.float32).min
+    got, want = cm({"x": x})["y"], ReferenceEvaluator(m).run(None, {"x": x})[0]
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * scale)
+
+
 @pytest.mark.parametrize("zp", [3, 4])  # odd and even z - qmin: FakeQuantize + saturation, or FakeQuantize alone
 def test_a_repeated_q_dq_after_a_reshape_is_removed(zp: int) -> None:
     """onnxruntime's quantizer puts the same Q->DQ on both sides of a Reshape/Transpose: the second pair is the

@@ -29,6 +29,8 @@ ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
 
 N_INPUTS = 4
+#: the CNNs' convolutions are small: below x86's thresholds, which keep them f32; here they run int8 too
+ALL_CONVS = {"tokenization": {"int8_conv_min_macs": 0, "int8_conv_min_channels": 1}}
 
 
 def _w(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float = 0.2) -> onnx.TensorProto:
@@ -153,7 +155,7 @@ def test_quantized_model_matches_onnxruntime(tmp_path: Path, name: str, kind: st
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    cm = sc.compile_model(path, target)
+    cm = sc.compile_model(path, target, ALL_CONVS)
     placement = {t: w for _, t, w in cm.placement()}
     if kind == "static":
         assert {"QuantizeLinear", "DequantizeLinear"} <= ops
@@ -162,10 +164,12 @@ def test_quantized_model_matches_onnxruntime(tmp_path: Path, name: str, kind: st
         assert "Round" in cm.describe()
     else:
         assert {"DynamicQuantizeLinear", "MatMulInteger"} <= ops
-        # the integer ops run on their numpy references (int64 accumulation), and say so
-        assert placement["MatMulInteger"] == "reference" and placement["DynamicQuantizeLinear"] == "reference"
-        if name == "cnn":
-            assert placement["ConvInteger"] == "reference"
+        if target == "reference":  # the integer ops run on their numpy references (int64 accumulation), and say so
+            assert placement["MatMulInteger"] == "reference" and placement["DynamicQuantizeLinear"] == "reference"
+            if name == "cnn":
+                assert placement["ConvInteger"] == "reference"
+    if target == "x86_64_avx512" and _has_vnni():
+        _assert_matmuls_run_int8(cm, ops)
     step = _output_step(path)
     if step is not None:
         _compare_stepwise(cm, sess, shape, step)
@@ -175,6 +179,30 @@ def test_quantized_model_matches_onnxruntime(tmp_path: Path, name: str, kind: st
         want, got = sess.run(None, {"x": x})[0], cm({"x": x})["y"]
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
+
+
+def _has_vnni() -> bool:
+    from snippets_x86_64.cpu import cpu_features
+
+    return "avx512_vnni" in cpu_features()
+
+
+def _assert_matmuls_run_int8(cm, ops: set[str]) -> None:  # type: ignore[no-untyped-def]
+    """Every MatMul with a constant int8 weight runs as an int8 FullyConnected Subgraph on the VNNI Brgemm: no
+    MatMulInteger is left outside a Subgraph, and describe() names the int8 kernel once per weight."""
+    from snippets_core.tokenization.tokenize_int8_fc_snippets import INT8_FULLY_CONNECTED, is_int8_fc
+
+    placement = {t for _, t, _ in cm.placement()}
+    assert not {"MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv"} & placement, cm.describe()
+    int8 = [sg for sg in cm.subgraphs if is_int8_fc(sg) and sg.rt_info[INT8_FULLY_CONNECTED].conv is None]
+    weights = 6 if "Softmax" in ops else 1  # the encoder: Q, K, V, output, FFN up and down; the CNN: its head
+    assert len(int8) == weights, cm.describe()
+    convs = sum(1 for sg in cm.subgraphs if is_int8_fc(sg) and sg.rt_info[INT8_FULLY_CONNECTED].conv is not None)
+    # a static QDQ Conv (Q->DQ input, per-channel int8 weight) runs as an int8 convolution too
+    assert convs == (2 if {"Conv", "QLinearConv", "ConvInteger"} & ops else 0), cm.describe()
+    assert cm.describe().count("int8 FullyConnected on the VNNI Brgemm") == weights + convs, cm.describe()
+    assert not any(sg.body_ops and sg.body_ops[-1].type_name == "MatMul" and not is_int8_fc(sg)
+                   for sg in cm.subgraphs), cm.describe()
 
 
 def _compare_stepwise(cm, sess, shape: tuple[int, ...], step: float) -> None:  # type: ignore[no-untyped-def]
@@ -194,15 +222,18 @@ def _compare_stepwise(cm, sess, shape: tuple[int, ...], step: float) -> None:  #
 
 @pytest.mark.parametrize("target", _targets())
 def test_qoperator_model_with_qlinear_conv_and_matmul(tmp_path: Path, target: str) -> None:
-    """QOperator format: QLinearConv (per-channel weights, i32 bias) and QLinearMatMul run on their integer
-    references and match onnxruntime."""
+    """QOperator format: QLinearConv (per-channel weights, i32 bias) and QLinearMatMul run as int8 kernels on x86
+    (on their integer references elsewhere) and match onnxruntime."""
     model, shape = _conv_chain(np.random.default_rng(0))
     path = _quantize(tmp_path, model, shape, "qoperator")
     ops = {(n.domain, n.op_type) for n in onnx.load(path).graph.node}
     assert {("", "QLinearConv"), ("", "QLinearMatMul")} <= ops and all(d == "" for d, _ in ops)
-    cm = sc.compile_model(path, target)
+    cm = sc.compile_model(path, target, ALL_CONVS)
     placement = {t: w for _, t, w in cm.placement()}
-    assert placement["QLinearConv"] == "reference" and placement["QLinearMatMul"] == "reference"
+    if target == "x86_64_avx512" and _has_vnni():
+        _assert_matmuls_run_int8(cm, {"QLinearConv"})
+    else:
+        assert placement["QLinearMatMul"] == "reference" and placement["QLinearConv"] == "reference"
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     step = _output_step(path)
@@ -216,3 +247,32 @@ def test_qoperator_com_microsoft_ops_are_refused_naming_the_domain(tmp_path: Pat
     path = _quantize(tmp_path, model, shape, "qoperator")
     with pytest.raises(UnsupportedOpError, match=r"QLinearAdd \(domain 'com.microsoft'\) x2 \('QLinearAdd_\d+'"):
         sc.compile_model(path, "reference")
+
+
+@pytest.mark.parametrize("kind", ["static", "dynamic"])
+def test_int8_fc_tokenization_is_backend_neutral(tmp_path: Path, kind: str) -> None:
+    """TokenizeInt8FCSnippets on the reference target (the ``int8_fc`` knob on): the encoder's six quantized MatMuls
+    become int8 FullyConnected Subgraphs whose specs hold the int8 weights, and evaluating their bodies still
+    matches onnxruntime."""
+    from snippets_core.tokenization.tokenize_int8_fc_snippets import INT8_FULLY_CONNECTED, is_int8_fc
+
+    model, shape = _encoder(np.random.default_rng(0))
+    path = _quantize(tmp_path, model, shape, kind)
+    cm = sc.compile_model(path, "reference", {"tokenization": {"int8_fc": True}})
+    int8 = [sg for sg in cm.subgraphs if is_int8_fc(sg)]
+    assert len(int8) == 6, cm.describe()
+    weights = {t.name: nh.to_array(t) for t in onnx.load(path).graph.initializer if t.data_type == T.INT8}
+    for sg in int8:
+        spec = sg.rt_info[INT8_FULLY_CONNECTED]
+        assert spec.weight.dtype == np.int8 and any(np.array_equal(spec.weight, w) for w in weights.values())
+        assert sg.inputs[spec.a_index].element_type.value == "f32"
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    step = _output_step(path)
+    if step is not None:
+        _compare_stepwise(cm, sess, shape, step)
+        return
+    x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    want = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(cm({"x": x})["y"], want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))

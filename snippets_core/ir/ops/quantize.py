@@ -11,6 +11,7 @@ of the data, the quantized axis ``ceil(D / block_size)`` long).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,6 +21,33 @@ from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.base import check_input_count, check_kind, upcast
 from snippets_core.ir.ops.nn import Convolution
 from snippets_core.ir.shape import Shape, broadcast_shapes, normalize_axis
+
+#: rt_info key on a Constant that the reader folded from ``DequantizeLinear(constant)``: its QuantizedConstant
+DEQUANTIZED_FROM = "SnippetsDequantizedFrom"
+#: rt_info key on the node ending a per-tensor Q->DQ pair made FakeQuantize: the QuantGrid its output lies on
+QUANTIZATION_GRID = "SnippetsQuantizationGrid"
+
+
+@dataclass(frozen=True, eq=False)
+class QuantizedConstant:
+    """The quantized tensor a folded f32 constant was dequantized from (DequantizeLinear's inputs): an int8
+    FullyConnected reads ``data`` instead of the f32 values."""
+
+    data: np.ndarray
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: int
+    block_size: int
+
+
+@dataclass(frozen=True)
+class QuantGrid:
+    """A per-tensor quantization grid: the quantized type, the scale and the zero point."""
+
+    qtype: ElementType
+    scale: float
+    zero_point: int
+
 
 #: Integer types a quantized tensor may have, with their [min, max]. int4/uint4 have no snippets element type.
 QUANT_RANGES: dict[ElementType, tuple[int, int]] = {
@@ -172,12 +200,17 @@ class DynamicQuantizeLinear(Node):
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         x = np.asarray(args[0])
         xf = upcast(x).astype(np.float32)
-        hi = np.float32(max(0.0, float(xf.max()))) if xf.size else np.float32(0)
-        lo = np.float32(min(0.0, float(xf.min()))) if xf.size else np.float32(0)
-        scale = np.float32(1.0 if hi == lo else hi - lo) / np.float32(255)
-        zp = np.rint(np.clip(np.float32(0) - lo / scale, 0, 255))
+        scale, zp = dynamic_quantization_grid(xf)
         y = np.clip(np.rint(xf / scale) + zp, 0, 255).astype(np.uint8)
         return [y, np.asarray(scale).astype(x.dtype), np.asarray(zp).astype(np.uint8)]
+
+
+def dynamic_quantization_grid(xf: np.ndarray) -> tuple[np.float32, np.float32]:
+    """DynamicQuantizeLinear's (scale, zero point) of the f32 ``xf``: its range extended to 0, over 255 (ONNX)."""
+    hi = np.float32(max(0.0, float(xf.max()))) if xf.size else np.float32(0)
+    lo = np.float32(min(0.0, float(xf.min()))) if xf.size else np.float32(0)
+    scale = np.float32(np.float32(1.0 if hi == lo else hi - lo) / np.float32(255))
+    return scale, np.float32(np.rint(np.clip(np.float32(0) - lo / scale, 0, 255)))
 
 
 def _check_int_inputs(node: Node, data: Sequence[tuple[int, str]]) -> None:

@@ -577,7 +577,12 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
     the target declares it does not generate something in it (UnsupportedByTarget); other errors are raised.
     A Subgraph with dynamic dims gets a :class:`DynamicKernelExecutor` (or a :class:`ShapeSpecializingExecutor`)."""
     from snippets_core.debug.config import debug_config
+    from snippets_core.tokenization.tokenize_int8_fc_snippets import is_int8_fc
 
+    if is_int8_fc(sg):  # one int8 kernel on the packed int8 weight, with its own executor
+        from snippets_x86_64.int8_fc_executor import int8_fc_executor
+
+        return int8_fc_executor(sg, config.num_threads)
     debug = debug_config(config)  # a bad SNIPPETS_* debug setting is an error, not a fallback
     if debug.enabled:  # dumps, perf counters, segfault detector: see snippets_x86_64.debug_caps
         from snippets_x86_64.debug_caps import compile_subgraph_debug

@@ -1,0 +1,467 @@
+"""TokenizeInt8FCSnippets: a quantized MatMul with an int8 constant weight becomes one int8 FullyConnected Subgraph.
+
+Four shapes of a quantized linear layer are matched (``W`` an int8 ``[K, N]`` constant with zero point 0, its
+scale per tensor or per output column ``n``; the activation quantized per tensor)::
+
+    static QDQ      x (f32) -> FakeQuantize (a Q->DQ pair, u8/i8 grid) -> MatMul(., DQ(W)) [-> Add bias]     f32 out
+    dynamic         x (f32) -> DynamicQuantizeLinear -> MatMulInteger(q, W, zp, 0) -> Cast f32
+                            -> Mul(., Mul(x_scale, w_scale)) [-> Add bias]                                  f32 out
+    QLinearMatMul   q (u8/i8), constant scales and zero points                                             u8/i8 out
+    MatMulInteger   q (u8/i8), constant zero point, not followed by the dynamic chain                       i32 out
+
+The FakeQuantize's grid comes from ``rt_info[QUANTIZATION_GRID]`` (set by ConvertQDQToFakeQuantize) and the
+weight's int8 values from ``rt_info[DEQUANTIZED_FROM]`` on the folded f32 Constant (set by the ONNX reader). A
+FakeQuantize or DynamicQuantizeLinear that feeds several MatMuls (Q, K and V) is cloned into each Subgraph: each
+int8 FullyConnected quantizes its own input (one pass over x, against K x N multiply-adds per row).
+
+The body keeps the original ops, so any target (the reference) evaluates it as before; the Subgraph is marked
+Completed and carries an :class:`Int8FCSpec` (the integer weight, the per-column scales, the bias, the activation's
+grid and what is stored) in ``rt_info[INT8_FULLY_CONNECTED]`` for a target with an int8 kernel. Runs only when the
+target sets the ``int8_fc`` tokenization knob, first among the Tokenizers (after ConvertQDQToFakeQuantize). A
+quantized MatMul left alone keeps why in ``rt_info[INT8_FC_REJECT_REASON_KEY]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+import numpy as np
+
+from snippets_core.ir.element_type import ElementType
+from snippets_core.ir.model import Model
+from snippets_core.ir.node import Node, Output
+from snippets_core.ir.ops.quantize import DEQUANTIZED_FROM, QUANTIZATION_GRID, QuantizedConstant
+from snippets_core.ir.pass_manager import Pass
+from snippets_core.tokenization.config import TokenizationConfig
+from snippets_core.tokenization.tokenize_mha_snippets import _build_subgraph, _live_ids, _targets
+
+#: rt_info key on an int8 FullyConnected Subgraph: its Int8FCSpec
+INT8_FULLY_CONNECTED = "SnippetsInt8FullyConnected"
+#: rt_info key on a quantized MatMul / MatMulInteger / QLinearMatMul left out: why
+INT8_FC_REJECT_REASON_KEY = "SnippetsInt8FCRejectReason"
+
+#: where the int8 A comes from: quantized in the kernel on a constant grid, on DynamicQuantizeLinear's grid
+#: computed per call, or already quantized (the Subgraph input is u8/i8)
+QUANTIZE, DYNAMIC, QUANTIZED = "quantize", "dynamic", "quantized"
+#: what the Subgraph stores: dequantized f32, requantized u8/i8, or the exact i32 sums
+F32, U8, S8, S32 = "f32", "u8", "s8", "s32"
+_ACTIVATION_TYPES = {ElementType.u8: False, ElementType.i8: True}
+#: ops that move values without changing them: a quantization grid survives them
+_MOVES = ("Reshape", "Transpose", "Squeeze", "Unsqueeze")
+
+
+@dataclass(frozen=True, eq=False)
+class Int8FCSpec:
+    """What an int8 FullyConnected computes: ``out[m, n] = post(sum_k (q[m, k] - a_zero_point) * weight[k, n])``
+    with ``q`` the int8 A (``source`` says how it is made), ``post`` dequantization ``* a_scale * w_scale[n] +
+    bias[n]`` (f32), requantization on ``(y_scale, y_zero_point)`` (u8/s8), or nothing (s32). ``a_index`` is the
+    Subgraph input holding x (f32) or q."""
+
+    source: str
+    a_signed: bool
+    a_scale: float
+    a_zero_point: int
+    weight: np.ndarray
+    w_scale: np.ndarray
+    bias: np.ndarray | None
+    output: str
+    y_scale: float = 1.0
+    y_zero_point: int = 0
+    a_index: int = 0
+    #: a 2-D convolution (NCHW x, the weight's rows ordered [kh, kw, c]): run as this GEMM over its windows
+    conv: Int8ConvGeometry | None = None
+
+    @property
+    def k(self) -> int:
+        return int(self.weight.shape[0])
+
+    @property
+    def n(self) -> int:
+        return int(self.weight.shape[1])
+
+    def describe(self) -> str:
+        a = {QUANTIZE: "f32 x quantized on a constant grid", DYNAMIC: "f32 x quantized on its own range per call",
+             QUANTIZED: "quantized x"}[self.source]
+        what = f"{self.k}x{self.n}" if self.conv is None else f"Conv {self.conv.describe()} as a {self.k}x{self.n}"
+        return (f"{what} {'s8' if self.a_signed else 'u8'} x s8 ({a}), {self.output} out"
+                f"{', bias' if self.bias is not None else ''}")
+
+
+@dataclass(frozen=True)
+class Int8ConvGeometry:
+    """A 2-D convolution of a static NCHW input, group 1: kernel, strides, dilations, the pads (begin, and end
+    grown so that every window is inside the padded input) and the input and output spatial sizes."""
+
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads_begin: tuple[int, int]
+    pads_end: tuple[int, int]
+    spatial: tuple[int, int]
+    out: tuple[int, int]
+
+    def describe(self) -> str:
+        return (f"{self.kernel[0]}x{self.kernel[1]} stride {self.strides[0]}x{self.strides[1]} "
+                f"{self.spatial[0]}x{self.spatial[1]} -> {self.out[0]}x{self.out[1]}")
+
+
+class Int8Reject(Exception):
+    """Internal: why a quantized MatMul does not become an int8 FullyConnected."""
+
+
+def _const(out: Output) -> np.ndarray | None:
+    node = out.node
+    return np.asarray(node.value) if node.type_name == "Constant" else None  # type: ignore[attr-defined]
+
+
+def _const_or_reject(out: Output, what: str) -> np.ndarray:
+    v = _const(out)
+    if v is None:
+        raise Int8Reject(f"{what} is not a constant")
+    return v
+
+
+def _scalar(out: Output, what: str) -> np.ndarray:
+    v = _const(out)
+    if v is None or v.size != 1:
+        raise Int8Reject(f"{what} is not a constant scalar")
+    return v.reshape(())
+
+
+def _column_scale(scale: np.ndarray, n: int, what: str) -> np.ndarray:
+    if scale.size == 1:
+        return np.full(n, scale.reshape(()), np.float32)
+    if scale.ndim != 1 or scale.size != n:
+        raise Int8Reject(f"{what} of shape {list(scale.shape)} is neither per tensor nor per output column ({n})")
+    return scale.astype(np.float32)
+
+
+def _int8_weight(w: np.ndarray, zero_point: np.ndarray, what: str) -> np.ndarray:
+    if w.dtype != np.int8 or w.ndim != 2:
+        raise Int8Reject(f"{what} is {w.dtype} of rank {w.ndim}; the int8 kernel takes an i8 matrix")
+    if np.any(zero_point != 0):
+        raise Int8Reject(f"{what} has a nonzero zero point (the kernel compensates A's zero point only)")
+    return w
+
+
+def _dequantized_weight(matmul: Node) -> tuple[np.ndarray, np.ndarray]:
+    """(int8 W [K, N], f32 per-column scale) of a MatMul whose weight the reader folded from DequantizeLinear."""
+    src = matmul.inputs[1].source.node
+    qc: QuantizedConstant | None = src.rt_info.get(DEQUANTIZED_FROM)
+    if qc is None:
+        raise Int8Reject("its weight is not a dequantized constant")
+    w = _int8_weight(qc.data, qc.zero_point, "its weight")
+    if qc.block_size:
+        raise Int8Reject("its weight is quantized in blocks")
+    n_axis = 0 if matmul.transpose_b else 1  # type: ignore[attr-defined]
+    if qc.scale.size != 1 and qc.axis % 2 != n_axis:
+        raise Int8Reject(f"its weight is quantized along axis {qc.axis}, not along the output columns")
+    w = w.T if matmul.transpose_b else w  # type: ignore[attr-defined]
+    return np.ascontiguousarray(w), _column_scale(qc.scale, w.shape[1], "the weight scale")
+
+
+def _sole_consumer(out: Output, live: set[int], type_name: str) -> Node | None:
+    ts = _targets(out, live)
+    return ts[0].node if len(ts) == 1 and ts[0].node.type_name == type_name else None
+
+
+def _bias(last: Node, live: set[int], n: int) -> tuple[Node, np.ndarray] | None:
+    """The Add of a constant [N] (or [1, .., N]) bias that alone reads ``last``'s output, and the bias."""
+    add = _sole_consumer(last.outputs[0], live, "Add")
+    if add is None:
+        return None
+    other = [i.source for i in add.inputs if i.source.node is not last]
+    if len(other) != 1:
+        return None
+    b = _const(other[0])
+    rank = last.outputs[0].shape.rank if last.outputs[0].shape.rank_is_static else 0
+    if b is None or b.size != n or b.shape[-1:] != (n,) or b.ndim > rank or b.dtype != np.float32:
+        return None
+    return add, b.reshape(n).astype(np.float32)
+
+
+def _conv_bias(last: Node, live: set[int], m: int) -> tuple[Node, np.ndarray] | None:
+    """The Add of a constant per-channel bias ([M, 1, 1] or [1, M, 1, 1]) that alone reads ``last``'s NCHW output."""
+    add = _sole_consumer(last.outputs[0], live, "Add")
+    if add is None:
+        return None
+    other = [i.source for i in add.inputs if i.source.node is not last]
+    b = _const(other[0]) if len(other) == 1 else None
+    if b is None or b.dtype != np.float32 or b.shape not in ((m, 1, 1), (1, m, 1, 1)):
+        return None
+    return add, b.reshape(m).astype(np.float32)
+
+
+def _activation(x: Output, k: int, float_input: bool = False) -> None:
+    if float_input and x.element_type is not ElementType.f32:
+        raise Int8Reject(f"its input is {x.element_type}; the int8 kernel quantizes f32")
+    shape = x.shape
+    if not shape.rank_is_static or shape.rank < 2 or shape[-1] != k:
+        raise Int8Reject(f"its input has shape {shape}; the int8 FullyConnected takes [.., M, {k}]")
+
+
+def _integer_operands(node: Node, b_index: int, b_zp_index: int) -> tuple[Output, np.ndarray]:
+    """(A, the int8 constant B [K, N]) of a MatMulInteger / QLinearMatMul whose B and B zero point are inputs
+    ``b_index`` and ``b_zp_index``."""
+    b = _const(node.inputs[b_index].source)
+    if b is None:
+        raise Int8Reject("its B is not a constant")
+    w = _int8_weight(b, _const_or_reject(node.inputs[b_zp_index].source, "its B zero point"), "its B")
+    a = node.inputs[0].source
+    _activation(a, w.shape[0])
+    return a, w
+
+
+def _quantized_input(node: Node) -> tuple[list[Node], Output, Any]:
+    """(the quantizing head to clone, the f32 x it reads, the grid) of ``node``'s input 0: a per-tensor u8/i8
+    Q->DQ pair made FakeQuantize, or values already on such a grid moved by Reshape/Transpose."""
+    g = node.inputs[0].source.node
+    moved = g
+    while moved.type_name in _MOVES:
+        moved = moved.inputs[0].source.node
+    grid = moved.rt_info.get(QUANTIZATION_GRID)
+    if grid is None or grid.qtype not in _ACTIVATION_TYPES:
+        raise Int8Reject(f"its input comes from {g.type_name} '{g.name}', not a per-tensor u8/i8 Q->DQ pair")
+    if moved is not g:
+        # values already on the grid, moved (ConvertQDQToFakeQuantize dropped the repeated pair): quantizing
+        # them again gives back their integers, so the body is the op alone
+        return [], node.inputs[0].source, grid
+    head = [g]
+    while head[0].type_name != "FakeQuantize":  # the Maximum/Minimum of an odd zero point's extended grid
+        head.insert(0, head[0].inputs[0].source.node)
+    return head, head[0].inputs[0].source, grid
+
+
+def _conv_geometry(conv: Node, w: np.ndarray, x: Output, types: tuple[ElementType, ...],
+                   config: TokenizationConfig | None = None) -> tuple[Int8ConvGeometry, np.ndarray]:
+    """The geometry of a 2-D group-1 convolution of the static NCHW ``x`` (of one of ``types``) and its int8 weight
+    ``w`` [M, C, KH, KW] as the GEMM's [KH*KW*C, M] (rows ordered kh, kw, c)."""
+    shape = x.shape
+    if not shape.is_static or shape.rank != 4 or x.element_type not in types:
+        raise Int8Reject(f"its input is {x.element_type} {shape}; the int8 convolution takes static NCHW "
+                         f"{'/'.join(t.value for t in types)}")
+    if w.ndim != 4 or conv.group != 1:  # type: ignore[attr-defined]
+        raise Int8Reject(f"it is a {w.ndim - 2}-D convolution of group {conv.group}; the int8 kernel takes "  # type: ignore[attr-defined]
+                         "2-D, group 1")
+    m, c, kh, kw = w.shape
+    geo = conv._geometry((kh, kw))  # type: ignore[attr-defined]
+    spatial = tuple(int(d) for d in shape.to_tuple()[2:])
+    outs, pbs, pes = geo.resolve(spatial)
+    # the end pads grown so that the last window is inside the padded input (a stride that skips the end)
+    ends = tuple(max(pe, (o - 1) * st + (k - 1) * d + 1 - sz - pb) for o, st, k, d, sz, pb, pe in
+                 zip(outs, geo.strides, (kh, kw), geo.dilations, spatial, pbs, pes))
+    g = Int8ConvGeometry((kh, kw), tuple(geo.strides), tuple(geo.dilations), tuple(pbs), ends, spatial,
+                         tuple(outs))  # type: ignore[arg-type]
+    macs = shape.to_tuple()[0] * outs[0] * outs[1] * kh * kw * c * m
+    # ``config``: a static QDQ Conv, which otherwise runs as the target's f32 convolution (the integer forms would
+    # run on their int64 references: they always go)
+    if config is not None and (c < config.int8_conv_min_channels or macs < config.int8_conv_min_macs):
+        raise Int8Reject(f"it has {c} input channels and {macs} multiply-adds; the target takes int8 convolutions "
+                         f"from {config.int8_conv_min_channels} channels and {config.int8_conv_min_macs} on")
+    return g, np.ascontiguousarray(w.transpose(2, 3, 1, 0).reshape(kh * kw * c, m))
+
+
+@dataclass(frozen=True)
+class TokenizeInt8FCSnippets(Pass):
+    """Wrap each quantized linear layer into a Completed int8 FullyConnected Subgraph (see the module docstring)."""
+
+    name: ClassVar[str] = "tokenize-int8-fc-snippets"
+    config: TokenizationConfig = field(default_factory=TokenizationConfig)
+
+    def run(self, model: Model) -> bool:
+        if not self.config.enabled or not self.config.int8_fc:
+            return False
+        changed = False
+        for node in model.get_ordered_ops():
+            match = {"MatMul": self._static, "MatMulInteger": self._integer, "QLinearMatMul": self._qlinear,
+                     "Convolution": self._conv, "QLinearConv": self._qlinear_conv,
+                     "ConvInteger": self._integer_conv}.get(node.type_name)
+            if match is None:
+                continue
+            live = _live_ids(model)
+            if node.id not in live:
+                continue
+            try:
+                head, chain, spec, x = match(node, live)
+            except Int8Reject as e:
+                if node.type_name not in ("MatMul", "Convolution") or \
+                        DEQUANTIZED_FROM in node.inputs[1].source.node.rt_info:
+                    node.rt_info[INT8_FC_REJECT_REASON_KEY] = str(e)
+                continue
+            node.rt_info.pop(INT8_FC_REJECT_REASON_KEY, None)
+            self._fuse(model, head, chain, spec, x)
+            changed = True
+        return changed
+
+    @staticmethod
+    def _fuse(model: Model, head: list[Node], chain: list[Node], spec: Int8FCSpec, x: Output) -> None:
+        """Clone the (maybe shared) quantizing ``head`` for this layer, then make ``head + chain`` a Subgraph."""
+        mapping: dict[tuple[int, int], Output] = {}
+        clones = []
+        for node in head:
+            ins = [mapping.get((i.source.node.id, i.source.index), i.source) for i in node.inputs]
+            clone = node.clone_with_new_inputs(ins)
+            mapping.update({(node.id, o.index): c for o, c in zip(node.outputs, clone.outputs)})
+            clones.append(clone)
+        for node in chain:
+            for inp in node.inputs:
+                new = mapping.get((inp.source.node.id, inp.source.index))
+                if new is not None:
+                    inp.replace_source(new)
+        sg = _build_subgraph([*clones, *chain], 0, _live_ids(model))
+        a_index = next(j for j, i in enumerate(sg.inputs) if i.source == x)
+        sg.rt_info[INT8_FULLY_CONNECTED] = replace(spec, a_index=a_index)
+
+    def _static(self, matmul: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
+        if matmul.transpose_a:  # type: ignore[attr-defined]
+            raise Int8Reject("it has transpose_a")
+        w, w_scale = _dequantized_weight(matmul)
+        head, x, grid = _quantized_input(matmul)
+        _activation(x, w.shape[0], float_input=True)
+        chain, bias = [matmul], None
+        found = _bias(matmul, live, w.shape[1])
+        if found is not None:
+            chain.append(found[0])
+            bias = found[1]
+        spec = Int8FCSpec(QUANTIZE, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, w, w_scale, bias, F32)
+        return head, chain, spec, x
+
+    def _conv(self, conv: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
+        """A static QDQ 2-D Convolution (group 1) with an int8 weight quantized per output channel."""
+        src = conv.inputs[1].source.node
+        qc: QuantizedConstant | None = src.rt_info.get(DEQUANTIZED_FROM)
+        if qc is None:
+            raise Int8Reject("its weight is not a dequantized constant")
+        w = qc.data
+        _int8_weight(w.reshape(w.shape[0], -1), qc.zero_point, "its weight")
+        if qc.block_size or (qc.scale.size != 1 and qc.axis != 0):
+            raise Int8Reject(f"its weight is quantized along axis {qc.axis}, not per output channel")
+        head, x, grid = _quantized_input(conv)
+        g, weight = _conv_geometry(conv, w, x, (ElementType.f32,), self.config)
+        m = w.shape[0]
+        chain, bias = [conv], None
+        found = _conv_bias(conv, live, m)
+        if found is not None:
+            chain.append(found[0])
+            bias = found[1]
+        spec = Int8FCSpec(QUANTIZE, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, weight,
+                          _column_scale(qc.scale.reshape(-1) if qc.scale.size > 1 else qc.scale, m, "the weight scale"),
+                          bias, F32, conv=g)
+        return head, chain, spec, x
+
+    def _qlinear_conv(self, qlc: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
+        """QLinearConv (2-D, group 1) with a constant int8 weight: requantized u8/i8 out, its i32 bias a post-op."""
+        w = _const_or_reject(qlc.inputs[3].source, "its weight")
+        _int8_weight(w.reshape(w.shape[0], -1) if w.ndim else w, _const_or_reject(qlc.inputs[5].source,
+                     "its weight zero point"), "its weight")
+        x = qlc.inputs[0].source
+        g, weight = _conv_geometry(qlc, w, x, tuple(_ACTIVATION_TYPES))
+        out_type = qlc.outputs[0].element_type
+        if out_type not in _ACTIVATION_TYPES:
+            raise Int8Reject(f"it outputs {out_type}")
+        m = w.shape[0]
+        a_scale = float(_scalar(qlc.inputs[1].source, "x_scale"))
+        w_scale = _column_scale(_const_or_reject(qlc.inputs[4].source, "w_scale").reshape(-1), m, "w_scale")
+        bias = None
+        if len(qlc.inputs) > 8:
+            b = _const_or_reject(qlc.inputs[8].source, "its bias")
+            if b.size != m:
+                raise Int8Reject(f"its bias has {b.size} values for {m} channels")
+            # the i32 bias is added to the accumulator: in the dequantized domain it is b * x_scale * w_scale
+            bias = (b.reshape(m).astype(np.float64) * a_scale * w_scale.astype(np.float64)).astype(np.float32)
+        spec = Int8FCSpec(QUANTIZED, _ACTIVATION_TYPES[x.element_type], a_scale,
+                          int(_scalar(qlc.inputs[2].source, "x_zero_point")), weight, w_scale, bias,
+                          S8 if _ACTIVATION_TYPES[out_type] else U8, float(_scalar(qlc.inputs[6].source, "y_scale")),
+                          int(_scalar(qlc.inputs[7].source, "y_zero_point")), conv=g)
+        return [], [qlc], spec, x
+
+    def _integer_conv(self, ci: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
+        """``DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul(x_scale * w_scale) [-> Add bias]`` (2-D, group 1),
+        as onnxruntime's dynamic quantizer writes a Conv."""
+        w = _const_or_reject(ci.inputs[1].source, "its weight")
+        _int8_weight(w.reshape(w.shape[0], -1) if w.ndim else w, _const_or_reject(ci.inputs[3].source,
+                     "its weight zero point"), "its weight")
+        dql = ci.inputs[0].source.node
+        if dql.type_name != "DynamicQuantizeLinear" or ci.inputs[2].source != dql.outputs[2]:
+            raise Int8Reject("its input is not DynamicQuantizeLinear's")
+        x = dql.inputs[0].source
+        g, weight = _conv_geometry(ci, w, x, (ElementType.f32,))
+        chain = self._dynamic_chain(ci, dql, live, w.shape[0], _conv_bias)
+        if chain is None:
+            raise Int8Reject("it is not followed by Cast and the Mul by x_scale * w_scale")
+        head, tail, w_scale, bias = chain
+        return head, [ci, *tail], Int8FCSpec(DYNAMIC, False, 1.0, 0, weight, w_scale, bias, F32, conv=g), x
+
+    def _integer(self, mmi: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
+        a, w = _integer_operands(mmi, 1, 3)
+        dql = a.node
+        if dql.type_name == "DynamicQuantizeLinear" and mmi.inputs[2].source == dql.outputs[2]:
+            chain = self._dynamic_chain(mmi, dql, live, w.shape[1])
+            if chain is not None:
+                head, tail, w_scale, bias = chain
+                x = dql.inputs[0].source
+                _activation(x, w.shape[0], float_input=True)
+                spec = Int8FCSpec(DYNAMIC, False, 1.0, 0, w, w_scale, bias, F32)
+                return head, [mmi, *tail], spec, x
+        if a.element_type not in _ACTIVATION_TYPES:
+            raise Int8Reject(f"its A is {a.element_type}")
+        zp = int(_scalar(mmi.inputs[2].source, "its A zero point"))
+        spec = Int8FCSpec(QUANTIZED, _ACTIVATION_TYPES[a.element_type], 1.0, zp, w, np.ones(w.shape[1], np.float32),
+                          None, S32)
+        return [], [mmi], spec, a
+
+    @staticmethod
+    def _dynamic_chain(mmi: Node, dql: Node, live: set[int], n: int,
+                       bias_of: Any = None) -> tuple[list[Node], list[Node], np.ndarray, np.ndarray | None] | None:
+        """``Cast f32 -> Mul(., Mul(x_scale, w_scale)) [-> Add bias]`` after the MatMulInteger, as onnxruntime's
+        dynamic quantizer writes it: (head [DQL, scale Mul], the chain after the MatMulInteger, w_scale, bias)."""
+        cast = _sole_consumer(mmi.outputs[0], live, "Convert")
+        if cast is None or cast.destination_type is not ElementType.f32:  # type: ignore[attr-defined]
+            return None
+        mul = _sole_consumer(cast.outputs[0], live, "Multiply")
+        if mul is None:
+            return None
+        s = [i.source.node for i in mul.inputs if i.source.node is not cast]
+        if len(s) != 1 or s[0].type_name != "Multiply":
+            return None
+        srcs = [i.source for i in s[0].inputs]
+        if dql.outputs[1] not in srcs:
+            return None
+        w_scale = _const(srcs[1] if srcs[0] == dql.outputs[1] else srcs[0])
+        if w_scale is None:
+            return None
+        try:
+            w_scale = _column_scale(w_scale.reshape(-1) if w_scale.size > 1 else w_scale, n, "the weight scale")
+        except Int8Reject:
+            return None
+        tail, bias = [cast, mul], None
+        found = (bias_of or _bias)(mul, live, n)
+        if found is not None:
+            tail.append(found[0])
+            bias = found[1]
+        return [dql, s[0]], tail, w_scale, bias
+
+    def _qlinear(self, qlm: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
+        a, w = _integer_operands(qlm, 3, 5)
+        if a.element_type not in _ACTIVATION_TYPES or qlm.outputs[0].element_type not in _ACTIVATION_TYPES:
+            raise Int8Reject(f"it takes {a.element_type} to {qlm.outputs[0].element_type}")
+        b_scale = _const(qlm.inputs[4].source)
+        if b_scale is None:
+            raise Int8Reject("its B scale is not a constant")
+        out = S8 if _ACTIVATION_TYPES[qlm.outputs[0].element_type] else U8
+        spec = Int8FCSpec(QUANTIZED, _ACTIVATION_TYPES[a.element_type], float(_scalar(qlm.inputs[1].source, "a_scale")),
+                          int(_scalar(qlm.inputs[2].source, "a_zero_point")), w,
+                          _column_scale(b_scale.reshape(-1) if b_scale.size > 1 else b_scale, w.shape[1], "b_scale"),
+                          None, out, float(_scalar(qlm.inputs[6].source, "y_scale")),
+                          int(_scalar(qlm.inputs[7].source, "y_zero_point")))
+        return [], [qlm], spec, a
+
+
+def is_int8_fc(node: Node) -> bool:
+    """A Subgraph this Tokenizer made (a target with an int8 kernel runs it as one)."""
+    return INT8_FULLY_CONNECTED in node.rt_info
+
+
+__all__ = ["DYNAMIC", "F32", "INT8_FC_REJECT_REASON_KEY", "INT8_FULLY_CONNECTED", "QUANTIZE", "QUANTIZED", "S32", "S8",
+           "U8", "Int8FCSpec", "TokenizeInt8FCSnippets", "is_int8_fc"]

@@ -1,0 +1,114 @@
+"""The activation quantizer of the int8 FullyConnected: f32 rows -> u8 / s8, as ONNX's QuantizeLinear (and
+DynamicQuantizeLinear once its scale and zero point are known) defines it::
+
+    q = saturate(rint(x / scale) + zero_point)        rint: half to even; the division in f32, as ONNX's reference
+
+One JIT function per (K, signedness): ``f(x, q, rows, params)`` quantizes ``rows`` rows of K contiguous f32 into
+rows of K bytes; ``params`` points at four 32-bit values ``(scale f32, lo f32, hi f32, zero_point s32)`` with
+``lo = qmin - zero_point``, ``hi = qmax - zero_point``, so a dynamic scale needs no new code. Per vector of 16:
+``vdivps`` (IEEE division: the same quotient as numpy's), clamp to ``[lo, hi]`` in f32 (exact integers, so the
+clamp commutes with the rounding and the conversion never overflows), ``vcvtps2dq {rn-sae}``, ``vpaddd`` the zero
+point, ``vpmovdb`` (the low byte is the u8 or s8 value). A K tail loads and stores under a lane mask: nothing
+outside the rows is touched.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from snippets_core.errors import InputError
+from snippets_x86_64.asm import Function, k1, r10, word, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7
+
+if TYPE_CHECKING:
+    from snippets_x86_64.jit import JitFunction
+
+LANES = 16
+#: vectors per step of the inner loop (independent dependency chains)
+UNROLL = 2
+#: the saturation range of each quantized type
+QRANGE = {False: (0, 255), True: (-128, 127)}
+
+
+@cache
+def quantize_function(k: int) -> JitFunction:
+    """``f(x, q, rows, params)``: quantize ``rows`` rows of ``k`` f32 into ``k`` bytes each (module docstring)."""
+    if k <= 0:
+        raise InputError(f"the int8 quantizer needs a positive row length, got {k}")
+    fn = Function("quantize_int8", args=("x", "q", "rows", "params"))
+    x, q, rows, params = fn.args
+    cnt = r10
+    scale, lo, hi, zp = zmm4, zmm5, zmm6, zmm7
+    fn.vbroadcastss(scale, params + 0)
+    fn.vbroadcastss(lo, params + 4)
+    fn.vbroadcastss(hi, params + 8)
+    fn.vpbroadcastd(zp, params + 12)
+    full, tail = divmod(k, LANES)
+    if tail:
+        fn.kmovw(k1, word[fn.const_data(((1 << tail) - 1).to_bytes(2, "little"), 2)])
+
+    def vector(regs: list, offset: int, masked: bool) -> None:
+        for i, v in enumerate(regs):
+            src = x + (offset + i * LANES) * 4
+            fn.vmovups(v.mask(k1).z if masked else v, src)
+        for v in regs:
+            fn.vdivps(v, v, scale)
+        for v in regs:
+            fn.vmaxps(v, v, lo)
+            fn.vminps(v, v, hi)
+            fn.vcvtps2dq(v, v, rc="rn")
+            fn.vpaddd(v, v, zp)
+        for i, v in enumerate(regs):
+            dst = q + offset + i * LANES
+            fn.vpmovdb(dst.mask(k1) if masked else dst, v)
+
+    row = fn.label("quantize_int8.row")
+    blocks, rest = divmod(full, UNROLL)
+    if blocks > 1:
+        fn.mov(cnt, blocks)
+        top = fn.label("quantize_int8.k")
+        vector([zmm0, zmm1, zmm2, zmm3][:UNROLL], 0, False)
+        fn.add(x, UNROLL * LANES * 4)
+        fn.add(q, UNROLL * LANES)
+        fn.dec(cnt)
+        fn.jnz(top)
+        done = blocks * UNROLL * LANES
+        fn.sub(x, done * 4)  # back to the row start: the rest is addressed from it
+        fn.sub(q, done)
+    elif blocks == 1:
+        vector([zmm0, zmm1, zmm2, zmm3][:UNROLL], 0, False)
+    base = blocks * UNROLL * LANES
+    for i in range(rest):
+        vector([zmm0], base + i * LANES, False)
+    if tail:
+        vector([zmm0], full * LANES, True)
+    fn.add(x, k * 4)
+    fn.add(q, k)
+    fn.dec(rows)
+    fn.jnz(row)
+    return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p))
+
+
+def quantize_params(scale: float, zero_point: int, signed: bool) -> np.ndarray:
+    """The 16-byte parameter block of :func:`quantize_function` for one scale and zero point."""
+    qmin, qmax = QRANGE[signed]
+    block = np.zeros(4, np.float32)
+    block[:3] = (scale, qmin - zero_point, qmax - zero_point)
+    block.view(np.int32)[3] = zero_point
+    return block
+
+
+def quantize_rows(x: np.ndarray, out: np.ndarray, params: np.ndarray) -> None:
+    """Quantize the C-contiguous f32 ``x`` [rows, K] into ``out`` (u8 or s8 [rows, K]) with ``params``."""
+    if x.dtype != np.float32 or x.ndim != 2 or not x.flags.c_contiguous:
+        raise InputError(f"the int8 quantizer takes C-contiguous f32 rows, got {x.dtype} {x.shape}")
+    if out.shape != x.shape or out.itemsize != 1 or not out.flags.c_contiguous:
+        raise InputError(f"the int8 quantizer writes {x.shape} bytes, got {out.dtype} {out.shape}")
+    if x.shape[0]:
+        quantize_function(x.shape[1])(x.ctypes.data, out.ctypes.data, x.shape[0], params.ctypes.data)
+
+
+__all__ = ["QRANGE", "quantize_function", "quantize_params", "quantize_rows"]
