@@ -41,6 +41,11 @@ class ZooModel:
     description: str
     #: dim_param -> the value it takes in ``feeds`` (what ``--static`` writes into the graph)
     dims: dict[str, int] = field(default_factory=dict)
+    #: multiply-adds of the Conv nodes alone (for the conv GFLOP/s column)
+    conv_macs: int = 0
+    #: the outside oracle of the outputs: onnx's "reference" evaluator, or "onnxruntime" where the reference
+    #: evaluator's convolutions would take minutes (the CNNs)
+    oracle: str = "reference"
 
 
 class _Graph:
@@ -253,6 +258,11 @@ def example(name: str) -> ZooModel:
 
 def _matmul_macs(proto: Any, feeds: dict[str, np.ndarray]) -> int:
     """Multiply-adds of the MatMul/Gemm/Conv nodes, from onnx shape inference at the feeds' shapes."""
+    return _op_macs(proto, feeds, ("MatMul", "Gemm", "Conv"))
+
+
+def _op_macs(proto: Any, feeds: dict[str, np.ndarray], ops: tuple[str, ...]) -> int:
+    """Multiply-adds of the nodes of type ``ops`` (MatMul, Gemm, Conv) at the feeds' shapes."""
     import onnx
 
     p = onnx.ModelProto()
@@ -265,7 +275,7 @@ def _matmul_macs(proto: Any, feeds: dict[str, np.ndarray]) -> int:
     for init in inferred.graph.initializer:
         shapes[init.name] = list(init.dims)
     macs = 0
-    for node in inferred.graph.node:
+    for node in (n for n in inferred.graph.node if n.op_type in ops):
         if node.op_type in ("MatMul", "Gemm") and node.input[0] in shapes and node.output[0] in shapes:
             out = shapes[node.output[0]]
             k = shapes[node.input[0]][-1]
@@ -299,3 +309,102 @@ MODELS: dict[str, Any] = {
     "cnn_block": lambda: example("cnn_block"),
     "activation_head": lambda: example("activation_head"),
 }
+
+
+# --- CNNs (issue 12) ---------------------------------------------------------------------------------------
+#: the light CNNs of onnx's backend test data (``onnx/backend/test/data/light``, shipped inside the onnx
+#: wheel, nothing downloaded; tests/onnx/test_onnx_model_conformance.py and targets/x86_64/tests/
+#: test_conv_models.py load them from the same place)
+LIGHT_CNNS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet", "squeezenet",
+              "vgg19", "zfnet512")
+
+
+def light_cnn(name: str) -> ZooModel:
+    """A light CNN with random weights: the file's ConstantOfShape fills become random initializers (a constant
+    fill would let wrong indexing pass and invites constant folding), the input a random image."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is not on disk (the onnx wheel ships it; is onnx installed?)")
+    model = onnx.load(str(path))
+    rng = np.random.default_rng(SEED + 7)
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    nodes, inits = [], list(model.graph.initializer)
+    for n in model.graph.node:
+        if n.op_type == "ConstantOfShape" and n.input[0] in consts:
+            shape = tuple(int(d) for d in consts[n.input[0]])
+            w = rng.standard_normal(shape) / np.sqrt(max(int(np.prod(shape[1:])), 1))
+            if len(shape) == 1:  # BatchNormalization's scale and variance stay positive
+                w = rng.uniform(0.5, 1.5, shape)
+            inits.append(numpy_helper.from_array(w.astype(np.float32), n.output[0]))
+        else:
+            nodes.append(n)
+    used = {i for n in nodes for i in n.input}
+    inits = [t for t in inits if t.name in used]
+    names = {t.name for t in inits}
+    inputs = [vi for vi in model.graph.input if vi.name not in names and vi.name in used]
+    proto = helper.make_model(helper.make_graph(nodes, name, inputs, list(model.graph.output), initializer=inits),
+                              opset_imports=model.opset_import)
+    proto.ir_version = 4  # initializers need not be listed as inputs
+    shape = tuple(d.dim_value for d in inputs[0].type.tensor_type.shape.dim)
+    feeds = {inputs[0].name: np.random.default_rng(SEED + 8).standard_normal(shape).astype(np.float32)}
+    return ZooModel(name, proto, feeds, _matmul_macs(proto, feeds), f"onnx backend data light_{name}.onnx, "
+                    f"random weights, input {list(shape)}", conv_macs=_op_macs(proto, feeds, ("Conv",)),
+                    oracle="onnxruntime")
+
+
+#: MobileNet-v2's inverted residual stages: (expansion t, output channels c, repeats n, first stride s)
+MOBILENET_V2_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                       (6, 320, 1, 1))
+
+
+def mobilenet_v2(hw: int = 224, classes: int = 1000) -> ZooModel:
+    """MobileNet-v2 as torchvision exports it in eval mode (BatchNorm folded into the Conv's bias): a 3x3 s2
+    stem, inverted residual blocks (1x1 expand, Relu6 as Clip(0, 6), 3x3 depthwise, 1x1 linear projection,
+    a residual Add where stride 1 keeps the channels), a 1x1 to 1280, GlobalAveragePool, Flatten, Gemm."""
+    from onnx import TensorProto, helper
+
+    g = _Graph(SEED + 9)
+    six = (g.const(np.float32(0.0)), g.const(np.float32(6.0)))
+
+    def conv(x: str, c_in: int, c_out: int, k: int, stride: int, group: int = 1, relu6: bool = True) -> str:
+        w = (g.rng.standard_normal((c_out, c_in // group, k, k)) * np.sqrt(2.0 / (c_in // group * k * k)))
+        b = 0.05 * g.rng.standard_normal(c_out)
+        y = g.op("Conv", x, g.const(w.astype(np.float32), "weight"), g.const(b.astype(np.float32), "bias"),
+                 kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4, group=group)
+        return g.op("Clip", y, *six) if relu6 else y
+
+    x = conv("input", 3, 32, 3, 2)
+    c = 32
+    for t, c_out, n, s in MOBILENET_V2_STAGES:
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = c * t
+            h = conv(x, c, hidden, 1, 1) if t != 1 else x
+            h = conv(h, hidden, hidden, 3, stride, group=hidden)
+            h = conv(h, hidden, c_out, 1, 1, relu6=False)
+            x = g.op("Add", x, h) if stride == 1 and c == c_out else h
+            c = c_out
+    x = conv(x, c, 1280, 1, 1)
+    x = g.op("Flatten", g.op("GlobalAveragePool", x), axis=1)
+    fc_w = (g.rng.standard_normal((classes, 1280)) / np.sqrt(1280)).astype(np.float32)
+    x = g.op("Gemm", x, g.const(fc_w, "fc_weight"), g.const(np.zeros(classes, np.float32), "fc_bias"), transB=1)
+    inp = helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, hw, hw])
+    proto = g.model("mobilenet_v2", [inp], x, [1, classes])
+    feeds = {"input": np.random.default_rng(SEED + 10).standard_normal((1, 3, hw, hw)).astype(np.float32)}
+    return ZooModel("mobilenet_v2", proto, feeds, _matmul_macs(proto, feeds),
+                    f"MobileNet-v2 {hw}x{hw}, built with onnx.helper: depthwise 3x3, Relu6 as Clip, residual Adds",
+                    conv_macs=_op_macs(proto, feeds, ("Conv",)), oracle="onnxruntime")
+
+
+def cnn_models() -> dict[str, Any]:
+    """name -> builder of the CNN rows (``--models cnn`` in bench/models.py)."""
+    rows: dict[str, Any] = {name: (lambda name=name: light_cnn(name)) for name in LIGHT_CNNS}
+    rows["mobilenet_v2"] = mobilenet_v2
+    return rows
+
+
+#: the CNN rows: not in the default list (a minute or more each at two thread counts)
+CNN_MODELS: dict[str, Any] = cnn_models()

@@ -11,6 +11,10 @@ The models (bench/model_zoo.py builds them with onnx.helper in the form torch ex
   bert_s128_qdq, bert_s128_dyn, bert_s384_qdq, bert_s384_dyn, cnn_block_qdq, cnn_block_dyn   quantized by
                         onnxruntime (static QDQ per-channel; dynamic), bench/model_zoo_quant.py: int8 against the
                         f32 rows above
+  cnn (--models cnn, not in the default list): the nine light CNNs of onnx's backend test data (random
+                        weights, 224x224) and a MobileNet-v2 built with onnx.helper; their oracle is onnxruntime
+                        (the reference evaluator's convolutions take minutes), and after the table each prints
+                        our conv GFLOP/s (Conv multiply-adds over the time of the conv Subgraphs) against the peak
 
 ``--static`` writes the fixed dims into every contender's copy of the model before it compiles (so the
 kernels of a target that compiles static shapes only are seen before dynamic shapes are supported).
@@ -62,9 +66,16 @@ def prepare(zm: Z.ZooModel, static: bool, out_dir: Path) -> Path:
     return H.save_onnx(proto, out_dir / f"model_{zm.name.replace(':', '_')}{'_static' if static else ''}.onnx")
 
 
-def reference_outputs(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The oracle: onnx's reference evaluator (numpy, node by node), outputs as it computes them."""
+def reference_outputs(path: Path, feeds: dict[str, np.ndarray], oracle: str = "reference") -> dict[str, np.ndarray]:
+    """The oracle: onnx's reference evaluator (numpy, node by node), outputs as it computes them; or
+    onnxruntime (``oracle="onnxruntime"``, the CNNs)."""
     import onnx
+
+    if oracle == "onnxruntime":
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return {o.name: v for o, v in zip(sess.get_outputs(), sess.run(None, feeds))}
     from onnx.reference import ReferenceEvaluator
 
     proto = onnx.load(str(path))
@@ -128,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     H.add_common_args(ap)
     ap.add_argument("--models", default=None,
-                    help=f"models to run, comma-separated from {','.join(MODELS)} (default all; --quick: "
+                    help=f"models to run, comma-separated from {','.join(MODELS)}, cnn (the CNN rows: "
+                         f"{','.join(Z.CNN_MODELS)}) (default all but the CNNs; --quick: "
                          f"{','.join(QUICK_MODELS)})")
     ap.add_argument("--static", action="store_true",
                     help="fix the batch/sequence dims in the model before compiling (every contender)")
@@ -141,7 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick and "--budget" not in " ".join(argv if argv is not None else sys.argv):
         args.budget = 0.3
     threads = H.parse_int_list(args.threads)
-    names = H.parse_name_list(args.models or ",".join(QUICK_MODELS if args.quick else MODELS), list(MODELS))
+    known = {**MODELS, **Z.CNN_MODELS}
+    spec = args.models or ",".join(QUICK_MODELS if args.quick else MODELS)
+    spec = ",".join(",".join(Z.CNN_MODELS) if v.strip() == "cnn" else v for v in spec.split(","))  # the CNN group
+    names = H.parse_name_list(spec, list(known))
     contenders = H.parse_name_list(args.contenders, ["us", *PEERS])
 
     info = H.machine_info()
@@ -169,10 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     breakdowns: list[str] = []
     results: list[dict[str, Any]] = []
     ratios: dict[int, list[float]] = {n: [] for n in threads}
+    conv_lines: list[str] = []
     for name in names:
-        zm = MODELS[name]()
+        zm = known[name]()
         path = prepare(zm, args.static, out_dir)
-        want = reference_outputs(path, zm.feeds)
+        want = reference_outputs(path, zm.feeds, zm.oracle)
         first = next(iter(want))
         tol = 1e-3 * max(1.0, float(np.abs(want[first]).max()))
         print(f"# {zm.name}: {zm.description}; {2 * zm.macs / 1e9:.3f} GFLOP per call")
@@ -201,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
                 parts = ", ".join(f"{op}@{where} {1e3 * s:.2f} ms ({100 * s / total:.0f}%, {k} step(s))"
                                   for op, where, s, k in rows)
                 breakdowns.append(f"{zm.name} {n} thr ({len(cm.last_run_stats.steps)} steps): {parts}")
+                if zm.conv_macs:
+                    conv_lines.append(conv_rate(cm, zm, n, fma))
             del fns, cm
     print()
     H.print_table(["model", "thr", "contender", "median ms", "iqr", "x peer", "GFLOP/s", "% FMA", "max abs err"],
@@ -211,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
             geo = float(np.exp(np.mean(np.log(rs))))
             print(f"# {n} thread(s): us / faster peer, geometric mean {geo:.2f}, worst {max(rs):.2f} "
                   f"over {len(rs)} model(s)")
+    if conv_lines:
+        print("# our convolutions (Conv multiply-adds / time of the Subgraphs holding a Convolution, one call):")
+        for line in conv_lines:
+            print(f"  {line}")
     print("# where our time goes (op type @ placement, one call):")
     for line in breakdowns:
         print(f"  {line}")
@@ -222,6 +244,17 @@ def main(argv: list[str] | None = None) -> int:
     H.write_json(args.json, {"benchmark": "models", "stat": args.stat, "static": args.static, "machine": info,
                              "peaks_gflop_s": peaks, "notes": notes, "results": results})
     return 0
+
+
+def conv_rate(cm: Any, zm: Z.ZooModel, threads: int, fma: float | None) -> str:
+    """Our conv GFLOP/s in the last call: the model's Conv flops over the time of the conv Subgraphs."""
+    conv_names = {sg.name for sg in cm.subgraphs if any(op.type_name == "Convolution" for op in sg.body_ops)}
+    t = sum(sec for name, _, _, sec in cm.last_run_stats.steps if name in conv_names)
+    total = cm.last_run_stats.total or 1.0
+    gf = 2 * zm.conv_macs / t / 1e9 if t else 0.0
+    peak = f", {100 * gf / fma:.0f}% of the FMA peak" if fma else ""
+    return (f"{zm.name} {threads} thr: {gf:.1f} GFLOP/s{peak}; conv {1e3 * t:.2f} ms of {1e3 * total:.2f} ms "
+            f"({100 * t / total:.0f}%)")
 
 
 def _g(v: float | None) -> str:
