@@ -25,7 +25,7 @@ The kernel's signature is the native pool's harness: ``conv(unused, args, start,
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -124,11 +124,16 @@ class ConvGeometry:
 
     @property
     def hp(self) -> int:
-        """Rows of the padded input copy: every tap of every output row is inside it."""
+        """Rows of the padded input copy: every tap of every output row is inside it (a depthwise conv or a pool
+        reads the input itself: its kernel skips the taps outside the image)."""
+        if self.depthwise:
+            return self.h
         return max((self.ho - 1) * self.sh + (self.kh - 1) * self.dh + 1, self.pt + self.h)
 
     @property
     def wp(self) -> int:
+        if self.depthwise:
+            return self.w
         return max((self.wo - 1) * self.sw + (self.kw - 1) * self.dw + 1, self.pl + self.w)
 
     @property
@@ -148,8 +153,26 @@ class ConvGeometry:
 
     @property
     def cp(self) -> int:
-        """Channels per pixel of the (padded) input: depthwise pads them to whole vectors (full loads)."""
-        return self.nvp * VEC if self.depthwise else self.c
+        """Channels per pixel of the input the kernel reads (the channel tail of a depthwise walk is a masked
+        load)."""
+        return self.c
+
+    def row_taps(self, oh: int) -> tuple[int, int]:
+        """The kernel rows ``[lo, hi)`` of output row ``oh`` that fall inside the image (depthwise and pools)."""
+        rows = [i for i in range(self.kh) if 0 <= oh * self.sh - self.pt + i * self.dh < self.h]
+        return (rows[0], rows[-1] + 1) if rows else (0, 0)
+
+    def col_taps(self, ow: int) -> tuple[int, ...]:
+        """The kernel columns of output column ``ow`` that fall inside the image."""
+        return tuple(j for j in range(self.kw) if 0 <= ow * self.sw - self.pl + j * self.dw < self.w)
+
+    def row_variants(self) -> list[tuple[int, int]]:
+        """The distinct row-tap ranges over the output rows, in order of first use (one code path each)."""
+        out: list[tuple[int, int]] = []
+        for oh in range(self.ho):
+            if self.row_taps(oh) not in out:
+                out.append(self.row_taps(oh))
+        return out
 
     @property
     def nvp(self) -> int:
@@ -165,6 +188,30 @@ class ConvGeometry:
         if self.mode != "conv":
             return self.n * self.m * self.ho * self.wo * self.kh * self.kw
         return 2 * self.n * self.m * self.ho * self.wo * self.cg * self.kh * self.kw
+
+
+#: pixels per work item of a pointwise convolution at most (a row of the flattened image, see ``flat_pixels``)
+FLAT_CHUNK = 196
+#: work items a pointwise convolution is cut into at least, when the image allows (two threads, balanced)
+FLAT_MIN_ITEMS = 8
+
+
+def flat_pixels(geo: ConvGeometry) -> ConvGeometry:
+    """A 1x1, stride 1, unpadded convolution is a plain Brgemm over the NHWC pixels: the image is re-cut into
+    rows of a divisor of H*W pixels (same memory, no copy), so that a 7x7 or 14x14 map is not one short row with
+    a register-block tail per image row, and the work splits into enough items for both threads."""
+    if not (geo.mode == "conv" and geo.kh == geo.kw == geo.sh == geo.sw == 1 and geo.pt == geo.pl == 0
+            and geo.ho == geo.h and geo.wo == geo.w and not geo.depthwise):
+        return geo
+    pixels = geo.h * geo.w
+    per_image = geo.group * len(geo.blocks())
+    divisors = [d for d in range(1, min(pixels, FLAT_CHUNK) + 1) if pixels % d == 0]
+    good = [d for d in divisors if geo.n * per_image * (pixels // d) >= FLAT_MIN_ITEMS]
+    chunk = max(good or divisors)
+    if chunk < min(geo.w, 12):  # a prime-ish pixel count: the image rows are the better cut
+        return geo
+    rows = pixels // chunk
+    return replace(geo, h=rows, w=chunk, ho=rows, wo=chunk)
 
 
 def pixels_per_block(nv: int, wo: int) -> int:
@@ -183,8 +230,8 @@ def pack_weights(w: np.ndarray, geo: ConvGeometry, scale: np.ndarray | None, bia
     w = w.astype(np.float64)
     if scale is not None:
         w = w * scale.reshape(-1, 1, 1, 1)
-    if geo.depthwise:  # [KH][KW][Cp]: channel blocks are slices of it
-        panel = np.zeros((geo.kh, geo.kw, geo.cp), dtype=np.float32)
+    if geo.depthwise:  # [KH][KW][whole vectors]: channel blocks are slices of it
+        panel = np.zeros((geo.kh, geo.kw, geo.nvp * VEC), dtype=np.float32)
         panel[..., : geo.m] = w[:, 0].transpose(1, 2, 0)
         offsets = [v0 * VEC for v0, _ in geo.blocks()]
         return panel.ravel(), pack_channels(np.zeros(geo.m) if bias is None else bias, geo), offsets
@@ -216,19 +263,22 @@ def work_table(geo: ConvGeometry, offsets: list[int]) -> np.ndarray:
     rows = []
     c4, m4 = geo.cp * 4, geo.m * 4
     blocks = geo.blocks()
+    row_vars = geo.row_variants() if geo.depthwise else [(0, geo.kh)]
     for n in range(geo.n):
         for g in range(geo.vec_groups):
             for b, (v0, nv) in enumerate(blocks):
                 last = v0 + nv == geo.nvp
                 rem = geo.vec_channels - (geo.nvp - 1) * VEC
                 mask = (1 << rem) - 1 if last else 0xFFFF
-                variant = 0 if nv == blocks[0][1] else 1
+                nv_variant = 0 if nv == blocks[0][1] else 1
                 wei = offsets[g * len(blocks) + b] * 4 if geo.mode == "conv" else 0
                 bias = (g * geo.nvp + v0) * VEC * 4
                 for oh in range(geo.ho):
                     src = ((n * geo.hp + oh * geo.sh) * geo.wp) * c4 + g * geo.cg * 4
-                    if geo.depthwise:  # the block's channels, not a group's
-                        src += v0 * VEC * 4
+                    variant = nv_variant
+                    if geo.depthwise:  # the unpadded input: (oh*sh - pt, -pl) may lie outside, never read
+                        src = ((n * geo.h + oh * geo.sh - geo.pt) * geo.w - geo.pl) * c4 + v0 * VEC * 4
+                        variant = nv_variant * len(row_vars) + row_vars.index(geo.row_taps(oh))
                     dst = ((n * geo.ho + oh) * geo.wo) * m4 + (g * geo.mg + v0 * VEC) * 4
                     if geo.mode != "conv":  # the reciprocal counts of this output row
                         wei = oh * geo.wo * 4
@@ -240,7 +290,9 @@ def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...]) -> JitFun
     """The JIT function ``conv(unused, args, start, count)`` for ``geo`` (see the module docstring)."""
     fn = Function("conv", args=("unused", "args", "start", "count"))
     blocks = geo.blocks()
-    variants = [blocks[0][1]] + ([blocks[-1][1]] if blocks[-1][1] != blocks[0][1] else [])
+    nvs = [blocks[0][1]] + ([blocks[-1][1]] if blocks[-1][1] != blocks[0][1] else [])
+    row_vars = geo.row_variants() if geo.depthwise else [(0, geo.kh)]
+    variants = [(nv, rows) for nv in nvs for rows in row_vars]  # the table's variant indexes this list
     # the table row pointer and the items left
     fn.imul(r15, rdx, ROW * 8)
     fn.add(r15, qword[rsi + ARG_TAB * 8])
@@ -260,12 +312,15 @@ def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...]) -> JitFun
     fn.mov(r10, qword[r15 + 24])
     fn.kmovw(k1, word[r15 + 32])
     labels = [fn.new_label(f"variant{i}") for i in range(len(variants))]
-    if len(variants) > 1:
-        fn.cmp(qword[r15 + 40], 0)
-        fn.jne(labels[1])
-    for i, nv in enumerate(variants):
+    for i in range(1, len(variants)):
+        fn.cmp(qword[r15 + 40], i)
+        fn.je(labels[i])
+    for i, (nv, rows) in enumerate(variants):
         fn.bind(labels[i])
-        _emit_row(fn, geo, nv, post_ops)
+        if geo.depthwise:
+            _emit_dw_row(fn, geo, nv, rows, post_ops)
+        else:
+            _emit_row(fn, geo, nv, post_ops)
         fn.jmp(nxt)
     fn.bind(nxt)
     fn.add(r15, ROW * 8)
@@ -276,7 +331,7 @@ def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...]) -> JitFun
 
 def _emit_row(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[PostOp, ...]) -> None:
     """One output row segment of ``nv`` channel vectors: full pixel blocks in a loop, then the tail block."""
-    emit = _emit_dw_block if geo.depthwise else _emit_block
+    emit = _emit_block
     r_full = pixels_per_block(nv, geo.wo)
     n_full, r_tail = divmod(geo.wo, r_full)
     src_step = r_full * geo.sw * geo.cp * 4
@@ -289,12 +344,50 @@ def _emit_row(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[PostOp, 
         fn.add(rbx, src_step)
         fn.add(r9, dst_step)
         fn.add(r11, dst_step)
-        if geo.mode == "avg":
-            fn.add(r8, r_full * 4)
         fn.dec(r12)
         fn.jnz(loop)
     if r_tail:
         emit(fn, geo, nv, r_tail, post_ops)
+
+
+def _emit_dw_row(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int], post_ops: tuple[PostOp, ...],
+                 ) -> None:
+    """A depthwise/pool output row whose kernel rows ``rows`` are inside the image: the border columns (some
+    taps outside the image) as straight-line blocks that skip those taps, the interior columns in a loop."""
+    r_full = pixels_per_block(nv, geo.wo)
+    inner = [ow for ow in range(geo.wo) if len(geo.col_taps(ow)) == geo.kw]
+    a, b = (inner[0], inner[-1] + 1) if inner else (geo.wo, geo.wo)
+    src_px, dst_px = geo.sw * geo.cp * 4, geo.m * 4
+    at = 0  # the output column the row pointers (rbx, r9, r11, and r8 for avg) point at
+
+    def advance(pixels: int) -> None:
+        if pixels:
+            fn.add(rbx, pixels * src_px)
+            fn.add(r9, pixels * dst_px)
+            fn.add(r11, pixels * dst_px)
+            if geo.mode == "avg":
+                fn.add(r8, pixels * 4)
+
+    def static(lo: int, hi: int) -> None:
+        for ow in range(lo, hi, r_full):
+            cols = [geo.col_taps(o) for o in range(ow, min(ow + r_full, hi))]
+            _emit_dw_block(fn, geo, nv, rows, cols, ow - at, post_ops)
+
+    static(0, a)
+    n_full = (b - a) // r_full
+    if n_full:
+        advance(a)
+        at = a
+        loop = fn.new_label("pixels")
+        fn.mov(r12, n_full)
+        fn.bind(loop)
+        _emit_dw_block(fn, geo, nv, rows, [tuple(range(geo.kw))] * r_full, 0, post_ops)
+        advance(r_full)
+        fn.dec(r12)
+        fn.jnz(loop)
+        at = a + n_full * r_full
+    static(a + n_full * r_full, b)
+    static(b, geo.wo)
 
 
 def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tuple[PostOp, ...]) -> None:
@@ -356,54 +449,66 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
             fn.vmovups(dst.mask(k1) if j == nv - 1 else dst, acc[i][j])
 
 
-def _emit_dw_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tuple[PostOp, ...]) -> None:
-    """Depthwise: ``r`` pixels x ``nv`` channel vectors, the taps unrolled, each an FMA of an input vector.
-    Pooling is the same walk with vmaxps/vaddps instead of the FMA (the padding holds -inf for max)."""
+def _emit_dw_block(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int], cols: list[tuple[int, ...]],
+                   at: int, post_ops: tuple[PostOp, ...]) -> None:
+    """Depthwise: ``len(cols)`` pixels (from ``at`` pixels past the row pointers) x ``nv`` channel vectors, the
+    taps unrolled, each an FMA of an input vector; kernel rows ``rows`` and, per pixel, columns ``cols[p]`` are
+    inside the image, the rest are skipped. Pooling is the same walk with vmaxps/vaddps (each accumulator
+    starts from its pixel's first tap). The last vector's lanes past the channels are masked (k1) on every load:
+    the input is read in place."""
+    r = len(cols)
     acc = [[ZMM[i * nv + j] for j in range(nv)] for i in range(r)]
     wv = [ZMM[r * nv + j] for j in range(nv)]
     free = [ZMM[r * nv + nv + k] for k in range(3)]
     pix = geo.sw * geo.cp * 4
-    first = True
-    for i in range(geo.kh):
+    started = [False] * r
+    if geo.mode == "conv":
+        for row in acc:
+            for z in row:
+                fn.vxorps(z, z, z)
+    for i in range(*rows):
         for j in range(geo.kw):
-            tap = i * geo.kw + j
-            off = i * geo.dh * geo.wp * geo.cp * 4 + j * geo.dw * geo.cp * 4
-            if geo.mode != "conv":
-                for p in range(r):
-                    for v in range(nv):
-                        src = zword[rbx + (off + p * pix + v * 64)]
-                        if first:
-                            fn.vmovups(acc[p][v], src)
-                        else:
-                            (fn.vmaxps if geo.mode == "max" else fn.vaddps)(acc[p][v], acc[p][v], src)
-                first = False
+            users = [p for p in range(r) if j in cols[p]]
+            if not users:
                 continue
-            if first:
-                for row in acc:
-                    for z in row:
-                        fn.vxorps(z, z, z)
-                first = False
-            for v in range(nv):
-                fn.vmovups(wv[v], zword[r8 + (tap * geo.cp * 4 + v * 64)])
-            for p in range(r):
+            off = (i * geo.dh * geo.w + j * geo.dw + at * geo.sw) * geo.cp * 4
+            if geo.mode == "conv":
+                tap = i * geo.kw + j
                 for v in range(nv):
-                    fn.vfmadd231ps(acc[p][v], wv[v], zword[rbx + (off + p * pix + v * 64)])
+                    fn.vmovups(wv[v], zword[r8 + (tap * geo.nvp * VEC * 4 + v * 64)])
+            for p in users:
+                for v in range(nv):
+                    src = zword[rbx + (off + p * pix + v * 64)]
+                    z = acc[p][v]
+                    dst = z.mask(k1) if v == nv - 1 else z
+                    if geo.mode == "conv":
+                        fn.vfmadd231ps(dst, wv[v], src)
+                    elif not started[p]:
+                        fn.vmovups(dst.z if v == nv - 1 else dst, src)
+                    else:
+                        (fn.vmaxps if geo.mode == "max" else fn.vaddps)(dst, z, src)
+                started[p] = True
+    for p in range(r):
+        if geo.mode != "conv" and not started[p]:  # a ceil_mode window wholly outside the image
+            for z in acc[p]:
+                fn.vxorps(z, z, z)
     if geo.mode == "avg":
         for p in range(r):
             for z in acc[p]:
-                fn.vmulps(z, z, bcst(r8 + p * 4))
+                fn.vmulps(z, z, bcst(r8 + (at + p) * 4))
     if geo.mode == "conv":
-        _emit_post_ops(fn, geo, acc, [*free, *wv], post_ops)
+        _emit_post_ops(fn, geo, acc, [*free, *wv], post_ops, at)
     for p in range(r):
         for v in range(nv):
-            dst = zword[r9 + (p * geo.m * 4 + v * 64)]
+            dst = zword[r9 + ((at + p) * geo.m * 4 + v * 64)]
             fn.vmovups(dst.mask(k1) if v == nv - 1 else dst, acc[p][v])
 
 
 def _emit_post_ops(fn: Function, geo: ConvGeometry, acc: list[list], free: list,
-                   post_ops: tuple[PostOp, ...]) -> None:
+                   post_ops: tuple[PostOp, ...], at: int = 0) -> None:
     """The post-op chain on every accumulator; the bias (with any folded shift) comes first. ``free``: the
-    zmm registers not holding accumulators (the broadcast and weight registers are dead here)."""
+    zmm registers not holding accumulators (the broadcast and weight registers are dead here); ``at``: the
+    block's first pixel past the row pointers (the residual's)."""
     nv = len(acc[0])
     tmp = free[2]
     aux = Aux(tuple(free[:3]), (k2,))
@@ -422,7 +527,7 @@ def _emit_post_ops(fn: Function, geo: ConvGeometry, acc: list[list], free: list,
         elif op.kind == "residual":
             for i, row in enumerate(acc):
                 for j, z in enumerate(row):
-                    src = zword[r11 + (i * geo.m * 4 + j * 64)]
+                    src = zword[r11 + ((at + i) * geo.m * 4 + j * 64)]
                     if j == nv - 1:  # the group's last vector may be partial: a masked load never faults
                         fn.vmovups(tmp.mask(k1).z, src)
                         fn.vaddps(z, z, tmp)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
-from snippets_x86_64.conv import ARG_POST, ConvGeometry, PostOp, build_conv_kernel, pack_channels, \
+from snippets_x86_64.conv import ARG_POST, ConvGeometry, PostOp, build_conv_kernel, flat_pixels, pack_channels, \
     work_table
 from snippets_x86_64.native_pool import native_pool
 
@@ -51,8 +51,10 @@ class ConvExecutor:
             packed, bias, offsets = w.astype(np.float32).ravel(), np.zeros(1, np.float32), []
         self.packed, self.bias = keep(packed), keep(bias)
         self.channel_data = [keep(pack_channels(v, geo)) for v in channel_data]
-        self.table = work_table(geo, offsets)
-        self.kernel = FUNCTION_CACHE.get("conv", (geo, self.post_ops), lambda: build_conv_kernel(geo, self.post_ops),
+        #: the geometry the kernel walks: ``geo``, or a pointwise conv's pixels re-cut into even rows
+        self.kernel_geo = kgeo = flat_pixels(geo)
+        self.table = work_table(kgeo, offsets)
+        self.kernel = FUNCTION_CACHE.get("conv", (kgeo, self.post_ops), lambda: build_conv_kernel(kgeo, self.post_ops),
                                          HARNESS_ARGTYPES)
         self.new = new
         #: the input can be read in place (NHWC, no padding): no copy when the producer wrote NHWC
@@ -101,7 +103,8 @@ class ConvExecutor:
         else:
             if xp is None:  # only the caller holding ``_xp_lock`` gets ``self.xp``, so it may make it
                 xp = self.xp = self._padded_buffer()
-            inner = xp[:, g.pt:g.pt + g.h, g.pl:g.pl + g.w, :g.c]
+            top, left = (0, 0) if g.depthwise else (g.pt, g.pl)  # a depthwise walk skips the border itself
+            inner = xp[:, top:top + g.h, left:left + g.w, :g.c]
             if self.pre_ops:
                 self._apply_pre_ops(xt, inner)
             else:

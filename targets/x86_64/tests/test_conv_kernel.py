@@ -1,13 +1,19 @@
-"""The JIT convolution kernel (snippets_x86_64.conv) against a float64 numpy convolution, under guard pages."""
+"""The JIT convolution kernel (snippets_x86_64.conv) against a float64 numpy convolution, under guard pages.
+
+The in-place input paths are swept with the input itself in guarded memory: a depthwise convolution and the pools
+read the unpadded NHWC input and skip the taps outside the image; a 1x1 convolution walks the NHWC pixels as one
+matrix cut into even rows. Odd channel counts (1, 3, 17, 33), tails in every dimension, stride 2 on odd sizes,
+asymmetric padding, dilation, ceil_mode windows; guard page at either end."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from snippets_x86_64.conv import ConvGeometry, PostOp
+from snippets_x86_64.conv import ConvGeometry, PostOp, flat_pixels
 from snippets_x86_64.conv_executor import ConvExecutor
 from snippets_x86_64.guarded import guarded_array
+from snippets_x86_64.pool import reciprocal_counts
 
 pytestmark = pytest.mark.avx512
 
@@ -137,3 +143,138 @@ def test_concurrent_calls_from_python_threads() -> None:
     for t in threads:
         t.join()
     assert not bad
+
+
+def guarded_nhwc(x: np.ndarray, at: str) -> np.ndarray:
+    """``x`` [N, C, H, W] as an NCHW view of a guarded NHWC array: the kernel reads it in place."""
+    buf = guarded_array((x.shape[0], *x.shape[2:], x.shape[1]), np.float32, at)
+    buf[...] = x.transpose(0, 2, 3, 1)
+    return buf.transpose(0, 3, 1, 2)
+
+
+def guarded(at: str):  # type: ignore[no-untyped-def]
+    return lambda shape: guarded_array(shape, np.float32, at)
+
+
+DEPTHWISE = [
+    # n, c, h, w, k, stride, dilation, pads (t, l, b, r)
+    (1, 1, 5, 7, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    (1, 3, 9, 9, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    (2, 17, 11, 13, (3, 3), (2, 2), (1, 1), (0, 1, 2, 0)),
+    (1, 33, 8, 31, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2)),
+    (1, 33, 7, 6, (3, 5), (1, 2), (2, 1), (2, 0, 1, 3)),
+    (1, 70, 15, 29, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    (1, 144, 9, 11, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    (1, 80, 5, 21, (3, 3), (1, 1), (1, 1), (0, 0, 0, 0)),
+    (1, 16, 3, 3, (7, 7), (1, 1), (1, 1), (3, 3, 3, 3)),
+]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE, ids=[str(i) for i in range(len(DEPTHWISE))])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_depthwise_reads_the_input_in_place(case: tuple, at: str) -> None:
+    n, c, h, wd, k, s, d, pads = case
+    rng = np.random.default_rng(c * h + wd)
+    x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+    w = rng.standard_normal((c, 1, *k)).astype(np.float32)
+    shift = rng.standard_normal(c)
+    res = rng.standard_normal(conv_f64(x, w, c, s, d, pads).shape).astype(np.float32)
+    want = np.maximum(conv_f64(x, w, c, s, d, pads) + shift[None, :, None, None] + res, 0)
+    geo = geometry(x, w, want, c, s, d, pads)
+    assert geo.depthwise == (c > 1) and (geo.hp, geo.wp, geo.cp) == ((h, wd, c) if c > 1 else (geo.hp, geo.wp, c))
+    ex = ConvExecutor(geo, w, None, shift, (PostOp("residual"), PostOp("relu")), num_threads=2, alloc=guarded(at))
+    got = ex.run(guarded_nhwc(x, at), guarded_nhwc(res, at))
+    assert ex.reorders == 0
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
+    # an NCHW input (a reorder into an unpadded buffer) gives the same numbers
+    np.testing.assert_allclose(ex.run(x, res), want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
+
+
+def pool_f64(x: np.ndarray, mode: str, k: tuple[int, int], s: tuple[int, int], pads: tuple[int, int, int, int],
+             ho: int, wo: int, include_pad: bool) -> np.ndarray:
+    """Max or average over each window (pads ``pads``; windows may reach past them, as ceil_mode's do)."""
+    n, c, h, w = x.shape
+    pt, pl, pb, pr = pads
+    y = np.zeros((n, c, ho, wo))
+    for oh in range(ho):
+        for ow in range(wo):
+            r0, c0 = oh * s[0] - pt, ow * s[1] - pl
+            rows = [r for r in range(r0, r0 + k[0]) if 0 <= r < h]
+            cols = [q for q in range(c0, c0 + k[1]) if 0 <= q < w]
+            win = x[:, :, rows][:, :, :, cols].astype(np.float64)
+            if mode == "max":
+                y[:, :, oh, ow] = win.max(axis=(2, 3))
+            else:
+                lo_r, hi_r = (-pt, h + pb) if include_pad else (0, h)
+                lo_c, hi_c = (-pl, w + pr) if include_pad else (0, w)
+                count = sum(lo_r <= r < hi_r for r in range(r0, r0 + k[0])) * \
+                    sum(lo_c <= q < hi_c for q in range(c0, c0 + k[1]))
+                y[:, :, oh, ow] = win.sum(axis=(2, 3)) / max(count, 1)
+    return y
+
+
+POOLS = [
+    # mode, n, c, h, w, k, stride, pads, ceil, include_pad
+    ("max", 1, 1, 7, 7, (3, 3), (2, 2), (1, 1, 1, 1), False, False),
+    ("max", 2, 17, 9, 11, (3, 3), (2, 2), (0, 0, 0, 0), True, False),
+    ("max", 1, 33, 13, 13, (2, 3), (1, 2), (0, 1, 1, 2), False, False),
+    ("avg", 1, 3, 11, 9, (3, 3), (2, 2), (1, 1, 1, 1), False, True),
+    ("avg", 1, 33, 11, 9, (3, 3), (2, 2), (1, 1, 1, 1), False, False),
+    ("avg", 2, 17, 8, 7, (3, 2), (2, 2), (0, 1, 1, 0), True, True),
+]
+
+
+@pytest.mark.parametrize("case", POOLS, ids=[str(i) for i in range(len(POOLS))])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_pools_skip_the_border(case: tuple, at: str) -> None:
+    mode, n, c, h, wd, k, s, pads, ceil, include_pad = case
+    pt, pl, pb, pr = pads
+
+    def out(size: int, lo: int, hi: int, kk: int, ss: int) -> int:
+        span = size + lo + hi - kk
+        return (-(-span // ss) if ceil else span // ss) + 1
+
+    ho, wo = out(h, pt, pb, k[0], s[0]), out(wd, pl, pr, k[1], s[1])
+    x = np.random.default_rng(c + h).standard_normal((n, c, h, wd)).astype(np.float32)
+    want = pool_f64(x, mode, k, s, pads, ho, wo, include_pad)
+    geo = ConvGeometry(n, c, h, wd, c, c, *k, *s, 1, 1, pt, pl, ho, wo, mode=mode)
+    divisor = reciprocal_counts(geo, pads, include_pad) if mode == "avg" else np.zeros(1, np.float32)
+    ex = ConvExecutor(geo, divisor, None, None, num_threads=2, alloc=guarded(at))
+    np.testing.assert_allclose(ex.run(guarded_nhwc(x, at)), want, rtol=1e-5, atol=1e-5)
+    assert ex.reorders == 0
+
+
+POINTWISE = [
+    # n, c, h, w, m
+    (1, 1, 7, 7, 1),
+    (1, 3, 13, 13, 17),
+    (2, 33, 14, 14, 96),
+    (1, 17, 5, 11, 33),
+    (1, 64, 28, 28, 70),
+    (3, 8, 1, 1, 130),
+]
+
+
+@pytest.mark.parametrize("case", POINTWISE, ids=[str(i) for i in range(len(POINTWISE))])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_pointwise_is_a_matrix_over_the_pixels(case: tuple, at: str) -> None:
+    n, c, h, wd, m = case
+    rng = np.random.default_rng(c * m)
+    x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+    w = rng.standard_normal((m, c, 1, 1)).astype(np.float32)
+    shift = rng.standard_normal(m)
+    want = conv_f64(x, w, 1, (1, 1), (1, 1), (0, 0, 0, 0)) + shift[None, :, None, None]
+    geo = geometry(x, w, want, 1, (1, 1), (1, 1), (0, 0, 0, 0))
+    ex = ConvExecutor(geo, w, None, shift, num_threads=2, alloc=guarded(at))
+    assert ex.kernel_geo.h * ex.kernel_geo.w == h * wd
+    np.testing.assert_allclose(ex.run(guarded_nhwc(x, at)), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert ex.reorders == 0
+
+
+def test_flat_pixels_cuts_a_small_map_into_even_rows() -> None:
+    """7x7 (49 pixels) with 1280 output channels: one 49-pixel row per channel block, not 7 rows of 7."""
+    geo = ConvGeometry(1, 320, 7, 7, 1280, 1, 1, 1, 1, 1, 1, 1, 0, 0, 7, 7)
+    flat = flat_pixels(geo)
+    assert (flat.h, flat.w, flat.ho, flat.wo) == (1, 49, 1, 49)
+    # a padded or strided 1x1 keeps its geometry
+    assert flat_pixels(ConvGeometry(1, 8, 7, 7, 8, 1, 1, 1, 2, 2, 1, 1, 0, 0, 4, 4)).h == 7
