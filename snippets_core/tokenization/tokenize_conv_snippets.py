@@ -21,8 +21,8 @@ A Convolution that is not taken keeps the reason in ``rt_info[CONV_REJECT_REASON
 ``snippets inspect`` show it): it then runs on its reference kernel, with the post-ops left to the eltwise
 Tokenizer.
 
-2-D MaxPool (without the indices output) and AvgPool on static f32 inputs become single-op Subgraphs marked
-``POOLING``, so they run on the same layout as the convolutions around them; a Concat along the channels of
+2-D MaxPool (without the indices output) and AvgPool on static f32 inputs, and LRN on static 4-D f32 inputs,
+become single-op Subgraphs marked ``POOLING``, so they run on the same layout as the convolutions around them; a Concat along the channels of
 their outputs becomes a ``CONCAT`` Subgraph that keeps that layout (Inception, DenseNet).
 """
 
@@ -100,6 +100,16 @@ def pool_reject_reason(pool: Node) -> str | None:
     return None
 
 
+def lrn_reject_reason(lrn: Node) -> str | None:
+    """None if an LRN can be a primitive (static [N, C, H, W] f32: channels across the NHWC vector lanes)."""
+    x = lrn.inputs[0]
+    if x.element_type is not ElementType.f32:
+        return f"it normalizes {x.element_type.value}; the JIT kernel takes f32"
+    if not x.shape.is_static or x.shape.rank != 4:
+        return f"its input shape {x.shape} is not a static [N, C, H, W]; the LRN kernel is specialized per shape"
+    return None
+
+
 def conv_reject_reason(conv: Node) -> str | None:
     """None if ``conv`` can be a conv primitive, else why not."""
     x, w = conv.inputs[0], conv.inputs[1]
@@ -132,8 +142,8 @@ class TokenizeConvSnippets(Pass):
                 _wrap([node], CONCAT)
                 changed = True
                 continue
-            if node.type_name in ("MaxPool", "AvgPool"):
-                why = pool_reject_reason(node)
+            if node.type_name in ("MaxPool", "AvgPool", "LRN"):
+                why = lrn_reject_reason(node) if node.type_name == "LRN" else pool_reject_reason(node)
                 if why is not None:
                     node.rt_info[CONV_REJECT_REASON_KEY] = why
                 else:

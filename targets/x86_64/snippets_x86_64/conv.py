@@ -259,7 +259,8 @@ def pack_channels(values: np.ndarray, geo: ConvGeometry) -> np.ndarray:
 
 
 def work_table(geo: ConvGeometry, offsets: list[int]) -> np.ndarray:
-    """One row per (image, group, output-channel block, output row), output rows innermost."""
+    """One row per (image, group, output-channel block, output row), output rows innermost (depthwise and
+    pools: per (image, output row, channel block))."""
     rows = []
     c4, m4 = geo.cp * 4, geo.m * 4
     blocks = geo.blocks()
@@ -283,7 +284,12 @@ def work_table(geo: ConvGeometry, offsets: list[int]) -> np.ndarray:
                     if geo.mode != "conv":  # the reciprocal counts of this output row
                         wei = oh * geo.wo * 4
                     rows.append((src, wei, dst, bias, mask, variant))
-    return np.asarray(rows, dtype=np.int64).reshape(-1, ROW)
+    table = np.asarray(rows, dtype=np.int64).reshape(-1, ROW)
+    if geo.depthwise:  # channel blocks innermost: the input rows a row of outputs reads stay in L1/L2 (the
+        # weights are a few KiB, unlike a dense conv's, whose weight block is what must stay in cache)
+        order = np.arange(len(table)).reshape(geo.n, geo.vec_groups * len(blocks), geo.ho).transpose(0, 2, 1)
+        table = table[order.ravel()]
+    return table
 
 
 def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...]) -> JitFunction:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +20,13 @@ from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_
 from snippets_x86_64.conv import ARG_POST, ConvGeometry, PostOp, build_conv_kernel, flat_pixels, pack_channels, \
     work_table
 from snippets_x86_64.native_pool import native_pool
+
+if TYPE_CHECKING:
+    from snippets_x86_64.jit import JitFunction
+
+#: flops (or pooled taps) per thread below which a primitive runs on one thread (about 10 us of FMA work: a
+#: wake-up of the native pool's worker and the join cost a few us)
+MIN_FLOPS_PER_THREAD = 2_000_000
 
 
 class ConvExecutor:
@@ -68,10 +76,10 @@ class ConvExecutor:
         self.reorders = 0
         self.fixed_args = (self.packed.ctypes.data, self.bias.ctypes.data, self.table.ctypes.data,
                            [a.ctypes.data for a in self.channel_data])
-        items = len(self.table)
-        threads = max(1, min(num_threads, items))
-        bounds = [items * t // threads for t in range(threads + 1)]
-        self.chunks = [(bounds[t], bounds[t + 1] - bounds[t]) for t in range(threads)]
+        # a small convolution runs on one thread: waking the other costs more than its half of the work
+        work = geo.flops if geo.mode == "conv" else 8 * geo.flops  # a pooled tap: a load, not an FMA
+        threads = num_threads if work >= MIN_FLOPS_PER_THREAD * num_threads else 1
+        self.chunks = split_items(len(self.table), threads)
 
     def _padded_buffer(self) -> np.ndarray:
         """The padded NHWC input buffer with its border: zeros for a convolution or an average, -inf for a
@@ -134,12 +142,23 @@ class ConvExecutor:
         block = (ctypes.c_uint64 * (ARG_POST + len(extra)))(
             src.ctypes.data, wei, y.ctypes.data, bias, y.ctypes.data if res is None else res.ctypes.data, table,
             *extra)
-        args = ctypes.addressof(block)
-        (start0, count0), rest = self.chunks[0], self.chunks[1:]
-        if not rest:
-            self.kernel(0, args, start0, count0)
-            return
-        pool = native_pool()
-        addr = self.kernel.address
-        with pool.lock:
-            pool.run([(addr, 0, args, s, c) for s, c in rest], lambda: self.kernel(0, args, start0, count0))
+        run_split(self.kernel, ctypes.addressof(block), self.chunks)
+
+
+def split_items(items: int, num_threads: int) -> list[tuple[int, int]]:
+    """(start, count) of each thread's contiguous range of work items."""
+    threads = max(1, min(num_threads, items))
+    bounds = [items * t // threads for t in range(threads + 1)]
+    return [(bounds[t], bounds[t + 1] - bounds[t]) for t in range(threads)]
+
+
+def run_split(kernel: JitFunction, args: int, chunks: Sequence[tuple[int, int]]) -> None:
+    """``kernel(0, args, start, count)`` for every chunk: the first on this thread, the rest on the native pool."""
+    (start0, count0), rest = chunks[0], chunks[1:]
+    if not rest:
+        kernel(0, args, start0, count0)
+        return
+    pool = native_pool()
+    addr = kernel.address
+    with pool.lock:
+        pool.run([(addr, 0, args, s, c) for s, c in rest], lambda: kernel(0, args, start0, count0))

@@ -183,7 +183,8 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
 
         (pool,) = sg.body_ops
         pex = build_pool_executor(pool, sg.body.parameters[0].outputs[0].shape.to_tuple(), config.num_threads)
-        sg.rt_info["SnippetsConvKernel"] = describe_geometry(pex.geo)
+        sg.rt_info["SnippetsConvKernel"] = describe_geometry(pex.geo) if isinstance(pex, ConvExecutor) \
+            else pex.describe()
 
         def run_pool(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
             return [pex.run(inputs[0])]

@@ -1,4 +1,4 @@
-"""MaxPool and AveragePool as JIT kernels: the depthwise convolution's walk (:mod:`snippets_x86_64.conv`) with
+"""MaxPool and AveragePool as JIT kernels (and LRN, :mod:`snippets_x86_64.lrn`, built from here): the depthwise convolution's walk (:mod:`snippets_x86_64.conv`) with
 ``vmaxps``/``vaddps`` instead of the FMA, on the same NHWC layout (so a pool after a conv primitive reads its
 output in place, and a conv after a pool reads the pool's).
 
@@ -15,6 +15,7 @@ import numpy as np
 from snippets_core.ir.node import Node
 from snippets_x86_64.conv import ConvGeometry
 from snippets_x86_64.conv_executor import ConvExecutor
+from snippets_x86_64.lrn import LRNExecutor
 
 POOL_MODES = {"MaxPool": "max", "AvgPool": "avg"}
 
@@ -43,7 +44,11 @@ def reciprocal_counts(geo: ConvGeometry, pads: tuple[int, int, int, int], includ
     return (1.0 / count).astype(np.float32)
 
 
-def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int) -> ConvExecutor:
+def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int) -> ConvExecutor | LRNExecutor:
+    """The kernel of a pooling primitive (MaxPool, AvgPool, or LRN) for inputs of ``x_shape``."""
+    if node.type_name == "LRN":
+        return LRNExecutor(x_shape, node.size, node.alpha, node.beta, node.bias,  # type: ignore[attr-defined,arg-type]
+                           num_threads=num_threads)
     geo, pads = pool_geometry(node, x_shape)
     if geo.mode == "avg":
         divisor = reciprocal_counts(geo, pads, bool(node.count_include_pad))  # type: ignore[attr-defined]

@@ -278,3 +278,66 @@ def test_flat_pixels_cuts_a_small_map_into_even_rows() -> None:
     assert (flat.h, flat.w, flat.ho, flat.wo) == (1, 49, 1, 49)
     # a padded or strided 1x1 keeps its geometry
     assert flat_pixels(ConvGeometry(1, 8, 7, 7, 8, 1, 1, 1, 2, 2, 1, 1, 0, 0, 4, 4)).h == 7
+
+
+def lrn_f64(x: np.ndarray, size: int, alpha: float, beta: float, bias: float) -> np.ndarray:
+    """ONNX LRN in float64: the channel window [c - (size-1)//2, c + size-1 - (size-1)//2], clipped."""
+    x = x.astype(np.float64)
+    c = x.shape[1]
+    lo = (size - 1) // 2
+    hi = size - 1 - lo
+    sq = np.stack([(x[:, max(0, ch - lo):min(c, ch + hi + 1)] ** 2).sum(axis=1) for ch in range(c)], axis=1)
+    return x / (bias + alpha / size * sq) ** beta
+
+
+LRNS = [
+    # shape, size, alpha, beta, bias
+    ((1, 96, 9, 7), 5, 1e-4, 0.75, 1.0),
+    ((2, 17, 3, 5), 5, 5e-2, 0.75, 2.0),
+    ((1, 33, 4, 3), 3, 1e-2, 0.6, 1.0),
+    ((1, 1, 3, 3), 5, 1e-1, 0.75, 1.0),
+    ((1, 3, 2, 5), 4, 1e-1, 1.3, 0.5),
+    ((1, 40, 1, 1), 7, 2e-2, 0.75, 1.0),
+]
+
+
+@pytest.mark.parametrize("case", LRNS, ids=[str(i) for i in range(len(LRNS))])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_lrn_kernel_guarded(case: tuple, at: str) -> None:
+    from snippets_x86_64.lrn import LRNExecutor
+
+    shape, size, alpha, beta, bias = case
+    x = (3 * np.random.default_rng(shape[1]).standard_normal(shape)).astype(np.float32)
+    want = lrn_f64(x, size, alpha, beta, bias)
+    ex = LRNExecutor(shape, size, alpha, beta, bias, num_threads=2, alloc=guarded(at))
+    np.testing.assert_allclose(ex.run(guarded_nhwc(x, at)), want, rtol=2e-5, atol=1e-6)
+    assert ex.reorders == 0
+    np.testing.assert_allclose(ex.run(x), want, rtol=2e-5, atol=1e-6)  # NCHW in: one reorder (unless C or HW is 1)
+    assert ex.reorders == (0 if x.transpose(0, 2, 3, 1).flags.c_contiguous else 1)
+
+
+def test_lrn_between_conv_and_pool_runs_as_a_primitive() -> None:
+    """AlexNet's conv -> Relu -> LRN -> MaxPool: the LRN is a pooling-kind primitive on the NHWC layout, checked
+    against onnxruntime (onnx's reference evaluator sums a different LRN window than the spec and onnxruntime)."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle of the whole model")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from snippets_core.runtime.compiled_model import compile_model
+
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((21, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("LRN", ["r"], ["n"], size=5, alpha=1e-3, beta=0.75, bias=1.0),
+             helper.make_node("MaxPool", ["n"], ["y"], kernel_shape=[3, 3], strides=[2, 2])]
+    g = helper.make_graph(nodes, "lrn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 13, 13])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 21, 6, 6])],
+                          [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    x = rng.standard_normal((1, 3, 13, 13)).astype(np.float32)
+    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(cm({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+    placed = {op: where for _, op, where in cm.placement()}
+    assert "LRN" not in placed and all(sg.rt_info.get("SnippetsConvKernel") for sg in cm.subgraphs)
+    assert any("lrn size 5" in sg.rt_info["SnippetsConvKernel"] for sg in cm.subgraphs)
