@@ -43,6 +43,7 @@ from snippets_x86_64.asm import (
     r10,
     r11,
     r12,
+    r12d,
     r13,
     r14,
     r15,
@@ -591,3 +592,71 @@ def _emit_post_ops(fn: Function, geo: ConvGeometry, acc: list[list], free: list,
                     fn.vmulps(z, z, gate)
         else:
             raise AssertionError(f"post-op {op.kind!r} reached the emitter")
+
+
+#: pre-op name (a numpy ufunc's, as ConvPlan.pre_ops has them) -> the AVX-512 instruction applying it per channel
+PRE_OP_INSTRUCTIONS = {"add": "vaddps", "subtract": "vsubps", "multiply": "vmulps", "divide": "vdivps",
+                       "maximum": "vmaxps"}
+#: registers holding the per-channel vectors' pointers in the copy kernel: at most this many vector pre-ops
+_COPY_VEC_REGS = (r8, r10, r11, r13, rax, rcx, rdi, rbp)
+
+
+def copy_table(geo: ConvGeometry) -> np.ndarray:
+    """The padded buffer's byte offset of each input row's first interior pixel (one row per (image, input row))."""
+    top, left = (0, 0) if geo.depthwise else (geo.pt, geo.pl)
+    rows = [((n * geo.hp + top + r) * geo.wp + left) * geo.cp * 4 for n in range(geo.n) for r in range(geo.h)]
+    return np.asarray(rows, dtype=np.int64)
+
+
+def build_copy_kernel(geo: ConvGeometry, ops: tuple[tuple[str, bool], ...]) -> JitFunction:
+    """``copy(unused, args, start, count)``: input rows ``start .. start+count`` of a contiguous NHWC input into the
+    padded buffer, through ``ops`` ((name in :data:`PRE_OP_INSTRUCTIONS`, whether it has a per-channel vector);
+    a vector-less ``maximum`` is Relu), vectorized over the channels. ``args`` = [src, dst, copy table, the
+    per-channel vectors (whole zmm, in ``ops`` order)]."""
+    if sum(has for _, has in ops) > len(_COPY_VEC_REGS):
+        raise AssertionError("more vector pre-ops than pointer registers: ConvExecutor copies with numpy then")
+    fn = Function("conv_copy", args=("unused", "args", "start", "count"))
+    nvec = -(-geo.c // VEC)
+    rem = geo.c - (nvec - 1) * VEC
+    fn.mov(r12d, (1 << rem) - 1)
+    fn.kmovw(k1, r12d)
+    fn.imul(rbx, rdx, geo.w * geo.c * 4)
+    fn.add(rbx, qword[rsi])
+    fn.imul(r15, rdx, 8)
+    fn.add(r15, qword[rsi + 16])
+    fn.mov(r14, rcx)
+    fn.test(r14, r14)
+    fn.jz(fn.exit)
+    ptrs = []
+    for i, (_, has) in enumerate(ops):
+        if has:
+            reg = _COPY_VEC_REGS[len(ptrs)]
+            fn.mov(reg, qword[rsi + (3 + len(ptrs)) * 8])
+            ptrs.append(reg)
+        else:
+            ptrs.append(None)
+    zero, x = ZMM[31], ZMM[0]
+    fn.vxorps(zero, zero, zero)
+    rows, pixels = fn.new_label("rows"), fn.new_label("pixels")
+    fn.bind(rows)
+    fn.mov(r9, qword[r15])
+    fn.add(r9, qword[rsi + 8])
+    fn.mov(r12, geo.w)
+    fn.bind(pixels)
+    for v in range(nvec):
+        last = v == nvec - 1 and rem != VEC
+        src = zword[rbx + v * 64]
+        fn.vmovups(x.mask(k1).z if last else x, src)
+        for (name, _), reg in zip(ops, ptrs):
+            operand = zero if reg is None else zword[reg + v * 64]
+            getattr(fn, PRE_OP_INSTRUCTIONS[name])(x, x, operand)
+        dst = zword[r9 + v * 64]
+        fn.vmovups(dst.mask(k1) if last else dst, x)
+    fn.add(rbx, geo.c * 4)
+    fn.add(r9, geo.cp * 4)
+    fn.dec(r12)
+    fn.jnz(pixels)
+    fn.add(r15, 8)
+    fn.dec(r14)
+    fn.jnz(rows)
+    return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64))

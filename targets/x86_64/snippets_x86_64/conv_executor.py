@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
-from snippets_x86_64.conv import ARG_POST, ConvGeometry, PostOp, build_conv_kernel, flat_pixels, pack_channels, \
-    work_table
+from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
+    copy_table, flat_pixels, pack_channels, work_table
 from snippets_x86_64.native_pool import native_pool
 
 if TYPE_CHECKING:
@@ -27,6 +27,15 @@ if TYPE_CHECKING:
 #: flops (or pooled taps) per thread below which a primitive runs on one thread (about 10 us of FMA work: a
 #: wake-up of the native pool's worker and the join cost a few us)
 MIN_FLOPS_PER_THREAD = 2_000_000
+#: per-channel vector pre-ops the JIT input copy applies at most (its pointer registers)
+COPY_MAX_VECTORS = 8
+
+
+def _pad_vector(v: np.ndarray, c: int, name: str) -> np.ndarray:
+    """A per-channel pre-op vector padded to whole zmm (1 past the channels for a divide: no inf in dead lanes)."""
+    out = np.full(-(-c // VEC) * VEC, 1.0 if name == "divide" else 0.0, dtype=np.float32)
+    out[:c] = v
+    return out
 
 
 class ConvExecutor:
@@ -44,6 +53,7 @@ class ConvExecutor:
         ``pre_ops`` are (numpy ufunc name, per-channel vector or None for Relu) applied to the input as it is
         copied into the padded buffer."""
         self.pre_ops = [(getattr(np, name), v) for name, v in pre_ops]
+        pre_ops = tuple(pre_ops)
         self.geo = geo
         self.post_ops = tuple(post_ops)
         new = alloc or (lambda shape: np.empty(shape, dtype=np.float32))
@@ -80,6 +90,17 @@ class ConvExecutor:
         work = geo.flops if geo.mode == "conv" else 8 * geo.flops  # a pooled tap: a load, not an FMA
         threads = num_threads if work >= MIN_FLOPS_PER_THREAD * num_threads else 1
         self.chunks = split_items(len(self.table), threads)
+        #: the JIT copy of a contiguous NHWC input into the padded buffer, through the pre-ops (None: read in
+        #: place, or more vector pre-ops than the kernel has pointer registers: numpy copies)
+        self.copy = None
+        if not self.unpadded and sum(v is not None for _, v in pre_ops) <= COPY_MAX_VECTORS:
+            self.copy_vectors = [keep(_pad_vector(v, geo.c, name)) for name, v in pre_ops if v is not None]
+            self.copy_table = copy_table(geo)
+            spec = (geo, tuple((name, v is not None) for name, v in pre_ops))
+            self.copy = FUNCTION_CACHE.get("conv_copy", spec, lambda: build_copy_kernel(*spec), HARNESS_ARGTYPES)
+            # a copy is a memory-bound pass: both threads only when it is large
+            self.copy_chunks = split_items(geo.n * geo.h, num_threads if geo.n * geo.h * geo.w * geo.c >= 1 << 16
+                                           else 1)
 
     def _padded_buffer(self) -> np.ndarray:
         """The padded NHWC input buffer with its border: zeros for a convolution or an average, -inf for a
@@ -108,6 +129,11 @@ class ConvExecutor:
             self.reorders += 1
         if self.unpadded and xt.flags.c_contiguous and xt.dtype == np.float32:
             src = xt
+        elif self.copy is not None and xt.flags.c_contiguous and xt.dtype == np.float32:
+            args = (ctypes.c_uint64 * (3 + len(self.copy_vectors)))(
+                xt.ctypes.data, xp.ctypes.data, self.copy_table.ctypes.data, *(v.ctypes.data for v in self.copy_vectors))
+            run_split(self.copy, ctypes.addressof(args), self.copy_chunks)
+            src = xp
         else:
             if xp is None:  # only the caller holding ``_xp_lock`` gets ``self.xp``, so it may make it
                 xp = self.xp = self._padded_buffer()

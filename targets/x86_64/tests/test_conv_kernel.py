@@ -80,6 +80,39 @@ def test_conv_kernel_sweep_guarded(case: tuple, at: str) -> None:
     ex = ConvExecutor(geo, w, None, None, num_threads=2, alloc=lambda shape: guarded_array(shape, np.float32, at))
     got = ex.run(x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    # an NHWC input in guarded memory: read in place, or copied into the padded buffer by the JIT copy kernel
+    got = ex.run(guarded_nhwc(x, at))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+PRE_OPS = [
+    # n, c, h, w, m, k, pads, pre-ops (name, with a per-channel vector)
+    (1, 17, 7, 9, 20, 3, (1, 1, 1, 1), (("multiply", True), ("add", True), ("maximum", False))),
+    (2, 33, 5, 6, 16, 1, (0, 0, 0, 0), (("subtract", True), ("divide", True), ("maximum", False))),
+    (1, 3, 9, 8, 5, 3, (0, 1, 2, 1), (("maximum", False),)),
+    (1, 64, 6, 6, 33, 1, (0, 0, 0, 0), (("multiply", True), ("add", True), ("maximum", False))),
+]
+
+
+@pytest.mark.parametrize("case", PRE_OPS, ids=[str(i) for i in range(len(PRE_OPS))])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_pre_ops_applied_by_the_input_copy(case: tuple, at: str) -> None:
+    """DenseNet's BN -> Relu -> Conv: the per-channel ops and Relu run in the JIT copy into the padded buffer."""
+    n, c, h, wd, m, k, pads, ops = case
+    rng = np.random.default_rng(c + m)
+    x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+    w = rng.standard_normal((m, c, k, k)).astype(np.float32)
+    pre, ref = [], x.astype(np.float64)
+    for name, has in ops:
+        v = rng.uniform(0.5, 2.0, c).astype(np.float32) if has else None
+        pre.append((name, v))
+        ref = getattr(np, name)(ref, 0.0 if v is None else v.astype(np.float64)[None, :, None, None])
+    want = conv_f64(ref, w, 1, (1, 1), (1, 1), pads)
+    geo = geometry(x, w, want, 1, (1, 1), (1, 1), pads)
+    ex = ConvExecutor(geo, w, None, None, num_threads=2, alloc=guarded(at), pre_ops=pre)
+    assert ex.copy is not None
+    for inp in (guarded_nhwc(x, at), x):  # the JIT copy; numpy's for an NCHW input
+        np.testing.assert_allclose(ex.run(inp), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
 
 
 def test_depthwise_post_ops() -> None:
