@@ -114,6 +114,19 @@ class ConvGeometry:
     #: "conv", or a pooling over the same windows: "max", "avg" (the divisor per output pixel comes as the
     #: "weights": one reciprocal count per output pixel)
     mode: str = "conv"
+    #: the padded input copy is planar (NCHW): a convolution with few input channels (an RGB stem) whose NCHW
+    #: input is copied row by row instead of transposed channel by channel into NHWC
+    planar: bool = False
+
+    @property
+    def px_bytes(self) -> int:
+        """Bytes between neighbouring input columns of the buffer the kernel reads."""
+        return 4 if self.planar else self.cp * 4
+
+    @property
+    def ch_bytes(self) -> int:
+        """Bytes between neighbouring input channels of that buffer."""
+        return self.hp * self.wp * 4 if self.planar else 4
 
     @property
     def cg(self) -> int:
@@ -202,6 +215,7 @@ def flat_pixels(geo: ConvGeometry) -> ConvGeometry:
     rows of a divisor of H*W pixels (same memory, no copy), so that a 7x7 or 14x14 map is not one short row with
     a register-block tail per image row, and the work splits into enough items for both threads."""
     if not (geo.mode == "conv" and geo.kh == geo.kw == geo.sh == geo.sw == 1 and geo.pt == geo.pl == 0
+            and not geo.planar
             and geo.ho == geo.h and geo.wo == geo.w and not geo.depthwise):
         return geo
     pixels = geo.h * geo.w
@@ -213,6 +227,17 @@ def flat_pixels(geo: ConvGeometry) -> ConvGeometry:
         return geo
     rows = pixels // chunk
     return replace(geo, h=rows, w=chunk, ho=rows, wo=chunk)
+
+
+#: input channels up to which a convolution reads a planar (NCHW) padded copy
+PLANAR_MAX_C = 4
+
+
+def choose_planar(geo: ConvGeometry) -> ConvGeometry:
+    """``geo`` with a planar input copy when it has few input channels (see ``ConvGeometry.planar``)."""
+    if geo.mode == "conv" and geo.group == 1 and geo.c <= PLANAR_MAX_C and not (geo.kh == geo.kw == 1):
+        return replace(geo, planar=True)
+    return geo
 
 
 def pixels_per_block(nv: int, wo: int) -> int:
@@ -276,7 +301,8 @@ def work_table(geo: ConvGeometry, offsets: list[int]) -> np.ndarray:
                 wei = offsets[g * len(blocks) + b] * 4 if geo.mode == "conv" else 0
                 bias = (g * geo.nvp + v0) * VEC * 4
                 for oh in range(geo.ho):
-                    src = ((n * geo.hp + oh * geo.sh) * geo.wp) * c4 + g * geo.cg * 4
+                    src = n * geo.c * geo.hp * geo.wp * 4 + oh * geo.sh * geo.wp * geo.px_bytes \
+                        + g * geo.cg * geo.ch_bytes
                     variant = nv_variant
                     if geo.depthwise:  # the unpadded input: (oh*sh - pt, -pl) may lie outside, never read
                         src = ((n * geo.h + oh * geo.sh - geo.pt) * geo.w - geo.pl) * c4 + v0 * VEC * 4
@@ -341,7 +367,7 @@ def _emit_row(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[PostOp, 
     emit = _emit_block
     r_full = pixels_per_block(nv, geo.wo)
     n_full, r_tail = divmod(geo.wo, r_full)
-    src_step = r_full * geo.sw * geo.cp * 4
+    src_step = r_full * geo.sw * geo.px_bytes
     dst_step = r_full * geo.m * 4
     if n_full:
         loop = fn.new_label("pixels")
@@ -406,7 +432,8 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
     for row in acc:
         for z in row:
             fn.vxorps(z, z, z)
-    pix = geo.sw * geo.c * 4  # bytes between the input pixels of neighbouring outputs
+    pix = geo.sw * geo.px_bytes  # bytes between the input pixels of neighbouring outputs
+    ch = geo.ch_bytes
     vbytes = nv * VEC * 4  # weight bytes per input channel
     fn.mov(rax, rbx)
     fn.mov(r13, r8)
@@ -425,7 +452,7 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
             for i in range(r):
                 b = bc[turn[0] % 2]
                 turn[0] += 1
-                fn.vbroadcastss(b, dword[rbp + (u * 4 + i * pix)])
+                fn.vbroadcastss(b, dword[rbp + (u * ch + i * pix)])
                 for j in range(nv):
                     fn.vfmadd231ps(acc[i][j], wv[j], b)
 
@@ -435,7 +462,7 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
         fn.mov(rdx, n_unrolled)
         fn.bind(ic_loop)
         body(UNROLL)
-        fn.add(rbp, UNROLL * 4)
+        fn.add(rbp, UNROLL * ch)
         fn.add(r13, UNROLL * vbytes)
         fn.dec(rdx)
         fn.jnz(ic_loop)
@@ -443,10 +470,10 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
         body(rest)
         fn.add(r13, rest * vbytes)
     # rbp walked Cg channels (minus the rest, not added): to the next tap
-    fn.add(rbp, geo.dw * geo.c * 4 - n_unrolled * UNROLL * 4)
+    fn.add(rbp, geo.dw * geo.px_bytes - n_unrolled * UNROLL * ch)
     fn.dec(rcx)
     fn.jnz(kw_loop)
-    fn.add(rax, geo.dh * geo.wp * geo.c * 4)
+    fn.add(rax, geo.dh * geo.wp * geo.px_bytes)
     fn.dec(rdi)
     fn.jnz(kh_loop)
     _emit_post_ops(fn, geo, acc, [*bc, tmp, *wv], post_ops)

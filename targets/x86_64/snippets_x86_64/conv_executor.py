@@ -18,7 +18,7 @@ import numpy as np
 
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
-    copy_table, flat_pixels, pack_channels, work_table
+    choose_planar, copy_table, flat_pixels, pack_channels, work_table
 from snippets_x86_64.native_pool import native_pool
 
 if TYPE_CHECKING:
@@ -54,6 +54,7 @@ class ConvExecutor:
         copied into the padded buffer."""
         self.pre_ops = [(getattr(np, name), v) for name, v in pre_ops]
         pre_ops = tuple(pre_ops)
+        geo = choose_planar(geo)
         self.geo = geo
         self.post_ops = tuple(post_ops)
         new = alloc or (lambda shape: np.empty(shape, dtype=np.float32))
@@ -76,7 +77,7 @@ class ConvExecutor:
                                          HARNESS_ARGTYPES)
         self.new = new
         #: the input can be read in place (NHWC, no padding): no copy when the producer wrote NHWC
-        self.unpadded = geo.hp == geo.h and geo.wp == geo.w and geo.cp == geo.c and not pre_ops
+        self.unpadded = geo.hp == geo.h and geo.wp == geo.w and not pre_ops and not geo.planar
         # an unpadded conv reads its NHWC input in place: its buffer is made only if an input ever needs a copy
         self.xp: np.ndarray | None = None if self.unpadded else self._padded_buffer()
         #: held while a call uses ``xp``; a concurrent call (another Python thread) gets a buffer of its own
@@ -93,7 +94,7 @@ class ConvExecutor:
         #: the JIT copy of a contiguous NHWC input into the padded buffer, through the pre-ops (None: read in
         #: place, or more vector pre-ops than the kernel has pointer registers: numpy copies)
         self.copy = None
-        if not self.unpadded and sum(v is not None for _, v in pre_ops) <= COPY_MAX_VECTORS:
+        if not self.unpadded and not geo.planar and sum(v is not None for _, v in pre_ops) <= COPY_MAX_VECTORS:
             self.copy_vectors = [keep(_pad_vector(v, geo.c, name)) for name, v in pre_ops if v is not None]
             self.copy_table = copy_table(geo)
             spec = (geo, tuple((name, v is not None) for name, v in pre_ops))
@@ -106,7 +107,7 @@ class ConvExecutor:
         """The padded NHWC input buffer with its border: zeros for a convolution or an average, -inf for a
         maximum (padding never wins)."""
         g = self.geo
-        xp = self.new((g.n, g.hp, g.wp, g.cp))
+        xp = self.new((g.n, g.c, g.hp, g.wp) if g.planar else (g.n, g.hp, g.wp, g.cp))
         xp[...] = -np.inf if g.mode == "max" else 0.0
         return xp
 
@@ -125,9 +126,16 @@ class ConvExecutor:
     def _run(self, x: np.ndarray, residual: np.ndarray | None, xp: np.ndarray | None) -> np.ndarray:
         g = self.geo
         xt = x.transpose(0, 2, 3, 1)
-        if not xt.flags.c_contiguous:
+        if not (x if g.planar else xt).flags.c_contiguous:
             self.reorders += 1
-        if self.unpadded and xt.flags.c_contiguous and xt.dtype == np.float32:
+        if g.planar:  # NCHW planes: whole input rows copied into the padded planes
+            inner = xp[:, :, g.pt:g.pt + g.h, g.pl:g.pl + g.w]
+            if self.pre_ops:
+                self._apply_pre_ops(xt, inner.transpose(0, 2, 3, 1))
+            else:
+                inner[...] = x
+            src = xp
+        elif self.unpadded and xt.flags.c_contiguous and xt.dtype == np.float32:
             src = xt
         elif self.copy is not None and xt.flags.c_contiguous and xt.dtype == np.float32:
             args = (ctypes.c_uint64 * (3 + len(self.copy_vectors)))(
