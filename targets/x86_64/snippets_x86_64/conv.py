@@ -194,8 +194,11 @@ class ConvGeometry:
         return -(-self.vec_channels // VEC)
 
     def blocks(self) -> list[tuple[int, int]]:
-        """(first vector, vector count) of each output-channel block of a group."""
-        return [(v, min(MAX_NV, self.nvp - v)) for v in range(0, self.nvp, MAX_NV)]
+        """(first vector, vector count) of each output-channel block of a group: as even as the vector count
+        allows, larger ones first (5 vectors are 3 + 2, not 4 + 1: a 1-vector block does one FMA per load)."""
+        count = -(-self.nvp // MAX_NV)
+        sizes = [self.nvp // count + (1 if b < self.nvp % count else 0) for b in range(count)]
+        return [(sum(sizes[:b]), n) for b, n in enumerate(sizes)]
 
     @property
     def flops(self) -> int:
