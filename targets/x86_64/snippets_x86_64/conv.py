@@ -244,8 +244,11 @@ def choose_planar(geo: ConvGeometry) -> ConvGeometry:
 
 
 def pixels_per_block(nv: int, wo: int) -> int:
-    """Output pixels per register block: ``R * nv`` accumulators + ``nv`` weights + 2 broadcasts + 1 temp."""
-    return max(1, min((ZMM_COUNT - nv - 3) // nv, 14, wo))
+    """Output pixels per register block: ``R * nv`` accumulators + ``nv`` weights + 2 broadcasts + 1 temp, at
+    most; then as even as the row allows with the same block count (a 7-pixel row is 4 + 3, not 6 + 1: the tail
+    block costs the weight loads of a full one)."""
+    most = max(1, min((ZMM_COUNT - nv - 3) // nv, 14, wo))
+    return -(-wo // -(-wo // most))
 
 
 ZMM_COUNT = 32
