@@ -48,13 +48,14 @@ class ConvExecutor:
     def __init__(self, geo: ConvGeometry, w: np.ndarray, scale: np.ndarray | None, shift: np.ndarray | None,
                  post_ops: Sequence[PostOp] = (), channel_data: Sequence[np.ndarray] = (),
                  num_threads: int = 1, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
-                 pre_ops: Sequence[tuple[str, np.ndarray | None]] = ()) -> None:
+                 pre_ops: Sequence[tuple[str, np.ndarray | None]] = (), plain_input: bool = False) -> None:
         """``alloc(shape)`` makes each float32 buffer the kernel reads or writes (tests pass guarded memory);
         ``pre_ops`` are (numpy ufunc name, per-channel vector or None for Relu) applied to the input as it is
-        copied into the padded buffer."""
+        copied into the padded buffer; ``plain_input``: the input arrives NCHW (AssignLayouts off, or it left this
+        input plain), so a convolution with few input channels reads a planar padded copy (``choose_planar``)."""
         self.pre_ops = [(getattr(np, name), v) for name, v in pre_ops]
         pre_ops = tuple(pre_ops)
-        geo = choose_planar(geo)
+        geo = choose_planar(geo) if plain_input else geo
         self.geo = geo
         self.post_ops = tuple(post_ops)
         new = alloc or (lambda shape: np.empty(shape, dtype=np.float32))

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from snippets_core.config import CompileConfig
+from snippets_core.ir.layout import INPUT_LAYOUTS, PLAIN
 from snippets_core.ir.ops.subgraph import Subgraph, release_constants
 from snippets_x86_64.conv import ConvGeometry, PostOp
 from snippets_x86_64.conv_executor import ConvExecutor
@@ -44,6 +45,8 @@ class ConvPlan:
     residual: int | None
     #: ops applied to the input (NHWC, per-channel vectors along the last axis) as it is copied in
     pre_ops: tuple[tuple[str, np.ndarray | None], ...] = ()
+    #: the input arrives in the plain (NCHW) layout (AssignLayouts disabled, or it left it plain)
+    plain_input: bool = False
 
     def executor(self, x_shape: tuple[int, ...], num_threads: int) -> ConvExecutor:
         """The kernel specialized for an input of ``x_shape`` [N, C, H, W]."""
@@ -54,7 +57,7 @@ class ConvPlan:
         geo = ConvGeometry(n, c, h, wd, m, self.conv.group, kh, kw, *geo_w.strides, *geo_w.dilations,  # type: ignore
                            pt, pl, ho, wo)
         return ConvExecutor(geo, self.w, self.scale, self.shift, self.post_ops, self.channel_data,
-                            num_threads=num_threads, pre_ops=self.pre_ops)
+                            num_threads=num_threads, pre_ops=self.pre_ops, plain_input=self.plain_input)
 
 
 def plan_conv(sg: Subgraph) -> ConvPlan:
@@ -133,8 +136,9 @@ def plan_conv(sg: Subgraph) -> ConvPlan:
             raise ConvUnsupported(f"post-op {t} '{op.name}' has no conv-kernel form")
         current = op.outputs[0]
     identity = bool(np.all(scale == 1.0))
+    plain = tuple(sg.rt_info.get(INPUT_LAYOUTS, ()))[:1] in ((), (PLAIN.name,))
     return ConvPlan(conv, w, None if identity else scale, shift, tuple(post_ops), tuple(channel_data), residual,
-                    pre)
+                    pre, plain)
 
 
 def _pre_ops(ops: list[Any], x: Any, conv: Any) -> tuple[tuple[str, np.ndarray | None], ...]:

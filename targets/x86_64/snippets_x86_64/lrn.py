@@ -20,6 +20,7 @@ import numpy as np
 
 from snippets_x86_64.asm import Function, bcst, eax, k1, k2, k3, qword, r9, r12, rbx, rcx, rdx, rsi, zword
 from snippets_x86_64.asm.registers import ZMM
+from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
 from snippets_x86_64.conv import VEC
 from snippets_x86_64.conv_executor import MIN_FLOPS_PER_THREAD, run_split, split_items
 from snippets_x86_64.emitters.base import Aux
@@ -109,7 +110,8 @@ class LRNExecutor:
         self.size, self.alpha, self.beta, self.bias = size, alpha, beta, bias
         n, c, h, w = shape
         self.new = alloc or (lambda s: np.empty(s, dtype=np.float32))
-        self.kernel = build_lrn_kernel(c, w, size, alpha, beta, bias)
+        spec = (c, w, size, alpha, beta, bias)
+        self.kernel = FUNCTION_CACHE.get("lrn", spec, lambda: build_lrn_kernel(*spec), HARNESS_ARGTYPES)
         work = n * c * h * w * (size + 8)
         self.chunks = split_items(n * h, num_threads if work >= MIN_FLOPS_PER_THREAD * num_threads else 1)
         #: layout changes (NCHW -> NHWC copies) made by the calls so far

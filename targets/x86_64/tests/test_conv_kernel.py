@@ -77,7 +77,10 @@ def test_conv_kernel_sweep_guarded(case: tuple, at: str) -> None:
     w = rng.standard_normal((m, c // group, *k)).astype(np.float32)
     want = conv_f64(x, w, group, s, d, pads)
     geo = geometry(x, w, want, group, s, d, pads)
-    ex = ConvExecutor(geo, w, None, None, num_threads=2, alloc=lambda shape: guarded_array(shape, np.float32, at))
+    # plain_input: a convolution with up to 4 input channels reads a planar padded copy (choose_planar)
+    ex = ConvExecutor(geo, w, None, None, num_threads=2, alloc=lambda shape: guarded_array(shape, np.float32, at),
+                      plain_input=True)
+    assert ex.geo.planar == (c <= 4 and k != (1, 1) and group == 1)
     got = ex.run(x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     # an NHWC input in guarded memory: read in place, or copied into the padded buffer by the JIT copy kernel
@@ -109,7 +112,7 @@ def test_pre_ops_applied_by_the_input_copy(case: tuple, at: str) -> None:
         ref = getattr(np, name)(ref, 0.0 if v is None else v.astype(np.float64)[None, :, None, None])
     want = conv_f64(ref, w, 1, (1, 1), (1, 1), pads)
     geo = geometry(x, w, want, 1, (1, 1), (1, 1), pads)
-    ex = ConvExecutor(geo, w, None, None, num_threads=2, alloc=guarded(at), pre_ops=pre)
+    ex = ConvExecutor(geo, w, None, None, num_threads=2, alloc=guarded(at), pre_ops=pre, plain_input=True)
     assert (ex.copy is None) == ex.geo.planar  # a 3-channel input: planar, copied by numpy row by row
     for inp in (guarded_nhwc(x, at), x):  # the JIT copy; numpy's for an NCHW input
         np.testing.assert_allclose(ex.run(inp), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
