@@ -12,17 +12,13 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
     choose_planar, copy_table, flat_pixels, pack_channels, work_table
-from snippets_x86_64.native_pool import native_pool
-
-if TYPE_CHECKING:
-    from snippets_x86_64.jit import JitFunction
+from snippets_x86_64.reorder import run_split
 
 #: flops (or pooled taps) per thread below which a primitive runs on one thread (about 10 us of FMA work: a
 #: wake-up of the native pool's worker and the join cost a few us)
@@ -185,15 +181,3 @@ def split_items(items: int, num_threads: int) -> list[tuple[int, int]]:
     threads = max(1, min(num_threads, items))
     bounds = [items * t // threads for t in range(threads + 1)]
     return [(bounds[t], bounds[t + 1] - bounds[t]) for t in range(threads)]
-
-
-def run_split(kernel: JitFunction, args: int, chunks: Sequence[tuple[int, int]]) -> None:
-    """``kernel(0, args, start, count)`` for every chunk: the first on this thread, the rest on the native pool."""
-    (start0, count0), rest = chunks[0], chunks[1:]
-    if not rest:
-        kernel(0, args, start0, count0)
-        return
-    pool = native_pool()
-    addr = kernel.address
-    with pool.lock:
-        pool.run([(addr, 0, args, s, c) for s, c in rest], lambda: kernel(0, args, start0, count0))

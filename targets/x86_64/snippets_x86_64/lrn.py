@@ -22,10 +22,11 @@ from snippets_x86_64.asm import Function, bcst, eax, k1, k2, k3, qword, r9, r12,
 from snippets_x86_64.asm.registers import ZMM
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
 from snippets_x86_64.conv import VEC
-from snippets_x86_64.conv_executor import MIN_FLOPS_PER_THREAD, run_split, split_items
+from snippets_x86_64.conv_executor import MIN_FLOPS_PER_THREAD, split_items
 from snippets_x86_64.emitters.base import Aux
 from snippets_x86_64.emitters.math import emit_exp, emit_log
 from snippets_x86_64.jit import JitFunction
+from snippets_x86_64.reorder import run_split
 
 FULL = 0xFFFF
 
