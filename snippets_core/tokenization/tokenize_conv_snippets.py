@@ -22,8 +22,8 @@ A Convolution that is not taken keeps the reason in ``rt_info[CONV_REJECT_REASON
 Tokenizer.
 
 2-D MaxPool (without the indices output) and AvgPool on static f32 inputs, and LRN on static 4-D f32 inputs,
-become single-op Subgraphs marked ``POOLING``, so they run on the same layout as the convolutions around them; a Concat along the channels of
-their outputs becomes a ``CONCAT`` Subgraph that keeps that layout (Inception, DenseNet).
+become single-op Subgraphs marked ``POOLING``, so they run on the same layout as the convolutions around them; a
+Concat along the channels of their outputs becomes a ``CONCAT`` Subgraph that keeps that layout (Inception, DenseNet).
 """
 
 from __future__ import annotations

@@ -5,9 +5,12 @@ item is an output row segment of one (image, group, output-channel block); for a
 x ``nv`` zmm of output channels (``R * nv`` accumulators), it reduces over kernel rows, kernel columns and input
 channels with one ``vbroadcastss`` of an input value and ``nv`` FMAs against the repacked weight vectors.
 
-* **Layout.** Input: a zero-padded NHWC copy (``[N, Hp, Wp, C]``), so every tap of every output pixel is in
-  bounds and the inner loop has no border test; the copy is made by the executor, whose padding never changes
-  (only the interior is rewritten per call). Output: NHWC ``[N, Ho, Wo, M]``.
+* **Layout.** Input of a dense conv: a zero-padded NHWC copy (``[N, Hp, Wp, C]``; planar ``[N, C, Hp, Wp]`` for
+  a stem with few channels and a plain input, ``choose_planar``), so every tap of every output pixel is in bounds
+  and the inner loop has no border test; the copy is made by the executor (``build_copy_kernel`` for an NHWC
+  input), whose padding never changes. An unpadded conv reads its NHWC input in place, a 1x1 one as one matrix
+  over the pixels (``flat_pixels``). A depthwise conv or a pool reads the unpadded input in place and skips the
+  taps outside the image in code (``_emit_dw_row``). Output: NHWC ``[N, Ho, Wo, M]``.
 * **Weights** are repacked once (``pack_weights``): per (group, block of ``nv`` output-channel vectors),
   ``[KH][KW][Cg][nv*16]`` contiguous, zero-padded past the group's last channel, so the weight pointer only
   ever advances. Per-channel scale/shift that follow the convolution (bias, a folded BatchNormalization) are

@@ -135,8 +135,9 @@ class ConvExecutor:
         elif self.unpadded and xt.flags.c_contiguous and xt.dtype == np.float32:
             src = xt
         elif self.copy is not None and xt.flags.c_contiguous and xt.dtype == np.float32:
-            args = (ctypes.c_uint64 * (3 + len(self.copy_vectors)))(
-                xt.ctypes.data, xp.ctypes.data, self.copy_table.ctypes.data, *(v.ctypes.data for v in self.copy_vectors))
+            vectors = [v.ctypes.data for v in self.copy_vectors]
+            args = (ctypes.c_uint64 * (3 + len(vectors)))(xt.ctypes.data, xp.ctypes.data,  # type: ignore[union-attr]
+                                                          self.copy_table.ctypes.data, *vectors)
             run_split(self.copy, ctypes.addressof(args), self.copy_chunks)
             src = xp
         else:

@@ -1,11 +1,12 @@
-"""MaxPool and AveragePool as JIT kernels (and LRN, :mod:`snippets_x86_64.lrn`, built from here): the depthwise convolution's walk (:mod:`snippets_x86_64.conv`) with
-``vmaxps``/``vaddps`` instead of the FMA, on the same NHWC layout (so a pool after a conv primitive reads its
-output in place, and a conv after a pool reads the pool's).
+"""MaxPool and AveragePool as JIT kernels (and LRN, :mod:`snippets_x86_64.lrn`, built from here): the depthwise
+convolution's walk (:mod:`snippets_x86_64.conv`) with ``vmaxps``/``vaddps`` instead of the FMA, on the same NHWC
+layout (so a pool after a conv primitive reads its output in place, and a conv after a pool reads the pool's).
 
-The padded input copy holds -inf (max: padding never wins) or 0 (average) around the image, including the
-extra rows/columns that ``ceil_mode`` windows reach. An average multiplies each output pixel by its reciprocal
-window count, computed once per shape: the taps inside the image, or inside the image and its explicit/auto
-padding with ``count_include_pad`` (positions reached only through ``ceil_mode`` never count).
+The walk reads the unpadded input in place and skips the taps outside the image (explicit and auto padding, and
+the extra rows/columns that ``ceil_mode`` windows reach): each output starts from its first tap inside the image.
+An average multiplies each output pixel by its reciprocal window count, computed once per shape: the taps inside
+the image, or inside the image and its explicit/auto padding with ``count_include_pad`` (positions reached only
+through ``ceil_mode`` never count).
 """
 
 from __future__ import annotations
