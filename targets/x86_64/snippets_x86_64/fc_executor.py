@@ -386,7 +386,7 @@ class RowBlockFCExecutor:
 
 
 #: the smallest tail kernel of a RowBlockFCExecutor (``target_options.fc_row_tail``): fewer rows are padded
-DEFAULT_ROW_TAIL = 16
+DEFAULT_ROW_TAIL = 8
 
 
 def _row_block_kernel(sg: Subgraph, config: CompileConfig, host: Any, roles: list[str], lead: tuple[int, ...],
