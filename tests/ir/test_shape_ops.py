@@ -202,6 +202,19 @@ def test_variadic_split():
     assert [o.shape for o in dyn.outputs] == [Shape([2, 3]), Shape([2, None])]
 
 
+@pytest.mark.parametrize("axis", [0, 1, -1, -2])
+def test_variadic_split_parts_are_contiguous_slices(axis):
+    """Each part equals numpy's slice along the axis (negative axes too) and is a C-contiguous copy."""
+    x = arange((4, 6, 8))
+    size = x.shape[axis]
+    node = VariadicSplit(Parameter("f32", list(x.shape)), i64(axis), i64([1, -1, 2]))
+    parts = run(node, x)
+    want = np.split(x, [1, size - 2], axis=axis)
+    for got, ref in zip(parts, want):
+        np.testing.assert_array_equal(got, ref)
+        assert got.flags.c_contiguous and not np.shares_memory(got, x)
+
+
 # --- Gather -----------------------------------------------------------------------------------------
 def test_gather_axis_and_negative_indices():
     x = arange((3, 4, 2))

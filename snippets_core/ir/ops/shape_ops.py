@@ -433,8 +433,11 @@ class VariadicSplit(Node):
         axis = normalize_axis(int(np.asarray(args[1]).reshape(-1)[0]), x.ndim)
         parts = _resolve_lengths([int(a) for a in np.asarray(args[2]).reshape(-1)], x.shape[axis])
         bounds = np.cumsum([0] + parts)  # type: ignore[operator]
-        return [np.ascontiguousarray(np.take(x, np.arange(bounds[i], bounds[i + 1]), axis=axis))
-                for i in range(len(parts))]
+        # a slice, copied once (a C-contiguous copy even where the slice is contiguous: the parts never alias the
+        # input); np.take with an index array gathered element by element (GPT-2's QKV split of [1, 128, 2304]
+        # took 0.2 ms instead of 0.05)
+        lead = (slice(None),) * axis
+        return [x[(*lead, slice(int(bounds[i]), int(bounds[i + 1])))].copy() for i in range(len(parts))]
 
 
 # --- Gather -----------------------------------------------------------------------------------------

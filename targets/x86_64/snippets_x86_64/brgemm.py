@@ -37,7 +37,7 @@ from snippets_core.lowered.symbolic import DynamicShapeError, is_dynamic, low_ma
 from snippets_core.passes.graph_utils import body_of, make, nodes_of_type, replace_output
 from snippets_core.passes.matmul_to_brgemm import init_brgemm_ports
 from snippets_core.passes.pass_manager import Pass, PassPosition, PositionedPass
-from snippets_x86_64.asm import Assembler, dword, qword, word
+from snippets_x86_64.asm import Assembler, byte, dword, qword, word
 from snippets_x86_64.brgemm_copy_b import PACKED_B
 from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter, lea_runtime
 
@@ -67,6 +67,9 @@ K_CHUNK_BYTES = 24 * 1024
 
 #: K steps per iteration of the f32 K loop
 K_UNROLL = 2
+#: the packed-weight micro-kernel prefetches the next K chunk of its panel into L2 (a FullyConnected's weight is
+#: larger than L3 shares, so it streams from DRAM on every call)
+PANEL_PREFETCH = True
 
 
 def k_chunks(k: int, row_bytes: int, pairs: bool) -> list[tuple[int, int]]:
@@ -259,7 +262,8 @@ class BrgemmEmitter(JitEmitter):
         mr = max(1, min(g.m, (self.mr * self.nr + self.nr) // nv - 1))  # within the vectors aux_needs asked for
         extra = vecs[self.mr * self.nr + self.nr :]
         for k0, kc in k_chunks(g.k, width * 4, False):
-            for m0, mv in row_tiles(g.m, mr):
+            tiles = row_tiles(g.m, mr)
+            for t, (m0, mv) in enumerate(tiles):
                 acc = [[vecs[r * nv + j] for j in range(nv)] for r in range(mv)]
                 bvec = [vecs[mr * nv + j] for j in range(nv)]
                 masked = [mask is not None and j == nv - 1 for j in range(nv)]
@@ -276,18 +280,20 @@ class BrgemmEmitter(JitEmitter):
                 a.lea(pa, a_ptr + (g.a.offset_bytes + (m0 * g.a.row_stride + k0 * g.a.col_stride) * 4))
                 a.lea(pb, bp + k0 * width * 4)
                 tile = _Tile(acc, bvec, masked, mask, [], extra[:2])
-                self._k_loop_f32(a, tile, pa, pb, cnt, kc, b_row_stride=width)
+                self._k_loop_f32(a, tile, pa, pb, cnt, kc, b_row_stride=width,
+                                 prefetch=_chunk_prefetch(t, len(tiles), nv, kc, width))
                 for r in range(mv):
                     for j in range(nv):
                         dst = c_addr(r, j)
                         a.vmovups(dst.mask(mask) if masked[j] else dst, acc[r][j])
 
     def _k_loop_f32(self, a: Assembler, t: _Tile, pa: GpReg, pb: GpReg, cnt: GpReg, k: int,
-                    b_row_stride: int | None = None) -> None:
+                    b_row_stride: int | None = None, prefetch: list[int] | None = None) -> None:
         """``acc[r][j] += A[r, k] * B[k, j-th vector]`` for every k; each A element is broadcast into a register
         once (alternating two), so a step of K loads ``nr + mr`` values for ``mr * nr`` FMAs. ``K_UNROLL`` steps
         per loop iteration (addressed by displacement), the remainder after the loop. ``b_row_stride``: elements
-        between rows of B (a packed panel's width), the geometry's by default."""
+        between rows of B (a packed panel's width), the geometry's by default. ``prefetch``: offsets from the B
+        pointer that each loop iteration prefetches into L2 (a hint: it never faults, even past the end of B)."""
         g = self.g
         unroll = max(1, min(K_UNROLL, k))
         row_b = g.b.row_stride if b_row_stride is None else b_row_stride
@@ -303,6 +309,8 @@ class BrgemmEmitter(JitEmitter):
 
         a.mov(cnt, k // unroll)
         top = a.label(f"brgemm.{self.expr.name}.k")
+        for offset in prefetch or ():
+            a.prefetcht1(byte[pb + offset])
         for s in range(unroll):
             step(s)
         a.add(pa, unroll * g.a.col_stride * 4)
@@ -627,6 +635,18 @@ class _DynamicEmission:
         else:
             for st in range(k % unroll):
                 self.k_step(acc, bvec, a_regs, masks, st)
+
+
+def _chunk_prefetch(tile: int, tiles: int, nv: int, kc: int, width: int) -> list[int] | None:
+    """Offsets from the B pointer that register tile ``tile`` (of ``tiles`` over one K chunk of a packed panel)
+    prefetches per K-loop iteration: the next chunk (the next panel's first one after the last chunk: panels are
+    consecutive), its ``K_UNROLL x nv`` cache lines per iteration dealt out between the tiles, so the weight
+    streams from DRAM over the whole chunk while the tiles reuse the current chunk from L1."""
+    if not PANEL_PREFETCH:
+        return None
+    lines = [(r * width + j * LANES) * 4 for r in range(K_UNROLL) for j in range(nv)]
+    mine = [kc * width * 4 + off for i, off in enumerate(lines) if i % tiles == tile]
+    return mine or None
 
 
 @dataclass(frozen=True)

@@ -253,18 +253,22 @@ def _row_roles(sg: Subgraph, packed: dict[int, np.ndarray]) -> tuple[list[str], 
 
 
 class RowBlockFCExecutor:
-    """A FullyConnected Subgraph of a dynamic M (rows: batch x sequence) on one kernel compiled for ``rows`` rows:
-    FC rows are independent (the post-ops are per-row eltwise), so for M rows the kernel runs on consecutive
-    ``rows``-row slices of the row-indexed inputs (x, a residual; viewed as [M, K]: no copy) and of the output,
-    and the last ``M % rows`` rows through a zero-padded scratch block. The weight (packed), the bias and the
-    other one-row inputs are passed whole. No shape compiles anything after compile time."""
+    """A FullyConnected Subgraph of a dynamic M (rows: batch x sequence) on kernels compiled for static blocks of
+    rows: FC rows are independent (the post-ops are per-row eltwise), so for M rows the largest kernel (``rows``
+    rows) runs on consecutive ``rows``-row slices of the row-indexed inputs (x, a residual; viewed as [M, K]: no
+    copy) and of the output, the smaller tail kernels (``rows / 2``, ``rows / 4``, ... rows) on what is left, and
+    the last few rows through a zero-padded scratch block of the smallest kernel that holds them. The weight
+    (packed), the bias and the other one-row inputs are passed whole. No shape compiles anything after compile
+    time."""
 
-    def __init__(self, kernel_executor: Any, packed: dict[int, np.ndarray], roles: list[str], rows: int,
+    def __init__(self, kernels: dict[int, Any], packed: dict[int, np.ndarray], roles: list[str],
                  lead: tuple[int, ...], fallback: Any) -> None:
-        self.kernel = kernel_executor
+        #: the KernelExecutor of each block height, largest first
+        self.kernels = dict(sorted(kernels.items(), reverse=True))
+        self.rows = next(iter(self.kernels))
+        self.kernel = self.kernels[self.rows]
         self.packed = packed
         self.roles = roles
-        self.rows = rows
         #: leading-dim template of x (-1: a dynamic dim); a row-indexed array must have x's leading dims
         self.lead = lead
         #: the per-shape executor for calls whose row inputs do not share x's leading dims (run-time broadcasting)
@@ -273,14 +277,33 @@ class RowBlockFCExecutor:
         #: where the last call ran (the snippets_core.runtime.placement protocol)
         self.last_placement = self._on_target
         self._scratch_lock = threading.Lock()
-        self._scratch = self._new_scratch()
+        #: padded blocks by height, made on first use (inputs, outputs)
+        self._scratch: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
         #: calls that went to ``fallback``
         self.calls_per_shape = 0
         self.a_index = roles.index(ROW)
 
-    def _new_scratch(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        ins = [np.zeros(s, d) for (d, s), r in zip(self.kernel.input_specs, self.roles) if r == ROW]
-        return ins, [np.zeros(s, d) for d, s in self.kernel.output_specs]
+    def _new_scratch(self, rows: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        run = self.kernels[rows]
+        ins = [np.zeros(s, d) for (d, s), r in zip(run.input_specs, self.roles) if r == ROW]
+        return ins, [np.zeros(s, d) for d, s in run.output_specs]
+
+    def plan(self, m: int) -> list[tuple[int, int, int]]:
+        """(first row, rows, kernel height) of each call for M rows: full blocks of the largest kernel, then
+        greedily the smaller ones; what is left (fewer rows than the smallest kernel, or a remainder that fills
+        a kernel to within 1/8) goes padded into the smallest kernel that holds it."""
+        calls, at = [], 0
+        sizes = list(self.kernels)
+        while at < m:
+            left = m - at
+            fits = [s for s in sizes if s >= left]
+            if fits and (fits[-1] - left) * 8 <= fits[-1] or left < sizes[-1]:
+                calls.append((at, left, fits[-1]))
+                break
+            size = next(s for s in sizes if s <= left)
+            calls.append((at, size, size))
+            at += size
+        return calls
 
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
         arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in args]
@@ -311,60 +334,66 @@ class RowBlockFCExecutor:
                       and o.flags.writeable):
                 raise InputError(f"output array {j} must be a writeable C-contiguous {dtype}{list(full)}")
             results.append(o)
-        # [M, C] views (C-contiguous: no copy); the kernel takes [1, .., rows, C] slices of them
+        # [M, C] views (C-contiguous: no copy); the kernels take [1, .., rows, C] slices of them
         flat = [np.ascontiguousarray(a).reshape(m, a.shape[-1]) if r == ROW else self.packed.get(i, a)
                 for i, (a, r) in enumerate(zip(arrays, self.roles))]
         flat_outs = [o.reshape(m, o.shape[-1]) for o in results]
-        rows, run = self.rows, self.kernel
-        full_blocks = m // rows
-        for b in range(full_blocks):
-            sl = slice(b * rows, (b + 1) * rows)
-            run([f[sl].reshape(s) if r == ROW else f for f, r, (_, s) in zip(flat, self.roles, specs)],
-                [o[sl].reshape(s) for o, (_, s) in zip(flat_outs, run.output_specs)])
-        tail = m - full_blocks * rows
-        if tail:
-            own = self._scratch_lock.acquire(blocking=False)
-            try:  # a concurrent call gets scratch of its own
-                s_ins, s_outs = self._scratch if own else self._new_scratch()
-                ins, k = [], 0
-                for f, r in zip(flat, self.roles):
-                    if r == ROW:
-                        pad = s_ins[k]
-                        k += 1
-                        pad.reshape(rows, -1)[:tail] = f[full_blocks * rows :]
-                        ins.append(pad)
-                    else:
-                        ins.append(f)
-                run(ins, s_outs)
-                for o, so in zip(flat_outs, s_outs):
-                    o[full_blocks * rows :] = so.reshape(rows, -1)[:tail]
-            finally:
-                if own:
-                    self._scratch_lock.release()
+        for at, n, size in self.plan(m):
+            run = self.kernels[size]
+            if n == size:
+                sl = slice(at, at + n)
+                run([f[sl].reshape(s) if r == ROW else f for f, r, (_, s) in zip(flat, self.roles, run.input_specs)],
+                    [o[sl].reshape(s) for o, (_, s) in zip(flat_outs, run.output_specs)])
+            else:
+                self._run_padded(run, size, flat, flat_outs, at, n)
         self.last_placement = self._on_target
         return results
+
+    def _run_padded(self, run: Any, size: int, flat: list[np.ndarray], flat_outs: list[np.ndarray], at: int,
+                    n: int) -> None:
+        """Rows ``at:at+n`` (fewer than ``size``) through the zero-padded scratch block of the ``size`` kernel."""
+        own = self._scratch_lock.acquire(blocking=False)
+        try:  # a concurrent call gets scratch of its own
+            if own:
+                s_ins, s_outs = self._scratch.get(size) or self._scratch.setdefault(size, self._new_scratch(size))
+            else:
+                s_ins, s_outs = self._new_scratch(size)
+            ins, k = [], 0
+            for f, r in zip(flat, self.roles):
+                if r == ROW:
+                    pad = s_ins[k]
+                    k += 1
+                    pad.reshape(size, -1)[:n] = f[at : at + n]
+                    ins.append(pad)
+                else:
+                    ins.append(f)
+            run(ins, s_outs)
+            for o, so in zip(flat_outs, s_outs):
+                o[at : at + n] = so.reshape(size, -1)[:n]
+        finally:
+            if own:
+                self._scratch_lock.release()
 
     run = __call__
 
     def describe(self) -> str:
-        text = f"one kernel of {self.rows} rows for every M (the last M % {self.rows} rows padded)"
+        sizes = ", ".join(map(str, self.kernels))
+        text = (f"kernels of {sizes} rows for every M (full blocks of {self.rows}, the tail on the smaller ones, "
+                f"the last rows padded)")
         if self.calls_per_shape:
             text += f"; {self.calls_per_shape} call(s) with run-time broadcasting: {self.fallback.describe()}"
         return text
 
 
-def row_block(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np.ndarray],
-              fallback: Any) -> RowBlockFCExecutor | str:
-    """A :class:`RowBlockFCExecutor` for the dynamic-M FC ``sg``, or why it has none (then a kernel per shape)."""
+#: the smallest tail kernel of a RowBlockFCExecutor (``target_options.fc_row_tail``): fewer rows are padded
+DEFAULT_ROW_TAIL = 8
+
+
+def _row_block_kernel(sg: Subgraph, config: CompileConfig, host: Any, roles: list[str], lead: tuple[int, ...],
+                      rows: int) -> Any:
+    """The KernelExecutor of ``sg`` with its row-indexed inputs folded to a static block of ``rows`` rows."""
     from snippets_x86_64.runtime import KernelExecutor, _executor_options, _kernel_for, _specs
 
-    rows = int_option(dict(config.target_options), "fc_row_block", DEFAULT_ROW_BLOCK, minimum=0)
-    if rows == 0:
-        return "target_options.fc_row_block is 0"
-    found = _row_roles(sg, packed)
-    if isinstance(found, str):
-        return found
-    roles, lead = found
     body = sg.body.clone()
     block_lead = [1] * (len(lead) - 1) + [rows]  # leading dims folded: [B, S, K] runs as [1, rows, K]
     threads = config.num_threads
@@ -375,11 +404,29 @@ def row_block(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, 
     for p, r in zip(body.parameters, roles):
         if r == ROW:
             p.shape = Shape([*block_lead, p.outputs[0].shape.sym_dims[-1]])
-    part = _fixed_subgraph(sg, body, "row_block")
+    part = _fixed_subgraph(sg, body, f"row_block{rows}")
     kernel = _kernel_for(part, config, host, None)
     ins, outs = _specs(part)
-    executor = KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
-    return RowBlockFCExecutor(executor, packed, roles, rows, lead, fallback)
+    return KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
+
+
+def row_block(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np.ndarray],
+              fallback: Any) -> RowBlockFCExecutor | str:
+    """A :class:`RowBlockFCExecutor` for the dynamic-M FC ``sg``, or why it has none (then a kernel per shape)."""
+    options = dict(config.target_options)
+    rows = int_option(options, "fc_row_block", DEFAULT_ROW_BLOCK, minimum=0)
+    if rows == 0:
+        return "target_options.fc_row_block is 0"
+    smallest = int_option(options, "fc_row_tail", DEFAULT_ROW_TAIL, minimum=1)
+    found = _row_roles(sg, packed)
+    if isinstance(found, str):
+        return found
+    roles, lead = found
+    sizes = [rows]
+    while sizes[-1] % 2 == 0 and sizes[-1] // 2 >= smallest:
+        sizes.append(sizes[-1] // 2)
+    kernels = {size: _row_block_kernel(sg, config, host, roles, lead, size) for size in sizes}
+    return RowBlockFCExecutor(kernels, packed, roles, lead, fallback)
 
 
 def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, split: bool = True) -> Any:

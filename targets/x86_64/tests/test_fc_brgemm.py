@@ -171,7 +171,7 @@ def test_pack_b_panels_layout():
 
 
 @pytest.mark.parametrize("m, k, n, at", [(1, 33, 17, "end"), (7, 65, 150, "end"), (7, 65, 150, "start"),
-                                         (40, 16, 64, "end")])
+                                         (40, 16, 64, "end"), (13, 300, 150, "end"), (150, 200, 64, "start")])
 def test_fc_against_guard_pages(m, k, n, at):
     """Every array the kernel touches (x, the packed weight, the bias, the output) ends (or starts) at a
     PROT_NONE page: a read or write past it would crash the test."""
@@ -351,3 +351,16 @@ def test_split_n_knob():
         compile_model(model, target=TARGET, config=cfg)
     with pytest.raises(ConfigError, match="fc_m_block"):
         compile_model(model, target=TARGET, config={"target_options": {"fc_m_block": -1}})
+
+
+@pytest.mark.parametrize("tiles, nv", [(1, 4), (3, 4), (8, 4), (22, 4), (5, 1)])
+def test_every_line_of_the_next_chunk_is_prefetched_once(tiles, nv):
+    """The tiles of a K chunk share out the prefetch of the next chunk: each cache line of a K-loop iteration's
+    B rows (K_UNROLL rows of ``nv`` vectors), one chunk ahead, is asked for by exactly one tile."""
+    from snippets_x86_64.brgemm import K_UNROLL, PANEL_PREFETCH, _chunk_prefetch
+
+    assert PANEL_PREFETCH
+    kc, width = 96, 16 * nv
+    got = sorted(off for t in range(tiles) for off in _chunk_prefetch(t, tiles, nv, kc, width) or [])
+    want = [(kc * width + r * width + j * 16) * 4 for r in range(K_UNROLL) for j in range(nv)]
+    assert got == want

@@ -1,6 +1,7 @@
-"""A FullyConnected of a dynamic M (batch and sequence) runs every M on one kernel compiled for a static block of
-rows (RowBlockFCExecutor): full blocks on slices of x, of the residual and of the output, the tail through a
-padded scratch block. Checked against numpy float64, with every array at a guard page."""
+"""A FullyConnected of a dynamic M (batch and sequence) runs every M on kernels compiled for static blocks of rows
+(RowBlockFCExecutor): full blocks on slices of x, of the residual and of the output, the tail on the smaller
+kernels and the last rows through a padded scratch block. Checked against numpy float64, with every array at a
+guard page."""
 
 from __future__ import annotations
 
@@ -53,12 +54,14 @@ def _args(sg, xs, rs, at="end"):  # type: ignore[no-untyped-def]
 def test_every_m_against_numpy_at_guard_pages(threads, at):
     sg, ex, w, b = _fc(threads)
     assert isinstance(ex, RowBlockFCExecutor), ex.describe()
-    assert f"one kernel of {R} rows for every M" in ex.describe()
+    assert f"kernels of {R}, {R // 2}, {R // 4}, {R // 8}, {R // 16} rows for every M" in ex.describe()
     (i,) = ex.packed
     ex.packed[i] = guarded_copy(ex.packed[i], at)
-    s_ins, s_outs = ex._scratch  # the padded tail block is read and written by the kernel too
-    ex._scratch = ([guarded_copy(a, at) for a in s_ins], [guarded_copy(a, at) for a in s_outs])
-    for batch, seq in [(1, 1), (1, 2), (1, R - 1), (1, R), (1, R + 1), (1, 2 * R + 3), (3, 100), (2, 150)]:
+    for size in ex.kernels:  # the padded blocks are read and written by the kernels too
+        s_ins, s_outs = ex._new_scratch(size)
+        ex._scratch[size] = ([guarded_copy(a, at) for a in s_ins], [guarded_copy(a, at) for a in s_outs])
+    cases = [(1, 1), (1, 2), (1, 17), (1, R - 1), (1, R), (1, R + 1), (1, 197), (1, 2 * R + 3), (3, 100), (2, 150)]
+    for batch, seq in cases:
         xs = RNG.standard_normal((batch, seq, K)).astype(np.float32)
         rs = RNG.standard_normal((batch, seq, N)).astype(np.float32)
         out = guarded_copy(np.full((batch, seq, N), np.nan, np.float32), at)
@@ -120,3 +123,23 @@ def test_the_row_block_is_split_between_the_threads(rank):
         (got,) = ex(args)
         want = np.maximum(xs.astype(np.float64) @ w.astype(np.float64) + b, 0)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("m", "calls"), [
+    (1, [(0, 1, 8)]), (16, [(0, 16, 16)]), (17, [(0, 16, 16), (16, 1, 8)]), (120, [(0, 120, 128)]),
+    (128, [(0, 128, 128)]), (197, [(0, 128, 128), (128, 64, 64), (192, 5, 8)]),
+    (300, [(0, 128, 128), (128, 128, 128), (256, 32, 32), (288, 8, 8), (296, 4, 8)]),
+    (60, [(0, 60, 64)]), (54, [(0, 32, 32), (32, 16, 16), (48, 6, 8)]),
+])  # fmt: skip
+def test_the_tail_runs_on_smaller_kernels(m, calls):
+    """The rows after the full blocks go to the tail kernels; only the last few are padded, or a remainder that
+    fills a kernel to within 1/8 (ViT's 197 rows run as 128 + 64 + 8, no longer as 256)."""
+    _, ex, _, _ = _fc(1)
+    assert list(ex.kernels) == [R, R // 2, R // 4, R // 8, R // 16]
+    assert ex.plan(m) == calls
+
+
+def test_row_tail_option_sets_the_smallest_kernel():
+    _, ex, _, _ = _fc(1, {"fc_row_tail": R})
+    assert list(ex.kernels) == [R]
+    assert ex.plan(R + 3) == [(0, R, R), (R, 3, R)]
