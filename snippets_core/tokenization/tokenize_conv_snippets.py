@@ -23,7 +23,9 @@ Tokenizer.
 
 2-D MaxPool (without the indices output) and AvgPool on static f32 inputs, and LRN on static 4-D f32 inputs,
 become single-op Subgraphs marked ``POOLING``, so they run on the same layout as the convolutions around them; a
-Concat along the channels of their outputs becomes a ``CONCAT`` Subgraph that keeps that layout (Inception, DenseNet).
+Concat along the channels of their outputs becomes a ``CONCAT`` Subgraph that keeps that layout (Inception, DenseNet),
+and a channel shuffle of a primitive's output (Reshape, Transpose, Reshape that only permute the channels: ShuffleNet)
+a ``CHANNEL_SHUFFLE`` Subgraph, a permutation within each pixel in that layout.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ CONVOLUTION = "SnippetsConvolution"
 POOLING = "SnippetsPooling"
 #: rt_info key on a channel Concat of primitives' outputs (value True): it keeps their NHWC layout
 CONCAT = "SnippetsConcat"
+#: rt_info key on a channel shuffle after a primitive (Reshape, Transpose, Reshape permuting the channels; value
+#: True): a permutation within each pixel in NHWC, so it keeps the primitives' layout
+CHANNEL_SHUFFLE = "SnippetsChannelShuffle"
 #: rt_info key on a Convolution left to its reference kernel: why
 CONV_REJECT_REASON_KEY = "SnippetsConvRejectReason"
 #: per-channel ops (with a Constant) and the element-wise activations a conv primitive applies
@@ -72,7 +77,7 @@ def per_channel(value: np.ndarray, channels: int) -> bool:
 
 def is_primitive(node: Node) -> bool:
     """A Subgraph this Tokenizer made: a target runs it as one conv or pooling kernel."""
-    return bool(node.rt_info.get(CONVOLUTION) or node.rt_info.get(POOLING) or node.rt_info.get(CONCAT))
+    return any(node.rt_info.get(k) for k in (CONVOLUTION, POOLING, CONCAT, CHANNEL_SHUFFLE))
 
 
 def is_channel_concat_of_primitives(node: Node) -> bool:
@@ -84,6 +89,45 @@ def is_channel_concat_of_primitives(node: Node) -> bool:
         return False
     srcs = [i.source.node for i in node.inputs]
     return all(s.type_name != "Constant" for s in srcs) and any(is_primitive(s) for s in srcs)
+
+
+def channel_shuffle_chain(node: Node) -> list[Node] | None:
+    """``[Reshape, Transpose, Reshape]`` from ``node`` when they only permute the channels of a static f32
+    ``[N, C, H, W]`` made by a primitive (ShuffleNet: split C into groups, swap the group axes, merge them back),
+    each read only by the next; else None. :func:`channel_permutation` gives the permutation."""
+    x = node.inputs[0] if node.type_name == "Reshape" else None
+    if x is None or not x.shape.is_static or x.shape.rank != 4 or x.element_type is not ElementType.f32:
+        return None
+    if not is_primitive(x.source.node):
+        return None
+    chain = [node]
+    for want in ("Transpose", "Reshape"):
+        out = chain[-1].outputs[0]
+        if len(out.targets) != 1 or out.targets[0].node.type_name != want:
+            return None
+        chain.append(out.targets[0].node)
+    if chain[2].outputs[0].shape != x.shape or constant_value(chain[1].inputs[1].source) is None:
+        return None
+    return chain if channel_permutation(chain) is not None else None
+
+
+def channel_permutation(chain: list[Node]) -> tuple[int, ...] | None:
+    """The source channel of each output channel of a Reshape-Transpose-Reshape ``chain`` on ``[N, C, H, W]``,
+    or None when it is not a permutation within each pixel (the Reshape must split only C, the Transpose must
+    keep N, H and W in place)."""
+    n, c, h, w = chain[0].inputs[0].shape.to_tuple()
+    split = chain[0].outputs[0].shape
+    if not split.is_static:
+        return None
+    dims = split.to_tuple()
+    if len(dims) < 4 or dims[0] != n or dims[-2:] != (h, w) or int(np.prod(dims[1:-2])) != c:
+        return None
+    order = [int(a) % len(dims) for a in constant_value(chain[1].inputs[1].source).reshape(-1)]
+    last = len(dims) - 1
+    if order[0] != 0 or order[-2:] != [last - 1, last]:
+        return None
+    mid = [a - 1 for a in order[1:-2]]
+    return tuple(int(s) for s in np.arange(c).reshape(dims[1:-2]).transpose(mid).reshape(-1))
 
 
 def pool_reject_reason(pool: Node) -> str | None:
@@ -140,6 +184,11 @@ class TokenizeConvSnippets(Pass):
         for node in model.get_ordered_ops():
             if is_channel_concat_of_primitives(node):  # in topological order: its producers are wrapped already
                 _wrap([node], CONCAT)
+                changed = True
+                continue
+            shuffle = channel_shuffle_chain(node) if node.type_name == "Reshape" else None
+            if shuffle is not None:
+                _wrap(shuffle, CHANNEL_SHUFFLE)
                 changed = True
                 continue
             if node.type_name in ("MaxPool", "AvgPool", "LRN"):
@@ -293,7 +342,7 @@ def _wrap(ordered: list[Node], kind: str) -> Subgraph:
 
 
 __all__ = [
-    "CONCAT", "CONVOLUTION", "CONV_ACTIVATIONS", "CONV_CHANNEL_OPS", "CONV_REJECT_REASON_KEY", "POOLING",
-    "TokenizeConvSnippets", "conv_reject_reason", "is_channel_concat_of_primitives", "is_primitive", "per_channel",
+    "CHANNEL_SHUFFLE", "CONCAT", "CONVOLUTION", "CONV_ACTIVATIONS", "CONV_CHANNEL_OPS", "CONV_REJECT_REASON_KEY", "POOLING",
+    "TokenizeConvSnippets", "channel_permutation", "channel_shuffle_chain", "conv_reject_reason", "is_channel_concat_of_primitives", "is_primitive", "per_channel",
     "pool_reject_reason",
 ]

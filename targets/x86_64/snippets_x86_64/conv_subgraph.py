@@ -182,6 +182,8 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
 
         run_concat.executor = cat  # type: ignore[attr-defined]
         return run_concat
+    if sg.rt_info.get("SnippetsChannelShuffle"):
+        return _compile_channel_shuffle(sg, config)
     if sg.rt_info.get("SnippetsPooling"):
         from snippets_x86_64.pool import build_pool_executor
 
@@ -215,6 +217,25 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
         run.executor = ex  # type: ignore[attr-defined]
         return run
     return PerShapeConv(sg, plan, threads)
+
+
+def _compile_channel_shuffle(sg: Subgraph, config: CompileConfig) -> Any:
+    """``run(inputs) -> [y]`` for a channel shuffle (TokenizeConvSnippets): a JIT permutation within each NHWC
+    pixel."""
+    from snippets_core.tokenization.tokenize_conv_snippets import channel_permutation
+    from snippets_x86_64.channel_shuffle import ChannelPermute
+
+    perm = channel_permutation(list(sg.body_ops))
+    if perm is None:
+        raise ConvUnsupported(f"{sg.name}: its body is not a channel permutation")
+    ex = ChannelPermute(perm, sg.body.parameters[0].outputs[0].shape.to_tuple(), config.num_threads)
+    sg.rt_info["SnippetsConvKernel"] = ex.describe()
+
+    def run_shuffle(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return [ex.run(inputs[0])]
+
+    run_shuffle.executor = ex  # type: ignore[attr-defined]
+    return run_shuffle
 
 
 class PerShapeConv:

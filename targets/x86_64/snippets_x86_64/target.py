@@ -29,6 +29,8 @@ hookimpl = pluggy.HookimplMarker("snippets")
 #: C-byte runs: 3-channel images copy 3 bytes at a time)
 INT8_CONV_MIN_MACS = 16_000_000
 INT8_CONV_MIN_CHANNELS = 16
+#: rt_info keys of the Subgraphs TokenizeConvSnippets makes: each runs as a kernel of its own, on NHWC
+PRIMITIVE_KINDS = ("SnippetsConvolution", "SnippetsPooling", "SnippetsConcat", "SnippetsChannelShuffle")
 
 
 class X86_64Target:
@@ -94,10 +96,10 @@ class X86_64Target:
         return None
 
     def preferred_layout(self, node: Node) -> str | None:
-        """The layout AssignLayouts gives ``node``'s rank-4 tensors: NHWC for the conv, pooling and channel-concat
-        primitives (their kernels read and write channels innermost, so they hand each other memory with no
+        """The layout AssignLayouts gives ``node``'s rank-4 tensors: NHWC for the conv, pooling, channel-concat and
+        channel-shuffle primitives (their kernels read and write channels innermost, so they hand each other memory with no
         reorder), plain (None) for everything else."""
-        if any(node.rt_info.get(k) for k in ("SnippetsConvolution", "SnippetsPooling", "SnippetsConcat")):
+        if any(node.rt_info.get(k) for k in PRIMITIVE_KINDS):
             return "NHWC"
         return None
 
@@ -106,7 +108,7 @@ class X86_64Target:
         (with ``sg.rt_info["SnippetsFallbackReason"]``) when the target declares it does not generate something in
         it (UnsupportedByTarget), so it runs on its reference; any other error is raised.
         The executor is ``run(inputs, outs=None) -> outputs``; see :mod:`snippets_x86_64.runtime`."""
-        primitive = any(sg.rt_info.get(k) for k in ("SnippetsConvolution", "SnippetsPooling", "SnippetsConcat"))
+        primitive = any(sg.rt_info.get(k) for k in PRIMITIVE_KINDS)
         if primitive or sg.rt_info.get("SnippetsReorder"):
             # a conv or pooling primitive (TokenizeConvSnippets) or a layout change (AssignLayouts): a kernel of its
             # own, not the LinearIR pipeline, built once per geometry (FUNCTION_CACHE, on disk under cache_dir)

@@ -164,3 +164,49 @@ def test_a_reorder_without_a_kernel_runs_on_its_reference_with_the_reason() -> N
     sg = make_reorder(x.outputs[0], PLAIN, NHWC)
     assert compile_reorder_subgraph(sg, CompileConfig()) is None
     assert sg.rt_info["SnippetsFallbackReason"] == "the JIT reorder moves 4-byte elements, not uint8"
+
+
+def test_shufflenet_reorders_only_at_its_input_and_shuffles_in_nhwc() -> None:
+    """ShuffleNet's 16 channel shuffles (Reshape, Transpose, Reshape) become JIT channel permutes on the NHWC
+    edges of the convs around them: one reorder (the input); the output matches the model's stored output."""
+    path = LIGHT / "light_shufflenet.onnx"
+    cm = compile_model(str(path), "x86_64_avx512", {"num_threads": 2})
+    assert _reorders(cm) == [("plain", "NHWC")]
+    shuffles = [sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsChannelShuffle")]
+    assert len(shuffles) == 16
+    n = 1 * 3 * 224 * 224
+    x = (np.arange(n).reshape(1, 3, 224, 224) / n).astype(np.float32)
+    (y,) = cm({"gpu_0/data_0": x}).values()
+    ref = numpy_helper.to_array(onnx.load_tensor(str(path.with_suffix("")) + "_output_0.pb"))
+    np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-6)
+    execs = [st.run.executor for st in cm._steps if type(getattr(st.run, "executor", None)).__name__ == "ChannelPermute"]
+    assert len(execs) == 16 and all(ex.reorders == 0 for ex in execs)
+
+
+PERMUTE_CASES = [((1, 112, 5, 7), 4), ((2, 240, 3, 3), 3), ((1, 33, 2, 3), 3), ((1, 17, 4, 1), 0), ((3, 8, 2, 2), 2),
+                 ((1, 64, 1, 1), 0)]
+
+
+@pytest.mark.parametrize("shape,groups", PERMUTE_CASES, ids=[f"{'x'.join(map(str, s))}g{g}" for s, g in PERMUTE_CASES])
+@pytest.mark.parametrize("at", ["end", "start"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_channel_permute_against_numpy_under_guard_pages(shape: tuple[int, ...], groups: int, at: str,
+                                                         threads: int) -> None:
+    """A shuffle (``groups``) or a random permutation (0) of the channels of an NHWC tensor, the source and the
+    destination each flush against a PROT_NONE page: the channel tails' loads and stores stay inside."""
+    from snippets_x86_64.channel_shuffle import ChannelPermute, shuffle_permutation
+
+    rng = np.random.default_rng(sum(shape) + groups)
+    c = shape[1]
+    perm = shuffle_permutation(c, groups) if groups else tuple(int(p) for p in rng.permutation(c))
+    x = rng.standard_normal(shape).astype(np.float32)
+    n, _, h, w = shape
+    src = guarded_array((n, h, w, c), np.float32, at)
+    src[...] = x.transpose(0, 2, 3, 1)
+    ex = ChannelPermute(perm, shape, threads, lambda s: guarded_array(s, np.float32, at))
+    y = ex.run(src.transpose(0, 3, 1, 2))
+    assert y.transpose(0, 2, 3, 1).flags.c_contiguous and ex.reorders == 0
+    np.testing.assert_array_equal(y, x[:, list(perm)])
+    if groups:  # the shuffle as ONNX spells it
+        want = x.reshape(n, groups, c // groups, h, w).transpose(0, 2, 1, 3, 4).reshape(shape)
+        np.testing.assert_array_equal(y, want)

@@ -1,0 +1,137 @@
+"""ChannelPermute: a permutation of the channels within each pixel of an NHWC tensor, as one JIT kernel.
+
+ShuffleNet's channel shuffle (Reshape [N, C, H, W] -> [N, g, C/g, H, W], Transpose (0, 2, 1, 3, 4), Reshape
+back) moves channel ``(j % g) * C/g + j // g`` to ``j`` in every pixel. In NCHW that is a copy of whole planes;
+in NHWC it is a permutation inside each pixel's contiguous channels, so the primitives around it keep their NHWC
+edges and nothing is reordered (TokenizeConvSnippets wraps the three ops into a ``SnippetsChannelShuffle``
+Subgraph, which prefers NHWC like the conv primitives, see docs/conv.md).
+
+The kernel walks the pixels; each output vector of 16 channels is put together from the input vectors its lanes
+come from: one ``vpermps`` per source vector, merge-masked to the lanes it supplies (the first one unmasked), the
+index and the lane mask constants of the code. A source vector that ends past the pixel's last channel is loaded
+with the channel tail's mask first (masked loads do not fault), and the last output vector is stored with it, so
+every access stays inside the two arrays. Signature: the native pool's harness ``permute(unused, args, start,
+count)`` with ``args`` = [src, dst] and items = pixels.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from snippets_x86_64.asm import Function, k1, qword, r9, r14, rbx, word, zword
+from snippets_x86_64.asm.registers import K, ZMM
+from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
+from snippets_x86_64.jit import JitFunction
+from snippets_x86_64.reorder import run_split
+
+LANES = 16
+#: below this many elements a permute runs on one thread (waking the pool's worker costs more than it saves)
+MIN_PARALLEL_ELEMENTS = 1 << 16
+
+
+def shuffle_permutation(channels: int, groups: int) -> tuple[int, ...]:
+    """The source channel of each output channel of a ShuffleNet channel shuffle with ``groups`` groups."""
+    return tuple(int(s) for s in np.arange(channels).reshape(groups, channels // groups).T.reshape(-1))
+
+
+def _sources(perm: Sequence[int], v: int) -> list[tuple[int, list[int], int]]:
+    """For output vector ``v``: (source vector, the 16 lane indices into it, the mask of the lanes it supplies)."""
+    lanes = perm[v * LANES:(v + 1) * LANES]
+    by_vector: dict[int, tuple[list[int], int]] = {}
+    for lane, s in enumerate(lanes):
+        idx, mask = by_vector.setdefault(s // LANES, ([0] * LANES, 0))
+        idx[lane] = s % LANES
+        by_vector[s // LANES] = (idx, mask | (1 << lane))
+    return [(u, idx, mask) for u, (idx, mask) in sorted(by_vector.items())]
+
+
+def build_permute_kernel(perm: tuple[int, ...]) -> JitFunction:
+    """``permute(unused, args, start, count)``: pixels ``start .. start + count`` of an NHWC f32 tensor with
+    ``len(perm)`` channels, output channel ``j`` = input channel ``perm[j]``."""
+    c = len(perm)
+    pitch = c * 4
+    last_src, tail = divmod(c, LANES)
+    fn = Function("channel_permute", args=("unused", "args", "start", "count"))
+    if tail:
+        fn.kmovw(k1, word[fn.const_data(((1 << tail) - 1).to_bytes(2, "little"), 2)])
+    fn.mov(r14, fn.arg("count"))
+    fn.test(r14, r14)
+    fn.jz(fn.exit)
+    fn.imul(rbx, fn.arg("start"), pitch)
+    fn.mov(r9, rbx)
+    fn.add(rbx, qword[fn.arg("args")])
+    fn.add(r9, qword[fn.arg("args") + 8])
+    top = fn.label("pixel")
+    masks, n_out = K[2:8], -(-c // LANES)
+    tmp, k = ZMM[31], 0
+    for v in range(n_out):
+        acc = ZMM[v % 8]
+        for i, (u, idx, mask) in enumerate(_sources(perm, v)):
+            index = ZMM[8 + k % 16]
+            fn.vmovups(index, zword[fn.const_data(np.asarray(idx, np.int32).tobytes(), 64)])
+            src = zword[rbx + u * LANES * 4]
+            if tail and u == last_src:  # the vector past the last channel: a masked load, which never faults
+                fn.vmovups(tmp.mask(k1).z, src)
+                src = tmp
+            if i == 0:
+                fn.vpermps(acc, index, src)
+            else:
+                km = masks[k % len(masks)]
+                fn.kmovw(km, word[fn.const_data(mask.to_bytes(2, "little"), 2)])
+                fn.vpermps(acc.mask(km), index, src)
+            k += 1
+        dst = zword[r9 + v * LANES * 4]
+        fn.vmovups(dst.mask(k1) if tail and v == n_out - 1 else dst, acc)
+    fn.add(rbx, pitch)
+    fn.add(r9, pitch)
+    fn.dec(r14)
+    fn.jnz(top)
+    return fn.finalize(None, HARNESS_ARGTYPES)
+
+
+class ChannelPermute:
+    """``run(x) -> y`` for one shape: ``x`` [N, C, H, W] lying in NHWC (an NCHW view of NHWC memory), ``y`` a new
+    NHWC array (returned as its NCHW view) with ``y[:, j] = x[:, perm[j]]``. ``reorders`` counts the inputs that
+    did not lie in NHWC (copied first; AssignLayouts makes sure they do). ``alloc(shape)`` makes the
+    destination (tests pass guarded memory)."""
+
+    def __init__(self, perm: Sequence[int], shape: tuple[int, ...], num_threads: int = 1,
+                 alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> None:
+        n, c, h, w = shape
+        if sorted(perm) != list(range(c)):
+            raise ValueError(f"{list(perm)} is not a permutation of {c} channels")
+        self.perm, self.shape = tuple(int(p) for p in perm), tuple(shape)
+        self.new = alloc or (lambda s: np.empty(s, dtype=np.float32))
+        self.reorders = 0
+        pixels = n * h * w
+        self.empty = pixels * c == 0
+        if self.empty:
+            return
+        self.kernel = FUNCTION_CACHE.get("channel_permute", self.perm, lambda: build_permute_kernel(self.perm),
+                                         HARNESS_ARGTYPES)
+        threads = 1 if pixels * c < MIN_PARALLEL_ELEMENTS else max(1, min(num_threads, pixels))
+        bounds = [pixels * t // threads for t in range(threads + 1)]
+        self.chunks = [(bounds[t], bounds[t + 1] - bounds[t]) for t in range(threads)]
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        n, c, h, w = self.shape
+        y = self.new((n, h, w, c))
+        if self.empty:
+            return y.transpose(0, 3, 1, 2)
+        mem = x.transpose(0, 2, 3, 1)
+        if not mem.flags.c_contiguous or mem.dtype != np.float32:
+            self.reorders += 1
+            mem = np.ascontiguousarray(mem, dtype=np.float32)
+        block = (ctypes.c_uint64 * 2)(mem.ctypes.data, y.ctypes.data)
+        run_split(self.kernel, ctypes.addressof(block), self.chunks)
+        return y.transpose(0, 3, 1, 2)
+
+    def describe(self) -> str:
+        n, c, h, w = self.shape
+        return f"channel permute of {c} channels over {n}x{h}x{w} pixels (NHWC, JIT vpermps)"
+
+
+__all__ = ["ChannelPermute", "build_permute_kernel", "shuffle_permutation"]
