@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.asm import Function, k1, qword, r9, r14, rbx, word, zword
 from snippets_x86_64.asm.registers import K, ZMM
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
@@ -104,7 +105,7 @@ class ChannelPermute:
         if sorted(perm) != list(range(c)):
             raise ValueError(f"{list(perm)} is not a permutation of {c} channels")
         self.perm, self.shape = tuple(int(p) for p in perm), tuple(shape)
-        self.new = alloc or (lambda s: np.empty(s, dtype=np.float32))
+        self.new = alloc or empty_aligned
         self.reorders = 0
         pixels = n * h * w
         self.empty = pixels * c == 0

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from snippets_x86_64.aligned import empty_aligned
+
 
 class ChannelConcat:
     """``run(inputs) -> y``: the inputs [N, Ci, H, W] joined along the channels; ``reorders`` counts the inputs
@@ -24,7 +26,7 @@ class ChannelConcat:
     def run(self, inputs: Sequence[np.ndarray]) -> np.ndarray:
         n, _, h, w = inputs[0].shape
         total = sum(a.shape[1] for a in inputs)
-        y = np.empty((n, h, w, total), dtype=np.float32)
+        y = empty_aligned((n, h, w, total))
         at = 0
         for a in inputs:
             nhwc = a.transpose(0, 2, 3, 1)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
     choose_planar, copy_table, flat_pixels, pack_channels, work_table
@@ -54,7 +55,7 @@ class ConvExecutor:
         geo = choose_planar(geo) if plain_input else geo
         self.geo = geo
         self.post_ops = tuple(post_ops)
-        new = alloc or (lambda shape: np.empty(shape, dtype=np.float32))
+        new = alloc or empty_aligned
 
         def keep(a: np.ndarray) -> np.ndarray:
             out = new(a.shape)

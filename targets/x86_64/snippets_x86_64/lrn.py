@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.asm import Function, bcst, eax, k1, k2, k3, qword, r9, r12, rbx, rcx, rdx, rsi, zword
 from snippets_x86_64.asm.registers import ZMM
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
@@ -110,7 +111,7 @@ class LRNExecutor:
         self.shape = shape
         self.size, self.alpha, self.beta, self.bias = size, alpha, beta, bias
         n, c, h, w = shape
-        self.new = alloc or (lambda s: np.empty(s, dtype=np.float32))
+        self.new = alloc or empty_aligned
         spec = (c, w, size, alpha, beta, bias)
         self.kernel = FUNCTION_CACHE.get("lrn", spec, lambda: build_lrn_kernel(*spec), HARNESS_ARGTYPES)
         work = n * c * h * w * (size + 8)

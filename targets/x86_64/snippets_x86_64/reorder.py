@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from snippets_core.ir.layout import NHWC, PLAIN, Layout, layout_named, logical, physical
+from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
 from snippets_x86_64.asm import Function, k1, k2, qword, r9, r14, r15, rbx, word, zword
 from snippets_x86_64.asm.registers import ZMM
@@ -146,7 +147,7 @@ class ReorderExecutor:
         self.src, self.dst, self.shape, self.dtype = src, dst, tuple(shape), np.dtype(dtype)
         batch, rows, cols = (int(np.prod([shape[d] for d in dims], dtype=np.int64))
                              for dims in (batch_dims, row_dims, col_dims))
-        self.new = alloc or (lambda s: np.empty(s, dtype=self.dtype))
+        self.new = alloc or (lambda s: empty_aligned(s, self.dtype))
         self.dst_shape = tuple(shape[d] for d in dst.order) if dst.order is not None else tuple(shape)
         self.empty = batch * rows * cols == 0
         #: numpy copies made because a caller handed a source that does not lie in ``src`` (a strided input)

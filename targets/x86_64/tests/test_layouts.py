@@ -210,3 +210,16 @@ def test_channel_permute_against_numpy_under_guard_pages(shape: tuple[int, ...],
     if groups:  # the shuffle as ONNX spells it
         want = x.reshape(n, groups, c // groups, h, w).transpose(0, 2, 1, 3, 4).reshape(shape)
         np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("shape,dtype", [((1, 96, 112, 112), np.float32), ((3, 5), np.float64), ((0, 4), np.float32),
+                                         ((7,), np.uint8)])
+def test_empty_aligned_starts_on_a_cache_line(shape: tuple[int, ...], dtype: type) -> None:
+    """The primitives' outputs start on 64-byte boundaries (numpy's large arrays start 16 bytes past a page)."""
+    from snippets_x86_64.aligned import ALIGN, empty_aligned
+
+    a = empty_aligned(shape, dtype)
+    assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+    assert a.ctypes.data % ALIGN == 0 or a.size == 0
+    a[...] = 1
+    assert a.sum() == a.size
