@@ -25,7 +25,8 @@ Tokenizer.
 become single-op Subgraphs marked ``POOLING``, so they run on the same layout as the convolutions around them; a
 Concat along the channels of their outputs becomes a ``CONCAT`` Subgraph that keeps that layout (Inception, DenseNet),
 and a channel shuffle of a primitive's output (Reshape, Transpose, Reshape that only permute the channels: ShuffleNet)
-a ``CHANNEL_SHUFFLE`` Subgraph, a permutation within each pixel in that layout.
+a ``CHANNEL_SHUFFLE`` Subgraph, a permutation within each pixel in that layout; a ReduceMean/ReduceMax over H and W
+of a primitive's output (GlobalAveragePool, GlobalMaxPool) a ``POOLING`` Subgraph that reads that layout.
 """
 
 from __future__ import annotations
@@ -130,6 +131,45 @@ def channel_permutation(chain: list[Node]) -> tuple[int, ...] | None:
     return tuple(int(s) for s in np.arange(c).reshape(dims[1:-2]).transpose(mid).reshape(-1))
 
 
+GLOBAL_REDUCTIONS = ("ReduceMean", "ReduceMax")
+
+
+def global_pool_chain(node: Node) -> list[Node] | None:
+    """The ops of a mean or maximum over the H and W axes of a static, non-empty ``[N, C, H, W]`` f32 tensor made
+    by a primitive (GlobalAveragePool/GlobalMaxPool as the frontend spells them), starting at ``node``: a
+    ReduceMean/ReduceMax over axes 2, 3; or, as MoveReductionAxesLast rewrites it, Reshape to ``[N, C, H*W]``,
+    the reduction over the last axis, Reshape to ``[N, C, 1, 1]`` or ``[N, C]``, each read only by the next. They
+    become a pooling primitive that reads NHWC. None when ``node`` starts no such chain."""
+    x = node.inputs[0] if node.inputs else None
+    if x is None or not x.shape.is_static or x.shape.rank != 4 or x.element_type is not ElementType.f32:
+        return None
+    dims = x.shape.to_tuple()
+    if 0 in dims or not is_primitive(x.source.node):
+        return None
+    n, c, h, w = dims
+    if node.type_name in GLOBAL_REDUCTIONS:
+        return [node] if _reduces(node, [2, 3]) else None
+    if node.type_name != "Reshape" or node.outputs[0].shape.to_tuple() != (n, c, h * w):
+        return None
+    chain = [node]
+    for want in (GLOBAL_REDUCTIONS, ("Reshape",)):
+        out = chain[-1].outputs[0]
+        if len(out.targets) != 1 or out.targets[0].node.type_name not in want:
+            return None
+        chain.append(out.targets[0].node)
+    red, back = chain[1], chain[2].outputs[0].shape
+    if not _reduces(red, [2]) or not back.is_static or back.to_tuple() not in ((n, c, 1, 1), (n, c)):
+        return None
+    return chain
+
+
+def _reduces(red: Node, axes: list[int]) -> bool:
+    """``red`` reduces exactly ``axes`` (normalized) of its input, with Constant axes."""
+    value = constant_value(red.inputs[1].source)
+    rank = red.inputs[0].shape.rank
+    return value is not None and value.size > 0 and sorted({int(a) % rank for a in value.reshape(-1)}) == axes
+
+
 def pool_reject_reason(pool: Node) -> str | None:
     """None if a MaxPool/AvgPool can be a pooling primitive (2-D, f32, static, no indices output), else why not."""
     x = pool.inputs[0]
@@ -189,6 +229,11 @@ class TokenizeConvSnippets(Pass):
             shuffle = channel_shuffle_chain(node) if node.type_name == "Reshape" else None
             if shuffle is not None:
                 _wrap(shuffle, CHANNEL_SHUFFLE)
+                changed = True
+                continue
+            global_pool = global_pool_chain(node)
+            if global_pool is not None:
+                _wrap(global_pool, POOLING)
                 changed = True
                 continue
             if node.type_name in ("MaxPool", "AvgPool", "LRN"):
@@ -343,6 +388,7 @@ def _wrap(ordered: list[Node], kind: str) -> Subgraph:
 
 __all__ = [
     "CHANNEL_SHUFFLE", "CONCAT", "CONVOLUTION", "CONV_ACTIVATIONS", "CONV_CHANNEL_OPS", "CONV_REJECT_REASON_KEY", "POOLING",
-    "TokenizeConvSnippets", "channel_permutation", "channel_shuffle_chain", "conv_reject_reason", "is_channel_concat_of_primitives", "is_primitive", "per_channel",
+    "TokenizeConvSnippets", "channel_permutation", "channel_shuffle_chain", "conv_reject_reason",
+    "global_pool_chain", "is_channel_concat_of_primitives", "is_primitive", "per_channel",
     "pool_reject_reason",
 ]

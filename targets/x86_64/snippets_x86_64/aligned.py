@@ -8,21 +8,28 @@ other memory-bound NHWC kernels run 1.6-1.8x faster on aligned arrays (a 3x3 dep
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 #: the boundary: one cache line, one zmm register
 ALIGN = 64
+#: below this many bytes an array is numpy's own (aligning costs ~1.5 us a call, more than it saves on a small
+#: kernel; a model makes one output per primitive per call)
+MIN_BYTES = 16384
 
 
 def empty_aligned(shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
-    """An uninitialized C-contiguous array of ``shape`` whose first element lies on a 64-byte boundary."""
+    """An uninitialized C-contiguous array of ``shape``; from ``MIN_BYTES`` on, its first element lies on a
+    64-byte boundary."""
     dtype = np.dtype(dtype)
-    count = int(np.prod(shape, dtype=np.int64))
-    buf = np.empty(count * dtype.itemsize + ALIGN, dtype=np.uint8)
-    skip = -buf.ctypes.data % ALIGN
-    return buf[skip:skip + count * dtype.itemsize].view(dtype).reshape(shape)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < MIN_BYTES:
+        return np.empty(shape, dtype)
+    buf = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    skip = -buf.__array_interface__["data"][0] % ALIGN
+    return np.ndarray(shape, dtype, buf, skip)
 
 
 __all__ = ["ALIGN", "empty_aligned"]

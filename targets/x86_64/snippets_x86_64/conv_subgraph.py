@@ -187,8 +187,10 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
     if sg.rt_info.get("SnippetsPooling"):
         from snippets_x86_64.pool import build_pool_executor
 
-        (pool,) = sg.body_ops
-        pex = build_pool_executor(pool, sg.body.parameters[0].outputs[0].shape.to_tuple(), config.num_threads)
+        # a pool alone, or a global pool's reduction between the Reshapes of MoveReductionAxesLast
+        pool = next(op for op in sg.body_ops if op.type_name != "Reshape")
+        pex = build_pool_executor(pool, sg.body.parameters[0].outputs[0].shape.to_tuple(), config.num_threads,
+                                  sg.outputs[0].shape.to_tuple())
         sg.rt_info["SnippetsConvKernel"] = describe_geometry(pex.geo) if isinstance(pex, ConvExecutor) \
             else pex.describe()
 

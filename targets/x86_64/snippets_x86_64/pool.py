@@ -16,6 +16,8 @@ import numpy as np
 from snippets_core.ir.node import Node
 from snippets_x86_64.conv import ConvGeometry
 from snippets_x86_64.conv_executor import ConvExecutor
+from snippets_x86_64.global_pool import MODES as GLOBAL_MODES
+from snippets_x86_64.global_pool import GlobalPool
 from snippets_x86_64.lrn import LRNExecutor
 
 POOL_MODES = {"MaxPool": "max", "AvgPool": "avg"}
@@ -45,8 +47,12 @@ def reciprocal_counts(geo: ConvGeometry, pads: tuple[int, int, int, int], includ
     return (1.0 / count).astype(np.float32)
 
 
-def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int) -> ConvExecutor | LRNExecutor:
-    """The kernel of a pooling primitive (MaxPool, AvgPool, or LRN) for inputs of ``x_shape``."""
+def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
+                        out_shape: tuple[int, ...] | None = None) -> ConvExecutor | LRNExecutor | GlobalPool:
+    """The kernel of a pooling primitive (MaxPool, AvgPool, LRN, or a ReduceMean/ReduceMax over H and W: a global
+    pool, whose output is ``out_shape``, [N, C, 1, 1] by default) for inputs of ``x_shape``."""
+    if node.type_name in GLOBAL_MODES:
+        return GlobalPool(x_shape, GLOBAL_MODES[node.type_name], out_shape, num_threads=num_threads)
     if node.type_name == "LRN":
         return LRNExecutor(x_shape, node.size, node.alpha, node.beta, node.bias,  # type: ignore[attr-defined,arg-type]
                            num_threads=num_threads)

@@ -212,14 +212,90 @@ def test_channel_permute_against_numpy_under_guard_pages(shape: tuple[int, ...],
         np.testing.assert_array_equal(y, want)
 
 
-@pytest.mark.parametrize("shape,dtype", [((1, 96, 112, 112), np.float32), ((3, 5), np.float64), ((0, 4), np.float32),
+@pytest.mark.parametrize("shape,dtype", [((1, 96, 112, 112), np.float32), ((64, 65), np.float64), ((0, 4), np.float32),
                                          ((7,), np.uint8)])
 def test_empty_aligned_starts_on_a_cache_line(shape: tuple[int, ...], dtype: type) -> None:
     """The primitives' outputs start on 64-byte boundaries (numpy's large arrays start 16 bytes past a page)."""
-    from snippets_x86_64.aligned import ALIGN, empty_aligned
+    from snippets_x86_64.aligned import ALIGN, MIN_BYTES, empty_aligned
 
     a = empty_aligned(shape, dtype)
     assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
-    assert a.ctypes.data % ALIGN == 0 or a.size == 0
+    assert a.ctypes.data % ALIGN == 0 or a.nbytes < MIN_BYTES
     a[...] = 1
     assert a.sum() == a.size
+
+
+GLOBAL_CASES = [(1, 2048, 7, 7), (2, 17, 3, 5), (1, 33, 1, 1), (3, 40, 2, 2), (1, 16, 14, 14), (2, 5, 1, 3)]
+
+
+@pytest.mark.parametrize("shape", GLOBAL_CASES, ids=["x".join(map(str, s)) for s in GLOBAL_CASES])
+@pytest.mark.parametrize("mode", ["mean", "max"])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_global_pool_kernel_against_numpy_under_guard_pages(shape: tuple[int, ...], mode: str, at: str) -> None:
+    """The mean/max over H, W read from NHWC memory flush against a PROT_NONE page, against numpy in float64:
+    the channel tail's masked loads stay inside, fewer pixels than accumulator chains too."""
+    from snippets_x86_64.global_pool import GlobalPool
+
+    x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    n, c, h, w = shape
+    src = guarded_array((n, h, w, c), np.float32, at)
+    src[...] = x.transpose(0, 2, 3, 1)
+    ex = GlobalPool(shape, mode, (n, c), 2, lambda s: guarded_array(s, np.float32, at))
+    y = ex.run(src.transpose(0, 3, 1, 2))
+    ref = x.astype(np.float64).mean(axis=(2, 3)) if mode == "mean" else x.max(axis=(2, 3))
+    assert y.shape == (n, c) and ex.reorders == 0
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("disabled", [[], ["move-reduction-axes-last"]])
+def test_a_global_pool_after_a_conv_reads_its_nhwc_output(op: str, disabled: list[str]) -> None:
+    """conv -> GlobalAveragePool/GlobalMaxPool -> Flatten: the global pool is a pooling primitive on the conv's
+    NHWC output (as MoveReductionAxesLast rewrites it, or not), so the model reorders only its input."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node(op, ["c"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["y"])]
+    inits = [numpy_helper.from_array((rng.standard_normal((40, 5, 3, 3)) * 0.3).astype(np.float32), "w")]
+    g = helper.make_graph(nodes, "gp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 9, 11])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 40])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    cm = compile_model(model, "x86_64_avx512", {"num_threads": 2, "disabled_passes": disabled})
+    assert _reorders(cm) == [("plain", "NHWC")]
+    pools = [sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsPooling")]
+    assert len(pools) == 1 and pools[0].rt_info["SnippetsConvKernel"].startswith("global")
+    x = rng.standard_normal((2, 5, 9, 11)).astype(np.float32)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    (y,) = cm({"x": x}).values()
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("perm,shuffle", [((0, 2, 1, 3, 4), True), ((0, 1, 2, 4, 3), False)],
+                         ids=["channel-shuffle", "swaps-h-and-w"])
+def test_reshape_transpose_reshape_after_a_conv(perm: tuple[int, ...], shuffle: bool) -> None:
+    """conv (34 channels) -> Reshape [N, 2, 17, H, W] -> Transpose -> Reshape -> conv: a permutation of the
+    channels becomes a channel-shuffle primitive on NHWC (no reorder between the convs); one that moves H and W
+    is no channel permutation and stays three shape ops on plain edges (reorders around it)."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(7)
+    n, c, s = 2, 34, 7
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Reshape", ["c1", "split"], ["r1"]),
+             helper.make_node("Transpose", ["r1"], ["t"], perm=list(perm)),
+             helper.make_node("Reshape", ["t", "merge"], ["r2"]),
+             helper.make_node("Conv", ["r2", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    inits = [numpy_helper.from_array((rng.standard_normal((c, 3, 3, 3)) * 0.3).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((5, c, 3, 3)) * 0.1).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.array([n, 2, c // 2, s, s], np.int64), "split"),
+             numpy_helper.from_array(np.array([n, c, s, s], np.int64), "merge")]
+    g = helper.make_graph(nodes, "shuffle", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 3, s, s])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, 5, s, s])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    cm = compile_model(model, "x86_64_avx512", {"num_threads": 2})
+    shuffles = [sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsChannelShuffle")]
+    assert len(shuffles) == int(shuffle)
+    assert len(_reorders(cm)) == (2 if shuffle else 4)  # the input, the output; and around the shape ops
+    x = rng.standard_normal((n, 3, s, s)).astype(np.float32)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    (y,) = cm({"x": x}).values()
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
