@@ -262,21 +262,30 @@ def pack_weights(w: np.ndarray, geo: ConvGeometry, scale: np.ndarray | None, bia
     """``w`` [M, Cg, KH, KW] into per-(group, block) ``[KH][KW][Cg][nv*16]`` panels, ``scale`` (per output
     channel) multiplied in; the bias padded to whole vectors per group. Returns (packed, bias, block offsets in
     elements, one per (group, block))."""
-    w = w.astype(np.float64)
-    if scale is not None:
-        w = w * scale.reshape(-1, 1, 1, 1)
     if geo.depthwise:  # [KH][KW][whole vectors]: channel blocks are slices of it
+        w = w.astype(np.float64)
+        if scale is not None:
+            w = w * scale.reshape(-1, 1, 1, 1)
         panel = np.zeros((geo.kh, geo.kw, geo.nvp * VEC), dtype=np.float32)
         panel[..., : geo.m] = w[:, 0].transpose(1, 2, 0)
         offsets = [v0 * VEC for v0, _ in geo.blocks()]
         return panel.ravel(), pack_channels(np.zeros(geo.m) if bias is None else bias, geo), offsets
-    wg = w.reshape(geo.group, geo.mg, geo.cg, geo.kh, geo.kw)
+    # [group, KH, KW, Cg, Mg] in one pass (the strided read of the transpose is most of the packing time), the
+    # output channels innermost so each block's panel is a copy of contiguous runs; the scale is multiplied in
+    # float64 and rounded once to f32, as before (compile time: 3x3 512->512 7.9 -> 5.4 ms)
+    wg = w.reshape(geo.group, geo.mg, geo.cg, geo.kh, geo.kw).transpose(0, 3, 4, 2, 1)
+    wt = np.empty(wg.shape, np.float32)
+    if scale is not None:
+        np.multiply(wg, np.asarray(scale, np.float64).reshape(geo.group, 1, 1, 1, geo.mg), out=wt,
+                    dtype=np.float64, casting="same_kind")
+    else:
+        wt[...] = wg
     panels, offsets, at = [], [], 0
     for g in range(geo.group):
         for v0, nv in geo.blocks():
             lo, hi = v0 * VEC, min((v0 + nv) * VEC, geo.mg)
             panel = np.zeros((geo.kh, geo.kw, geo.cg, nv * VEC), dtype=np.float32)
-            panel[..., : hi - lo] = wg[g, lo:hi].transpose(2, 3, 1, 0)
+            panel[..., : hi - lo] = wt[g, ..., lo:hi]
             panels.append(panel.ravel())
             offsets.append(at)
             at += panel.size
