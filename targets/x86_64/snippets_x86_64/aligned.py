@@ -20,12 +20,12 @@ ALIGN = 64
 MIN_BYTES = 16384
 
 
-def empty_aligned(shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
-    """An uninitialized C-contiguous array of ``shape``; from ``MIN_BYTES`` on, its first element lies on a
-    64-byte boundary."""
+def empty_aligned(shape: tuple[int, ...], dtype: Any = np.float32, min_bytes: int = MIN_BYTES) -> np.ndarray:
+    """An uninitialized C-contiguous array of ``shape``; from ``min_bytes`` on (0: always), its first element lies
+    on a 64-byte boundary."""
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes < MIN_BYTES:
+    if nbytes < min_bytes:
         return np.empty(shape, dtype)
     buf = np.empty(nbytes + ALIGN, dtype=np.uint8)
     skip = -buf.__array_interface__["data"][0] % ALIGN

@@ -57,8 +57,8 @@ class ConvExecutor:
         self.post_ops = tuple(post_ops)
         new = alloc or empty_aligned
 
-        def keep(a: np.ndarray) -> np.ndarray:
-            out = new(a.shape)
+        def keep(a: np.ndarray) -> np.ndarray:  # made once: aligned whatever its size (a depthwise panel is small)
+            out = alloc(a.shape) if alloc is not None else empty_aligned(a.shape, np.float32, 0)
             out[...] = a
             return out
 
