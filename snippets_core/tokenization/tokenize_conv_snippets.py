@@ -387,7 +387,8 @@ def _wrap(ordered: list[Node], kind: str) -> Subgraph:
 
 
 __all__ = [
-    "CHANNEL_SHUFFLE", "CONCAT", "CONVOLUTION", "CONV_ACTIVATIONS", "CONV_CHANNEL_OPS", "CONV_REJECT_REASON_KEY", "POOLING",
+    "CHANNEL_SHUFFLE", "CONCAT", "CONVOLUTION", "CONV_ACTIVATIONS", "CONV_CHANNEL_OPS", "CONV_REJECT_REASON_KEY",
+    "POOLING",
     "TokenizeConvSnippets", "channel_permutation", "channel_shuffle_chain", "conv_reject_reason",
     "global_pool_chain", "is_channel_concat_of_primitives", "is_primitive", "per_channel",
     "pool_reject_reason",

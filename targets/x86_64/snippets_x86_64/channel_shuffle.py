@@ -25,6 +25,7 @@ from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.asm import Function, k1, qword, r9, r14, rbx, word, zword
 from snippets_x86_64.asm.registers import K, ZMM
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
+from snippets_x86_64.conv_executor import split_items
 from snippets_x86_64.jit import JitFunction
 from snippets_x86_64.reorder import run_split
 
@@ -113,9 +114,7 @@ class ChannelPermute:
             return
         self.kernel = FUNCTION_CACHE.get("channel_permute", self.perm, lambda: build_permute_kernel(self.perm),
                                          HARNESS_ARGTYPES)
-        threads = 1 if pixels * c < MIN_PARALLEL_ELEMENTS else max(1, min(num_threads, pixels))
-        bounds = [pixels * t // threads for t in range(threads + 1)]
-        self.chunks = [(bounds[t], bounds[t + 1] - bounds[t]) for t in range(threads)]
+        self.chunks = split_items(pixels, 1 if pixels * c < MIN_PARALLEL_ELEMENTS else num_threads)
 
     def run(self, x: np.ndarray) -> np.ndarray:
         n, c, h, w = self.shape

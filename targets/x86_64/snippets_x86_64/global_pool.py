@@ -22,6 +22,7 @@ from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.asm import Function, k1, qword, r9, r12, r14, r15, rbx, word, zword
 from snippets_x86_64.asm.registers import ZMM
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
+from snippets_x86_64.conv_executor import split_items
 from snippets_x86_64.jit import JitFunction
 from snippets_x86_64.reorder import run_split
 
@@ -108,8 +109,8 @@ def build_global_pool_kernel(pixels: int, channels: int, mode: str) -> JitFuncti
 
 class GlobalPool:
     """``run(x) -> y``: ``x`` [N, C, H, W] lying in NHWC, ``y`` of ``out_shape`` ([N, C, 1, 1] by default, or any
-    shape of N * C elements: [N, C]), the mean or the maximum over each image's pixels. ``reorders`` counts the inputs that did not lie in
-    NHWC (copied first). ``alloc(shape)`` makes the output (tests pass guarded memory)."""
+    shape of N * C elements: [N, C]), the mean or the maximum over each image's pixels. ``reorders`` counts the
+    inputs that did not lie in NHWC (copied first). ``alloc(shape)`` makes the output (tests pass guarded memory)."""
 
     def __init__(self, shape: tuple[int, ...], mode: str, out_shape: tuple[int, ...] | None = None,
                  num_threads: int = 1, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> None:
@@ -128,10 +129,7 @@ class GlobalPool:
         rows = [(i * h * w * c * 4 + v * LANES * 4, (i * c + v * LANES) * 4, int(v * LANES + LANES > c))
                 for i in range(n) for v in range(vectors)]
         self.table = np.asarray(rows, dtype=np.int64).reshape(-1, ROW)
-        items = len(self.table)
-        threads = 1 if n * c * h * w < MIN_PARALLEL_ELEMENTS else max(1, min(num_threads, items))
-        bounds = [items * t // threads for t in range(threads + 1)]
-        self.chunks = [(bounds[t], bounds[t + 1] - bounds[t]) for t in range(threads)]
+        self.chunks = split_items(len(self.table), 1 if n * c * h * w < MIN_PARALLEL_ELEMENTS else num_threads)
 
     def run(self, x: np.ndarray) -> np.ndarray:
         y = self.new(self.out_shape)

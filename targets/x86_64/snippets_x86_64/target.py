@@ -97,8 +97,8 @@ class X86_64Target:
 
     def preferred_layout(self, node: Node) -> str | None:
         """The layout AssignLayouts gives ``node``'s rank-4 tensors: NHWC for the conv, pooling, channel-concat and
-        channel-shuffle primitives (their kernels read and write channels innermost, so they hand each other memory with no
-        reorder), plain (None) for everything else."""
+        channel-shuffle primitives (their kernels read and write channels innermost, so they hand each other memory
+        with no reorder), plain (None) for everything else."""
         if any(node.rt_info.get(k) for k in PRIMITIVE_KINDS):
             return "NHWC"
         return None

@@ -179,7 +179,8 @@ def test_shufflenet_reorders_only_at_its_input_and_shuffles_in_nhwc() -> None:
     (y,) = cm({"gpu_0/data_0": x}).values()
     ref = numpy_helper.to_array(onnx.load_tensor(str(path.with_suffix("")) + "_output_0.pb"))
     np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-6)
-    execs = [st.run.executor for st in cm._steps if type(getattr(st.run, "executor", None)).__name__ == "ChannelPermute"]
+    execs = [st.run.executor for st in cm._steps
+             if type(getattr(st.run, "executor", None)).__name__ == "ChannelPermute"]
     assert len(execs) == 16 and all(ex.reorders == 0 for ex in execs)
 
 
