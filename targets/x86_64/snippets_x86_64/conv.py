@@ -199,9 +199,17 @@ class ConvGeometry:
     def blocks(self) -> list[tuple[int, int]]:
         """(first vector, vector count) of each output-channel block of a group: as even as the vector count
         allows, larger ones first (5 vectors are 3 + 2, not 4 + 1: a 1-vector block does one FMA per load)."""
-        count = -(-self.nvp // MAX_NV)
+        count = self.nvp if self.dw_reuse else -(-self.nvp // MAX_NV)
         sizes = [self.nvp // count + (1 if b < self.nvp % count else 0) for b in range(count)]
         return [(sum(sizes[:b]), n) for b, n in enumerate(sizes)]
+
+    @property
+    def dw_reuse(self) -> bool:
+        """A depthwise convolution walked one channel vector at a time with its taps' weights in registers and each
+        input vector loaded once per kernel row (``_emit_dw_reuse_block``): stride and dilation 1 along W, and room
+        for the taps, a 14-pixel block and the input vector in the 32 zmm registers."""
+        return self.mode == "conv" and self.depthwise and self.sw == 1 and self.dw == 1 \
+            and self.kh * self.kw + DW_REUSE_PIXELS + 1 <= ZMM_COUNT
 
     @property
     def flops(self) -> int:
@@ -255,6 +263,8 @@ def pixels_per_block(nv: int, wo: int) -> int:
 
 
 ZMM_COUNT = 32
+#: pixels per register block of a ``dw_reuse`` depthwise walk at most (``pixels_per_block`` of one vector)
+DW_REUSE_PIXELS = 14
 
 
 def pack_weights(w: np.ndarray, geo: ConvGeometry, scale: np.ndarray | None, bias: np.ndarray | None,
@@ -501,6 +511,31 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
             fn.vmovups(dst.mask(k1) if j == nv - 1 else dst, acc[i][j])
 
 
+def _emit_dw_reuse_block(fn: Function, geo: ConvGeometry, rows: tuple[int, int], r: int, at: int,
+                         post_ops: tuple[PostOp, ...]) -> None:
+    """Depthwise, one channel vector, ``r`` pixels whose kernel columns are all inside the image (``dw_reuse``):
+    the taps' weights sit in registers, and per kernel row each of the ``r + KW - 1`` input vectors is loaded once
+    and multiplied into the up to KW accumulators that read it (a third of the loads of an FMA per tap with a memory
+    operand, for 3x3). The channel tail's lanes load as zeros (masked, never faulting) and are never stored."""
+    acc = [[ZMM[p]] for p in range(r)]
+    taps = [(i, j) for i in range(*rows) for j in range(geo.kw)]
+    wr = {tap: ZMM[r + k] for k, tap in enumerate(taps)}
+    x = ZMM[r + len(taps)]
+    for i, j in taps:
+        fn.vmovups(wr[(i, j)], zword[r8 + (i * geo.kw + j) * geo.nvp * VEC * 4])
+    for row in acc:
+        fn.vxorps(row[0], row[0], row[0])
+    for i in range(*rows):
+        for q in range(r + geo.kw - 1):
+            fn.vmovups(x.mask(k1).z, zword[rbx + (i * geo.dh * geo.w + q + at) * geo.cp * 4])
+            for j in range(geo.kw):
+                if 0 <= q - j < r:
+                    fn.vfmadd231ps(acc[q - j][0], wr[(i, j)], x)
+    _emit_post_ops(fn, geo, acc, [x, *wr.values(), *ZMM[r + len(taps) + 1:]], post_ops, at)
+    for p in range(r):
+        fn.vmovups(zword[r9 + (at + p) * geo.m * 4].mask(k1), acc[p][0])
+
+
 def _emit_dw_block(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int], cols: list[tuple[int, ...]],
                    at: int, post_ops: tuple[PostOp, ...]) -> None:
     """Depthwise: ``len(cols)`` pixels (from ``at`` pixels past the row pointers) x ``nv`` channel vectors, the
@@ -509,6 +544,9 @@ def _emit_dw_block(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, in
     starts from its pixel's first tap). The last vector's lanes past the channels are masked (k1) on every load:
     the input is read in place."""
     r = len(cols)
+    if geo.dw_reuse and all(len(c) == geo.kw for c in cols) and rows[1] > rows[0]:
+        _emit_dw_reuse_block(fn, geo, rows, r, at, post_ops)
+        return
     acc = [[ZMM[i * nv + j] for j in range(nv)] for i in range(r)]
     wv = [ZMM[r * nv + j] for j in range(nv)]
     free = [ZMM[r * nv + nv + k] for k in range(3)]
