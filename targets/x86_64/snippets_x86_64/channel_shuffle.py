@@ -17,6 +17,7 @@ count)`` with ``args`` = [src, dst] and items = pixels.
 from __future__ import annotations
 
 import ctypes
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -32,6 +33,8 @@ from snippets_x86_64.reorder import run_split
 LANES = 16
 #: below this many elements a permute runs on one thread (waking the pool's worker costs more than it saves)
 MIN_PARALLEL_ELEMENTS = 1 << 16
+#: index vectors (zmm8-23) and lane masks (k2-k6) kept in registers across the pixel loop
+PINNED_INDEXES, PINNED_MASKS = 16, 5
 
 
 def shuffle_permutation(channels: int, groups: int) -> tuple[int, ...]:
@@ -66,27 +69,42 @@ def build_permute_kernel(perm: tuple[int, ...]) -> JitFunction:
     fn.mov(r9, rbx)
     fn.add(rbx, qword[fn.arg("args")])
     fn.add(r9, qword[fn.arg("args") + 8])
+    # the index vectors and lane masks used most are loaded once, before the pixel loop, into registers of their
+    # own (a shuffle repeats a few patterns: 16 index vectors and 3 masks cover ShuffleNet's 112, 272 and 544
+    # channels); the others are loaded from the constants where they are used
+    sources = [_sources(perm, v) for v in range(-(-c // LANES))]
+    idx_use = Counter(tuple(idx) for srcs in sources for _, idx, _ in srcs)
+    mask_use = Counter(mask for srcs in sources for _, _, mask in srcs[1:])
+    pinned_idx = {idx: ZMM[8 + i] for i, (idx, _) in enumerate(idx_use.most_common(PINNED_INDEXES))}
+    pinned_mask = {mask: K[2 + i] for i, (mask, _) in enumerate(mask_use.most_common(PINNED_MASKS))}
+    for idx, reg in pinned_idx.items():
+        fn.vmovups(reg, zword[fn.const_data(np.asarray(idx, np.int32).tobytes(), 64)])
+    for mask, kreg in pinned_mask.items():
+        fn.kmovw(kreg, word[fn.const_data(mask.to_bytes(2, "little"), 2)])
     top = fn.label("pixel")
-    masks, n_out = K[2:8], -(-c // LANES)
     tmp, k = ZMM[31], 0
-    for v in range(n_out):
+    for v, srcs in enumerate(sources):
         acc = ZMM[v % 8]
-        for i, (u, idx, mask) in enumerate(_sources(perm, v)):
-            index = ZMM[8 + k % 16]
-            fn.vmovups(index, zword[fn.const_data(np.asarray(idx, np.int32).tobytes(), 64)])
+        for i, (u, idx, mask) in enumerate(srcs):
+            index = pinned_idx.get(tuple(idx))
+            if index is None:
+                index = ZMM[8 + PINNED_INDEXES + k % (31 - 8 - PINNED_INDEXES)]
+                fn.vmovups(index, zword[fn.const_data(np.asarray(idx, np.int32).tobytes(), 64)])
+                k += 1
             src = zword[rbx + u * LANES * 4]
             if tail and u == last_src:  # the vector past the last channel: a masked load, which never faults
                 fn.vmovups(tmp.mask(k1).z, src)
                 src = tmp
             if i == 0:
                 fn.vpermps(acc, index, src)
-            else:
-                km = masks[k % len(masks)]
+                continue
+            km = pinned_mask.get(mask)
+            if km is None:
+                km = K[7]
                 fn.kmovw(km, word[fn.const_data(mask.to_bytes(2, "little"), 2)])
-                fn.vpermps(acc.mask(km), index, src)
-            k += 1
+            fn.vpermps(acc.mask(km), index, src)
         dst = zword[r9 + v * LANES * 4]
-        fn.vmovups(dst.mask(k1) if tail and v == n_out - 1 else dst, acc)
+        fn.vmovups(dst.mask(k1) if tail and v == len(sources) - 1 else dst, acc)
     fn.add(rbx, pitch)
     fn.add(r9, pitch)
     fn.dec(r14)
