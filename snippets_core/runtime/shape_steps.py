@@ -9,6 +9,7 @@ a numpy reshape, a view of a contiguous array (:func:`view_executor`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -74,11 +75,47 @@ def view_executor(node: Node) -> Executor | None:
         return None
     out = node.outputs[0].shape
     if not out.is_static or not node.inputs[0].shape.is_static:
-        return None
+        return _symbolic_view(node)
     shape = out.to_tuple()
 
     def run(args: list[np.ndarray]) -> tuple[np.ndarray]:
         return (args[0].reshape(shape),)
+
+    return run
+
+
+def _symbolic_view(node: Node) -> Executor | None:
+    """A reshape for a shape-only op with dynamic dims whose output dims are each static or a dim symbol that
+    the input has (``[B, S, 768] -> [B, S, 12, 64]``): the output shape is read from the input's per call, a
+    view as in the static case (the reference would run the op's shape inputs through its evaluator, ~15 us a
+    step). None when an output dim is unknown or an expression of the input dims."""
+    src, out = node.inputs[0].shape, node.outputs[0].shape
+    if not src.rank_is_static or not out.rank_is_static:
+        return None
+    where = {d: j for j, d in enumerate(src.sym_dims) if d is not None and not isinstance(d, int)}
+    plan: list[int] = []  # per output dim: its static size, or -1 - (the input dim it copies)
+    for d in out.sym_dims:
+        if isinstance(d, int):
+            plan.append(d)
+        elif d is not None and d in where:
+            plan.append(-1 - where[d])
+        else:
+            return None
+    ref = _reference(node)
+
+    def run(args: list[np.ndarray]) -> Sequence[np.ndarray]:
+        x = args[0]
+        shape = tuple(d if d >= 0 else x.shape[-1 - d] for d in plan)
+        if x.ndim != len(src.sym_dims) or math.prod(shape) != x.size:
+            return ref(args)  # an input that contradicts the model's dims: the reference names what is wrong
+        return (x.reshape(shape),)
+
+    return run
+
+
+def _reference(node: Node) -> Executor:
+    def run(args: list[np.ndarray]) -> Sequence[np.ndarray]:
+        return evaluate_node(node, list(args))
 
     return run
 
