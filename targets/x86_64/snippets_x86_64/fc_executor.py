@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -221,6 +222,8 @@ def _fixed_subgraph(sg: Subgraph, body: Any, suffix: str) -> Subgraph:
 
 #: rows of the kernel a dynamic-M FC runs on every M (``target_options.fc_row_block``; 0: a kernel per shape)
 DEFAULT_ROW_BLOCK = 128
+#: block counts whose executor a RowBlockFCExecutor keeps (least recently used dropped: recreated, never compiled)
+BLOCK_EXECUTORS = 64
 ROW, WHOLE = "row", "whole"
 
 
@@ -262,7 +265,7 @@ class RowBlockFCExecutor:
     time."""
 
     def __init__(self, kernels: dict[int, Any], packed: dict[int, np.ndarray], roles: list[str],
-                 lead: tuple[int, ...], fallback: Any) -> None:
+                 lead: tuple[int, ...], fallback: Any, blocks: Any = None) -> None:
         #: the KernelExecutor of each block height, largest first
         self.kernels = dict(sorted(kernels.items(), reverse=True))
         self.rows = next(iter(self.kernels))
@@ -282,6 +285,30 @@ class RowBlockFCExecutor:
         #: calls that went to ``fallback``
         self.calls_per_shape = 0
         self.a_index = roles.index(ROW)
+        #: the KernelExecutor that runs ``rows``-row blocks, one per parallel-domain index (see _block_kernel), or
+        #: None; its executors per block count (the domain is the call's, the kernel is the same)
+        self.blocks = blocks
+        self._by_blocks: OrderedDict[int, Any] = OrderedDict()
+        self.threads = blocks.num_threads if blocks is not None else 1
+
+    def _blocks_executor(self, nb: int) -> Any:
+        """The executor of ``nb`` full blocks on the block kernel: the harness runs domain indices ``0..nb-1``
+        (its outermost index never wraps, the kernel offsets each block by its index), split between the threads
+        in contiguous runs of blocks: one dispatch per FC call, one weight pass per ``rows`` rows per thread."""
+        ex = self._by_blocks.get(nb)
+        if ex is None:
+            from snippets_core.lowered.runtime_configurator import RuntimeConfig
+            from snippets_x86_64.runtime import KernelExecutor
+
+            b = self.blocks
+            ins = [(d, (*s[:-3], nb, *s[-2:]) if r == ROW else s) for (d, s), r in zip(b.input_specs, self.roles)]
+            outs = [(d, (*s[:-3], nb, *s[-2:])) for d, s in b.output_specs]
+            cfg = RuntimeConfig((), (nb,), tuple(s for _, s in outs))
+            ex = KernelExecutor(b.kernel, ins, outs, b.num_threads, 0, b.native_threads, cfg)
+            self._by_blocks[nb] = ex
+            if len(self._by_blocks) > BLOCK_EXECUTORS:
+                self._by_blocks.popitem(last=False)
+        return ex
 
     def _new_scratch(self, rows: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
         run = self.kernels[rows]
@@ -338,6 +365,16 @@ class RowBlockFCExecutor:
         flat = [np.ascontiguousarray(a).reshape(m, a.shape[-1]) if r == ROW else self.packed.get(i, a)
                 for i, (a, r) in enumerate(zip(arrays, self.roles))]
         flat_outs = [o.reshape(m, o.shape[-1]) for o in results]
+        rows = self.rows
+        nb = (m // rows // self.threads) * self.threads if self.blocks is not None else 0
+        if nb > 1:
+            run = self._blocks_executor(nb)
+            end = nb * rows
+            run([f[:end].reshape(s) if r == ROW else f for f, r, (_, s) in zip(flat, self.roles, run.input_specs)],
+                [o[:end].reshape(s) for o, (_, s) in zip(flat_outs, run.output_specs)])
+            flat = [f[end:] if r == ROW else f for f, r in zip(flat, self.roles)]
+            flat_outs = [o[end:] for o in flat_outs]
+            m -= end
         for at, n, size in self.plan(m):
             run = self.kernels[size]
             if n == size:
@@ -410,6 +447,28 @@ def _row_block_kernel(sg: Subgraph, config: CompileConfig, host: Any, roles: lis
     return KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
 
 
+def _block_kernel(sg: Subgraph, config: CompileConfig, host: Any, roles: list[str], rows: int) -> Any:
+    """A KernelExecutor of ``sg`` for ``[J, rows, C]`` row inputs whose parallel domain is ``(J,)``: one index is
+    one block of ``rows`` rows on one thread (a whole weight pass per ``rows`` rows, where the row-block kernel
+    splits its block between the threads); None when the lowering gives it another domain."""
+    from snippets_x86_64.runtime import KernelExecutor, _executor_options, _kernel_for, _specs
+
+    j = config.num_threads
+    body = sg.body.clone()
+    for p, r in zip(body.parameters, roles):
+        if r == ROW:
+            dims = p.outputs[0].shape.sym_dims
+            if len(dims) < 3:  # [M, K]: no dim to hold the block index
+                return None
+            p.shape = Shape([*[1] * (len(dims) - 3), j, rows, dims[-1]])
+    part = _fixed_subgraph(sg, body, f"blocks{rows}")
+    kernel = _kernel_for(part, config, host, None)
+    if kernel.info.parallel_domain != (j,):
+        return None
+    ins, outs = _specs(part)
+    return KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
+
+
 def row_block(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np.ndarray],
               fallback: Any) -> RowBlockFCExecutor | str:
     """A :class:`RowBlockFCExecutor` for the dynamic-M FC ``sg``, or why it has none (then a kernel per shape)."""
@@ -426,7 +485,7 @@ def row_block(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, 
     while sizes[-1] % 2 == 0 and sizes[-1] // 2 >= smallest:
         sizes.append(sizes[-1] // 2)
     kernels = {size: _row_block_kernel(sg, config, host, roles, lead, size) for size in sizes}
-    return RowBlockFCExecutor(kernels, packed, roles, lead, fallback)
+    return RowBlockFCExecutor(kernels, packed, roles, lead, fallback, _block_kernel(sg, config, host, roles, rows))
 
 
 def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, split: bool = True) -> Any:
