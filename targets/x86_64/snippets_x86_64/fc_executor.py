@@ -22,7 +22,7 @@ from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import Shape
 from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, PANEL, packed_weight_body_inputs, packed_weights
 from snippets_core.runtime.placement import Placement, fallback_reason
-from snippets_x86_64.runtime import POOL, TARGET_NAME, _output_specs
+from snippets_x86_64.runtime import POOL, TARGET_NAME, _address, _output_specs
 
 
 #: rt_info key on an FC Subgraph whose one-row split along N could not be compiled: why (it runs whole)
@@ -290,6 +290,13 @@ class RowBlockFCExecutor:
         self.blocks = blocks
         self._by_blocks: OrderedDict[int, Any] = OrderedDict()
         self.threads = blocks.num_threads if blocks is not None else 1
+        self._in_types = [d for d, _ in self.kernel.input_specs]
+        self._out_types = [d for d, _ in self.kernel.output_specs]
+        #: per data position (inputs, then outputs), the bytes of one row (0: passed whole)
+        self._row_bytes = [d.itemsize * s[-1] if r == ROW else 0 for (d, s), r in zip(self.kernel.input_specs, roles)]
+        self._row_bytes += [d.itemsize * s[-1] for d, s in self.kernel.output_specs]
+        #: per set of input shapes, what a call runs (see _shape_plan), least recently used first
+        self._plans: OrderedDict[tuple, Any] = OrderedDict()
 
     def _blocks_executor(self, nb: int) -> Any:
         """The executor of ``nb`` full blocks on the block kernel: the harness runs domain indices ``0..nb-1``
@@ -332,57 +339,74 @@ class RowBlockFCExecutor:
             at += size
         return calls
 
-    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
-        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in args]
-        if len(arrays) != len(self.roles):
-            raise InputError(f"the Subgraph takes {len(self.roles)} inputs, got {len(arrays)}")
+    def _shape_plan(self, arrays: list[np.ndarray]) -> tuple[int, list[tuple[int, ...]], list[tuple]] | None:
+        """What a call with these input shapes runs, checked once per shape: M, the outputs' shapes and the calls
+        (executor or None for a padded block, first row, rows, kernel height); None when the row inputs do not
+        share x's leading dims (run-time broadcasting: the per-shape executor)."""
+        shapes = tuple(a.shape for a in arrays)
+        entry = self._plans.get(shapes, _MISSING)
+        if entry is not _MISSING:
+            return entry
         lead = arrays[self.a_index].shape[:-1]
         if len(lead) != len(self.lead) or any(t == 1 and d != 1 for t, d in zip(self.lead, lead)) or any(
             r == ROW and a.shape[:-1] != lead for a, r in zip(arrays, self.roles)
         ):  # a row input broadcast along a dynamic dim at run time (or a bad shape: the per-shape path says)
+            entry = None
+        else:
+            for i, (a, (_, shape)) in enumerate(zip(arrays, self.kernel.input_specs)):
+                if self.roles[i] == WHOLE and i not in self.packed and a.shape != shape:
+                    raise InputError(f"Subgraph input {i} must have shape {list(shape)}, got {list(a.shape)}")
+            m = math.prod(lead)
+            calls: list[tuple] = []
+            rows = self.rows
+            nb = (m // rows // self.threads) * self.threads if self.blocks is not None else 0
+            if nb > 1:
+                calls.append((self._blocks_executor(nb), 0, nb * rows, rows))
+            done = nb * rows if nb > 1 else 0
+            for at, n, size in self.plan(m - done):
+                calls.append((self.kernels[size] if n == size else None, done + at, n, size))
+            entry = (m, [lead + shape[-1:] for _, shape in self.kernel.output_specs], calls)
+        self._plans[shapes] = entry
+        if len(self._plans) > BLOCK_EXECUTORS:
+            self._plans.popitem(last=False)
+        return entry
+
+    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in args]
+        if len(arrays) != len(self.roles):
+            raise InputError(f"the Subgraph takes {len(self.roles)} inputs, got {len(arrays)}")
+        for i, (a, dtype) in enumerate(zip(arrays, self._in_types)):
+            if a.dtype != dtype:
+                raise InputError(f"Subgraph input {i} must be {dtype}, got {a.dtype}")
+        entry = self._shape_plan(arrays)
+        if entry is None:
             self.calls_per_shape += 1
             results = self.fallback(arrays, outs)
             self.last_placement = self.fallback.last_placement
             return results
-        m = math.prod(lead)
-        specs = self.kernel.input_specs
-        for i, (a, (dtype, shape)) in enumerate(zip(arrays, specs)):
-            if a.dtype != dtype:
-                raise InputError(f"Subgraph input {i} must be {dtype}, got {a.dtype}")
-            if self.roles[i] == WHOLE and i not in self.packed and a.shape != shape:
-                raise InputError(f"Subgraph input {i} must have shape {list(shape)}, got {list(a.shape)}")
+        m, fulls, calls = entry
         results = []
-        for j, (dtype, shape) in enumerate(self.kernel.output_specs):
+        for j, (full, dtype) in enumerate(zip(fulls, self._out_types)):
             o = outs[j] if outs is not None and outs[j] is not None else None
-            full = lead + shape[-1:]
             if o is None:
                 o = np.empty(full, dtype)
             elif not (isinstance(o, np.ndarray) and o.dtype == dtype and o.shape == full and o.flags.c_contiguous
                       and o.flags.writeable):
                 raise InputError(f"output array {j} must be a writeable C-contiguous {dtype}{list(full)}")
             results.append(o)
-        # [M, C] views (C-contiguous: no copy); the kernels take [1, .., rows, C] slices of them
-        flat = [np.ascontiguousarray(a).reshape(m, a.shape[-1]) if r == ROW else self.packed.get(i, a)
+        # the row inputs C-contiguous (no copy when they are): the kernels read row slices of them, each call's
+        # addresses are the arrays' plus its first row times the row's bytes (no view to make and check per call)
+        data = [(a if a.flags.c_contiguous else np.ascontiguousarray(a)) if r == ROW else self.packed.get(i, a)
                 for i, (a, r) in enumerate(zip(arrays, self.roles))]
-        flat_outs = [o.reshape(m, o.shape[-1]) for o in results]
-        rows = self.rows
-        nb = (m // rows // self.threads) * self.threads if self.blocks is not None else 0
-        if nb > 1:
-            run = self._blocks_executor(nb)
-            end = nb * rows
-            run([f[:end].reshape(s) if r == ROW else f for f, r, (_, s) in zip(flat, self.roles, run.input_specs)],
-                [o[:end].reshape(s) for o, (_, s) in zip(flat_outs, run.output_specs)])
-            flat = [f[end:] if r == ROW else f for f, r in zip(flat, self.roles)]
-            flat_outs = [o[end:] for o in flat_outs]
-            m -= end
-        for at, n, size in self.plan(m):
-            run = self.kernels[size]
-            if n == size:
-                sl = slice(at, at + n)
-                run([f[sl].reshape(s) if r == ROW else f for f, r, (_, s) in zip(flat, self.roles, run.input_specs)],
-                    [o[sl].reshape(s) for o, (_, s) in zip(flat_outs, run.output_specs)])
+        data += results
+        addrs = [_address(a) for a in data]
+        steps = self._row_bytes
+        for run, at, n, size in calls:
+            if run is not None:
+                run.launch([p + at * b for p, b in zip(addrs, steps)])
             else:
-                self._run_padded(run, size, flat, flat_outs, at, n)
+                flat = [f.reshape(m, f.shape[-1]) if r == ROW else f for f, r in zip(data, self.roles)]
+                self._run_padded(self.kernels[size], size, flat, [o.reshape(m, o.shape[-1]) for o in results], at, n)
         self.last_placement = self._on_target
         return results
 
@@ -453,7 +477,7 @@ def _block_kernel(sg: Subgraph, config: CompileConfig, host: Any, roles: list[st
     splits its block between the threads); None when the lowering gives it another domain."""
     from snippets_x86_64.runtime import KernelExecutor, _executor_options, _kernel_for, _specs
 
-    j = config.num_threads
+    j = max(config.num_threads, 2)  # a dim of 1 would be lowered as broadcast (no offset per index)
     body = sg.body.clone()
     for p, r in zip(body.parameters, roles):
         if r == ROW:

@@ -349,7 +349,13 @@ class KernelExecutor:
             if len(outs) != len(self.output_specs):
                 raise InputError(f"the kernel has {len(self.output_specs)} outputs, got {len(outs)} arrays")
             results = [self._output(j, o) for j, o in enumerate(outs)]
-        ptrs = self._addresses([*ins, *results])
+        self.launch(self._addresses([*ins, *results]))
+        return results
+
+    def launch(self, ptrs: list[int]) -> None:
+        """Run the kernel on data addresses (inputs then outputs) the caller vouches for: arrays of this
+        executor's specs, C-contiguous, alive until this returns (an executor that slices its arrays itself,
+        such as the row-block FC, computes the addresses of its slices instead of making views to check)."""
         if self._busy.acquire(blocking=False):
             try:
                 self._launch(self._state, ptrs)
@@ -357,7 +363,6 @@ class KernelExecutor:
                 self._busy.release()
         else:  # called again from another thread while running: that call gets its own arguments
             self._launch(_CallState(self.kernel, self.chunks, self.domain, self.params), ptrs)
-        return results
 
     def _addresses(self, arrays: Sequence[np.ndarray]) -> list[int]:
         """The data addresses of a call's arrays. A view (an array that does not own its data, such as the
