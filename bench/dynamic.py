@@ -11,10 +11,11 @@ Three measurements:
 
   new shape    50 random (batch 1-8, seq 8-512) pairs, in a fixed order; each is called twice: the first call
                pays what a new shape costs (the configurator, call states; or compiles where a Subgraph needs a
-               kernel per shape), the second is a repeated shape. Printed: the median and worst first-call
+               kernel per shape), the second is a repeated shape. For us also: the RuntimeConfigurator's time and
+               the kernels compiled per new shape (0: one kernel per dynamic Subgraph, row-block FCs). Printed: the median and worst first-call
                overhead (first - second) of us, of the whole call and of the time in Subgraphs only, and the whole sequence's time (first calls included) for us,
                OpenVINO (one dynamic compiled model) and onnxruntime.
-  steady       at a few of those shapes: us (dynamic model) against us (the same layer with static dims
+  steady       (at each --threads count) at a few of those shapes: us (dynamic model) against us (the same layer with static dims
                compiled for that shape), OpenVINO and onnxruntime; interleaved rounds, medians, and the
                dynamic/static ratio (goal: within 5 %), of the whole call and of the time in Subgraphs (the
                same reference MatMuls run in both models: their noise hides the kernels' difference).
@@ -184,7 +185,7 @@ def kernel_seconds(cm: Any) -> float:
     return sum(sec for _, op, _, sec in cm.last_run_stats.steps if op == "Subgraph")
 
 
-def _new_shape_overheads(run: Any, pairs: list[tuple[int, int]], cm: Any = None
+def _new_shape_overheads(run: Any, pairs: list[tuple[int, int]], cm: Any = None, clock: Any = None
                          ) -> tuple[list[float], float, list[float]]:
     """Per pair, first call - second call (seconds); the total time of all the calls; and, for us (``cm``), the same
     difference counting only the time in Subgraphs (the reference MatMuls' noise left out)."""
@@ -192,6 +193,8 @@ def _new_shape_overheads(run: Any, pairs: list[tuple[int, int]], cm: Any = None
     overheads, total, in_kernels = [], 0.0, []
     for b, s in pairs:
         inputs = make_inputs(b, s, rng)
+        if clock is not None:
+            clock.new_shape()
         t0 = time.perf_counter()
         run(inputs)
         t1 = time.perf_counter()
@@ -205,10 +208,61 @@ def _new_shape_overheads(run: Any, pairs: list[tuple[int, int]], cm: Any = None
     return overheads, total, in_kernels
 
 
+def _executors(cm: Any) -> list[Any]:
+    """The Subgraph executors of a CompiledModel (each step's run, unwrapped from a bound method)."""
+    out = []
+    for st in cm._steps:
+        if st.node.type_name == "Subgraph":
+            out.append(getattr(st.run, "__self__", st.run))
+    return out
+
+
+def _kernels_compiled(cm: Any) -> int:
+    """Kernels compiled after compile time: the per-shape kernels (``compiles``) of every executor and of those
+    it wraps or falls back to (0 with one kernel per dynamic Subgraph and the row-block FCs)."""
+    seen: dict[int, Any] = {}
+    for ex in _executors(cm):
+        for part in (ex, getattr(ex, "inner", None), getattr(ex, "fallback", None), getattr(ex, "_per_shape", None)):
+            if part is not None:
+                seen[id(part)] = part
+    return sum(vars(p).get("compiles", 0) for p in seen.values())
+
+
+class ConfiguratorClock:
+    """Times every RuntimeConfigurator.configure call of a CompiledModel's dynamic Subgraphs (the per-shape runtime
+    parameter blocks), and the call states made for new shapes (DynamicKernelExecutor._prepare as a whole)."""
+
+    def __init__(self, cm: Any) -> None:
+        self.configure_s = 0.0
+        self.prepare_s = 0.0
+        #: per new shape (see new_shape), the seconds of configure and of the call states
+        self.per_shape: list[list[float]] = []
+        for ex in _executors(cm):
+            if hasattr(ex, "configurator") and hasattr(ex, "_prepare"):
+                ex.configurator.configure = self._timed(ex.configurator.configure, "configure_s")
+                ex._prepare = self._timed(ex._prepare, "prepare_s")
+
+    def new_shape(self) -> None:
+        """Start counting the next shape's time."""
+        self.per_shape.append([0.0, 0.0])
+
+    def _timed(self, fn: Any, field: str) -> Any:
+        def run(*args: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                dt = time.perf_counter() - t0
+                setattr(self, field, getattr(self, field) + dt)
+                if self.per_shape:
+                    self.per_shape[-1][0 if field == "configure_s" else 1] += dt
+        return run
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     H.add_common_args(ap)
-    ap.set_defaults(threads="2", budget=0.6)
+    ap.set_defaults(threads="2", budget=0.6)  # --threads 1,2: the steady state at each (new shapes at the first)
     ap.add_argument("--pairs", type=int, default=PAIRS, help=f"random (batch, seq) pairs (default {PAIRS})")
     ap.add_argument("--steady", default="1x128,4x384,8x512", help="steady-state shapes BxS (default 1x128,4x384,8x512)")
     ap.add_argument("--static-seq", type=int, default=None, metavar="S",
@@ -216,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import snippets_core
 
-    threads = H.parse_int_list(args.threads)[0]
+    thread_list = H.parse_int_list(args.threads)
+    threads = thread_list[0]
     info = H.machine_info()
     H.print_machine(info)
     out_dir = H.onnx_dir(args.onnx_dir)
@@ -245,9 +300,17 @@ def main(argv: list[str] | None = None) -> int:
     want = reference64(check["x"], check["mask"])
     rows = []
     results: dict[str, Any] = {"machine": info, "memory_gb_s": bw, "pairs": pairs, "new_shape": {}, "steady": []}
+    clock = ConfiguratorClock(cm)
+    compiled_before = _kernels_compiled(cm)
     for name, run in contenders.items():
         err = H.max_abs_error(np.asarray(run(check)), want)
-        over, total, in_kernels = _new_shape_overheads(run, pairs, cm if name == "us" else None)
+        over, total, in_kernels = _new_shape_overheads(run, pairs, *((cm, clock) if name == "us" else ()))
+        if name == "us":
+            conf_ms = [1e3 * c for c, _ in clock.per_shape]
+            prep_ms = [1e3 * p for _, p in clock.per_shape]
+            compiled = _kernels_compiled(cm) - compiled_before
+            results["new_shape_us"] = {"configurator_ms": conf_ms, "call_states_ms": prep_ms,
+                                       "kernels_compiled_per_shape": compiled / len(pairs)}
         over_ms = [1e3 * o for o in over]
         kern_ms = [1e3 * o for o in in_kernels]
         results["new_shape"][name] = {"overhead_ms": over_ms, "total_s": total, "max_abs_err": err,
@@ -258,6 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n## {len(pairs)} new (batch, seq) shapes, each called twice (first call - second call = new-shape cost)")
     H.print_table(["contender", "median new-shape ms", "worst ms", "in Subgraphs: median / worst ms",
                    "whole sequence s", "max abs err (2xS)"], rows)
+    ns = results["new_shape_us"]
+    conf, prep = ns["configurator_ms"], ns["call_states_ms"]
+    print(f"# us per new shape (median / worst): RuntimeConfigurator {statistics.median(conf):.3f} / {max(conf):.3f} ms "
+          f"(every dynamic Subgraph), call states {statistics.median(prep):.3f} / {max(prep):.3f} ms (configurator "
+          f"included); kernels compiled per new shape: {ns['kernels_compiled_per_shape']:g}")
     if hasattr(cm, "describe"):
         print("\n" + cm.describe())
 
@@ -265,33 +333,41 @@ def main(argv: list[str] | None = None) -> int:
     print("\n## steady state: the dynamic model against the same layer compiled for the shape (median ms)")
     srows = []
     largest = None
-    for text in args.steady.split(","):
-        b, s = (int(v) for v in text.lower().split("x"))
-        if args.static_seq is not None and s != args.static_seq:
-            continue
-        inputs = make_inputs(b, s, np.random.default_rng(SEED + 3))
-        static_path = H.save_onnx(build_onnx(b, s), out_dir / f"bert_layer_{b}x{s}.onnx")
-        static = snippets_core.compile_model(str(static_path), target=target, config={"num_threads": threads})
-        kernels: dict[str, list[float]] = {"dyn": [], "static": []}
+    for th in thread_list:
+        dyn = cm if th == threads else snippets_core.compile_model(str(dyn_path), target=target,
+                                                                   config={"num_threads": th})
+        peers: dict[str, Any] = {}
+        if ov is not None:
+            peers["openvino"] = contenders["openvino"] if th == threads else OvDynamic(ov, dyn_path, th)
+        if ort is not None:
+            peers["onnxruntime"] = contenders["onnxruntime"] if th == threads else OrtDynamic(ort, dyn_path, th)
+        for text in args.steady.split(","):
+            b, s = (int(v) for v in text.lower().split("x"))
+            if args.static_seq is not None and s != args.static_seq:
+                continue
+            inputs = make_inputs(b, s, np.random.default_rng(SEED + 3))
+            static_path = H.save_onnx(build_onnx(b, s), out_dir / f"bert_layer_{b}x{s}.onnx")
+            static = snippets_core.compile_model(str(static_path), target=target, config={"num_threads": th})
+            kernels: dict[str, list[float]] = {"dyn": [], "static": []}
 
-        def timed(model: Any, key: str, inp: dict[str, np.ndarray] = inputs) -> None:
-            model(inp)
-            kernels[key].append(kernel_seconds(model))
+            def timed(model: Any, key: str, inp: dict[str, np.ndarray] = inputs,
+                      kernels: dict[str, list[float]] = kernels) -> None:
+                model(inp)
+                kernels[key].append(kernel_seconds(model))
 
-        fns = {"us dynamic": lambda: timed(cm, "dyn"), "us static": lambda: timed(static, "static")}
-        for name in ("openvino", "onnxruntime"):
-            if name in contenders:
-                fns[name] = (lambda r=contenders[name], inp=inputs: r(inp))
-        t = H.time_round_robin(fns, args.budget, args.repeat, max_call_s=args.max_call)
-        ratio = t["us dynamic"].pick(args.stat) / t["us static"].pick(args.stat)
-        k_dyn, k_static = statistics.median(kernels["dyn"]), statistics.median(kernels["static"])
-        srows.append([f"{b}x{s}", *(H.fmt_ms(t[k]) for k in fns), f"{ratio:.3f}",
-                      f"{1e3 * k_dyn:.2f} / {1e3 * k_static:.2f} = {k_dyn / k_static:.3f}"])
-        results["steady"].append({"shape": [b, s], "ratio_dynamic_static": ratio,
-                                  "subgraphs_ms_dynamic": 1e3 * k_dyn, "subgraphs_ms_static": 1e3 * k_static,
-                                  **{k: v.to_json() for k, v in t.items()}})
-        largest = inputs
-    H.print_table(["BxS", *fns.keys(), "dynamic/static", "in Subgraphs: dynamic / static ms"], srows)
+            fns = {"us dynamic": lambda dyn=dyn: timed(dyn, "dyn"), "us static": lambda st=static: timed(st, "static")}
+            for name, r in peers.items():
+                fns[name] = (lambda r=r, inp=inputs: r(inp))
+            t = H.time_round_robin(fns, args.budget, args.repeat, max_call_s=args.max_call)
+            ratio = t["us dynamic"].pick(args.stat) / t["us static"].pick(args.stat)
+            k_dyn, k_static = statistics.median(kernels["dyn"]), statistics.median(kernels["static"])
+            srows.append([f"{b}x{s}", str(th), *(H.fmt_ms(t[k]) for k in fns), f"{ratio:.3f}",
+                          f"{1e3 * k_dyn:.2f} / {1e3 * k_static:.2f} = {k_dyn / k_static:.3f}"])
+            results["steady"].append({"shape": [b, s], "threads": th, "ratio_dynamic_static": ratio,
+                                      "subgraphs_ms_dynamic": 1e3 * k_dyn, "subgraphs_ms_static": 1e3 * k_static,
+                                      **{k: v.to_json() for k, v in t.items()}})
+            largest = inputs
+    H.print_table(["BxS", "threads", *fns.keys(), "dynamic/static", "in Subgraphs: dynamic / static ms"], srows)
 
     # -- where the time goes ----------------------------------------------------------------------------------
     if largest is not None:

@@ -4,6 +4,7 @@ reshape data of static shapes (no reference step, no copy); values checked again
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import snippets_core
@@ -72,3 +73,38 @@ def test_split_runs_as_slices():
     for name, want in zip("abc", np.split(x, [4, 9], axis=-1)):
         np.testing.assert_array_equal(got[name], want)
         assert got[name].flags.c_contiguous
+
+
+def _split_heads_model() -> bytes:
+    """x [batch, seq, 32] -> Reshape [0, 0, 4, 8] -> Relu: the output dims are the input's dim symbols and 4, 8."""
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "split_heads",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4, 8])],
+                              initializer=[numpy_helper.from_array(np.array([0, 0, 4, 8], np.int64), "shape")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_dynamic_reshape_to_the_input_dim_symbols_is_a_view():
+    """[batch, seq, 32] -> [batch, seq, 4, 8] reads batch and seq from the input per call: a view, no reference step."""
+    cm = snippets_core.compile_model(_split_heads_model(), target="reference")
+    assert ("Reshape", "view") in [(op, where) for _, op, where in cm.placement()]
+    for b, s in ((1, 3), (2, 7), (3, 1)):
+        x = np.random.default_rng(b).standard_normal((b, s, 32)).astype(np.float32)
+        np.testing.assert_array_equal(cm({"x": x})["y"], np.maximum(x.reshape(b, s, 4, 8), 0))
+
+
+def test_the_dynamic_view_shares_the_input_memory_and_bad_input_is_a_typed_error():
+    from snippets_core.errors import SnippetsError
+
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "r",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 2, 3])],
+                              initializer=[numpy_helper.from_array(np.array([0, 2, 3], np.int64), "shape")])
+    cm = snippets_core.compile_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                                     target="reference")
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    y = cm({"x": x})["y"]
+    assert y.shape == (4, 2, 3) and np.shares_memory(x, y)
+    with pytest.raises(SnippetsError):
+        cm({"x": np.zeros((4, 5), np.float32)})
