@@ -11,16 +11,17 @@ Three measurements:
 
   new shape    50 random (batch 1-8, seq 8-512) pairs, in a fixed order; each is called twice: the first call
                pays what a new shape costs (the configurator, call states; or compiles where a Subgraph needs a
-               kernel per shape), the second is a repeated shape. For us also: the RuntimeConfigurator's time and
-               the kernels compiled per new shape (0: one kernel per dynamic Subgraph, row-block FCs). Printed: the median and worst first-call
-               overhead (first - second) of us, of the whole call and of the time in Subgraphs only, and the whole sequence's time (first calls included) for us,
-               OpenVINO (one dynamic compiled model) and onnxruntime.
-  steady       (at each --threads count) at a few of those shapes: us (dynamic model) against us (the same layer with static dims
-               compiled for that shape), OpenVINO and onnxruntime; interleaved rounds, medians, and the
-               dynamic/static ratio (goal: within 5 %), of the whole call and of the time in Subgraphs (the
-               same reference MatMuls run in both models: their noise hides the kernels' difference).
+               kernel per shape), the second is a repeated shape. Printed: the median and worst first-call
+               overhead (first - second) of us, of the whole call and of the time in Subgraphs only, and the whole
+               sequence's time (first calls included) for us, OpenVINO (one dynamic compiled model) and
+               onnxruntime; for us also the RuntimeConfigurator's and the new call states' time per new shape and
+               the kernels compiled per new shape (0: one kernel per dynamic Subgraph, row-block FCs).
+  steady       at each --threads count, at a few of those shapes: us (dynamic model) against us (the same
+               layer with static dims compiled for that shape), OpenVINO and onnxruntime; interleaved rounds,
+               medians, and the dynamic/static ratio (goal: within 5 %), of the whole call and of the time in
+               Subgraphs.
   where        per op type, the share of one call of the dynamic model at the largest steady shape, and where it
-               runs (the linear layers' MatMuls run on numpy until the FullyConnected kernels land).
+               runs.
 
 ``--static-seq S`` fixes the sequence (only the batch is dynamic, the batches 1-8 once each). With a dynamic
 sequence too, the attention Subgraph is still one kernel for every shape: its Brgemms read M, N, K, row strides and
@@ -323,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
                    "whole sequence s", "max abs err (2xS)"], rows)
     ns = results["new_shape_us"]
     conf, prep = ns["configurator_ms"], ns["call_states_ms"]
-    print(f"# us per new shape (median / worst): RuntimeConfigurator {statistics.median(conf):.3f} / {max(conf):.3f} ms "
+    print(f"# us per new shape (median / worst): RuntimeConfigurator {statistics.median(conf):.3f} / "
+          f"{max(conf):.3f} ms "
           f"(every dynamic Subgraph), call states {statistics.median(prep):.3f} / {max(prep):.3f} ms (configurator "
           f"included); kernels compiled per new shape: {ns['kernels_compiled_per_shape']:g}")
     if hasattr(cm, "describe"):

@@ -20,7 +20,8 @@ H, F = 64, 96
 RNG = np.random.default_rng(20261125)
 W = {"w1": (RNG.standard_normal((H, F)) / math.sqrt(H)).astype(np.float32),
      "b1": RNG.standard_normal(F).astype(np.float32),
-     "w2": (RNG.standard_normal((F, H)) / math.sqrt(F)).astype(np.float32), "b2": RNG.standard_normal(H).astype(np.float32)}
+     "w2": (RNG.standard_normal((F, H)) / math.sqrt(F)).astype(np.float32),
+     "b2": RNG.standard_normal(H).astype(np.float32)}
 
 
 def _model(batch: int | str, seq: int | str) -> bytes:
