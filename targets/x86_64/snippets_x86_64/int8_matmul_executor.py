@@ -55,6 +55,10 @@ class Int8MatMulExecutor:
         self._on_target = Placement(TARGET_NAME)
         #: where the last call ran (the snippets_core.runtime.placement protocol): always here
         self.last_placement = self._on_target
+        #: allocates the per-call buffers the kernels read and write (tests put them against guard pages)
+        self.empty: Any = np.empty
+        #: repacks B (tests wrap it to put the packed bytes against guard pages)
+        self.repack: Any = repack_b_int8
 
     def operands(self, args: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         """A [batch, M, K] and B [batch, K, N], f32, C-contiguous (inputs transposed and broadcast as the body
@@ -109,7 +113,7 @@ class Int8MatMulExecutor:
         s = self.spec
         nb, m, k = a.shape
         n = b.shape[-1]
-        qa = np.empty((nb, m, k), np.int8 if s.a.signed else np.uint8)
+        qa = self.empty((nb, m, k), np.int8 if s.a.signed else np.uint8)
         quantize_function(k)(a.ctypes.data, qa.ctypes.data, nb * m, self.qa.ctypes.data)
         rows = None
         if self.b_shift:  # -b_shift * sum_k (qa - a_zp), dequantized: one value per row
@@ -118,13 +122,15 @@ class Int8MatMulExecutor:
             rows = rows.astype(np.float32)[..., None]
         fn = int8_function(Int8Geometry(m, n, k, lda=k, ldc=n, a_signed=s.a.signed, output=Int8Output.F32,
                                         compensation=True))
-        scale = np.full(n, self.scale, np.float32)
-        qb = np.empty((k, n), np.uint8)
+        scale, comp = self.empty(n, np.float32), self.empty(n, np.int32)
+        scale.fill(self.scale)
+        qb = self.empty((k, n), np.uint8)
         for i in range(nb):
             quantize_function(n)(b[i].ctypes.data, qb.ctypes.data, k, self.qb.ctypes.data)
-            b8 = qb.view(np.int8) if s.b.signed else (qb ^ np.uint8(0x80)).view(np.int8)
-            packed = repack_b_int8(b8)
-            comp = packed.compensation(s.a.zero_point, s.a.signed)
+            if not s.b.signed:
+                np.bitwise_xor(qb, np.uint8(0x80), out=qb)
+            packed = self.repack(qb.view(np.int8))
+            comp[:] = packed.compensation(s.a.zero_point, s.a.signed)
             fn(qa[i].ctypes.data, packed.data.ctypes.data, c[i].ctypes.data, comp.ctypes.data, scale.ctypes.data, 0)
             if rows is not None:
                 c[i] += rows[i]
