@@ -21,6 +21,7 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
     from snippets_core.tokenization import TokenizationConfig, TokenizeFCSnippets, TokenizeMHASnippets, TokenizeSnippets
     from snippets_core.tokenization.config import SnippetsMode
     from snippets_core.tokenization.tokenize_int8_fc_snippets import TokenizeInt8FCSnippets
+    from snippets_core.tokenization.tokenize_int8_matmul_snippets import TokenizeInt8MatMulSnippets
 
     disabled = set(config.disabled_passes)
     if ConvertQDQToFakeQuantize.name not in disabled:  # Q->DQ pairs fuse as FakeQuantize (OpenVINO's frontend)
@@ -45,6 +46,9 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
         if tcfg.int8_fc and TokenizeInt8FCSnippets.name not in disabled:
             # first: the quantized MatMuls with int8 weights (their f32 form would be an FC or an MHA operand)
             TokenizeInt8FCSnippets(tcfg).run(model)
+        if tcfg.int8_fc and TokenizeInt8MatMulSnippets.name not in disabled:
+            # then the MatMuls of two quantized activations (the attention's), before the MHA tokenizer takes them
+            TokenizeInt8MatMulSnippets(tcfg).run(model)
         if TokenizeMHASnippets.name not in disabled:
             # asked once per match, about MatMul0; the hooks learn it is the MHA tokenizer asking
             TokenizeMHASnippets(tcfg, callback=lambda node: host.tokenization_callback(node, target.name, "mha")
@@ -83,13 +87,14 @@ def run_common_optimizations(model: Model, disabled_passes: Iterable[str] = ()) 
     from snippets_core.passes.data_flow_pipeline import common_optimizations_pipeline, is_quantized
     from snippets_core.tokenization.tokenize_conv_snippets import is_primitive
     from snippets_core.tokenization.tokenize_int8_fc_snippets import is_int8_fc
+    from snippets_core.tokenization.tokenize_int8_matmul_snippets import is_int8_matmul
 
     disabled = set(disabled_passes)
     if "common-optimizations" in disabled:
         return False
     changed = False
     for sg in [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]:
-        if is_primitive(sg) or is_int8_fc(sg):  # a conv/pool/int8 primitive: its Constants stay in (packed once)
+        if is_primitive(sg) or is_int8_fc(sg) or is_int8_matmul(sg):  # a conv/pool/int8 primitive: its Constants stay in (packed once)
             continue
         pipeline = common_optimizations_pipeline(is_quantized(sg.body))
         # Validate checks what the lowering supports; a body it rejects (e.g. a Reshape pair kept by a
@@ -117,6 +122,7 @@ def run_mha_common_optimizations(model: Model, tcfg, disabled_passes: Iterable[s
     from snippets_core.passes.split_dimension_m import SplitDimensionM
     from snippets_core.tokenization import FULLY_CONNECTED
     from snippets_core.tokenization.tokenize_int8_fc_snippets import is_int8_fc
+    from snippets_core.tokenization.tokenize_int8_matmul_snippets import is_int8_matmul
 
     if not tcfg.enabled:
         return False
@@ -131,7 +137,7 @@ def run_mha_common_optimizations(model: Model, tcfg, disabled_passes: Iterable[s
     fc_passes = [p for p in passes if isinstance(p, SplitDimensionM)]
     fc_pipeline = PassPipeline("fc-common-optimizations", fc_passes, disabled=set(disabled_passes))
     for sg in [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]:
-        if is_int8_fc(sg):  # one int8 kernel: nothing to split or extract
+        if is_int8_fc(sg) or is_int8_matmul(sg):  # one int8 kernel: nothing to split or extract
             continue
         if sg.rt_info.get(FULLY_CONNECTED):
             changed |= fc_pipeline.run(sg)

@@ -191,6 +191,7 @@ def _assert_matmuls_run_int8(cm, ops: set[str]) -> None:  # type: ignore[no-unty
     """Every MatMul with a constant int8 weight runs as an int8 FullyConnected Subgraph on the VNNI Brgemm: no
     MatMulInteger is left outside a Subgraph, and describe() names the int8 kernel once per weight."""
     from snippets_core.tokenization.tokenize_int8_fc_snippets import INT8_FULLY_CONNECTED, is_int8_fc
+    from snippets_core.tokenization.tokenize_int8_matmul_snippets import is_int8_matmul
 
     placement = {t for _, t, _ in cm.placement()}
     assert not {"MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv"} & placement, cm.describe()
@@ -201,8 +202,12 @@ def _assert_matmuls_run_int8(cm, ops: set[str]) -> None:  # type: ignore[no-unty
     # a static QDQ Conv (Q->DQ input, per-channel int8 weight) runs as an int8 convolution too
     assert convs == (2 if {"Conv", "QLinearConv", "ConvInteger"} & ops else 0), cm.describe()
     assert cm.describe().count("int8 FullyConnected on the VNNI Brgemm") == weights + convs, cm.describe()
+    # and so does every MatMul of two quantized activations (the static encoder's attention)
     assert not any(sg.body_ops and sg.body_ops[-1].type_name == "MatMul" and not is_int8_fc(sg)
-                   for sg in cm.subgraphs), cm.describe()
+                   and not is_int8_matmul(sg) for sg in cm.subgraphs), cm.describe()
+    attention = 2 if "Softmax" in ops and "DynamicQuantizeLinear" not in ops else 0
+    assert sum(1 for sg in cm.subgraphs if is_int8_matmul(sg)) == attention, cm.describe()
+    assert cm.describe().count("int8 batched MatMul on the VNNI Brgemm") == attention, cm.describe()
 
 
 def _compare_stepwise(cm, sess, shape: tuple[int, ...], step: float) -> None:  # type: ignore[no-untyped-def]

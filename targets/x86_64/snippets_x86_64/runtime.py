@@ -633,6 +633,12 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
         from snippets_x86_64.int8_fc_executor import int8_fc_executor
 
         return int8_fc_executor(sg, config.num_threads)
+    from snippets_core.tokenization.tokenize_int8_matmul_snippets import is_int8_matmul
+
+    if is_int8_matmul(sg):  # both operands quantized per call, B repacked per batch, the int8 Brgemm
+        from snippets_x86_64.int8_matmul_executor import Int8MatMulExecutor
+
+        return Int8MatMulExecutor(sg, config.num_threads, _parallel_min_ns(config))
     debug = debug_config(config)  # a bad SNIPPETS_* debug setting is an error, not a fallback
     if debug.enabled:  # dumps, perf counters, segfault detector: see snippets_x86_64.debug_caps
         from snippets_x86_64.debug_caps import compile_subgraph_debug
