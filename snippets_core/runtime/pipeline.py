@@ -46,7 +46,7 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
         if tcfg.int8_fc and TokenizeInt8FCSnippets.name not in disabled:
             # first: the quantized MatMuls with int8 weights (their f32 form would be an FC or an MHA operand)
             TokenizeInt8FCSnippets(tcfg).run(model)
-        if tcfg.int8_fc and TokenizeInt8MatMulSnippets.name not in disabled:
+        if tcfg.int8_fc and tcfg.int8_matmul and TokenizeInt8MatMulSnippets.name not in disabled:
             # then the MatMuls of two quantized activations (the attention's), before the MHA tokenizer takes them
             TokenizeInt8MatMulSnippets(tcfg).run(model)
         if TokenizeMHASnippets.name not in disabled:

@@ -71,6 +71,10 @@ class TokenizationConfig:
     #: the target runs a quantized MatMul (static QDQ, dynamic, QLinearMatMul, MatMulInteger with an int8 constant
     #: weight) as one int8 kernel (TokenizeInt8FCSnippets takes them)
     int8_fc: bool = False
+    #: with ``int8_fc``, a MatMul of two quantized activations (the attention's Q x K^T and P x V) becomes an int8
+    #: batched-MatMul Subgraph (TokenizeInt8MatMulSnippets). Off by default: at seq 128 the two int8 MatMuls with
+    #: the softmax between them as its own pass are slower than the fused f32 MHA kernel (docs/int8.md)
+    int8_matmul: bool = False
     #: a static QDQ convolution becomes an int8 one only with this many multiply-adds and input channels at least
     #: (below, the target's f32 convolution of the dequantized values is faster)
     int8_conv_min_macs: int = 0
@@ -87,7 +91,7 @@ class TokenizationConfig:
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise TokenizationConfigError(f"tokenization config 'int8_conv_min_macs' must be an integer >= 0, got {v!r}")
         for name in ("split_m_dimension", "mha_token_enable_transpose_on_output", "is_dynamic_mha_token_enabled",
-                     "mha_transposed_b_in_subgraph", "conv_primitives", "int8_fc"):
+                     "mha_transposed_b_in_subgraph", "conv_primitives", "int8_fc", "int8_matmul"):
             v = getattr(self, name)
             if not isinstance(v, bool):
                 raise TokenizationConfigError(f"tokenization config '{name}' must be a bool, got {v!r}")

@@ -11,7 +11,7 @@ The Subgraph holds the Transposes that alone feed the MatMul and the MatMul; its
 (the FakeQuantize that made them stays with the eltwise ops before it, e.g. the softmax). A target with an int8
 kernel quantizes both operands back to their integers (exactly: they are on the grid) at run time, repacks B per
 batch and runs the int8 Brgemm with the dequantization as a post-op; any other target evaluates the body as before.
-Runs with the ``int8_fc`` tokenization knob, after TokenizeInt8FCSnippets (which takes the MatMuls with a constant
+Runs with the ``int8_fc`` and ``int8_matmul`` tokenization knobs (the second off by default), after TokenizeInt8FCSnippets (which takes the MatMuls with a constant
 int8 weight). A MatMul of two grid-valued activations left alone keeps why in ``rt_info[INT8_FC_REJECT_REASON_KEY]``.
 """
 
@@ -105,7 +105,7 @@ class TokenizeInt8MatMulSnippets(Pass):
     config: TokenizationConfig = field(default_factory=TokenizationConfig)
 
     def run(self, model: Model) -> bool:
-        if not self.config.enabled or not self.config.int8_fc:
+        if not self.config.enabled or not self.config.int8_fc or not self.config.int8_matmul:
             return False
         changed = False
         for node in model.get_ordered_ops():

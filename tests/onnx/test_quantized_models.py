@@ -30,7 +30,8 @@ quantization = pytest.importorskip("onnxruntime.quantization")
 
 N_INPUTS = 4
 #: the CNNs' convolutions are small: below x86's thresholds, which keep them f32; here they run int8 too
-ALL_CONVS = {"tokenization": {"int8_conv_min_macs": 0, "int8_conv_min_channels": 1}}
+# every conv as int8, and the attention MatMuls as int8 batched MatMuls (int8_matmul is off by default)
+ALL_CONVS = {"tokenization": {"int8_conv_min_macs": 0, "int8_conv_min_channels": 1, "int8_matmul": True}}
 
 
 def _w(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float = 0.2) -> onnx.TensorProto:

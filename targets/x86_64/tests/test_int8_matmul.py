@@ -25,6 +25,8 @@ ort = pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.skipif("avx512_vnni" not in cpu_features(), reason="the int8 Brgemm needs AVX512_VNNI")
 
 TARGET = "x86_64_avx512"
+#: the attention MatMuls become int8 batched MatMuls only when asked (off by default: slower than the f32 MHA)
+INT8_MATMUL = {"tokenization": {"int8_matmul": True}}
 SEQS = (1, 7, 17, 128, 129)
 #: (signed, scale, zero point) of A's and B's grids
 GRIDS = {"u8": (False, 0.037, 123), "u8zp0": (False, 0.0039, 0), "s8": (True, 0.05, -3), "s8zp0": (True, 0.02, 0)}
@@ -71,7 +73,7 @@ def _q(x: np.ndarray, grid: tuple[bool, float, int]) -> np.ndarray:
 
 
 def _compile(model: bytes, threads: int = 1, **options: Any) -> Any:
-    cm = sc.compile_model(model, TARGET, {"num_threads": threads, "target_options": options})
+    cm = sc.compile_model(model, TARGET, {"num_threads": threads, "target_options": options, **INT8_MATMUL})
     assert sum(is_int8_matmul(sg) for sg in cm.subgraphs) == 1, cm.describe()
     assert "int8 batched MatMul on the VNNI Brgemm" in cm.describe()
     return cm
@@ -190,7 +192,7 @@ def test_a_matmul_with_one_quantized_input_stays_f32_and_says_why() -> None:
     ins = [h.make_tensor_value_info("a", T.FLOAT, [2, 4, 8]), h.make_tensor_value_info("b", T.FLOAT, [2, 8, 5])]
     g = h.make_graph(nodes, "one", ins, [h.make_tensor_value_info("y", T.FLOAT, None)], ia)
     model = h.make_model(g, opset_imports=[h.make_opsetid("", 19)]).SerializeToString()
-    cm = sc.compile_model(model, TARGET)
+    cm = sc.compile_model(model, TARGET, INT8_MATMUL)
     assert not any(is_int8_matmul(sg) for sg in cm.subgraphs)
     reasons = [n.rt_info.get(INT8_FC_REJECT_REASON_KEY) for n in cm.model.get_ordered_ops() if n.type_name == "MatMul"]
     assert any(r and "input 1" in r for r in reasons), reasons
@@ -243,7 +245,8 @@ def test_onnxruntime_quantized_attention_runs_int8_at_dynamic_sequence_lengths(t
     producer = {o: n for n in m.graph.node for o in n.output}["y"]
     assert producer.op_type == "DequantizeLinear"
     step = float(nh.to_array({t.name: t for t in m.graph.initializer}[producer.input[1]]))
-    cm = sc.compile_model(dst, TARGET)
+    assert not any(is_int8_matmul(sg) for sg in sc.compile_model(dst, TARGET).subgraphs)  # off by default
+    cm = sc.compile_model(dst, TARGET, INT8_MATMUL)
     assert sum(is_int8_matmul(sg) for sg in cm.subgraphs) == 2, cm.describe()
     assert cm.describe().count("int8 batched MatMul on the VNNI Brgemm") == 2
     # basic optimizations: the QDQ graph as written (ORT's full level fuses it into its own integer kernels,
