@@ -65,6 +65,9 @@ def tile_shape(m: int, n: int, budget: int = VEC_BUDGET) -> tuple[int, int]:
 K_CHUNK_BYTES = 24 * 1024
 
 
+#: the packed-weight micro-kernel runs the register tiles of equal height as a counted loop over one body (False:
+#: every tile unrolled, the code ~10x larger and as fast; a switch for measurements, like PANEL_PREFETCH)
+TILE_LOOPS = True
 #: K steps per iteration of the f32 K loop
 K_UNROLL = 2
 #: the packed-weight micro-kernel prefetches the next K chunk of its panel into L2 (a FullyConnected's weight is
@@ -281,7 +284,8 @@ class BrgemmEmitter(JitEmitter):
         tc, tcnt, pf = loop_gprs
         for k0, kc in k_chunks(g.k, width * 4, False):
             tiles = row_tiles(g.m, mr)
-            for t, m0, mv, count in tile_runs(tiles):
+            runs = tile_runs(tiles) if TILE_LOOPS else [(t, m0, mv, 1) for t, (m0, mv) in enumerate(tiles)]
+            for t, m0, mv, count in runs:
                 acc = [[vecs[r * nv + j] for j in range(nv)] for r in range(mv)]
                 bvec = [vecs[mr * nv + j] for j in range(nv)]
                 masked = [mask is not None and j == nv - 1 for j in range(nv)]

@@ -118,6 +118,29 @@ def _liveness(a: Assembler) -> list[set]:
     return live
 
 
+class _KernelFacts:
+    """The kernel-wide facts a loop's renaming needs, computed on first use (most loops fail a local check
+    first): the liveness at each instruction and every vector/mask register the kernel touches."""
+
+    def __init__(self, a: Assembler) -> None:
+        self.a = a
+        self._live: list[set] | None = None
+        self._used: set | None = None
+
+    def live(self) -> list[set]:
+        if self._live is None:
+            self._live = _liveness(self.a)
+        return self._live
+
+    def used(self) -> set:
+        if self._used is None:
+            self._used = set()
+            for instr in self.a._instructions:
+                r, w, _ = _accesses(instr)
+                self._used |= r | w
+        return self._used
+
+
 @dataclass
 class _Loop:
     mov: int  # index of ``mov counter, N``
@@ -204,13 +227,16 @@ def _second_copy(instr: Instruction, mapping: dict, shift: dict[int, int]) -> In
     return c
 
 
-def _plan(a: Assembler, loop: _Loop, live: list[set], used: set) -> dict | None:
-    """The register renaming for the second copy, or None when the loop does not qualify."""
+def _plan(a: Assembler, loop: _Loop, kernel: _KernelFacts) -> dict | None:
+    """The register renaming for the second copy, or None when the loop does not qualify. The checks local to
+    the body come first: the kernel-wide liveness is computed only for a loop that passes them (a Brgemm's K
+    loops carry their accumulators, so its kernel never needs it)."""
     ins = a._instructions
     s, t = loop.body
     if any(not -(2**31) <= 2 * inc < 2**31 for inc in _net_shifts(loop).values()):
         return None
     written: set = set()
+    exposed: set = set()
     for instr in ins[s:t]:
         if instr.flow_control != FlowControl.NEXT:
             return None
@@ -222,8 +248,12 @@ def _plan(a: Assembler, loop: _Loop, live: list[set], used: set) -> dict | None:
                 base = instr.memory_base
                 if instr.memory_index != Register.NONE or not (base == Register.RIP or RX.is_gpr64(base)):
                     return None
+        exposed |= r - written  # read before the body writes it: live where the body starts
         written |= w
         written |= {k for k in r if k in _cond_written(instr)}
+    if exposed & written:
+        return None  # a loop-carried value (an accumulator): live[s] below would say so, at the kernel's cost
+    live, used = kernel.live(), kernel.used()
     if written & live[s] or written & live[loop.jnz + 1]:
         return None  # loop-carried or read after the loop
     free = {kind: [n for n in range(1 if kind == "k" else 0, 8 if kind == "k" else 32) if (kind, n) not in used]
@@ -267,17 +297,13 @@ def unroll_inner_loops(a: Assembler) -> int:
     done = 0
     seen: dict = {}  # body label -> times looked at: a loop is unrolled at most PASSES times
     while True:
-        live = _liveness(a)
-        used = set()
-        for instr in a._instructions:
-            r, w, _ = _accesses(instr)
-            used |= r | w
+        kernel = _KernelFacts(a)
         for loop in _find_loops(a):
             label = a._branches[loop.jnz]
             if seen.get(label, 0) >= PASSES:
                 continue
             seen[label] = seen.get(label, 0) + 1
-            mapping = _plan(a, loop, live, used)
+            mapping = _plan(a, loop, kernel)
             if mapping is not None:
                 _apply(a, loop, mapping)
                 done += 1
