@@ -64,8 +64,14 @@ def _key(reg: int) -> tuple[str, int] | None:
     return None
 
 
-def _accesses(instr: Instruction) -> tuple[set, set, set]:
-    """(registers read, registers fully written, general-purpose registers written) of one instruction."""
+def _accesses(instr: Instruction, memo: dict | None = None) -> tuple[set, set, set]:
+    """(registers read, registers fully written, general-purpose registers written) of one instruction; ``memo``
+    keeps them by instruction (equal instructions, e.g. a tile's FMAs repeated per K step, are decoded once)."""
+    if memo is not None:
+        found = memo.get(instr)
+        if found is None:
+            found = memo[instr] = _accesses(instr)
+        return found
     reads: set = set()
     writes: set = set()
     gpr_writes: set = set()
@@ -83,7 +89,7 @@ def _accesses(instr: Instruction) -> tuple[set, set, set]:
     return reads, writes, gpr_writes
 
 
-def _liveness(a: Assembler) -> list[set]:
+def _liveness(a: Assembler, memo: dict | None = None) -> list[set]:
     """Vector/mask registers live on entry to each instruction (index len = the end: nothing live)."""
     ins = a._instructions
     n = len(ins)
@@ -91,7 +97,7 @@ def _liveness(a: Assembler) -> list[set]:
     succ: list[list[int]] = []
     uses, defs = [], []
     for i, instr in enumerate(ins):
-        r, w, _ = _accesses(instr)
+        r, w, _ = _accesses(instr, memo)
         uses.append(r)
         defs.append(w)
         flow = instr.flow_control
@@ -122,21 +128,22 @@ class _KernelFacts:
     """The kernel-wide facts a loop's renaming needs, computed on first use (most loops fail a local check
     first): the liveness at each instruction and every vector/mask register the kernel touches."""
 
-    def __init__(self, a: Assembler) -> None:
+    def __init__(self, a: Assembler, memo: dict) -> None:
         self.a = a
+        self.memo = memo
         self._live: list[set] | None = None
         self._used: set | None = None
 
     def live(self) -> list[set]:
         if self._live is None:
-            self._live = _liveness(self.a)
+            self._live = _liveness(self.a, self.memo)
         return self._live
 
     def used(self) -> set:
         if self._used is None:
             self._used = set()
             for instr in self.a._instructions:
-                r, w, _ = _accesses(instr)
+                r, w, _ = _accesses(instr, self.memo)
                 self._used |= r | w
         return self._used
 
@@ -240,7 +247,7 @@ def _plan(a: Assembler, loop: _Loop, kernel: _KernelFacts) -> dict | None:
     for instr in ins[s:t]:
         if instr.flow_control != FlowControl.NEXT:
             return None
-        r, w, gw = _accesses(instr)
+        r, w, gw = _accesses(instr, kernel.memo)
         if gw:
             return None  # a scalar register written in the body (address arithmetic, counters)
         for i in range(instr.op_count):
@@ -263,7 +270,7 @@ def _plan(a: Assembler, loop: _Loop, kernel: _KernelFacts) -> dict | None:
     vex = set()
     for instr in ins[s:t]:
         if instr.encoding == EncodingKind.VEX:
-            r, w, _ = _accesses(instr)
+            r, w, _ = _accesses(instr, kernel.memo)
             vex |= {key for key in r | w if key[0] == "v"}
     mapping = {}
     for key in sorted(written, key=lambda k: (k not in vex, k)):
@@ -296,8 +303,9 @@ def unroll_inner_loops(a: Assembler) -> int:
     docstring); returns how many times a loop was unrolled."""
     done = 0
     seen: dict = {}  # body label -> times looked at: a loop is unrolled at most PASSES times
+    memo: dict = {}  # instruction -> its accesses (no instruction is changed in place while unrolling)
     while True:
-        kernel = _KernelFacts(a)
+        kernel = _KernelFacts(a, memo)
         for loop in _find_loops(a):
             label = a._branches[loop.jnz]
             if seen.get(label, 0) >= PASSES:
