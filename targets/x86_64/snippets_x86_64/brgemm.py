@@ -9,7 +9,8 @@ Register blocking: C is computed in tiles of ``mr`` rows x ``nr`` zmm vectors (1
 one element of each of its ``mr`` rows of A, broadcast once into a register (``vbroadcastss``, two alternating).
 ``mr`` is as large as the 32 zmm registers allow (``mr * nr + nr <= 29``); the tiles share the M rows evenly
 (:func:`row_tiles`). A long K runs in chunks whose B rows fit L1 (:func:`k_chunks`), so the tiles of a block reuse
-them; the f32 K loop does ``K_UNROLL`` steps per iteration. Rows of A, B and C are strided
+them (a packed weight's kernel runs the tiles of equal height as a counted loop over one tile body,
+:func:`tile_runs`); the f32 K loop does ``K_UNROLL`` steps per iteration. Rows of A, B and C are strided
 (a folded Transpose is only a row stride); the columns of B and C must be contiguous. A column tail of N is
 an op-masked load/store, so nothing outside C or B is touched; K is a counted loop.
 
@@ -313,13 +314,13 @@ class BrgemmEmitter(JitEmitter):
                 a.dec(tcnt)
                 a.jnz(top)
 
-    def _packed_tile(self, a: Assembler, tile: _Tile, c_base, b_base, pa: GpReg, pb: GpReg, cnt: GpReg,  # type: ignore[no-untyped-def]
+    def _packed_tile(self, a: Assembler, tile: _Tile, c_base: Any, b_base: Any, pa: GpReg, pb: GpReg, cnt: GpReg,
                      kc: int, width: int, k0: int, prefetch: list[int] | None, pf: GpReg | None) -> None:
         """One register tile of a packed panel over a K chunk: C rows at ``c_base``, A at ``pa`` (moved on by the
         K loop), the chunk's B at ``b_base``; a later chunk (``k0`` > 0) adds to what the earlier ones stored."""
         g = self.g
 
-        def c_addr(r: int, j: int):  # type: ignore[no-untyped-def]
+        def c_addr(r: int, j: int) -> Any:
             return c_base + (r * g.c.row_stride + j * LANES) * 4
 
         for r, row in enumerate(tile.acc):
