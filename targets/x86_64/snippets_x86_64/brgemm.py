@@ -9,7 +9,8 @@ Register blocking: C is computed in tiles of ``mr`` rows x ``nr`` zmm vectors (1
 one element of each of its ``mr`` rows of A, broadcast once into a register (``vbroadcastss``, two alternating).
 ``mr`` is as large as the 32 zmm registers allow (``mr * nr + nr <= 29``); the tiles share the M rows evenly
 (:func:`row_tiles`). A long K runs in chunks whose B rows fit L1 (:func:`k_chunks`), so the tiles of a block reuse
-them; the f32 K loop does ``K_UNROLL`` steps per iteration. Rows of A, B and C are strided
+them (a packed weight's kernel runs the tiles of equal height as a counted loop over one tile body,
+:func:`tile_runs`); the f32 K loop does ``K_UNROLL`` steps per iteration. Rows of A, B and C are strided
 (a folded Transpose is only a row stride); the columns of B and C must be contiguous. A column tail of N is
 an op-masked load/store, so nothing outside C or B is touched; K is a counted loop.
 
@@ -65,6 +66,9 @@ def tile_shape(m: int, n: int, budget: int = VEC_BUDGET) -> tuple[int, int]:
 K_CHUNK_BYTES = 24 * 1024
 
 
+#: the packed-weight micro-kernel runs the register tiles of equal height as a counted loop over one body (False:
+#: every tile unrolled, the code ~10x larger and as fast; a switch for measurements, like PANEL_PREFETCH)
+TILE_LOOPS = True
 #: K steps per iteration of the f32 K loop
 K_UNROLL = 2
 #: the packed-weight micro-kernel prefetches the next K chunk of its panel into L2 (a FullyConnected's weight is
@@ -81,6 +85,19 @@ def k_chunks(k: int, row_bytes: int, pairs: bool) -> list[tuple[int, int]]:
     kc = -(-k // n)  # equal chunks
     kc += kc % 2 if pairs else 0
     return [(k0, min(kc, k - k0)) for k0 in range(0, k, kc)]
+
+
+def tile_runs(tiles: list[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
+    """(index of the first tile, its first row, rows, tiles) of each run of consecutive register tiles of equal
+    height: the packed-weight kernel emits one tile body per run and loops over it."""
+    runs: list[tuple[int, int, int, int]] = []
+    for t, (m0, mv) in enumerate(tiles):
+        if runs and runs[-1][2] == mv:
+            first, row0, _, count = runs[-1]
+            runs[-1] = (first, row0, mv, count + 1)
+        else:
+            runs.append((t, m0, mv, 1))
+    return runs
 
 
 def row_tiles(m: int, mr: int) -> list[tuple[int, int]]:
@@ -144,8 +161,9 @@ class BrgemmEmitter(JitEmitter):
             gprs = 5 + (2 if is_dynamic(self.g.a.row_stride) else 0) + (1 if is_dynamic(self.g.b.row_stride) else 0)
             vecs = max(self.rows_for(nv) * nv + nv for nv in range(1, self.nr + 1)) + self.extra
             return gprs, vecs, 1 if is_dynamic(self.g.n) or self.tail else 0
-        # a packed B needs three more: the panel's B and C pointers and the panel counter
-        return 6 if self.panel else 3, vecs, 1 if self.tail else 0
+        # a packed B needs six more: the panel's B and C pointers and the panel counter, the loop over tiles' C
+        # pointer, tile counter and prefetch line
+        return 9 if self.panel else 3, vecs, 1 if self.tail else 0
 
     def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
         if self.dynamic:
@@ -245,7 +263,7 @@ class BrgemmEmitter(JitEmitter):
         if full:
             a.mov(pcnt, full)
             top = a.label(f"brgemm.{self.expr.name}.panel")
-            self._panel(a, ins[0], bp, cp, pa, pb, cnt, vecs, self.panel, None)
+            self._panel(a, ins[0], bp, cp, pa, pb, cnt, vecs, self.panel, None, aux.gprs[6:9])
             a.add(bp, g.k * self.panel * 4)
             a.add(cp, self.panel * 4)
             a.dec(pcnt)
@@ -253,47 +271,80 @@ class BrgemmEmitter(JitEmitter):
         if tail:
             if mask is not None:
                 a.kmovw(mask, word[a.const_data(((1 << self.tail) - 1).to_bytes(2, "little"), 2)])
-            self._panel(a, ins[0], bp, cp, pa, pb, cnt, vecs, tail, mask)
+            self._panel(a, ins[0], bp, cp, pa, pb, cnt, vecs, tail, mask, aux.gprs[6:9])
 
-    def _panel(self, a: Assembler, a_ptr, bp, cp, pa, pb, cnt, vecs, width: int, mask) -> None:  # type: ignore[no-untyped-def]
-        """``C[:, panel] = A @ B_panel`` for a panel of ``width`` columns stored ``K x width`` at ``bp``."""
+    def _panel(self, a: Assembler, a_ptr, bp, cp, pa, pb, cnt, vecs, width: int, mask, loop_gprs) -> None:  # type: ignore[no-untyped-def]
+        """``C[:, panel] = A @ B_panel`` for a panel of ``width`` columns stored ``K x width`` at ``bp``. Per K
+        chunk, the register tiles of equal height run as one counted loop over a tile body (:func:`tile_runs`):
+        a 128-row block has 22 tiles but two bodies, so its code is ~10x smaller than with every tile unrolled
+        (and compiles that much faster) at the same FMAs per K step."""
         g = self.g
         nv = -(-width // LANES)
         mr = max(1, min(g.m, (self.mr * self.nr + self.nr) // nv - 1))  # within the vectors aux_needs asked for
         extra = vecs[self.mr * self.nr + self.nr :]
+        tc, tcnt, pf = loop_gprs
         for k0, kc in k_chunks(g.k, width * 4, False):
             tiles = row_tiles(g.m, mr)
-            for t, (m0, mv) in enumerate(tiles):
+            runs = tile_runs(tiles) if TILE_LOOPS else [(t, m0, mv, 1) for t, (m0, mv) in enumerate(tiles)]
+            for t, m0, mv, count in runs:
                 acc = [[vecs[r * nv + j] for j in range(nv)] for r in range(mv)]
                 bvec = [vecs[mr * nv + j] for j in range(nv)]
                 masked = [mask is not None and j == nv - 1 for j in range(nv)]
-
-                def c_addr(r: int, j: int, m0: int = m0):  # type: ignore[no-untyped-def]
-                    return cp + ((m0 + r) * g.c.row_stride + j * LANES) * 4
-
-                for r in range(mv):
-                    for j in range(nv):
-                        if k0:  # a later K chunk adds to what the earlier ones stored
-                            a.vmovups(acc[r][j].mask(mask).z if masked[j] else acc[r][j], c_addr(r, j))
-                        else:
-                            a.vxorps(acc[r][j], acc[r][j], acc[r][j])
-                a.lea(pa, a_ptr + (g.a.offset_bytes + (m0 * g.a.row_stride + k0 * g.a.col_stride) * 4))
-                a.lea(pb, bp + k0 * width * 4)
                 tile = _Tile(acc, bvec, masked, mask, [], extra[:2])
-                self._k_loop_f32(a, tile, pa, pb, cnt, kc, b_row_stride=width,
-                                 prefetch=_chunk_prefetch(t, len(tiles), nv, kc, width))
-                for r in range(mv):
-                    for j in range(nv):
-                        dst = c_addr(r, j)
-                        a.vmovups(dst.mask(mask) if masked[j] else dst, acc[r][j])
+                a.lea(pa, a_ptr + (g.a.offset_bytes + (m0 * g.a.row_stride + k0 * g.a.col_stride) * 4))
+                if count == 1:  # a tile alone: addressed from the panel's pointers, its own share of the prefetch
+                    self._packed_tile(a, tile, cp + m0 * g.c.row_stride * 4, bp + k0 * width * 4, pa, pb, cnt, kc,
+                                      width, k0, _chunk_prefetch(t, len(tiles), nv, kc, width), None)
+                    continue
+                # ``count`` tiles of ``mv`` rows: pa walks down A (the K loop moved it kc columns on), tc down C,
+                # pf (the prefetch line of tile t) one line per tile
+                a.lea(tc, cp + m0 * g.c.row_stride * 4)
+                prefetch = _loop_prefetch(len(tiles), kc, width)
+                if prefetch:
+                    a.mov(pf, t * CACHE_LINE)
+                a.mov(tcnt, count)
+                top = a.label(f"brgemm.{self.expr.name}.tiles")
+                self._packed_tile(a, tile, tc, bp + k0 * width * 4, pa, pb, cnt, kc, width, k0, prefetch,
+                                  pf if prefetch else None)
+                unroll = max(1, min(K_UNROLL, kc))
+                a.add(pa, (mv * g.a.row_stride - kc // unroll * unroll * g.a.col_stride) * 4)
+                a.add(tc, mv * g.c.row_stride * 4)
+                if prefetch:
+                    a.add(pf, CACHE_LINE)
+                a.dec(tcnt)
+                a.jnz(top)
+
+    def _packed_tile(self, a: Assembler, tile: _Tile, c_base: Any, b_base: Any, pa: GpReg, pb: GpReg, cnt: GpReg,
+                     kc: int, width: int, k0: int, prefetch: list[int] | None, pf: GpReg | None) -> None:
+        """One register tile of a packed panel over a K chunk: C rows at ``c_base``, A at ``pa`` (moved on by the
+        K loop), the chunk's B at ``b_base``; a later chunk (``k0`` > 0) adds to what the earlier ones stored."""
+        g = self.g
+
+        def c_addr(r: int, j: int) -> Any:
+            return c_base + (r * g.c.row_stride + j * LANES) * 4
+
+        for r, row in enumerate(tile.acc):
+            for j, acc in enumerate(row):
+                if k0:
+                    a.vmovups(acc.mask(tile.mask).z if tile.masked[j] else acc, c_addr(r, j))
+                else:
+                    a.vxorps(acc, acc, acc)
+        a.lea(pb, b_base)
+        self._k_loop_f32(a, tile, pa, pb, cnt, kc, b_row_stride=width, prefetch=prefetch, prefetch_reg=pf)
+        for r, row in enumerate(tile.acc):
+            for j, acc in enumerate(row):
+                dst = c_addr(r, j)
+                a.vmovups(dst.mask(tile.mask) if tile.masked[j] else dst, acc)
 
     def _k_loop_f32(self, a: Assembler, t: _Tile, pa: GpReg, pb: GpReg, cnt: GpReg, k: int,
-                    b_row_stride: int | None = None, prefetch: list[int] | None = None) -> None:
+                    b_row_stride: int | None = None, prefetch: list[int] | None = None,
+                    prefetch_reg: GpReg | None = None) -> None:
         """``acc[r][j] += A[r, k] * B[k, j-th vector]`` for every k; each A element is broadcast into a register
         once (alternating two), so a step of K loads ``nr + mr`` values for ``mr * nr`` FMAs. ``K_UNROLL`` steps
         per loop iteration (addressed by displacement), the remainder after the loop. ``b_row_stride``: elements
         between rows of B (a packed panel's width), the geometry's by default. ``prefetch``: offsets from the B
-        pointer that each loop iteration prefetches into L2 (a hint: it never faults, even past the end of B)."""
+        pointer that each loop iteration prefetches into L2 (a hint: it never faults, even past the end of B), plus
+        ``prefetch_reg`` when given (a loop over tiles moves it)."""
         g = self.g
         unroll = max(1, min(K_UNROLL, k))
         row_b = g.b.row_stride if b_row_stride is None else b_row_stride
@@ -310,7 +361,7 @@ class BrgemmEmitter(JitEmitter):
         a.mov(cnt, k // unroll)
         top = a.label(f"brgemm.{self.expr.name}.k")
         for offset in prefetch or ():
-            a.prefetcht1(byte[pb + offset])
+            a.prefetcht1(byte[pb + offset] if prefetch_reg is None else byte[pb + prefetch_reg + offset])
         for s in range(unroll):
             step(s)
         a.add(pa, unroll * g.a.col_stride * 4)
@@ -647,6 +698,22 @@ def _chunk_prefetch(tile: int, tiles: int, nv: int, kc: int, width: int) -> list
     lines = [(r * width + j * LANES) * 4 for r in range(K_UNROLL) for j in range(nv)]
     mine = [kc * width * 4 + off for i, off in enumerate(lines) if i % tiles == tile]
     return mine or None
+
+
+#: bytes of a cache line (the unit of a prefetch)
+CACHE_LINE = 64
+
+
+def _loop_prefetch(tiles: int, kc: int, width: int) -> list[int] | None:
+    """Offsets from the B pointer plus the prefetch register that the tile body of a loop over tiles prefetches
+    per K-loop iteration. The register holds ``t * CACHE_LINE`` for tile ``t`` of the chunk's ``tiles``, so tile
+    ``t`` asks for lines ``t, t + tiles, ...`` of each iteration's share of the next chunk, as
+    :func:`_chunk_prefetch` deals them out; one body serves every tile, so a tile past the last line asks for a
+    line of a later iteration (already on its way: a hint costing one load slot, never a fault)."""
+    if not PANEL_PREFETCH:
+        return None
+    lines = -(-K_UNROLL * width * 4 // CACHE_LINE)  # the B bytes one K-loop iteration moves on, in lines
+    return [kc * width * 4 + q * tiles * CACHE_LINE for q in range(-(-lines // tiles))]
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,14 @@ def _key(reg: int) -> tuple[str, int] | None:
     return None
 
 
-def _accesses(instr: Instruction) -> tuple[set, set, set]:
-    """(registers read, registers fully written, general-purpose registers written) of one instruction."""
+def _accesses(instr: Instruction, memo: dict | None = None) -> tuple[set, set, set]:
+    """(registers read, registers fully written, general-purpose registers written) of one instruction; ``memo``
+    keeps them by instruction (equal instructions, e.g. a tile's FMAs repeated per K step, are decoded once)."""
+    if memo is not None:
+        found = memo.get(instr)
+        if found is None:
+            found = memo[instr] = _accesses(instr)
+        return found
     reads: set = set()
     writes: set = set()
     gpr_writes: set = set()
@@ -83,7 +89,7 @@ def _accesses(instr: Instruction) -> tuple[set, set, set]:
     return reads, writes, gpr_writes
 
 
-def _liveness(a: Assembler) -> list[set]:
+def _liveness(a: Assembler, memo: dict | None = None) -> list[set]:
     """Vector/mask registers live on entry to each instruction (index len = the end: nothing live)."""
     ins = a._instructions
     n = len(ins)
@@ -91,7 +97,7 @@ def _liveness(a: Assembler) -> list[set]:
     succ: list[list[int]] = []
     uses, defs = [], []
     for i, instr in enumerate(ins):
-        r, w, _ = _accesses(instr)
+        r, w, _ = _accesses(instr, memo)
         uses.append(r)
         defs.append(w)
         flow = instr.flow_control
@@ -116,6 +122,30 @@ def _liveness(a: Assembler) -> list[set]:
                 live[i] = new
                 changed = True
     return live
+
+
+class _KernelFacts:
+    """The kernel-wide facts a loop's renaming needs, computed on first use (most loops fail a local check
+    first): the liveness at each instruction and every vector/mask register the kernel touches."""
+
+    def __init__(self, a: Assembler, memo: dict) -> None:
+        self.a = a
+        self.memo = memo
+        self._live: list[set] | None = None
+        self._used: set | None = None
+
+    def live(self) -> list[set]:
+        if self._live is None:
+            self._live = _liveness(self.a, self.memo)
+        return self._live
+
+    def used(self) -> set:
+        if self._used is None:
+            self._used = set()
+            for instr in self.a._instructions:
+                r, w, _ = _accesses(instr, self.memo)
+                self._used |= r | w
+        return self._used
 
 
 @dataclass
@@ -204,17 +234,20 @@ def _second_copy(instr: Instruction, mapping: dict, shift: dict[int, int]) -> In
     return c
 
 
-def _plan(a: Assembler, loop: _Loop, live: list[set], used: set) -> dict | None:
-    """The register renaming for the second copy, or None when the loop does not qualify."""
+def _plan(a: Assembler, loop: _Loop, kernel: _KernelFacts) -> dict | None:
+    """The register renaming for the second copy, or None when the loop does not qualify. The checks local to
+    the body come first: the kernel-wide liveness is computed only for a loop that passes them (a Brgemm's K
+    loops carry their accumulators, so its kernel never needs it)."""
     ins = a._instructions
     s, t = loop.body
     if any(not -(2**31) <= 2 * inc < 2**31 for inc in _net_shifts(loop).values()):
         return None
     written: set = set()
+    exposed: set = set()
     for instr in ins[s:t]:
         if instr.flow_control != FlowControl.NEXT:
             return None
-        r, w, gw = _accesses(instr)
+        r, w, gw = _accesses(instr, kernel.memo)
         if gw:
             return None  # a scalar register written in the body (address arithmetic, counters)
         for i in range(instr.op_count):
@@ -222,8 +255,12 @@ def _plan(a: Assembler, loop: _Loop, live: list[set], used: set) -> dict | None:
                 base = instr.memory_base
                 if instr.memory_index != Register.NONE or not (base == Register.RIP or RX.is_gpr64(base)):
                     return None
+        exposed |= r - written  # read before the body writes it: live where the body starts
         written |= w
         written |= {k for k in r if k in _cond_written(instr)}
+    if exposed & written:
+        return None  # a loop-carried value (an accumulator): live[s] below would say so, at the kernel's cost
+    live, used = kernel.live(), kernel.used()
     if written & live[s] or written & live[loop.jnz + 1]:
         return None  # loop-carried or read after the loop
     free = {kind: [n for n in range(1 if kind == "k" else 0, 8 if kind == "k" else 32) if (kind, n) not in used]
@@ -233,7 +270,7 @@ def _plan(a: Assembler, loop: _Loop, live: list[set], used: set) -> dict | None:
     vex = set()
     for instr in ins[s:t]:
         if instr.encoding == EncodingKind.VEX:
-            r, w, _ = _accesses(instr)
+            r, w, _ = _accesses(instr, kernel.memo)
             vex |= {key for key in r | w if key[0] == "v"}
     mapping = {}
     for key in sorted(written, key=lambda k: (k not in vex, k)):
@@ -266,18 +303,15 @@ def unroll_inner_loops(a: Assembler) -> int:
     docstring); returns how many times a loop was unrolled."""
     done = 0
     seen: dict = {}  # body label -> times looked at: a loop is unrolled at most PASSES times
+    memo: dict = {}  # instruction -> its accesses (no instruction is changed in place while unrolling)
     while True:
-        live = _liveness(a)
-        used = set()
-        for instr in a._instructions:
-            r, w, _ = _accesses(instr)
-            used |= r | w
+        kernel = _KernelFacts(a, memo)
         for loop in _find_loops(a):
             label = a._branches[loop.jnz]
             if seen.get(label, 0) >= PASSES:
                 continue
             seen[label] = seen.get(label, 0) + 1
-            mapping = _plan(a, loop, live, used)
+            mapping = _plan(a, loop, kernel)
             if mapping is not None:
                 _apply(a, loop, mapping)
                 done += 1
