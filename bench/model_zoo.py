@@ -46,6 +46,9 @@ class ZooModel:
     #: the outside oracle of the outputs: onnx's "reference" evaluator, or "onnxruntime" where the reference
     #: evaluator's convolutions would take minutes (the CNNs)
     oracle: str = "reference"
+    #: an output is marked WRONG past this fraction of its largest magnitude (f32 models: 1e-3; a quantized model's
+    #: contenders each round onto the quantization grids on their own, and land a few output steps apart)
+    tol_rel: float = 1e-3
 
 
 class _Graph:

@@ -38,6 +38,10 @@ class _Calibration:
         return next(self._data, None)
 
 
+#: the WRONG mark's tolerance for a quantized model, as a fraction of its output's largest magnitude
+QUANT_TOL_REL = 0.1
+
+
 def quantize(zm: Z.ZooModel, kind: str) -> Z.ZooModel:
     """``zm`` quantized by onnxruntime (``kind``: "qdq" static per-channel, or "dyn" dynamic)."""
     import onnx
@@ -58,7 +62,10 @@ def quantize(zm: Z.ZooModel, kind: str) -> Z.ZooModel:
             raise ValueError(f"unknown quantization kind {kind!r} (qdq or dyn)")
         # onnx's reference evaluator (the benchmark's oracle) has QuantizeLinear/DequantizeLinear from opset 19 on
         proto = onnx.version_converter.convert_version(onnx.load(dst), 19)
-    return Z.ZooModel(f"{zm.name}_{kind}", proto, zm.feeds, zm.macs, f"{zm.description}; int8 {how}", zm.dims)
+    # onnxruntime, OpenVINO and we each land a few quantization steps from onnx's reference evaluator (on the
+    # BERT layers, 0.01-0.26 absolute, the same for all three), so the WRONG mark uses a quantized tolerance
+    return Z.ZooModel(f"{zm.name}_{kind}", proto, zm.feeds, zm.macs, f"{zm.description}; int8 {how}", zm.dims,
+                      tol_rel=QUANT_TOL_REL)
 
 
 def _quantized(base: str, kind: str) -> Callable[[], Z.ZooModel]:

@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         path = prepare(zm, args.static, out_dir)
         want = reference_outputs(path, zm.feeds, zm.oracle)
         first = next(iter(want))
-        tol = 1e-3 * max(1.0, float(np.abs(want[first]).max()))
+        tol = zm.tol_rel * max(1.0, float(np.abs(want[first]).max()))
         print(f"# {zm.name}: {zm.description}; {2 * zm.macs / 1e9:.3f} GFLOP per call")
         for n in threads:
             fns, outs, cm = make_contenders(path, zm.feeds, want, n, contenders, peers, notes)
