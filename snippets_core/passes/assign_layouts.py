@@ -1,7 +1,10 @@
 """AssignLayouts: give every edge of a tokenized model a memory layout, with explicit reorders where needed.
 
 Backend-neutral: the target says which layout each node prefers (``preferred`` is the target's
-``preferred_layout`` hook; None or ``plain`` for a node it has no preference for), and this pass
+``preferred_layout`` hook; None or ``plain`` for a node it has no preference for), and, optionally, a layout for
+one input of a node that differs from the node's own (``preferred_input``, the target's ``preferred_input_layout``
+hook: e.g. a conv kernel that reads a 3-channel image planar while writing NHWC; None: the node's layout), and
+this pass
 
 * writes the layout of every output (``rt_info[OUTPUT_LAYOUTS]``) and the layout each input is read in
   (``rt_info[INPUT_LAYOUTS]``): a node with a preference reads and writes its tensors of a fitting rank in that
@@ -95,10 +98,12 @@ def make_reorder(src: Output, from_layout: Layout, to_layout: Layout) -> Subgrap
 @dataclass(frozen=True)
 class AssignLayouts(Pass):
     """Assign a layout to every edge and insert the reorders (see the module docstring). ``preferred(node)`` is
-    the target's choice for ``node``: a Layout, or None for plain."""
+    the target's choice for ``node``: a Layout, or None for plain; ``preferred_input(node, index)`` overrides it
+    for one input of a node that has a preference (None: keep the node's layout)."""
 
     name: ClassVar[str] = "assign-layouts"
     preferred: Callable[[Node], Layout | None] = lambda node: None
+    preferred_input: Callable[[Node, int], Layout | None] = lambda node, index: None
 
     def run(self, model: Model) -> bool:
         layout_of: dict[tuple[int, int], Layout] = {}  # (node id, output index) -> the layout it is written in
@@ -112,7 +117,9 @@ class AssignLayouts(Pass):
             agnostic = isinstance(node, Subgraph) and is_layout_agnostic(node)
             reads: list[str] = []
             for inp in node.inputs:
-                need = want if want.fits(inp.shape.rank if inp.shape.rank_is_static else None) else PLAIN
+                rank = inp.shape.rank if inp.shape.rank_is_static else None
+                need = self._input_layout(node, inp.index, want, agnostic)
+                need = need if need.fits(rank) else PLAIN
                 if isinstance(node, Result) or (agnostic and _is_constant(inp.source)):
                     need = PLAIN  # an agnostic Subgraph's constant inputs are laid out at compile time
                 changed |= self._connect(inp, need, layout_of, reorders)
@@ -135,6 +142,13 @@ class AssignLayouts(Pass):
                     if not layout_free(_static(i.source)) and not _is_constant(i.source)}
             return seen.pop() if len(seen) == 1 else PLAIN
         return self.preferred(node) or PLAIN
+
+    def _input_layout(self, node: Node, index: int, want: Layout, agnostic: bool) -> Layout:
+        """The layout ``node`` reads input ``index`` in: the target's per-input choice for a node it has a
+        preference for, else the node's own (an agnostic Subgraph follows its inputs: no per-input choice)."""
+        if want == PLAIN or agnostic:
+            return want
+        return self.preferred_input(node, index) or want
 
     @staticmethod
     def _connect(inp: Input, need: Layout, layout_of: dict[tuple[int, int], Layout],

@@ -72,7 +72,7 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
 
         if AssignLayouts.name not in disabled:
             # last: it sees the final Subgraphs, and the reorders it inserts are Subgraphs no pass above must touch
-            AssignLayouts(target.preferred_layout).run(model)
+            AssignLayouts(target.preferred_layout, target.preferred_input_layout).run(model)
 
 
 def run_common_optimizations(model: Model, disabled_passes: Iterable[str] = ()) -> bool:

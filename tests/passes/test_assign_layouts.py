@@ -64,6 +64,27 @@ def test_a_target_without_preferences_changes_nothing() -> None:
     assert all(n.rt_info.get(OUTPUT_LAYOUTS) in (None, ("plain",)) for n in model.get_ordered_ops())
 
 
+def test_a_per_input_preference_reads_that_input_in_its_own_layout() -> None:
+    """The target's ``preferred_input`` (an RGB stem read planar by an NHWC conv): ``a`` reads x plain, with no
+    reorder at the model's input, and still writes NHWC for ``b``; inputs it has no say on keep the node's layout."""
+    model, (a, b, c) = chain()
+    plain_x = lambda node, index: PLAIN if node.name == "a" else None  # noqa: E731
+    assert AssignLayouts(nhwc_for("a", "b"), plain_x).run(model)
+    assert reorders(model) == [("b", "NHWC", "plain")]
+    assert a.inputs[0].source.node.name == "x"
+    assert a.rt_info[INPUT_LAYOUTS] == ("plain",) and a.rt_info[OUTPUT_LAYOUTS] == ("NHWC",)
+    assert b.rt_info[INPUT_LAYOUTS] == ("NHWC",) and b.inputs[0].source is a.outputs[0]
+    x = np.random.default_rng(1).standard_normal((2, 5, 3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(evaluate_model(model, {"x": x})["y"], np.maximum(x, 0))
+
+
+def test_a_per_input_preference_is_ignored_for_nodes_without_a_preference() -> None:
+    model, (a, _, _) = chain()
+    assert AssignLayouts(nhwc_for("b"), lambda node, index: NHWC).run(model)
+    assert a.rt_info[INPUT_LAYOUTS] == ("plain",)  # ``a`` is plain: the per-input choice does not apply
+    assert reorders(model) == [("a", "plain", "NHWC"), ("b", "NHWC", "plain")]
+
+
 def test_one_reorder_per_edge_and_layout_however_many_readers() -> None:
     x = Parameter(F32, [1, 3, 4, 4], name="x")
     a, b = op("Relu", x, name="a"), op("Abs", x, name="b")

@@ -248,9 +248,15 @@ def flat_pixels(geo: ConvGeometry) -> ConvGeometry:
 PLANAR_MAX_C = 4
 
 
+def planar_fits(c: int, group: int, kh: int, kw: int) -> bool:
+    """A dense, non-pointwise convolution with at most ``PLANAR_MAX_C`` input channels reads its input planar
+    (the target asks AssignLayouts to leave such an input NCHW: ``X86_64Target.preferred_input_layout``)."""
+    return group == 1 and c <= PLANAR_MAX_C and not (kh == kw == 1)
+
+
 def choose_planar(geo: ConvGeometry) -> ConvGeometry:
     """``geo`` with a planar input copy when it has few input channels (see ``ConvGeometry.planar``)."""
-    if geo.mode == "conv" and geo.group == 1 and geo.c <= PLANAR_MAX_C and not (geo.kh == geo.kw == 1):
+    if geo.mode == "conv" and planar_fits(geo.c, geo.group, geo.kh, geo.kw):
         return replace(geo, planar=True)
     return geo
 

@@ -17,7 +17,7 @@ import numpy as np
 from snippets_core.config import CompileConfig
 from snippets_core.ir.layout import INPUT_LAYOUTS, PLAIN
 from snippets_core.ir.ops.subgraph import Subgraph, release_constants
-from snippets_x86_64.conv import ConvGeometry, PostOp
+from snippets_x86_64.conv import ConvGeometry, PostOp, planar_fits
 from snippets_x86_64.conv_executor import ConvExecutor
 
 FALLBACK_REASON_KEY = "SnippetsFallbackReason"
@@ -167,6 +167,17 @@ def _is_silu_gate(sigmoid: Any, chain: list[Any]) -> bool:
         return False
     srcs = {id(i.source.node) for i in chain[k + 1].inputs}
     return srcs == {id(sigmoid), id(sigmoid.inputs[0].source.node)}
+
+
+def reads_planar(sg: Subgraph) -> bool:
+    """The conv Subgraph ``sg`` reads its data input best in the plain layout: a stem with few input channels,
+    whose kernel walks planar NCHW rows (``planar_fits``), so an NHWC reorder before it would be a wasted pass."""
+    conv = next((op for op in sg.body_ops if op.type_name == "Convolution"), None)
+    if conv is None or not all(i.shape.is_static and i.shape.rank == 4 for i in conv.inputs[:2]):
+        return False
+    _, c, _, _ = conv.inputs[0].shape.to_tuple()
+    _, _, kh, kw = conv.inputs[1].shape.to_tuple()
+    return planar_fits(c, conv.group, kh, kw)
 
 
 def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:

@@ -103,6 +103,17 @@ class X86_64Target:
             return "NHWC"
         return None
 
+    def preferred_input_layout(self, node: Node, index: int) -> str | None:
+        """Plain for the data input of a conv primitive with few input channels (an RGB stem): its kernel reads a
+        planar padded copy of the NCHW input, so an NHWC reorder before it would be a pass over the image for
+        nothing; None (the node's own layout) for every other input."""
+        if index == 0 and node.rt_info.get("SnippetsConvolution"):
+            from snippets_x86_64.conv_subgraph import reads_planar
+
+            if reads_planar(node):  # type: ignore[arg-type]
+                return "plain"
+        return None
+
     def compile_subgraph(self, sg: Subgraph, config: CompileConfig, host: Any) -> KernelExecutor | None:
         """Compile ``sg`` into a kernel run over its parallel domain on ``config.num_threads`` threads; None
         (with ``sg.rt_info["SnippetsFallbackReason"]``) when the target declares it does not generate something in

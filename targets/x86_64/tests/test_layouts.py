@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from snippets_core.ir.layout import NHWC, PLAIN
+from snippets_core.ir.layout import INPUT_LAYOUTS, NHWC, OUTPUT_LAYOUTS, PLAIN
 from snippets_core.runtime.compiled_model import compile_model
 from snippets_x86_64.guarded import guarded_array
 from snippets_x86_64.reorder import ReorderExecutor, compile_reorder_subgraph
@@ -37,13 +37,13 @@ def _conv_model() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def test_resnet50_reorders_only_at_its_input() -> None:
-    """ResNet-50 from onnx's backend test data: one reorder (the NCHW input to NHWC); every conv and pool reads its
-    producer's NHWC memory, and the global pool's [1, 2048, 1, 1] output is the same memory in both layouts, so
+def test_resnet50_reorders_nothing() -> None:
+    """ResNet-50 from onnx's backend test data: no reorder (the 3-channel stem reads the NCHW input planar, the
+    target's ``preferred_input_layout``); every other conv and pool reads its producer's NHWC memory, and the global pool's [1, 2048, 1, 1] output is the same memory in both layouts, so
     the classifier reads it with none. The output matches the model's stored output."""
     path = LIGHT / "light_resnet50.onnx"
     cm = compile_model(str(path), "x86_64_avx512", {"num_threads": 2})
-    assert _reorders(cm) == [("plain", "NHWC")]
+    assert _reorders(cm) == []
     n = 1 * 3 * 224 * 224
     x = (np.arange(n).reshape(1, 3, 224, 224) / n).astype(np.float32)
     (y,) = cm({"gpu_0/data_0": x}).values()
@@ -166,12 +166,13 @@ def test_a_reorder_without_a_kernel_runs_on_its_reference_with_the_reason() -> N
     assert sg.rt_info["SnippetsFallbackReason"] == "the JIT reorder moves 4-byte elements, not uint8"
 
 
-def test_shufflenet_reorders_only_at_its_input_and_shuffles_in_nhwc() -> None:
+def test_shufflenet_reorders_nothing_and_shuffles_in_nhwc() -> None:
     """ShuffleNet's 16 channel shuffles (Reshape, Transpose, Reshape) become JIT channel permutes on the NHWC
-    edges of the convs around them: one reorder (the input); the output matches the model's stored output."""
+    edges of the convs around them: no reorder (the 3-channel stem reads its input planar); the output matches
+    the model's stored output."""
     path = LIGHT / "light_shufflenet.onnx"
     cm = compile_model(str(path), "x86_64_avx512", {"num_threads": 2})
-    assert _reorders(cm) == [("plain", "NHWC")]
+    assert _reorders(cm) == []
     shuffles = [sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsChannelShuffle")]
     assert len(shuffles) == 16
     n = 1 * 3 * 224 * 224
@@ -295,8 +296,58 @@ def test_reshape_transpose_reshape_after_a_conv(perm: tuple[int, ...], shuffle: 
     cm = compile_model(model, "x86_64_avx512", {"num_threads": 2})
     shuffles = [sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsChannelShuffle")]
     assert len(shuffles) == int(shuffle)
-    assert len(_reorders(cm)) == (2 if shuffle else 4)  # the input, the output; and around the shape ops
+    # the output; and around the shape ops (the 3-channel input is read planar by the first conv: no reorder)
+    assert len(_reorders(cm)) == (1 if shuffle else 3)
     x = rng.standard_normal((n, 3, s, s)).astype(np.float32)
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     (y,) = cm({"x": x}).values()
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+def _stem_model() -> bytes:
+    """An RGB stem: conv 3->16 (3x3, stride 2) + Relu -> MaxPool -> conv 16->8 + Sigmoid: the first conv reads the
+    3-channel input as it arrives (NCHW, planar), the rest NHWC."""
+    rng = np.random.default_rng(11)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c2"], ["y"])]
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 3, 3, 3)) * 0.3).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((8, 16, 3, 3)) * 0.1).astype(np.float32), "w2")]
+    g = helper.make_graph(nodes, "stem", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 19, 23])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 5, 6])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_three_channel_stem_reads_its_input_planar_with_no_reorder(threads: int) -> None:
+    """The x86 target's ``preferred_input_layout`` leaves the 3-channel input plain: no reorder at the input (only
+    the output's back to plain), the stem conv runs its planar kernel without a copy of its own, and the output
+    matches onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _stem_model()
+    cm = compile_model(model, "x86_64_avx512", {"num_threads": threads})
+    assert _reorders(cm) == [("NHWC", "plain")]
+    stem = next(sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsConvolution"))
+    assert stem.rt_info[INPUT_LAYOUTS] == (PLAIN.name,) and stem.rt_info[OUTPUT_LAYOUTS] == (NHWC.name,)
+    x = np.random.default_rng(12).standard_normal((2, 3, 19, 23)).astype(np.float32)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    (y,) = cm({"x": x}).values()
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+    convs = [st.run.executor for st in cm._steps if hasattr(getattr(st.run, "executor", None), "kernel_geo")]
+    assert convs[0].geo.planar and all(ex.reorders == 0 for ex in convs)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_cnn_block_example_against_onnxruntime(threads: int) -> None:
+    """examples/cnn_block.onnx (RGB stem read planar, no input reorder) at 1 and 2 threads against onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    path = Path(__file__).resolve().parents[3] / "examples" / "cnn_block.onnx"
+    cm = compile_model(str(path), "x86_64_avx512", {"num_threads": threads})
+    assert ("plain", "NHWC") not in _reorders(cm)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    x = np.random.default_rng(13).standard_normal((1, 3, 64, 64)).astype(np.float32)
+    (y,) = cm({name: x}).values()
+    np.testing.assert_allclose(y, sess.run(None, {name: x})[0], rtol=1e-4, atol=1e-4)
