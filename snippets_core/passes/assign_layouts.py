@@ -1,10 +1,10 @@
 """AssignLayouts: give every edge of a tokenized model a memory layout, with explicit reorders where needed.
 
 Backend-neutral: the target says which layout each node prefers (``preferred`` is the target's
-``preferred_layout`` hook; None or ``plain`` for a node it has no preference for), and, optionally, a layout for
-one input of a node that differs from the node's own (``preferred_input``, the target's ``preferred_input_layout``
-hook: e.g. a conv kernel that reads a 3-channel image planar while writing NHWC; None: the node's layout), and
-this pass
+``preferred_layout`` hook; None or ``plain`` for a node it has no preference for), and, optionally, another
+layout one input of a node may be read in (``preferred_input``, the target's ``preferred_input_layout`` hook: e.g.
+a conv kernel that reads a 3-channel image planar while writing NHWC), taken where the value already lies in it
+(it saves the reorder; elsewhere the node's own layout is as cheap to reach), and this pass
 
 * writes the layout of every output (``rt_info[OUTPUT_LAYOUTS]``) and the layout each input is read in
   (``rt_info[INPUT_LAYOUTS]``): a node with a preference reads and writes its tensors of a fitting rank in that
@@ -98,8 +98,8 @@ def make_reorder(src: Output, from_layout: Layout, to_layout: Layout) -> Subgrap
 @dataclass(frozen=True)
 class AssignLayouts(Pass):
     """Assign a layout to every edge and insert the reorders (see the module docstring). ``preferred(node)`` is
-    the target's choice for ``node``: a Layout, or None for plain; ``preferred_input(node, index)`` overrides it
-    for one input of a node that has a preference (None: keep the node's layout)."""
+    the target's choice for ``node``: a Layout, or None for plain; ``preferred_input(node, index)`` is another
+    layout one input of a node with a preference may be read in, taken where its value already lies in it."""
 
     name: ClassVar[str] = "assign-layouts"
     preferred: Callable[[Node], Layout | None] = lambda node: None
@@ -118,7 +118,7 @@ class AssignLayouts(Pass):
             reads: list[str] = []
             for inp in node.inputs:
                 rank = inp.shape.rank if inp.shape.rank_is_static else None
-                need = self._input_layout(node, inp.index, want, agnostic)
+                need = self._input_layout(inp, want, agnostic, layout_of)
                 need = need if need.fits(rank) else PLAIN
                 if isinstance(node, Result) or (agnostic and _is_constant(inp.source)):
                     need = PLAIN  # an agnostic Subgraph's constant inputs are laid out at compile time
@@ -143,12 +143,18 @@ class AssignLayouts(Pass):
             return seen.pop() if len(seen) == 1 else PLAIN
         return self.preferred(node) or PLAIN
 
-    def _input_layout(self, node: Node, index: int, want: Layout, agnostic: bool) -> Layout:
-        """The layout ``node`` reads input ``index`` in: the target's per-input choice for a node it has a
-        preference for, else the node's own (an agnostic Subgraph follows its inputs: no per-input choice)."""
+    def _input_layout(self, inp: Input, want: Layout, agnostic: bool,
+                      layout_of: dict[tuple[int, int], Layout]) -> Layout:
+        """The layout ``inp`` is read in: the target's per-input choice (for a node with a preference) where the
+        value already lies in it, else the node's own (an agnostic Subgraph follows its inputs: no per-input
+        choice). A value in neither would need a reorder either way, so the node's layout keeps its own kernel."""
         if want == PLAIN or agnostic:
             return want
-        return self.preferred_input(node, index) or want
+        alt = self.preferred_input(inp.node, inp.index)
+        src = inp.source
+        if alt is None or not same_memory(layout_of.get((src.node.id, src.index), PLAIN), alt, _static(src)):
+            return want
+        return alt
 
     @staticmethod
     def _connect(inp: Input, need: Layout, layout_of: dict[tuple[int, int], Layout],

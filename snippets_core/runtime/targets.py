@@ -54,9 +54,9 @@ class ResolvedTarget:
         return None if name is None else layout_named(name)
 
     def preferred_input_layout(self, node: Node, index: int) -> Layout | None:
-        """The layout the target wants ``node`` to read its input ``index`` in, when it differs from the node's own
-        (its optional ``preferred_input_layout(node, index)`` hook, a layout name): e.g. a kernel that reads a
-        few-channel input best as it arrives. None: the node's ``preferred_layout``."""
+        """Another layout ``node`` may read its input ``index`` in (its optional ``preferred_input_layout(node,
+        index)`` hook, a layout name; AssignLayouts takes it where the value already lies in it): e.g. a kernel that
+        reads a few-channel input best as it arrives. None: only the node's ``preferred_layout``."""
         fn = getattr(self.obj, "preferred_input_layout", None)
         name = fn(node, index) if fn is not None else None
         return None if name is None else layout_named(name)

@@ -78,6 +78,14 @@ def test_a_per_input_preference_reads_that_input_in_its_own_layout() -> None:
     np.testing.assert_array_equal(evaluate_model(model, {"x": x})["y"], np.maximum(x, 0))
 
 
+def test_a_per_input_preference_applies_only_where_the_value_already_lies_in_it() -> None:
+    """b would read plain, but a wrote NHWC: reading it plain would be a reorder, so b reads NHWC as it lies."""
+    model, (a, b, c) = chain()
+    assert AssignLayouts(nhwc_for("a", "b"), lambda node, index: PLAIN if node.name == "b" else None).run(model)
+    assert b.rt_info[INPUT_LAYOUTS] == ("NHWC",) and b.inputs[0].source is a.outputs[0]
+    assert reorders(model) == [("x", "plain", "NHWC"), ("b", "NHWC", "plain")]
+
+
 def test_a_per_input_preference_is_ignored_for_nodes_without_a_preference() -> None:
     model, (a, _, _) = chain()
     assert AssignLayouts(nhwc_for("b"), lambda node, index: NHWC).run(model)

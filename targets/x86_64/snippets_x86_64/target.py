@@ -105,8 +105,8 @@ class X86_64Target:
 
     def preferred_input_layout(self, node: Node, index: int) -> str | None:
         """Plain for the data input of a conv primitive with few input channels (an RGB stem): its kernel reads a
-        planar padded copy of the NCHW input, so an NHWC reorder before it would be a pass over the image for
-        nothing; None (the node's own layout) for every other input."""
+        planar padded copy of an NCHW input, so an NHWC reorder before it would be a pass over the image for
+        nothing (AssignLayouts takes it only where the input is plain already); None for every other input."""
         if index == 0 and node.rt_info.get("SnippetsConvolution"):
             from snippets_x86_64.conv_subgraph import reads_planar
 
