@@ -351,3 +351,25 @@ def test_cnn_block_example_against_onnxruntime(threads: int) -> None:
     x = np.random.default_rng(13).standard_normal((1, 3, 64, 64)).astype(np.float32)
     (y,) = cm({name: x}).values()
     np.testing.assert_allclose(y, sess.run(None, {name: x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_three_channel_conv_after_an_nhwc_producer_reads_it_as_it_lies() -> None:
+    """conv 5->3 -> conv 3->8: the second conv could read planar, but its input is NHWC already, so AssignLayouts
+    keeps it NHWC (no reorder between the convs: reading plain would cost one); the output matches onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(14)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["c1", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    inits = [numpy_helper.from_array((rng.standard_normal((3, 5, 3, 3)) * 0.3).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32), "w2")]
+    g = helper.make_graph(nodes, "c3", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 10, 9])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 10, 9])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    cm = compile_model(model, "x86_64_avx512", {"num_threads": 2})
+    assert _reorders(cm) == [("plain", "NHWC"), ("NHWC", "plain")]  # the model's input and output only
+    second = [sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsConvolution")][1]
+    assert second.rt_info[INPUT_LAYOUTS] == (NHWC.name,)
+    x = rng.standard_normal((1, 5, 10, 9)).astype(np.float32)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    (y,) = cm({"x": x}).values()
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
