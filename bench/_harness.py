@@ -256,8 +256,15 @@ class Timing:
 
 def time_round_robin(fns: Mapping[str, Callable[[], Any]], budget_s: float, repeat: int | None = None,
                      rounds: int = 5, max_call_s: float = 1.5, min_repeat: int = 5,
-                     max_repeat: int = 20000) -> dict[str, Timing]:
+                     max_repeat: int = 20000, settle: bool = False) -> dict[str, Timing]:
     """Median-ready samples for each callable, interleaved in ``rounds`` so load bursts hit all alike.
+
+    ``settle``: each callable's first call of a round (the one right after another callable's calls) runs untimed.
+    What a contender leaves behind bills whoever runs next: onnxruntime's intra-op threads spin on the cores after
+    each run, and any contender evicts the caches. The rotation of the order hands the slot after a given peer to
+    the same contender in most rounds (with ``us dynamic, us static, openvino, onnxruntime`` and one call per round,
+    "us dynamic" follows onnxruntime in 4 of 5 rounds, "us static" follows "us dynamic"), so without settling a
+    ratio of two of ours measures that order, not the two (bench/dynamic.py: 1.22 instead of 1.00 at 2 threads).
 
     Each callable is warmed up (at least 2 calls and 0.05 s); its repetitions are ``repeat`` if given, else
     as many as fit ``budget_s`` (bounded by ``min_repeat``/``max_repeat``). A callable whose first call takes
@@ -294,6 +301,8 @@ def time_round_robin(fns: Mapping[str, Callable[[], Any]], budget_s: float, repe
             fn = fns[name]
             k = counts[name] * (r + 1) // rounds - counts[name] * r // rounds
             samples = timings[name].samples
+            if settle and k:
+                fn()
             for _ in range(k):
                 t0 = clock()
                 fn()

@@ -101,3 +101,29 @@ def test_the_work_estimate_of_a_new_shape_equals_the_shaped_bodys():
                        for p in ln.sg.body.parameters)
         assert ln._estimate(shapes) == pytest.approx(estimated_ns(_shaped_body(ln.sg, shapes)), rel=1e-12)
     assert x86_runtime.work_estimator(ln.sg) is not None
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_outputs_a_caller_holds_survive_later_calls_of_other_shapes(threads):
+    """Shapes change and come back (the per-shape LRU states and padded scratch blocks are reused): every call
+    matches numpy float64, and an output returned earlier still holds its values after the later calls (no buffer
+    of the model is handed out twice); an output array the caller passes is written in place."""
+    cfg = {"num_threads": threads, "target_options": {"parallel_min_bytes": 0}}
+    dyn = snippets_core.compile_model(_model("batch", "seq"), target=TARGET, config=cfg)
+    held = []
+    for b, s in ((2, 128), (1, 37), (2, 128), (3, 300), (1, 37), (2, 128), (1, 3)):
+        x = RNG.standard_normal((b, s, H)).astype(np.float32)
+        want = _reference64(x)
+        y = dyn({"x": x})["y"]
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+        assert all(not np.shares_memory(y, h) for h, _ in held)
+        held.append((y, y.copy()))
+    for y, saved in held:
+        np.testing.assert_array_equal(y, saved)
+    x = RNG.standard_normal((2, 128, H)).astype(np.float32)
+    out = np.full((2, 128, H), np.nan, np.float32)
+    got = dyn({"x": x}, outputs={"y": out})["y"]
+    assert got is out
+    np.testing.assert_allclose(out, _reference64(x), rtol=1e-4, atol=1e-4)
+    for y, saved in held:
+        np.testing.assert_array_equal(y, saved)
