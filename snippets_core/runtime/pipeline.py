@@ -67,6 +67,14 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
     TokenizeSnippets(tcfg).run(model)
     run_mha_common_optimizations(model, tcfg, disabled)
     run_common_optimizations(model, disabled)
+    if tcfg.enabled and tcfg.transpose_primitives:
+        from snippets_core.tokenization.tokenize_transpose_snippets import TokenizeTransposeSnippets
+
+        if TokenizeTransposeSnippets.name not in disabled:
+            # after the Subgraph optimizations (ExtractUnsupportedTransposes leaves Transposes outside), before
+            # AssignLayouts, which sees the transpose Subgraphs as plain-layout consumers
+            TokenizeTransposeSnippets(tcfg, callback=lambda node: host.tokenization_callback(
+                node, target.name, "transpose")).run(model)
     if target.assigns_layouts:
         from snippets_core.passes.assign_layouts import AssignLayouts
 

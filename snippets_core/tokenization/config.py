@@ -75,6 +75,9 @@ class TokenizationConfig:
     #: batched-MatMul Subgraph (TokenizeInt8MatMulSnippets). Off by default: at seq 128 the two int8 MatMuls with
     #: the softmax between them as its own pass are slower than the fused f32 MHA kernel (docs/int8.md)
     int8_matmul: bool = False
+    #: the target runs a Transpose that no other tokenizer took as its own kernel (TokenizeTransposeSnippets wraps
+    #: each into a single-op Subgraph after the other passes; the eltwise kernels do not transpose)
+    transpose_primitives: bool = False
     #: a static QDQ convolution becomes an int8 one only with this many multiply-adds and input channels at least
     #: (below, the target's f32 convolution of the dequantized values is faster)
     int8_conv_min_macs: int = 0
@@ -91,7 +94,8 @@ class TokenizationConfig:
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise TokenizationConfigError(f"tokenization config 'int8_conv_min_macs' must be an integer >= 0, got {v!r}")
         for name in ("split_m_dimension", "mha_token_enable_transpose_on_output", "is_dynamic_mha_token_enabled",
-                     "mha_transposed_b_in_subgraph", "conv_primitives", "int8_fc", "int8_matmul"):
+                     "mha_transposed_b_in_subgraph", "conv_primitives", "int8_fc", "int8_matmul",
+                     "transpose_primitives"):
             v = getattr(self, name)
             if not isinstance(v, bool):
                 raise TokenizationConfigError(f"tokenization config '{name}' must be a bool, got {v!r}")

@@ -70,11 +70,11 @@ class X86_64Target:
     def tokenization_defaults(self) -> dict[str, object]:
         """Tokenizer knobs of this machine: the data-pointer register budget, and MHA transposes of rank 4
         only (3D ones regressed in the CPU plugin), and a transposed MatMul B stays in the Subgraph (BrgemmCopyB
-        repacks it); a Softmax over an inner axis runs in a kernel between two Transposes, which stay numpy views
-        (the callback keeps Transposes out)."""
+        repacks it); a Softmax over an inner axis runs in a kernel between two Transposes, and every Transpose
+        left outside the kernels becomes a JIT transpose Subgraph of its own (``transpose_primitives``)."""
         return {"data_ptr_gpr_count": self.data_ptr_gpr_count, "mha_supported_transpose_ranks": (4,),
                 "mha_transposed_b_in_subgraph": True, "softmax_axis_to_last": True,
-                "conv_primitives": True, "int8_fc": self._has_vnni(),
+                "conv_primitives": True, "int8_fc": self._has_vnni(), "transpose_primitives": True,
                 # below these the f32 conv primitive beats the int8 one (its im2col and transposes are numpy)
                 "int8_conv_min_macs": INT8_CONV_MIN_MACS, "int8_conv_min_channels": INT8_CONV_MIN_CHANNELS}
 
@@ -120,6 +120,12 @@ class X86_64Target:
         it (UnsupportedByTarget), so it runs on its reference; any other error is raised.
         The executor is ``run(inputs, outs=None) -> outputs``; see :mod:`snippets_x86_64.runtime`."""
         primitive = any(sg.rt_info.get(k) for k in PRIMITIVE_KINDS)
+        if sg.rt_info.get("SnippetsTranspose"):  # a standalone Transpose (TokenizeTransposeSnippets)
+            from snippets_x86_64.cache import cache_dir_from, function_cache_dir
+            from snippets_x86_64.transpose import compile_transpose_subgraph
+
+            with function_cache_dir(cache_dir_from(dict(config.target_options))):
+                return compile_transpose_subgraph(sg, config)
         if primitive or sg.rt_info.get("SnippetsReorder"):
             # a conv or pooling primitive (TokenizeConvSnippets) or a layout change (AssignLayouts): a kernel of its
             # own, not the LinearIR pipeline, built once per geometry (FUNCTION_CACHE, on disk under cache_dir)

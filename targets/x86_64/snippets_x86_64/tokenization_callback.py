@@ -37,13 +37,15 @@ INDEX_ELEMENT_TYPES = frozenset({ElementType.i32, ElementType.i64})
 #: alternative is numpy, so they are fused wherever the tokenizer accepts them. A standalone Broadcast stays a
 #: numpy view (materializing it in a kernel would only add a write).
 COMPLEX_PATTERN_ONLY = ("MatMul", "Broadcast")
-#: ops x86_64_avx512 cannot compute in a kernel yet, and why
-NO_KERNEL: dict[str, str] = {
+#: ops the eltwise kernels do not take, because they run as a kernel of their own (another tokenizer wraps them)
+OWN_KERNEL: dict[str, str] = {
     # TransposeDecomposition's LoadReorder needs pointer increments that follow the port layout, which InitLoops
-    # does not compute yet; outside a kernel numpy runs a Transpose as a view (MHA's Transposes are fused into
-    # its Brgemms by the MHA tokenizer)
-    "Transpose": "Transpose runs as a numpy view: the x86 kernels have no in-kernel transpose yet",
+    # does not compute; a standalone Transpose runs as the JIT transpose kernel instead (snippets_x86_64.transpose;
+    # MHA's Transposes are fused into its Brgemms by the MHA tokenizer)
+    "Transpose": "Transpose runs as its own JIT transpose kernel (TokenizeTransposeSnippets), not in an eltwise one",
 }
+#: element types the JIT transpose moves (4-byte elements; the kernel never looks at the values)
+TRANSPOSE_ELEMENT_TYPES = frozenset({ElementType.f32, ElementType.i32})
 MAX_RANK = 6
 
 
@@ -78,8 +80,20 @@ def _swish_beta(node: Node) -> str | None:
     return None
 
 
-def _no_kernel(node: Node) -> str | None:
-    return NO_KERNEL.get(node.type_name)
+def _own_kernel(node: Node) -> str | None:
+    return OWN_KERNEL.get(node.type_name)
+
+
+def transpose_callback(node: Node) -> str | None:
+    """Why a standalone Transpose stays outside a JIT transpose Subgraph (it then runs as a numpy view), or None."""
+    x, y = node.inputs[0], node.outputs[0]
+    if not x.shape.rank_is_static:
+        return "Transpose of a dynamic rank"
+    if x.shape.rank > MAX_RANK:
+        return f"Transpose of rank {x.shape.rank}, the JIT transpose takes at most rank {MAX_RANK}"
+    if x.element_type not in TRANSPOSE_ELEMENT_TYPES or y.element_type != x.element_type:
+        return f"Transpose of {x.element_type.value}, the JIT transpose moves 4-byte f32 and i32"
+    return None
 
 
 def _complex_only(node: Node) -> str | None:
@@ -94,7 +108,7 @@ RULES: tuple[Callable[[Node], str | None], ...] = (
     _mish,
     _swish_beta,
     _complex_only,
-    _no_kernel,
+    _own_kernel,
 )
 
 
@@ -195,13 +209,15 @@ def tokenization_callback(node: Node, tokenizer: str = "eltwise") -> str | None:
     ``tokenizer == "mha"``: ``node`` is MatMul0 of a matched MHA (see :func:`mha_callback`);
     ``tokenizer == "fc"``: ``node`` is the MatMul of a FullyConnected (see :func:`fc_callback`);
     ``tokenizer == "conv"``: a Convolution TokenizeConvSnippets matched, whose kernel the target specializes per
-    input shape."""
+    input shape; ``tokenizer == "transpose"``: a standalone Transpose (see :func:`transpose_callback`)."""
     if tokenizer == "mha":
         return mha_callback(node)
     if tokenizer == "fc":
         return fc_callback(node)
     if tokenizer == "conv":  # a conv primitive makes a kernel per input shape (conv_subgraph.PerShapeConv)
         return None
+    if tokenizer == "transpose":
+        return transpose_callback(node)
     for rule in RULES:
         reason = rule(node)
         if reason is not None:

@@ -1,0 +1,254 @@
+"""A standalone Transpose (any perm, rank <= 6, 4-byte elements) as a JIT kernel.
+
+The perm is first reduced: axes of size 1 are dropped and input axes that stay adjacent and in order in the output
+are merged (``[1, 128, 12, 64]`` perm ``[0, 2, 1, 3]`` becomes ``[128, 12, 64]`` perm ``[1, 0, 2]``). What is left
+is one of two plans:
+
+* ``copy``: the innermost axis stays innermost. The output is a batch of contiguous runs of ``run`` elements, each
+  read from one place of the source: one table row (source offset, destination offset) per run, copied with
+  full-vector loads/stores and a masked tail (BERT's head split, the last axis kept).
+* ``transpose``: the innermost output axis is some other input axis ``a``. Every other axis is a batch of 2-D
+  transposes of ``[rows = shape[a], cols = shape[-1]]`` blocks, the source rows ``stride(a)`` apart and the
+  destination rows ``stride_out(last)`` apart: :func:`snippets_x86_64.reorder.build_transpose_kernel` (16 x 16
+  register tiles, masked tails) with those pitches, one table row per strip of up to 16 rows (NCHW <-> NHWC,
+  the last-two swap).
+
+Both kernels take the native pool's harness signature ``kernel(unused, args, start, count)`` with ``args`` = [src,
+dst, table] and the items split over the threads in contiguous ranges. The copy kernel depends only on the run
+length, so a dynamic batch or sequence length reuses it; the plan (numpy index arithmetic) is made once per input
+shape. Every access stays inside the two arrays.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from snippets_x86_64.aligned import empty_aligned
+from snippets_x86_64.asm import Function, k1, qword, r9, r14, r15, rbx, word, zword
+from snippets_x86_64.asm.registers import ZMM
+from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
+from snippets_x86_64.jit import JitFunction
+from snippets_x86_64.reorder import ARG_DST, ARG_SRC, ARG_TAB, TILE, build_transpose_kernel, run_split, transpose_table
+
+COPY_ROW = 2  # copy table row: source offset, destination offset (bytes)
+UNROLL = 4  # vectors per iteration of the copy loop
+#: the tile kernel addresses 16 rows with 32-bit displacements from one base
+MAX_PITCH_BYTES = (1 << 31) // (TILE + 1)
+
+
+@dataclass(frozen=True)
+class TransposePlan:
+    """A reduced Transpose: ``kind`` "copy" (runs of ``run`` elements) or "transpose" (``[rows, cols]`` blocks with
+    row pitches ``src_pitch``/``dst_pitch`` in elements); ``src``/``dst`` the element offsets of each batch item."""
+
+    kind: str
+    src: np.ndarray
+    dst: np.ndarray
+    run: int = 0
+    rows: int = 0
+    cols: int = 0
+    src_pitch: int = 0
+    dst_pitch: int = 0
+
+
+def reduce_perm(shape: Sequence[int], perm: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(shape', perm')``: size-1 axes dropped, input axes adjacent and in order in the output merged."""
+    keep = [a for a in range(len(shape)) if shape[a] != 1]
+    rank = {a: i for i, a in enumerate(keep)}
+    s = [int(shape[a]) for a in keep]
+    p = [rank[a] for a in perm if a in rank]
+    groups: list[list[int]] = []  # runs of the output order that are consecutive input axes
+    for a in p:
+        if groups and groups[-1][-1] + 1 == a:
+            groups[-1].append(a)
+        else:
+            groups.append([a])
+    by_first = sorted(groups, key=lambda g: g[0])  # the merged axes in input order
+    new_index = {g[0]: i for i, g in enumerate(by_first)}
+    merged_shape = tuple(int(np.prod([s[a] for a in g], dtype=np.int64)) for g in by_first)
+    return merged_shape, tuple(new_index[g[0]] for g in groups)
+
+
+def _grid(sizes: Sequence[int], strides_a: Sequence[int], strides_b: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Offsets of every index of ``sizes`` (row-major) under two stride vectors."""
+    a, b = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    for n, sa, sb in zip(sizes, strides_a, strides_b):
+        i = np.arange(n, dtype=np.int64)
+        a = (a[:, None] + i[None, :] * sa).reshape(-1)
+        b = (b[:, None] + i[None, :] * sb).reshape(-1)
+    return a, b
+
+
+def plan_transpose(shape: Sequence[int], perm: Sequence[int]) -> TransposePlan:
+    """The plan of ``np.transpose(x, perm)`` for a C-contiguous ``x`` of ``shape`` into a C-contiguous result."""
+    s, p = reduce_perm(shape, perm)
+    if not s:  # one element (or only size-1 axes)
+        s, p = (1,), (0,)
+    m = len(s)
+    in_strides = [int(np.prod(s[a + 1:], dtype=np.int64)) for a in range(m)]
+    out_shape = [s[a] for a in p]
+    out_strides = [int(np.prod(out_shape[j + 1:], dtype=np.int64)) for j in range(m)]
+    if p[-1] == m - 1:
+        src, dst = _grid(out_shape[:-1], [in_strides[a] for a in p[:-1]], out_strides[:-1])
+        return TransposePlan("copy", src, dst, run=s[-1])
+    a, last_pos = p[-1], p.index(m - 1)
+    batch = [j for j in range(m) if p[j] not in (a, m - 1)]  # output positions of the batch axes
+    src, dst = _grid([out_shape[j] for j in batch], [in_strides[p[j]] for j in batch], [out_strides[j] for j in batch])
+    return TransposePlan("transpose", src, dst, rows=s[a], cols=s[-1], src_pitch=in_strides[a],
+                         dst_pitch=out_strides[last_pos])
+
+
+def build_copy_kernel(run: int) -> JitFunction:
+    """``copy(unused, args, start, count)``: each item copies ``run`` 4-byte elements from src + its source offset
+    to dst + its destination offset (full vectors, then one masked vector)."""
+    fn = Function("transpose_copy", args=("unused", "args", "start", "count"))
+    full, tail = divmod(run, TILE)
+    if tail:
+        fn.kmovw(k1, word[fn.const_data(((1 << tail) - 1).to_bytes(2, "little"), 2)])
+    fn.imul(r15, fn.arg("start"), COPY_ROW * 8)
+    fn.add(r15, qword[fn.arg("args") + ARG_TAB * 8])
+    fn.mov(r14, fn.arg("count"))
+    fn.test(r14, r14)
+    fn.jz(fn.exit)
+    top = fn.new_label("item")
+    fn.bind(top)
+    fn.mov(rbx, qword[r15])
+    fn.add(rbx, qword[fn.arg("args") + ARG_SRC * 8])
+    fn.mov(r9, qword[r15 + 8])
+    fn.add(r9, qword[fn.arg("args") + ARG_DST * 8])
+    loops, rest = divmod(full, UNROLL)
+    if loops > 1:
+        loop = fn.new_label("vectors")
+        fn.mov(fn.arg("unused"), loops)
+        fn.bind(loop)
+    if loops:
+        for v in range(UNROLL):
+            fn.vmovups(ZMM[v], zword[rbx + v * TILE * 4])
+        for v in range(UNROLL):
+            fn.vmovups(zword[r9 + v * TILE * 4], ZMM[v])
+        fn.add(rbx, UNROLL * TILE * 4)
+        fn.add(r9, UNROLL * TILE * 4)
+    if loops > 1:
+        fn.dec(fn.arg("unused"))
+        fn.jnz(loop)
+    for v in range(rest):
+        fn.vmovups(ZMM[v], zword[rbx + v * TILE * 4])
+        fn.vmovups(zword[r9 + v * TILE * 4], ZMM[v])
+    if tail:  # the lanes past the run are neither read nor written
+        fn.vmovups(ZMM[UNROLL].mask(k1).z, zword[rbx + rest * TILE * 4])
+        fn.vmovups(zword[r9 + rest * TILE * 4].mask(k1), ZMM[UNROLL])
+    fn.add(r15, COPY_ROW * 8)
+    fn.dec(r14)
+    fn.jnz(top)
+    return fn.finalize(None, HARNESS_ARGTYPES)
+
+
+def transpose_supported(shape: Sequence[int], perm: Sequence[int], dtype: np.dtype) -> str | None:
+    """None if the JIT Transpose moves ``dtype`` of ``shape`` by ``perm``, else why not."""
+    if np.dtype(dtype).itemsize != 4:
+        return f"the JIT Transpose moves 4-byte elements, not {np.dtype(dtype)}"
+    if sorted(perm) != list(range(len(shape))):
+        return f"the order {list(perm)} is not a permutation of rank {len(shape)}"
+    biggest = max([int(np.prod(shape[a + 1:], dtype=np.int64)) for a in range(len(shape))], default=1)
+    if biggest * 4 > MAX_PITCH_BYTES:
+        return f"a row pitch of {biggest} elements is too long for the tile kernel's 32-bit displacements"
+    return None
+
+
+class TransposeExecutor:
+    """``run(x) -> np.transpose(x, perm)`` (a new C-contiguous array) for one input shape. ``alloc(shape)`` makes
+    the destination (tests pass guarded memory); ``copies`` counts the non-contiguous inputs copied first."""
+
+    def __init__(self, shape: Sequence[int], perm: Sequence[int], dtype: np.dtype, num_threads: int = 1,
+                 alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> None:
+        self.shape, self.perm, self.dtype = tuple(int(d) for d in shape), tuple(int(a) for a in perm), np.dtype(dtype)
+        self.out_shape = tuple(self.shape[a] for a in self.perm)
+        self.new = alloc or (lambda s: empty_aligned(s, self.dtype))
+        self.copies = 0
+        self.empty = int(np.prod(self.shape, dtype=np.int64)) == 0
+        if self.empty:
+            return
+        plan = self.plan = plan_transpose(self.shape, self.perm)
+        size = self.dtype.itemsize
+        if plan.kind == "copy":
+            self.kernel = FUNCTION_CACHE.get("transpose_copy", (plan.run,), lambda: build_copy_kernel(plan.run),
+                                             HARNESS_ARGTYPES)
+            self.table = np.stack([plan.src * size, plan.dst * size], axis=1).astype(np.int64)
+        else:
+            key = (plan.rows, plan.cols, plan.src_pitch, plan.dst_pitch)
+            self.kernel = FUNCTION_CACHE.get("transpose", key, lambda: build_transpose_kernel(*key), HARNESS_ARGTYPES)
+            # one strip table of a [rows, cols] block, shifted to every batch item
+            strips = transpose_table(1, plan.rows, plan.cols)
+            strips[:, 0] = np.arange(0, plan.rows, TILE) * plan.src_pitch * size
+            table = np.repeat(strips[None], len(plan.src), axis=0)
+            table[:, :, 0] += (plan.src * size)[:, None]
+            table[:, :, 1] += (plan.dst * size)[:, None]
+            self.table = np.ascontiguousarray(table.reshape(-1, strips.shape[1]))
+        items = len(self.table)
+        threads = max(1, min(num_threads, items))
+        bounds = [items * k // threads for k in range(threads + 1)]
+        self.chunks = [(bounds[k], bounds[k + 1] - bounds[k]) for k in range(threads)]
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        y = self.new(self.out_shape)
+        if self.empty:
+            return y
+        if not x.flags.c_contiguous or x.dtype != self.dtype:
+            self.copies += 1
+            x = np.ascontiguousarray(x, dtype=self.dtype)
+        block = (ctypes.c_uint64 * 3)(x.ctypes.data, y.ctypes.data, self.table.ctypes.data)
+        run_split(self.kernel, ctypes.addressof(block), self.chunks)
+        return y
+
+
+def transpose_order(sg: Any) -> tuple[Any, list[int]]:
+    """The Transpose op of a ``SnippetsTranspose`` Subgraph and its order (a body Constant)."""
+    (op,) = sg.body_ops
+    order = [int(v) for v in np.asarray(op.inputs[1].source.node.value).reshape(-1)]
+    return op, order
+
+
+def compile_transpose_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]] | None:
+    """``run(inputs) -> [y]`` for a Subgraph holding one Transpose (TokenizeTransposeSnippets), or None with the
+    reason in ``sg.rt_info`` (it then runs on its reference). A dynamic shape gets a plan per input shape."""
+    _, order = transpose_order(sg)
+    x = sg.body.parameters[0].outputs[0]
+    et = x.element_type
+    if et.value == "dynamic":
+        sg.rt_info["SnippetsFallbackReason"] = "a dynamic element type"
+        return None
+    dtype, threads = et.numpy, config.num_threads
+    executors: dict[tuple[int, ...], TransposeExecutor] = {}
+
+    def executor(shape: tuple[int, ...]) -> TransposeExecutor:
+        why = transpose_supported(shape, order, dtype)
+        if why is not None:
+            from snippets_core.errors import UnsupportedByTarget
+
+            raise UnsupportedByTarget(f"Transpose '{sg.name}' of shape {list(shape)}: {why}")
+        return executors.setdefault(shape, TransposeExecutor(shape, order, dtype, threads))
+
+    if x.shape.is_static:
+        shape = x.shape.to_tuple()
+        why = transpose_supported(shape, order, dtype)
+        if why is not None:
+            sg.rt_info["SnippetsFallbackReason"] = why
+            return None
+        executor(shape)
+    elif np.dtype(dtype).itemsize != 4:
+        sg.rt_info["SnippetsFallbackReason"] = transpose_supported((), (), dtype)
+        return None
+    sg.rt_info["SnippetsConvKernel"] = f"transpose {order} (JIT strided copies / 16x16 tiles)"
+
+    def run(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        a = inputs[0]
+        ex = executors.get(a.shape)
+        return [(ex or executor(a.shape)).run(a)]
+
+    run.executors = executors  # type: ignore[attr-defined]
+    return run
