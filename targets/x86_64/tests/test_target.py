@@ -24,8 +24,8 @@ from snippets_x86_64.target import X86_64Target
 NAME = "x86_64_avx512"
 
 
-def callback(node):
-    return X86_64Target().snippets_tokenization_callback(node=node, target_name=NAME, tokenizer="eltwise")
+def callback(node, tokenizer="eltwise"):
+    return X86_64Target().snippets_tokenization_callback(node=node, target_name=NAME, tokenizer=tokenizer)
 
 
 def f32(*shape, name=None):
@@ -83,7 +83,7 @@ def test_plain_eltwise_is_allowed():
         (lambda: Relu(Parameter("i32", [4])), "input 0 is i32"),
         (lambda: Exp(Parameter("f64", [4])), "input 0 is f64"),
         (lambda: MatMul(f32(1, 2, 4, 8), f32(1, 2, 8, 4)), "only inside complex patterns"),
-        (lambda: Transpose(f32(2, 8), Constant(np.array([1, 0], np.int64))), "numpy view"),
+        (lambda: Transpose(f32(2, 8), Constant(np.array([1, 0], np.int64))), "own JIT transpose kernel"),
     ],
 )
 def test_callback_rejects_with_a_reason(make, reason):
@@ -105,6 +105,15 @@ def test_ops_openvino_runs_natively_are_fused_here():
     assert callback(Softmax(f32(2, 8), axis=1)) is None
     assert callback(ReduceSum(f32(2, 8), Constant(np.array([1], np.int64)), keep_dims=True)) is None
     assert callback(Select(Parameter("boolean", [2, 8]), f32(2, 8), f32(2, 8))) is None
+
+
+def test_the_transpose_tokenizer_takes_4_byte_transposes_of_rank_up_to_6():
+    order = Constant(np.array([1, 0], np.int64))
+    assert callback(Transpose(f32(2, 8), order), "transpose") is None
+    assert callback(Transpose(Parameter("i32", [2, 8]), order), "transpose") is None
+    assert "4-byte" in callback(Transpose(Parameter("f16", [2, 8]), order), "transpose")
+    big = Transpose(f32(*[1] * 7), Constant(np.arange(7)[::-1].copy()))
+    assert "at most rank 6" in callback(big, "transpose")
 
 
 def test_callback_answers_only_for_its_own_target():
