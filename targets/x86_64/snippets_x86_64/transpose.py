@@ -194,8 +194,12 @@ class TransposeExecutor:
         bounds = [items * k // threads for k in range(threads + 1)]
         self.chunks = [(bounds[k], bounds[k + 1] - bounds[k]) for k in range(threads)]
 
-    def run(self, x: np.ndarray) -> np.ndarray:
-        y = self.new(self.out_shape)
+    def run(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``np.transpose(x, perm)`` written into ``out`` when it is a C-contiguous array of the result's shape and
+        type (a caller's preallocated output), else into a new array."""
+        usable = (out is not None and out.shape == self.out_shape and out.dtype == self.dtype
+                  and out.flags.c_contiguous and out.flags.writeable)
+        y = out if usable else self.new(self.out_shape)
         if self.empty:
             return y
         if not x.flags.c_contiguous or x.dtype != self.dtype:
@@ -245,10 +249,10 @@ def compile_transpose_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.nd
         return None
     sg.rt_info["SnippetsConvKernel"] = f"transpose {order} (JIT strided copies / 16x16 tiles)"
 
-    def run(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def run(inputs: Sequence[np.ndarray], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
         a = inputs[0]
         ex = executors.get(a.shape)
-        return [(ex or executor(a.shape)).run(a)]
+        return [(ex or executor(a.shape)).run(a, outs[0] if outs else None)]
 
     run.executors = executors  # type: ignore[attr-defined]
     return run

@@ -62,6 +62,16 @@ def test_rank_6_int32_and_a_strided_input() -> None:
     assert ex.copies == 1  # a non-contiguous input is made contiguous first, and counted
 
 
+def test_a_callers_output_array_is_written_in_place() -> None:
+    shape, perm = (2, 17, 3, 33), (0, 2, 1, 3)
+    proto = _model([helper.make_node("Transpose", ["x"], ["y"], perm=perm)], shape, (2, 3, 17, 33))
+    cm = snippets_core.compile_model(proto, target="x86_64_avx512")
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    out = guarded_array((2, 3, 17, 33), np.float32)
+    cm({"x": x}, outputs={"y": out})
+    np.testing.assert_array_equal(out, np.transpose(x, perm))
+
+
 def test_an_empty_tensor_transposes_to_an_empty_tensor() -> None:
     y = TransposeExecutor((0, 3, 5), (2, 0, 1), np.float32).run(np.empty((0, 3, 5), np.float32))
     assert y.shape == (5, 0, 3)
