@@ -8,6 +8,10 @@ rules apply instead (reference inventory §2.4): the tensors must suit the kerne
 Brgemm kernel for their precision on this CPU, MatMul0 must not transpose A, and an MHA whose parallel work
 (the batch dims) cannot keep every thread busy is left to the reference kernels unless SplitDimensionM can
 split its M dim.
+
+A Transpose never joins an eltwise kernel (the kernels do not transpose in a loop nest); the transpose tokenizer
+(``tokenizer == "transpose"``) then wraps each one left outside into a Subgraph of its own, a JIT transpose kernel,
+unless its rank or element type does not suit that kernel (:func:`transpose_callback`).
 """
 
 from __future__ import annotations
