@@ -254,5 +254,12 @@ def compile_transpose_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.nd
         ex = executors.get(a.shape)
         return [(ex or executor(a.shape)).run(a, outs[0] if outs else None)]
 
+    def describe() -> str:
+        plans = [ex.plan for ex in executors.values() if not ex.empty]
+        how = sorted({f"runs of {p.run} copied" if p.kind == "copy" else f"[{p.rows}, {p.cols}] blocks in 16x16 tiles"
+                      for p in plans})
+        return f"JIT transpose {order}, {len(executors)} shape(s): {'; '.join(how) or 'no call yet'}"
+
     run.executors = executors  # type: ignore[attr-defined]
+    run.describe = describe  # type: ignore[attr-defined]
     return run

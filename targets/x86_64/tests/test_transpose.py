@@ -94,6 +94,7 @@ def test_a_transpose_between_eltwise_ops_against_the_reference_evaluator(perm: t
     placement = {name: (op, where) for name, op, where in cm.placement()}
     assert placement["Transpose_1"] == ("Subgraph", "x86_64_avx512"), cm.describe()
     assert "Subgraph Transpose_1: Transpose" in cm.describe()
+    assert f"JIT transpose {list(perm)}, 1 shape(s)" in cm.describe()
     x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
     (want,) = ReferenceEvaluator(proto).run(None, {"x": x})
     np.testing.assert_allclose(cm({"x": x})["y"], want, rtol=1e-6, atol=1e-6)
@@ -125,3 +126,21 @@ def test_a_transpose_of_another_element_type_stays_a_numpy_view_with_its_reason(
     assert "4-byte" in cm.describe()
     x = np.random.default_rng(2).standard_normal((3, 5))
     np.testing.assert_array_equal(cm({"x": x})["y"], x.T)
+
+
+def test_a_transpose_after_a_conv_primitive_reads_it_through_a_reorder() -> None:
+    """The conv hands out NHWC memory; the transpose Subgraph is no element-wise op, so AssignLayouts gives it a
+    plain input (a Reorder in between) and the perm still applies to the logical NCHW dims."""
+    w = np.random.default_rng(4).standard_normal((8, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Transpose", ["c"], ["t"], perm=[0, 2, 3, 1]), helper.make_node("Relu", ["t"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 3, 9, 7))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 9, 7, 8))],
+        [helper.make_tensor(name="w", data_type=TensorProto.FLOAT, dims=w.shape, vals=w.reshape(-1).tolist())])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    cm = snippets_core.compile_model(proto, target="x86_64_avx512")
+    assert "Subgraph Transpose_1: Transpose" in cm.describe()
+    x = np.random.default_rng(5).standard_normal((1, 3, 9, 7)).astype(np.float32)
+    (want,) = ReferenceEvaluator(proto).run(None, {"x": x})
+    np.testing.assert_allclose(cm({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
