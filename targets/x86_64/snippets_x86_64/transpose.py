@@ -37,6 +37,8 @@ from snippets_x86_64.reorder import ARG_DST, ARG_SRC, ARG_TAB, TILE, build_trans
 
 COPY_ROW = 2  # copy table row: source offset, destination offset (bytes)
 UNROLL = 4  # vectors per iteration of the copy loop
+#: bytes moved per thread below which another thread costs more (a pool dispatch, a few us) than it saves
+MIN_BYTES_PER_THREAD = 64 * 1024
 #: the tile kernel addresses 16 rows with 32-bit displacements from one base
 MAX_PITCH_BYTES = (1 << 31) // (TILE + 1)
 
@@ -162,10 +164,12 @@ def transpose_supported(shape: Sequence[int], perm: Sequence[int], dtype: np.dty
 
 class TransposeExecutor:
     """``run(x) -> np.transpose(x, perm)`` (a new C-contiguous array) for one input shape. ``alloc(shape)`` makes
-    the destination (tests pass guarded memory); ``copies`` counts the non-contiguous inputs copied first."""
+    the destination (tests pass guarded memory); ``copies`` counts the non-contiguous inputs copied first. The
+    table is split over up to ``num_threads`` threads, each moving ``min_bytes_per_thread`` at least."""
 
     def __init__(self, shape: Sequence[int], perm: Sequence[int], dtype: np.dtype, num_threads: int = 1,
-                 alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> None:
+                 alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
+                 min_bytes_per_thread: int = MIN_BYTES_PER_THREAD) -> None:
         self.shape, self.perm, self.dtype = tuple(int(d) for d in shape), tuple(int(a) for a in perm), np.dtype(dtype)
         self.out_shape = tuple(self.shape[a] for a in self.perm)
         self.new = alloc or (lambda s: empty_aligned(s, self.dtype))
@@ -190,7 +194,8 @@ class TransposeExecutor:
             table[:, :, 1] += (plan.dst * size)[:, None]
             self.table = np.ascontiguousarray(table.reshape(-1, strips.shape[1]))
         items = len(self.table)
-        threads = max(1, min(num_threads, items))
+        nbytes = int(np.prod(self.shape, dtype=np.int64)) * size
+        threads = max(1, min(num_threads, items, nbytes // max(1, min_bytes_per_thread)))
         bounds = [items * k // threads for k in range(threads + 1)]
         self.chunks = [(bounds[k], bounds[k + 1] - bounds[k]) for k in range(threads)]
 

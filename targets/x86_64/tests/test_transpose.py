@@ -33,7 +33,9 @@ def test_every_perm_against_numpy_under_guard_pages(perm: tuple[int, ...]) -> No
         for at, threads in itertools.product(("end", "start"), (1, 2)):
             src = guarded_array(shape, np.float32, at)
             src[...] = x
-            ex = TransposeExecutor(shape, perm, np.float32, threads, lambda s, at=at: guarded_array(s, np.float32, at))
+            alloc = lambda s, at=at: guarded_array(s, np.float32, at)  # noqa: E731
+            ex = TransposeExecutor(shape, perm, np.float32, threads, alloc, min_bytes_per_thread=0)
+            assert len(ex.chunks) == min(threads, len(ex.table))
             y = ex.run(src)
             assert y.flags.c_contiguous and ex.copies == 0
             np.testing.assert_array_equal(y, np.transpose(x, perm), err_msg=f"{shape} {perm} {at} {threads}")
@@ -47,7 +49,8 @@ def test_every_perm_against_numpy_under_guard_pages(perm: tuple[int, ...]) -> No
     ((3, 4, 5), (0, 1, 2), ((60,), (0,)), "copy"),  # identity: one run
     ((1, 1), (1, 0), ((), ()), "copy"),
 ])
-def test_perms_reduce_to_a_copy_or_a_batched_2d_transpose(shape, perm, reduced, kind) -> None:  # type: ignore[no-untyped-def]
+def test_perms_reduce_to_a_copy_or_a_batched_2d_transpose(shape: tuple[int, ...], perm: tuple[int, ...],
+                                                           reduced: tuple[tuple[int, ...], ...], kind: str) -> None:
     assert reduce_perm(shape, perm) == reduced
     assert plan_transpose(shape, perm).kind == kind
 
@@ -55,7 +58,8 @@ def test_perms_reduce_to_a_copy_or_a_batched_2d_transpose(shape, perm, reduced, 
 def test_rank_6_int32_and_a_strided_input() -> None:
     x = np.arange(3 * 2 * 5 * 1 * 4 * 17, dtype=np.int32).reshape(3, 2, 5, 1, 4, 17)
     perm = (5, 2, 0, 4, 3, 1)
-    np.testing.assert_array_equal(TransposeExecutor(x.shape, perm, np.int32, 2).run(x), np.transpose(x, perm))
+    ex = TransposeExecutor(x.shape, perm, np.int32, 2, min_bytes_per_thread=0)
+    np.testing.assert_array_equal(ex.run(x), np.transpose(x, perm))
     strided = np.random.default_rng(0).standard_normal((6, 40)).astype(np.float32)[:, ::2]
     ex = TransposeExecutor(strided.shape, (1, 0), np.float32)
     np.testing.assert_array_equal(ex.run(strided), strided.T)
@@ -105,14 +109,12 @@ def test_dynamic_shapes_get_a_plan_per_shape_and_share_the_copy_kernel() -> None
                    ("B", 12, "S", 64))
     cm = snippets_core.compile_model(proto, target="x86_64_avx512", config={"num_threads": 2})
     assert [w for _, _, w in cm.placement()] == ["x86_64_avx512"], cm.describe()
-    kernels = set()
     for b, s in ((1, 7), (2, 33), (1, 128), (1, 7)):
         x = np.random.default_rng(s).standard_normal((b, s, 12, 64)).astype(np.float32)
         (want,) = ReferenceEvaluator(proto).run(None, {"x": x})
         np.testing.assert_array_equal(cm({"x": x})["y"], want)
-    from snippets_x86_64.transpose import TransposeExecutor as Ex
-
-    kernels = {Ex((b, s, 12, 64), (0, 2, 1, 3), np.float32).kernel.address for b, s in ((1, 7), (2, 33))}
+    assert "JIT transpose [0, 2, 1, 3], 3 shape(s): runs of 64 copied" in cm.describe()
+    kernels = {TransposeExecutor((b, s, 12, 64), (0, 2, 1, 3), np.float32).kernel.address for b, s in ((1, 7), (2, 33))}
     assert len(kernels) == 1  # the copy kernel depends on the run length only
 
 
