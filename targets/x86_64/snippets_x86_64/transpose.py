@@ -193,6 +193,7 @@ class TransposeExecutor:
             table[:, :, 0] += (plan.src * size)[:, None]
             table[:, :, 1] += (plan.dst * size)[:, None]
             self.table = np.ascontiguousarray(table.reshape(-1, strips.shape[1]))
+        self.table_address = self.table.ctypes.data  # the table lives as long as the executor: one lookup, not per call
         items = len(self.table)
         nbytes = int(np.prod(self.shape, dtype=np.int64)) * size
         threads = max(1, min(num_threads, items, nbytes // max(1, min_bytes_per_thread)))
@@ -210,7 +211,7 @@ class TransposeExecutor:
         if not x.flags.c_contiguous or x.dtype != self.dtype:
             self.copies += 1
             x = np.ascontiguousarray(x, dtype=self.dtype)
-        block = (ctypes.c_uint64 * 3)(x.ctypes.data, y.ctypes.data, self.table.ctypes.data)
+        block = (ctypes.c_uint64 * 3)(x.ctypes.data, y.ctypes.data, self.table_address)
         run_split(self.kernel, ctypes.addressof(block), self.chunks)
         return y
 
