@@ -243,6 +243,10 @@ def outside_reason(node: Any, host: Any, target: str) -> str | None:
     conv = node.rt_info.get("SnippetsConvRejectReason")  # TokenizeConvSnippets turned it down
     if conv:
         reasons.append(f"not a conv primitive: {conv}")
+    transpose = node.rt_info.get("SnippetsTransposeRejectReason")  # TokenizeTransposeSnippets' callback vetoed it
+    if transpose:
+        reasons.append(f"not a JIT transpose: {transpose}")
+        return "; ".join(reasons)
     for refused, reason in _reason_checks():
         if refused(node):
             reasons.append(reason(node))

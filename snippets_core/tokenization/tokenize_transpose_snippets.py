@@ -23,6 +23,8 @@ from snippets_core.tokenization.tokenize_conv_snippets import _wrap
 
 #: rt_info key on a Subgraph holding one Transpose (value True)
 TRANSPOSE = "SnippetsTranspose"
+#: rt_info key on a Transpose the callback kept out of a transpose Subgraph: why (``snippets inspect`` shows it)
+TRANSPOSE_REJECT_REASON_KEY = "SnippetsTransposeRejectReason"
 
 
 def is_transpose_subgraph(node: Node) -> bool:
@@ -54,12 +56,12 @@ class TokenizeTransposeSnippets(Pass):
             if not _standalone_transpose(node):
                 continue
             why = ask_callback(self.callback, self.config, node, "TokenizeTransposeSnippets")
-            if why is not None:  # describe() shows why it stays on its reference
-                node.rt_info["SnippetsFallbackReason"] = why
+            if why is not None:  # describe() and `snippets inspect` show why it stays on its reference
+                node.rt_info[TRANSPOSE_REJECT_REASON_KEY] = node.rt_info["SnippetsFallbackReason"] = why
                 continue
             _wrap([node], TRANSPOSE)
             changed = True
         return changed
 
 
-__all__ = ["TRANSPOSE", "TokenizeTransposeSnippets", "is_transpose_subgraph"]
+__all__ = ["TRANSPOSE", "TRANSPOSE_REJECT_REASON_KEY", "TokenizeTransposeSnippets", "is_transpose_subgraph"]

@@ -118,11 +118,18 @@ def test_dynamic_shapes_get_a_plan_per_shape_and_share_the_copy_kernel() -> None
     assert len(kernels) == 1  # the copy kernel depends on the run length only
 
 
-def test_a_transpose_of_another_element_type_stays_a_numpy_view_with_its_reason() -> None:
+def test_a_transpose_of_another_element_type_stays_a_numpy_view_with_its_reason(
+        tmp_path: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]) -> None:
     graph = helper.make_graph([helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.DOUBLE, (3, 5))],
                               [helper.make_tensor_value_info("y", TensorProto.DOUBLE, (5, 3))])
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    from snippets_core.cli import main
+
+    path = tmp_path / "t.onnx"
+    path.write_bytes(proto.SerializeToString())
+    assert main(["inspect", str(path), "--target", "x86_64_avx512"]) == 0
+    assert "not a JIT transpose: target:x86_64_avx512: Transpose of f64" in capsys.readouterr().out
     cm = snippets_core.compile_model(proto, target="x86_64_avx512")
     assert cm.placement()[0][1:] == ("Transpose", "reference")
     assert "4-byte" in cm.describe()
