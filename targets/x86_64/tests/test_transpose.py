@@ -4,6 +4,7 @@ guard pages, the plans the perms reduce to, and whole models against onnx's refe
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -119,7 +120,7 @@ def test_dynamic_shapes_get_a_plan_per_shape_and_share_the_copy_kernel() -> None
 
 
 def test_a_transpose_of_another_element_type_stays_a_numpy_view_with_its_reason(
-        tmp_path: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     graph = helper.make_graph([helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.DOUBLE, (3, 5))],
                               [helper.make_tensor_value_info("y", TensorProto.DOUBLE, (5, 3))])
