@@ -86,8 +86,8 @@ def _grid(sizes: Sequence[int], strides_a: Sequence[int], strides_b: Sequence[in
     return a, b
 
 
-def plan_transpose(shape: Sequence[int], perm: Sequence[int]) -> TransposePlan:
-    """The plan of ``np.transpose(x, perm)`` for a C-contiguous ``x`` of ``shape`` into a C-contiguous result."""
+def _geometry(shape: Sequence[int], perm: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...], list[int], list[int]]:
+    """The reduced shape and perm, the input's strides and the output's (elements)."""
     s, p = reduce_perm(shape, perm)
     if not s:  # one element (or only size-1 axes)
         s, p = (1,), (0,)
@@ -95,6 +95,14 @@ def plan_transpose(shape: Sequence[int], perm: Sequence[int]) -> TransposePlan:
     in_strides = [int(np.prod(s[a + 1:], dtype=np.int64)) for a in range(m)]
     out_shape = [s[a] for a in p]
     out_strides = [int(np.prod(out_shape[j + 1:], dtype=np.int64)) for j in range(m)]
+    return s, p, in_strides, out_strides
+
+
+def plan_transpose(shape: Sequence[int], perm: Sequence[int]) -> TransposePlan:
+    """The plan of ``np.transpose(x, perm)`` for a C-contiguous ``x`` of ``shape`` into a C-contiguous result."""
+    s, p, in_strides, out_strides = _geometry(shape, perm)
+    m = len(s)
+    out_shape = [s[a] for a in p]
     if p[-1] == m - 1:
         src, dst = _grid(out_shape[:-1], [in_strides[a] for a in p[:-1]], out_strides[:-1])
         return TransposePlan("copy", src, dst, run=s[-1])
@@ -156,9 +164,11 @@ def transpose_supported(shape: Sequence[int], perm: Sequence[int], dtype: np.dty
         return f"the JIT Transpose moves 4-byte elements, not {np.dtype(dtype)}"
     if sorted(perm) != list(range(len(shape))):
         return f"the order {list(perm)} is not a permutation of rank {len(shape)}"
-    biggest = max([int(np.prod(shape[a + 1:], dtype=np.int64)) for a in range(len(shape))], default=1)
-    if biggest * 4 > MAX_PITCH_BYTES:
-        return f"a row pitch of {biggest} elements is too long for the tile kernel's 32-bit displacements"
+    s, p, in_strides, out_strides = _geometry(shape, perm)
+    if p[-1] != len(s) - 1:  # the tile kernel's row pitches
+        pitch = max(in_strides[p[-1]], out_strides[p.index(len(s) - 1)])
+        if pitch * 4 > MAX_PITCH_BYTES:
+            return f"a row pitch of {pitch} elements is too long for the tile kernel's 32-bit displacements"
     return None
 
 

@@ -13,7 +13,7 @@ from onnx.reference import ReferenceEvaluator
 
 import snippets_core
 from snippets_x86_64.guarded import guarded_array
-from snippets_x86_64.transpose import TransposeExecutor, plan_transpose, reduce_perm
+from snippets_x86_64.transpose import TransposeExecutor, plan_transpose, reduce_perm, transpose_supported
 
 #: odd sizes (1, 3, 17, 33): every tile and vector has a tail, and size-1 axes merge away
 SHAPES = {
@@ -75,6 +75,12 @@ def test_a_callers_output_array_is_written_in_place() -> None:
     out = guarded_array((2, 3, 17, 33), np.float32)
     cm({"x": x}, outputs={"y": out})
     np.testing.assert_array_equal(out, np.transpose(x, perm))
+
+
+def test_what_the_kernels_cannot_move_is_named() -> None:
+    assert "4-byte" in transpose_supported((3, 5), (1, 0), np.dtype(np.float64))
+    assert "too long" in transpose_supported((40_000_000, 2), (1, 0), np.dtype(np.float32))  # a 160 MB row pitch
+    assert transpose_supported((2, 40_000_000, 1), (0, 2, 1), np.dtype(np.float32)) is None  # a copy has no pitch
 
 
 def test_an_empty_tensor_transposes_to_an_empty_tensor() -> None:
