@@ -19,7 +19,8 @@ from snippets_core.ir.node import Node
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.pass_manager import Pass
 from snippets_core.tokenization.config import TokenizationCallback, TokenizationConfig, ask_callback
-from snippets_core.tokenization.tokenize_conv_snippets import _wrap
+from snippets_core.tokenization.marks import mark_completed
+from snippets_core.tokenization.tokenization_utils import create_single_node_subgraph
 
 #: rt_info key on a Subgraph holding one Transpose (value True)
 TRANSPOSE = "SnippetsTranspose"
@@ -59,7 +60,9 @@ class TokenizeTransposeSnippets(Pass):
             if why is not None:  # describe() and `snippets inspect` show why it stays on its reference
                 node.rt_info[TRANSPOSE_REJECT_REASON_KEY] = node.rt_info["SnippetsFallbackReason"] = why
                 continue
-            _wrap([node], TRANSPOSE)
+            sg = create_single_node_subgraph(node)
+            sg.rt_info[TRANSPOSE] = True
+            mark_completed(sg)
             changed = True
         return changed
 
