@@ -53,26 +53,20 @@ def _transpose_tile(fn: Function) -> None:
         fn.vshuff32x4(r[i + 8], t[i], t[i + 8], 0xDD)
 
 
-def _tile(fn: Function, src_pitch: int, dst_pitch: int, valid_rows: int, valid_cols: int) -> None:
-    """One tile at [rbx] (source, row pitch ``src_pitch`` elements) into [r9] (destination, row pitch
-    ``dst_pitch``)."""
+def _tile(fn: Function, rows: int, cols: int, valid_rows: int, valid_cols: int) -> None:
+    """One tile at [rbx] (source, row pitch ``cols``) into [r9] (destination, row pitch ``rows``)."""
     for i in range(valid_rows):  # rows past the strip are never loaded: their lanes are never stored
-        src = zword[rbx + i * src_pitch * 4]
+        src = zword[rbx + i * cols * 4]
         fn.vmovups(ZMM[i].mask(k1).z if valid_cols < TILE else ZMM[i], src)
     _transpose_tile(fn)
     for j in range(valid_cols):
-        dst = zword[r9 + j * dst_pitch * 4]
+        dst = zword[r9 + j * rows * 4]
         fn.vmovups(dst.mask(k2) if valid_rows < TILE else dst, ZMM[j])
 
 
-def build_transpose_kernel(rows: int, cols: int, src_pitch: int | None = None,
-                           dst_pitch: int | None = None) -> JitFunction:
+def build_transpose_kernel(rows: int, cols: int) -> JitFunction:
     """``transpose(unused, args, start, count)``: each item transposes a strip of rows of a ``[rows, cols]`` f32
-    matrix into the matching columns of the ``[cols, rows]`` result. The row pitches (in elements) default to
-    the dense ones (``cols`` in the source, ``rows`` in the destination); a general Transpose passes the strides
-    of the two axes it swaps (:mod:`snippets_x86_64.transpose`)."""
-    src_pitch = cols if src_pitch is None else src_pitch
-    dst_pitch = rows if dst_pitch is None else dst_pitch
+    matrix into the matching columns of the ``[cols, rows]`` result."""
     fn = Function("reorder", args=("unused", "args", "start", "count"))
     full_cols, tail_cols = divmod(cols, TILE)
     tail_rows = rows % TILE
@@ -102,13 +96,13 @@ def build_transpose_kernel(rows: int, cols: int, src_pitch: int | None = None,
             loop = fn.new_label(f"cols{valid_rows}")
             fn.mov(fn.arg("unused"), full_cols)
             fn.bind(loop)
-            _tile(fn, src_pitch, dst_pitch, valid_rows, TILE)
+            _tile(fn, rows, cols, valid_rows, TILE)
             fn.add(rbx, TILE * 4)
-            fn.add(r9, TILE * dst_pitch * 4)
+            fn.add(r9, TILE * rows * 4)
             fn.dec(fn.arg("unused"))
             fn.jnz(loop)
         if tail_cols:
-            _tile(fn, src_pitch, dst_pitch, valid_rows, tail_cols)
+            _tile(fn, rows, cols, valid_rows, tail_cols)
         fn.jmp(nxt)
     fn.bind(nxt)
     fn.add(r15, ROW * 8)  # the next item's table row

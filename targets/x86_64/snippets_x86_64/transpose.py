@@ -9,14 +9,14 @@ is one of two plans:
   full-vector loads/stores and a masked tail (BERT's head split, the last axis kept).
 * ``transpose``: the innermost output axis is some other input axis ``a``. Every other axis is a batch of 2-D
   transposes of ``[rows = shape[a], cols = shape[-1]]`` blocks, the source rows ``stride(a)`` apart and the
-  destination rows ``stride_out(last)`` apart: :func:`snippets_x86_64.reorder.build_transpose_kernel` (16 x 16
-  register tiles, masked tails) with those pitches, one table row per strip of up to 16 rows (NCHW <-> NHWC,
-  the last-two swap).
+  destination rows ``stride_out(last)`` apart: reorder.py's 16 x 16 register tiles (masked tails) with those
+  pitches, one table row per strip of up to 16 rows (NCHW <-> NHWC, the last-two swap).
 
 Both kernels take the native pool's harness signature ``kernel(unused, args, start, count)`` with ``args`` = [src,
-dst, table] and the items split over the threads in contiguous ranges. The copy kernel depends only on the run
-length, so a dynamic batch or sequence length reuses it; the plan (numpy index arithmetic) is made once per input
-shape. Every access stays inside the two arrays.
+dst, table(, params)] and the items split over the threads in contiguous ranges. The copy kernel depends only on
+the run length, and the tile kernel on nothing (pitches, column count and tail masks are read from ``params`` and
+the table), so a dynamic shape never compiles anew; the plan (numpy index arithmetic) is made once per input shape.
+Every access stays inside the two arrays.
 """
 
 from __future__ import annotations
@@ -29,18 +29,18 @@ from typing import Any
 import numpy as np
 
 from snippets_x86_64.aligned import empty_aligned
-from snippets_x86_64.asm import Function, k1, qword, r9, r14, r15, rbx, word, zword
+from snippets_x86_64.asm import Function, k1, k2, qword, r8, r9, r10, r11, r12, r13, r14, r15, rax, rbx, word, zword
 from snippets_x86_64.asm.registers import ZMM
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
 from snippets_x86_64.jit import JitFunction
-from snippets_x86_64.reorder import ARG_DST, ARG_SRC, ARG_TAB, TILE, build_transpose_kernel, run_split, transpose_table
+from snippets_x86_64.reorder import ARG_DST, ARG_SRC, ARG_TAB, TILE, _transpose_tile, run_split
 
 COPY_ROW = 2  # copy table row: source offset, destination offset (bytes)
+TILE_ROW = 3  # tile table row: source offset, destination offset (bytes), the strip's row mask ((1 << rows) - 1)
+ARG_PARAMS = 3  # tile kernel: args[3] -> [source pitch, destination pitch (bytes), full column tiles, tail mask]
 UNROLL = 4  # vectors per iteration of the copy loop
 #: bytes moved per thread below which another thread costs more (a pool dispatch, a few us) than it saves
 MIN_BYTES_PER_THREAD = 64 * 1024
-#: the tile kernel addresses 16 rows with 32-bit displacements from one base
-MAX_PITCH_BYTES = (1 << 31) // (TILE + 1)
 
 
 @dataclass(frozen=True)
@@ -158,17 +158,96 @@ def build_copy_kernel(run: int) -> JitFunction:
     return fn.finalize(None, HARNESS_ARGTYPES)
 
 
+def _tile_rows(fn: Function, partial: bool, tail: bool) -> None:
+    """One 16 x 16 tile at [rbx] (row pitch r10) into [r9] (row pitch r11). ``partial``: only the strip's rows
+    (r12's bits) are loaded and only their lanes stored (k2); ``tail``: only the tail columns (k1, r13 of them) are
+    loaded and stored as rows."""
+    fn.mov(rax, rbx)
+    for i in range(TILE):
+        skip = fn.new_label("row")
+        if partial and i:  # rows past the strip (mask r12 below 2^(i+1) - 1) are never read; k2 masks their lanes
+            fn.cmp(r12, (1 << (i + 1)) - 1)
+            fn.jb(skip)
+        fn.vmovups(ZMM[i].mask(k1).z if tail else ZMM[i], zword[rax])
+        if i < TILE - 1:
+            fn.add(rax, r10)
+        fn.bind(skip)
+    _transpose_tile(fn)
+    done = fn.new_label("stored")
+    fn.mov(rax, r9)
+    for j in range(TILE):
+        if tail and j:  # the destination rows past the tail columns do not exist
+            fn.cmp(r13, j)
+            fn.jbe(done)
+        dst = zword[rax]
+        fn.vmovups(dst.mask(k2) if partial else dst, ZMM[j])
+        if j < TILE - 1:
+            fn.add(rax, r11)
+    fn.bind(done)
+
+
+def build_tile_kernel() -> JitFunction:
+    """``tiles(unused, args, start, count)`` for every shape: each item transposes a strip of up to 16 rows of a
+    ``[rows, cols]`` block into the matching columns of its ``[cols, rows]`` result. The pitches, the column tile
+    count and the tail columns' mask come from ``args[3]``, each strip's row mask from its table row, so a new
+    shape needs a new table, never a new kernel."""
+    fn = Function("transpose_tiles", args=("unused", "args", "start", "count"))
+    params = r8
+    fn.mov(params, qword[fn.arg("args") + ARG_PARAMS * 8])
+    fn.mov(r10, qword[params])
+    fn.mov(r11, qword[params + 8])
+    fn.kmovw(k1, word[params + 24])
+    fn.mov(r13, qword[params + 32])  # the tail column count (0: none)
+    fn.mov(params, qword[params + 16])  # from here on: the full column tile count
+    fn.imul(r15, fn.arg("start"), TILE_ROW * 8)
+    fn.add(r15, qword[fn.arg("args") + ARG_TAB * 8])
+    fn.mov(r14, fn.arg("count"))
+    fn.test(r14, r14)
+    fn.jz(fn.exit)
+    top, nxt = fn.new_label("item"), fn.new_label("next")
+    fn.bind(top)
+    fn.mov(rbx, qword[r15])
+    fn.add(rbx, qword[fn.arg("args") + ARG_SRC * 8])
+    fn.mov(r9, qword[r15 + 8])
+    fn.add(r9, qword[fn.arg("args") + ARG_DST * 8])
+    fn.mov(r12, qword[r15 + 16])
+    fn.kmovw(k2, word[r15 + 16])
+    partial_strip = fn.new_label("partial")
+    fn.cmp(r12, (1 << TILE) - 1)
+    fn.jne(partial_strip)
+    for partial in (False, True):  # a full strip needs no row checks and no store mask
+        if partial:
+            fn.bind(partial_strip)
+        cols, tail = fn.new_label("cols"), fn.new_label("tail")
+        fn.mov(fn.arg("unused"), params)
+        fn.test(params, params)
+        fn.jz(tail)
+        fn.bind(cols)
+        _tile_rows(fn, partial, False)
+        fn.add(rbx, TILE * 4)
+        fn.mov(rax, r11)
+        fn.shl(rax, 4)  # 16 destination rows
+        fn.add(r9, rax)
+        fn.dec(fn.arg("unused"))
+        fn.jnz(cols)
+        fn.bind(tail)
+        fn.test(r13, r13)
+        fn.jz(nxt)
+        _tile_rows(fn, partial, True)
+        fn.jmp(nxt)
+    fn.bind(nxt)
+    fn.add(r15, TILE_ROW * 8)
+    fn.dec(r14)
+    fn.jnz(top)
+    return fn.finalize(None, HARNESS_ARGTYPES)
+
+
 def transpose_supported(shape: Sequence[int], perm: Sequence[int], dtype: np.dtype) -> str | None:
     """None if the JIT Transpose moves ``dtype`` of ``shape`` by ``perm``, else why not."""
     if np.dtype(dtype).itemsize != 4:
         return f"the JIT Transpose moves 4-byte elements, not {np.dtype(dtype)}"
     if sorted(perm) != list(range(len(shape))):
         return f"the order {list(perm)} is not a permutation of rank {len(shape)}"
-    s, p, in_strides, out_strides = _geometry(shape, perm)
-    if p[-1] != len(s) - 1:  # the tile kernel's row pitches
-        pitch = max(in_strides[p[-1]], out_strides[p.index(len(s) - 1)])
-        if pitch * 4 > MAX_PITCH_BYTES:
-            return f"a row pitch of {pitch} elements is too long for the tile kernel's 32-bit displacements"
     return None
 
 
@@ -194,16 +273,21 @@ class TransposeExecutor:
                                              HARNESS_ARGTYPES)
             self.table = np.stack([plan.src * size, plan.dst * size], axis=1).astype(np.int64)
         else:
-            key = (plan.rows, plan.cols, plan.src_pitch, plan.dst_pitch)
-            self.kernel = FUNCTION_CACHE.get("transpose", key, lambda: build_transpose_kernel(*key), HARNESS_ARGTYPES)
-            # one strip table of a [rows, cols] block, shifted to every batch item
-            strips = transpose_table(1, plan.rows, plan.cols)
-            strips[:, 0] = np.arange(0, plan.rows, TILE) * plan.src_pitch * size
-            table = np.repeat(strips[None], len(plan.src), axis=0)
-            table[:, :, 0] += (plan.src * size)[:, None]
-            table[:, :, 1] += (plan.dst * size)[:, None]
-            self.table = np.ascontiguousarray(table.reshape(-1, strips.shape[1]))
-        self.table_address = self.table.ctypes.data  # the table lives as long as the executor: one lookup, not per call
+            self.kernel = FUNCTION_CACHE.get("transpose_tiles", (), build_tile_kernel, HARNESS_ARGTYPES)
+            full, tail = divmod(plan.cols, TILE)
+            self.params = np.array([plan.src_pitch * size, plan.dst_pitch * size, full, (1 << tail) - 1, tail],
+                                   dtype=np.int64)
+            # one row per strip of 16 rows of one block: the strip's first row in both arrays, its row mask
+            r0 = np.arange(0, plan.rows, TILE, dtype=np.int64)
+            masks = (1 << np.minimum(plan.rows - r0, TILE)) - 1
+            table = np.empty((len(plan.src), len(r0), TILE_ROW), dtype=np.int64)
+            table[:, :, 0] = (plan.src * size)[:, None] + r0[None, :] * plan.src_pitch * size
+            table[:, :, 1] = (plan.dst * size)[:, None] + r0[None, :] * size
+            table[:, :, 2] = masks[None, :]
+            self.table = np.ascontiguousarray(table.reshape(-1, TILE_ROW))
+        # the table and the parameters live as long as the executor: one address lookup each, not one per call
+        self.table_address = self.table.ctypes.data
+        self.params_address = self.params.ctypes.data if plan.kind == "transpose" else 0
         items = len(self.table)
         nbytes = int(np.prod(self.shape, dtype=np.int64)) * size
         threads = max(1, min(num_threads, items, nbytes // max(1, min_bytes_per_thread)))
@@ -221,7 +305,7 @@ class TransposeExecutor:
         if not x.flags.c_contiguous or x.dtype != self.dtype:
             self.copies += 1
             x = np.ascontiguousarray(x, dtype=self.dtype)
-        block = (ctypes.c_uint64 * 3)(x.ctypes.data, y.ctypes.data, self.table_address)
+        block = (ctypes.c_uint64 * 4)(x.ctypes.data, y.ctypes.data, self.table_address, self.params_address)
         run_split(self.kernel, ctypes.addressof(block), self.chunks)
         return y
 
