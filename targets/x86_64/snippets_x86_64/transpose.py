@@ -86,7 +86,8 @@ def _grid(sizes: Sequence[int], strides_a: Sequence[int], strides_b: Sequence[in
     return a, b
 
 
-def _geometry(shape: Sequence[int], perm: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...], list[int], list[int]]:
+def _geometry(shape: Sequence[int],
+              perm: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...], list[int], list[int]]:
     """The reduced shape and perm, the input's strides and the output's (elements)."""
     s, p = reduce_perm(shape, perm)
     if not s:  # one element (or only size-1 axes)
