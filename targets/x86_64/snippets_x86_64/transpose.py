@@ -39,8 +39,9 @@ COPY_ROW = 2  # copy table row: source offset, destination offset (bytes)
 TILE_ROW = 3  # tile table row: source offset, destination offset (bytes), the strip's row mask ((1 << rows) - 1)
 ARG_PARAMS = 3  # tile kernel: args[3] -> [source pitch, destination pitch (bytes), full column tiles, tail mask]
 UNROLL = 4  # vectors per iteration of the copy loop
-#: bytes moved per thread below which another thread costs more (a pool dispatch, a few us) than it saves
-MIN_BYTES_PER_THREAD = 64 * 1024
+#: bytes moved per thread below which another thread costs more (a pool dispatch, a few us) than it saves: at
+#: 384 KiB (BERT-base's head split, seq 128) two threads measured slower than one
+MIN_BYTES_PER_THREAD = 256 * 1024
 
 
 @dataclass(frozen=True)
@@ -126,12 +127,14 @@ def build_copy_kernel(run: int) -> JitFunction:
     fn.mov(r14, fn.arg("count"))
     fn.test(r14, r14)
     fn.jz(fn.exit)
+    fn.mov(r10, qword[fn.arg("args") + ARG_SRC * 8])  # the bases in registers: two loads less per run
+    fn.mov(r11, qword[fn.arg("args") + ARG_DST * 8])
     top = fn.new_label("item")
     fn.bind(top)
     fn.mov(rbx, qword[r15])
-    fn.add(rbx, qword[fn.arg("args") + ARG_SRC * 8])
+    fn.add(rbx, r10)
     fn.mov(r9, qword[r15 + 8])
-    fn.add(r9, qword[fn.arg("args") + ARG_DST * 8])
+    fn.add(r9, r11)
     loops, rest = divmod(full, UNROLL)
     if loops > 1:
         loop = fn.new_label("vectors")
