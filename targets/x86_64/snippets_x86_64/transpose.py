@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from snippets_core.errors import UnsupportedByTarget
 from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.asm import Function, k1, k2, qword, r8, r9, r10, r11, r12, r13, r14, r15, rax, rbx, word, zword
 from snippets_x86_64.asm.registers import ZMM
@@ -37,7 +38,8 @@ from snippets_x86_64.reorder import ARG_DST, ARG_SRC, ARG_TAB, TILE, _transpose_
 
 COPY_ROW = 2  # copy table row: source offset, destination offset (bytes)
 TILE_ROW = 3  # tile table row: source offset, destination offset (bytes), the strip's row mask ((1 << rows) - 1)
-ARG_PARAMS = 3  # tile kernel: args[3] -> [source pitch, destination pitch (bytes), full column tiles, tail mask]
+#: tile kernel: args[3] -> [source pitch, destination pitch (bytes), full column tiles, tail column mask, tail columns]
+ARG_PARAMS = 3
 UNROLL = 4  # vectors per iteration of the copy loop
 #: bytes moved per thread below which another thread costs more (a pool dispatch, a few us) than it saves: at
 #: 384 KiB (BERT-base's head split, seq 128) two threads measured slower than one
@@ -314,17 +316,17 @@ class TransposeExecutor:
         return y
 
 
-def transpose_order(sg: Any) -> tuple[Any, list[int]]:
-    """The Transpose op of a ``SnippetsTranspose`` Subgraph and its order (a body Constant)."""
+def transpose_order(sg: Any) -> list[int]:
+    """The order of the Transpose in a ``SnippetsTranspose`` Subgraph (a body Constant; empty: reverse the axes)."""
     (op,) = sg.body_ops
     order = [int(v) for v in np.asarray(op.inputs[1].source.node.value).reshape(-1)]
-    return op, order
+    return order or list(range(op.inputs[0].shape.rank))[::-1]
 
 
 def compile_transpose_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]] | None:
     """``run(inputs) -> [y]`` for a Subgraph holding one Transpose (TokenizeTransposeSnippets), or None with the
     reason in ``sg.rt_info`` (it then runs on its reference). A dynamic shape gets a plan per input shape."""
-    _, order = transpose_order(sg)
+    order = transpose_order(sg)
     x = sg.body.parameters[0].outputs[0]
     et = x.element_type
     if et.value == "dynamic":
@@ -336,8 +338,6 @@ def compile_transpose_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.nd
     def executor(shape: tuple[int, ...]) -> TransposeExecutor:
         why = transpose_supported(shape, order, dtype)
         if why is not None:
-            from snippets_core.errors import UnsupportedByTarget
-
             raise UnsupportedByTarget(f"Transpose '{sg.name}' of shape {list(shape)}: {why}")
         return executors.setdefault(shape, TransposeExecutor(shape, order, dtype, threads))
 

@@ -162,3 +162,11 @@ def test_a_transpose_after_a_conv_primitive_reads_it_through_a_reorder() -> None
     x = np.random.default_rng(5).standard_normal((1, 3, 9, 7)).astype(np.float32)
     (want,) = ReferenceEvaluator(proto).run(None, {"x": x})
     np.testing.assert_allclose(cm({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_transpose_without_perm_reverses_the_axes() -> None:
+    proto = _model([helper.make_node("Transpose", ["x"], ["y"])], (2, 3, 17), (17, 3, 2))
+    cm = snippets_core.compile_model(proto, target="x86_64_avx512")
+    x = np.random.default_rng(6).standard_normal((2, 3, 17)).astype(np.float32)
+    np.testing.assert_array_equal(cm({"x": x})["y"], x.T)
+    assert "JIT transpose [2, 1, 0], 1 shape(s)" in cm.describe()
