@@ -73,8 +73,12 @@ VEC = 16
 MAX_NV = 4
 #: input channels unrolled per iteration of the reduction loop
 UNROLL = 4
-#: fields of a work-table row (int64): src, weights, dst, bias offsets in bytes, store mask, variant
-ROW = 6
+#: fields of a work-table row (int64): src, weights, dst, bias offsets in bytes, store mask, variant, then the
+#: row geometry a shape-agnostic kernel (``build_conv_kernel(..., dynamic=True)``) reads instead of immediates: the
+#: input bytes between kernel rows, the full pixel blocks of the row, their size, the tail block's size, the bytes
+#: between input channels (a planar buffer's plane)
+ROW = 11
+RT_PITCH, RT_NFULL, RT_RFULL, RT_RTAIL, RT_CH = range(6, 11)
 #: fixed args before the per-channel post-op arrays: src, weights, dst, bias, residual, table
 ARG_SRC, ARG_WEI, ARG_DST, ARG_BIAS, ARG_RES, ARG_TAB, ARG_POST = range(7)
 
@@ -265,8 +269,13 @@ def pixels_per_block(nv: int, wo: int) -> int:
     """Output pixels per register block: ``R * nv`` accumulators + ``nv`` weights + 2 broadcasts + 1 temp, at
     most; then as even as the row allows with the same block count (a 7-pixel row is 4 + 3, not 6 + 1: the tail
     block costs the weight loads of a full one)."""
-    most = max(1, min((ZMM_COUNT - nv - 3) // nv, 14, wo))
+    most = min(max_pixels_per_block(nv), wo)
     return -(-wo // -(-wo // most))
+
+
+def max_pixels_per_block(nv: int) -> int:
+    """The widest register block of ``nv`` output-channel vectors (``pixels_per_block`` of a long row)."""
+    return max(1, min((ZMM_COUNT - nv - 3) // nv, 14))
 
 
 ZMM_COUNT = 32
@@ -321,41 +330,65 @@ def pack_channels(values: np.ndarray, geo: ConvGeometry) -> np.ndarray:
 
 def work_table(geo: ConvGeometry, offsets: list[int]) -> np.ndarray:
     """One row per (image, group, output-channel block, output row), output rows innermost (depthwise and
-    pools: per (image, output row, channel block))."""
-    rows = []
-    c4, m4 = geo.cp * 4, geo.m * 4
+    pools: per (image, output row, channel block)). numpy index arithmetic: a dynamic shape makes its table on its
+    first call (ResNet-50's tables, all 53 of them, in well under a millisecond each)."""
     blocks = geo.blocks()
-    row_vars = geo.row_variants() if geo.depthwise else [(0, geo.kh)]
-    for n in range(geo.n):
-        for g in range(geo.vec_groups):
-            for b, (v0, nv) in enumerate(blocks):
-                last = v0 + nv == geo.nvp
-                rem = geo.vec_channels - (geo.nvp - 1) * VEC
-                mask = (1 << rem) - 1 if last else 0xFFFF
-                nv_variant = 0 if nv == blocks[0][1] else 1
-                wei = offsets[g * len(blocks) + b] * 4 if geo.mode == "conv" else 0
-                bias = (g * geo.nvp + v0) * VEC * 4
-                for oh in range(geo.ho):
-                    src = n * geo.c * geo.hp * geo.wp * 4 + oh * geo.sh * geo.wp * geo.px_bytes \
-                        + g * geo.cg * geo.ch_bytes
-                    variant = nv_variant
-                    if geo.depthwise:  # the unpadded input: (oh*sh - pt, -pl) may lie outside, never read
-                        src = ((n * geo.h + oh * geo.sh - geo.pt) * geo.w - geo.pl) * c4 + v0 * VEC * 4
-                        variant = nv_variant * len(row_vars) + row_vars.index(geo.row_taps(oh))
-                    dst = ((n * geo.ho + oh) * geo.wo) * m4 + (g * geo.mg + v0 * VEC) * 4
-                    if geo.mode != "conv":  # the reciprocal counts of this output row
-                        wei = oh * geo.wo * 4
-                    rows.append((src, wei, dst, bias, mask, variant))
-    table = np.asarray(rows, dtype=np.int64).reshape(-1, ROW)
+    nb = len(blocks)
+    c4, m4 = geo.cp * 4, geo.m * 4
+    rem = geo.vec_channels - (geo.nvp - 1) * VEC
+    # per (group, block) columns: [G*B]
+    g_of = np.repeat(np.arange(geo.vec_groups), nb)
+    v0 = np.tile([v for v, _ in blocks], geo.vec_groups)
+    nv = np.tile([n for _, n in blocks], geo.vec_groups)
+    mask = np.where(v0 + nv == geo.nvp, (1 << rem) - 1, 0xFFFF)
+    nv_variant = (nv != blocks[0][1]).astype(np.int64)
+    wei_gb = (np.asarray(offsets, np.int64) * 4) if geo.mode == "conv" else np.zeros(len(g_of), np.int64)
+    bias = (g_of * geo.nvp + v0) * VEC * 4
+    n = np.arange(geo.n)[:, None, None]
+    gb = np.arange(len(g_of))[None, :, None]
+    oh = np.arange(geo.ho)[None, None, :]
+    shape = (geo.n, len(g_of), geo.ho)
+    table = np.empty(shape + (ROW,), np.int64)
+    if geo.depthwise:  # the unpadded input: (oh*sh - pt, -pl) may lie outside, never read
+        row_vars = geo.row_variants()
+        var_of_oh = np.asarray([row_vars.index(geo.row_taps(o)) for o in range(geo.ho)], np.int64)
+        table[..., 0] = ((n * geo.h + oh * geo.sh - geo.pt) * geo.w - geo.pl) * c4 + (v0 * VEC * 4)[gb]
+        table[..., 5] = nv_variant[gb] * len(row_vars) + var_of_oh[oh]
+        pitch = geo.dh * geo.w * c4
+    else:
+        table[..., 0] = n * geo.c * geo.hp * geo.wp * 4 + oh * geo.sh * geo.wp * geo.px_bytes \
+            + (g_of * geo.cg * geo.ch_bytes)[gb]
+        table[..., 5] = nv_variant[gb]
+        pitch = geo.dh * geo.wp * geo.px_bytes
+    table[..., 1] = oh * geo.wo * 4 if geo.mode != "conv" else wei_gb[gb]  # pools: the reciprocal counts' row
+    table[..., 2] = (n * geo.ho + oh) * geo.wo * m4 + ((g_of * geo.mg + v0 * VEC) * 4)[gb]
+    table[..., 3] = bias[gb]
+    table[..., 4] = mask[gb]
+    table[..., RT_PITCH] = pitch
+    r_full = np.asarray([pixels_per_block(int(k), geo.wo) for k in nv], np.int64)
+    table[..., RT_NFULL] = (geo.wo // r_full)[gb]
+    table[..., RT_RFULL] = r_full[gb]
+    table[..., RT_RTAIL] = (geo.wo % r_full)[gb]
+    table[..., RT_CH] = geo.ch_bytes
     if geo.depthwise:  # channel blocks innermost: the input rows a row of outputs reads stay in L1/L2 (the
         # weights are a few KiB, unlike a dense conv's, whose weight block is what must stay in cache)
-        order = np.arange(len(table)).reshape(geo.n, geo.vec_groups * len(blocks), geo.ho).transpose(0, 2, 1)
-        table = table[order.ravel()]
-    return table
+        table = table.transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(table.reshape(-1, ROW))
 
 
-def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...]) -> JitFunction:
-    """The JIT function ``conv(unused, args, start, count)`` for ``geo`` (see the module docstring)."""
+def kernel_key(geo: ConvGeometry, dynamic: bool) -> ConvGeometry:
+    """What ``build_conv_kernel`` specializes on: never the batch (the table holds each image's offsets); with
+    ``dynamic`` a dense convolution's code depends on neither the image size nor the pads (the row pitch and the
+    row's pixel blocks come from the table, the padding is in the buffer), so one kernel serves every N, H, W."""
+    if dynamic and not geo.depthwise:
+        return replace(geo, n=0, h=0, w=0, ho=0, wo=0, pt=0, pl=0)
+    return replace(geo, n=0)
+
+
+def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...], dynamic: bool = False) -> JitFunction:
+    """The JIT function ``conv(unused, args, start, count)`` for ``geo`` (see the module docstring). ``dynamic``
+    (a dense convolution): the row pitch, the pixel blocks of a row and a planar buffer's plane come from each
+    table row, so the kernel serves every image size (``kernel_key``); the blocks are the static kernel's."""
     fn = Function("conv", args=("unused", "args", "start", "count"))
     blocks = geo.blocks()
     nvs = [blocks[0][1]] + ([blocks[-1][1]] if blocks[-1][1] != blocks[0][1] else [])
@@ -387,6 +420,8 @@ def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...]) -> JitFun
         fn.bind(labels[i])
         if geo.depthwise:
             _emit_dw_row(fn, geo, nv, rows, post_ops)
+        elif dynamic:
+            _emit_row_dynamic(fn, geo, nv, post_ops)
         else:
             _emit_row(fn, geo, nv, post_ops)
         fn.jmp(nxt)
@@ -416,6 +451,42 @@ def _emit_row(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[PostOp, 
         fn.jnz(loop)
     if r_tail:
         emit(fn, geo, nv, r_tail, post_ops)
+
+
+def _emit_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[PostOp, ...]) -> None:
+    """``_emit_row`` with the row read from the table: ``RT_NFULL`` blocks of ``RT_RFULL`` pixels in a loop, then
+    one of ``RT_RTAIL``; one loop per block size ``pixels_per_block`` can pick and one tail per size, selected by
+    compares (a few per output row, against thousands of FMAs)."""
+    most = max_pixels_per_block(nv)
+    src_px, dst_px = geo.sw * geo.px_bytes, geo.m * 4
+    tail, end = fn.new_label("tail"), fn.new_label("row_end")
+    fulls = {r: fn.new_label(f"full{r}") for r in range(1, most + 1)}
+    tails = {r: fn.new_label(f"tail{r}") for r in range(1, most)}
+    fn.mov(r12, qword[r15 + RT_NFULL * 8])
+    fn.test(r12, r12)
+    fn.jz(tail)
+    for r in range(1, most):
+        fn.cmp(qword[r15 + RT_RFULL * 8], r)
+        fn.je(fulls[r])
+    for r in range(most, 0, -1):  # the largest first: the compares fall through to it
+        fn.bind(fulls[r])
+        _emit_block(fn, geo, nv, r, post_ops, dynamic=True)
+        fn.add(rbx, r * src_px)
+        fn.add(r9, r * dst_px)
+        fn.add(r11, r * dst_px)
+        fn.dec(r12)
+        fn.jnz(fulls[r])
+        fn.jmp(tail)
+    fn.bind(tail)
+    for r in range(1, most):
+        fn.cmp(qword[r15 + RT_RTAIL * 8], r)
+        fn.je(tails[r])
+    fn.jmp(end)
+    for r in range(1, most):
+        fn.bind(tails[r])
+        _emit_block(fn, geo, nv, r, post_ops, dynamic=True)
+        fn.jmp(end)
+    fn.bind(end)
 
 
 def _emit_dw_row(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int], post_ops: tuple[PostOp, ...],
@@ -458,8 +529,11 @@ def _emit_dw_row(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int]
     static(b, geo.wo)
 
 
-def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tuple[PostOp, ...]) -> None:
-    """``r`` pixels x ``nv`` vectors: zero, reduce over (kh, kw, ic), post-ops, store."""
+def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tuple[PostOp, ...],
+                dynamic: bool = False) -> None:
+    """``r`` pixels x ``nv`` vectors: zero, reduce over (kh, kw, ic), post-ops, store. ``dynamic``: the kernel-row
+    pitch (and a planar buffer's channel pitch) from the table row (``RT_PITCH``, ``RT_CH``) instead of immediates;
+    a planar buffer's few channels (at most ``PLANAR_MAX_C``) are then unrolled, each one pitch past the last."""
     acc = [[ZMM[i * nv + j] for j in range(nv)] for i in range(r)]
     wv = [ZMM[r * nv + j] for j in range(nv)]
     bc = [ZMM[r * nv + nv], ZMM[r * nv + nv + 1]]
@@ -480,18 +554,26 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
     fn.bind(kw_loop)
     turn = [0]
 
+    planar_dynamic = dynamic and geo.planar
+
     def body(count: int) -> None:
+        if planar_dynamic:
+            fn.mov(rdx, rbp)
         for u in range(count):
             for j in range(nv):
                 fn.vmovups(wv[j], zword[r13 + (u * vbytes + j * 64)])
             for i in range(r):
                 b = bc[turn[0] % 2]
                 turn[0] += 1
-                fn.vbroadcastss(b, dword[rbp + (u * ch + i * pix)])
+                fn.vbroadcastss(b, dword[rdx + i * pix] if planar_dynamic else dword[rbp + (u * ch + i * pix)])
                 for j in range(nv):
                     fn.vfmadd231ps(acc[i][j], wv[j], b)
+            if planar_dynamic and u + 1 < count:
+                fn.add(rdx, qword[r15 + RT_CH * 8])
 
     n_unrolled, rest = divmod(geo.cg, UNROLL)
+    if planar_dynamic:  # a runtime channel pitch: no immediate displacements, the few channels unrolled
+        n_unrolled, rest = 0, geo.cg
     if n_unrolled:
         ic_loop = fn.new_label("ic")
         fn.mov(rdx, n_unrolled)
@@ -508,7 +590,7 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
     fn.add(rbp, geo.dw * geo.px_bytes - n_unrolled * UNROLL * ch)
     fn.dec(rcx)
     fn.jnz(kw_loop)
-    fn.add(rax, geo.dh * geo.wp * geo.px_bytes)
+    fn.add(rax, qword[r15 + RT_PITCH * 8] if dynamic else geo.dh * geo.wp * geo.px_bytes)
     fn.dec(rdi)
     fn.jnz(kh_loop)
     _emit_post_ops(fn, geo, acc, [*bc, tmp, *wv], post_ops)
@@ -691,28 +773,44 @@ PRE_OP_INSTRUCTIONS = {"add": "vaddps", "subtract": "vsubps", "multiply": "vmulp
 _COPY_VEC_REGS = (r8, r10, r11, r13, rax, rcx, rdi, rbp)
 
 
+#: fields of a copy-table row (int64): the padded buffer's byte offset of an input row's first interior pixel, the
+#: input row's byte offset, its pixels
+COPY_ROW = 3
+
+
 def copy_table(geo: ConvGeometry) -> np.ndarray:
-    """The padded buffer's byte offset of each input row's first interior pixel (one row per (image, input row))."""
+    """One row per (image, input row): where it goes, where it comes from and how long it is, so the copy kernel
+    depends on the channels alone (``copy_key``) and a new image size makes only a new table."""
     top, left = (0, 0) if geo.depthwise else (geo.pt, geo.pl)
-    rows = [((n * geo.hp + top + r) * geo.wp + left) * geo.cp * 4 for n in range(geo.n) for r in range(geo.h)]
-    return np.asarray(rows, dtype=np.int64)
+    n = np.arange(geo.n)[:, None]
+    r = np.arange(geo.h)[None, :]
+    table = np.empty((geo.n, geo.h, COPY_ROW), np.int64)
+    table[..., 0] = ((n * geo.hp + top + r) * geo.wp + left) * geo.cp * 4
+    table[..., 1] = (n * geo.h + r) * geo.w * geo.c * 4
+    table[..., 2] = geo.w
+    return table.reshape(-1, COPY_ROW)
 
 
-def build_copy_kernel(geo: ConvGeometry, ops: tuple[tuple[str, bool], ...]) -> JitFunction:
-    """``copy(unused, args, start, count)``: input rows ``start .. start+count`` of a contiguous NHWC input into the
-    padded buffer, through ``ops`` ((name in :data:`PRE_OP_INSTRUCTIONS`, whether it has a per-channel vector);
+def copy_key(geo: ConvGeometry) -> tuple[int, int]:
+    """What ``build_copy_kernel``'s code depends on: the channels of the input and of the buffer's pixels."""
+    return geo.c, geo.cp
+
+
+def build_copy_kernel(channels: tuple[int, int], ops: tuple[tuple[str, bool], ...]) -> JitFunction:
+    """``copy(unused, args, start, count)``: input rows ``start .. start+count`` of a contiguous NHWC input (of
+    ``channels`` = ``copy_key``: the input's channels and the buffer's per pixel) into the padded buffer, each
+    where its copy-table row says, through ``ops`` ((name in :data:`PRE_OP_INSTRUCTIONS`, whether it has a per-channel vector);
     a vector-less ``maximum`` is Relu), vectorized over the channels. ``args`` = [src, dst, copy table, the
     per-channel vectors (whole zmm, in ``ops`` order)]."""
     if sum(has for _, has in ops) > len(_COPY_VEC_REGS):
         raise AssertionError("more vector pre-ops than pointer registers: ConvExecutor copies with numpy then")
+    c, cp = channels
     fn = Function("conv_copy", args=("unused", "args", "start", "count"))
-    nvec = -(-geo.c // VEC)
-    rem = geo.c - (nvec - 1) * VEC
+    nvec = -(-c // VEC)
+    rem = c - (nvec - 1) * VEC
     fn.mov(r12d, (1 << rem) - 1)
     fn.kmovw(k1, r12d)
-    fn.imul(rbx, rdx, geo.w * geo.c * 4)
-    fn.add(rbx, qword[rsi])
-    fn.imul(r15, rdx, 8)
+    fn.imul(r15, rdx, COPY_ROW * 8)
     fn.add(r15, qword[rsi + 16])
     fn.mov(r14, rcx)
     fn.test(r14, r14)
@@ -731,7 +829,9 @@ def build_copy_kernel(geo: ConvGeometry, ops: tuple[tuple[str, bool], ...]) -> J
     fn.bind(rows)
     fn.mov(r9, qword[r15])
     fn.add(r9, qword[rsi + 8])
-    fn.mov(r12, geo.w)
+    fn.mov(rbx, qword[r15 + 8])
+    fn.add(rbx, qword[rsi])
+    fn.mov(r12, qword[r15 + 16])
     fn.bind(pixels)
     for v in range(nvec):
         last = v == nvec - 1 and rem != VEC
@@ -742,11 +842,11 @@ def build_copy_kernel(geo: ConvGeometry, ops: tuple[tuple[str, bool], ...]) -> J
             getattr(fn, PRE_OP_INSTRUCTIONS[name])(x, x, operand)
         dst = zword[r9 + v * 64]
         fn.vmovups(dst.mask(k1) if last else dst, x)
-    fn.add(rbx, geo.c * 4)
-    fn.add(r9, geo.cp * 4)
+    fn.add(rbx, c * 4)
+    fn.add(r9, cp * 4)
     fn.dec(r12)
     fn.jnz(pixels)
-    fn.add(r15, 8)
+    fn.add(r15, COPY_ROW * 8)
     fn.dec(r14)
     fn.jnz(rows)
     return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64))

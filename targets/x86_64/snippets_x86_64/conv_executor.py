@@ -18,7 +18,7 @@ import numpy as np
 from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
-    choose_planar, copy_table, flat_pixels, pack_channels, work_table
+    choose_planar, copy_key, copy_table, flat_pixels, kernel_key, pack_channels, work_table
 from snippets_x86_64.reorder import run_split
 
 #: flops (or pooled taps) per thread below which a primitive runs on one thread (about 10 us of FMA work: a
@@ -45,13 +45,18 @@ class ConvExecutor:
     def __init__(self, geo: ConvGeometry, w: np.ndarray, scale: np.ndarray | None, shift: np.ndarray | None,
                  post_ops: Sequence[PostOp] = (), channel_data: Sequence[np.ndarray] = (),
                  num_threads: int = 1, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
-                 pre_ops: Sequence[tuple[str, np.ndarray | None]] = (), plain_input: bool = False) -> None:
+                 pre_ops: Sequence[tuple[str, np.ndarray | None]] = (), plain_input: bool = False,
+                 dynamic: bool = False, prepared: ConvExecutor | None = None) -> None:
         """``alloc(shape)`` makes each float32 buffer the kernel reads or writes (tests pass guarded memory);
         ``pre_ops`` are (numpy ufunc name, per-channel vector or None for Relu) applied to the input as it is
         copied into the padded buffer; ``plain_input``: the input arrives NCHW (AssignLayouts off, or it left this
-        input plain), so a convolution with few input channels reads a planar padded copy (``choose_planar``)."""
+        input plain), so a convolution with few input channels reads a planar padded copy (``choose_planar``);
+        ``dynamic``: the shape-agnostic kernel of a dense convolution (``kernel_key``: the same code for every N, H,
+        W); ``prepared``: the same primitive made for another shape, whose packed weights and kernels this one
+        shares (``for_shape``)."""
         self.pre_ops = [(getattr(np, name), v) for name, v in pre_ops]
         pre_ops = tuple(pre_ops)
+        self.pre_op_spec, self.plain_input, self.num_threads, self.alloc = pre_ops, plain_input, num_threads, alloc
         geo = choose_planar(geo) if plain_input else geo
         self.geo = geo
         self.post_ops = tuple(post_ops)
@@ -62,17 +67,27 @@ class ConvExecutor:
             out[...] = a
             return out
 
-        if geo.mode == "conv":
-            packed, bias, offsets = cached_pack_weights(w, geo, scale, shift)
-        else:  # pooling: the "weights" are the reciprocal window counts per output pixel (avg), the bias unused
-            packed, bias, offsets = w.astype(np.float32).ravel(), np.zeros(1, np.float32), []
-        self.packed, self.bias = keep(packed), keep(bias)
-        self.channel_data = [keep(pack_channels(v, geo)) for v in channel_data]
+        self.w, self.scale, self.shift, self.dynamic = w, scale, shift, dynamic
+        if prepared is not None and geo.mode == "conv":  # the packing depends on no dim of the input's but C
+            self.packed, self.bias, offsets = prepared.packed, prepared.bias, prepared.offsets
+            self.channel_data = prepared.channel_data
+        else:
+            if geo.mode == "conv":
+                packed, bias, offsets = cached_pack_weights(w, geo, scale, shift)
+            else:  # pooling: the "weights" are the reciprocal window counts per output pixel (avg), the bias unused
+                packed, bias, offsets = w.astype(np.float32).ravel(), np.zeros(1, np.float32), []
+            self.packed, self.bias = keep(packed), keep(bias)
+            self.channel_data = [keep(pack_channels(v, geo)) for v in channel_data]
+        self.offsets = offsets
         #: the geometry the kernel walks: ``geo``, or a pointwise conv's pixels re-cut into even rows
         self.kernel_geo = kgeo = flat_pixels(geo)
         self.table = work_table(kgeo, offsets)
-        self.kernel = FUNCTION_CACHE.get("conv", (kgeo, self.post_ops), lambda: build_conv_kernel(kgeo, self.post_ops),
-                                         HARNESS_ARGTYPES)
+        key = kernel_key(kgeo, dynamic)
+        if prepared is not None and key == kernel_key(prepared.kernel_geo, dynamic):
+            self.kernel = prepared.kernel
+        else:
+            self.kernel = FUNCTION_CACHE.get("conv", (key, self.post_ops),
+                                             lambda: build_conv_kernel(key, self.post_ops, dynamic), HARNESS_ARGTYPES)
         self.new = new
         #: the input can be read in place (NHWC, no padding): no copy when the producer wrote NHWC
         self.unpadded = geo.hp == geo.h and geo.wp == geo.w and not pre_ops and not geo.planar
@@ -93,13 +108,23 @@ class ConvExecutor:
         #: place, or more vector pre-ops than the kernel has pointer registers: numpy copies)
         self.copy = None
         if not self.unpadded and not geo.planar and sum(v is not None for _, v in pre_ops) <= COPY_MAX_VECTORS:
-            self.copy_vectors = [keep(_pad_vector(v, geo.c, name)) for name, v in pre_ops if v is not None]
+            if prepared is not None and prepared.copy is not None:
+                self.copy_vectors, self.copy = prepared.copy_vectors, prepared.copy
+            else:
+                self.copy_vectors = [keep(_pad_vector(v, geo.c, name)) for name, v in pre_ops if v is not None]
+                spec = (copy_key(geo), tuple((name, v is not None) for name, v in pre_ops))
+                self.copy = FUNCTION_CACHE.get("conv_copy", spec, lambda: build_copy_kernel(*spec),
+                                               HARNESS_ARGTYPES)
             self.copy_table = copy_table(geo)
-            spec = (geo, tuple((name, v is not None) for name, v in pre_ops))
-            self.copy = FUNCTION_CACHE.get("conv_copy", spec, lambda: build_copy_kernel(*spec), HARNESS_ARGTYPES)
             # a copy is a memory-bound pass: both threads only when it is large
             self.copy_chunks = split_items(geo.n * geo.h, num_threads if geo.n * geo.h * geo.w * geo.c >= 1 << 16
                                            else 1)
+
+    def for_shape(self, geo: ConvGeometry) -> ConvExecutor:
+        """This convolution for another input shape ``geo``: the packed weights and, for a dynamic one, the kernels
+        are this one's; only the work table, the copy table and the padded buffer are new."""
+        return ConvExecutor(geo, self.w, self.scale, self.shift, self.post_ops, (), self.num_threads, self.alloc,
+                            self.pre_op_spec, self.plain_input, self.dynamic, prepared=self)
 
     def _padded_buffer(self) -> np.ndarray:
         """The padded NHWC input buffer with its border: zeros for a convolution or an average, -inf for a

@@ -3,13 +3,17 @@
 The in-place input paths are swept with the input itself in guarded memory: a depthwise convolution and the pools
 read the unpadded NHWC input and skip the taps outside the image; a 1x1 convolution walks the NHWC pixels as one
 matrix cut into even rows. Odd channel counts (1, 3, 17, 33), tails in every dimension, stride 2 on odd sizes,
-asymmetric padding, dilation, ceil_mode windows; guard page at either end."""
+asymmetric padding, dilation, ceil_mode windows; guard page at either end. With dynamic N, H, W one kernel serves
+random shapes (hypothesis), and a new shape compiles nothing."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from snippets_x86_64.cache import FUNCTION_CACHE
 from snippets_x86_64.conv import ConvGeometry, PostOp, flat_pixels
 from snippets_x86_64.conv_executor import ConvExecutor
 from snippets_x86_64.guarded import guarded_array
@@ -377,3 +381,51 @@ def test_lrn_between_conv_and_pool_runs_as_a_primitive() -> None:
     placed = {op: where for _, op, where in cm.placement()}
     assert "LRN" not in placed and all(sg.rt_info.get("SnippetsConvKernel") for sg in cm.subgraphs)
     assert any("lrn size 5" in sg.rt_info["SnippetsConvKernel"] for sg in cm.subgraphs)
+
+
+# --- dynamic N, H, W: one kernel for every shape (conv_subgraph.DynamicConv) ---------------------------------------
+
+def _built() -> int:
+    return FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"]
+
+
+#: c, m, kernel, stride, dilation, pads (t, l, b, r), group: dense, 1x1, strided, padded, grouped, an RGB stem
+DENSE = [
+    (5, 18, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+    (33, 70, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1),
+    (17, 40, (3, 3), (2, 2), (1, 1), (1, 0, 2, 1), 1),
+    (3, 20, (7, 7), (2, 2), (1, 1), (3, 3, 3, 3), 1),
+    (4, 64, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1),
+    (12, 6, (3, 3), (1, 1), (2, 1), (2, 1, 2, 1), 3),
+    (64, 16, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 1),
+    (20, 130, (3, 1), (1, 3), (1, 1), (1, 0, 1, 2), 2),
+]
+
+
+def _case(case: tuple, n: int, h: int, wd: int, rng: np.random.Generator) -> tuple:
+    c, m, k, s, d, pads, group = case
+    x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+    w = rng.standard_normal((m, c // group, *k)).astype(np.float32)
+    return x, w, conv_f64(x, w, group, s, d, pads), group, s, d, pads
+
+
+shapes = st.lists(st.tuples(st.integers(1, 3), st.integers(7, 30), st.integers(7, 40)), min_size=2, max_size=4)
+
+
+@pytest.mark.parametrize("case", DENSE, ids=[str(i) for i in range(len(DENSE))])
+@given(dims=shapes, at=st.sampled_from(["end", "start"]))
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_dense_conv_one_kernel_for_random_shapes(case: tuple, dims: list, at: str) -> None:
+    rng = np.random.default_rng(hash(case) % 1000)
+    x, w, want, group, s, d, pads = _case(case, *dims[0], rng)
+    alloc = lambda shape: guarded_array(shape, np.float32, at)  # noqa: E731
+    first = ConvExecutor(geometry(x, w, want, group, s, d, pads), w, None, None, num_threads=2, alloc=alloc,
+                         plain_input=True, dynamic=True)
+    built = _built()
+    for n, h, wd in dims:
+        x = rng.standard_normal((n, case[0], h, wd)).astype(np.float32)
+        want = conv_f64(x, w, group, s, d, pads)
+        ex = first.for_shape(geometry(x, w, want, group, s, d, pads))
+        for inp in (x, guarded_nhwc(x, at)):
+            np.testing.assert_allclose(ex.run(inp), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert _built() == built  # no kernel for a new N, H or W
