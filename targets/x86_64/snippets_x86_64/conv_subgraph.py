@@ -8,6 +8,7 @@ op becomes an ``add_c``/``mul_c`` post-op with its own packed vector.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,8 +16,10 @@ from typing import Any
 import numpy as np
 
 from snippets_core.config import CompileConfig
+from snippets_core.errors import InputError
 from snippets_core.ir.layout import INPUT_LAYOUTS, PLAIN
 from snippets_core.ir.ops.subgraph import Subgraph, release_constants
+from snippets_x86_64.cache import FUNCTION_CACHE
 from snippets_x86_64.conv import ConvGeometry, PostOp, planar_fits
 from snippets_x86_64.conv_executor import ConvExecutor
 
@@ -48,16 +51,23 @@ class ConvPlan:
     #: the input arrives in the plain (NCHW) layout (AssignLayouts disabled, or it left it plain)
     plain_input: bool = False
 
-    def executor(self, x_shape: tuple[int, ...], num_threads: int) -> ConvExecutor:
-        """The kernel specialized for an input of ``x_shape`` [N, C, H, W]."""
+    def geometry(self, x_shape: tuple[int, ...]) -> ConvGeometry:
+        """The convolution resolved against an input of ``x_shape`` [N, C, H, W]."""
         n, c, h, wd = x_shape
+        if c != self.w.shape[1] * self.conv.group:
+            raise InputError(f"convolution '{self.conv.name}' takes {self.w.shape[1] * self.conv.group} "
+                                     f"input channels, the input has shape {list(x_shape)}")
         m, _, kh, kw = self.w.shape
         geo_w = self.conv._geometry(self.w.shape[2:])
         (ho, wo), (pt, pl), _ = geo_w.resolve((h, wd))
-        geo = ConvGeometry(n, c, h, wd, m, self.conv.group, kh, kw, *geo_w.strides, *geo_w.dilations,  # type: ignore
-                           pt, pl, ho, wo)
-        return ConvExecutor(geo, self.w, self.scale, self.shift, self.post_ops, self.channel_data,
-                            num_threads=num_threads, pre_ops=self.pre_ops, plain_input=self.plain_input)
+        return ConvGeometry(n, c, h, wd, m, self.conv.group, kh, kw, *geo_w.strides, *geo_w.dilations,  # type: ignore
+                            pt, pl, ho, wo)
+
+    def executor(self, x_shape: tuple[int, ...], num_threads: int, dynamic: bool = False) -> ConvExecutor:
+        """The kernel for an input of ``x_shape`` [N, C, H, W] (``dynamic``: the one for every N, H, W)."""
+        return ConvExecutor(self.geometry(x_shape), self.w, self.scale, self.shift, self.post_ops, self.channel_data,
+                            num_threads=num_threads, pre_ops=self.pre_ops, plain_input=self.plain_input,
+                            dynamic=dynamic)
 
 
 def plan_conv(sg: Subgraph) -> ConvPlan:
@@ -173,9 +183,11 @@ def reads_planar(sg: Subgraph) -> bool:
     """The conv Subgraph ``sg`` reads its data input best in the plain layout: a stem with few input channels,
     whose kernel walks planar NCHW rows (``planar_fits``), so an NHWC reorder before it would be a wasted pass."""
     conv = next((op for op in sg.body_ops if op.type_name == "Convolution"), None)
-    if conv is None or not all(i.shape.is_static and i.shape.rank == 4 for i in conv.inputs[:2]):
+    x = None if conv is None else conv.inputs[0].shape
+    if x is None or not conv.inputs[1].shape.is_static or not x.rank_is_static or x.rank != 4 \
+            or x[1] is None:  # the channels must be static, N, H, W need not
         return False
-    _, c, _, _ = conv.inputs[0].shape.to_tuple()
+    c = x[1]
     _, _, kh, kw = conv.inputs[1].shape.to_tuple()
     return planar_fits(c, conv.group, kh, kw)
 
@@ -229,7 +241,7 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
 
         run.executor = ex  # type: ignore[attr-defined]
         return run
-    return PerShapeConv(sg, plan, threads)
+    return DynamicConv(sg, plan, threads)
 
 
 def _compile_channel_shuffle(sg: Subgraph, config: CompileConfig) -> Any:
@@ -251,21 +263,46 @@ def _compile_channel_shuffle(sg: Subgraph, config: CompileConfig) -> Any:
     return run_shuffle
 
 
-class PerShapeConv:
-    """A conv primitive with a dynamic input shape: a kernel per input shape, made on its first call and kept.
-    A residual whose run-time shape is not the output's (a dynamic dim that broadcasts) runs the body on its
-    reference instead: the kernel reads the residual with the output's layout."""
+#: input shapes whose work tables a DynamicConv keeps (least recently used dropped first)
+SHAPE_CACHE = 64
+
+
+class DynamicConv:
+    """A conv primitive with a dynamic N, H or W: one shape-agnostic kernel (``kernel_key``: a dense convolution's
+    row geometry comes from its work table) and weights packed once; a new input shape makes only its work table,
+    copy table and padded buffer (numpy, cached per shape, LRU). A depthwise walk still specializes its border
+    columns per image width, so it builds a kernel per (H, W) (never per N): ``compiles`` counts every kernel built
+    after the first shape. A residual whose run-time shape is not the output's (a dynamic dim that broadcasts) runs
+    the body on its reference: the kernel reads the residual with the output's layout."""
 
     def __init__(self, sg: Subgraph, plan: ConvPlan, num_threads: int) -> None:
         self.sg, self.plan, self.num_threads = sg, plan, num_threads
-        self.executors: dict[tuple[int, ...], ConvExecutor] = {}
-        sg.rt_info["SnippetsConvKernel"] = "conv specialized per input shape on first use"
+        self.executors: OrderedDict[tuple[int, ...], ConvExecutor] = OrderedDict()
+        #: kernels built for shapes after the first (0 for a dense convolution)
+        self.compiles = 0
+        self._first: ConvExecutor | None = None
+        sg.rt_info["SnippetsConvKernel"] = "conv on runtime row geometry: one kernel for every N, H, W"
+
+    def executor(self, shape: tuple[int, ...]) -> ConvExecutor:
+        """The convolution for inputs of ``shape``: made on its first call (the kernels shared), then kept."""
+        ex = self.executors.get(shape)
+        if ex is not None:
+            self.executors.move_to_end(shape)
+            return ex
+        if self._first is None:
+            ex = self._first = self.plan.executor(shape, self.num_threads, dynamic=True)
+        else:
+            built = FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"]
+            ex = self._first.for_shape(self.plan.geometry(shape))
+            self.compiles += FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"] - built
+        self.executors[shape] = ex
+        if len(self.executors) > SHAPE_CACHE:
+            self.executors.popitem(last=False)
+        return ex
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
-        ex = self.executors.get(x.shape)
-        if ex is None:
-            ex = self.executors.setdefault(x.shape, self.plan.executor(x.shape, self.num_threads))
+        ex = self.executor(x.shape)
         res = None if self.plan.residual is None else inputs[self.plan.residual]
         g = ex.geo
         if res is not None and res.shape != (g.n, g.m, g.ho, g.wo):

@@ -218,7 +218,7 @@ def tokenization_callback(node: Node, tokenizer: str = "eltwise") -> str | None:
         return mha_callback(node)
     if tokenizer == "fc":
         return fc_callback(node)
-    if tokenizer == "conv":  # a conv primitive makes a kernel per input shape (conv_subgraph.PerShapeConv)
+    if tokenizer == "conv":  # a conv primitive has one kernel for every N, H, W (conv_subgraph.DynamicConv)
         return None
     if tokenizer == "transpose":
         return transpose_callback(node)

@@ -7,6 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from snippets_core.errors import SnippetsError
 from snippets_core.runtime.compiled_model import compile_model
 
 pytestmark = pytest.mark.avx512
@@ -221,8 +222,9 @@ def test_channel_concat_of_primitives_keeps_nhwc() -> None:
     assert [st.run.executor.reorders for st in cm._steps if hasattr(st.run, "executor")] == [0] * 5
 
 
-def test_dynamic_batch_and_image_size_get_a_kernel_per_shape() -> None:
-    """N, H, W symbolic: the conv primitive makes a kernel for each input shape it meets (and keeps it)."""
+def test_dynamic_batch_and_image_size_compile_no_kernel_per_shape() -> None:
+    """N, H, W symbolic: the conv primitive keeps one kernel for every input shape; a new shape makes its work
+    table (kept per shape) and compiles nothing; a shape contradicting the fixed channel count is a typed error."""
     rng = np.random.default_rng(13)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["y"])]
@@ -233,10 +235,13 @@ def test_dynamic_batch_and_image_size_get_a_kernel_per_shape() -> None:
     cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (step,) = [st for st in cm._steps if st.node.rt_info.get("SnippetsConvolution")]
-    for shape in [(1, 5, 7, 9), (3, 5, 4, 13), (1, 5, 7, 9)]:
+    for shape in [(1, 5, 7, 9), (3, 5, 4, 13), (1, 5, 7, 9), (2, 5, 30, 1)]:
         x = rng.standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(cm({"x": x})["y"], sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
-    assert sorted(step.run.executors) == [(1, 5, 7, 9), (3, 5, 4, 13)]
+    assert sorted(step.run.executors) == [(1, 5, 7, 9), (2, 5, 30, 1), (3, 5, 4, 13)]
+    assert step.run.compiles == 0
+    with pytest.raises(SnippetsError, match="dim 1 is 4 where the model fixes 5"):
+        cm({"x": np.zeros((1, 4, 7, 9), np.float32)})
 
 
 def test_pre_activation_bn_relu_is_applied_on_the_input_copy() -> None:
