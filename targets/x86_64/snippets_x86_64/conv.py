@@ -365,10 +365,16 @@ def work_table(geo: ConvGeometry, offsets: list[int]) -> np.ndarray:
     table[..., 3] = bias[gb]
     table[..., 4] = mask[gb]
     table[..., RT_PITCH] = pitch
-    r_full = np.asarray([pixels_per_block(int(k), geo.wo) for k in nv], np.int64)
-    table[..., RT_NFULL] = (geo.wo // r_full)[gb]
+    if geo.depthwise:  # a dynamic walk's interior columns: loops of the widest block, the rest by its bits
+        a, b = interior_columns(geo)
+        r_full = np.asarray([max_pixels_per_block(int(k)) for k in nv], np.int64)
+        cols = b - a
+    else:
+        r_full = np.asarray([pixels_per_block(int(k), geo.wo) for k in nv], np.int64)
+        cols = geo.wo
+    table[..., RT_NFULL] = (cols // r_full)[gb]
     table[..., RT_RFULL] = r_full[gb]
-    table[..., RT_RTAIL] = (geo.wo % r_full)[gb]
+    table[..., RT_RTAIL] = (cols % r_full)[gb]
     table[..., RT_CH] = geo.ch_bytes
     if geo.depthwise:  # channel blocks innermost: the input rows a row of outputs reads stay in L1/L2 (the
         # weights are a few KiB, unlike a dense conv's, whose weight block is what must stay in cache)
@@ -376,13 +382,16 @@ def work_table(geo: ConvGeometry, offsets: list[int]) -> np.ndarray:
     return np.ascontiguousarray(table.reshape(-1, ROW))
 
 
-def kernel_key(geo: ConvGeometry, dynamic: bool) -> ConvGeometry:
-    """What ``build_conv_kernel`` specializes on: never the batch (the table holds each image's offsets); with
+def kernel_key(geo: ConvGeometry, dynamic: bool) -> tuple:
+    """What ``build_conv_kernel`` specializes on: never the batch (the table holds each image's offsets). With
     ``dynamic`` a dense convolution's code depends on neither the image size nor the pads (the row pitch and the
-    row's pixel blocks come from the table, the padding is in the buffer), so one kernel serves every N, H, W."""
+    row's pixel blocks come from the table, the padding is in the buffer): one kernel serves every N, H, W; a
+    depthwise or pooling walk's on its border taps (``dw_borders``), the same for most sizes."""
     if dynamic and not geo.depthwise:
-        return replace(geo, n=0, h=0, w=0, ho=0, wo=0, pt=0, pl=0)
-    return replace(geo, n=0)
+        return replace(geo, n=0, h=0, w=0, ho=0, wo=0, pt=0, pl=0), ()
+    if dynamic:
+        return replace(geo, n=0, h=0, w=0, ho=0, wo=0), dw_borders(geo)
+    return replace(geo, n=0), ()
 
 
 def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...], dynamic: bool = False) -> JitFunction:
@@ -418,7 +427,9 @@ def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...], dynamic: 
         fn.je(labels[i])
     for i, (nv, rows) in enumerate(variants):
         fn.bind(labels[i])
-        if geo.depthwise:
+        if geo.depthwise and dynamic:
+            _emit_dw_row_dynamic(fn, geo, nv, rows, post_ops)
+        elif geo.depthwise:
             _emit_dw_row(fn, geo, nv, rows, post_ops)
         elif dynamic:
             _emit_row_dynamic(fn, geo, nv, post_ops)
@@ -494,18 +505,11 @@ def _emit_dw_row(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int]
     """A depthwise/pool output row whose kernel rows ``rows`` are inside the image: the border columns (some
     taps outside the image) as straight-line blocks that skip those taps, the interior columns in a loop."""
     r_full = pixels_per_block(nv, geo.wo)
-    inner = [ow for ow in range(geo.wo) if len(geo.col_taps(ow)) == geo.kw]
-    a, b = (inner[0], inner[-1] + 1) if inner else (geo.wo, geo.wo)
-    src_px, dst_px = geo.sw * geo.cp * 4, geo.m * 4
+    a, b = interior_columns(geo)
     at = 0  # the output column the row pointers (rbx, r9, r11, and r8 for avg) point at
 
     def advance(pixels: int) -> None:
-        if pixels:
-            fn.add(rbx, pixels * src_px)
-            fn.add(r9, pixels * dst_px)
-            fn.add(r11, pixels * dst_px)
-            if geo.mode == "avg":
-                fn.add(r8, pixels * 4)
+        _advance_dw(fn, geo, pixels)
 
     def static(lo: int, hi: int) -> None:
         for ow in range(lo, hi, r_full):
@@ -527,6 +531,72 @@ def _emit_dw_row(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int]
         at = a + n_full * r_full
     static(a + n_full * r_full, b)
     static(b, geo.wo)
+
+
+def interior_columns(geo: ConvGeometry) -> tuple[int, int]:
+    """The output columns ``[a, b)`` whose taps all lie inside the image (a depthwise walk's loop; the rest are its
+    border columns), ``(Wo, Wo)`` when there is none."""
+    inner = [ow for ow in range(geo.wo) if len(geo.col_taps(ow)) == geo.kw]
+    return (inner[0], inner[-1] + 1) if inner else (geo.wo, geo.wo)
+
+
+def _advance_dw(fn: Function, geo: ConvGeometry, pixels: int) -> None:
+    """A depthwise/pool walk's row pointers (rbx, r9, r11, and r8 for avg) ``pixels`` output columns on."""
+    if pixels:
+        fn.add(rbx, pixels * geo.sw * geo.cp * 4)
+        fn.add(r9, pixels * geo.m * 4)
+        fn.add(r11, pixels * geo.m * 4)
+        if geo.mode == "avg":
+            fn.add(r8, pixels * 4)
+
+
+def dw_borders(geo: ConvGeometry) -> tuple:
+    """What a dynamic depthwise/pool kernel's code depends on beyond the windows: the row-tap variants (top, middle,
+    bottom) and the column taps of the left and right border columns. A few per kernel (the bottom and right ones
+    follow the size modulo the stride); an image too small for an interior column has all its columns here."""
+    a, b = interior_columns(geo)
+    return (tuple(geo.row_variants()), tuple(geo.col_taps(o) for o in range(a)),
+            tuple(geo.col_taps(o) for o in range(b, geo.wo)))
+
+
+def _emit_dw_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int],
+                         post_ops: tuple[PostOp, ...]) -> None:
+    """``_emit_dw_row`` for every image width with the same ``dw_borders``: the left border columns straight-line,
+    the interior in a loop of the widest blocks (``RT_NFULL`` of them) and the rest of it in blocks of 8, 4, 2, 1
+    selected by the bits of ``RT_RTAIL``, then the right border columns; the kernel rows one pitch (``RT_PITCH``)
+    apart."""
+    r_full = max_pixels_per_block(nv)
+    a, b = interior_columns(geo)
+    full = [tuple(range(geo.kw))]
+
+    def border(lo: int, hi: int) -> None:
+        for ow in range(lo, hi, r_full):
+            cols = [geo.col_taps(o) for o in range(ow, min(ow + r_full, hi))]
+            _emit_dw_block(fn, geo, nv, rows, cols, ow - lo, post_ops, dynamic=True)
+
+    border(0, a)
+    if a == b:  # no interior column (an image narrower than the window): every column is a border column
+        return
+    _advance_dw(fn, geo, a)
+    loop, rest = fn.new_label("pixels"), fn.new_label("rest")
+    fn.mov(r12, qword[r15 + RT_NFULL * 8])
+    fn.test(r12, r12)
+    fn.jz(rest)
+    fn.bind(loop)
+    _emit_dw_block(fn, geo, nv, rows, full * r_full, 0, post_ops, dynamic=True)
+    _advance_dw(fn, geo, r_full)
+    fn.dec(r12)
+    fn.jnz(loop)
+    fn.bind(rest)
+    for bit in (8, 4, 2, 1):
+        if bit < r_full:
+            skip = fn.new_label(f"rest{bit}")
+            fn.test(qword[r15 + RT_RTAIL * 8], bit)
+            fn.jz(skip)
+            _emit_dw_block(fn, geo, nv, rows, full * bit, 0, post_ops, dynamic=True)
+            _advance_dw(fn, geo, bit)
+            fn.bind(skip)
+    border(b, geo.wo)
 
 
 def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tuple[PostOp, ...],
@@ -601,7 +671,7 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
 
 
 def _emit_dw_reuse_block(fn: Function, geo: ConvGeometry, rows: tuple[int, int], r: int, at: int,
-                         post_ops: tuple[PostOp, ...]) -> None:
+                         post_ops: tuple[PostOp, ...], dynamic: bool = False) -> None:
     """Depthwise, one channel vector, ``r`` pixels whose kernel columns are all inside the image (``dw_reuse``):
     the taps' weights sit in registers, and per kernel row each of the ``r + KW - 1`` input vectors is loaded once
     and multiplied into the up to KW accumulators that read it (a third of the loads of an FMA per tap with a memory
@@ -614,9 +684,11 @@ def _emit_dw_reuse_block(fn: Function, geo: ConvGeometry, rows: tuple[int, int],
         fn.vmovups(wr[(i, j)], zword[r8 + (i * geo.kw + j) * geo.nvp * VEC * 4])
     for row in acc:
         fn.vxorps(row[0], row[0], row[0])
+    row_base = _dw_row_base(fn, geo, rows, dynamic)
     for i in range(*rows):
+        base, row_off = row_base(i)
         for q in range(r + geo.kw - 1):
-            fn.vmovups(x.mask(k1).z, zword[rbx + (i * geo.dh * geo.w + q + at) * geo.cp * 4])
+            fn.vmovups(x.mask(k1).z, zword[base + row_off + (q + at) * geo.cp * 4])
             for j in range(geo.kw):
                 if 0 <= q - j < r:
                     fn.vfmadd231ps(acc[q - j][0], wr[(i, j)], x)
@@ -626,7 +698,7 @@ def _emit_dw_reuse_block(fn: Function, geo: ConvGeometry, rows: tuple[int, int],
 
 
 def _emit_dw_block(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int], cols: list[tuple[int, ...]],
-                   at: int, post_ops: tuple[PostOp, ...]) -> None:
+                   at: int, post_ops: tuple[PostOp, ...], dynamic: bool = False) -> None:
     """Depthwise: ``len(cols)`` pixels (from ``at`` pixels past the row pointers) x ``nv`` channel vectors, the
     taps unrolled, each an FMA of an input vector; kernel rows ``rows`` and, per pixel, columns ``cols[p]`` are
     inside the image, the rest are skipped. Pooling is the same walk with vmaxps/vaddps (each accumulator
@@ -634,8 +706,9 @@ def _emit_dw_block(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, in
     the input is read in place."""
     r = len(cols)
     if geo.dw_reuse and all(len(c) == geo.kw for c in cols) and rows[1] > rows[0]:
-        _emit_dw_reuse_block(fn, geo, rows, r, at, post_ops)
+        _emit_dw_reuse_block(fn, geo, rows, r, at, post_ops, dynamic)
         return
+    row_base = _dw_row_base(fn, geo, rows, dynamic)
     acc = [[ZMM[i * nv + j] for j in range(nv)] for i in range(r)]
     wv = [ZMM[r * nv + j] for j in range(nv)]
     free = [ZMM[r * nv + nv + k] for k in range(3)]
@@ -646,18 +719,19 @@ def _emit_dw_block(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, in
             for z in row:
                 fn.vxorps(z, z, z)
     for i in range(*rows):
+        base, row_off = row_base(i)
         for j in range(geo.kw):
             users = [p for p in range(r) if j in cols[p]]
             if not users:
                 continue
-            off = (i * geo.dh * geo.w + j * geo.dw + at * geo.sw) * geo.cp * 4
+            off = row_off + (j * geo.dw + at * geo.sw) * geo.cp * 4
             if geo.mode == "conv":
                 tap = i * geo.kw + j
                 for v in range(nv):
                     fn.vmovups(wv[v], zword[r8 + (tap * geo.nvp * VEC * 4 + v * 64)])
             for p in users:
                 for v in range(nv):
-                    src = zword[rbx + (off + p * pix + v * 64)]
+                    src = zword[base + (off + p * pix + v * 64)]
                     z = acc[p][v]
                     dst = z.mask(k1) if v == nv - 1 else z
                     if geo.mode == "conv":
@@ -681,6 +755,23 @@ def _emit_dw_block(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, in
         for v in range(nv):
             dst = zword[r9 + ((at + p) * geo.m * 4 + v * 64)]
             fn.vmovups(dst.mask(k1) if v == nv - 1 else dst, acc[p][v])
+
+
+def _dw_row_base(fn: Function, geo: ConvGeometry, rows: tuple[int, int], dynamic: bool):  # noqa: ANN202
+    """``base(i)`` -> (register, byte offset) of kernel row ``i``'s input row, for ``i`` over ``rows`` in order: rbx
+    and an immediate; in a dynamic kernel rax, stepped by the table's pitch (``RT_PITCH``) before each row."""
+    if not dynamic:
+        return lambda i: (rbx, i * geo.dh * geo.w * geo.cp * 4)
+    fn.mov(rax, rbx)
+    at = [0]  # the kernel row rax points at
+
+    def base(i: int) -> tuple:
+        for _ in range(i - at[0]):
+            fn.add(rax, qword[r15 + RT_PITCH * 8])
+        at[0] = i
+        return rax, 0
+
+    return base
 
 
 def _emit_post_ops(fn: Function, geo: ConvGeometry, acc: list[list], free: list,

@@ -86,8 +86,12 @@ class ConvExecutor:
         if prepared is not None and key == kernel_key(prepared.kernel_geo, dynamic):
             self.kernel = prepared.kernel
         else:
+            # built from the key's geometry (no N, nor H, W for a dynamic dense conv: the code cannot depend on
+            # them); a dynamic depthwise walk from this shape's, whose borders the key holds
+            code_geo = kgeo if dynamic and kgeo.depthwise else key[0]
             self.kernel = FUNCTION_CACHE.get("conv", (key, self.post_ops),
-                                             lambda: build_conv_kernel(key, self.post_ops, dynamic), HARNESS_ARGTYPES)
+                                             lambda: build_conv_kernel(code_geo, self.post_ops, dynamic),
+                                             HARNESS_ARGTYPES)
         self.new = new
         #: the input can be read in place (NHWC, no padding): no copy when the producer wrote NHWC
         self.unpadded = geo.hp == geo.h and geo.wp == geo.w and not pre_ops and not geo.planar

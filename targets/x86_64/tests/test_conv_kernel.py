@@ -8,13 +8,15 @@ random shapes (hypothesis), and a new shape compiles nothing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from snippets_x86_64.cache import FUNCTION_CACHE
-from snippets_x86_64.conv import ConvGeometry, PostOp, flat_pixels
+from snippets_x86_64.conv import ConvGeometry, PostOp, flat_pixels, kernel_key
 from snippets_x86_64.conv_executor import ConvExecutor
 from snippets_x86_64.guarded import guarded_array
 from snippets_x86_64.pool import reciprocal_counts
@@ -429,3 +431,40 @@ def test_dense_conv_one_kernel_for_random_shapes(case: tuple, dims: list, at: st
         for inp in (x, guarded_nhwc(x, at)):
             np.testing.assert_allclose(ex.run(inp), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     assert _built() == built  # no kernel for a new N, H or W
+
+
+#: c, kernel, stride, dilation, pads (t, l, b, r): depthwise (the register-reuse walk at stride 1, the FMA walk at
+#: stride 2), a 5x5 with dilation
+DW_DYNAMIC = [
+    (33, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1)),
+    (144, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1)),
+    (17, (5, 5), (1, 1), (2, 2), (4, 3, 4, 5)),
+    (16, (3, 3), (2, 2), (1, 1), (0, 1, 1, 0)),
+]
+
+
+@pytest.mark.parametrize("case", DW_DYNAMIC, ids=[str(i) for i in range(len(DW_DYNAMIC))])
+@given(dims=shapes, at=st.sampled_from(["end", "start"]))
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_depthwise_dynamic_kernel_for_random_shapes(case: tuple, dims: list, at: str) -> None:
+    """A dynamic depthwise walk: the interior columns' loop count and the kernel-row pitch from the table; a new
+    shape builds a kernel only when its border taps (``dw_borders``) are new, never for N."""
+    c, k, s, d, pads = case
+    rng = np.random.default_rng(c)
+    w = rng.standard_normal((c, 1, *k)).astype(np.float32)
+    first = None
+    for n, h, wd in dims:
+        x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+        want = conv_f64(x, w, c, s, d, pads)
+        geo = geometry(x, w, want, c, s, d, pads)
+        if first is None:
+            first = ConvExecutor(geo, w, None, None, num_threads=2, alloc=guarded(at), dynamic=True)
+        built = _built()
+        ex = first.for_shape(geo)
+        seen = {kernel_key(e.kernel_geo, True) for e in (first, ex)}
+        assert _built() - built <= len(seen) - 1
+        for inp in (x, guarded_nhwc(x, at)):
+            np.testing.assert_allclose(ex.run(inp), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        built = _built()
+        first.for_shape(replace(geo, n=geo.n + 2))  # another batch: the same kernel
+        assert _built() == built
