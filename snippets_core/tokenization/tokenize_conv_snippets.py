@@ -171,14 +171,15 @@ def _reduces(red: Node, axes: list[int]) -> bool:
 
 
 def pool_reject_reason(pool: Node) -> str | None:
-    """None if a MaxPool/AvgPool can be a pooling primitive (2-D, f32, static, no indices output), else why not."""
+    """None if a MaxPool/AvgPool can be a pooling primitive (2-D, f32, static channels, no indices output), else why
+    not."""
     x = pool.inputs[0]
     if len(pool.kernel) != 2:  # type: ignore[attr-defined]
         return f"it is a {len(pool.kernel)}-D pooling; the JIT kernel is 2-D"  # type: ignore[attr-defined]
     if x.element_type is not ElementType.f32:
         return f"it pools {x.element_type.value}; the JIT kernel takes f32"
-    if not x.shape.is_static:
-        return f"its input shape {x.shape} is dynamic; the pooling kernel is specialized per shape"
+    if not x.shape.rank_is_static or x.shape.rank != 4 or x.shape[1] is None:
+        return f"its input shape {x.shape} has no static channel count (N, H and W may be dynamic)"
     if len(pool.outputs) != 1:
         return "it also returns the indices of the maxima"
     return None

@@ -284,6 +284,41 @@ class FunctionCache(_MemoryCache):
 FUNCTION_CACHE = FunctionCache()
 
 
+#: input shapes whose executors (work tables) a ShapeCache keeps (least recently used dropped first)
+SHAPE_CACHE = 64
+
+
+class ShapeCache:
+    """The executors of one primitive by input shape, the least recently used dropped past ``SHAPE_CACHE``: the
+    first made by ``make(shape, None)``, the others by ``make(shape, first)``, which shares the first's packed
+    weights and kernels. ``compiles`` counts the kernels built for shapes after the first (the process-wide
+    function cache's builds while a shape's executor is made)."""
+
+    def __init__(self, make: Callable[[tuple[int, ...], Any], Any]) -> None:
+        self.make = make
+        self.executors: OrderedDict[tuple[int, ...], Any] = OrderedDict()
+        #: kernels built for shapes after the first
+        self.compiles = 0
+        self._first: Any = None
+
+    def executor(self, shape: tuple[int, ...]) -> Any:
+        """The executor for inputs of ``shape``: made on its first call, then kept."""
+        ex = self.executors.get(shape)
+        if ex is not None:
+            self.executors.move_to_end(shape)
+            return ex
+        if self._first is None:
+            ex = self._first = self.make(shape, None)
+        else:
+            built = FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"]
+            ex = self.make(shape, self._first)
+            self.compiles += FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"] - built
+        self.executors[shape] = ex
+        if len(self.executors) > SHAPE_CACHE:
+            self.executors.popitem(last=False)
+        return ex
+
+
 class ArrayCache:
     """Arrays computed at compile time from constants (packed conv weights), on disk under
     :func:`function_cache_dir` only: ``get(kind, spec, sources, build)`` returns ``build()``'s arrays, read back from

@@ -8,7 +8,6 @@ op becomes an ``add_c``/``mul_c`` post-op with its own packed vector.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,7 @@ from snippets_core.config import CompileConfig
 from snippets_core.errors import InputError
 from snippets_core.ir.layout import INPUT_LAYOUTS, PLAIN
 from snippets_core.ir.ops.subgraph import Subgraph, release_constants
-from snippets_x86_64.cache import FUNCTION_CACHE
+from snippets_x86_64.cache import ShapeCache
 from snippets_x86_64.conv import ConvGeometry, PostOp, planar_fits
 from snippets_x86_64.conv_executor import ConvExecutor
 
@@ -212,6 +211,8 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
 
         # a pool alone, or a global pool's reduction between the Reshapes of MoveReductionAxesLast
         pool = next(op for op in sg.body_ops if op.type_name != "Reshape")
+        if not sg.body.parameters[0].outputs[0].shape.is_static:
+            return DynamicPool(sg, pool, config.num_threads)
         pex = build_pool_executor(pool, sg.body.parameters[0].outputs[0].shape.to_tuple(), config.num_threads,
                                   sg.outputs[0].shape.to_tuple())
         sg.rt_info["SnippetsConvKernel"] = describe_geometry(pex.geo) if isinstance(pex, ConvExecutor) \
@@ -263,42 +264,18 @@ def _compile_channel_shuffle(sg: Subgraph, config: CompileConfig) -> Any:
     return run_shuffle
 
 
-#: input shapes whose work tables a DynamicConv keeps (least recently used dropped first)
-SHAPE_CACHE = 64
-
-
-class DynamicConv:
+class DynamicConv(ShapeCache):
     """A conv primitive with a dynamic N, H or W: one shape-agnostic kernel (``kernel_key``: a dense convolution's
-    row geometry comes from its work table) and weights packed once; a new input shape makes only its work table,
-    copy table and padded buffer (numpy, cached per shape, LRU). A depthwise walk still specializes its border
-    columns per image width, so it builds a kernel per (H, W) (never per N): ``compiles`` counts every kernel built
-    after the first shape. A residual whose run-time shape is not the output's (a dynamic dim that broadcasts) runs
-    the body on its reference: the kernel reads the residual with the output's layout."""
+    row geometry comes from its work table; a depthwise walk's interior too, its kernel keyed on its border taps,
+    the same for most sizes) and weights packed once; a new input shape makes only its work table, copy table and
+    padded buffer (numpy, cached per shape). A residual whose run-time shape is not the output's (a dynamic dim
+    that broadcasts) runs the body on its reference: the kernel reads the residual with the output's layout."""
 
     def __init__(self, sg: Subgraph, plan: ConvPlan, num_threads: int) -> None:
+        super().__init__(lambda shape, first: plan.executor(shape, num_threads, dynamic=True) if first is None
+                         else first.for_shape(plan.geometry(shape)))
         self.sg, self.plan, self.num_threads = sg, plan, num_threads
-        self.executors: OrderedDict[tuple[int, ...], ConvExecutor] = OrderedDict()
-        #: kernels built for shapes after the first (0 for a dense convolution)
-        self.compiles = 0
-        self._first: ConvExecutor | None = None
         sg.rt_info["SnippetsConvKernel"] = "conv on runtime row geometry: one kernel for every N, H, W"
-
-    def executor(self, shape: tuple[int, ...]) -> ConvExecutor:
-        """The convolution for inputs of ``shape``: made on its first call (the kernels shared), then kept."""
-        ex = self.executors.get(shape)
-        if ex is not None:
-            self.executors.move_to_end(shape)
-            return ex
-        if self._first is None:
-            ex = self._first = self.plan.executor(shape, self.num_threads, dynamic=True)
-        else:
-            built = FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"]
-            ex = self._first.for_shape(self.plan.geometry(shape))
-            self.compiles += FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"] - built
-        self.executors[shape] = ex
-        if len(self.executors) > SHAPE_CACHE:
-            self.executors.popitem(last=False)
-        return ex
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
@@ -310,6 +287,27 @@ class DynamicConv:
 
             return list(evaluate_node(self.sg, list(inputs)))
         return [ex.run(x, res)]
+
+
+class DynamicPool(ShapeCache):
+    """A pooling primitive with a dynamic N, H or W: a MaxPool/AvgPool walks on runtime geometry like a depthwise
+    convolution (one kernel per border-tap pattern, never per N); a global pool or an LRN gets an executor per
+    shape (their kernels keyed on the pixels and the row length: ``compiles`` counts them)."""
+
+    def __init__(self, sg: Subgraph, pool: Any, num_threads: int) -> None:
+        from snippets_x86_64.pool import build_pool_executor
+
+        flat = sg.outputs[0].shape.rank_is_static and sg.outputs[0].shape.rank == 2  # a global pool into [N, C]
+
+        def make(shape: tuple[int, ...], first: Any) -> Any:
+            out = (shape[0], shape[1]) if flat else None
+            return build_pool_executor(pool, shape, num_threads, out, dynamic=True, prepared=first)
+
+        super().__init__(make)
+        sg.rt_info["SnippetsConvKernel"] = f"{pool.type_name} on runtime geometry (dynamic N, H, W)"
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return [self.executor(inputs[0].shape).run(inputs[0])]
 
 
 def describe_geometry(g: ConvGeometry) -> str:

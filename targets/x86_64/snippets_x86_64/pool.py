@@ -48,9 +48,12 @@ def reciprocal_counts(geo: ConvGeometry, pads: tuple[int, int, int, int], includ
 
 
 def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
-                        out_shape: tuple[int, ...] | None = None) -> ConvExecutor | LRNExecutor | GlobalPool:
+                        out_shape: tuple[int, ...] | None = None, dynamic: bool = False,
+                        prepared: ConvExecutor | None = None) -> ConvExecutor | LRNExecutor | GlobalPool:
     """The kernel of a pooling primitive (MaxPool, AvgPool, LRN, or a ReduceMean/ReduceMax over H and W: a global
-    pool, whose output is ``out_shape``, [N, C, 1, 1] by default) for inputs of ``x_shape``."""
+    pool, whose output is ``out_shape``, [N, C, 1, 1] by default) for inputs of ``x_shape``. ``dynamic``: a
+    MaxPool/AvgPool's walk on runtime geometry (``conv.kernel_key``), whose kernel ``prepared`` (the same pool made
+    for another shape) may already have."""
     if node.type_name in GLOBAL_MODES:
         return GlobalPool(x_shape, GLOBAL_MODES[node.type_name], out_shape, num_threads=num_threads)
     if node.type_name == "LRN":
@@ -61,4 +64,4 @@ def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
         divisor = reciprocal_counts(geo, pads, bool(node.count_include_pad))  # type: ignore[attr-defined]
     else:
         divisor = np.zeros(1, np.float32)
-    return ConvExecutor(geo, divisor, None, None, num_threads=num_threads)
+    return ConvExecutor(geo, divisor, None, None, num_threads=num_threads, dynamic=dynamic, prepared=prepared)

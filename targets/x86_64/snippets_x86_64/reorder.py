@@ -22,7 +22,7 @@ import numpy as np
 
 from snippets_core.ir.layout import NHWC, PLAIN, Layout, layout_named, logical, physical
 from snippets_x86_64.aligned import empty_aligned
-from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
+from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, ShapeCache
 from snippets_x86_64.asm import Function, k1, k2, qword, r9, r14, r15, rbx, word, zword
 from snippets_x86_64.asm.registers import ZMM
 from snippets_x86_64.jit import JitFunction
@@ -188,7 +188,7 @@ def run_split(kernel: JitFunction, args: int, chunks: list[tuple[int, int]]) -> 
 
 def compile_reorder_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]] | None:
     """``run(inputs) -> [y]`` for a Subgraph holding one Reorder (AssignLayouts), or None with the reason in
-    ``sg.rt_info`` (it then runs on the Reorder's numpy reference). A dynamic shape gets a kernel per shape."""
+    ``sg.rt_info`` (it then runs on the Reorder's numpy reference). A dynamic shape: ``DynamicReorder``."""
     (op,) = sg.body_ops
     src, dst = layout_named(op.src), layout_named(op.dst)
     x = sg.body.parameters[0].outputs[0]
@@ -198,6 +198,9 @@ def compile_reorder_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.ndar
         sg.rt_info["SnippetsFallbackReason"] = why
         return None
     dtype, threads = x.element_type.numpy, config.num_threads
+    if not x.shape.is_static:
+        sg.rt_info["SnippetsConvKernel"] = f"reorder {src} -> {dst} (the JIT Transpose's shape-agnostic tiles)"
+        return DynamicReorder(src, dst, dtype, threads)
     executors: dict[tuple[int, ...], ReorderExecutor] = {}
     if x.shape.is_static:
         shape = x.shape.to_tuple()
@@ -213,3 +216,22 @@ def compile_reorder_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.ndar
 
     run.executors = executors  # type: ignore[attr-defined]
     return run
+
+
+
+class DynamicReorder(ShapeCache):
+    """A reorder of a dynamic shape: the memory transposed by the JIT Transpose's shape-agnostic 16x16 tile kernel
+    (its pitches and tile counts in a parameter block), so a new shape makes a table, not a kernel; a shape whose
+    plan is a strided copy (a dim of 1) builds the copy kernel of its run length, which ``compiles`` counts."""
+
+    def __init__(self, src: Layout, dst: Layout, dtype: np.dtype, threads: int) -> None:
+        from snippets_x86_64.transpose import TransposeExecutor
+
+        order = src.order or tuple(range(4))
+        perm = [order.index(a) for a in (dst.order or tuple(range(4)))]
+        super().__init__(lambda shape, first: TransposeExecutor(tuple(shape[a] for a in order), perm, dtype, threads))
+        self.src, self.dst = src, dst
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        a = inputs[0]
+        return [logical(self.executor(a.shape).run(physical(a, self.src)), self.dst)]
