@@ -76,10 +76,11 @@ def logical(p: np.ndarray, layout: Layout) -> np.ndarray:
 
 def same_memory(a: Layout, b: Layout, shape: tuple[int | None, ...] | None) -> bool:
     """True when a tensor of ``shape`` lies the same in memory in ``a`` and in ``b`` (e.g. NCHW and NHWC when
-    ``H * W == 1`` or ``C == 1``): moving it from one to the other needs no reorder."""
+    ``H * W == 1`` or ``C == 1``): moving it from one to the other needs no reorder. A dynamic dim (None) is kept
+    as one that may exceed 1 (``[N, C, 1, 1]`` lies the same in both for every N)."""
     if a == b:
         return True
-    if shape is None or any(d is None for d in shape):
+    if shape is None:
         return False
     # dims of size 1 do not move memory: the two orders agree once they are dropped
     def kept(layout: Layout) -> list[int]:

@@ -46,6 +46,11 @@ def _static(out: Output) -> tuple[int, ...] | None:
     return out.shape.to_tuple() if out.shape.is_static else None
 
 
+def _dims(out: Output) -> tuple[int | None, ...] | None:
+    """The dims of ``out``, None for a dynamic one (``same_memory`` takes it for a dim that may exceed 1)."""
+    return out.shape.dims if out.shape.rank_is_static else None
+
+
 def is_layout_agnostic(sg: Subgraph) -> bool:
     """A Subgraph of element-wise ops only (numpy broadcasting between them) whose inputs and outputs are static
     rank-4 tensors (inputs from Constants: rank 4 or less, as the body's constants): it computes the same thing in
@@ -139,7 +144,7 @@ class AssignLayouts(Pass):
         if isinstance(node, Subgraph) and is_layout_agnostic(node):
             # the layouts of the inputs whose memory depends on it; mixed ones: plain (only reorders agree them)
             seen = {layout_of.get((i.source.node.id, i.source.index), PLAIN) for i in node.inputs
-                    if not layout_free(_static(i.source)) and not _is_constant(i.source)}
+                    if not layout_free(_dims(i.source)) and not _is_constant(i.source)}
             return seen.pop() if len(seen) == 1 else PLAIN
         return self.preferred(node) or PLAIN
 
@@ -152,7 +157,7 @@ class AssignLayouts(Pass):
             return want
         alt = self.preferred_input(inp.node, inp.index)
         src = inp.source
-        if alt is None or not same_memory(layout_of.get((src.node.id, src.index), PLAIN), alt, _static(src)):
+        if alt is None or not same_memory(layout_of.get((src.node.id, src.index), PLAIN), alt, _dims(src)):
             return want
         return alt
 
@@ -162,7 +167,7 @@ class AssignLayouts(Pass):
         """Make ``inp`` read its value in ``need``: directly, or through a (shared) reorder. True if one was made."""
         src = inp.source
         have = layout_of.get((src.node.id, src.index), PLAIN)
-        if same_memory(have, need, _static(src)):
+        if same_memory(have, need, _dims(src)):
             return False
         key = (src.node.id, src.index, need.name)
         made = key not in reorders

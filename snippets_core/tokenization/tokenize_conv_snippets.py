@@ -135,21 +135,24 @@ GLOBAL_REDUCTIONS = ("ReduceMean", "ReduceMax")
 
 
 def global_pool_chain(node: Node) -> list[Node] | None:
-    """The ops of a mean or maximum over the H and W axes of a static, non-empty ``[N, C, H, W]`` f32 tensor made
-    by a primitive (GlobalAveragePool/GlobalMaxPool as the frontend spells them), starting at ``node``: a
+    """The ops of a mean or maximum over the H and W axes of a non-empty ``[N, C, H, W]`` f32 tensor (C static, N
+    known or named, H and W may be dynamic) made by a primitive (GlobalAveragePool/GlobalMaxPool as the frontend
+    spells them), starting at ``node``: a
     ReduceMean/ReduceMax over axes 2, 3; or, as MoveReductionAxesLast rewrites it, Reshape to ``[N, C, H*W]``,
     the reduction over the last axis, Reshape to ``[N, C, 1, 1]`` or ``[N, C]``, each read only by the next. They
     become a pooling primitive that reads NHWC. None when ``node`` starts no such chain."""
     x = node.inputs[0] if node.inputs else None
-    if x is None or not x.shape.is_static or x.shape.rank != 4 or x.element_type is not ElementType.f32:
+    if x is None or not x.shape.rank_is_static or x.shape.rank != 4 or x.element_type is not ElementType.f32:
         return None
-    dims = x.shape.to_tuple()
-    if 0 in dims or not is_primitive(x.source.node):
-        return None
+    dims = x.shape.sym_dims  # ints, or named dims; H, W may be unknown (a conv's output of a dynamic image)
     n, c, h, w = dims
+    if 0 in dims or n is None or c is None or not is_primitive(x.source.node):
+        return None
     if node.type_name in GLOBAL_REDUCTIONS:
         return [node] if _reduces(node, [2, 3]) else None
-    if node.type_name != "Reshape" or node.outputs[0].shape.to_tuple() != (n, c, h * w):
+    # [N, C, ?] keeps N and C: its last dim holds the H*W pixels, whatever they are
+    flat = node.outputs[0].shape
+    if node.type_name != "Reshape" or not flat.rank_is_static or flat.sym_dims[:2] != (n, c) or flat.rank != 3:
         return None
     chain = [node]
     for want in (GLOBAL_REDUCTIONS, ("Reshape",)):
@@ -158,7 +161,7 @@ def global_pool_chain(node: Node) -> list[Node] | None:
             return None
         chain.append(out.targets[0].node)
     red, back = chain[1], chain[2].outputs[0].shape
-    if not _reduces(red, [2]) or not back.is_static or back.to_tuple() not in ((n, c, 1, 1), (n, c)):
+    if not _reduces(red, [2]) or not back.rank_is_static or back.sym_dims not in ((n, c, 1, 1), (n, c)):
         return None
     return chain
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from snippets_x86_64.aligned import empty_aligned
-from snippets_x86_64.asm import Function, k1, qword, r9, r12, r14, r15, rbx, word, zword
+from snippets_x86_64.asm import Function, bcst, k1, qword, r9, r12, r14, r15, rbx, word, zword
 from snippets_x86_64.asm.registers import ZMM
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
 from snippets_x86_64.conv_executor import split_items
@@ -107,13 +107,97 @@ def build_global_pool_kernel(pixels: int, channels: int, mode: str) -> JitFuncti
     return fn.finalize(None, HARNESS_ARGTYPES)
 
 
+#: a dynamic kernel's table row: source offset, destination offset, variant, rounds of CHAINS pixels after the first
+#: pixel, the pixels left after them, the f32 bits of 1 / pixels
+ROW_DYN = 6
+
+
+def build_dynamic_global_pool_kernel(channels: int, mode: str) -> JitFunction:
+    """``build_global_pool_kernel`` for any pixel count: each table row (``ROW_DYN``) says how many rounds of
+    ``CHAINS`` pixels follow the first one, how many are left (their bits select blocks of 2 and 1) and the
+    mean's scale, so a new H, W makes a table, not a kernel. The chains start from the first pixel (a maximum) or
+    from zero (a mean): the same loads and adds as the static kernel but one."""
+    fn = Function("global_pool_dyn", args=("unused", "args", "start", "count"))
+    pitch = channels * 4
+    tail = channels % LANES
+    op = fn.vaddps if mode == "mean" else fn.vmaxps
+    acc = ZMM[:CHAINS]
+    if tail:
+        fn.kmovw(k1, word[fn.const_data(((1 << tail) - 1).to_bytes(2, "little"), 2)])
+    fn.imul(r15, fn.arg("start"), ROW_DYN * 8)
+    fn.add(r15, qword[fn.arg("args") + ARG_TAB * 8])
+    fn.mov(r14, fn.arg("count"))
+    fn.test(r14, r14)
+    fn.jz(fn.exit)
+    top, nxt = fn.label("item"), fn.new_label("next")
+    variants = [False] + ([True] if tail else [])
+    labels = [fn.new_label(f"variant{i}") for i in range(len(variants))]
+    if tail:
+        fn.cmp(qword[r15 + 16], 0)
+        fn.jne(labels[1])
+    for label, masked in zip(labels, variants):
+        fn.bind(label)
+        fn.mov(rbx, qword[r15])
+        fn.add(rbx, qword[fn.arg("args") + ARG_SRC * 8])
+        fn.mov(r9, qword[r15 + 8])
+        fn.add(r9, qword[fn.arg("args") + ARG_DST * 8])
+
+        def acc_op(i: int, at: int) -> None:
+            op(acc[i].mask(k1) if masked else acc[i], acc[i], zword[rbx + at * pitch])
+
+        fn.vmovups(acc[0].mask(k1).z if masked else acc[0], zword[rbx])
+        for i in range(1, CHAINS):
+            if mode == "max":
+                fn.vmovaps(acc[i], acc[0])
+            else:
+                fn.vxorps(acc[i], acc[i], acc[i])
+        fn.add(rbx, pitch)
+        loop, rest = fn.new_label(f"pixels{int(masked)}"), fn.new_label(f"rest{int(masked)}")
+        fn.mov(r12, qword[r15 + 24])
+        fn.test(r12, r12)
+        fn.jz(rest)
+        fn.bind(loop)
+        for i in range(CHAINS):
+            acc_op(i, i)
+        fn.add(rbx, CHAINS * pitch)
+        fn.dec(r12)
+        fn.jnz(loop)
+        fn.bind(rest)
+        two, one = fn.new_label(f"two{int(masked)}"), fn.new_label(f"one{int(masked)}")
+        fn.test(qword[r15 + 32], 2)
+        fn.jz(two)
+        acc_op(0, 0)
+        acc_op(1, 1)
+        fn.add(rbx, 2 * pitch)
+        fn.bind(two)
+        fn.test(qword[r15 + 32], 1)
+        fn.jz(one)
+        acc_op(2, 0)
+        fn.bind(one)
+        op(acc[0], acc[0], acc[1])
+        op(acc[2], acc[2], acc[3])
+        op(acc[0], acc[0], acc[2])
+        if mode == "mean":
+            fn.vmulps(acc[0], acc[0], bcst(r15 + 40))
+        dst = zword[r9]
+        fn.vmovups(dst.mask(k1) if masked else dst, acc[0])
+        fn.jmp(nxt)
+    fn.bind(nxt)
+    fn.add(r15, ROW_DYN * 8)
+    fn.dec(r14)
+    fn.jnz(top)
+    return fn.finalize(None, HARNESS_ARGTYPES)
+
+
 class GlobalPool:
     """``run(x) -> y``: ``x`` [N, C, H, W] lying in NHWC, ``y`` of ``out_shape`` ([N, C, 1, 1] by default, or any
     shape of N * C elements: [N, C]), the mean or the maximum over each image's pixels. ``reorders`` counts the
     inputs that did not lie in NHWC (copied first). ``alloc(shape)`` makes the output (tests pass guarded memory)."""
 
     def __init__(self, shape: tuple[int, ...], mode: str, out_shape: tuple[int, ...] | None = None,
-                 num_threads: int = 1, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> None:
+                 num_threads: int = 1, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
+                 dynamic: bool = False) -> None:
+        """``dynamic``: the kernel for every pixel count (``build_dynamic_global_pool_kernel``)."""
         n, c, h, w = shape
         self.shape, self.mode = tuple(shape), mode
         self.out_shape = tuple(out_shape) if out_shape is not None else (n, c, 1, 1)
@@ -123,12 +207,20 @@ class GlobalPool:
         self.reorders = 0
         if n * c * h * w == 0:
             raise ValueError(f"a global pool of an empty {list(shape)} tensor")
-        self.kernel = FUNCTION_CACHE.get("global_pool", (h * w, c, mode),
-                                         lambda: build_global_pool_kernel(h * w, c, mode), HARNESS_ARGTYPES)
         vectors = -(-c // LANES)
         rows = [(i * h * w * c * 4 + v * LANES * 4, (i * c + v * LANES) * 4, int(v * LANES + LANES > c))
                 for i in range(n) for v in range(vectors)]
         self.table = np.asarray(rows, dtype=np.int64).reshape(-1, ROW)
+        if dynamic:
+            self.kernel = FUNCTION_CACHE.get("global_pool_dyn", (c, mode),
+                                             lambda: build_dynamic_global_pool_kernel(c, mode), HARNESS_ARGTYPES)
+            scale = int(np.array([1.0 / (h * w)], np.float32).view(np.uint32)[0])
+            extra = np.broadcast_to(np.array([(h * w - 1) // CHAINS, (h * w - 1) % CHAINS, scale], np.int64),
+                                    (len(self.table), 3))
+            self.table = np.ascontiguousarray(np.concatenate([self.table, extra], axis=1))
+        else:
+            self.kernel = FUNCTION_CACHE.get("global_pool", (h * w, c, mode),
+                                             lambda: build_global_pool_kernel(h * w, c, mode), HARNESS_ARGTYPES)
         self.chunks = split_items(len(self.table), 1 if n * c * h * w < MIN_PARALLEL_ELEMENTS else num_threads)
 
     def run(self, x: np.ndarray) -> np.ndarray:

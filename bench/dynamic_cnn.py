@@ -1,0 +1,147 @@
+"""CNNs with a dynamic batch and image size: one kernel per conv primitive for every shape, against static compiles.
+
+The models: examples/cnn_block.onnx and ResNet-50 (onnx's light backend test data, random weights), their input's
+N, H and W made dim_params (and every output's), the value_info dropped, as an exporter with dynamic axes writes
+them. Two measurements:
+
+  new shape   random (N, H, W) in a fixed order, each called twice: the first call pays what a new shape costs (the
+              work tables, copy tables and padded buffers of the conv primitives, the configurator of the eltwise
+              Subgraphs; a compile where a kernel is still specialized), the second is a repeated shape. Printed per
+              model: the median and worst first-call overhead (first - second), and the kernels built per new shape
+              (the process-wide function cache's builds and the executors' ``compiles``: 0 when every primitive
+              reads its row geometry from its tables). The first shape's call (the dynamic kernels' compile) apart.
+  steady      at a few shapes: the dynamic model against the same model with static dims compiled for that shape,
+              interleaved rounds (settled), medians; the dynamic/static ratio (goal: within 5 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as H  # the shared module sits beside this script
+import model_zoo as Z
+
+SEED = 20261126
+#: model -> (the input's nominal H = W, the (N, H, W) ranges of the random shapes, the steady-state shapes)
+MODELS: dict[str, tuple[tuple[int, int], tuple[int, int], list[tuple[int, int, int]]]] = {
+    "cnn_block": ((1, 4), (24, 96), [(1, 64, 64), (4, 40, 72)]),
+    "resnet50": ((1, 2), (160, 256), [(1, 224, 224), (2, 192, 160)]),
+}
+
+
+def zoo_model(name: str) -> Any:
+    return Z.MODELS[name]() if name in Z.MODELS else Z.light_cnn(name)
+
+
+def with_dims(proto: Any, dims: tuple[Any, Any, Any]) -> Any:
+    """A copy of ``proto`` whose rank-4 input and every output have ``dims`` as N (all) and H, W (rank 4): names
+    make them dynamic, numbers static; value_info dropped (shape inference makes it again)."""
+    import onnx
+
+    p = onnx.ModelProto()
+    p.CopyFrom(proto)
+    del p.graph.value_info[:]
+    for vi in list(p.graph.input) + list(p.graph.output):
+        shape = vi.type.tensor_type.shape.dim
+        for axis, value in zip((0, 2, 3), dims):
+            if axis < len(shape) and (axis == 0 or len(shape) == 4):
+                shape[axis].Clear()
+                if isinstance(value, str):
+                    shape[axis].dim_param = value
+                else:
+                    shape[axis].dim_value = value
+    return p
+
+
+def built(cm: Any) -> int:
+    """Kernels built so far: the function cache's (conv, pool, reorder, copy kernels) and the per-shape compiles
+    the Subgraph executors count."""
+    from snippets_x86_64.cache import FUNCTION_CACHE
+
+    compiles = 0
+    for st in cm._steps:
+        run = getattr(st.run, "__self__", st.run)
+        compiles += int(vars(run).get("compiles", 0)) if hasattr(run, "__dict__") else 0
+    return FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"] + compiles
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    H.add_common_args(ap)
+    ap.set_defaults(threads="1", budget=0.6)
+    ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    ap.add_argument("--shapes", type=int, default=12, help="random new shapes per model (default 12)")
+    args = ap.parse_args(argv)
+    import snippets_core
+
+    info = H.machine_info()
+    H.print_machine(info)
+    threads = H.parse_int_list(args.threads)[0]
+    out_dir = H.onnx_dir(args.onnx_dir)
+    rng = np.random.default_rng(SEED)
+    results: dict[str, Any] = {}
+    for name in H.parse_name_list(args.models, list(MODELS)):
+        (n_lo, n_hi), (hw_lo, hw_hi), steady = MODELS[name]
+        zm = zoo_model(name)
+        x_name = next(iter(zm.feeds))
+        c = zm.feeds[x_name].shape[1]
+        dyn_path = H.save_onnx(with_dims(zm.proto, ("N", "H", "W")), out_dir / f"{name}_dynamic_nhw.onnx")
+        t0 = time.perf_counter()
+        cm = snippets_core.compile_model(str(dyn_path), target=H.PREFERRED_TARGET, config={"num_threads": threads})
+        compile_s = time.perf_counter() - t0
+        print(f"\n## {name}: dynamic N, H, W, {threads} thread(s); compile_model {1e3 * compile_s:.0f} ms")
+        print("# " + H.placement_summary(cm))
+
+        def feed(n: int, h: int, w: int) -> dict[str, np.ndarray]:
+            return {x_name: rng.standard_normal((n, c, h, w)).astype(np.float32)}
+
+        t0 = time.perf_counter()
+        cm(feed(*steady[0]))
+        first_s = time.perf_counter() - t0
+        shapes = [(int(rng.integers(n_lo, n_hi + 1)), int(rng.integers(hw_lo, hw_hi + 1)),
+                   int(rng.integers(hw_lo, hw_hi + 1))) for _ in range(args.shapes)]
+        overheads, kernels = [], []
+        for shape in shapes:
+            inputs = feed(*shape)
+            b0 = built(cm)
+            t0 = time.perf_counter()
+            cm(inputs)
+            t1 = time.perf_counter()
+            cm(inputs)
+            t2 = time.perf_counter()
+            kernels.append(built(cm) - b0)
+            overheads.append((t1 - t0) - (t2 - t1))
+        print(f"first call (the dynamic kernels made): {1e3 * first_s:.0f} ms")
+        print(f"new shape, {len(shapes)} random (N {n_lo}-{n_hi}, H and W {hw_lo}-{hw_hi}): overhead median "
+              f"{1e3 * statistics.median(overheads):.2f} ms, worst {1e3 * max(overheads):.2f} ms; kernels built per "
+              f"new shape: {kernels}")
+        rows = []
+        for n, h, w in steady:
+            st_path = H.save_onnx(with_dims(zm.proto, (n, h, w)), out_dir / f"{name}_{n}x{h}x{w}.onnx")
+            cs = snippets_core.compile_model(str(st_path), target=H.PREFERRED_TARGET, config={"num_threads": threads})
+            inputs = feed(n, h, w)
+            got, want = next(iter(cm(inputs).values())), next(iter(cs(inputs).values()))
+            err = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+            t = H.time_round_robin({"dynamic": lambda: cm(inputs), "static": lambda: cs(inputs)}, args.budget,
+                                   args.repeat, settle=True)
+            dyn, sta = t["dynamic"].pick(args.stat), t["static"].pick(args.stat)
+            rows.append([f"{n}x{c}x{h}x{w}", f"{1e3 * dyn:.2f}", f"{1e3 * sta:.2f}", f"{dyn / sta:.3f}",
+                         f"{err:.1e}"])
+        H.print_table(["shape", "dynamic ms", "static ms", "dyn/static", "rel. diff"], rows)
+        results[name] = {"compile_ms": 1e3 * compile_s, "first_call_ms": 1e3 * first_s,
+                         "new_shape_overhead_ms": [1e3 * o for o in overheads], "kernels_built": kernels,
+                         "steady": rows}
+    H.write_json(args.json, {"machine": info, "threads": threads, "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
