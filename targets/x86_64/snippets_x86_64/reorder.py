@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from snippets_core.ir.layout import NHWC, PLAIN, Layout, layout_named, logical, physical
+from snippets_core.ir.layout import NHWC, PLAIN, Layout, layout_named, logical, physical, same_memory
 from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, ShapeCache
 from snippets_x86_64.asm import Function, k1, k2, qword, r9, r14, r15, rbx, word, zword
@@ -222,16 +222,25 @@ def compile_reorder_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.ndar
 class DynamicReorder(ShapeCache):
     """A reorder of a dynamic shape: the memory transposed by the JIT Transpose's shape-agnostic 16x16 tile kernel
     (its pitches and tile counts in a parameter block), so a new shape makes a table, not a kernel; a shape whose
-    plan is a strided copy (a dim of 1) builds the copy kernel of its run length, which ``compiles`` counts."""
+    plan is a strided copy (a dim of 1) builds the copy kernel of its run length, which ``compiles`` counts; a shape
+    that lies the same in both layouts (``same_memory``) is passed on as it is."""
 
     def __init__(self, src: Layout, dst: Layout, dtype: np.dtype, threads: int) -> None:
         from snippets_x86_64.transpose import TransposeExecutor
 
         order = src.order or tuple(range(4))
         perm = [order.index(a) for a in (dst.order or tuple(range(4)))]
-        super().__init__(lambda shape, first: TransposeExecutor(tuple(shape[a] for a in order), perm, dtype, threads))
+        def make(shape: tuple[int, ...], first: Any) -> TransposeExecutor | None:
+            if same_memory(src, dst, shape):  # [N, C, 1, 1] after a pool of a dynamic size: nothing to move
+                return None
+            return TransposeExecutor(tuple(shape[a] for a in order), perm, dtype, threads)
+
+        super().__init__(make)
         self.src, self.dst = src, dst
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         a = inputs[0]
-        return [logical(self.executor(a.shape).run(physical(a, self.src)), self.dst)]
+        ex = self.executor(a.shape)
+        if ex is None:
+            return [a]
+        return [logical(ex.run(physical(a, self.src)), self.dst)]
