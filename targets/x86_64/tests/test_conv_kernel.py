@@ -269,6 +269,14 @@ POOLS = [
 @pytest.mark.parametrize("case", POOLS, ids=[str(i) for i in range(len(POOLS))])
 @pytest.mark.parametrize("at", ["end", "start"])
 def test_pools_skip_the_border(case: tuple, at: str) -> None:
+    x, want, geo, divisor = pool_case(case)
+    ex = ConvExecutor(geo, divisor, None, None, num_threads=2, alloc=guarded(at))
+    np.testing.assert_allclose(ex.run(guarded_nhwc(x, at)), want, rtol=1e-5, atol=1e-5)
+    assert ex.reorders == 0
+
+
+def pool_case(case: tuple) -> tuple[np.ndarray, np.ndarray, ConvGeometry, np.ndarray]:
+    """A POOLS case: its input, the float64 oracle's output, the walk's geometry and its divisors."""
     mode, n, c, h, wd, k, s, pads, ceil, include_pad = case
     pt, pl, pb, pr = pads
 
@@ -281,9 +289,7 @@ def test_pools_skip_the_border(case: tuple, at: str) -> None:
     want = pool_f64(x, mode, k, s, pads, ho, wo, include_pad)
     geo = ConvGeometry(n, c, h, wd, c, c, *k, *s, 1, 1, pt, pl, ho, wo, mode=mode)
     divisor = reciprocal_counts(geo, pads, include_pad) if mode == "avg" else np.zeros(1, np.float32)
-    ex = ConvExecutor(geo, divisor, None, None, num_threads=2, alloc=guarded(at))
-    np.testing.assert_allclose(ex.run(guarded_nhwc(x, at)), want, rtol=1e-5, atol=1e-5)
-    assert ex.reorders == 0
+    return x, want, geo, divisor
 
 
 POINTWISE = [
@@ -468,3 +474,20 @@ def test_depthwise_dynamic_kernel_for_random_shapes(case: tuple, dims: list, at:
         built = _built()
         first.for_shape(replace(geo, n=geo.n + 2))  # another batch: the same kernel
         assert _built() == built
+
+
+@pytest.mark.parametrize("case", POOLS, ids=[str(i) for i in range(len(POOLS))])
+@given(dims=shapes, at=st.sampled_from(["end", "start"]))
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_pool_dynamic_kernel_for_random_shapes(case: tuple, dims: list, at: str) -> None:
+    """MaxPool/AvgPool (ceil_mode, count_include_pad) on runtime geometry over random N, H, W: a kernel only for
+    new border taps."""
+    first = None
+    for n, h, wd in dims:
+        x, want, geo, divisor = pool_case((case[0], n, case[2], h, wd, *case[5:]))
+        built = _built()
+        ex = ConvExecutor(geo, divisor, None, None, num_threads=2, alloc=guarded(at), dynamic=True, prepared=first)
+        if first is not None:
+            assert _built() - built <= int(kernel_key(geo, True) != kernel_key(first.geo, True))
+        first = first or ex
+        np.testing.assert_allclose(ex.run(guarded_nhwc(x, at)), want, rtol=1e-5, atol=1e-5)

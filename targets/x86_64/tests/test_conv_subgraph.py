@@ -310,3 +310,62 @@ def test_model_outputs_of_layout_keeping_primitives_are_c_contiguous():
         for j in range(3):
             ref += np.einsum("nchw,oc->nohw", xp[:, :, i:i + 10, j:j + 10], w[:, :, i, j].astype(np.float64))
     np.testing.assert_allclose(y, np.maximum(ref, 0), rtol=1e-4, atol=1e-4)
+
+
+def dynamic_cnn(c: int = 3, m: int = 24, seed: int = 3) -> onnx.ModelProto:
+    """N, H, W symbolic: a 3x3 RGB stem (planar), MaxPool 3x3 s2, a depthwise 3x3 + 1x1 with a residual, AvgPool
+    2x2 (ceil_mode), a 3x3 stride-2 conv, GlobalAveragePool: every primitive kind a small CNN has."""
+    rng = np.random.default_rng(seed)
+    inits = [_init("w0", rng.standard_normal((m, c, 3, 3)) * 0.3), _init("b0", rng.standard_normal(m)),
+             _init("wd", rng.standard_normal((m, 1, 3, 3)) * 0.3), _init("w1", rng.standard_normal((m, m, 1, 1)) * 0.2),
+             _init("w2", rng.standard_normal((2 * m, m, 3, 3)) * 0.1)]
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("MaxPool", ["r0"], ["p0"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["p0", "wd"], ["d0"], pads=[1, 1, 1, 1], group=m),
+             helper.make_node("Relu", ["d0"], ["d1"]),
+             helper.make_node("Conv", ["d1", "w1"], ["e0"]),
+             helper.make_node("Add", ["e0", "p0"], ["s0"]),
+             helper.make_node("AveragePool", ["s0"], ["a0"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+             helper.make_node("Conv", ["a0", "w2"], ["f0"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("GlobalAveragePool", ["f0"], ["y"])]
+    g = helper.make_graph(nodes, "dyn_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", c, "h", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 2 * m, 1, 1])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_dynamic_cnn_compiles_nothing_for_new_shapes() -> None:
+    """Every primitive of a CNN with dynamic N, H, W reads its geometry from its tables: after the first call, random
+    shapes build no kernel (a pool's or depthwise walk's border taps follow the size modulo its strides: H = 0 and
+    W = 1 modulo 4 here all share them); each matches onnxruntime."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from snippets_x86_64.cache import FUNCTION_CACHE
+
+    model = dynamic_cnn()
+    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    kinds = {sg.body_ops[0].type_name for sg in cm.subgraphs}
+    assert {"Convolution", "MaxPool", "AvgPool", "ReduceMean"} <= kinds
+    assert not [st for st in cm._steps if st.node.type_name not in ("Subgraph", "Reshape")]
+    rng = np.random.default_rng(5)
+
+    def built() -> int:
+        per_shape = sum(getattr(getattr(st.run, "__self__", st.run), "compiles", 0) for st in cm._steps)
+        return FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"] + per_shape
+
+    def check(n: int, h: int, w: int) -> None:
+        x = rng.standard_normal((n, 3, h, w)).astype(np.float32)
+        np.testing.assert_allclose(cm({"x": x})["y"], sess.run(None, {"x": x})[0], rtol=2e-4, atol=2e-4)
+
+    check(1, 32, 33)  # the first call: the kernels
+    before = built()
+
+    @given(st.integers(1, 3), st.sampled_from([32, 36, 40, 44]), st.sampled_from([33, 37, 41, 45]))
+    @settings(max_examples=8, deadline=None)
+    def new_shape(n: int, h: int, w: int) -> None:
+        check(n, h, w)
+
+    new_shape()
+    assert built() == before
