@@ -346,7 +346,7 @@ def test_a_dynamic_cnn_compiles_nothing_for_new_shapes() -> None:
     model = dynamic_cnn()
     cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    kinds = {sg.body_ops[0].type_name for sg in cm.subgraphs}
+    kinds = {op.type_name for sg in cm.subgraphs for op in sg.body_ops}
     assert {"Convolution", "MaxPool", "AvgPool", "ReduceMean"} <= kinds
     assert not [st for st in cm._steps if st.node.type_name not in ("Subgraph", "Reshape")]
     rng = np.random.default_rng(5)
