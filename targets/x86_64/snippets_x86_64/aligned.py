@@ -32,4 +32,14 @@ def empty_aligned(shape: tuple[int, ...], dtype: Any = np.float32, min_bytes: in
     return np.ndarray(shape, dtype, buf, skip)
 
 
-__all__ = ["ALIGN", "empty_aligned"]
+def zeros_aligned(shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
+    """A zeroed C-contiguous array of ``shape`` on a 64-byte boundary, from calloc: a large one comes as untouched
+    zero pages, so a padded buffer made for a new shape costs no memset (its interior is written by the copy, its
+    border pages only read)."""
+    dtype = np.dtype(dtype)
+    buf = np.zeros(math.prod(shape) * dtype.itemsize + ALIGN, dtype=np.uint8)
+    skip = -buf.__array_interface__["data"][0] % ALIGN
+    return np.ndarray(shape, dtype, buf, skip)
+
+
+__all__ = ["ALIGN", "empty_aligned", "zeros_aligned"]

@@ -28,6 +28,7 @@ The kernel's signature is the native pool's harness: ``conv(unused, args, start,
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -189,11 +190,24 @@ class ConvGeometry:
 
     def row_variants(self) -> list[tuple[int, int]]:
         """The distinct row-tap ranges over the output rows, in order of first use (one code path each)."""
-        out: list[tuple[int, int]] = []
-        for oh in range(self.ho):
-            if self.row_taps(oh) not in out:
-                out.append(self.row_taps(oh))
-        return out
+        return self.row_variant_index()[0]
+
+    def row_variant_index(self) -> tuple[list[tuple[int, int]], np.ndarray]:
+        """``row_variants`` and, per output row, the index of its variant: numpy over the rows (a dynamic shape
+        makes them on its first call), the same ranges as ``row_taps``."""
+        rows = np.arange(self.ho)[:, None] * self.sh - self.pt + np.arange(self.kh)[None, :] * self.dh
+        inside = (rows >= 0) & (rows < self.h)
+        lo = np.argmax(inside, axis=1)
+        hi = self.kh - np.argmax(inside[:, ::-1], axis=1)
+        empty = ~inside.any(axis=1)
+        lo[empty], hi[empty] = 0, 0
+        code = lo * (self.kh + 1) + hi
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        order = np.argsort(first)  # variants in order of first use
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        variants = [(int(lo[first[k]]), int(hi[first[k]])) for k in order]
+        return variants, rank[inverse.reshape(-1)]
 
     @property
     def nvp(self) -> int:
@@ -203,9 +217,7 @@ class ConvGeometry:
     def blocks(self) -> list[tuple[int, int]]:
         """(first vector, vector count) of each output-channel block of a group: as even as the vector count
         allows, larger ones first (5 vectors are 3 + 2, not 4 + 1: a 1-vector block does one FMA per load)."""
-        count = self.nvp if self.dw_reuse else -(-self.nvp // MAX_NV)
-        sizes = [self.nvp // count + (1 if b < self.nvp % count else 0) for b in range(count)]
-        return [(sum(sizes[:b]), n) for b, n in enumerate(sizes)]
+        return list(_blocks(self.nvp, self.dw_reuse))
 
     @property
     def dw_reuse(self) -> bool:
@@ -223,6 +235,14 @@ class ConvGeometry:
         return 2 * self.n * self.m * self.ho * self.wo * self.cg * self.kh * self.kw
 
 
+@functools.lru_cache(maxsize=1024)
+def _blocks(nvp: int, one_vector: bool) -> tuple[tuple[int, int], ...]:
+    """``ConvGeometry.blocks`` of ``nvp`` vectors (``one_vector``: a ``dw_reuse`` walk), made once per count."""
+    count = nvp if one_vector else -(-nvp // MAX_NV)
+    sizes = [nvp // count + (1 if b < nvp % count else 0) for b in range(count)]
+    return tuple((sum(sizes[:b]), n) for b, n in enumerate(sizes))
+
+
 #: pixels per work item of a pointwise convolution at most (a row of the flattened image, see ``flat_pixels``)
 FLAT_CHUNK = 196
 #: work items a pointwise convolution is cut into at least, when the image allows (two threads, balanced)
@@ -238,14 +258,20 @@ def flat_pixels(geo: ConvGeometry) -> ConvGeometry:
             and geo.ho == geo.h and geo.wo == geo.w and not geo.depthwise):
         return geo
     pixels = geo.h * geo.w
-    per_image = geo.group * len(geo.blocks())
-    divisors = [d for d in range(1, min(pixels, FLAT_CHUNK) + 1) if pixels % d == 0]
-    good = [d for d in divisors if geo.n * per_image * (pixels // d) >= FLAT_MIN_ITEMS]
-    chunk = max(good or divisors)
+    chunk = _flat_chunk(pixels, geo.n * geo.group * len(geo.blocks()))
     if chunk < min(geo.w, 12):  # a prime-ish pixel count: the image rows are the better cut
         return geo
     rows = pixels // chunk
     return replace(geo, h=rows, w=chunk, ho=rows, wo=chunk)
+
+
+@functools.lru_cache(maxsize=1024)
+def _flat_chunk(pixels: int, items_per_row: int) -> int:
+    """``flat_pixels``' row length: the largest divisor of ``pixels`` up to ``FLAT_CHUNK`` that still cuts the
+    work into ``FLAT_MIN_ITEMS`` items (``items_per_row`` per row of pixels), else the largest divisor."""
+    divisors = [d for d in range(1, min(pixels, FLAT_CHUNK) + 1) if pixels % d == 0]
+    good = [d for d in divisors if items_per_row * (pixels // d) >= FLAT_MIN_ITEMS]
+    return max(good or divisors)
 
 
 #: input channels up to which a convolution reads a planar (NCHW) padded copy
@@ -330,56 +356,71 @@ def pack_channels(values: np.ndarray, geo: ConvGeometry) -> np.ndarray:
 
 def work_table(geo: ConvGeometry, offsets: list[int]) -> np.ndarray:
     """One row per (image, group, output-channel block, output row), output rows innermost (depthwise and
-    pools: per (image, output row, channel block)). numpy index arithmetic: a dynamic shape makes its table on its
-    first call (ResNet-50's tables, all 53 of them, in well under a millisecond each)."""
-    blocks = geo.blocks()
-    nb = len(blocks)
+    pools: per (image, output row, channel block)). A dynamic shape makes its table on its first call: a per-block
+    template (cached: it depends on the channels only) plus one offset per (image, output row), a few numpy
+    operations."""
     c4, m4 = geo.cp * 4, geo.m * 4
-    rem = geo.vec_channels - (geo.nvp - 1) * VEC
-    # per (group, block) columns: [G*B]
-    g_of = np.repeat(np.arange(geo.vec_groups), nb)
-    v0 = np.tile([v for v, _ in blocks], geo.vec_groups)
-    nv = np.tile([n for _, n in blocks], geo.vec_groups)
-    mask = np.where(v0 + nv == geo.nvp, (1 << rem) - 1, 0xFFFF)
-    nv_variant = (nv != blocks[0][1]).astype(np.int64)
-    wei_gb = (np.asarray(offsets, np.int64) * 4) if geo.mode == "conv" else np.zeros(len(g_of), np.int64)
-    bias = (g_of * geo.nvp + v0) * VEC * 4
-    n = np.arange(geo.n)[:, None, None]
-    gb = np.arange(len(g_of))[None, :, None]
-    oh = np.arange(geo.ho)[None, None, :]
-    shape = (geo.n, len(g_of), geo.ho)
-    table = np.empty(shape + (ROW,), np.int64)
+    template = _block_template(geo.vec_groups, geo.nvp, geo.vec_channels, tuple(geo.blocks()), geo.cg * geo.ch_bytes,
+                               geo.mg, geo.depthwise, tuple(offsets) if geo.mode == "conv" else ())
+    nv = template[:, RT_RFULL]  # the template holds each block's vector count there
+    n = np.arange(geo.n)[:, None]
+    oh = np.arange(geo.ho)[None, :]
     if geo.depthwise:  # the unpadded input: (oh*sh - pt, -pl) may lie outside, never read
-        row_vars = geo.row_variants()
-        var_of_oh = np.asarray([row_vars.index(geo.row_taps(o)) for o in range(geo.ho)], np.int64)
-        table[..., 0] = ((n * geo.h + oh * geo.sh - geo.pt) * geo.w - geo.pl) * c4 + (v0 * VEC * 4)[gb]
-        table[..., 5] = nv_variant[gb] * len(row_vars) + var_of_oh[oh]
+        row_vars, var_of_oh = geo.row_variant_index()
+        src = ((n * geo.h + oh * geo.sh - geo.pt) * geo.w - geo.pl) * c4
         pitch = geo.dh * geo.w * c4
-    else:
-        table[..., 0] = n * geo.c * geo.hp * geo.wp * 4 + oh * geo.sh * geo.wp * geo.px_bytes \
-            + (g_of * geo.cg * geo.ch_bytes)[gb]
-        table[..., 5] = nv_variant[gb]
-        pitch = geo.dh * geo.wp * geo.px_bytes
-    table[..., 1] = oh * geo.wo * 4 if geo.mode != "conv" else wei_gb[gb]  # pools: the reciprocal counts' row
-    table[..., 2] = (n * geo.ho + oh) * geo.wo * m4 + ((g_of * geo.mg + v0 * VEC) * 4)[gb]
-    table[..., 3] = bias[gb]
-    table[..., 4] = mask[gb]
-    table[..., RT_PITCH] = pitch
-    if geo.depthwise:  # a dynamic walk's interior columns: loops of the widest block, the rest by its bits
-        a, b = interior_columns(geo)
-        r_full = np.asarray([max_pixels_per_block(int(k)) for k in nv], np.int64)
+        a, b = interior_columns(geo)  # a dynamic walk's interior columns: loops of the widest block, the rest by bits
         cols = b - a
     else:
-        r_full = np.asarray([pixels_per_block(int(k), geo.wo) for k in nv], np.int64)
+        src = n * geo.c * geo.hp * geo.wp * 4 + oh * geo.sh * geo.wp * geo.px_bytes
+        pitch = geo.dh * geo.wp * geo.px_bytes
         cols = geo.wo
-    table[..., RT_NFULL] = (cols // r_full)[gb]
-    table[..., RT_RFULL] = r_full[gb]
-    table[..., RT_RTAIL] = (cols % r_full)[gb]
-    table[..., RT_CH] = geo.ch_bytes
-    if geo.depthwise:  # channel blocks innermost: the input rows a row of outputs reads stay in L1/L2 (the
-        # weights are a few KiB, unlike a dense conv's, whose weight block is what must stay in cache)
+    # pixels_per_block (dense) or max_pixels_per_block (a depthwise walk's loop) of each block, vectorized
+    most = np.maximum(1, np.minimum((ZMM_COUNT - nv - 3) // nv, 14))
+    if not geo.depthwise and geo.wo > 0:
+        most = np.minimum(most, geo.wo)
+        most = -(-geo.wo // -(-geo.wo // most))
+    r_full = most
+    head = template.copy()
+    head[:, RT_PITCH] = pitch
+    head[:, RT_NFULL] = cols // r_full
+    head[:, RT_RFULL] = r_full
+    head[:, RT_RTAIL] = cols % r_full
+    head[:, RT_CH] = geo.ch_bytes
+    if geo.depthwise:
+        head[:, 5] *= len(row_vars)
+    table = np.empty((geo.n, len(head), geo.ho, ROW), np.int64)
+    table[...] = head[None, :, None, :]
+    table[..., 0] += src[:, None, :]
+    table[..., 2] += ((n * geo.ho + oh) * geo.wo * m4)[:, None, :]
+    if geo.mode != "conv":  # pools: the row of reciprocal counts
+        table[..., 1] = (oh * geo.wo * 4)[:, None, :]
+    if geo.depthwise:
+        table[..., 5] += var_of_oh[None, None, :]
+        # channel blocks innermost: the input rows a row of outputs reads stay in L1/L2 (the weights are a few KiB,
+        # unlike a dense conv's, whose weight block is what must stay in cache)
         table = table.transpose(0, 2, 1, 3)
     return np.ascontiguousarray(table.reshape(-1, ROW))
+
+
+@functools.lru_cache(maxsize=512)
+def _block_template(vec_groups: int, nvp: int, vec_channels: int, blocks: tuple[tuple[int, int], ...], group_src: int,
+                    mg: int, depthwise: bool, offsets: tuple[int, ...]) -> np.ndarray:
+    """The work-table fields of each (group, channel block) that no image dim changes: the source's channel offset,
+    the weight block, the output's channel offset, the bias block, the store mask, the variant (row variant 0), and
+    the block's vector count (in ``RT_RFULL``, for ``work_table``). Read-only: callers copy it."""
+    out = np.zeros((vec_groups * len(blocks), ROW), np.int64)
+    rem = vec_channels - (nvp - 1) * VEC
+    for k, (g, (v0, nv)) in enumerate((g, blk) for g in range(vec_groups) for blk in blocks):
+        out[k, 0] = v0 * VEC * 4 if depthwise else g * group_src
+        out[k, 1] = offsets[k] * 4 if offsets else 0
+        out[k, 2] = (g * mg + v0 * VEC) * 4
+        out[k, 3] = (g * nvp + v0) * VEC * 4
+        out[k, 4] = (1 << rem) - 1 if v0 + nv == nvp else 0xFFFF
+        out[k, 5] = int(nv != blocks[0][1])
+        out[k, RT_RFULL] = nv
+    out.flags.writeable = False
+    return out
 
 
 def kernel_key(geo: ConvGeometry, dynamic: bool) -> tuple:
@@ -536,8 +577,10 @@ def _emit_dw_row(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int]
 def interior_columns(geo: ConvGeometry) -> tuple[int, int]:
     """The output columns ``[a, b)`` whose taps all lie inside the image (a depthwise walk's loop; the rest are its
     border columns), ``(Wo, Wo)`` when there is none."""
-    inner = [ow for ow in range(geo.wo) if len(geo.col_taps(ow)) == geo.kw]
-    return (inner[0], inner[-1] + 1) if inner else (geo.wo, geo.wo)
+    a = min(geo.wo, -(-geo.pl // geo.sw))  # the first column whose first tap is inside
+    last = geo.w + geo.pl - (geo.kw - 1) * geo.dw - 1  # the last input start whose last tap is inside
+    b = min(geo.wo, last // geo.sw + 1) if last >= 0 else 0
+    return (a, b) if a < b else (geo.wo, geo.wo)
 
 
 def _advance_dw(fn: Function, geo: ConvGeometry, pixels: int) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from snippets_x86_64.aligned import empty_aligned
+from snippets_x86_64.aligned import empty_aligned, zeros_aligned
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
     choose_planar, copy_key, copy_table, flat_pixels, kernel_key, pack_channels, work_table
@@ -82,8 +82,8 @@ class ConvExecutor:
         #: the geometry the kernel walks: ``geo``, or a pointwise conv's pixels re-cut into even rows
         self.kernel_geo = kgeo = flat_pixels(geo)
         self.table = work_table(kgeo, offsets)
-        key = kernel_key(kgeo, dynamic)
-        if prepared is not None and key == kernel_key(prepared.kernel_geo, dynamic):
+        self.kernel_key = key = kernel_key(kgeo, dynamic)
+        if prepared is not None and key == prepared.kernel_key:
             self.kernel = prepared.kernel
         else:
             # built from the key's geometry (no N, nor H, W for a dynamic dense conv: the code cannot depend on
@@ -134,7 +134,10 @@ class ConvExecutor:
         """The padded NHWC input buffer with its border: zeros for a convolution or an average, -inf for a
         maximum (padding never wins)."""
         g = self.geo
-        xp = self.new((g.n, g.c, g.hp, g.wp) if g.planar else (g.n, g.hp, g.wp, g.cp))
+        shape = (g.n, g.c, g.hp, g.wp) if g.planar else (g.n, g.hp, g.wp, g.cp)
+        if self.alloc is None and g.mode != "max":
+            return zeros_aligned(shape)
+        xp = self.new(shape)
         xp[...] = -np.inf if g.mode == "max" else 0.0
         return xp
 

@@ -196,8 +196,9 @@ class GlobalPool:
 
     def __init__(self, shape: tuple[int, ...], mode: str, out_shape: tuple[int, ...] | None = None,
                  num_threads: int = 1, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
-                 dynamic: bool = False) -> None:
-        """``dynamic``: the kernel for every pixel count (``build_dynamic_global_pool_kernel``)."""
+                 dynamic: bool = False, prepared: GlobalPool | None = None) -> None:
+        """``dynamic``: the kernel for every pixel count (``build_dynamic_global_pool_kernel``), ``prepared``'s when
+        it is the same pool made for another shape."""
         n, c, h, w = shape
         self.shape, self.mode = tuple(shape), mode
         self.out_shape = tuple(out_shape) if out_shape is not None else (n, c, 1, 1)
@@ -212,8 +213,8 @@ class GlobalPool:
                 for i in range(n) for v in range(vectors)]
         self.table = np.asarray(rows, dtype=np.int64).reshape(-1, ROW)
         if dynamic:
-            self.kernel = FUNCTION_CACHE.get("global_pool_dyn", (c, mode),
-                                             lambda: build_dynamic_global_pool_kernel(c, mode), HARNESS_ARGTYPES)
+            self.kernel = prepared.kernel if prepared is not None else FUNCTION_CACHE.get(
+                "global_pool_dyn", (c, mode), lambda: build_dynamic_global_pool_kernel(c, mode), HARNESS_ARGTYPES)
             scale = int(np.array([1.0 / (h * w)], np.float32).view(np.uint32)[0])
             extra = np.broadcast_to(np.array([(h * w - 1) // CHAINS, (h * w - 1) % CHAINS, scale], np.int64),
                                     (len(self.table), 3))

@@ -49,13 +49,15 @@ def reciprocal_counts(geo: ConvGeometry, pads: tuple[int, int, int, int], includ
 
 def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
                         out_shape: tuple[int, ...] | None = None, dynamic: bool = False,
-                        prepared: ConvExecutor | None = None) -> ConvExecutor | LRNExecutor | GlobalPool:
+                        prepared: ConvExecutor | GlobalPool | None = None,
+                        ) -> ConvExecutor | LRNExecutor | GlobalPool:
     """The kernel of a pooling primitive (MaxPool, AvgPool, LRN, or a ReduceMean/ReduceMax over H and W: a global
     pool, whose output is ``out_shape``, [N, C, 1, 1] by default) for inputs of ``x_shape``. ``dynamic``: a
     MaxPool/AvgPool's walk on runtime geometry (``conv.kernel_key``), whose kernel ``prepared`` (the same pool made
     for another shape) may already have."""
     if node.type_name in GLOBAL_MODES:
-        return GlobalPool(x_shape, GLOBAL_MODES[node.type_name], out_shape, num_threads=num_threads, dynamic=dynamic)
+        return GlobalPool(x_shape, GLOBAL_MODES[node.type_name], out_shape, num_threads=num_threads, dynamic=dynamic,
+                          prepared=prepared if isinstance(prepared, GlobalPool) else None)
     if node.type_name == "LRN":
         return LRNExecutor(x_shape, node.size, node.alpha, node.beta, node.bias,  # type: ignore[attr-defined,arg-type]
                            num_threads=num_threads)
@@ -64,4 +66,5 @@ def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
         divisor = reciprocal_counts(geo, pads, bool(node.count_include_pad))  # type: ignore[attr-defined]
     else:
         divisor = np.zeros(1, np.float32)
-    return ConvExecutor(geo, divisor, None, None, num_threads=num_threads, dynamic=dynamic, prepared=prepared)
+    return ConvExecutor(geo, divisor, None, None, num_threads=num_threads, dynamic=dynamic,
+                        prepared=prepared if isinstance(prepared, ConvExecutor) else None)

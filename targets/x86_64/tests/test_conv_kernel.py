@@ -491,3 +491,21 @@ def test_pool_dynamic_kernel_for_random_shapes(case: tuple, dims: list, at: str)
             assert _built() - built <= int(kernel_key(geo, True) != kernel_key(first.geo, True))
         first = first or ex
         np.testing.assert_allclose(ex.run(guarded_nhwc(x, at)), want, rtol=1e-5, atol=1e-5)
+
+
+def test_vectorized_row_variants_and_interior_columns_match_their_definitions() -> None:
+    """``row_variant_index`` and ``interior_columns`` (numpy and closed form, made per new shape) against the taps of
+    each output row and column, over sizes, kernels, strides, dilations, pads and ceil_mode's extra windows."""
+    import itertools
+
+    from snippets_x86_64.conv import interior_columns
+
+    for h, k, s, d, p, extra in itertools.product(range(1, 12), (1, 2, 3, 5), (1, 2, 3), (1, 2), (0, 1, 2), (0, 1, 3)):
+        span = h + p + extra - (k - 1) * d - 1
+        for out in {span // s + 1, -(-span // s) + 1} if span >= 0 else ():
+            g = ConvGeometry(1, 16, h, h, 16, 16, k, k, s, s, d, d, p, p, out, out, mode="max")
+            taps = [g.row_taps(o) for o in range(out)]
+            variants, index = g.row_variant_index()
+            assert variants == list(dict.fromkeys(taps)) and [variants[i] for i in index] == taps
+            inner = [o for o in range(out) if len(g.col_taps(o)) == k]
+            assert interior_columns(g) == ((inner[0], inner[-1] + 1) if inner else (out, out))
