@@ -82,9 +82,13 @@ def is_primitive(node: Node) -> bool:
 
 
 def is_channel_concat_of_primitives(node: Node) -> bool:
-    """A Concat along the channels of rank-4 static f32 tensors, at least one made by a conv/pool primitive
-    (the others: anything but Constants); it then writes each input into its channel slice of an NHWC output."""
-    if node.type_name != "Concat" or not node.outputs[0].shape.is_static or node.outputs[0].shape.rank != 4:
+    """A Concat along the channels of rank-4 f32 tensors (static channels), at least one made by a conv/pool
+    primitive (the others: anything but Constants); it then writes each input into its channel slice of an NHWC
+    output."""
+    if node.type_name != "Concat":
+        return False
+    out = node.outputs[0].shape
+    if not out.rank_is_static or out.rank != 4 or out[1] is None:
         return False
     if node.axis not in (1, -3) or node.outputs[0].element_type is not ElementType.f32:  # type: ignore[attr-defined]
         return False
@@ -189,12 +193,12 @@ def pool_reject_reason(pool: Node) -> str | None:
 
 
 def lrn_reject_reason(lrn: Node) -> str | None:
-    """None if an LRN can be a primitive (static [N, C, H, W] f32: channels across the NHWC vector lanes)."""
+    """None if an LRN can be a primitive ([N, C, H, W] f32, C static: channels across the NHWC vector lanes)."""
     x = lrn.inputs[0]
     if x.element_type is not ElementType.f32:
         return f"it normalizes {x.element_type.value}; the JIT kernel takes f32"
-    if not x.shape.is_static or x.shape.rank != 4:
-        return f"its input shape {x.shape} is not a static [N, C, H, W]; the LRN kernel is specialized per shape"
+    if not x.shape.rank_is_static or x.shape.rank != 4 or x.shape[1] is None:
+        return f"its input shape {x.shape} is not an [N, C, H, W] with static C"
     return None
 
 

@@ -19,7 +19,7 @@ class ChannelConcat:
     """``run(inputs) -> y``: the inputs [N, Ci, H, W] joined along the channels; ``reorders`` counts the inputs
     that were not NHWC (they are still correct: the slice copy reads any strides)."""
 
-    def __init__(self, batch: int) -> None:
+    def __init__(self, batch: int | None) -> None:
         self.batch = batch
         self.reorders = 0
 

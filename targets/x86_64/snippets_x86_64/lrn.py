@@ -112,10 +112,12 @@ class LRNExecutor:
         self.size, self.alpha, self.beta, self.bias = size, alpha, beta, bias
         n, c, h, w = shape
         self.new = alloc or empty_aligned
-        spec = (c, w, size, alpha, beta, bias)
+        # the items are pixels (rows of one pixel): the kernel depends on the channels, not on N, H, W, so a model
+        # with a dynamic image size builds it once
+        spec = (c, 1, size, alpha, beta, bias)
         self.kernel = FUNCTION_CACHE.get("lrn", spec, lambda: build_lrn_kernel(*spec), HARNESS_ARGTYPES)
         work = n * c * h * w * (size + 8)
-        self.chunks = split_items(n * h, num_threads if work >= MIN_FLOPS_PER_THREAD * num_threads else 1)
+        self.chunks = split_items(n * h * w, num_threads if work >= MIN_FLOPS_PER_THREAD * num_threads else 1)
         #: layout changes (NCHW -> NHWC copies) made by the calls so far
         self.reorders = 0
 

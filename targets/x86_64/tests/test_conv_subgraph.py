@@ -369,3 +369,35 @@ def test_a_dynamic_cnn_compiles_nothing_for_new_shapes() -> None:
 
     new_shape()
     assert built() == before
+
+
+def test_dynamic_lrn_and_channel_concat_are_primitives() -> None:
+    """AlexNet's LRN and Inception's channel Concat with dynamic N, H, W: primitives too (the LRN kernel walks
+    pixels, the Concat writes slices), a new shape builds nothing; against onnxruntime."""
+    from snippets_x86_64.cache import FUNCTION_CACHE
+
+    rng = np.random.default_rng(8)
+    inits = [_init("w0", rng.standard_normal((20, 3, 3, 3)) * 0.3), _init("wa", rng.standard_normal((8, 20, 1, 1))),
+             _init("wb", rng.standard_normal((12, 20, 3, 3)) * 0.2)]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("LRN", ["r0"], ["l0"], size=5, alpha=1e-4, beta=0.75, bias=1.0),
+             helper.make_node("Conv", ["l0", "wa"], ["a"]),
+             helper.make_node("Conv", ["l0", "wb"], ["b"], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["a", "b"], ["cat"], axis=1),
+             helper.make_node("MaxPool", ["cat"], ["y"], kernel_shape=[2, 2], strides=[2, 2])]
+    g = helper.make_graph(nodes, "lrn_cat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 20, "p", "q"])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    kinds = {k for sg in cm.subgraphs for k in ("SnippetsPooling", "SnippetsConcat") if sg.rt_info.get(k)}
+    assert kinds == {"SnippetsPooling", "SnippetsConcat"} and "LRN" in {op.type_name for sg in cm.subgraphs
+                                                                        for op in sg.body_ops}
+    before = None
+    for n, h, w in [(1, 16, 18), (2, 20, 22), (3, 12, 30), (1, 24, 26)]:
+        x = rng.standard_normal((n, 3, h, w)).astype(np.float32)
+        np.testing.assert_allclose(cm({"x": x})["y"], sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+        built = FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"]
+        assert before is None or built == before
+        before = built
