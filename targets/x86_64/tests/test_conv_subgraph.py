@@ -401,3 +401,12 @@ def test_dynamic_lrn_and_channel_concat_are_primitives() -> None:
         built = FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"]
         assert before is None or built == before
         before = built
+
+
+def test_dynamic_primitives_take_an_empty_batch() -> None:
+    """N = 0 through a conv, a pool and a global pool with dynamic N, H, W: an empty result of the right shape."""
+    model = dynamic_cnn()
+    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
+    x = np.random.default_rng(2).standard_normal((1, 3, 20, 21)).astype(np.float32)
+    cm({"x": x})
+    assert cm({"x": np.zeros((0, 3, 20, 21), np.float32)})["y"].shape == (0, 48, 1, 1)
