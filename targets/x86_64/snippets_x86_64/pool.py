@@ -56,7 +56,7 @@ def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
     MaxPool/AvgPool's walk on runtime geometry (``conv.kernel_key``), whose kernel ``prepared`` (the same pool made
     for another shape) may already have."""
     if node.type_name in GLOBAL_MODES:
-        return GlobalPool(x_shape, GLOBAL_MODES[node.type_name], out_shape, num_threads=num_threads, dynamic=dynamic,
+        return GlobalPool(x_shape, GLOBAL_MODES[node.type_name], out_shape, num_threads=num_threads,
                           prepared=prepared if isinstance(prepared, GlobalPool) else None)
     if node.type_name == "LRN":
         return LRNExecutor(x_shape, node.size, node.alpha, node.beta, node.bias,  # type: ignore[attr-defined,arg-type]
