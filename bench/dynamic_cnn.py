@@ -40,7 +40,7 @@ MODELS: dict[str, tuple[tuple[int, int], tuple[int, int], list[tuple[int, int, i
 
 
 def zoo_model(name: str) -> Any:
-    return Z.MODELS[name]() if name in Z.MODELS else Z.light_cnn(name)
+    return Z.MODELS[name]() if name in Z.MODELS else Z.cnn_models()[name]()
 
 
 def with_dims(proto: Any, dims: tuple[Any, Any, Any]) -> Any:
