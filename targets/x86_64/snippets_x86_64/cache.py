@@ -284,6 +284,7 @@ class FunctionCache(_MemoryCache):
 FUNCTION_CACHE = FunctionCache()
 
 
+_MISSING = object()
 #: input shapes whose executors (work tables) a ShapeCache keeps (least recently used dropped first)
 SHAPE_CACHE = 64
 
@@ -300,13 +301,29 @@ class ShapeCache:
         #: kernels built for shapes after the first
         self.compiles = 0
         self._first: Any = None
+        self._lock = threading.Lock()  # calls from several Python threads: the order's moves and drops
 
     def executor(self, shape: tuple[int, ...]) -> Any:
-        """The executor for inputs of ``shape``: made on its first call, then kept."""
-        ex = self.executors.get(shape)
-        if ex is not None:
-            self.executors.move_to_end(shape)
+        """The executor for inputs of ``shape`` (None is one too: nothing to run): made on its first call, then
+        kept."""
+        ex = self.executors.get(shape, _MISSING)
+        if ex is not _MISSING:
+            with self._lock:
+                if shape in self.executors:
+                    self.executors.move_to_end(shape)
             return ex
+        if self._first is None:
+            ex = self.make(shape, None)
+            self._first = ex
+        else:
+            built = FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"]
+            ex = self.make(shape, self._first)
+            self.compiles += FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"] - built
+        with self._lock:
+            self.executors[shape] = ex
+            while len(self.executors) > SHAPE_CACHE:
+                self.executors.popitem(last=False)
+        return ex
         if self._first is None:
             ex = self._first = self.make(shape, None)
         else:

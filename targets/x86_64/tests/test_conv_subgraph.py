@@ -410,3 +410,15 @@ def test_dynamic_primitives_take_an_empty_batch() -> None:
     x = np.random.default_rng(2).standard_normal((1, 3, 20, 21)).astype(np.float32)
     cm({"x": x})
     assert cm({"x": np.zeros((0, 3, 20, 21), np.float32)})["y"].shape == (0, 48, 1, 1)
+
+
+def test_shape_cache_keeps_the_most_recent_shapes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A ShapeCache holds SHAPE_CACHE shapes, the least recently used dropped first; a dropped shape is made again."""
+    from snippets_x86_64 import cache
+
+    monkeypatch.setattr(cache, "SHAPE_CACHE", 2)
+    made: list[tuple[int, ...]] = []
+    sc = cache.ShapeCache(lambda shape, first: made.append(shape) or shape)
+    for shape in [(1,), (2,), (1,), (3,), (1,), (2,)]:
+        assert sc.executor(shape) == shape
+    assert made == [(1,), (2,), (3,), (2,)] and list(sc.executors) == [(1,), (2,)]
