@@ -324,6 +324,14 @@ class ShapeCache:
             while len(self.executors) > SHAPE_CACHE:
                 self.executors.popitem(last=False)
         return ex
+
+    #: what the executors run, for describe()
+    kind = "a table per input shape"
+
+    def describe(self) -> str:
+        """One line for ``CompiledModel.describe()``: the shapes kept and the kernels later shapes built."""
+        return (f"{self.kind}: {len(self.executors)} shape(s) kept, {self.compiles} kernel(s) built after the first "
+                f"shape")
         if self._first is None:
             ex = self._first = self.make(shape, None)
         else:

@@ -271,6 +271,8 @@ class DynamicConv(ShapeCache):
     padded buffer (numpy, cached per shape). A residual whose run-time shape is not the output's (a dynamic dim
     that broadcasts) runs the body on its reference: the kernel reads the residual with the output's layout."""
 
+    kind = "one conv kernel for every N, H, W (a depthwise walk: one per border-tap pattern)"
+
     def __init__(self, sg: Subgraph, plan: ConvPlan, num_threads: int) -> None:
         super().__init__(lambda shape, first: plan.executor(shape, num_threads, dynamic=True) if first is None
                          else first.for_shape(plan.geometry(shape)))
@@ -293,6 +295,8 @@ class DynamicPool(ShapeCache):
     """A pooling primitive with a dynamic N, H or W: a MaxPool/AvgPool walks on runtime geometry like a depthwise
     convolution (one kernel per border-tap pattern, never per N); a global pool or an LRN gets an executor per
     shape (their kernels keyed on the pixels and the row length: ``compiles`` counts them)."""
+
+    kind = "one pooling kernel for every N, H, W (a window walk: one per border-tap pattern)"
 
     def __init__(self, sg: Subgraph, pool: Any, num_threads: int) -> None:
         from snippets_x86_64.pool import build_pool_executor

@@ -225,6 +225,8 @@ class DynamicReorder(ShapeCache):
     plan is a strided copy (a dim of 1) builds the copy kernel of its run length, which ``compiles`` counts; a shape
     that lies the same in both layouts (``same_memory``) is passed on as it is."""
 
+    kind = "one shape-agnostic 16x16 tile kernel for every shape"
+
     def __init__(self, src: Layout, dst: Layout, dtype: np.dtype, threads: int) -> None:
         from snippets_x86_64.transpose import TransposeExecutor
 

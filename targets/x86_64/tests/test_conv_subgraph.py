@@ -369,6 +369,8 @@ def test_a_dynamic_cnn_compiles_nothing_for_new_shapes() -> None:
 
     new_shape()
     assert built() == before
+    text = cm.describe()
+    assert "one conv kernel for every N, H, W" in text and "0 kernel(s) built after the first shape" in text
 
 
 def test_dynamic_lrn_and_channel_concat_are_primitives() -> None:
