@@ -10,7 +10,7 @@ them. Two measurements:
               model: the median and worst first-call overhead (first - second), and the kernels built per new shape
               (the process-wide function cache's builds and the executors' ``compiles``: 0 when every primitive
               reads its row geometry from its tables), and the part of the overhead the primitives' shape caches
-              spend making tables and buffers. The first shape's call (the dynamic kernels' compile) apart.
+              spend making tables and buffers. The first call apart (the kernels are made at compile time).
   steady      at a few shapes: the dynamic model against the same model with static dims compiled for that shape,
               interleaved rounds (settled), medians; the dynamic/static ratio (goal: within 5 %).
 """
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             kernels.append(built(cm) - b0)
             tables.append(clock.seconds - s0)
             overheads.append((t1 - t0) - (t2 - t1))
-        print(f"first call (the dynamic kernels made): {1e3 * first_s:.0f} ms")
+        print(f"first call: {1e3 * first_s:.1f} ms")
         print(f"new shape, {len(shapes)} random (N {n_lo}-{n_hi}, H and W {hw_lo}-{hw_hi}): overhead median "
               f"{1e3 * statistics.median(overheads):.2f} ms, worst {1e3 * max(overheads):.2f} ms; kernels built per "
               f"new shape: {kernels}")

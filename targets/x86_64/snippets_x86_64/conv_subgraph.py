@@ -278,6 +278,8 @@ class DynamicConv(ShapeCache):
                          else first.for_shape(plan.geometry(shape)))
         self.sg, self.plan, self.num_threads = sg, plan, num_threads
         sg.rt_info["SnippetsConvKernel"] = "conv on runtime row geometry: one kernel for every N, H, W"
+        # the kernels are made now, as a static shape's are, on a small stand-in shape (the weights packed with them)
+        self._first = self.make(stand_in_shape(sg, plan.w.shape[2:], plan.conv._geometry(plan.w.shape[2:])), None)
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
@@ -293,8 +295,8 @@ class DynamicConv(ShapeCache):
 
 class DynamicPool(ShapeCache):
     """A pooling primitive with a dynamic N, H or W: a MaxPool/AvgPool walks on runtime geometry like a depthwise
-    convolution (one kernel per border-tap pattern, never per N); a global pool or an LRN gets an executor per
-    shape (their kernels keyed on the pixels and the row length: ``compiles`` counts them)."""
+    convolution (one kernel per border-tap pattern, never per N); a global pool's kernel reads the pixel count from
+    its table, an LRN's walks pixels: one kernel for every shape."""
 
     kind = "one pooling kernel for every N, H, W (a window walk: one per border-tap pattern)"
 
@@ -310,6 +312,9 @@ class DynamicPool(ShapeCache):
         super().__init__(make)
         self.sg = sg
         sg.rt_info["SnippetsConvKernel"] = f"{pool.type_name} on runtime geometry (dynamic N, H, W)"
+        window = tuple(getattr(pool, "kernel", (1, 1)))
+        geo = pool._geometry(window) if hasattr(pool, "_geometry") and len(window) == 2 else None
+        self._first = self.make(stand_in_shape(sg, window, geo), None)  # the kernels made now
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if inputs[0].size == 0:  # an empty batch or image: nothing for a kernel to do, the reference says what it is
@@ -317,6 +322,15 @@ class DynamicPool(ShapeCache):
 
             return list(evaluate_node(self.sg, list(inputs)))
         return [self.executor(inputs[0].shape).run(inputs[0])]
+
+
+def stand_in_shape(sg: Subgraph, window: Sequence[int], geo: Any) -> tuple[int, ...]:
+    """An input shape to make a dynamic primitive's kernels with at compile time: the static dims as they are, N = 1,
+    H and W wide enough for interior windows (16 past the window's extent and its pads)."""
+    shape = sg.body.parameters[0].outputs[0].shape
+    extents = [(k - 1) * (geo.dilations[i] if geo is not None else 1) + 1 for i, k in enumerate(window)]
+    dims = [1, shape[1]] + [4 * e + 16 for e in extents]
+    return tuple(d if d is not None else dims[i] for i, d in enumerate(shape.dims))  # type: ignore[union-attr]
 
 
 def describe_geometry(g: ConvGeometry) -> str:
