@@ -1,6 +1,7 @@
 """CNNs with a dynamic batch and image size: one kernel per conv primitive for every shape, against static compiles.
 
-The models: examples/cnn_block.onnx and ResNet-50 (onnx's light backend test data, random weights), their input's
+The models: examples/cnn_block.onnx, ResNet-50 (onnx's light backend test data, random weights) and MobileNet-v2
+(bench/model_zoo.py: depthwise convs, ReLU6, residuals), their input's
 N, H and W made dim_params (and every output's), the value_info dropped, as an exporter with dynamic axes writes
 them. Two measurements:
 
@@ -36,6 +37,7 @@ MODELS: dict[str, tuple[tuple[int, int], tuple[int, int], list[tuple[int, int, i
     "cnn_block": ((1, 4), (24, 96), [(1, 64, 64), (4, 40, 72)]),
     # its classifier's Reshape fixes [1, 2048], so N = 1 and the last map must be 7x7: H, W in 193-224
     "resnet50": ((1, 1), (193, 224), [(1, 224, 224), (1, 200, 208)]),
+    "mobilenet_v2": ((1, 2), (160, 256), [(1, 224, 224), (2, 192, 160)]),
 }
 
 

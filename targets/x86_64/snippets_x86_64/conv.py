@@ -77,9 +77,9 @@ UNROLL = 4
 #: fields of a work-table row (int64): src, weights, dst, bias offsets in bytes, store mask, variant, then the
 #: row geometry a shape-agnostic kernel (``build_conv_kernel(..., dynamic=True)``) reads instead of immediates: the
 #: input bytes between kernel rows, the full pixel blocks of the row, their size, the tail block's size, the bytes
-#: between input channels (a planar buffer's plane)
-ROW = 11
-RT_PITCH, RT_NFULL, RT_RFULL, RT_RTAIL, RT_CH = range(6, 11)
+#: between input channels (a planar buffer's plane), which right-border code a depthwise walk runs (``dw_borders``)
+ROW = 12
+RT_PITCH, RT_NFULL, RT_RFULL, RT_RTAIL, RT_CH, RT_RIGHT = range(6, 12)
 #: fixed args before the per-channel post-op arrays: src, weights, dst, bias, residual, table
 ARG_SRC, ARG_WEI, ARG_DST, ARG_BIAS, ARG_RES, ARG_TAB, ARG_POST = range(7)
 
@@ -354,7 +354,7 @@ def pack_channels(values: np.ndarray, geo: ConvGeometry) -> np.ndarray:
     return b.ravel()
 
 
-def work_table(geo: ConvGeometry, offsets: list[int]) -> np.ndarray:
+def work_table(geo: ConvGeometry, offsets: list[int], borders: tuple | None = None) -> np.ndarray:
     """One row per (image, group, output-channel block, output row), output rows innermost (depthwise and
     pools: per (image, output row, channel block)). A dynamic shape makes its table on its first call: a per-block
     template (cached: it depends on the channels only) plus one offset per (image, output row), a few numpy
@@ -367,6 +367,10 @@ def work_table(geo: ConvGeometry, offsets: list[int]) -> np.ndarray:
     oh = np.arange(geo.ho)[None, :]
     if geo.depthwise:  # the unpadded input: (oh*sh - pt, -pl) may lie outside, never read
         row_vars, var_of_oh = geo.row_variant_index()
+        right = 0
+        if borders is not None:  # indexes into the kernel's lists
+            var_of_oh = np.asarray([borders[0].index(v) for v in row_vars], np.int64)[var_of_oh]
+            row_vars, right = list(borders[0]), borders[2].index(dw_borders(geo)[2][0])
         src = ((n * geo.h + oh * geo.sh - geo.pt) * geo.w - geo.pl) * c4
         pitch = geo.dh * geo.w * c4
         a, b = interior_columns(geo)  # a dynamic walk's interior columns: loops of the widest block, the rest by bits
@@ -387,8 +391,10 @@ def work_table(geo: ConvGeometry, offsets: list[int]) -> np.ndarray:
     head[:, RT_RFULL] = r_full
     head[:, RT_RTAIL] = cols % r_full
     head[:, RT_CH] = geo.ch_bytes
+    head[:, RT_RIGHT] = 0
     if geo.depthwise:
         head[:, 5] *= len(row_vars)
+        head[:, RT_RIGHT] = right
     table = np.empty((geo.n, len(head), geo.ho, ROW), np.int64)
     table[...] = head[None, :, None, :]
     table[..., 0] += src[:, None, :]
@@ -423,26 +429,33 @@ def _block_template(vec_groups: int, nvp: int, vec_channels: int, blocks: tuple[
     return out
 
 
-def kernel_key(geo: ConvGeometry, dynamic: bool) -> tuple:
+def kernel_key(geo: ConvGeometry, dynamic: bool, borders: tuple | None = None) -> tuple:
     """What ``build_conv_kernel`` specializes on: never the batch (the table holds each image's offsets). With
     ``dynamic`` a dense convolution's code depends on neither the image size nor the pads (the row pitch and the
     row's pixel blocks come from the table, the padding is in the buffer): one kernel serves every N, H, W; a
-    depthwise or pooling walk's on its border taps (``dw_borders``), the same for most sizes."""
+    depthwise or pooling walk's on its border taps (``dw_borders``; ``merge_borders`` of every size modulo the
+    stride: one kernel for all but images narrower than the window)."""
     if dynamic and not geo.depthwise:
         return replace(geo, n=0, h=0, w=0, ho=0, wo=0, pt=0, pl=0), ()
-    if dynamic:
-        return replace(geo, n=0, h=0, w=0, ho=0, wo=0), dw_borders(geo)
+    if dynamic:  # ``borders`` (merge_borders: every size's) when they cover this size, else its own
+        return replace(geo, n=0, h=0, w=0, ho=0, wo=0), borders if borders and covers(borders, geo) \
+            else dw_borders(geo)
     return replace(geo, n=0), ()
 
 
-def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...], dynamic: bool = False) -> JitFunction:
+def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...], dynamic: bool = False,
+                      borders: tuple | None = None) -> JitFunction:
     """The JIT function ``conv(unused, args, start, count)`` for ``geo`` (see the module docstring). ``dynamic``
     (a dense convolution): the row pitch, the pixel blocks of a row and a planar buffer's plane come from each
-    table row, so the kernel serves every image size (``kernel_key``); the blocks are the static kernel's."""
+    table row, so the kernel serves every image size (``kernel_key``); the blocks are the static kernel's. A dynamic
+    depthwise or pooling walk has code for the row variants and border columns of ``borders`` (``dw_borders(geo)``
+    when None)."""
     fn = Function("conv", args=("unused", "args", "start", "count"))
     blocks = geo.blocks()
     nvs = [blocks[0][1]] + ([blocks[-1][1]] if blocks[-1][1] != blocks[0][1] else [])
-    row_vars = geo.row_variants() if geo.depthwise else [(0, geo.kh)]
+    if dynamic and geo.depthwise:
+        borders = borders or dw_borders(geo)
+    row_vars = list(borders[0]) if borders else geo.row_variants() if geo.depthwise else [(0, geo.kh)]
     variants = [(nv, rows) for nv in nvs for rows in row_vars]  # the table's variant indexes this list
     # the table row pointer and the items left
     fn.imul(r15, rdx, ROW * 8)
@@ -469,7 +482,7 @@ def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...], dynamic: 
     for i, (nv, rows) in enumerate(variants):
         fn.bind(labels[i])
         if geo.depthwise and dynamic:
-            _emit_dw_row_dynamic(fn, geo, nv, rows, post_ops)
+            _emit_dw_row_dynamic(fn, geo, nv, rows, post_ops, borders)
         elif geo.depthwise:
             _emit_dw_row(fn, geo, nv, rows, post_ops)
         elif dynamic:
@@ -595,32 +608,56 @@ def _advance_dw(fn: Function, geo: ConvGeometry, pixels: int) -> None:
 
 def dw_borders(geo: ConvGeometry) -> tuple:
     """What a dynamic depthwise/pool kernel's code depends on beyond the windows: the row-tap variants (top, middle,
-    bottom) and the column taps of the left and right border columns. A few per kernel (the bottom and right ones
-    follow the size modulo the stride); an image too small for an interior column has all its columns here."""
+    bottom), the column taps of the left border columns and the right border patterns it has code for (here one:
+    ``geo``'s). An image too small for an interior column has all its columns in its left border."""
     a, b = interior_columns(geo)
     return (tuple(geo.row_variants()), tuple(geo.col_taps(o) for o in range(a)),
-            tuple(geo.col_taps(o) for o in range(b, geo.wo)))
+            (tuple(geo.col_taps(o) for o in range(b, geo.wo)),))
+
+
+def merge_borders(geometries: list[ConvGeometry]) -> tuple | None:
+    """One ``dw_borders`` that serves all of ``geometries`` (sizes of one window walk: the bottom and right borders
+    follow the size modulo the stride): the union of their row variants and of their right border patterns, the
+    table selecting each shape's (``RT_RIGHT``), so one kernel serves every size; None when they disagree on the left
+    border (an image narrower than the window)."""
+    rows: dict[tuple[int, int], None] = {}
+    rights: dict[tuple, None] = {}
+    lefts = set()
+    for geo in geometries:
+        r, left, (right,) = dw_borders(geo)
+        rows.update(dict.fromkeys(r))
+        rights[right] = None
+        lefts.add(left)
+    if len(lefts) != 1 or interior_columns(geometries[0])[0] == geometries[0].wo:
+        return None
+    return tuple(rows), lefts.pop(), tuple(rights)
+
+
+def covers(borders: tuple, geo: ConvGeometry) -> bool:
+    """``borders`` (``merge_borders``) has code for ``geo``'s rows and border columns."""
+    rows, left, (right,) = dw_borders(geo)
+    return set(rows) <= set(borders[0]) and left == borders[1] and right in borders[2] \
+        and interior_columns(geo)[0] < geo.wo
 
 
 def _emit_dw_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int],
-                         post_ops: tuple[PostOp, ...]) -> None:
-    """``_emit_dw_row`` for every image width with the same ``dw_borders``: the left border columns straight-line,
-    the interior in a loop of the widest blocks (``RT_NFULL`` of them) and the rest of it in blocks of 8, 4, 2, 1
-    selected by the bits of ``RT_RTAIL``, then the right border columns; the kernel rows one pitch (``RT_PITCH``)
-    apart."""
+                         post_ops: tuple[PostOp, ...], borders: tuple) -> None:
+    """``_emit_dw_row`` for every image width ``borders`` (``dw_borders``/``merge_borders``) covers: the left border
+    columns straight-line, the interior in a loop of the widest blocks (``RT_NFULL`` of them) and the rest of it in
+    blocks of 8, 4, 2, 1 selected by the bits of ``RT_RTAIL``, then the right border columns of the pattern
+    ``RT_RIGHT`` selects; the kernel rows one pitch (``RT_PITCH``) apart."""
     r_full = max_pixels_per_block(nv)
-    a, b = interior_columns(geo)
+    _, left, rights = borders
     full = [tuple(range(geo.kw))]
 
-    def border(lo: int, hi: int) -> None:
-        for ow in range(lo, hi, r_full):
-            cols = [geo.col_taps(o) for o in range(ow, min(ow + r_full, hi))]
-            _emit_dw_block(fn, geo, nv, rows, cols, ow - lo, post_ops, dynamic=True)
+    def border(cols: tuple) -> None:
+        for at in range(0, len(cols), r_full):
+            _emit_dw_block(fn, geo, nv, rows, list(cols[at:at + r_full]), at, post_ops, dynamic=True)
 
-    border(0, a)
-    if a == b:  # no interior column (an image narrower than the window): every column is a border column
-        return
-    _advance_dw(fn, geo, a)
+    border(left)
+    if interior_columns(geo)[0] == geo.wo:
+        return  # no interior column (an image narrower than the window): every column is a left border column
+    _advance_dw(fn, geo, len(left))
     loop, rest = fn.new_label("pixels"), fn.new_label("rest")
     fn.mov(r12, qword[r15 + RT_NFULL * 8])
     fn.test(r12, r12)
@@ -639,7 +676,16 @@ def _emit_dw_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[i
             _emit_dw_block(fn, geo, nv, rows, full * bit, 0, post_ops, dynamic=True)
             _advance_dw(fn, geo, bit)
             fn.bind(skip)
-    border(b, geo.wo)
+    labels = [fn.new_label(f"right{k}") for k in range(len(rights))]
+    end = fn.new_label("right_end")
+    for k in range(1, len(rights)):
+        fn.cmp(qword[r15 + RT_RIGHT * 8], k)
+        fn.je(labels[k])
+    for label, cols in zip(labels, rights):
+        fn.bind(label)
+        border(cols)
+        fn.jmp(end)
+    fn.bind(end)
 
 
 def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tuple[PostOp, ...],

@@ -46,14 +46,16 @@ class ConvExecutor:
                  post_ops: Sequence[PostOp] = (), channel_data: Sequence[np.ndarray] = (),
                  num_threads: int = 1, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
                  pre_ops: Sequence[tuple[str, np.ndarray | None]] = (), plain_input: bool = False,
-                 dynamic: bool = False, prepared: ConvExecutor | None = None) -> None:
+                 dynamic: bool = False, prepared: ConvExecutor | None = None, borders: tuple | None = None,
+                 ) -> None:
         """``alloc(shape)`` makes each float32 buffer the kernel reads or writes (tests pass guarded memory);
         ``pre_ops`` are (numpy ufunc name, per-channel vector or None for Relu) applied to the input as it is
         copied into the padded buffer; ``plain_input``: the input arrives NCHW (AssignLayouts off, or it left this
         input plain), so a convolution with few input channels reads a planar padded copy (``choose_planar``);
         ``dynamic``: the shape-agnostic kernel of a dense convolution (``kernel_key``: the same code for every N, H,
         W); ``prepared``: the same primitive made for another shape, whose packed weights and kernels this one
-        shares (``for_shape``)."""
+        shares (``for_shape``); ``borders``: a dynamic depthwise/pool walk's border code for every size
+        (``conv.merge_borders``; ``prepared``'s by default)."""
         self.pre_ops = [(getattr(np, name), v) for name, v in pre_ops]
         pre_ops = tuple(pre_ops)
         self.pre_op_spec, self.plain_input, self.num_threads, self.alloc = pre_ops, plain_input, num_threads, alloc
@@ -81,17 +83,18 @@ class ConvExecutor:
         self.offsets = offsets
         #: the geometry the kernel walks: ``geo``, or a pointwise conv's pixels re-cut into even rows
         self.kernel_geo = kgeo = flat_pixels(geo)
-        self.table = work_table(kgeo, offsets)
-        self.kernel_key = key = kernel_key(kgeo, dynamic)
+        self.borders = borders if borders is not None else prepared.borders if prepared is not None else None
+        self.kernel_key = key = kernel_key(kgeo, dynamic, self.borders)
+        self.table = work_table(kgeo, offsets, key[1] if dynamic and kgeo.depthwise else None)
         if prepared is not None and key == prepared.kernel_key:
             self.kernel = prepared.kernel
         else:
             # built from the key's geometry (no N, nor H, W for a dynamic dense conv: the code cannot depend on
             # them); a dynamic depthwise walk from this shape's, whose borders the key holds
             code_geo = kgeo if dynamic and kgeo.depthwise else key[0]
-            self.kernel = FUNCTION_CACHE.get("conv", (key, self.post_ops),
-                                             lambda: build_conv_kernel(code_geo, self.post_ops, dynamic),
-                                             HARNESS_ARGTYPES)
+            self.kernel = FUNCTION_CACHE.get(
+                "conv", (key, self.post_ops), lambda: build_conv_kernel(code_geo, self.post_ops, dynamic, key[1] or None),
+                HARNESS_ARGTYPES)
         self.new = new
         #: the input can be read in place (NHWC, no padding): no copy when the producer wrote NHWC
         self.unpadded = geo.hp == geo.h and geo.wp == geo.w and not pre_ops and not geo.planar

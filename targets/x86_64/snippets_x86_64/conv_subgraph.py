@@ -8,7 +8,7 @@ op becomes an ``add_c``/``mul_c`` post-op with its own packed vector.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from snippets_core.errors import InputError
 from snippets_core.ir.layout import INPUT_LAYOUTS, PLAIN
 from snippets_core.ir.ops.subgraph import Subgraph, release_constants
 from snippets_x86_64.cache import ShapeCache
-from snippets_x86_64.conv import ConvGeometry, PostOp, planar_fits
+from snippets_x86_64.conv import ConvGeometry, PostOp, merge_borders, planar_fits
 from snippets_x86_64.conv_executor import ConvExecutor
 
 FALLBACK_REASON_KEY = "SnippetsFallbackReason"
@@ -62,11 +62,13 @@ class ConvPlan:
         return ConvGeometry(n, c, h, wd, m, self.conv.group, kh, kw, *geo_w.strides, *geo_w.dilations,  # type: ignore
                             pt, pl, ho, wo)
 
-    def executor(self, x_shape: tuple[int, ...], num_threads: int, dynamic: bool = False) -> ConvExecutor:
-        """The kernel for an input of ``x_shape`` [N, C, H, W] (``dynamic``: the one for every N, H, W)."""
+    def executor(self, x_shape: tuple[int, ...], num_threads: int, dynamic: bool = False,
+                 borders: tuple | None = None) -> ConvExecutor:
+        """The kernel for an input of ``x_shape`` [N, C, H, W] (``dynamic``: the one for every N, H, W; ``borders``:
+        a depthwise walk's border code for every size, ``conv.merge_borders``)."""
         return ConvExecutor(self.geometry(x_shape), self.w, self.scale, self.shift, self.post_ops, self.channel_data,
                             num_threads=num_threads, pre_ops=self.pre_ops, plain_input=self.plain_input,
-                            dynamic=dynamic)
+                            dynamic=dynamic, borders=borders)
 
 
 def plan_conv(sg: Subgraph) -> ConvPlan:
@@ -207,7 +209,7 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
     if sg.rt_info.get("SnippetsChannelShuffle"):
         return _compile_channel_shuffle(sg, config)
     if sg.rt_info.get("SnippetsPooling"):
-        from snippets_x86_64.pool import build_pool_executor
+        from snippets_x86_64.pool import POOL_MODES, build_pool_executor, pool_geometry
 
         # a pool alone, or a global pool's reduction between the Reshapes of MoveReductionAxesLast
         pool = next(op for op in sg.body_ops if op.type_name != "Reshape")
@@ -274,12 +276,14 @@ class DynamicConv(ShapeCache):
     kind = "one conv kernel for every N, H, W (a depthwise walk: one per border-tap pattern)"
 
     def __init__(self, sg: Subgraph, plan: ConvPlan, num_threads: int) -> None:
-        super().__init__(lambda shape, first: plan.executor(shape, num_threads, dynamic=True) if first is None
-                         else first.for_shape(plan.geometry(shape)))
+        stand_in = stand_in_shape(sg, plan.w.shape[2:], plan.conv._geometry(plan.w.shape[2:]))
+        borders = sampled_borders(sg, plan.geometry, stand_in)
+        super().__init__(lambda shape, first: plan.executor(shape, num_threads, dynamic=True, borders=borders)
+                         if first is None else first.for_shape(plan.geometry(shape)))
         self.sg, self.plan, self.num_threads = sg, plan, num_threads
         sg.rt_info["SnippetsConvKernel"] = "conv on runtime row geometry: one kernel for every N, H, W"
         # the kernels are made now, as a static shape's are, on a small stand-in shape (the weights packed with them)
-        self._first = self.make(stand_in_shape(sg, plan.w.shape[2:], plan.conv._geometry(plan.w.shape[2:])), None)
+        self._first = self.make(stand_in, None)
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
@@ -301,20 +305,23 @@ class DynamicPool(ShapeCache):
     kind = "one pooling kernel for every N, H, W (a window walk: one per border-tap pattern)"
 
     def __init__(self, sg: Subgraph, pool: Any, num_threads: int) -> None:
-        from snippets_x86_64.pool import build_pool_executor
+        from snippets_x86_64.pool import POOL_MODES, build_pool_executor, pool_geometry
 
         flat = sg.outputs[0].shape.rank_is_static and sg.outputs[0].shape.rank == 2  # a global pool into [N, C]
 
+        window = tuple(getattr(pool, "kernel", (1, 1)))
+        windowed = pool.type_name in POOL_MODES and len(window) == 2
+        stand_in = stand_in_shape(sg, window, pool._geometry(window) if windowed else None)
+        borders = sampled_borders(sg, lambda shape: pool_geometry(pool, shape)[0], stand_in) if windowed else None
+
         def make(shape: tuple[int, ...], first: Any) -> Any:
             out = (shape[0], shape[1]) if flat else None
-            return build_pool_executor(pool, shape, num_threads, out, dynamic=True, prepared=first)
+            return build_pool_executor(pool, shape, num_threads, out, dynamic=True, prepared=first, borders=borders)
 
         super().__init__(make)
         self.sg = sg
         sg.rt_info["SnippetsConvKernel"] = f"{pool.type_name} on runtime geometry (dynamic N, H, W)"
-        window = tuple(getattr(pool, "kernel", (1, 1)))
-        geo = pool._geometry(window) if hasattr(pool, "_geometry") and len(window) == 2 else None
-        self._first = self.make(stand_in_shape(sg, window, geo), None)  # the kernels made now
+        self._first = self.make(stand_in, None)  # the kernels made now
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if inputs[0].size == 0:  # an empty batch or image: nothing for a kernel to do, the reference says what it is
@@ -331,6 +338,23 @@ def stand_in_shape(sg: Subgraph, window: Sequence[int], geo: Any) -> tuple[int, 
     extents = [(k - 1) * (geo.dilations[i] if geo is not None else 1) + 1 for i, k in enumerate(window)]
     dims = [1, shape[1]] + [4 * e + 16 for e in extents]
     return tuple(d if d is not None else dims[i] for i, d in enumerate(shape.dims))  # type: ignore[union-attr]
+
+
+def sampled_borders(sg: Subgraph, geometry: Callable[[tuple[int, ...]], ConvGeometry], stand_in: tuple[int, ...],
+                    ) -> tuple | None:
+    """The border code (``merge_borders``) of a depthwise or pooling walk for every size: its geometry at the
+    stand-in shape and at the next ``2 * stride`` values of each dynamic H, W (the bottom and right borders follow
+    the size modulo the stride). None for a dense convolution (no border code) or when they disagree."""
+    geo = geometry(stand_in)
+    if not geo.depthwise:
+        return None
+    dims = sg.body.parameters[0].outputs[0].shape.dims or (None,) * 4
+    geos = [geo]
+    for axis, stride in ((2, geo.sh), (3, geo.sw)):
+        if dims[axis] is None:
+            geos += [geometry(tuple(d + k if i == axis else d for i, d in enumerate(stand_in)))
+                     for k in range(1, 2 * stride)]
+    return merge_borders(geos)
 
 
 def describe_geometry(g: ConvGeometry) -> str:

@@ -49,12 +49,12 @@ def reciprocal_counts(geo: ConvGeometry, pads: tuple[int, int, int, int], includ
 
 def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
                         out_shape: tuple[int, ...] | None = None, dynamic: bool = False,
-                        prepared: ConvExecutor | GlobalPool | None = None,
+                        prepared: ConvExecutor | GlobalPool | None = None, borders: tuple | None = None,
                         ) -> ConvExecutor | LRNExecutor | GlobalPool:
     """The kernel of a pooling primitive (MaxPool, AvgPool, LRN, or a ReduceMean/ReduceMax over H and W: a global
     pool, whose output is ``out_shape``, [N, C, 1, 1] by default) for inputs of ``x_shape``. ``dynamic``: a
     MaxPool/AvgPool's walk on runtime geometry (``conv.kernel_key``), whose kernel ``prepared`` (the same pool made
-    for another shape) may already have."""
+    for another shape) may already have; ``borders``: its border code for every size (``conv.merge_borders``)."""
     if node.type_name in GLOBAL_MODES:
         return GlobalPool(x_shape, GLOBAL_MODES[node.type_name], out_shape, num_threads=num_threads,
                           prepared=prepared if isinstance(prepared, GlobalPool) else None)
@@ -67,4 +67,4 @@ def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
     else:
         divisor = np.zeros(1, np.float32)
     return ConvExecutor(geo, divisor, None, None, num_threads=num_threads, dynamic=dynamic,
-                        prepared=prepared if isinstance(prepared, ConvExecutor) else None)
+                        prepared=prepared if isinstance(prepared, ConvExecutor) else None, borders=borders)

@@ -12,11 +12,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from snippets_x86_64.cache import FUNCTION_CACHE
-from snippets_x86_64.conv import ConvGeometry, PostOp, flat_pixels, kernel_key
+from snippets_x86_64.conv import ConvGeometry, PostOp, flat_pixels, kernel_key, merge_borders
 from snippets_x86_64.conv_executor import ConvExecutor
 from snippets_x86_64.guarded import guarded_array
 from snippets_x86_64.pool import reciprocal_counts
@@ -509,3 +509,46 @@ def test_vectorized_row_variants_and_interior_columns_match_their_definitions() 
             assert variants == list(dict.fromkeys(taps)) and [variants[i] for i in index] == taps
             inner = [o for o in range(out) if len(g.col_taps(o)) == k]
             assert interior_columns(g) == ((inner[0], inner[-1] + 1) if inner else (out, out))
+
+
+@pytest.mark.parametrize("case", DW_DYNAMIC, ids=[str(i) for i in range(len(DW_DYNAMIC))])
+@given(dims=shapes, at=st.sampled_from(["end", "start"]))
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_depthwise_kernel_with_every_sizes_borders(case: tuple, dims: list, at: str) -> None:
+    """One depthwise kernel with the border code of all the shapes (``merge_borders``: the table picks each shape's
+    bottom rows and right columns, ``RT_RIGHT``): no kernel after the first, each shape right."""
+    c, k, s, d, pads = case
+    rng = np.random.default_rng(c + 1)
+    w = rng.standard_normal((c, 1, *k)).astype(np.float32)
+    cases = []
+    for n, h, wd in dims:
+        x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+        want = conv_f64(x, w, c, s, d, pads)
+        cases.append((x, want, geometry(x, w, want, c, s, d, pads)))
+    borders = merge_borders([g for _, _, g in cases])
+    assume(borders is not None)  # an image narrower than the window has no interior: a kernel of its own
+    first = ConvExecutor(cases[0][2], w, None, None, num_threads=2, alloc=guarded(at), dynamic=True, borders=borders)
+    built = _built()
+    for x, want, geo in cases:
+        ex = first.for_shape(geo)
+        for inp in (x, guarded_nhwc(x, at)):
+            np.testing.assert_allclose(ex.run(inp), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+    assert _built() == built
+
+
+@pytest.mark.parametrize("case", POOLS, ids=[str(i) for i in range(len(POOLS))])
+@given(dims=shapes, at=st.sampled_from(["end", "start"]))
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_pool_kernel_with_every_sizes_borders(case: tuple, dims: list, at: str) -> None:
+    """MaxPool/AvgPool (ceil_mode, count_include_pad): one kernel with the border code of all the shapes."""
+    cases = [pool_case((case[0], n, case[2], h, wd, *case[5:])) for n, h, wd in dims]
+    borders = merge_borders([geo for _, _, geo, _ in cases])
+    assume(borders is not None)
+    first = None
+    for x, want, geo, divisor in cases:
+        built = _built()
+        ex = ConvExecutor(geo, divisor, None, None, num_threads=2, alloc=guarded(at), dynamic=True, prepared=first,
+                          borders=borders)
+        assert first is None or _built() == built
+        first = first or ex
+        np.testing.assert_allclose(ex.run(guarded_nhwc(x, at)), want, rtol=1e-5, atol=1e-5)

@@ -335,9 +335,9 @@ def dynamic_cnn(c: int = 3, m: int = 24, seed: int = 3) -> onnx.ModelProto:
 
 
 def test_a_dynamic_cnn_compiles_nothing_for_new_shapes() -> None:
-    """Every primitive of a CNN with dynamic N, H, W reads its geometry from its tables: after the first call, random
-    shapes build no kernel (a pool's or depthwise walk's border taps follow the size modulo its strides: H = 0 and
-    W = 1 modulo 4 here all share them); each matches onnxruntime."""
+    """Every primitive of a CNN with dynamic N, H, W reads its geometry from its tables: random shapes build no
+    kernel (a pool's or depthwise walk's kernel has the border code of every size modulo its strides, the table
+    picks); each matches onnxruntime."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
@@ -359,11 +359,10 @@ def test_a_dynamic_cnn_compiles_nothing_for_new_shapes() -> None:
         x = rng.standard_normal((n, 3, h, w)).astype(np.float32)
         np.testing.assert_allclose(cm({"x": x})["y"], sess.run(None, {"x": x})[0], rtol=2e-4, atol=2e-4)
 
-    check(1, 32, 33)  # the first call: the kernels
-    before = built()
+    before = built()  # the kernels are made at compile time
 
-    @given(st.integers(1, 3), st.sampled_from([32, 36, 40, 44]), st.sampled_from([33, 37, 41, 45]))
-    @settings(max_examples=8, deadline=None)
+    @given(st.integers(1, 3), st.integers(24, 45), st.integers(24, 45))
+    @settings(max_examples=12, deadline=None)
     def new_shape(n: int, h: int, w: int) -> None:
         check(n, h, w)
 
