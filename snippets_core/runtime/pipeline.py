@@ -21,6 +21,7 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
     from snippets_core.tokenization import TokenizationConfig, TokenizeFCSnippets, TokenizeMHASnippets, TokenizeSnippets
     from snippets_core.tokenization.config import SnippetsMode
     from snippets_core.tokenization.tokenize_int8_fc_snippets import TokenizeInt8FCSnippets
+    from snippets_core.tokenization.mark_int8_mha import MarkInt8MHA
     from snippets_core.tokenization.tokenize_int8_matmul_snippets import TokenizeInt8MatMulSnippets
 
     disabled = set(config.disabled_passes)
@@ -53,6 +54,9 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
             # asked once per match, about MatMul0; the hooks learn it is the MHA tokenizer asking
             TokenizeMHASnippets(tcfg, callback=lambda node: host.tokenization_callback(node, target.name, "mha")
                                 ).run(model)
+            if tcfg.int8_fc and tcfg.int8_mha and MarkInt8MHA.name not in disabled:
+                # while the FakeQuantizes feeding the MHA are still visible (the eltwise Tokenizer takes them next)
+                MarkInt8MHA(tcfg).run(model)
         if TokenizeFCSnippets.name not in disabled:
             # after MHA (whose MatMuls an FC must not take), before eltwise (which would take the post-ops)
             TokenizeFCSnippets(tcfg, callback=lambda node: host.tokenization_callback(node, target.name, "fc")

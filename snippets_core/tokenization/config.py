@@ -75,6 +75,9 @@ class TokenizationConfig:
     #: batched-MatMul Subgraph (TokenizeInt8MatMulSnippets). Off by default: at seq 128 the two int8 MatMuls with
     #: the softmax between them as its own pass are slower than the fused f32 MHA kernel (docs/int8.md)
     int8_matmul: bool = False
+    #: with ``int8_fc``, an MHA whose Q, K and V are quantized runs its two MatMuls on int8 Brgemms inside the MHA
+    #: Subgraph (MarkInt8MHA records the grids; the target decides). On: faster than the f32 MHA (docs/int8.md)
+    int8_mha: bool = True
     #: the target runs a Transpose that no other tokenizer took as its own kernel (TokenizeTransposeSnippets wraps
     #: each into a single-op Subgraph after the other passes; the eltwise kernels do not transpose)
     transpose_primitives: bool = False
@@ -94,7 +97,7 @@ class TokenizationConfig:
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise TokenizationConfigError(f"tokenization config 'int8_conv_min_macs' must be an integer >= 0, got {v!r}")
         for name in ("split_m_dimension", "mha_token_enable_transpose_on_output", "is_dynamic_mha_token_enabled",
-                     "mha_transposed_b_in_subgraph", "conv_primitives", "int8_fc", "int8_matmul",
+                     "mha_transposed_b_in_subgraph", "conv_primitives", "int8_fc", "int8_matmul", "int8_mha",
                      "transpose_primitives"):
             v = getattr(self, name)
             if not isinstance(v, bool):

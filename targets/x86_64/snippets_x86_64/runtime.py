@@ -622,6 +622,34 @@ def _parallel_min_ns(config: CompileConfig) -> int:
     return int_option(dict(config.target_options), "parallel_min_ns", PARALLEL_MIN_NS, minimum=0)
 
 
+#: rt_info key on an MHA Subgraph with quantized inputs that stays on the f32 MHA kernel: why
+INT8_MHA_REJECT_REASON_KEY = "SnippetsInt8MHARejectReason"
+
+
+def _int8_mha_executor(sg: Subgraph, config: CompileConfig) -> Any:
+    """The int8 MHA executor of an MHA Subgraph whose Q, K, V are quantized (MarkInt8MHA), or None (the f32 MHA
+    kernel runs it; why is in ``rt_info[INT8_MHA_REJECT_REASON_KEY]``)."""
+    from snippets_core.tokenization.mark_int8_mha import INT8_MHA_INPUT_GRIDS
+
+    grids = sg.rt_info.get(INT8_MHA_INPUT_GRIDS)
+    if grids is None:
+        return None
+    from snippets_x86_64.cpu import cpu_features
+    from snippets_x86_64.int8_mha import Int8MHAReject, plan_int8_mha
+    from snippets_x86_64.int8_mha_executor import Int8MHAExecutor
+
+    if "avx512_vnni" not in cpu_features():
+        sg.rt_info[INT8_MHA_REJECT_REASON_KEY] = "the CPU lacks AVX512_VNNI"
+        return None
+    try:
+        plan = plan_int8_mha(sg.body, grids)
+    except Int8MHAReject as exc:
+        sg.rt_info[INT8_MHA_REJECT_REASON_KEY] = str(exc)
+        return None
+    sg.rt_info.pop(INT8_MHA_REJECT_REASON_KEY, None)
+    return Int8MHAExecutor(sg, plan, config.num_threads, _parallel_min_ns(config))
+
+
 def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
     """An executor running ``sg`` on this machine, or None (reason in ``sg.rt_info``) to use the reference when
     the target declares it does not generate something in it (UnsupportedByTarget); other errors are raised.
@@ -639,6 +667,9 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
         from snippets_x86_64.int8_matmul_executor import Int8MatMulExecutor
 
         return Int8MatMulExecutor(sg, config.num_threads, _parallel_min_ns(config))
+    mha = _int8_mha_executor(sg, config)
+    if mha is not None:
+        return mha
     debug = debug_config(config)  # a bad SNIPPETS_* debug setting is an error, not a fallback
     if debug.enabled:  # dumps, perf counters, segfault detector: see snippets_x86_64.debug_caps
         from snippets_x86_64.debug_caps import compile_subgraph_debug

@@ -1,0 +1,509 @@
+"""The int8 attention kernel: one MHA Subgraph of a QDQ model on the VNNI Brgemm (the MHA guide's INT8 path).
+
+An MHA Subgraph whose Q, K and V inputs lie on per-tensor u8/i8 grids (MarkInt8MHA recorded them) computes::
+
+    scores = chain0(dequantize(sum_d (q - q_zp)(k - k_zp)))      chain0: the FakeQuantizes, the scale, the mask
+    p      = quantize_p(chain1(softmax(scores)))                  the probabilities on their u8/i8 grid
+    out    = chain2(dequantize(sum_s (p - p_zp)(v - v_zp)))        chain2: the output's FakeQuantize
+
+:func:`plan_int8_mha` reads that from the (decomposed) body: the operands' Transposes, the eltwise chains (ops with
+a scalar constant, or a per-column vector such as the attention mask, whose branch is evaluated per call), the
+probabilities' grid, the output Transpose. Anything else is a reason (:class:`Int8MHAReject`) and the Subgraph
+stays on the f32 MHA kernel.
+
+:class:`Int8MHAKernel` emits one function per (sequence length, strides) that runs one head, block of ``MB`` rows
+by block, all in one call:
+
+1. ``Q_blk x K'`` on the int8 Brgemm, s32 scores into a per-thread scratch. ``K' = k - 128`` (u8 K, s8 bytes)
+   comes repacked with one more column of ones, so column S of the scores is ``sum_d (q - q_zp)``: the row term of
+   K's zero point. Q's zero point is the compensation ``q_zp * colsum(K')``, itself a Brgemm of a row of ``q_zp``
+   bytes by ``K'``, once per head;
+2. per row: the row term added, dequantized, chain0 applied (max kept), ``exp``, the sum, chain1, the
+   probabilities requantized to their integers in registers (``vcvtps2dq``), stored as bytes, their row sum kept;
+3. ``P_blk x V'`` on the int8 Brgemm (V' = v - 128), then per row the row term of V's zero point
+   (``(128 - v_zp) * sum_s (p - p_zp)``), dequantized, chain2, stored f32 where the output's layout wants it.
+
+The Brgemms are :class:`~snippets_x86_64.brgemm_int8.BrgemmInt8Kernel` (``vpdpbusd``, u8 x s8; an s8 A is shifted
+by 128 and compensated); K' and V' are repacked per call by :mod:`~snippets_x86_64.int8_mha_executor`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+from snippets_core.errors import SnippetsError, UnsupportedByTarget
+from snippets_core.ir.model import Model
+from snippets_core.ir.node import Node, Output
+from snippets_core.ir.ops.quantize import QUANTIZATION_GRID, QuantGrid
+from snippets_x86_64.asm import ZMM, Function, dword, qword, k1, k2, k3, k4, r10, r11, r12, r13, r14, r15, rax, rbp, rbx, word
+from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, S8_SHIFT
+from snippets_x86_64.brgemm_int8 import VEC_BUDGET, BrgemmInt8Kernel, Int8Geometry, Int8Regs
+from snippets_x86_64.emitters.base import Aux, f32, i32
+from snippets_x86_64.emitters.math import emit_exp
+
+#: rows of Q per block: the scores of a block (MB x S s32) stay in L2 between the Brgemm and the softmax
+MB = 32
+#: the eltwise ops a chain may hold, with the instruction of each (Round: half to even)
+CHAIN_OPS = {"Maximum": "vmaxps", "Minimum": "vminps", "Multiply": "vmulps", "Add": "vaddps", "Subtract": "vsubps",
+             "Divide": "vdivps"}
+_MOVES = ("Reshape", "Squeeze", "Unsqueeze")
+
+
+class Int8MHAReject(SnippetsError):
+    """Why an MHA Subgraph does not run on the int8 kernel (it stays on the f32 MHA kernel)."""
+
+
+@dataclass(frozen=True)
+class RowOp:
+    """One eltwise op of a chain on a row of values ``x``: ``op(x, c)`` with ``c`` a scalar constant, or the
+    per-column side vector ``side`` (>= 0); ``swapped``: the chain value is the right operand (``c - x``)."""
+
+    op: str
+    const: float = 0.0
+    side: int = -1
+    swapped: bool = False
+
+
+@dataclass(frozen=True)
+class Int8Operand:
+    """Q, K or V: which Subgraph input, the planar order (planar dim i = the input's dim ``perm[i]``), the grid."""
+
+    index: int
+    perm: tuple[int, ...]
+    scale: float
+    zero_point: int
+    signed: bool
+
+
+@dataclass(frozen=True, eq=False)
+class Int8MHAPlan:
+    """What an int8 MHA Subgraph computes (module docstring). Planar operands: Q [b, h, m, d], K^T [b, h, d, n],
+    V [b, h, s, e]; ``out_perm``: the output is the planar [b, h, m, e] through that Transpose (None: none)."""
+
+    q: Int8Operand
+    k: Int8Operand
+    v: Int8Operand
+    scores: tuple[RowOp, ...]
+    probs: tuple[RowOp, ...]
+    p_grid: QuantGrid
+    out: tuple[RowOp, ...]
+    out_perm: tuple[int, ...] | None
+    #: the body nodes computing the side vectors (topological order) and the values the chains read
+    side_nodes: tuple[Node, ...]
+    side_values: tuple[Output, ...]
+    #: Subgraph input index of each body Parameter
+    param_index: dict[int, int]
+
+    @property
+    def p_signed(self) -> bool:
+        return self.p_grid.qtype.name == "i8"
+
+    def describe(self) -> str:
+        ts = {False: "u8", True: "s8"}
+        return (f"int8 MHA on the VNNI Brgemm: Q {ts[self.q.signed]} x K^T {ts[self.k.signed]}, softmax in f32, "
+                f"P requantized to {ts[self.p_signed]} in registers, x V {ts[self.v.signed]}; K^T and V repacked "
+                f"per call")
+
+
+def _perm(node: Node) -> tuple[int, ...]:
+    src = node.inputs[1].source.node
+    if src.type_name != "Constant":
+        raise Int8MHAReject(f"Transpose '{node.name}' has a computed order")
+    return tuple(int(v) for v in np.asarray(src.value).reshape(-1))  # type: ignore[attr-defined]
+
+
+def _operand(out: Output, grids: tuple[QuantGrid | None, ...], index: dict[int, int], what: str) -> Int8Operand:
+    """The operand a MatMul input reads: a body Parameter on a grid, through Transposes."""
+    perm: tuple[int, ...] | None = None
+    node = out.node
+    while node.type_name == "Transpose":
+        p = _perm(node)
+        perm = p if perm is None else tuple(p[j] for j in perm)
+        node = node.inputs[0].source.node
+    if node.type_name != "Parameter":
+        raise Int8MHAReject(f"{what} is computed in the body ({node.type_name} '{node.name}'), not an input")
+    grid = grids[index[node.id]]
+    if grid is None:
+        raise Int8MHAReject(f"{what} (input {index[node.id]}) is not on a per-tensor u8/i8 quantization grid")
+    rank = node.outputs[0].shape.rank
+    if rank != 4:
+        raise Int8MHAReject(f"{what} has rank {rank}; the int8 MHA takes rank 4")
+    return Int8Operand(index[node.id], perm if perm is not None else tuple(range(rank)), float(grid.scale),
+                       int(grid.zero_point), grid.qtype.name == "i8")
+
+
+def _scalar(node: Node) -> float | None:
+    if node.type_name != "Constant":
+        return None
+    v = np.asarray(node.value)  # type: ignore[attr-defined]
+    return float(v.reshape(-1)[0]) if v.size == 1 else None
+
+
+def _chain(start: Output, stop: set[str], side: dict[int, int], order: list[Node]) -> tuple[tuple[RowOp, ...], Node]:
+    """The row ops from ``start`` (one consumer each) up to the first node whose type is in ``stop``."""
+    ops: list[RowOp] = []
+    x = start
+    while True:
+        targets = [t.node for t in x.targets]
+        if len(targets) != 1:
+            raise Int8MHAReject(f"'{x.node.name}' feeds {len(targets)} ops inside the attention")
+        node = targets[0]
+        if node.type_name in stop:
+            return tuple(ops), node
+        if node.type_name == "Round":
+            if getattr(node, "mode", "half_to_even") != "half_to_even":
+                raise Int8MHAReject(f"Round '{node.name}' rounds {node.mode}")  # type: ignore[attr-defined]
+            ops.append(RowOp("Round"))
+        elif node.type_name in CHAIN_OPS and len(node.inputs) == 2:
+            i = 0 if node.inputs[0].source == x else 1
+            other = node.inputs[1 - i].source
+            c = _scalar(other.node)
+            if c is not None:
+                ops.append(RowOp(node.type_name, const=c, swapped=i == 1))
+            elif other.node.id in side:
+                shape = other.shape
+                if not shape.rank_is_static or any(d != 1 for d in list(shape)[1:-1]):
+                    raise Int8MHAReject(f"'{node.name}' reads '{other.node.name}' of shape {shape}: only a value per "
+                                        "column (and batch) joins the rows")
+                ops.append(RowOp(node.type_name, side=side[other.node.id], swapped=i == 1))
+            else:
+                raise Int8MHAReject(f"'{node.name}' reads '{other.node.name}', neither a scalar nor a mask branch")
+        else:
+            raise Int8MHAReject(f"{node.type_name} '{node.name}' in the attention has no int8 row emitter")
+        x = node.outputs[0]
+
+
+def plan_int8_mha(body: Model, grids: tuple[QuantGrid | None, ...]) -> Int8MHAPlan:
+    """Read an MHA body as an int8 attention (module docstring), or raise :class:`Int8MHAReject` saying why."""
+    order = body.get_ordered_ops()
+    index = {p.id: i for i, p in enumerate(body.parameters)}
+    matmuls = [n for n in order if n.type_name == "MatMul"]
+    softmax = [n for n in order if n.type_name == "Softmax"]
+    if len(matmuls) != 2 or len(softmax) != 1:
+        raise Int8MHAReject("the body is not one attention (two MatMuls around a Softmax)")
+    mm0, mm1 = matmuls
+    if mm0.transpose_a or mm1.transpose_a or mm1.transpose_b:  # type: ignore[attr-defined]
+        raise Int8MHAReject("a MatMul transposes an operand the int8 MHA reads as is")
+    q = _operand(mm0.inputs[0].source, grids, index, "Q")
+    k = _operand(mm0.inputs[1].source, grids, index, "K")
+    if mm0.transpose_b:  # type: ignore[attr-defined]
+        k = Int8Operand(k.index, (*k.perm[:-2], k.perm[-1], k.perm[-2]), k.scale, k.zero_point, k.signed)
+    v = _operand(mm1.inputs[1].source, grids, index, "V")
+    if q.perm[-1] != 3:
+        raise Int8MHAReject(f"Q's head dim is not its innermost (order {list(q.perm)}): its rows are not contiguous")
+    sm = softmax[0]
+    if sm.axis not in (-1, sm.outputs[0].shape.rank - 1):  # type: ignore[attr-defined]
+        raise Int8MHAReject(f"the Softmax is over axis {sm.axis}, not the last")  # type: ignore[attr-defined]
+    # the side branch: ops computed from the other inputs and constants only (the attention mask)
+    attention = {mm0.id}
+    for n in order:
+        if any(i.source.node.id in attention for i in n.inputs):
+            attention.add(n.id)
+    qkv = {p.id for p in body.parameters if index[p.id] in (q.index, k.index, v.index)}
+    side_nodes = tuple(n for n in order if n.id not in attention and n.type_name not in ("Parameter", "Constant")
+                       and n.type_name != "Transpose" and not _reaches_only_operands(n, qkv))
+    side: dict[int, int] = {}
+    side_values: list[Output] = []
+    for n in side_nodes:
+        if any(t.node.id in attention for t in n.outputs[0].targets):
+            side[n.id] = len(side_values)
+            side_values.append(n.outputs[0])
+    for p in body.parameters:  # a mask read as it comes
+        if p.id not in qkv and any(t.node.id in attention for t in p.outputs[0].targets):
+            side[p.id] = len(side_values)
+            side_values.append(p.outputs[0])
+    scores, at = _chain(mm0.outputs[0], {"Softmax"}, side, order)
+    if at is not sm:
+        raise Int8MHAReject("the scores do not reach the Softmax")
+    probs, at = _chain(sm.outputs[0], {"MatMul"}, {}, order)
+    if at is not mm1 or mm1.inputs[0].source.node.id == mm1.inputs[1].source.node.id:
+        raise Int8MHAReject("the probabilities do not reach the second MatMul as its A")
+    p_grid = mm1.inputs[0].source.node.rt_info.get(QUANTIZATION_GRID)
+    if p_grid is None or p_grid.qtype.name not in ("u8", "i8"):
+        raise Int8MHAReject("the probabilities are not requantized to a per-tensor u8/i8 grid before P x V")
+    out, at = _chain(mm1.outputs[0], {"Result", "Transpose"}, {}, order)
+    out_perm = None
+    if at.type_name == "Transpose":
+        out_perm = _perm(at)
+        if out_perm[-1] != 3:
+            raise Int8MHAReject(f"the output Transpose {list(out_perm)} moves the innermost dim")
+        nxt = [t.node for t in at.outputs[0].targets]
+        if len(nxt) != 1 or nxt[0].type_name != "Result":
+            raise Int8MHAReject("the output Transpose feeds more than the Result")
+    if len(body.results) != 1:
+        raise Int8MHAReject("the body has more than one output")
+    return Int8MHAPlan(q, k, v, scores, probs, p_grid, out, out_perm, side_nodes, tuple(side_values), index)
+
+
+def _reaches_only_operands(node: Node, qkv: set[int]) -> bool:
+    """Whether ``node`` is computed from Q/K/V (their Transposes), not from the mask branch."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if n.id in qkv:
+            return True
+        if n.id in seen:
+            continue
+        seen.add(n.id)
+        stack.extend(i.source.node for i in n.inputs)
+    return False
+
+
+def evaluate_side(plan: Int8MHAPlan, args: list[np.ndarray]) -> list[np.ndarray]:
+    """The side values (the mask branch) for these Subgraph inputs, on the ops' numpy references."""
+    from snippets_core.ir.evaluate import evaluate_node
+
+    env: dict[tuple[int, int], np.ndarray] = {}
+    for p_id, i in plan.param_index.items():
+        env[(p_id, 0)] = np.asarray(args[i])
+
+    def value(o: Output) -> np.ndarray:
+        key = (o.node.id, o.index)
+        if key not in env and o.node.type_name == "Constant":
+            env[key] = np.asarray(o.node.value)  # type: ignore[attr-defined]
+        return env[key]
+
+    for n in plan.side_nodes:
+        outs = evaluate_node(n, [value(i.source) for i in n.inputs])
+        for j, o in enumerate(outs):
+            env[(n.id, j)] = o
+    return [value(o) for o in plan.side_values]
+
+
+# --- the kernel --------------------------------------------------------------------------------------------------
+
+
+def pad(x: int, to: int) -> int:
+    return -(-x // to) * to
+
+
+@dataclass(frozen=True)
+class MHAGeometry:
+    """The static sizes of one kernel: ``m`` rows of Q, sequence ``s`` of K and V (columns of K^T = rows of V),
+    head dims ``d`` (Q, K) and ``e`` (V), Q's row stride in bytes, the output's row stride in floats, side vectors."""
+
+    m: int
+    s: int
+    d: int
+    e: int
+    lda_q: int
+    ldo: int
+    n_side: int
+
+    @property
+    def np_(self) -> int:
+        """Columns of a scores row: S, the ones column, padded to 16."""
+        return pad(self.s + 1, LANES)
+
+    @property
+    def ep(self) -> int:
+        return pad(self.e, LANES)
+
+    @property
+    def sp(self) -> int:
+        """Bytes of a probabilities row (the P x V Brgemm's lda)."""
+        return pad(self.s, 64)
+
+    def scratch_layout(self) -> dict[str, int]:
+        """Byte offsets of the per-thread scratch areas, and its size under ``"size"``."""
+        sizes = {"compk": self.np_ * 4, "compv": self.ep * 4, "rowsum": MB * 4, "scores": MB * self.np_ * 4,
+                 "probs": MB * self.sp, "acc": MB * self.ep * 4}
+        out, at = {}, 0
+        for name, size in sizes.items():
+            out[name] = at
+            at += pad(size, 64)
+        out["size"] = at
+        return out
+
+
+def _hreduce(a: Function, op: str, v, t) -> None:  # type: ignore[no-untyped-def]
+    """Every lane of ``v`` = ``op`` over its 16 lanes (``op``: vmaxps, vaddps, vpaddd)."""
+    for ins, imm in (("vshuff32x4", 0x4E), ("vshuff32x4", 0xB1)):
+        a.emit(ins, t, v, v, imm)
+        a.emit(op, v, v, t)
+    for imm in (0x4E, 0xB1):
+        a.vpermilps(t, v, imm)
+        a.emit(op, v, v, t)
+
+
+class Int8MHAKernel:
+    """Emits the function ``f(q, k_packed, v_packed, out, side, scratch)`` running one head (module docstring)."""
+
+    def __init__(self, plan: Int8MHAPlan, g: MHAGeometry) -> None:
+        self.plan, self.g = plan, g
+        self.lay = g.scratch_layout()
+
+    def _chain(self, a: Function, ops: tuple[RowOp, ...], x, t, side, j: int) -> None:  # type: ignore[no-untyped-def]
+        """Apply ``ops`` to the vector ``x`` (column vector ``j``); ``t`` is a free register."""
+        for op in ops:
+            if op.op == "Round":
+                a.vrndscaleps(x, x, 0x08)
+                continue
+            ins = CHAIN_OPS[op.op]
+            if op.side >= 0:
+                operand = side + (op.side * self.g.np_ + j * LANES) * 4
+            else:
+                operand = f32(a, op.const)
+            if op.swapped:
+                if op.side >= 0:
+                    a.vmovups(t, operand)
+                else:
+                    a.vbroadcastss(t, a.const_f32(op.const))
+                a.emit(ins, x, t, x)
+            else:
+                a.emit(ins, x, x, operand)
+
+    def build(self):  # type: ignore[no-untyped-def]
+        p, g, lay = self.plan, self.g, self.lay
+        fn = Function("int8_mha", args=("q", "kp", "vp", "out", "side", "scratch"))
+        q, kp, vp, out, side, scr = fn.args
+        z = ZMM
+        slot = qword[fn.stack_slot(8)]
+        q_shift = S8_SHIFT if p.q.signed else 0
+        p_shift = S8_SHIFT if p.p_signed else 0
+        comp_q = p.q.zero_point + q_shift  # the byte of the row that makes Q's compensation
+        comp_p = p.p_grid.zero_point + p_shift
+        k_shift = 0 if p.k.signed else S8_SHIFT
+        v_shift = 0 if p.v.signed else S8_SHIFT
+        ns, nsv = g.s, -(-g.s // LANES)  # softmax columns, vectors
+        ne = -(-g.e // LANES)
+        for k, n in ((k3, ns), (k4, g.e)):  # the softmax columns' and the output's tail lanes
+            if n % LANES:
+                fn.kmovw(k, word[fn.const_data(((1 << (n % LANES)) - 1).to_bytes(2, "little"), 2)])
+
+        def regs(a_reg, b_reg, c_reg, comp_reg):  # type: ignore[no-untyped-def]
+            return Int8Regs(a_reg, b_reg, c_reg, comp_reg, comp_reg, comp_reg, pa=rax, pb=r10, cnt=r11, arow=r12,
+                            crow=r13, mcnt=r14, vecs=ZMM[:VEC_BUDGET], n_mask=k1, k_mask=k2)
+
+        # the compensations of Q's and P's zero points: a row of that byte times K' and V', once per head
+        if comp_q:
+            fn.lea(rbx, fn.const_data(bytes([comp_q]) * pad(g.d, 64), 64))
+            fn.lea(r15, scr + lay["compk"])
+            BrgemmInt8Kernel(Int8Geometry(1, ns + 1, g.d, lda=g.d, ldc=g.np_)).emit(fn, regs(rbx, kp, r15, rbx))
+        if comp_p:
+            fn.lea(rbx, fn.const_data(bytes([comp_p]) * g.sp, 64))
+            fn.lea(r15, scr + lay["compv"])
+            BrgemmInt8Kernel(Int8Geometry(1, g.e, g.s, lda=g.sp, ldc=g.ep)).emit(fn, regs(rbx, vp, r15, rbx))
+        scale_qk = float(np.float32(p.q.scale) * np.float32(p.k.scale))
+        scale_pv = float(np.float32(p.p_grid.scale) * np.float32(p.v.scale))
+
+        def block(mb: int) -> None:
+            # 1. scores (s32) = Q_blk x K' - q_zp colsum(K')
+            fn.lea(r15, scr + lay["scores"])
+            fn.lea(rbx, scr + lay["compk"])
+            BrgemmInt8Kernel(Int8Geometry(mb, ns + 1, g.d, lda=g.lda_q, ldc=g.np_, a_signed=p.q.signed,
+                                          compensation=bool(comp_q))).emit(fn, regs(q, kp, r15, rbx))
+            # 2. softmax rows: r15 walks the scores rows, rbx the probabilities rows, rbp the row sums
+            fn.lea(rbx, scr + lay["probs"])
+            fn.lea(rbp, scr + lay["rowsum"])
+            fn.mov(r11, mb)
+            top = fn.label()
+            xmax, xsum, rrow, t = z[28], z[29], z[30], z[27]
+            fn.mov(rax.r32, dword[r15 + ns * 4])
+            fn.imul(rax.r32, rax.r32, k_shift - p.k.zero_point)
+            fn.vpbroadcastd(rrow, rax.r32)
+            fn.vbroadcastss(xmax, fn.const_f32(-np.inf))
+            for j in range(nsv):
+                x = z[j % 24]
+                tail = ns % LANES and j == nsv - 1
+                fn.vpaddd(x, rrow, r15 + j * 64)
+                fn.vcvtdq2ps(x, x)
+                fn.vmulps(x, x, f32(fn, scale_qk))
+                self._chain(fn, p.scores, x, t, side, j)
+                fn.vmaxps(xmax.mask(k3) if tail else xmax, xmax, x)
+                fn.vmovups(r15 + j * 64, x)
+            _hreduce(fn, "vmaxps", xmax, t)
+            fn.vxorps(xsum, xsum, xsum)
+            for j in range(nsv):
+                x = z[j % 24]
+                tail = ns % LANES and j == nsv - 1
+                fn.vmovups(x, r15 + j * 64)
+                fn.vsubps(x, x, xmax)
+                emit_exp(fn, x, x, aux=Aux((z[25], z[26])))
+                if tail:
+                    fn.vmovaps(x.mask(k3).z, x)
+                fn.vaddps(xsum, xsum, x)
+                fn.vmovups(r15 + j * 64, x)
+            _hreduce(fn, "vaddps", xsum, t)
+            fn.vbroadcastss(t, fn.const_f32(1.0))
+            fn.vdivps(xsum, t, xsum)
+            fn.vpxord(rrow, rrow, rrow)  # the row sum of the probabilities' integers
+            inv_p = float(1.0 / np.float64(p.p_grid.scale))
+            for j in range(nsv):
+                x = z[j % 24]
+                tail = ns % LANES and j == nsv - 1
+                fn.vmulps(x, xsum, r15 + j * 64)
+                self._chain(fn, p.probs, x, t, side, j)
+                fn.vmulps(x, x, f32(fn, inv_p))
+                fn.emit("vcvtps2dq", x.mask(k3).z if tail else x, x, rc="rn")
+                fn.vpaddd(x, x, i32(fn, p.p_grid.zero_point))
+                if tail:
+                    fn.vmovdqa32(x.mask(k3).z, x)
+                fn.vpaddd(rrow, rrow, x)
+                fn.vpmovdb((rbx + j * LANES).mask(k3) if tail else rbx + j * LANES, x)
+            _hreduce(fn, "vpaddd", rrow, t)
+            fn.vmovd(dword[rbp], rrow.xmm)
+            fn.add(r15, g.np_ * 4)
+            fn.add(rbx, g.sp)
+            fn.add(rbp, 4)
+            fn.dec(r11)
+            fn.jnz(top)
+            # 3. acc (s32) = P_blk x V' - p_zp colsum(V')
+            fn.lea(r15, scr + lay["probs"])
+            fn.lea(rbx, scr + lay["acc"])
+            fn.lea(rbp, scr + lay["compv"])
+            BrgemmInt8Kernel(Int8Geometry(mb, g.e, g.s, lda=g.sp, ldc=g.ep, a_signed=p.p_signed,
+                                          compensation=bool(comp_p))).emit(fn, regs(r15, vp, rbx, rbp))
+            # 4. out rows: + (v_shift - v_zp) sum_s (p - p_zp), dequantized, chain2
+            fn.lea(rbp, scr + lay["rowsum"])
+            fn.mov(r10, out)
+            fn.mov(r11, mb)
+            top = fn.label()
+            fn.mov(rax.r32, dword[rbp])
+            fn.sub(rax.r32, g.s * p.p_grid.zero_point)
+            fn.imul(rax.r32, rax.r32, v_shift - p.v.zero_point)
+            fn.vpbroadcastd(rrow, rax.r32)
+            for j in range(ne):
+                x = z[j % 24]
+                tail = g.e % LANES and j == ne - 1
+                fn.vpaddd(x, rrow, rbx + j * 64)
+                fn.vcvtdq2ps(x, x)
+                fn.vmulps(x, x, f32(fn, scale_pv))
+                self._chain(fn, p.out, x, t, side, j)
+                fn.vmovups((r10 + j * 64).mask(k4) if tail else r10 + j * 64, x)
+            fn.add(rbx, g.ep * 4)
+            fn.add(rbp, 4)
+            fn.add(r10, g.ldo * 4)
+            fn.dec(r11)
+            fn.jnz(top)
+            fn.add(q, mb * g.lda_q)
+            fn.add(out, mb * g.ldo * 4)
+
+        full, rest = divmod(g.m, MB)
+        if full:
+            fn.mov(slot, full)
+            top = fn.label()
+            block(MB)
+            fn.dec(slot)
+            fn.jnz(top)
+        if rest:
+            block(rest)
+        return fn.finalize(None, (ctypes.c_void_p,) * 6)
+
+
+@cache
+def int8_mha_function(plan: Int8MHAPlan, g: MHAGeometry):  # type: ignore[no-untyped-def]
+    """The compiled kernel of ``plan`` for the sizes ``g`` (one per sequence length and strides)."""
+    from snippets_x86_64.cpu import cpu_features
+
+    if "avx512_vnni" not in cpu_features():
+        raise UnsupportedByTarget("the int8 MHA needs AVX512_VNNI (vpdpbusd); this CPU lacks it")
+    return Int8MHAKernel(plan, g).build()
+
+
+__all__ = ["MB", "Int8MHAKernel", "Int8MHAPlan", "Int8MHAReject", "MHAGeometry", "RowOp", "evaluate_side",
+           "int8_mha_function", "plan_int8_mha"]
