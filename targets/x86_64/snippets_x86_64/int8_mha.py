@@ -97,6 +97,9 @@ class Int8MHAPlan:
     side_values: tuple[Output, ...]
     #: Subgraph input index of each body Parameter
     param_index: dict[int, int]
+    #: the probabilities' integers are ``clamp(r + offset, lo, hi)`` of the chain's last Round ``r`` (None: the
+    #: chain's value is requantized, ``rint(y / scale) + zero_point``)
+    p_tail: tuple[int, int, int] | None = None
 
     @property
     def p_signed(self) -> bool:
@@ -236,7 +239,94 @@ def plan_int8_mha(body: Model, grids: tuple[QuantGrid | None, ...]) -> Int8MHAPl
             raise Int8MHAReject("the output Transpose feeds more than the Result")
     if len(body.results) != 1:
         raise Int8MHAReject("the body has more than one output")
-    return Int8MHAPlan(q, k, v, scores, probs, p_grid, out, out_perm, side_nodes, tuple(side_values), index)
+    probs, p_tail = integer_tail(simplify(probs), p_grid)
+    return Int8MHAPlan(q, k, v, simplify(scores), probs, p_grid, simplify(out), out_perm, side_nodes,
+                       tuple(side_values), index, p_tail)
+
+
+def _f32_op(op: RowOp, x: np.ndarray) -> np.ndarray:
+    """``op`` on f32 values as the kernel computes it (IEEE f32, round to nearest; Round half to even)."""
+    with np.errstate(all="ignore"):
+        if op.op == "Round":
+            return np.rint(x)
+        c = np.float32(op.const)
+        a, b = (c, x) if op.swapped else (x, c)
+        fn = {"Maximum": np.maximum, "Minimum": np.minimum, "Multiply": np.multiply, "Add": np.add,
+              "Subtract": np.subtract, "Divide": np.divide}[op.op]
+        return fn(a, b).astype(np.float32)
+
+
+def _monotone(op: RowOp) -> bool:
+    """Whether ``op`` is a non-decreasing function of the chain value (a clamp commutes with it)."""
+    if op.side >= 0:
+        return False
+    if op.op in ("Round", "Add"):
+        return True
+    if op.op == "Subtract":
+        return not op.swapped
+    if op.op == "Multiply":
+        return op.const > 0
+    return op.op == "Divide" and not op.swapped and op.const > 0
+
+
+def simplify(ops: tuple[RowOp, ...]) -> tuple[RowOp, ...]:
+    """The same chain with fewer ops, bit for bit: a constant clamp (Maximum/Minimum) moves after the
+    non-decreasing ops behind it (``f(max(x, c)) = max(f(x), f(c))``, ``f(c)`` computed in f32 as the kernel would),
+    where it meets the next one and the two merge (a FakeQuantize's input clamp and its saturation become one)."""
+    out = list(ops)
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(out) - 1):
+            a, b = out[i], out[i + 1]
+            if a.op in ("Maximum", "Minimum") and a.side < 0 and _monotone(b):
+                c = float(_f32_op(b, np.array([a.const], np.float32))[0])
+                if not np.isnan(c):
+                    out[i : i + 2] = [b, RowOp(a.op, const=c)]
+                    changed = True
+                    break
+            if a.op == b.op and a.op in ("Maximum", "Minimum") and a.side < 0 and b.side < 0:
+                pick = max if a.op == "Maximum" else min
+                out[i : i + 2] = [RowOp(a.op, const=pick(a.const, b.const))]
+                changed = True
+                break
+            if i + 2 < len(out):
+                c3 = out[i + 2]
+                if (a.op, b.op, c3.op) == ("Maximum", "Minimum", "Maximum") and a.side < 0 and b.side < 0 \
+                        and c3.side < 0 and a.const <= b.const and c3.const <= b.const:
+                    # max(clamp(x, lo, hi), c) = clamp(x, max(lo, c), hi) when c <= hi
+                    out[i : i + 3] = [RowOp("Maximum", const=max(a.const, c3.const)), b]
+                    changed = True
+                    break
+    return tuple(out)
+
+
+#: the integers a Round before the probabilities' requantization is checked on (beyond, the tail is monotone)
+_TAIL_RANGE = 4096
+
+
+def integer_tail(ops: tuple[RowOp, ...], grid: QuantGrid) -> tuple[tuple[RowOp, ...], tuple[int, int, int] | None]:
+    """Split the probabilities' chain at its last Round when what follows it, and the requantization to ``grid``,
+    is ``clamp(r + offset, lo, hi)`` on integers: checked on every integer of [-4096, 4096] (the tail is monotone,
+    so the ends hold beyond). Returns (the ops up to the Round, (offset, lo, hi)), or (the ops, None)."""
+    rounds = [i for i, op in enumerate(ops) if op.op == "Round"]
+    if not rounds or not all(_monotone(op) or op.op in ("Maximum", "Minimum") for op in ops[rounds[-1] + 1 :]):
+        return ops, None
+    head, tail = ops[: rounds[-1] + 1], ops[rounds[-1] + 1 :]
+    r = np.arange(-_TAIL_RANGE, _TAIL_RANGE + 1).astype(np.float32)
+    y = r
+    for op in tail:
+        y = _f32_op(op, y)
+    qmin, qmax = (-128, 127) if grid.qtype.name == "i8" else (0, 255)
+    with np.errstate(all="ignore"):
+        q = np.rint((y * np.float32(1.0 / np.float64(grid.scale))).astype(np.float32)) + grid.zero_point
+    if not np.all(np.isfinite(q)):
+        return ops, None
+    offset = int(q[_TAIL_RANGE]) - 0
+    expect = np.clip(np.arange(-_TAIL_RANGE, _TAIL_RANGE + 1) + offset, max(qmin, int(q.min())), min(qmax, int(q.max())))
+    if not np.array_equal(q, expect):
+        return ops, None
+    return head, (offset, int(expect.min()), int(expect.max()))
 
 
 def _reaches_only_operands(node: Node, qkv: set[int]) -> bool:
@@ -438,9 +528,16 @@ class Int8MHAKernel:
                 tail = ns % LANES and j == nsv - 1
                 fn.vmulps(x, xsum, r15 + j * 64)
                 self._chain(fn, p.probs, x, t, side, j)
-                fn.vmulps(x, x, f32(fn, inv_p))
-                fn.emit("vcvtps2dq", x.mask(k3).z if tail else x, x, rc="rn")
-                fn.vpaddd(x, x, i32(fn, p.p_grid.zero_point))
+                if p.p_tail is None:
+                    fn.vmulps(x, x, f32(fn, inv_p))
+                    fn.emit("vcvtps2dq", x, x, rc="rn")
+                    fn.vpaddd(x, x, i32(fn, p.p_grid.zero_point))
+                else:  # the chain ended on a Round: its integers, moved and clamped
+                    offset, lo, hi = p.p_tail
+                    fn.emit("vcvtps2dq", x, x, rc="rn")
+                    fn.vpaddd(x, x, i32(fn, offset))
+                    fn.vpmaxsd(x, x, i32(fn, lo))
+                    fn.vpminsd(x, x, i32(fn, hi))
                 if tail:
                     fn.vmovdqa32(x.mask(k3).z, x)
                 fn.vpaddd(rrow, rrow, x)

@@ -121,13 +121,15 @@ class Int8MHAExecutor:
         parts = self.parts(nb, m, s, d + e)
         scratch = [self.scratch(g, t) for t in range(parts)]
 
+        # the addresses once (``ndarray.ctypes`` costs microseconds per access)
+        q0, k0, v0, o0, s0 = (x.ctypes.data for x in (qb, kp, vp, out, sides))
+        calls = [(q0 + bi * qs[0] + hi_ * qs[1], k0 + i * kp_bytes, v0 + i * vp_bytes, o0 + bi * os_[0] + hi_ * os_[1],
+                  s0 + bi * sides.strides[0]) for i in range(nb) for bi, hi_ in [divmod(i, h)]]
+        scr = [x.ctypes.data for x in scratch]
+
         def run(lo: int, hi: int, t: int) -> None:
-            sc = scratch[t].ctypes.data
             for i in range(lo, hi):
-                bi, hi_ = divmod(i, h)
-                fn(qb.ctypes.data + bi * qs[0] + hi_ * qs[1], kp.ctypes.data + i * kp_bytes,
-                   vp.ctypes.data + i * vp_bytes, out.ctypes.data + bi * os_[0] + hi_ * os_[1],
-                   sides.ctypes.data + bi * sides.strides[0], sc)
+                fn(*calls[i], scr[t])
 
         bounds = [round(nb * t / parts) for t in range(parts + 1)]
         POOL.run([lambda lo=bounds[t], hi=bounds[t + 1], t=t: run(lo, hi, t) for t in range(parts)])
@@ -164,9 +166,10 @@ class Int8MHAExecutor:
         """V' [b, h, s, e] (s8) of every head in the VNNI layout: 4 consecutive rows of a column in one word."""
         b, h, s, e = vv.shape
         sp4 = pad(s, K_GROUP)
-        padded = np.zeros((b, h, sp4, g.ep), np.int8)
-        padded[:, :, :s, :e] = vv
-        w = np.ascontiguousarray(padded.reshape(b, h, sp4 // K_GROUP, K_GROUP, g.ep).transpose(0, 1, 2, 4, 3))
+        w = np.zeros((b, h, sp4 // K_GROUP, g.ep, K_GROUP), np.int8)
+        for i in range(K_GROUP):  # byte i of every word: rows i, i + 4, .. (four strided copies, not one byte gather)
+            rows = vv[:, :, i::K_GROUP, :]
+            w[:, :, : rows.shape[2], :e, i] = rows
         out = self.empty((b * h, sp4 // K_GROUP * g.ep), np.int32)
         pack_words(w.view(np.int32).reshape(b * h, sp4 // K_GROUP, g.ep), out)
         return out
