@@ -1,0 +1,231 @@
+"""The int8 MHA (snippets_x86_64.int8_mha): a QDQ attention in one MHA Subgraph on int8 Brgemms, against a float64
+model of the quantized math and onnxruntime on the same file: grids u8/s8 with zero points, odd head dims, odd
+sequence lengths, a mask branch, 2 threads, the executor under guard pages, and the reasons it stays f32."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+import snippets_core as sc
+from snippets_x86_64.cpu import cpu_features
+from snippets_x86_64.int8_mha_executor import Int8MHAExecutor
+from snippets_x86_64.runtime import INT8_MHA_REJECT_REASON_KEY
+
+ort = pytest.importorskip("onnxruntime")
+pytestmark = pytest.mark.skipif("avx512_vnni" not in cpu_features(), reason="the int8 MHA needs AVX512_VNNI")
+
+TARGET = "x86_64_avx512"
+#: (signed, scale, zero point) of each grid of the attention; scales as a calibration makes them (not round
+#: decimals, whose products put exact ties on the next grid that float32 and float64 break differently)
+GRIDS = {
+    "q": (False, 0.030137, 128), "k": (False, 0.024871, 120), "v": (False, 0.020213, 131),
+    "s0": (False, 0.251093, 128), "s1": (False, 0.034917, 128), "m": (False, 10000.0 / 255, 255),
+    "s2": (False, 0.050311, 200), "p": (False, 1.0 / 255, 0), "o": (False, 0.010037, 128),
+}
+SIGNED = {"q": (True, 0.030137, -3), "k": (True, 0.024871, 0), "v": (True, 0.020213, 5), "p": (True, 1.0 / 255, -128)}
+
+
+def _qdq(name: str, grid: tuple[bool, float, int]) -> tuple[list, list, str]:
+    signed, scale, zp = grid
+    inits = [nh.from_array(np.float32(scale), f"{name}_s"),
+             nh.from_array(np.asarray(zp, np.int8 if signed else np.uint8), f"{name}_z")]
+    nodes = [h.make_node("QuantizeLinear", [name, f"{name}_s", f"{name}_z"], [f"{name}_q"]),
+             h.make_node("DequantizeLinear", [f"{name}_q", f"{name}_s", f"{name}_z"], [f"{name}_dq"])]
+    return nodes, inits, f"{name}_dq"
+
+
+def attention_model(d: int, grids: dict[str, tuple[bool, float, int]], heads: int = 2, out_transpose: bool = False
+                    ) -> bytes:
+    """q, k, v [1, s, heads, d] and mask [1, 1, 1, s] (1 keep, 0 pad) -> QDQ everywhere, as onnxruntime's static
+    quantizer writes an attention: softmax(QDQ(QDQ(QDQ(Q K^T) / sqrt(d)) + QDQ((1 - mask) * -10000))) V."""
+    nodes: list = []
+    inits: list = [nh.from_array(np.float32(np.sqrt(d)), "sqrt_d"), nh.from_array(np.float32(1.0), "one"),
+                   nh.from_array(np.float32(-10000.0), "big")]
+
+    def qdq(x: str, g: str) -> str:
+        n, i, y = _qdq(x, grids[g])
+        nodes.extend(n)
+        inits.extend(i)
+        return y
+
+    q, k, v = qdq("q", "q"), qdq("k", "k"), qdq("v", "v")
+    nodes += [h.make_node("Transpose", [q], ["qt"], perm=[0, 2, 1, 3]),
+              h.make_node("Transpose", [k], ["kt"], perm=[0, 2, 3, 1]),
+              h.make_node("Transpose", [v], ["vt"], perm=[0, 2, 1, 3]),
+              h.make_node("MatMul", ["qt", "kt"], ["s0"]),
+              h.make_node("Sub", ["one", "mask"], ["m0"]), h.make_node("Mul", ["m0", "big"], ["m"])]
+    nodes.append(h.make_node("Div", [qdq("s0", "s0"), "sqrt_d"], ["s1"]))
+    nodes.append(h.make_node("Add", [qdq("s1", "s1"), qdq("m", "m")], ["s2"]))
+    nodes.append(h.make_node("Softmax", [qdq("s2", "s2")], ["p"], axis=-1))
+    nodes.append(h.make_node("MatMul", [qdq("p", "p"), "vt"], ["o"]))
+    y = qdq("o", "o")
+    if out_transpose:
+        nodes.append(h.make_node("Transpose", [y], ["ot"], perm=[0, 2, 1, 3]))
+        y = "ot"
+    nodes.append(h.make_node("Identity", [y], ["y"]))
+    ins = [h.make_tensor_value_info(n, T.FLOAT, [1, "s", heads, d]) for n in "qkv"]
+    ins.append(h.make_tensor_value_info("mask", T.FLOAT, [1, 1, 1, "s"]))
+    g = h.make_graph(nodes, "qdq_attention", ins, [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 19)]).SerializeToString()
+
+
+def _q(x: np.ndarray, grid: tuple[bool, float, int]) -> np.ndarray:
+    """QuantizeLinear then DequantizeLinear in float64 (round half to even, saturate), stored as the float32
+    tensor the graph holds."""
+    signed, scale, zp = grid
+    lo, hi = (-128, 127) if signed else (0, 255)
+    s = np.float64(np.float32(scale))
+    return ((np.clip(np.rint(x.astype(np.float64) / s) + zp, lo, hi) - zp) * s).astype(np.float32)
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    """An op's float64 result stored in the graph's float32 tensor."""
+    return np.asarray(x, np.float64).astype(np.float32)
+
+
+def want_float64(f: dict[str, np.ndarray], grids: dict[str, tuple[bool, float, int]], out_transpose: bool
+                 ) -> np.ndarray:
+    """The quantized attention in float64, op by op as the QDQ graph says, each result stored in float32 (the
+    graph's tensors; a quantization step then falls where the graph puts it)."""
+    q = _q(f["q"], grids["q"]).transpose(0, 2, 1, 3).astype(np.float64)
+    k = _q(f["k"], grids["k"]).transpose(0, 2, 3, 1).astype(np.float64)
+    v = _q(f["v"], grids["v"]).transpose(0, 2, 1, 3).astype(np.float64)
+    s = _f32(np.einsum("bhmd,bhdn->bhmn", q, k))
+    s = _f32(_q(s, grids["s0"]).astype(np.float64) / np.float64(np.float32(np.sqrt(q.shape[-1]))))
+    m = _q(_f32((1.0 - f["mask"].astype(np.float64)) * -10000.0), grids["m"])
+    s = _q(_f32(_q(s, grids["s1"]).astype(np.float64) + m), grids["s2"]).astype(np.float64)
+    e = np.exp(s - s.max(-1, keepdims=True))
+    p = _q(_f32(e / e.sum(-1, keepdims=True)), grids["p"]).astype(np.float64)
+    o = _q(_f32(np.einsum("bhms,bhsd->bhmd", p, v)), grids["o"])
+    return o.transpose(0, 2, 1, 3) if out_transpose else o
+
+
+def feeds(s: int, d: int, heads: int = 2, seed: int = 0, masked: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    f = {n: rng.standard_normal((1, s, heads, d)).astype(np.float32) for n in "qkv"}
+    mask = np.ones((1, 1, 1, s), np.float32)
+    if masked:
+        mask[..., s - masked :] = 0.0
+    f["mask"] = mask
+    return f
+
+
+def compile_int8(model: bytes, threads: int = 1) -> Any:
+    cm = sc.compile_model(model, TARGET, {"num_threads": threads})
+    assert "int8 MHA on the VNNI Brgemm" in cm.describe(), cm.describe()
+    return cm
+
+
+def assert_steps(got: np.ndarray, want: np.ndarray, step: float) -> None:
+    """Within the quantization tolerance: at most 1% of the elements off, by at most 2 output steps. The chain
+    requantizes five times; a value within float32 rounding of a step boundary (~1e-5 of a step: the FakeQuantize
+    decomposition multiplies by 1/scale where onnxruntime divides) lands on the other step and moves its row of
+    probabilities by one step, its row of outputs by up to 2 (our f32 MHA kernel lands on the same values)."""
+    assert got.shape == want.shape
+    steps = np.abs(np.rint(got.astype(np.float64) / step) - np.rint(want.astype(np.float64) / step))
+    assert steps.max() <= 2, f"{int(steps.max())} steps off"
+    assert (steps > 0).mean() <= 0.01, f"{int((steps > 0).sum())} of {steps.size} off"
+
+
+def _ort(model: bytes, f: dict[str, np.ndarray]) -> np.ndarray:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC  # the QDQ graph as written
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, f)[0]
+
+
+@pytest.mark.parametrize("signed", ["", "q", "k", "v", "p", "qkvp"])
+@pytest.mark.parametrize("d", [7, 64])
+def test_grids_match_float64_and_onnxruntime(d: int, signed: str) -> None:
+    grids = {**GRIDS, **{g: SIGNED[g] for g in signed}}
+    model = attention_model(d, grids)
+    cm = compile_int8(model)
+    for s, masked in ((1, 0), (17, 3), (128, 16)):
+        f = feeds(s, d, seed=s + d, masked=masked)
+        got = cm(f)["y"]
+        assert_steps(got, want_float64(f, grids, False), grids["o"][1])
+        assert_steps(got, _ort(model, f), grids["o"][1])
+
+
+@pytest.mark.parametrize("s", [2, 31, 32, 33, 63, 129, 200])
+def test_odd_sequence_lengths_and_output_transpose(s: int) -> None:
+    """One kernel per length (blocks of 32 rows and a tail, softmax tails under a mask), the output written
+    through the merge-heads Transpose."""
+    model = attention_model(16, GRIDS, heads=3, out_transpose=True)
+    cm = compile_int8(model)
+    f = feeds(s, 16, heads=3, seed=s, masked=s // 3)
+    got = cm(f)["y"]
+    assert got.shape == (1, s, 3, 16)
+    assert_steps(got, want_float64(f, GRIDS, True), GRIDS["o"][1])
+    assert_steps(got, _ort(model, f), GRIDS["o"][1])
+
+
+def test_mask_changes_between_calls_and_two_threads() -> None:
+    """The mask branch is recomputed when the mask changes; the heads split between 2 threads."""
+    model = attention_model(64, GRIDS, heads=4)
+    cm = compile_int8(model, threads=2)
+    for masked in (0, 40, 5):
+        f = feeds(128, 64, heads=4, seed=masked, masked=masked)
+        assert_steps(cm(f)["y"], want_float64(f, GRIDS, False), GRIDS["o"][1])
+
+
+def test_off_by_config_and_unquantized_v_stays_f32_with_reason() -> None:
+    model = attention_model(8, GRIDS)
+    cm = sc.compile_model(model, TARGET, {"tokenization": {"int8_mha": False}})
+    assert "int8 MHA" not in cm.describe()
+    # V not quantized: the MHA stays on the f32 kernel and says why
+    model = _without_v_qdq(8, GRIDS)
+    cm = sc.compile_model(model, TARGET)
+    assert "int8 MHA" not in cm.describe()
+    reasons = [sg.rt_info.get(INT8_MHA_REJECT_REASON_KEY) for sg in cm.subgraphs]
+    assert any(r and "V" in r for r in reasons), reasons
+    f = feeds(9, 8)
+    np.testing.assert_allclose(cm(f)["y"], _ort(model, f), rtol=1e-5, atol=1e-5)
+
+
+def _without_v_qdq(d: int, grids: dict[str, tuple[bool, float, int]]) -> bytes:
+    import onnx
+
+    m = onnx.load_from_string(attention_model(d, grids))
+    keep = [n for n in m.graph.node if not (n.output[0] in ("v_q", "v_dq"))]
+    for n in keep:
+        n.input[:] = ["v" if i == "v_dq" else i for i in n.input]
+    del m.graph.node[:]
+    m.graph.node.extend(keep)
+    return m.SerializeToString()
+
+
+@pytest.mark.parametrize("at", ["start", "end"])
+@pytest.mark.parametrize(("s", "d"), [(1, 7), (33, 16), (129, 64)])
+def test_executor_stays_inside_its_arrays(at: str, s: int, d: int) -> None:
+    """The inputs, the output, the quantized bytes, the packed K^T and V, the mask vectors and the per-thread
+    scratch next to PROT_NONE pages: no fault, the float64 result."""
+    from snippets_x86_64.guarded import guarded_array, guarded_copy
+    from snippets_x86_64.int8_mha import plan_int8_mha
+
+    cm = compile_int8(attention_model(d, GRIDS, heads=2))
+    (sg,) = [sg for sg in cm.subgraphs if "SnippetsInt8MHAInputGrids" in sg.rt_info]
+    f = feeds(s, d, seed=s, masked=s // 4)
+    seen: list[list[np.ndarray]] = []
+    call = Int8MHAExecutor.__call__
+
+    def spy(self: Int8MHAExecutor, args: Any, outs: Any = None) -> Any:
+        seen.append([np.array(a) for a in args])
+        return call(self, args, outs)
+
+    Int8MHAExecutor.__call__ = spy  # type: ignore[method-assign]
+    try:
+        cm(f)
+    finally:
+        Int8MHAExecutor.__call__ = call  # type: ignore[method-assign]
+    ex = Int8MHAExecutor(sg, plan_int8_mha(sg.body, sg.rt_info["SnippetsInt8MHAInputGrids"]), 2, 0)
+    ex.empty = lambda shape, dtype: guarded_array(shape if isinstance(shape, tuple) else (shape,), dtype, at)
+    out = guarded_array((1, 2, s, d), np.float32, at)
+    (got,) = ex([guarded_copy(a, at) for a in seen[0]], [out])
+    assert got is out
+    assert_steps(out, want_float64(f, GRIDS, False), GRIDS["o"][1])
