@@ -269,11 +269,23 @@ def _monotone(op: RowOp) -> bool:
     return op.op == "Divide" and not op.swapped and op.const > 0
 
 
+def _exact_reciprocal(op: RowOp) -> RowOp:
+    """``x / c`` as ``x * (1 / c)`` when ``c`` is a power of two (both are the correctly rounded x 2^-k; a divide
+    costs the vector unit ~5 multiplies)."""
+    if op.op != "Divide" or op.swapped or op.side >= 0 or op.const == 0 or not np.isfinite(op.const):
+        return op
+    m, _ = np.frexp(np.float32(op.const))
+    inv = np.float32(1.0) / np.float32(op.const)
+    if abs(float(m)) != 0.5 or not np.isfinite(inv) or inv == 0 or abs(inv) < np.finfo(np.float32).tiny:
+        return op
+    return RowOp("Multiply", const=float(inv))
+
+
 def simplify(ops: tuple[RowOp, ...]) -> tuple[RowOp, ...]:
     """The same chain with fewer ops, bit for bit: a constant clamp (Maximum/Minimum) moves after the
     non-decreasing ops behind it (``f(max(x, c)) = max(f(x), f(c))``, ``f(c)`` computed in f32 as the kernel would),
     where it meets the next one and the two merge (a FakeQuantize's input clamp and its saturation become one)."""
-    out = list(ops)
+    out = [_exact_reciprocal(op) for op in ops]
     changed = True
     while changed:
         changed = False
@@ -420,6 +432,48 @@ def _hreduce(a: Function, op: str, v, t) -> None:  # type: ignore[no-untyped-def
         a.emit(op, v, v, t)
 
 
+#: column vectors whose chains are emitted interleaved, op by op (independent work for the out-of-order core:
+#: one vector's chain is a serial dependency of ~20 ops)
+GROUP = 4
+
+
+class _Recorder:
+    """Stands for the Assembler while one vector's code is written: constants go to the real pool, instructions
+    are kept to be interleaved with the other vectors' (:func:`_interleaved`)."""
+
+    def __init__(self, fn: Function) -> None:
+        self.fn = fn
+        self.ops: list[tuple[str, tuple, dict]] = []
+
+    def const_f32(self, value: float):  # type: ignore[no-untyped-def]
+        return self.fn.const_f32(value)
+
+    def const_i32(self, value: int):  # type: ignore[no-untyped-def]
+        return self.fn.const_i32(value)
+
+    def const_data(self, data: bytes, align: int = 4):  # type: ignore[no-untyped-def]
+        return self.fn.const_data(data, align)
+
+    def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+        return lambda *args, **kwargs: self.ops.append((name, args, kwargs))
+
+
+def _interleaved(fn: Function, n: int, body) -> None:  # type: ignore[no-untyped-def]
+    """``body(a, j, x, t, aux)`` for the column vectors ``j < n``, GROUP at a time with their own registers
+    (x: zmm i, t: zmm 4 + i, two exp aux: zmm 8 + 2i, 9 + 2i), their instructions interleaved."""
+    for j0 in range(0, n, GROUP):
+        recs = []
+        for i, j in enumerate(range(j0, min(n, j0 + GROUP))):
+            rec = _Recorder(fn)
+            body(rec, j, ZMM[i], ZMM[GROUP + i], (ZMM[2 * GROUP + 2 * i], ZMM[2 * GROUP + 2 * i + 1]))
+            recs.append(rec)
+        for k in range(max(len(r.ops) for r in recs)):
+            for r in recs:
+                if k < len(r.ops):
+                    name, args, kwargs = r.ops[k]
+                    getattr(fn, name)(*args, **kwargs)
+
+
 class Int8MHAKernel:
     """Emits the function ``f(q, k_packed, v_packed, out, side, scratch)`` running one head (module docstring)."""
 
@@ -460,6 +514,9 @@ class Int8MHAKernel:
         k_shift = 0 if p.k.signed else S8_SHIFT
         v_shift = 0 if p.v.signed else S8_SHIFT
         ns, nsv = g.s, -(-g.s // LANES)  # softmax columns, vectors
+
+        def tail(j: int) -> bool:
+            return bool(ns % LANES) and j == nsv - 1
         ne = -(-g.e // LANES)
         for k, n in ((k3, ns), (k4, g.e)):  # the softmax columns' and the output's tail lanes
             if n % LANES:
@@ -497,51 +554,53 @@ class Int8MHAKernel:
             fn.imul(rax.r32, rax.r32, k_shift - p.k.zero_point)
             fn.vpbroadcastd(rrow, rax.r32)
             fn.vbroadcastss(xmax, fn.const_f32(-np.inf))
-            for j in range(nsv):
-                x = z[j % 24]
-                tail = ns % LANES and j == nsv - 1
-                fn.vpaddd(x, rrow, r15 + j * 64)
-                fn.vcvtdq2ps(x, x)
-                fn.vmulps(x, x, f32(fn, scale_qk))
-                self._chain(fn, p.scores, x, t, side, j)
-                fn.vmaxps(xmax.mask(k3) if tail else xmax, xmax, x)
-                fn.vmovups(r15 + j * 64, x)
+
+            def scores(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
+                a.vpaddd(x, rrow, r15 + j * 64)
+                a.vcvtdq2ps(x, x)
+                a.vmulps(x, x, f32(a, scale_qk))
+                self._chain(a, p.scores, x, tj, side, j)
+                a.vmaxps(xmax.mask(k3) if tail(j) else xmax, xmax, x)
+                a.vmovups(r15 + j * 64, x)
+
+            def exps(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
+                a.vmovups(x, r15 + j * 64)
+                a.vsubps(x, x, xmax)
+                emit_exp(a, x, x, aux=Aux(aux))
+                if tail(j):
+                    a.vmovaps(x.mask(k3).z, x)
+                a.vaddps(xsum, xsum, x)
+                a.vmovups(r15 + j * 64, x)
+
+            inv_p = float(1.0 / np.float64(p.p_grid.scale))
+
+            def probs(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
+                a.vmulps(x, xsum, r15 + j * 64)
+                self._chain(a, p.probs, x, tj, side, j)
+                if p.p_tail is None:
+                    a.vmulps(x, x, f32(a, inv_p))
+                    a.emit("vcvtps2dq", x, x, rc="rn")
+                    a.vpaddd(x, x, i32(a, p.p_grid.zero_point))
+                else:  # the chain ended on a Round: its integers, moved and clamped
+                    offset, lo, hi = p.p_tail
+                    a.emit("vcvtps2dq", x, x, rc="rn")
+                    a.vpaddd(x, x, i32(a, offset))
+                    a.vpmaxsd(x, x, i32(a, lo))
+                    a.vpminsd(x, x, i32(a, hi))
+                if tail(j):
+                    a.vmovdqa32(x.mask(k3).z, x)
+                a.vpaddd(rrow, rrow, x)
+                a.vpmovdb((rbx + j * LANES).mask(k3) if tail(j) else rbx + j * LANES, x)
+
+            _interleaved(fn, nsv, scores)
             _hreduce(fn, "vmaxps", xmax, t)
             fn.vxorps(xsum, xsum, xsum)
-            for j in range(nsv):
-                x = z[j % 24]
-                tail = ns % LANES and j == nsv - 1
-                fn.vmovups(x, r15 + j * 64)
-                fn.vsubps(x, x, xmax)
-                emit_exp(fn, x, x, aux=Aux((z[25], z[26])))
-                if tail:
-                    fn.vmovaps(x.mask(k3).z, x)
-                fn.vaddps(xsum, xsum, x)
-                fn.vmovups(r15 + j * 64, x)
+            _interleaved(fn, nsv, exps)
             _hreduce(fn, "vaddps", xsum, t)
             fn.vbroadcastss(t, fn.const_f32(1.0))
             fn.vdivps(xsum, t, xsum)
             fn.vpxord(rrow, rrow, rrow)  # the row sum of the probabilities' integers
-            inv_p = float(1.0 / np.float64(p.p_grid.scale))
-            for j in range(nsv):
-                x = z[j % 24]
-                tail = ns % LANES and j == nsv - 1
-                fn.vmulps(x, xsum, r15 + j * 64)
-                self._chain(fn, p.probs, x, t, side, j)
-                if p.p_tail is None:
-                    fn.vmulps(x, x, f32(fn, inv_p))
-                    fn.emit("vcvtps2dq", x, x, rc="rn")
-                    fn.vpaddd(x, x, i32(fn, p.p_grid.zero_point))
-                else:  # the chain ended on a Round: its integers, moved and clamped
-                    offset, lo, hi = p.p_tail
-                    fn.emit("vcvtps2dq", x, x, rc="rn")
-                    fn.vpaddd(x, x, i32(fn, offset))
-                    fn.vpmaxsd(x, x, i32(fn, lo))
-                    fn.vpminsd(x, x, i32(fn, hi))
-                if tail:
-                    fn.vmovdqa32(x.mask(k3).z, x)
-                fn.vpaddd(rrow, rrow, x)
-                fn.vpmovdb((rbx + j * LANES).mask(k3) if tail else rbx + j * LANES, x)
+            _interleaved(fn, nsv, probs)
             _hreduce(fn, "vpaddd", rrow, t)
             fn.vmovd(dword[rbp], rrow.xmm)
             fn.add(r15, g.np_ * 4)
@@ -564,14 +623,15 @@ class Int8MHAKernel:
             fn.sub(rax.r32, g.s * p.p_grid.zero_point)
             fn.imul(rax.r32, rax.r32, v_shift - p.v.zero_point)
             fn.vpbroadcastd(rrow, rax.r32)
-            for j in range(ne):
-                x = z[j % 24]
-                tail = g.e % LANES and j == ne - 1
-                fn.vpaddd(x, rrow, rbx + j * 64)
-                fn.vcvtdq2ps(x, x)
-                fn.vmulps(x, x, f32(fn, scale_pv))
-                self._chain(fn, p.out, x, t, side, j)
-                fn.vmovups((r10 + j * 64).mask(k4) if tail else r10 + j * 64, x)
+
+            def outs(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
+                a.vpaddd(x, rrow, rbx + j * 64)
+                a.vcvtdq2ps(x, x)
+                a.vmulps(x, x, f32(a, scale_pv))
+                self._chain(a, p.out, x, tj, side, j)
+                a.vmovups((r10 + j * 64).mask(k4) if g.e % LANES and j == ne - 1 else r10 + j * 64, x)
+
+            _interleaved(fn, ne, outs)
             fn.add(rbx, g.ep * 4)
             fn.add(rbp, 4)
             fn.add(r10, g.ldo * 4)
