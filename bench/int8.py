@@ -198,6 +198,64 @@ def bench_row(name: str, m: int, k: int, n: int, args: Any, peaks: dict[str, flo
     return rows
 
 
+#: attention rows: the MHA Subgraph of these quantized models (bench/model_zoo_quant.py), int8 against f32
+ATTENTION = ("bert_s128_qdq", "bert_s384_qdq")
+
+
+def _mha_executors(model: str, threads: int) -> tuple[dict[str, tuple[Any, list[np.ndarray]]], str | None]:
+    """The MHA Subgraph of ``model`` as compile_model runs it with the int8 MHA on and off, with the inputs it
+    received in one call: {"int8 MHA": (executor, args), "f32 MHA": (...)}."""
+    import model_zoo_quant as ZQ
+
+    import snippets_x86_64.runtime as R
+    from snippets_core.runtime.compiled_model import compile_model
+    from snippets_x86_64.int8_mha_executor import Int8MHAExecutor
+
+    zm = ZQ.QUANT_MODELS[model]()
+    out: dict[str, tuple[Any, list[np.ndarray]]] = {}
+    for name, cls, on in (("int8 MHA", Int8MHAExecutor, True), ("f32 MHA", R.DynamicKernelExecutor, False)):
+        call = cls.__call__
+
+        def spy(self: Any, args: Any, *rest: Any, _name: str = name, _call: Any = call) -> Any:
+            if any(getattr(a, "ndim", 0) == 4 and a.shape[1] > 1 and a.shape[2] > 1 for a in args):  # the MHA's
+                out[_name] = (self, [np.array(a) for a in args])
+            return _call(self, args, *rest)
+
+        cls.__call__ = spy  # type: ignore[method-assign]
+        try:
+            cm = compile_model(zm.proto.SerializeToString(), H.PREFERRED_TARGET,
+                               {"num_threads": threads, "tokenization": {"int8_mha": on}})
+            cm(zm.feeds)
+        finally:
+            cls.__call__ = call  # type: ignore[method-assign]
+        if name not in out:
+            return {}, f"{model}: no {name} Subgraph ran ({H.placement_summary(cm)})"
+    return out, None
+
+
+def attention_rows(args: Any, notes: list[str]) -> list:
+    """The attention of each quantized BERT layer: its MHA Subgraph on the int8 MHA kernel against the f32 MHA
+    kernel (same inputs), at 1 and 2 threads; x f32 = the f32 MHA's time over the int8 one's; check = the largest
+    difference between the two outputs."""
+    table = []
+    for model in ATTENTION:
+        for threads in (1, 2):
+            ex, note = _mha_executors(model, threads)
+            if note:
+                notes.append(note)
+                continue
+            fns = {k: (lambda e=e, a=a: e(a)) for k, (e, a) in ex.items()}
+            t = H.time_round_robin(fns, args.budget)
+            got, want = (np.asarray(ex[k][0](ex[k][1])[0]) for k in ("int8 MHA", "f32 MHA"))
+            check = f"max |diff| {float(np.abs(got - want).max()):.2g}"
+            f32_s = t["f32 MHA"].pick(args.stat)
+            for k in ("int8 MHA", "f32 MHA"):
+                sec = t[k].pick(args.stat)
+                table.append([f"{model} attention, {threads} thr", k, f"{sec * 1e3:.3f}", "", "",
+                              f"{f32_s / sec:.2f}", f"{t[k].spread:.0%}", check if k == "int8 MHA" else ""])
+    return table
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     # the kernel is single-threaded and reads no ONNX file: the timing options of add_common_args only
@@ -207,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--stat", choices=H.STATS, default="median", help="rates from the median or the best call")
     ap.add_argument("--json", default=None, metavar="FILE", help="also write all results as JSON to FILE")
     ap.add_argument("--rows", default=",".join(ROWS), help=f"rows to run (default all: {','.join(ROWS)})")
+    ap.add_argument("--attention", action=argparse.BooleanOptionalAction, default=True,
+                    help=f"also time the attention (MHA Subgraph) of {', '.join(ATTENTION)}: int8 MHA against f32 MHA")
     args = ap.parse_args(argv)
     rows = H.parse_name_list(args.rows, list(ROWS))
     from snippets_x86_64.cpu import cpu_features, require_avx512
@@ -225,6 +285,8 @@ def main(argv: list[str] | None = None) -> None:
     table = []
     for name in rows:
         table += bench_row(name, *ROWS[name], args, peaks, notes)
+    if args.attention:
+        table += attention_rows(args, notes)
     H.print_table(["row M x K x N", "contender", "ms", "GOP/s", "% peak", "x f32", "iqr", "check"], table)
     for note in notes:
         print(f"# note: {note}")

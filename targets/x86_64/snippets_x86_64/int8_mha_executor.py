@@ -60,15 +60,11 @@ class Int8MHAExecutor:
         self._side: list[np.ndarray] = []
         self._scratch: dict[tuple[MHAGeometry, int], np.ndarray] = {}
 
-    def _quantize(self, x: np.ndarray, params: np.ndarray, signed: bool, what: str) -> np.ndarray:
+    def _check(self, x: np.ndarray, what: str) -> np.ndarray:
         if x.dtype != np.float32 or x.ndim != 4:
             raise InputError(f"int8 MHA '{self.name}': {what} must be a rank-4 float32 array, got {x.dtype} "
                              f"{list(x.shape)}")
-        x = np.ascontiguousarray(x)
-        q = self.empty(x.shape, np.int8 if signed else np.uint8)
-        if x.size:
-            quantize_function(x.shape[-1])(x.ctypes.data, q.ctypes.data, x.size // x.shape[-1], params.ctypes.data)
-        return q
+        return np.ascontiguousarray(x)
 
     def side_values(self, args: Sequence[Any]) -> list[np.ndarray]:
         """The mask branch's values, recomputed only when an input it reads changed."""
@@ -82,8 +78,9 @@ class Int8MHAExecutor:
 
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
         p = self.plan
-        qb, kb, vb = (self._quantize(np.asarray(args[o.index]), prm, sg, w) for o, prm, sg, w in
-                      zip((p.q, p.k, p.v), self.params, (p.q.signed, True, True), "QKV", strict=True))
+        xs = [self._check(np.asarray(args[o.index]), w) for o, w in zip((p.q, p.k, p.v), "QKV", strict=True)]
+        qb, kb, vb = (self.empty(x.shape, np.uint8 if i == 0 and not p.q.signed else np.int8)
+                      for i, x in enumerate(xs))
         qv, kt, vv = qb.transpose(p.q.perm), kb.transpose(p.k.perm), vb.transpose(p.v.perm)
         (b, h, m, d), s, e = qv.shape, kt.shape[-1], vv.shape[-1]
         if kt.shape != (b, h, d, s) or vv.shape != (b, h, s, e):
@@ -105,7 +102,6 @@ class Int8MHAExecutor:
         side = self.side_values(args)
         g = MHAGeometry(m, s, d, e, qv.strides[-2] if m > 1 else d, ov.strides[-2] // 4 if m > 1 else e, len(side))
         nb = b * h
-        kp, vp = self.pack_k(kt, g), self.pack_v(vv, g)
         sides = self.empty((b, max(1, len(side)), g.np_), np.float32)
         sides.fill(0.0)
         for i, v in enumerate(side):
@@ -116,23 +112,37 @@ class Int8MHAExecutor:
                 raise InputError(f"int8 MHA '{self.name}': mask value of shape {list(v.shape)} does not give one "
                                  f"value per column of [{b}, {s}]") from exc
         fn = int8_mha_function(p, g)
+        kp = self.empty((nb, pad(d, K_GROUP) // K_GROUP * g.np_), np.int32)
+        vp = self.empty((nb, pad(s, K_GROUP) // K_GROUP * g.ep), np.int32)
         kp_bytes, vp_bytes = kp.shape[1] * 4, vp.shape[1] * 4
         qs, os_ = qv.strides, ov.strides
         parts = self.parts(nb, m, s, d + e)
         scratch = [self.scratch(g, t) for t in range(parts)]
-
         # the addresses once (``ndarray.ctypes`` costs microseconds per access)
         q0, k0, v0, o0, s0 = (x.ctypes.data for x in (qb, kp, vp, out, sides))
         calls = [(q0 + bi * qs[0] + hi_ * qs[1], k0 + i * kp_bytes, v0 + i * vp_bytes, o0 + bi * os_[0] + hi_ * os_[1],
                   s0 + bi * sides.strides[0]) for i in range(nb) for bi, hi_ in [divmod(i, h)]]
         scr = [x.ctypes.data for x in scratch]
+        quant = [(quantize_function(x.shape[-1]), x.ctypes.data, q.ctypes.data, x.shape[-1], x.size // x.shape[-1],
+                  prm.ctypes.data) for x, q, prm in zip(xs, (qb, kb, vb), self.params, strict=True)]
 
-        def run(lo: int, hi: int, t: int) -> None:
+        def quantize(t: int) -> None:  # rows of Q, K, V: each thread a share of every tensor
+            for f, x0, y0, k, rows, prm in quant:
+                lo, hi = rows * t // parts, rows * (t + 1) // parts
+                if hi > lo:
+                    f(x0 + lo * k * 4, y0 + lo * k, hi - lo, prm)
+
+        def run(t: int) -> None:  # heads lo..hi: K^T and V repacked, then the kernel per head
+            lo, hi = nb * t // parts, nb * (t + 1) // parts
+            for bi in range(lo // h, -(-hi // h)):
+                h0, h1 = max(lo - bi * h, 0), min(hi - bi * h, h)
+                self.pack_k(kt[bi, h0:h1], g, kp[bi * h + h0 : bi * h + h1])
+                self.pack_v(vv[bi, h0:h1], g, vp[bi * h + h0 : bi * h + h1])
             for i in range(lo, hi):
                 fn(*calls[i], scr[t])
 
-        bounds = [round(nb * t / parts) for t in range(parts + 1)]
-        POOL.run([lambda lo=bounds[t], hi=bounds[t + 1], t=t: run(lo, hi, t) for t in range(parts)])
+        POOL.run([lambda t=t: quantize(t) for t in range(parts)])
+        POOL.run([lambda t=t: run(t) for t in range(parts)])
         return [out]
 
     def scratch(self, g: MHAGeometry, t: int) -> np.ndarray:
@@ -142,37 +152,33 @@ class Int8MHAExecutor:
             buf = self._scratch[(g, t)] = self.empty(g.scratch_layout()["size"], np.uint8)
         return buf
 
-    def pack_k(self, kt: np.ndarray, g: MHAGeometry) -> np.ndarray:
-        """K'^T [b, h, d, s] (s8) of every head in the VNNI layout, with a column of ones after the last (column
-        S of the scores is then Q's row sum): [b h, words]."""
-        b, h, d, s = kt.shape
-        nb, dp, gk = b * h, pad(d, K_GROUP), pad(d, K_GROUP) // K_GROUP
-        kn = kt.swapaxes(-1, -2)  # [b, h, s, d]: a column's 4 K are consecutive bytes of a row
+    def pack_k(self, kt: np.ndarray, g: MHAGeometry, out: np.ndarray) -> None:
+        """K'^T [nh, d, s] (s8) of ``nh`` heads into ``out`` [nh, words] in the VNNI layout, with a column of ones
+        after the last (column S of the scores is then Q's row sum)."""
+        nh, d, s = kt.shape
+        dp, gk = pad(d, K_GROUP), pad(d, K_GROUP) // K_GROUP
+        kn = kt.swapaxes(-1, -2)  # [nh, s, d]: a column's 4 K are consecutive bytes of a row
         if kn.strides[-1] != 1 or d != dp:
-            padded = np.zeros((b, h, s, dp), np.int8)
+            padded = np.zeros((nh, s, dp), np.int8)
             padded[..., :d] = kn
             kn = padded
-        words = kn.view(np.int32)  # [b, h, s, gk]
-        w = np.zeros((nb, gk, g.np_), np.int32)
-        w.reshape(b, h, gk, g.np_)[..., :s] = words.transpose(0, 1, 3, 2)
+        w = np.zeros((nh, gk, g.np_), np.int32)
+        w[..., :s] = kn.view(np.int32).transpose(0, 2, 1)  # [nh, s, gk] words -> [nh, gk, s]
         w[:, :, s] = ONES_WORD
         if d % K_GROUP:  # the ones stop at d: the last group's padding bytes stay zero
             w[:, -1, s] = ONES_WORD & ((1 << (8 * (d % K_GROUP))) - 1)
-        out = self.empty((nb, gk * g.np_), np.int32)
         pack_words(w, out)
-        return out
 
-    def pack_v(self, vv: np.ndarray, g: MHAGeometry) -> np.ndarray:
-        """V' [b, h, s, e] (s8) of every head in the VNNI layout: 4 consecutive rows of a column in one word."""
-        b, h, s, e = vv.shape
+    def pack_v(self, vv: np.ndarray, g: MHAGeometry, out: np.ndarray) -> None:
+        """V' [nh, s, e] (s8) of ``nh`` heads into ``out`` [nh, words] in the VNNI layout: 4 consecutive rows of a
+        column in one word."""
+        nh, s, e = vv.shape
         sp4 = pad(s, K_GROUP)
-        w = np.zeros((b, h, sp4 // K_GROUP, g.ep, K_GROUP), np.int8)
+        w = np.zeros((nh, sp4 // K_GROUP, g.ep, K_GROUP), np.int8)
         for i in range(K_GROUP):  # byte i of every word: rows i, i + 4, .. (four strided copies, not one byte gather)
-            rows = vv[:, :, i::K_GROUP, :]
-            w[:, :, : rows.shape[2], :e, i] = rows
-        out = self.empty((b * h, sp4 // K_GROUP * g.ep), np.int32)
-        pack_words(w.view(np.int32).reshape(b * h, sp4 // K_GROUP, g.ep), out)
-        return out
+            rows = vv[:, i::K_GROUP, :]
+            w[:, : rows.shape[1], :e, i] = rows
+        pack_words(w.view(np.int32).reshape(nh, sp4 // K_GROUP, g.ep), out)
 
     def parts(self, nb: int, m: int, s: int, de: int) -> int:
         """How many threads share the ``nb`` heads: each gets ``parallel_min_ns`` of estimated work at least."""
