@@ -39,8 +39,8 @@ from snippets_core.errors import SnippetsError, UnsupportedByTarget
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.quantize import QUANTIZATION_GRID, QuantGrid
-from snippets_x86_64.asm import ZMM, Function, dword, qword, k1, k2, k3, k4, r10, r11, r12, r13, r14, r15, rax, rbp, rbx, word
-from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, S8_SHIFT
+from snippets_x86_64.asm import ZMM, Function, dword, qword, k1, k2, k3, k4, k5, k6, r10, r11, r12, r13, r14, r15, rax, rbp, rbx, word
+from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, N_BLOCK, S8_SHIFT
 from snippets_x86_64.brgemm_int8 import VEC_BUDGET, BrgemmInt8Kernel, Int8Geometry, Int8Regs
 from snippets_x86_64.emitters.base import Aux, f32, i32
 from snippets_x86_64.emitters.math import emit_exp
@@ -386,7 +386,8 @@ def pad(x: int, to: int) -> int:
 @dataclass(frozen=True)
 class MHAGeometry:
     """The static sizes of one kernel: ``m`` rows of Q, sequence ``s`` of K and V (columns of K^T = rows of V),
-    head dims ``d`` (Q, K) and ``e`` (V), Q's row stride in bytes, the output's row stride in floats, side vectors."""
+    head dims ``d`` (Q, K) and ``e`` (V), Q's row stride in bytes, the output's row stride in floats, side vectors,
+    K's and V's row strides in bytes."""
 
     m: int
     s: int
@@ -395,6 +396,9 @@ class MHAGeometry:
     lda_q: int
     ldo: int
     n_side: int
+    #: row strides (bytes) of the quantized K and V of one head (the copy-B reads them in place)
+    ldk: int = 0
+    ldv: int = 0
 
     @property
     def np_(self) -> int:
@@ -412,7 +416,8 @@ class MHAGeometry:
 
     def scratch_layout(self) -> dict[str, int]:
         """Byte offsets of the per-thread scratch areas, and its size under ``"size"``."""
-        sizes = {"compk": self.np_ * 4, "compv": self.ep * 4, "rowsum": MB * 4, "scores": MB * self.np_ * 4,
+        sizes = {"kpack": pad(self.d, K_GROUP) * self.np_, "vpack": pad(self.s, K_GROUP) * self.ep,
+                 "compk": self.np_ * 4, "compv": self.ep * 4, "rowsum": MB * 4, "scores": MB * self.np_ * 4,
                  "probs": MB * self.sp, "acc": MB * self.ep * 4}
         out, at = {}, 0
         for name, size in sizes.items():
@@ -501,10 +506,95 @@ class Int8MHAKernel:
             else:
                 a.emit(ins, x, x, operand)
 
+    def _copy_k(self, fn: Function, src, dst) -> None:  # type: ignore[no-untyped-def]
+        """K' [s, d] (rows ``ldk`` bytes apart) -> the packed K'^T [Kp = pad4(d), Np] with the column of ones at n = s:
+        tiles of 16 rows x 16 words (64 bytes) transposed in registers (BrgemmCopyB's 16 x 16 stages); a row's
+        bytes past d are loaded as zeros (byte mask), rows past s are zero."""
+        from snippets_x86_64.brgemm_copy_b import _STAGES, TRANSPOSE_SLOT
+
+        g = self.g
+        gk = pad(g.d, K_GROUP) // K_GROUP
+        regs = list(ZMM[:17])
+        for n0 in range(0, g.np_, LANES):
+            blk, c0 = divmod(n0, N_BLOCK)
+            width = min(N_BLOCK, g.np_ - blk * N_BLOCK)
+            for w0 in range(0, gk, LANES):
+                valid = min(64, g.d - w0 * K_GROUP)  # bytes of a row in this chunk
+                if valid < 64:
+                    fn.kmovq(k5, qword[fn.const_data(((1 << valid) - 1).to_bytes(8, "little"), 8)])
+                for i in range(LANES):
+                    n = n0 + i
+                    if n < g.s:
+                        at = src + (n * g.ldk + w0 * K_GROUP)
+                        fn.vmovdqu8(regs[i].mask(k5).z if valid < 64 else regs[i], at)
+                    elif n == g.s:  # the ones column: Q's row sums
+                        fn.vmovdqu8(regs[i], fn.const_data(bytes([1] * valid + [0] * (64 - valid)), 64))
+                    else:
+                        fn.vpxord(regs[i], regs[i], regs[i])
+                rows = list(regs)
+                for op, imm_lo, imm_hi, pairs in _STAGES:
+                    for a_, b_ in pairs:
+                        spare, x, y = rows[16], rows[a_], rows[b_]
+                        if op == "unpck":
+                            fn.vunpcklps(spare, x, y)
+                            fn.vunpckhps(y, x, y)
+                        else:
+                            getattr(fn, op)(spare, x, y, imm_lo)
+                            getattr(fn, op)(y, x, y, imm_hi)
+                        rows[a_], rows[16] = spare, x
+                for j in range(min(LANES, gk - w0)):
+                    word = w0 + j
+                    fn.vmovdqu32(dst + (blk * N_BLOCK * gk * K_GROUP + (word * width + c0) * 4),
+                                 rows[TRANSPOSE_SLOT[j]])
+
+    def _copy_v(self, fn: Function, src, dst) -> None:  # type: ignore[no-untyped-def]
+        """V' [s, e] (rows ``ldv`` bytes apart) -> the packed V' [Kp = pad4(s), Ep]: per 4 rows and 64 columns,
+        the bytes interleaved into words (``vpunpck{l,h}bw``, ``vpunpck{l,h}wd``) and the 128-bit lanes
+        transposed (``vshuff32x4``); columns past e and rows past s are zeros."""
+        g = self.g
+        gv = pad(g.s, K_GROUP) // K_GROUP
+        r, t, u = ZMM[0:4], ZMM[4:8], ZMM[8:12]
+        for c0 in range(0, g.ep, N_BLOCK):
+            blk = c0 // N_BLOCK
+            width = min(N_BLOCK, g.ep - c0)
+            valid = min(64, g.e - c0)
+            if valid < 64:
+                fn.kmovq(k6, qword[fn.const_data(((1 << valid) - 1).to_bytes(8, "little"), 8)])
+            for gi in range(gv):
+                for i in range(K_GROUP):
+                    row = gi * K_GROUP + i
+                    if row < g.s:
+                        at = src + (row * g.ldv + c0)
+                        fn.vmovdqu8(r[i].mask(k6).z if valid < 64 else r[i], at)
+                    else:
+                        fn.vpxord(r[i], r[i], r[i])
+                fn.vpunpcklbw(t[0], r[0], r[1])
+                fn.vpunpckhbw(t[1], r[0], r[1])
+                fn.vpunpcklbw(t[2], r[2], r[3])
+                fn.vpunpckhbw(t[3], r[2], r[3])
+                fn.vpunpcklwd(u[0], t[0], t[2])  # lane L: columns 16L + 0..3
+                fn.vpunpckhwd(u[1], t[0], t[2])  # 16L + 4..7
+                fn.vpunpcklwd(u[2], t[1], t[3])  # 16L + 8..11
+                fn.vpunpckhwd(u[3], t[1], t[3])  # 16L + 12..15
+                fn.vshuff32x4(t[0], u[0], u[1], 0x44)
+                fn.vshuff32x4(t[1], u[0], u[1], 0xEE)
+                fn.vshuff32x4(t[2], u[2], u[3], 0x44)
+                fn.vshuff32x4(t[3], u[2], u[3], 0xEE)
+                outs = [(t[0], t[2], 0x88), (t[0], t[2], 0xDD), (t[1], t[3], 0x88), (t[1], t[3], 0xDD)]
+                for j in range(width // LANES):  # output vector j: columns c0 + 16j .. + 15
+                    x, y, imm = outs[j]
+                    fn.vshuff32x4(r[j], x, y, imm)
+                    fn.vmovdqu32(dst + (blk * N_BLOCK * gv * K_GROUP + (gi * width + j * LANES) * 4), r[j])
+
     def build(self):  # type: ignore[no-untyped-def]
         p, g, lay = self.plan, self.g, self.lay
-        fn = Function("int8_mha", args=("q", "kp", "vp", "out", "side", "scratch"))
+        fn = Function("int8_mha", args=("q", "k", "v", "out", "side", "scratch"))
         q, kp, vp, out, side, scr = fn.args
+        # K'^T and V' of this head into the VNNI layout in the scratch (the int8 copy-B), then read from there
+        self._copy_k(fn, kp, scr + lay["kpack"])
+        self._copy_v(fn, vp, scr + lay["vpack"])
+        fn.lea(kp, scr + lay["kpack"])
+        fn.lea(vp, scr + lay["vpack"])
         z = ZMM
         slot = qword[fn.stack_slot(8)]
         q_shift = S8_SHIFT if p.q.signed else 0

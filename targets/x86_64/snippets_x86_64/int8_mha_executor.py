@@ -2,10 +2,10 @@
 
 Per call: Q, K and V (f32 values on their grids) are quantized whole by the JIT quantizer (exact: the values are on
 the grid), K and V straight to the s8 bytes the Brgemm reads (``k - 128`` for a u8 K: the quantizer's zero point
-moved by -128); K^T (with its column of ones) and V are repacked into the VNNI layout for every head at once
-(:func:`pack_words`); the mask branch is evaluated once per distinct mask (the side vectors); then the kernel runs
-head by head, the heads split between threads, each thread with its own scratch. The sizes are read at run time:
-a kernel per (rows, sequence, strides), compiled once and cached.
+moved by -128), the rows split between threads; the mask branch is evaluated once per distinct mask (the side
+vectors); then the kernel runs head by head (it repacks the head's K^T and V itself, the int8 copy-B), the heads
+split between threads, each thread with its own scratch. The sizes are read at run time: a kernel per (rows,
+sequence, strides), compiled once and cached.
 """
 
 from __future__ import annotations
@@ -18,27 +18,11 @@ import numpy as np
 from snippets_core.errors import InputError
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.runtime.placement import Placement
-from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, N_BLOCK, S8_SHIFT
+from snippets_x86_64.brgemm_copy_b_int8 import S8_SHIFT
 from snippets_x86_64.int8_matmul_executor import INT8_MACS_PER_NS
-from snippets_x86_64.int8_mha import Int8MHAPlan, Int8Operand, MHAGeometry, evaluate_side, int8_mha_function, pad
+from snippets_x86_64.int8_mha import Int8MHAPlan, MHAGeometry, evaluate_side, int8_mha_function
 from snippets_x86_64.quantize_int8 import quantize_function, quantize_params
 from snippets_x86_64.runtime import POOL, TARGET_NAME
-
-#: the 4 bytes of a column of ones in one VNNI word
-ONES_WORD = 0x01010101
-
-
-def pack_words(w: np.ndarray, out: np.ndarray) -> None:
-    """``w`` [nb, G, Np] (int32 VNNI words: K group, column) into ``out`` [nb, G * Np] in the Brgemm's order: N
-    blocks of 64 columns, each [G, width] (:mod:`~snippets_x86_64.brgemm_copy_b_int8`)."""
-    nb, g, np_ = w.shape
-    full = np_ // N_BLOCK * N_BLOCK
-    if full:
-        out[:, : full * g].reshape(nb, full // N_BLOCK, g, N_BLOCK)[...] = \
-            w[:, :, :full].reshape(nb, g, full // N_BLOCK, N_BLOCK).transpose(0, 2, 1, 3)
-    if np_ > full:
-        out[:, full * g :].reshape(nb, g, np_ - full)[...] = w[:, :, full:]
-
 
 class Int8MHAExecutor:
     """Runs one int8 MHA Subgraph (see the module docstring); ``threads`` split its heads."""
@@ -100,7 +84,10 @@ class Int8MHAExecutor:
         if ov.strides[-1] != 4 or qv.strides[-1] != 1:
             raise InputError(f"int8 MHA '{self.name}': the output rows or Q rows are not contiguous")
         side = self.side_values(args)
-        g = MHAGeometry(m, s, d, e, qv.strides[-2] if m > 1 else d, ov.strides[-2] // 4 if m > 1 else e, len(side))
+        if kt.strides[-2] != 1 or vv.strides[-1] != 1:
+            raise InputError(f"int8 MHA '{self.name}': K's or V's head dim is not innermost")
+        g = MHAGeometry(m, s, d, e, qv.strides[-2] if m > 1 else d, ov.strides[-2] // 4 if m > 1 else e, len(side),
+                        kt.strides[-1], vv.strides[-2])
         nb = b * h
         sides = self.empty((b, max(1, len(side)), g.np_), np.float32)
         sides.fill(0.0)
@@ -112,16 +99,14 @@ class Int8MHAExecutor:
                 raise InputError(f"int8 MHA '{self.name}': mask value of shape {list(v.shape)} does not give one "
                                  f"value per column of [{b}, {s}]") from exc
         fn = int8_mha_function(p, g)
-        kp = self.empty((nb, pad(d, K_GROUP) // K_GROUP * g.np_), np.int32)
-        vp = self.empty((nb, pad(s, K_GROUP) // K_GROUP * g.ep), np.int32)
-        kp_bytes, vp_bytes = kp.shape[1] * 4, vp.shape[1] * 4
-        qs, os_ = qv.strides, ov.strides
+        qs, ks, vs, os_ = qv.strides, kt.strides, vv.strides, ov.strides
         parts = self.parts(nb, m, s, d + e)
         scratch = [self.scratch(g, t) for t in range(parts)]
         # the addresses once (``ndarray.ctypes`` costs microseconds per access)
-        q0, k0, v0, o0, s0 = (x.ctypes.data for x in (qb, kp, vp, out, sides))
-        calls = [(q0 + bi * qs[0] + hi_ * qs[1], k0 + i * kp_bytes, v0 + i * vp_bytes, o0 + bi * os_[0] + hi_ * os_[1],
-                  s0 + bi * sides.strides[0]) for i in range(nb) for bi, hi_ in [divmod(i, h)]]
+        q0, k0, v0, o0, s0 = (x.ctypes.data for x in (qb, kb, vb, out, sides))
+        calls = [(q0 + bi * qs[0] + hi_ * qs[1], k0 + bi * ks[0] + hi_ * ks[1], v0 + bi * vs[0] + hi_ * vs[1],
+                  o0 + bi * os_[0] + hi_ * os_[1], s0 + bi * sides.strides[0]) for i in range(nb)
+                 for bi, hi_ in [divmod(i, h)]]
         scr = [x.ctypes.data for x in scratch]
         quant = [(quantize_function(x.shape[-1]), x.ctypes.data, q.ctypes.data, x.shape[-1], x.size // x.shape[-1],
                   prm.ctypes.data) for x, q, prm in zip(xs, (qb, kb, vb), self.params, strict=True)]
@@ -132,13 +117,8 @@ class Int8MHAExecutor:
                 if hi > lo:
                     f(x0 + lo * k * 4, y0 + lo * k, hi - lo, prm)
 
-        def run(t: int) -> None:  # heads lo..hi: K^T and V repacked, then the kernel per head
-            lo, hi = nb * t // parts, nb * (t + 1) // parts
-            for bi in range(lo // h, -(-hi // h)):
-                h0, h1 = max(lo - bi * h, 0), min(hi - bi * h, h)
-                self.pack_k(kt[bi, h0:h1], g, kp[bi * h + h0 : bi * h + h1])
-                self.pack_v(vv[bi, h0:h1], g, vp[bi * h + h0 : bi * h + h1])
-            for i in range(lo, hi):
+        def run(t: int) -> None:  # heads lo..hi: the kernel repacks K^T and V into this thread's scratch
+            for i in range(nb * t // parts, nb * (t + 1) // parts):
                 fn(*calls[i], scr[t])
 
         POOL.run([lambda t=t: quantize(t) for t in range(parts)])
@@ -152,34 +132,6 @@ class Int8MHAExecutor:
             buf = self._scratch[(g, t)] = self.empty(g.scratch_layout()["size"], np.uint8)
         return buf
 
-    def pack_k(self, kt: np.ndarray, g: MHAGeometry, out: np.ndarray) -> None:
-        """K'^T [nh, d, s] (s8) of ``nh`` heads into ``out`` [nh, words] in the VNNI layout, with a column of ones
-        after the last (column S of the scores is then Q's row sum)."""
-        nh, d, s = kt.shape
-        dp, gk = pad(d, K_GROUP), pad(d, K_GROUP) // K_GROUP
-        kn = kt.swapaxes(-1, -2)  # [nh, s, d]: a column's 4 K are consecutive bytes of a row
-        if kn.strides[-1] != 1 or d != dp:
-            padded = np.zeros((nh, s, dp), np.int8)
-            padded[..., :d] = kn
-            kn = padded
-        w = np.zeros((nh, gk, g.np_), np.int32)
-        w[..., :s] = kn.view(np.int32).transpose(0, 2, 1)  # [nh, s, gk] words -> [nh, gk, s]
-        w[:, :, s] = ONES_WORD
-        if d % K_GROUP:  # the ones stop at d: the last group's padding bytes stay zero
-            w[:, -1, s] = ONES_WORD & ((1 << (8 * (d % K_GROUP))) - 1)
-        pack_words(w, out)
-
-    def pack_v(self, vv: np.ndarray, g: MHAGeometry, out: np.ndarray) -> None:
-        """V' [nh, s, e] (s8) of ``nh`` heads into ``out`` [nh, words] in the VNNI layout: 4 consecutive rows of a
-        column in one word."""
-        nh, s, e = vv.shape
-        sp4 = pad(s, K_GROUP)
-        w = np.zeros((nh, sp4 // K_GROUP, g.ep, K_GROUP), np.int8)
-        for i in range(K_GROUP):  # byte i of every word: rows i, i + 4, .. (four strided copies, not one byte gather)
-            rows = vv[:, i::K_GROUP, :]
-            w[:, : rows.shape[1], :e, i] = rows
-        pack_words(w.view(np.int32).reshape(nh, sp4 // K_GROUP, g.ep), out)
-
     def parts(self, nb: int, m: int, s: int, de: int) -> int:
         """How many threads share the ``nb`` heads: each gets ``parallel_min_ns`` of estimated work at least."""
         work_ns = nb * m * s * de / INT8_MACS_PER_NS
@@ -191,4 +143,4 @@ class Int8MHAExecutor:
         return self.plan.describe() + threads
 
 
-__all__ = ["Int8MHAExecutor", "pack_words"]
+__all__ = ["Int8MHAExecutor"]
