@@ -199,6 +199,24 @@ def _plan_transpose() -> list[int]:
 TRANSPOSE_SLOT = _plan_transpose()
 
 
+def emit_transpose_16x16(a: Assembler, regs: list) -> list:
+    """Transpose the 16 x 16 (32-bit) tile in ``regs[:16]`` (``regs[16]`` is the spare each shuffle writes into);
+    returns the registers by slot: output row j is in ``result[TRANSPOSE_SLOT[j]]``."""
+    regs = list(regs)
+    for op, imm_lo, imm_hi, pairs in _STAGES:
+        for p, q in pairs:
+            spare = regs[16]
+            x, y = regs[p], regs[q]
+            if op == "unpck":
+                a.vunpcklps(spare, x, y)
+                a.vunpckhps(y, x, y)
+            else:
+                getattr(a, op)(spare, x, y, imm_lo)
+                getattr(a, op)(y, x, y, imm_hi)
+            regs[p], regs[16] = spare, x
+    return regs
+
+
 class BrgemmCopyBEmitter(JitEmitter):
     """Writes B planar (``K x N``, rows contiguous) from a stored matrix whose K dim is innermost."""
 
@@ -316,17 +334,7 @@ class BrgemmCopyBEmitter(JitEmitter):
                     a.vxorps(regs[i], regs[i], regs[i])  # rows past the N tail: lanes never stored
             if loaded is not None:
                 a.bind(loaded)
-            for op, imm_lo, imm_hi, pairs in _STAGES:
-                for p, q in pairs:
-                    spare = regs[16]
-                    x, y = regs[p], regs[q]
-                    if op == "unpck":
-                        a.vunpcklps(spare, x, y)
-                        a.vunpckhps(y, x, y)
-                    else:
-                        getattr(a, op)(spare, x, y, imm_lo)
-                        getattr(a, op)(y, x, y, imm_hi)
-                    regs[p], regs[16] = spare, x
+            regs = emit_transpose_16x16(a, regs)
             for j in range(kb):
                 if pt is not None:
                     dst = pt + 0

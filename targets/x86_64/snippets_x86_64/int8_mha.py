@@ -39,7 +39,8 @@ from snippets_core.errors import SnippetsError, UnsupportedByTarget
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.quantize import QUANTIZATION_GRID, QuantGrid
-from snippets_x86_64.asm import ZMM, Function, dword, qword, k1, k2, k3, k4, k5, k6, r10, r11, r12, r13, r14, r15, rax, rbp, rbx, word
+from snippets_x86_64.asm import (ZMM, Function, dword, k1, k2, k3, k4, k5, k6, qword, r10, r11, r12, r13, r14, r15, rax,
+                                rbp, rbx, word)
 from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, N_BLOCK, S8_SHIFT
 from snippets_x86_64.brgemm_int8 import VEC_BUDGET, BrgemmInt8Kernel, Int8Geometry, Int8Regs
 from snippets_x86_64.emitters.base import Aux, f32, i32
@@ -334,8 +335,9 @@ def integer_tail(ops: tuple[RowOp, ...], grid: QuantGrid) -> tuple[tuple[RowOp, 
         q = np.rint((y * np.float32(1.0 / np.float64(grid.scale))).astype(np.float32)) + grid.zero_point
     if not np.all(np.isfinite(q)):
         return ops, None
-    offset = int(q[_TAIL_RANGE]) - 0
-    expect = np.clip(np.arange(-_TAIL_RANGE, _TAIL_RANGE + 1) + offset, max(qmin, int(q.min())), min(qmax, int(q.max())))
+    offset = int(q[_TAIL_RANGE])  # the integer r = 0 lands on
+    lo, hi = max(qmin, int(q.min())), min(qmax, int(q.max()))
+    expect = np.clip(np.arange(-_TAIL_RANGE, _TAIL_RANGE + 1) + offset, lo, hi)
     if not np.array_equal(q, expect):
         return ops, None
     return head, (offset, int(expect.min()), int(expect.max()))
@@ -510,7 +512,7 @@ class Int8MHAKernel:
         """K' [s, d] (rows ``ldk`` bytes apart) -> the packed K'^T [Kp = pad4(d), Np] with the column of ones at n = s:
         tiles of 16 rows x 16 words (64 bytes) transposed in registers (BrgemmCopyB's 16 x 16 stages); a row's
         bytes past d are loaded as zeros (byte mask), rows past s are zero."""
-        from snippets_x86_64.brgemm_copy_b import _STAGES, TRANSPOSE_SLOT
+        from snippets_x86_64.brgemm_copy_b import TRANSPOSE_SLOT, emit_transpose_16x16
 
         g = self.g
         gk = pad(g.d, K_GROUP) // K_GROUP
@@ -531,17 +533,7 @@ class Int8MHAKernel:
                         fn.vmovdqu8(regs[i], fn.const_data(bytes([1] * valid + [0] * (64 - valid)), 64))
                     else:
                         fn.vpxord(regs[i], regs[i], regs[i])
-                rows = list(regs)
-                for op, imm_lo, imm_hi, pairs in _STAGES:
-                    for a_, b_ in pairs:
-                        spare, x, y = rows[16], rows[a_], rows[b_]
-                        if op == "unpck":
-                            fn.vunpcklps(spare, x, y)
-                            fn.vunpckhps(y, x, y)
-                        else:
-                            getattr(fn, op)(spare, x, y, imm_lo)
-                            getattr(fn, op)(y, x, y, imm_hi)
-                        rows[a_], rows[16] = spare, x
+                rows = emit_transpose_16x16(fn, regs)
                 for j in range(min(LANES, gk - w0)):
                     word = w0 + j
                     fn.vmovdqu32(dst + (blk * N_BLOCK * gk * K_GROUP + (word * width + c0) * 4),

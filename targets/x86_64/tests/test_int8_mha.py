@@ -229,3 +229,27 @@ def test_executor_stays_inside_its_arrays(at: str, s: int, d: int) -> None:
     (got,) = ex([guarded_copy(a, at) for a in seen[0]], [out])
     assert got is out
     assert_steps(out, want_float64(f, GRIDS, False), GRIDS["o"][1])
+
+
+def test_chain_simplification_is_bit_exact() -> None:
+    """The clamps moved and merged, the power-of-two divide made a multiply: the same float32 bits as the chain
+    as written (three decomposed FakeQuantizes, a divide by 8), on values across and beyond the grids."""
+    from snippets_x86_64.int8_mha import RowOp, _f32_op, simplify
+
+    def fq(lo: float, hi: float, levels: int = 256) -> list[RowOp]:
+        scale = (levels - 1) / (hi - lo)
+        return [RowOp("Maximum", lo), RowOp("Minimum", hi), RowOp("Multiply", scale), RowOp("Subtract", lo * scale),
+                RowOp("Round"), RowOp("Multiply", 1 / scale), RowOp("Add", lo), RowOp("Maximum", lo),
+                RowOp("Minimum", hi)]
+
+    chain = (*fq(-41.7, 41.5), RowOp("Divide", 8.0), *fq(-5.2, 5.1), RowOp("Subtract", 0.3), *fq(-3.0, 2.0, 255))
+    short = simplify(chain)
+    assert len(short) < len(chain) and not any(op.op == "Divide" for op in short)
+    x = np.concatenate([np.linspace(-60, 60, 200_001), np.random.default_rng(0).standard_normal(10_000) * 30]
+                       ).astype(np.float32)
+    a, b = x, x
+    for op in chain:
+        a = _f32_op(op, a)
+    for op in short:
+        b = _f32_op(op, b)
+    np.testing.assert_array_equal(a.view(np.int32), b.view(np.int32))
