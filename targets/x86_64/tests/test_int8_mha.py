@@ -69,8 +69,8 @@ def attention_model(d: int, grids: dict[str, tuple[bool, float, int]], heads: in
         nodes.append(h.make_node("Transpose", [y], ["ot"], perm=[0, 2, 1, 3]))
         y = "ot"
     nodes.append(h.make_node("Identity", [y], ["y"]))
-    ins = [h.make_tensor_value_info(n, T.FLOAT, [1, "s", heads, d]) for n in "qkv"]
-    ins.append(h.make_tensor_value_info("mask", T.FLOAT, [1, 1, 1, "s"]))
+    ins = [h.make_tensor_value_info(n, T.FLOAT, ["b", "s", heads, d]) for n in "qkv"]
+    ins.append(h.make_tensor_value_info("mask", T.FLOAT, ["b", 1, 1, "s"]))
     g = h.make_graph(nodes, "qdq_attention", ins, [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
     return h.make_model(g, opset_imports=[h.make_opsetid("", 19)]).SerializeToString()
 
@@ -106,12 +106,13 @@ def want_float64(f: dict[str, np.ndarray], grids: dict[str, tuple[bool, float, i
     return o.transpose(0, 2, 1, 3) if out_transpose else o
 
 
-def feeds(s: int, d: int, heads: int = 2, seed: int = 0, masked: int = 0) -> dict[str, np.ndarray]:
+def feeds(s: int, d: int, heads: int = 2, seed: int = 0, masked: int = 0, batch: int = 1) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    f = {n: rng.standard_normal((1, s, heads, d)).astype(np.float32) for n in "qkv"}
-    mask = np.ones((1, 1, 1, s), np.float32)
-    if masked:
-        mask[..., s - masked :] = 0.0
+    f = {n: rng.standard_normal((batch, s, heads, d)).astype(np.float32) for n in "qkv"}
+    mask = np.ones((batch, 1, 1, s), np.float32)
+    for i in range(batch):  # each sentence of the batch padded differently
+        if masked:
+            mask[i, ..., s - masked + i :] = 0.0
     f["mask"] = mask
     return f
 
@@ -163,6 +164,20 @@ def test_odd_sequence_lengths_and_output_transpose(s: int) -> None:
     assert got.shape == (1, s, 3, 16)
     assert_steps(got, want_float64(f, GRIDS, True), GRIDS["o"][1])
     assert_steps(got, _ort(model, f), GRIDS["o"][1])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_batch_of_sentences_with_their_own_masks(threads: int) -> None:
+    """Batch 3 (the mask differs per sentence: one side vector per batch), the heads of every sentence split
+    between threads, one compiled model for two sequence lengths."""
+    model = attention_model(32, GRIDS, heads=3)
+    cm = compile_int8(model, threads=threads)
+    for s in (40, 17):
+        f = feeds(s, 32, heads=3, seed=s, masked=5, batch=3)
+        got = cm(f)["y"]
+        assert got.shape == (3, 3, s, 32)
+        assert_steps(got, want_float64(f, GRIDS, False), GRIDS["o"][1])
+        assert_steps(got, _ort(model, f), GRIDS["o"][1])
 
 
 def test_mask_changes_between_calls_and_two_threads() -> None:
