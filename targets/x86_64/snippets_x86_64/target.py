@@ -101,12 +101,18 @@ class X86_64Target:
         with no reorder), plain (None) for everything else."""
         if any(node.rt_info.get(k) for k in PRIMITIVE_KINDS):
             return "NHWC"
+        spec = node.rt_info.get("SnippetsInt8FullyConnected")
+        if spec is not None and spec.conv is not None:  # the JIT int8 convolution reads and writes NHWC too
+            return "NHWC"
         return None
 
     def preferred_input_layout(self, node: Node, index: int) -> str | None:
         """Plain for the data input of a conv primitive with few input channels (an RGB stem): its kernel reads a
         planar padded copy of an NCHW input, so an NHWC reorder before it would be a pass over the image for
         nothing (AssignLayouts takes it only where the input is plain already); None for every other input."""
+        spec = node.rt_info.get("SnippetsInt8FullyConnected")
+        if spec is not None and spec.conv is not None and index != spec.a_index:
+            return "plain"  # an int8 convolution reads only x in NHWC (its weight inputs feed the body's reference)
         if index == 0 and node.rt_info.get("SnippetsConvolution"):
             from snippets_x86_64.conv_subgraph import reads_planar
 
