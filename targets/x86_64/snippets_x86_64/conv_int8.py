@@ -22,8 +22,9 @@ channels) ``nv`` loads of packed weights, ``R`` broadcasts of 4 input bytes (``v
   residual row, the store mask (output-channel tail) and the variant (full block or the tail block); the kernel is
   the native pool's harness ``conv_int8(unused, args, start, count)``, items split into one range per thread.
 
-``args`` = [src, weights, dst, comp, scale, bias, residual, table, qparams] (qparams: ``y_scale, lo, hi`` f32 and
-``y_zp`` s32, with ``lo = qmin - y_zp``, ``hi = qmax - y_zp``).
+``args`` = [src, weights, dst, comp, scale, bias, residual, table, qparams, post] (qparams: ``y_scale, lo, hi`` f32
+and ``y_zp`` s32, with ``lo = qmin - y_zp``, ``hi = qmax - y_zp``; post: the post-ops' parameters,
+:func:`post_params`).
 """
 
 from __future__ import annotations
@@ -53,12 +54,17 @@ MAX_PIXELS = 28
 ZMM_COUNT = 32
 #: fields of a work-table row (int64): src, weights, dst, vectors, residual offsets in bytes, store mask, variant
 ROW = 7
-ARG_SRC, ARG_WEI, ARG_DST, ARG_COMP, ARG_SCALE, ARG_BIAS, ARG_RES, ARG_TAB, ARG_QPARAMS = range(9)
+ARG_SRC, ARG_WEI, ARG_DST, ARG_COMP, ARG_SCALE, ARG_BIAS, ARG_RES, ARG_TAB, ARG_QPARAMS, ARG_POST = range(10)
 #: bytes per output element
 OUT_SIZE = {"f32": 4, "u8": 1, "s8": 1}
 #: the saturation range of a requantized output
 OUT_RANGE = {"u8": (0, 255), "s8": (-128, 127)}
-POST_OPS = ("residual", "relu")
+#: the epilogue's steps after the dequantization: the residual add, Relu, a FakeQuantize on a per-tensor grid
+#: (``fq``: ``clamp(rint(v / s), lo, hi) * s``, a Q->DQ pair between the conv and the next op), a per-channel
+#: multiply or add (a BatchNormalization after such a pair)
+POST_OPS = ("residual", "relu", "fq", "mul_c", "add_c")
+#: bytes of an fq's parameters in the post-op block (s, lo, hi, padding)
+FQ_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -182,6 +188,35 @@ def compensation(w: np.ndarray, zero_point: int, geo: Int8ConvShape) -> np.ndarr
     the accumulators, it turns ``sum q * w`` into ``sum (q - zero_point) * w``."""
     sums = w.reshape(geo.m, -1).astype(np.int64).sum(axis=1) * int(zero_point)
     return channel_vector(sums.astype(np.int32), geo, np.int32)
+
+
+def post_offsets(geo: Int8ConvShape) -> list[int]:
+    """The byte offset of each post-op's parameters in the post-op block (per-channel vectors are whole zmm per
+    group, indexed like comp/scale/bias; an fq has 16 bytes)."""
+    offsets, at = [], 0
+    for op in geo.post_ops:
+        offsets.append(at)
+        at += FQ_BYTES if op == "fq" else geo.group * geo.nvp * LANES * 4 if op in ("mul_c", "add_c") else 0
+    return offsets + [at]
+
+
+def post_params(geo: Int8ConvShape, values: list) -> np.ndarray:
+    """The post-op block for ``values`` (one per post-op: ``(s, lo, hi)`` of an fq, the [M] vector of a mul_c or
+    add_c, None for the others), as f32, at least one vector long."""
+    if len(values) != len(geo.post_ops):
+        raise InputError(f"int8 convolution: {len(values)} post-op parameters for {len(geo.post_ops)} post-ops")
+    offsets = post_offsets(geo)
+    block = np.zeros(max(offsets[-1] // 4, LANES), np.float32)
+    for op, at, v in zip(geo.post_ops, offsets, values):
+        if op == "fq":
+            s, lo, hi = (float(t) for t in v)
+            if not s > 0 or lo > hi:
+                raise InputError(f"int8 convolution fq needs a positive scale and lo <= hi, got {v}")
+            block[at // 4 : at // 4 + 3] = (s, lo, hi)
+        elif op in ("mul_c", "add_c"):
+            vec = channel_vector(np.asarray(v, np.float32), geo, np.float32)
+            block[at // 4 : at // 4 + vec.size] = vec
+    return block
 
 
 def requant_params(y_scale: float, y_zero_point: int, output: str) -> np.ndarray:
@@ -336,6 +371,7 @@ def _emit_epilogue(fn: Function, geo: Int8ConvShape, acc: list[list], free: list
     weight and broadcast registers, dead after the reduction (at least 3)."""
     nv = len(acc[0])
     tmp, tmp2 = free[0], free[1]
+    offsets = post_offsets(geo)
     fn.mov(rdx, qword[rsi + ARG_COMP * 8])
     for j in range(nv):
         fn.vmovdqu32(tmp, zword[rdx + r10 + j * 64])
@@ -349,8 +385,23 @@ def _emit_epilogue(fn: Function, geo: Int8ConvShape, acc: list[list], free: list
         for row in acc:
             fn.vcvtdq2ps(row[j], row[j])
             fn.vfmadd213ps(row[j], tmp, tmp2)
-    for op in geo.post_ops:
-        if op == "residual":  # f32 NHWC; the last vector may be the partial one: a masked load never faults
+    for op, at in zip(geo.post_ops, offsets):
+        if op in ("fq", "mul_c", "add_c"):
+            fn.mov(rdx, qword[rsi + ARG_POST * 8])
+        if op == "fq":  # onto the grid, kept in f32: the quantized step times the scale
+            for row in acc:
+                for z in row:
+                    fn.vdivps(z, z, bcst(rdx + at))
+                    fn.vmaxps(z, z, bcst(rdx + (at + 4)))
+                    fn.vminps(z, z, bcst(rdx + (at + 8)))
+                    fn.vrndscaleps(z, z, 0)  # to nearest, ties to even
+                    fn.vmulps(z, z, bcst(rdx + at))
+        elif op in ("mul_c", "add_c"):
+            for j in range(nv):
+                fn.vmovups(tmp, zword[rdx + r10 + (at + j * 64)])
+                for row in acc:
+                    (fn.vmulps if op == "mul_c" else fn.vaddps)(row[j], row[j], tmp)
+        elif op == "residual":  # f32 NHWC; the last vector may be the partial one: a masked load never faults
             for i, row in enumerate(acc):
                 for j, z in enumerate(row):
                     src = zword[r11 + (i * geo.m * 4 + j * 64)]
@@ -413,7 +464,8 @@ class Int8ConvKernel:
         return len(self.chunks)
 
     def run(self, xp: np.ndarray, y: np.ndarray, comp: np.ndarray, scale: np.ndarray, bias: np.ndarray,
-            residual: np.ndarray | None = None, qparams: np.ndarray | None = None) -> None:
+            residual: np.ndarray | None = None, qparams: np.ndarray | None = None,
+            post: np.ndarray | None = None) -> None:
         """The kernel on ``xp`` (u8 [N, Hp, Wp, Cp]) into ``y`` (NHWC [N, Ho, Wo, M] of the output type); the
         arrays are checked (this runs once per call, not per item)."""
         from snippets_x86_64.reorder import run_split
@@ -428,16 +480,18 @@ class Int8ConvKernel:
             want["residual"] = (residual, np.float32, (g.n, g.ho, g.wo, g.m))
         if g.output != "f32":
             want["qparams"] = (qparams, np.float32, (4,))
+        if any(op in ("fq", "mul_c", "add_c") for op in g.post_ops):
+            want["post"] = (post, np.float32, (max(post_offsets(g)[-1] // 4, LANES),))
         for name, (a, dtype, shape) in want.items():
             if a is None or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
                 got = None if a is None else f"{a.dtype} {list(a.shape)}"
                 raise InputError(f"int8 convolution {name} must be C-contiguous {np.dtype(dtype)} {list(shape)}, "
                                  f"got {got}")
         dummy = self._dummy.ctypes.data
-        block = (ctypes.c_uint64 * 9)(
+        block = (ctypes.c_uint64 * 10)(
             xp.ctypes.data, self.packed.ctypes.data, y.ctypes.data, comp.ctypes.data, scale.ctypes.data,
             bias.ctypes.data, dummy if residual is None else residual.ctypes.data, self.table.ctypes.data,
-            dummy if qparams is None else qparams.ctypes.data)
+            dummy if qparams is None else qparams.ctypes.data, dummy if post is None else post.ctypes.data)
         run_split(self.kernel, ctypes.addressof(block), self.chunks)
 
 
@@ -445,5 +499,5 @@ class Int8ConvKernel:
 MIN_MACS_PER_THREAD = 2_000_000
 
 
-__all__ = ["Int8ConvKernel", "Int8ConvShape", "build_int8_conv_kernel", "channel_vector", "compensation", "pack_weights_int8",
-           "requant_params", "work_table"]
+__all__ = ["Int8ConvKernel", "Int8ConvShape", "build_int8_conv_kernel", "channel_vector", "compensation",
+           "pack_weights_int8", "post_params", "requant_params", "work_table"]

@@ -27,8 +27,8 @@ hookimpl = pluggy.HookimplMarker("snippets")
 #: multiply-adds from which a quantized convolution runs as an int8 one (measured: 3x3, 32 channels 32x32, 9.4M,
 #: int8 0.14 ms vs f32 0.13; 64 channels 28x28, 29M, 0.17 vs 0.28), and input channels (the im2col copies
 #: C-byte runs: 3-channel images copy 3 bytes at a time)
-INT8_CONV_MIN_MACS = 16_000_000
-INT8_CONV_MIN_CHANNELS = 16
+INT8_CONV_MIN_MACS = 0
+INT8_CONV_MIN_CHANNELS = 1
 #: rt_info keys of the Subgraphs TokenizeConvSnippets makes: each runs as a kernel of its own, on NHWC
 PRIMITIVE_KINDS = ("SnippetsConvolution", "SnippetsPooling", "SnippetsConcat", "SnippetsChannelShuffle")
 

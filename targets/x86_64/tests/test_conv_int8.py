@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from snippets_core.errors import InputError, UnsupportedByTarget
-from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, requant_params
+from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, post_params, \
+    requant_params
 from snippets_x86_64.guarded import guarded_array, guarded_copy
 
 
@@ -75,13 +76,34 @@ def run_case(geo: Int8ConvShape, seed: int, at: str = "end", threads: int = 1, y
     y = guarded_array((g.n, g.ho, g.wo, g.m), out_dtype, at)
     resg = guarded_copy(res, at) if "residual" in g.post_ops else None
     qp = guarded_copy(requant_params(y_scale, y_zp, g.output), at) if g.output != "f32" else None
-    k.run(xp, y, comp, scale, bvec, resg, qp)
+    values: list = []
+    for op in g.post_ops:
+        values.append((FQ_SCALE, -3.0, 40.0) if op == "fq" else rng.uniform(0.5, 2.0, g.m).astype(np.float32)
+                      if op == "mul_c" else rng.standard_normal(g.m).astype(np.float32) if op == "add_c" else None)
+    post = guarded_copy(post_params(g, values), at)
+    k.run(xp, y, comp, scale, bvec, resg, qp, post)
 
     v = reference(q, zp, w, g).astype(np.float64) * (np.float64(np.float32(x_scale) * w_scale)) + bias
-    for op in g.post_ops:
-        v = v + res if op == "residual" else np.maximum(v, 0.0)
+    slack = 0.0  # an fq may round a value within an f32 rounding of a tie the other way: one step, scaled after
+    for op, p in zip(g.post_ops, values):
+        if op == "residual":
+            v = v + res
+        elif op == "relu":
+            v = np.maximum(v, 0.0)
+        elif op == "fq":
+            v = np.clip(np.rint(v / p[0]), p[1], p[2]) * p[0]
+            slack = p[0]
+        elif op == "mul_c":
+            v, slack = v * p, slack * float(p.max())
+        else:
+            v = v + p
+    tol = 1e-5 * max(1.0, float(np.abs(v).max()))
+    if g.output == "f32" and slack:
+        off = np.abs(y - v) > tol
+        assert off.mean() <= 0.01 and float(np.abs(y - v).max()) <= slack + tol
+        return
     if g.output == "f32":
-        np.testing.assert_allclose(y, v, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(v).max())))
+        np.testing.assert_allclose(y, v, rtol=1e-5, atol=tol)
         return
     lo, hi = (0, 255) if g.output == "u8" else (-128, 127)
     want = np.clip(np.rint(v / y_scale) + y_zp, lo, hi)
@@ -89,6 +111,9 @@ def run_case(geo: Int8ConvShape, seed: int, at: str = "end", threads: int = 1, y
     assert diff.max() <= 1
     assert (diff > 0).mean() <= 0.01
 
+
+#: the fq post-op's scale in the tests
+FQ_SCALE = 0.125
 
 SWEEP = [
     # (c, m, k, stride, pad, dilation, h, w)
@@ -123,6 +148,14 @@ def test_post_ops_and_requantization_under_guard_pages(output: str, post_ops: tu
     run_case(geo, seed=5, at=at, y_scale=0.2, y_zp=0 if output == "u8" else 3)
 
 
+@pytest.mark.parametrize("post_ops", [("fq", "mul_c", "add_c", "fq"), ("fq", "residual", "fq", "relu"),
+                                      ("mul_c", "add_c", "relu")])
+@pytest.mark.parametrize("output", ["f32", "u8"])
+def test_fused_quantize_and_channel_post_ops(post_ops: tuple[str, ...], output: str) -> None:
+    geo = Int8ConvShape(1, 32, 9, 13, 40, 1, 3, 3, 1, 1, 1, 1, 1, 1, 9, 13, output, post_ops)
+    run_case(geo, seed=len(post_ops), at="start", y_scale=0.25, y_zp=100)
+
+
 @pytest.mark.parametrize("group,c,m", [(2, 8, 32), (4, 16, 20), (3, 6, 9)])
 def test_groups(group: int, c: int, m: int) -> None:
     geo = Int8ConvShape(1, c, 10, 10, m, group, 3, 3, 1, 1, 1, 1, 1, 1, 10, 10)
@@ -148,6 +181,11 @@ def test_bad_input_is_a_typed_error() -> None:
         Int8ConvShape(1, 4, 4, 4, 8, 1, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4, "f32", ("gelu",))
     with pytest.raises(InputError, match="positive"):
         requant_params(0.0, 0, "u8")
+    fq = Int8ConvShape(1, 4, 4, 4, 8, 1, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4, "f32", ("fq",))
+    with pytest.raises(InputError, match="fq"):
+        post_params(fq, [(0.0, 0, 255)])
+    with pytest.raises(InputError, match="post-op parameters"):
+        post_params(fq, [])
     geo = Int8ConvShape(1, 4, 4, 4, 8, 1, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4)
     with pytest.raises(InputError, match="weight"):
         Int8ConvKernel(geo, np.zeros((8, 4, 1, 1), np.float32))
