@@ -31,7 +31,7 @@ import numpy as np
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node, Output
-from snippets_core.ir.ops.quantize import DEQUANTIZED_FROM, QUANTIZATION_GRID, QuantizedConstant
+from snippets_core.ir.ops.quantize import DEQUANTIZED_FROM, QUANT_RANGES, QUANTIZATION_GRID, QuantizedConstant
 from snippets_core.ir.pass_manager import Pass
 from snippets_core.tokenization.config import TokenizationConfig
 from snippets_core.tokenization.tokenize_mha_snippets import _build_subgraph, _live_ids, _targets
@@ -71,6 +71,11 @@ class Int8FCSpec:
     a_index: int = 0
     #: a 2-D convolution (NCHW x, the weight's rows ordered [kh, kw, c]): run as this GEMM over its windows
     conv: Int8ConvGeometry | None = None
+    #: a convolution's ops after the dequantization (and the bias), in order, each ``(kind, parameters)``:
+    #: ``("fq", (scale, lo, hi))`` a Q->DQ pair on a per-tensor grid (``clamp(rint(v / scale), lo, hi) * scale``),
+    #: ``("mul_c", m)`` / ``("add_c", m)`` by per-channel f32 vectors, ``("relu", None)``, ``("residual", i)``
+    #: the Add of Subgraph input ``i`` (the output's shape)
+    post_ops: tuple[tuple[str, Any], ...] = ()
 
     @property
     def k(self) -> int:
@@ -84,8 +89,13 @@ class Int8FCSpec:
         a = {QUANTIZE: "f32 x quantized on a constant grid", DYNAMIC: "f32 x quantized on its own range per call",
              QUANTIZED: "quantized x"}[self.source]
         what = f"{self.k}x{self.n}" if self.conv is None else f"Conv {self.conv.describe()} as a {self.k}x{self.n}"
+        post = "".join(f", {kind}" for kind, _ in self.post_ops)
         return (f"{what} {'s8' if self.a_signed else 'u8'} x s8 ({a}), {self.output} out"
-                f"{', bias' if self.bias is not None else ''}")
+                f"{', bias' if self.bias is not None else ''}{post}")
+
+    def residual_index(self) -> int | None:
+        """The Subgraph input a residual post-op adds (None: no residual)."""
+        return next((int(i) for kind, i in self.post_ops if kind == "residual"), None)
 
 
 @dataclass(frozen=True)
@@ -193,6 +203,76 @@ def _conv_bias(last: Node, live: set[int], m: int) -> tuple[Node, np.ndarray] | 
     return add, b.reshape(m).astype(np.float32)
 
 
+def _fq_group(fq: Node, live: set[int]) -> tuple[list[Node], Any] | None:
+    """(the nodes, the grid) of a FakeQuantize made from a per-tensor u8/i8 Q->DQ pair: the FakeQuantize alone,
+    or with the Maximum/Minimum that follow it on a grid extended for an odd zero point (the grid is on the last)."""
+    group = [fq]
+    while group[-1].rt_info.get(QUANTIZATION_GRID) is None and len(group) < 3:
+        nxt = _sole_consumer(group[-1].outputs[0], live, ("Maximum", "Minimum")[len(group) - 1])
+        if nxt is None:
+            return None
+        group.append(nxt)
+    grid = group[-1].rt_info.get(QUANTIZATION_GRID)
+    return (group, grid) if grid is not None and grid.qtype in _ACTIVATION_TYPES else None
+
+
+def _channel_constant(node: Node, prev: Node, m: int) -> np.ndarray | None:
+    """The per-channel f32 vector [M] of a binary op of ``prev``'s NCHW output by a constant (scalar, [M, 1, 1] or
+    [1, M, 1, 1]), the constant second for a Subtract."""
+    other = [(j, i.source) for j, i in enumerate(node.inputs) if i.source.node is not prev]
+    if len(other) != 1 or (node.type_name == "Subtract" and other[0][0] != 1):
+        return None
+    c = _const(other[0][1])
+    if c is None or c.dtype != np.float32 or not (c.size == 1 or c.shape in ((m, 1, 1), (1, m, 1, 1))):
+        return None
+    return np.broadcast_to(c.reshape(-1), (m,)).astype(np.float32)
+
+
+#: the binary ops by a per-channel constant the int8 convolution applies (Subtract as an add of the negation)
+_CHANNEL_OPS = {"Multiply": "mul_c", "Add": "add_c", "Subtract": "add_c"}
+
+
+def _conv_post_ops(last: Node, live: set[int], out_shape: tuple[int, ...]) -> tuple[list[Node], list[tuple[str, Any]]]:
+    """The chain after an int8 convolution (and its bias) that its kernel applies in registers, each op the sole
+    consumer of the one before: FakeQuantizes on per-tensor grids, per-channel multiplies/adds by constants (a
+    BatchNormalization), Relu, and one residual Add of a tensor of the output's shape. Returns (nodes, post_ops)
+    with the residual as its Output (``_fuse`` turns it into the Subgraph input index)."""
+    m = out_shape[1]
+    nodes: list[Node] = []
+    ops: list[tuple[str, Any]] = []
+    while True:
+        ts = _targets(last.outputs[0], live)
+        if len(ts) != 1:
+            break
+        nxt = ts[0].node
+        t = nxt.type_name
+        if t == "FakeQuantize":
+            found = _fq_group(nxt, live)
+            if found is None:
+                break
+            group, grid = found
+            qmin, qmax = QUANT_RANGES[grid.qtype]
+            nodes += group
+            ops.append(("fq", (float(grid.scale), float(qmin - grid.zero_point), float(qmax - grid.zero_point))))
+            last = group[-1]
+            continue
+        if t == "Relu":
+            ops.append(("relu", None))
+        elif t in _CHANNEL_OPS and (v := _channel_constant(nxt, last, m)) is not None:
+            ops.append((_CHANNEL_OPS[t], -v if t == "Subtract" else v))
+        elif t == "Add" and not any(k == "residual" for k, _ in ops):
+            other = [i.source for i in nxt.inputs if i.source.node is not last]
+            if len(other) != 1 or other[0].node.type_name == "Constant" or other[0].element_type is not \
+                    ElementType.f32 or not other[0].shape.is_static or other[0].shape.to_tuple() != out_shape:
+                break
+            ops.append(("residual", other[0]))
+        else:
+            break
+        nodes.append(nxt)
+        last = nxt
+    return nodes, ops
+
+
 def _activation(x: Output, k: int, float_input: bool = False) -> None:
     if float_input and x.element_type is not ElementType.f32:
         raise Int8Reject(f"its input is {x.element_type}; the int8 kernel quantizes f32")
@@ -223,8 +303,9 @@ def _quantized_input(node: Node) -> tuple[list[Node], Output, Any]:
     grid = moved.rt_info.get(QUANTIZATION_GRID)
     if grid is None or grid.qtype not in _ACTIVATION_TYPES:
         raise Int8Reject(f"its input comes from {g.type_name} '{g.name}', not a per-tensor u8/i8 Q->DQ pair")
-    if moved is not g:
-        # values already on the grid, moved (ConvertQDQToFakeQuantize dropped the repeated pair): quantizing
+    if moved is not g or g.type_name == "Subgraph":
+        # values already on the grid (an int8 convolution whose last post-op is this grid's FakeQuantize), or
+        # moved (ConvertQDQToFakeQuantize dropped the repeated pair): quantizing
         # them again gives back their integers, so the body is the op alone
         return [], node.inputs[0].source, grid
     head = [g]
@@ -304,14 +385,21 @@ class TokenizeInt8FCSnippets(Pass):
             clone = node.clone_with_new_inputs(ins)
             mapping.update({(node.id, o.index): c for o, c in zip(node.outputs, clone.outputs)})
             clones.append(clone)
+        # a residual read from the quantizing head's own output stays read from outside (the kernel adds an f32
+        # tensor; the head's clone lives in the Subgraph only as the quantizer)
+        residuals = [v for k, v in spec.post_ops if k == "residual"]
         for node in chain:
             for inp in node.inputs:
+                if any(inp.source == r for r in residuals):
+                    continue
                 new = mapping.get((inp.source.node.id, inp.source.index))
                 if new is not None:
                     inp.replace_source(new)
         sg = _build_subgraph([*clones, *chain], 0, _live_ids(model))
         a_index = next(j for j, i in enumerate(sg.inputs) if i.source == x)
-        sg.rt_info[INT8_FULLY_CONNECTED] = replace(spec, a_index=a_index)
+        post = tuple((k, next(j for j, i in enumerate(sg.inputs) if i.source == v) if k == "residual" else v)
+                     for k, v in spec.post_ops)
+        sg.rt_info[INT8_FULLY_CONNECTED] = replace(spec, a_index=a_index, post_ops=post)
 
     def _static(self, matmul: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
         if matmul.transpose_a:  # type: ignore[attr-defined]
@@ -345,9 +433,11 @@ class TokenizeInt8FCSnippets(Pass):
         if found is not None:
             chain.append(found[0])
             bias = found[1]
+        post_nodes, post_ops = _conv_post_ops(chain[-1], live, conv.outputs[0].shape.to_tuple())
+        chain += post_nodes
         spec = Int8FCSpec(QUANTIZE, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, weight,
                           _column_scale(qc.scale.reshape(-1) if qc.scale.size > 1 else qc.scale, m, "the weight scale"),
-                          bias, F32, conv=g)
+                          bias, F32, conv=g, post_ops=tuple(post_ops))
         return head, chain, spec, x
 
     def _qlinear_conv(self, qlc: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
@@ -391,7 +481,9 @@ class TokenizeInt8FCSnippets(Pass):
         if chain is None:
             raise Int8Reject("it is not followed by Cast and the Mul by x_scale * w_scale")
         head, tail, w_scale, bias = chain
-        return head, [ci, *tail], Int8FCSpec(DYNAMIC, False, 1.0, 0, weight, w_scale, bias, F32, conv=g), x
+        post_nodes, post_ops = _conv_post_ops(tail[-1], live, ci.outputs[0].shape.to_tuple())
+        return head, [ci, *tail, *post_nodes], Int8FCSpec(DYNAMIC, False, 1.0, 0, weight, w_scale, bias, F32, conv=g,
+                                                          post_ops=tuple(post_ops)), x
 
     def _integer(self, mmi: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
         a, w = _integer_operands(mmi, 1, 3)

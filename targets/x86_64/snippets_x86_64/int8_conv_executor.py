@@ -33,7 +33,8 @@ from snippets_core.runtime.placement import Placement
 from snippets_core.tokenization.tokenize_int8_fc_snippets import DYNAMIC, F32, QUANTIZED, Int8FCSpec
 from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.conv_executor import split_items
-from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, requant_params
+from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, post_params, \
+    requant_params
 from snippets_x86_64.quantize_int8 import quantize_params, quantize_pixels_function
 from snippets_x86_64.reorder import run_split
 from snippets_x86_64.runtime import TARGET_NAME
@@ -62,10 +63,12 @@ class _Batch:
 class Int8ConvExecutor:
     """Runs one int8 convolution Subgraph (see the module docstring) on ``threads`` threads."""
 
-    def __init__(self, spec: Int8FCSpec, threads: int, post_ops: tuple[str, ...] = ()) -> None:
+    def __init__(self, spec: Int8FCSpec, threads: int) -> None:
         g = spec.conv
         assert g is not None
-        self.spec, self.threads, self.post_ops = spec, max(1, threads), post_ops
+        self.spec, self.threads = spec, max(1, threads)
+        self.post_ops = tuple(kind for kind, _ in spec.post_ops)
+        self.residual_index = spec.residual_index()
         kh, kw = g.kernel
         self.channels = c = spec.k // (kh * kw)
         #: the weight [M, C, KH, KW] (the spec holds it as the GEMM's [KH*KW*C, M])
@@ -83,6 +86,9 @@ class Int8ConvExecutor:
             self.vectors = self._vectors(spec.a_scale, spec.a_zero_point)
             self.qparams = self._qparams(spec.a_scale, spec.a_zero_point)
         self.requant = requant_params(spec.y_scale, spec.y_zero_point, self.output) if self.output != F32 else None
+        one = self.shape(1)
+        self.post = post_params(one, [None if k in ("relu", "residual") else v for k, v in spec.post_ops]) \
+            if spec.post_ops else None
         self.copy = quantize_pixels_function(g.spatial[1], c, self.shape(1).cp) if spec.source != QUANTIZED \
             else None
         self.reorders = 0
@@ -132,7 +138,7 @@ class Int8ConvExecutor:
                              f"{g.spatial[0]}, {g.spatial[1]}], got {x.dtype} {list(x.shape)}")
         residual = None
         if "residual" in self.post_ops:
-            r = np.asarray(args[s.residual_index])  # type: ignore[attr-defined]
+            r = np.asarray(args[self.residual_index])
             residual = r.transpose(0, 2, 3, 1)
             if not residual.flags.c_contiguous or residual.dtype != np.float32:
                 self.reorders += 1
@@ -164,7 +170,7 @@ class Int8ConvExecutor:
                                               qparams.ctypes.data)
                 run_split(self.copy, ctypes.addressof(block), b.copy_chunks)
             y = empty_aligned((shape.n, shape.ho, shape.wo, shape.m), self.out_dtype)
-            b.kernel.run(xp, y, *vectors, residual, self.requant)
+            b.kernel.run(xp, y, *vectors, residual, self.requant, self.post)
         finally:
             if own:
                 b.lock.release()
@@ -181,16 +187,16 @@ class Int8ConvExecutor:
         s, g = self.spec, self.spec.conv
         assert g is not None
         how = "copied" if s.source == QUANTIZED else "quantized (JIT) into it"
-        post = "".join(f" + {op}" for op in self.post_ops)
+        post = "".join(f", {op}" for op in self.post_ops)
         threads = f", items split over {self.threads} threads" if self.threads > 1 else ""
         return (f"int8 convolution (JIT, VNNI): {s.describe()}; the padded NHWC u8 input {how}, vpdpbusd over "
-                f"the taps, dequantized{post}{' and requantized' if self.output != F32 else ''} in registers"
+                f"the taps, dequantized (+ bias{post}){' and requantized' if self.output != F32 else ''} in registers"
                 f"{threads}")
 
 
 def int8_conv_executor(spec: Int8FCSpec, threads: int, batch: int | None) -> Int8ConvExecutor:
     """The executor of an int8 convolution Subgraph; with a static batch, its kernels are compiled now."""
-    ex = Int8ConvExecutor(spec, threads, getattr(spec, "post_ops", ()))
+    ex = Int8ConvExecutor(spec, threads)
     if batch is not None:
         ex.batch(batch)
     return ex
