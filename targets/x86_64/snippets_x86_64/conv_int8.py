@@ -16,13 +16,13 @@ channels) ``nv`` loads of packed weights, ``R`` broadcasts of 4 input bytes (``v
 * **Epilogue** (in registers, per accumulator): ``- comp[m]`` (``zp * sum`` of the channel's weights, made with the
   packing), ``vcvtdq2ps``, ``* scale[m] + bias[m]`` (one FMA: the dequantized f32, ``scale = x_scale *
   w_scale[m]``), then the post-ops in order (``residual``: an f32 NHWC tensor of the output's shape added;
-  ``relu``), then the store: f32, or requantized to u8/s8 as QuantizeLinear does (``/ y_scale``, clamp,
+  ``relu``), then the store: f32, or requantized to u8/s8 as QuantizeLinear does (``* (1 / y_scale)``, clamp,
   ``vcvtps2dq`` half to even, ``+ y_zp``, ``vpmovdb``), so a quantized conv hands the next one bytes.
 * **Work table**: one row per item, byte offsets of the input row, weight block, output row, post-op vectors and
   residual row, the store mask (output-channel tail) and the variant (full block or the tail block); the kernel is
   the native pool's harness ``conv_int8(unused, args, start, count)``, items split into one range per thread.
 
-``args`` = [src, weights, dst, comp, scale, bias, residual, table, qparams, post] (qparams: ``y_scale, lo, hi`` f32
+``args`` = [src, weights, dst, comp, scale, bias, residual, table, qparams, post] (qparams: ``1 / y_scale, lo, hi`` f32
 and ``y_zp`` s32, with ``lo = qmin - y_zp``, ``hi = qmax - y_zp``; post: the post-ops' parameters,
 :func:`post_params`).
 """
@@ -60,10 +60,10 @@ OUT_SIZE = {"f32": 4, "u8": 1, "s8": 1}
 #: the saturation range of a requantized output
 OUT_RANGE = {"u8": (0, 255), "s8": (-128, 127)}
 #: the epilogue's steps after the dequantization: the residual add, Relu, a FakeQuantize on a per-tensor grid
-#: (``fq``: ``clamp(rint(v / s), lo, hi) * s``, a Q->DQ pair between the conv and the next op), a per-channel
+#: (``fq``: ``clamp(rint(v * (1 / s)), lo, hi) * s``, a Q->DQ pair between the conv and the next op), a per-channel
 #: multiply or add (a BatchNormalization after such a pair)
 POST_OPS = ("residual", "relu", "fq", "mul_c", "add_c")
-#: bytes of an fq's parameters in the post-op block (s, lo, hi, padding)
+#: bytes of an fq's parameters in the post-op block (s, lo, hi, 1 / s)
 FQ_BYTES = 16
 
 
@@ -201,7 +201,8 @@ def post_offsets(geo: Int8ConvShape) -> list[int]:
 
 
 def post_params(geo: Int8ConvShape, values: list) -> np.ndarray:
-    """The post-op block for ``values`` (one per post-op: ``(s, lo, hi)`` of an fq, the [M] vector of a mul_c or
+    """The post-op block for ``values`` (one per post-op: ``(s, lo, hi)`` of an fq (1 / s is stored beside them),
+    the [M] vector of a mul_c or
     add_c, None for the others), as f32, at least one vector long."""
     if len(values) != len(geo.post_ops):
         raise InputError(f"int8 convolution: {len(values)} post-op parameters for {len(geo.post_ops)} post-ops")
@@ -212,7 +213,7 @@ def post_params(geo: Int8ConvShape, values: list) -> np.ndarray:
             s, lo, hi = (float(t) for t in v)
             if not s > 0 or lo > hi:
                 raise InputError(f"int8 convolution fq needs a positive scale and lo <= hi, got {v}")
-            block[at // 4 : at // 4 + 3] = (s, lo, hi)
+            block[at // 4 : at // 4 + 4] = (s, lo, hi, 1.0 / s)
         elif op in ("mul_c", "add_c"):
             vec = channel_vector(np.asarray(v, np.float32), geo, np.float32)
             block[at // 4 : at // 4 + vec.size] = vec
@@ -220,12 +221,13 @@ def post_params(geo: Int8ConvShape, values: list) -> np.ndarray:
 
 
 def requant_params(y_scale: float, y_zero_point: int, output: str) -> np.ndarray:
-    """The 16-byte qparams block of a requantized output: ``y_scale, qmin - y_zp, qmax - y_zp`` (f32), ``y_zp``."""
+    """The 16-byte qparams block of a requantized output: ``1 / y_scale, qmin - y_zp, qmax - y_zp`` (f32),
+    ``y_zp``."""
     if not y_scale > 0:
         raise InputError(f"int8 convolution requantization needs a positive output scale, got {y_scale}")
     qmin, qmax = OUT_RANGE.get(output, (0, 255))
     block = np.zeros(4, np.float32)
-    block[:3] = (y_scale, qmin - y_zero_point, qmax - y_zero_point)
+    block[:3] = (1.0 / y_scale, qmin - y_zero_point, qmax - y_zero_point)
     block.view(np.int32)[3] = y_zero_point
     return block
 
@@ -391,7 +393,7 @@ def _emit_epilogue(fn: Function, geo: Int8ConvShape, acc: list[list], free: list
         if op == "fq":  # onto the grid, kept in f32: the quantized step times the scale
             for row in acc:
                 for z in row:
-                    fn.vdivps(z, z, bcst(rdx + at))
+                    fn.vmulps(z, z, bcst(rdx + (at + 12)))
                     fn.vmaxps(z, z, bcst(rdx + (at + 4)))
                     fn.vminps(z, z, bcst(rdx + (at + 8)))
                     fn.vrndscaleps(z, z, 0)  # to nearest, ties to even
@@ -424,12 +426,13 @@ def _emit_epilogue(fn: Function, geo: Int8ConvShape, acc: list[list], free: list
                 dst = zword[r9 + (i * geo.m * 4 + j * 64)]
                 fn.vmovups(dst.mask(k1) if j == nv - 1 else dst, z)
         return
-    # requantized as QuantizeLinear: the division in f32, clamped first (exact integers after rounding), then
+    # requantized as QuantizeLinear: times 1 / y_scale in f32 (as the FakeQuantize decomposition; a division per
+    # vector cost the small convs a third of their time), clamped first (exact integers after rounding), then
     # rounded half to even; the low byte of each lane is the u8/s8 value
     fn.mov(rdx, qword[rsi + ARG_QPARAMS * 8])
     for i, row in enumerate(acc):
         for j, z in enumerate(row):
-            fn.vdivps(z, z, bcst(rdx))
+            fn.vmulps(z, z, bcst(rdx))
             fn.vmaxps(z, z, bcst(rdx + 4))
             fn.vminps(z, z, bcst(rdx + 8))
             fn.vcvtps2dq(z, z, rc="rn")
