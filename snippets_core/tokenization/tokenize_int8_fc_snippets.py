@@ -38,6 +38,8 @@ from snippets_core.tokenization.tokenize_mha_snippets import _build_subgraph, _l
 
 #: rt_info key on an int8 FullyConnected Subgraph: its Int8FCSpec
 INT8_FULLY_CONNECTED = "SnippetsInt8FullyConnected"
+#: rt_info key on the DequantizeLinear between two int8 convolutions that hand each other quantized bytes
+INT8_HANDOFF = "SnippetsInt8Handoff"
 #: rt_info key on a quantized MatMul / MatMulInteger / QLinearMatMul left out: why
 INT8_FC_REJECT_REASON_KEY = "SnippetsInt8FCRejectReason"
 
@@ -303,6 +305,8 @@ def _quantized_input(node: Node) -> tuple[list[Node], Output, Any]:
     grid = moved.rt_info.get(QUANTIZATION_GRID)
     if grid is None or grid.qtype not in _ACTIVATION_TYPES:
         raise Int8Reject(f"its input comes from {g.type_name} '{g.name}', not a per-tensor u8/i8 Q->DQ pair")
+    if g.rt_info.get(INT8_HANDOFF):  # the bytes an int8 convolution stored (TokenizeInt8FCSnippets._hand_off)
+        return [g], g.inputs[0].source, grid
     if moved is not g or g.type_name == "Subgraph":
         # values already on the grid (an int8 convolution whose last post-op is this grid's FakeQuantize), or
         # moved (ConvertQDQToFakeQuantize dropped the repeated pair): quantizing
@@ -415,8 +419,11 @@ class TokenizeInt8FCSnippets(Pass):
         spec = Int8FCSpec(QUANTIZE, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, w, w_scale, bias, F32)
         return head, chain, spec, x
 
-    def _conv(self, conv: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
-        """A static QDQ 2-D Convolution (group 1) with an int8 weight quantized per output channel."""
+    def _conv(self, conv: Node, live: set[int], handoff: bool = True,
+              ) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
+        """A static QDQ 2-D Convolution (group 1) with an int8 weight quantized per output channel. ``handoff``:
+        when its chain ends on a grid that only int8 convolutions read, it stores the quantized bytes for them
+        (:meth:`_hand_off`; False: only check that it matches, the graph is left as it is)."""
         src = conv.inputs[1].source.node
         qc: QuantizedConstant | None = src.rt_info.get(DEQUANTIZED_FROM)
         if qc is None:
@@ -426,7 +433,7 @@ class TokenizeInt8FCSnippets(Pass):
         if qc.block_size or (qc.scale.size != 1 and qc.axis != 0):
             raise Int8Reject(f"its weight is quantized along axis {qc.axis}, not per output channel")
         head, x, grid = _quantized_input(conv)
-        g, weight = _conv_geometry(conv, w, x, (ElementType.f32,), self.config)
+        g, weight = _conv_geometry(conv, w, x, (ElementType.f32, *_ACTIVATION_TYPES), self.config)
         m = w.shape[0]
         chain, bias = [conv], None
         found = _conv_bias(conv, live, m)
@@ -435,10 +442,48 @@ class TokenizeInt8FCSnippets(Pass):
             bias = found[1]
         post_nodes, post_ops = _conv_post_ops(chain[-1], live, conv.outputs[0].shape.to_tuple())
         chain += post_nodes
-        spec = Int8FCSpec(QUANTIZE, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, weight,
+        source = QUANTIZED if x.element_type in _ACTIVATION_TYPES else QUANTIZE  # bytes from an int8 conv
+        spec = Int8FCSpec(source, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, weight,
                           _column_scale(qc.scale.reshape(-1) if qc.scale.size > 1 else qc.scale, m, "the weight scale"),
                           bias, F32, conv=g, post_ops=tuple(post_ops))
+        if handoff and post_ops and post_ops[-1][0] == "fq":
+            quantize = self._hand_off(chain[-1], live)
+            if quantize is not None:
+                out_grid = chain[-1].rt_info[QUANTIZATION_GRID]
+                chain.append(quantize)
+                spec = replace(spec, output=S8 if _ACTIVATION_TYPES[out_grid.qtype] else U8, y_scale=out_grid.scale,
+                               y_zero_point=out_grid.zero_point, post_ops=tuple(post_ops[:-1]))
         return head, chain, spec, x
+
+    def _hand_off(self, last: Node, live: set[int]) -> Node | None:
+        """Keep the activations quantized between two int8 convolutions: when every reader of ``last`` (the
+        FakeQuantize ending a convolution's chain, on a per-tensor grid) is an int8 convolution's data input, put
+        ``QuantizeLinear -> DequantizeLinear`` on that grid between them (the identity on values already on it) and
+        return the QuantizeLinear: the convolution's Subgraph then ends with it and stores u8/i8 (its kernel
+        requantizes in registers), the readers start with the DequantizeLinear and read the bytes
+        (``_quantized_input``), with no f32 tensor and no quantizing pass between them."""
+        from snippets_core.ir.ops.io import Constant
+        from snippets_core.ir.ops.quantize import DequantizeLinear, QuantizeLinear
+
+        grid = last.rt_info.get(QUANTIZATION_GRID)
+        readers = _targets(last.outputs[0], live)
+        if grid is None or not readers or any(t.node.type_name != "Convolution" or t.index != 0 for t in readers):
+            return None
+        for t in readers:
+            try:
+                self._conv(t.node, live, handoff=False)
+            except Int8Reject:
+                return None
+        scale = Constant(np.float32(grid.scale), name=f"{last.name}/handoff_scale")
+        zero_point = Constant(np.asarray(grid.zero_point, grid.qtype.numpy), name=f"{last.name}/handoff_zero_point")
+        q = QuantizeLinear(last.outputs[0], scale, zero_point, output_type=grid.qtype, name=f"{last.name}/quantized")
+        dq = DequantizeLinear(q.outputs[0], scale, zero_point, output_type=ElementType.f32,
+                              name=f"{last.name}/dequantized")
+        dq.rt_info[QUANTIZATION_GRID] = grid
+        dq.rt_info[INT8_HANDOFF] = True
+        for t in readers:
+            t.replace_source(dq.outputs[0])
+        return q
 
     def _qlinear_conv(self, qlc: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
         """QLinearConv (2-D, group 1) with a constant int8 weight: requantized u8/i8 out, its i32 bias a post-op."""

@@ -9,7 +9,8 @@ whose border holds the zero point. Per call:
    pixels in, rows split between the threads when large), on the Q->DQ pair's grid or, for dynamic quantization,
    on the grid DynamicQuantizeLinear computes from x's range (then the compensation and scale vectors, M values,
    are made for this call). An s8 grid is stored +128 (u8: what ``vpdpbusd`` multiplies), its zero point too. An
-   already quantized x (QLinearConv) is copied in (numpy: the one path that is not JIT);
+   already quantized x (QLinearConv, or the u8 an int8 convolution before it stored) is copied in (numpy: rows of
+   bytes), or read in place when the convolution has no padding and 4k channels (a 1x1);
 2. the kernel runs over the work items, split into one range per thread, and stores NHWC f32 (dequantized, bias,
    post-ops) or u8/s8 (requantized).
 
@@ -53,6 +54,8 @@ class _Batch:
         self.kernel = Int8ConvKernel(shape, ex.w, ex.threads)
         self.xp = empty_aligned((n, shape.hp, shape.wp, shape.cp), np.uint8)
         self.border: int | None = None
+        #: a quantized NHWC x is the kernel's input itself (no padding, channels a multiple of 4)
+        self.in_place = (shape.hp, shape.wp, shape.cp) == (h, w, c)
         self.table = np.asarray([((i * shape.hp + shape.pt + r) * shape.wp + shape.pl) * shape.cp
                                  for i in range(n) for r in range(h)], np.int64)
         big = n * h * w * c * 4 >= COPY_SPLIT_BYTES
@@ -162,7 +165,9 @@ class Int8ConvExecutor:
                 xp.fill(zp + self.shift)
                 if own:
                     b.border = zp
-            if self.copy is None:  # QLinearConv: x is already on the grid
+            if self.copy is None and b.in_place and not self.shift:  # unpadded: the kernel reads the bytes as they lie
+                xp = xt
+            elif self.copy is None:  # x is already on the grid (QLinearConv, or the bytes of an int8 conv)
                 inner = xp[:, shape.pt : shape.pt + shape.h, shape.pl : shape.pl + shape.w, : shape.c]
                 np.copyto(inner, xt.view(np.uint8) ^ np.uint8(self.shift) if self.shift else xt)
             elif xt.size:
