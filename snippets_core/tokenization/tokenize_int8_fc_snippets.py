@@ -102,8 +102,9 @@ class Int8FCSpec:
 
 @dataclass(frozen=True)
 class Int8ConvGeometry:
-    """A 2-D convolution of a static NCHW input, group 1: kernel, strides, dilations, the pads (begin, and end
-    grown so that every window is inside the padded input) and the input and output spatial sizes."""
+    """A 2-D convolution of a static NCHW input: kernel, strides, dilations, the pads (begin, and end grown so
+    that every window is inside the padded input), the input and output spatial sizes and the group count (the
+    weight's GEMM rows are then one group's [kh, kw, c])."""
 
     kernel: tuple[int, int]
     strides: tuple[int, int]
@@ -112,10 +113,12 @@ class Int8ConvGeometry:
     pads_end: tuple[int, int]
     spatial: tuple[int, int]
     out: tuple[int, int]
+    group: int = 1
 
     def describe(self) -> str:
+        groups = f" group {self.group}" if self.group > 1 else ""
         return (f"{self.kernel[0]}x{self.kernel[1]} stride {self.strides[0]}x{self.strides[1]} "
-                f"{self.spatial[0]}x{self.spatial[1]} -> {self.out[0]}x{self.out[1]}")
+                f"{self.spatial[0]}x{self.spatial[1]} -> {self.out[0]}x{self.out[1]}{groups}")
 
 
 class Int8Reject(Exception):
@@ -320,15 +323,18 @@ def _quantized_input(node: Node) -> tuple[list[Node], Output, Any]:
 
 def _conv_geometry(conv: Node, w: np.ndarray, x: Output, types: tuple[ElementType, ...],
                    config: TokenizationConfig | None = None) -> tuple[Int8ConvGeometry, np.ndarray]:
-    """The geometry of a 2-D group-1 convolution of the static NCHW ``x`` (of one of ``types``) and its int8 weight
-    ``w`` [M, C, KH, KW] as the GEMM's [KH*KW*C, M] (rows ordered kh, kw, c)."""
+    """The geometry of a 2-D convolution of the static NCHW ``x`` (of one of ``types``) and its int8 weight
+    ``w`` [M, C/group, KH, KW] as the GEMM's [KH*KW*C/group, M] (rows ordered kh, kw, c). Groups are taken when
+    each has a multiple of 4 input channels (whole VNNI groups: the kernel reads the input's own channel layout);
+    a depthwise convolution stays f32 (one input channel per group: 3 of every 4 multiply-adds wasted)."""
     shape = x.shape
     if not shape.is_static or shape.rank != 4 or x.element_type not in types:
         raise Int8Reject(f"its input is {x.element_type} {shape}; the int8 convolution takes static NCHW "
                          f"{'/'.join(t.value for t in types)}")
-    if w.ndim != 4 or conv.group != 1:  # type: ignore[attr-defined]
-        raise Int8Reject(f"it is a {w.ndim - 2}-D convolution of group {conv.group}; the int8 kernel takes "  # type: ignore[attr-defined]
-                         "2-D, group 1")
+    group = int(conv.group)  # type: ignore[attr-defined]
+    if w.ndim != 4 or (group != 1 and w.shape[1] % 4):
+        raise Int8Reject(f"it is a {w.ndim - 2}-D convolution of group {group} with {w.shape[1]} input channels "
+                         "per group; the int8 kernel takes 2-D, group 1 or groups of 4k channels")
     m, c, kh, kw = w.shape
     geo = conv._geometry((kh, kw))  # type: ignore[attr-defined]
     spatial = tuple(int(d) for d in shape.to_tuple()[2:])
@@ -337,7 +343,7 @@ def _conv_geometry(conv: Node, w: np.ndarray, x: Output, types: tuple[ElementTyp
     ends = tuple(max(pe, (o - 1) * st + (k - 1) * d + 1 - sz - pb) for o, st, k, d, sz, pb, pe in
                  zip(outs, geo.strides, (kh, kw), geo.dilations, spatial, pbs, pes))
     g = Int8ConvGeometry((kh, kw), tuple(geo.strides), tuple(geo.dilations), tuple(pbs), ends, spatial,
-                         tuple(outs))  # type: ignore[arg-type]
+                         tuple(outs), group)  # type: ignore[arg-type]
     macs = shape.to_tuple()[0] * outs[0] * outs[1] * kh * kw * c * m
     # ``config``: a static QDQ Conv, which otherwise runs as the target's f32 convolution (the integer forms would
     # run on their int64 references: they always go)

@@ -73,9 +73,10 @@ class Int8ConvExecutor:
         self.post_ops = tuple(kind for kind, _ in spec.post_ops)
         self.residual_index = spec.residual_index()
         kh, kw = g.kernel
-        self.channels = c = spec.k // (kh * kw)
-        #: the weight [M, C, KH, KW] (the spec holds it as the GEMM's [KH*KW*C, M])
-        self.w = np.ascontiguousarray(spec.weight.reshape(kh, kw, c, spec.n).transpose(3, 2, 0, 1))
+        cg = spec.k // (kh * kw)
+        self.channels = c = cg * g.group
+        #: the weight [M, C/group, KH, KW] (the spec holds it as the GEMM's [KH*KW*C/group, M])
+        self.w = np.ascontiguousarray(spec.weight.reshape(kh, kw, cg, spec.n).transpose(3, 2, 0, 1))
         if spec.output not in DTYPES:
             raise InputError(f"the int8 convolution stores f32, u8 or s8, not {spec.output}")
         self.output = spec.output
@@ -103,7 +104,7 @@ class Int8ConvExecutor:
         s, g = self.spec, self.spec.conv
         assert g is not None
         (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilations
-        return Int8ConvShape(n, self.channels, g.spatial[0], g.spatial[1], s.n, 1, kh, kw, sh, sw, dh, dw,
+        return Int8ConvShape(n, self.channels, g.spatial[0], g.spatial[1], s.n, g.group, kh, kw, sh, sw, dh, dw,
                              g.pads_begin[0], g.pads_begin[1], g.out[0], g.out[1], self.output, self.post_ops)
 
     def _qparams(self, scale: float, zero_point: int) -> np.ndarray:

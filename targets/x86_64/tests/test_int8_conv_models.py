@@ -167,3 +167,25 @@ def test_the_int8_convolution_refuses_a_wrong_input(tmp_path: Path) -> None:
     step = next(st for st in cm._steps if st.node is sg)
     with pytest.raises(InputError, match="int8 convolution takes float32"):
         step.run([np.zeros((1, 4, 23, 21), np.float32)] * len(sg.inputs))
+
+
+def test_grouped_convolution_runs_int8_and_depthwise_stays_f32(tmp_path: Path) -> None:
+    """A group-4 conv with 8 channels per group runs on the int8 kernel (one VNNI walk per group); a depthwise
+    conv stays f32 with the reason on the node, and the model still matches onnxruntime."""
+    rng = np.random.default_rng(9)
+    inits = [_w(rng, "w0", (32, 3, 3, 3), 0.2), _w(rng, "w1", (48, 8, 3, 3), 0.1), _w(rng, "w2", (48, 1, 3, 3), 0.2),
+             _w(rng, "w3", (16, 48, 1, 1), 0.1)]
+    nodes = [h.make_node("Conv", ["x", "w0"], ["c0"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c0"], ["r0"]),
+             h.make_node("Conv", ["r0", "w1"], ["c1"], pads=[1, 1, 1, 1], group=4, strides=[2, 2]),
+             h.make_node("Conv", ["c1", "w2"], ["c2"], pads=[1, 1, 1, 1], group=48),
+             h.make_node("Conv", ["c2", "w3"], ["y"])]
+    shape = (1, 3, 15, 17)
+    g = h.make_graph(nodes, "groups", [h.make_tensor_value_info("x", T.FLOAT, shape)],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    path = _quantize(tmp_path, h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), "x", shape)
+    cm = _compare(path, "x", shape, 2)
+    d = cm.describe()
+    assert "group 4" in d and d.count("int8 convolution (JIT, VNNI)") == 3, d
+    conv = next(n for n in cm.model.get_ordered_ops() if n.type_name == "Subgraph"
+                and any(op.type_name == "Convolution" and op.group == 48 for op in n.body_ops))
+    assert "SnippetsInt8FullyConnected" not in conv.rt_info
