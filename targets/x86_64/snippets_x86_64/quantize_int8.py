@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ctypes
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,33 @@ UNROLL = 2
 QRANGE = {False: (0, 255), True: (-128, 127)}
 
 
+#: the registers holding the broadcast parameters: scale, lo, hi (f32), zero point (s32)
+PARAM_REGS = (zmm4, zmm5, zmm6, zmm7)
+
+
+def _load_params(fn: Function, params: Any, n: int) -> None:
+    """Broadcast the parameter block at ``params`` into :data:`PARAM_REGS`; the tail mask of ``n`` into k1."""
+    scale, lo, hi, zp = PARAM_REGS
+    fn.vbroadcastss(scale, params + 0)
+    fn.vbroadcastss(lo, params + 4)
+    fn.vbroadcastss(hi, params + 8)
+    fn.vpbroadcastd(zp, params + 12)
+    if n % LANES:
+        fn.kmovw(k1, word[fn.const_data(((1 << (n % LANES)) - 1).to_bytes(2, "little"), 2)])
+
+
+def _quantize_regs(fn: Function, regs: list) -> None:
+    """f32 lanes -> quantized s32 lanes (the low byte is the u8/s8 value): divide, clamp, round, zero point."""
+    scale, lo, hi, zp = PARAM_REGS
+    for v in regs:
+        fn.vdivps(v, v, scale)
+    for v in regs:
+        fn.vmaxps(v, v, lo)
+        fn.vminps(v, v, hi)
+        fn.vcvtps2dq(v, v, rc="rn")
+        fn.vpaddd(v, v, zp)
+
+
 @cache
 def quantize_function(k: int) -> JitFunction:
     """``f(x, q, rows, params)``: quantize ``rows`` rows of ``k`` f32 into ``k`` bytes each (module docstring)."""
@@ -42,26 +69,14 @@ def quantize_function(k: int) -> JitFunction:
     fn = Function("quantize_int8", args=("x", "q", "rows", "params"))
     x, q, rows, params = fn.args
     cnt = r10
-    scale, lo, hi, zp = zmm4, zmm5, zmm6, zmm7
-    fn.vbroadcastss(scale, params + 0)
-    fn.vbroadcastss(lo, params + 4)
-    fn.vbroadcastss(hi, params + 8)
-    fn.vpbroadcastd(zp, params + 12)
+    _load_params(fn, params, k)
     full, tail = divmod(k, LANES)
-    if tail:
-        fn.kmovw(k1, word[fn.const_data(((1 << tail) - 1).to_bytes(2, "little"), 2)])
 
     def vector(regs: list, offset: int, masked: bool) -> None:
         for i, v in enumerate(regs):
             src = x + (offset + i * LANES) * 4
             fn.vmovups(v.mask(k1).z if masked else v, src)
-        for v in regs:
-            fn.vdivps(v, v, scale)
-        for v in regs:
-            fn.vmaxps(v, v, lo)
-            fn.vminps(v, v, hi)
-            fn.vcvtps2dq(v, v, rc="rn")
-            fn.vpaddd(v, v, zp)
+        _quantize_regs(fn, regs)
         for i, v in enumerate(regs):
             dst = q + offset + i * LANES
             fn.vpmovdb(dst.mask(k1) if masked else dst, v)
@@ -105,15 +120,9 @@ def quantize_pixels_function(width: int, c: int, cp: int) -> JitFunction:
     fn = Function("quantize_pixels_int8", args=("unused", "args", "start", "count"))
     _, args, start, count = fn.args
     src, table, dst, px = r8, r9, r11, rax
-    scale, lo, hi, zp = zmm4, zmm5, zmm6, zmm7
     fn.mov(r10, qword[args + 24])
-    fn.vbroadcastss(scale, r10 + 0)
-    fn.vbroadcastss(lo, r10 + 4)
-    fn.vbroadcastss(hi, r10 + 8)
-    fn.vpbroadcastd(zp, r10 + 12)
+    _load_params(fn, r10, c)
     full, tail = divmod(c, LANES)
-    if tail:
-        fn.kmovw(k1, word[fn.const_data(((1 << tail) - 1).to_bytes(2, "little"), 2)])
     fn.imul(src, start, width * c * 4)
     fn.add(src, qword[args])
     fn.mov(table, qword[args + 16])
@@ -131,12 +140,7 @@ def quantize_pixels_function(width: int, c: int, cp: int) -> JitFunction:
         batch = list(zip(regs, vectors[at : at + len(regs)]))
         for reg, (v, masked) in batch:
             fn.vmovups(reg.mask(k1).z if masked else reg, src + v * LANES * 4)
-        for reg, _ in batch:
-            fn.vdivps(reg, reg, scale)
-            fn.vmaxps(reg, reg, lo)
-            fn.vminps(reg, reg, hi)
-            fn.vcvtps2dq(reg, reg, rc="rn")
-            fn.vpaddd(reg, reg, zp)
+        _quantize_regs(fn, [reg for reg, _ in batch])
         for reg, (v, masked) in batch:
             out = dst + v * LANES
             fn.vpmovdb(out.mask(k1) if masked else out, reg)

@@ -193,3 +193,36 @@ def test_bad_input_is_a_typed_error() -> None:
     vec = np.zeros(16, np.float32)
     with pytest.raises(InputError, match="xp"):
         k.run(np.zeros((1, 4, 4, 3), np.uint8), np.zeros((1, 4, 4, 8), np.float32), np.zeros(16, np.int32), vec, vec)
+
+
+@pytest.mark.parametrize("c,signed", [(3, False), (17, True), (33, False), (64, True)])
+def test_the_pixel_quantizer_writes_the_padded_interior_only(c: int, signed: bool) -> None:
+    """quantize_pixels_function: NHWC f32 rows into a padded byte buffer (pixel pitch cp > c), as QuantizeLinear
+    (round half to even, saturation), the bytes past the channels and outside the rows untouched; guard pages."""
+    import ctypes
+
+    from snippets_x86_64.quantize_int8 import quantize_params, quantize_pixels_function
+    from snippets_x86_64.reorder import run_split
+
+    n, h, w, cp, scale, zp = 2, 3, 5, -(-c // 4) * 4 + 4, 0.05, (-3 if signed else 130)
+    rng = np.random.default_rng(c)
+    x = guarded_copy((rng.standard_normal((n, h, w, c)) * 5).astype(np.float32))
+    x.reshape(-1)[:4] = (0.025, -0.075, 100.0, -100.0)  # ties (to even) and both saturations
+    dst = guarded_array((n, h + 2, w + 1, cp), np.uint8, "end")
+    dst[...] = 7
+    table = guarded_copy(np.asarray([((i * (h + 2) + 1 + r) * (w + 1) + 1) * cp for i in range(n) for r in range(h)],
+                                    np.int64))
+    params = guarded_copy(quantize_params(scale, zp, signed))
+    try:
+        fn = quantize_pixels_function(w, c, cp)
+    except UnsupportedByTarget as e:
+        pytest.skip(str(e))
+    block = (ctypes.c_uint64 * 4)(x.ctypes.data, dst.ctypes.data, table.ctypes.data, params.ctypes.data)
+    run_split(fn, ctypes.addressof(block), [(0, n * h)])
+    lo, hi = (-128, 127) if signed else (0, 255)
+    want = np.clip(np.rint(x.astype(np.float32) / np.float32(scale)) + zp, lo, hi).astype(np.int64)
+    got = dst[:, 1 : h + 1, 1 : w + 1, :c].view(np.int8 if signed else np.uint8).astype(np.int64)
+    np.testing.assert_array_equal(got, want)
+    outside = np.ones(dst.shape, bool)
+    outside[:, 1 : h + 1, 1 : w + 1, :c] = False
+    assert (dst[outside] == 7).all()
