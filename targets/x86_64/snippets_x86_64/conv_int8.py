@@ -471,8 +471,6 @@ class Int8ConvKernel:
             post: np.ndarray | None = None) -> None:
         """The kernel on ``xp`` (u8 [N, Hp, Wp, Cp]) into ``y`` (NHWC [N, Ho, Wo, M] of the output type); the
         arrays are checked (this runs once per call, not per item)."""
-        from snippets_x86_64.reorder import run_split
-
         g = self.geo
         want = {"xp": (xp, np.uint8, (g.n, g.hp, g.wp, g.cp)),
                 "y": (y, {"f32": np.float32, "u8": np.uint8, "s8": np.int8}[g.output], (g.n, g.ho, g.wo, g.m)),
@@ -490,11 +488,28 @@ class Int8ConvKernel:
                 got = None if a is None else f"{a.dtype} {list(a.shape)}"
                 raise InputError(f"int8 convolution {name} must be C-contiguous {np.dtype(dtype)} {list(shape)}, "
                                  f"got {got}")
+        self.bind(comp, scale, bias, qparams, post)
+        self.launch(xp.ctypes.data, y.ctypes.data, None if residual is None else residual.ctypes.data)
+
+    def bind(self, comp: np.ndarray, scale: np.ndarray, bias: np.ndarray, qparams: np.ndarray | None = None,
+             post: np.ndarray | None = None) -> None:
+        """Fix the per-channel vectors and parameter blocks the next launches read (checked by ``run``; the
+        executor binds its own once, and per call only for dynamic quantization); they must stay alive."""
         dummy = self._dummy.ctypes.data
-        block = (ctypes.c_uint64 * 10)(
-            xp.ctypes.data, self.packed.ctypes.data, y.ctypes.data, comp.ctypes.data, scale.ctypes.data,
-            bias.ctypes.data, dummy if residual is None else residual.ctypes.data, self.table.ctypes.data,
-            dummy if qparams is None else qparams.ctypes.data, dummy if post is None else post.ctypes.data)
+        self._block = (ctypes.c_uint64 * 10)(
+            0, self.packed.ctypes.data, 0, comp.ctypes.data, scale.ctypes.data, bias.ctypes.data, dummy,
+            self.table.ctypes.data, dummy if qparams is None else qparams.ctypes.data,
+            dummy if post is None else post.ctypes.data)
+        self._bound = (comp, scale, bias, qparams, post)
+
+    def launch(self, src: int, dst: int, residual: int | None = None) -> None:
+        """The kernel over every item on the bound vectors: ``src`` the padded u8 input, ``dst`` the NHWC output,
+        ``residual`` an f32 NHWC tensor of the output's shape (addresses of arrays of the geometry's shapes)."""
+        from snippets_x86_64.reorder import run_split
+
+        block = (ctypes.c_uint64 * 10)(*self._block)  # a copy per call: concurrent calls share the kernel
+        block[ARG_SRC], block[ARG_DST] = src, dst
+        block[ARG_RES] = self._dummy.ctypes.data if residual is None else residual
         run_split(self.kernel, ctypes.addressof(block), self.chunks)
 
 

@@ -54,6 +54,8 @@ class _Batch:
         self.kernel = Int8ConvKernel(shape, ex.w, ex.threads)
         self.xp = empty_aligned((n, shape.hp, shape.wp, shape.cp), np.uint8)
         self.border: int | None = None
+        #: the vectors the kernel was last bound to (checked by its ``run``)
+        self.bound: tuple[np.ndarray, ...] | None = None
         #: a quantized NHWC x is the kernel's input itself (no padding, channels a multiple of 4)
         self.in_place = (shape.hp, shape.wp, shape.cp) == (h, w, c)
         self.table = np.asarray([((i * shape.hp + shape.pt + r) * shape.wp + shape.pl) * shape.cp
@@ -176,7 +178,11 @@ class Int8ConvExecutor:
                                               qparams.ctypes.data)
                 run_split(self.copy, ctypes.addressof(block), b.copy_chunks)
             y = empty_aligned((shape.n, shape.ho, shape.wo, shape.m), self.out_dtype)
-            b.kernel.run(xp, y, *vectors, residual, self.requant, self.post)
+            if s.source == DYNAMIC or b.bound is not vectors:  # the vectors checked once (per call if dynamic)
+                b.kernel.run(xp, y, *vectors, residual, self.requant, self.post)
+                b.bound = vectors
+            else:
+                b.kernel.launch(xp.ctypes.data, y.ctypes.data, None if residual is None else residual.ctypes.data)
         finally:
             if own:
                 b.lock.release()
