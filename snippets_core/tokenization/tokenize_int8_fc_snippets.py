@@ -49,8 +49,8 @@ QUANTIZE, DYNAMIC, QUANTIZED = "quantize", "dynamic", "quantized"
 #: what the Subgraph stores: dequantized f32, requantized u8/i8, or the exact i32 sums
 F32, U8, S8, S32 = "f32", "u8", "s8", "s32"
 _ACTIVATION_TYPES = {ElementType.u8: False, ElementType.i8: True}
-#: ops that move values without changing them: a quantization grid survives them
-_MOVES = ("Reshape", "Transpose", "Squeeze", "Unsqueeze")
+#: ops whose output values are some of their input's: a quantization grid survives them
+_MOVES = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "MaxPool")
 
 
 @dataclass(frozen=True, eq=False)
