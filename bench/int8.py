@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows", default=",".join(ROWS), help=f"rows to run (default: {','.join(ROWS)}; conv rows: "
                     f"{','.join(IC.CONV_ROWS)}, or 'conv' for all of them)")
     args = ap.parse_args(argv)
-    rows = H.parse_name_list(args.rows.replace("conv", ",".join(IC.CONV_ROWS)) if args.rows == "conv" else args.rows,
+    rows = H.parse_name_list(",".join(IC.CONV_ROWS) if args.rows == "conv" else args.rows,
                              list(ROWS) + list(IC.CONV_ROWS))
     from snippets_x86_64.cpu import cpu_features, require_avx512
 
