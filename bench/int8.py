@@ -35,6 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H  # the shared module sits beside this script
+import int8_conv as IC  # the conv rows (the JIT int8 convolution against the f32 one)
 
 SEED = 20261125
 #: name -> (M, K, N)
@@ -264,11 +265,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-call", type=float, default=1.5, help="slower first calls are timed once (seconds)")
     ap.add_argument("--stat", choices=H.STATS, default="median", help="rates from the median or the best call")
     ap.add_argument("--json", default=None, metavar="FILE", help="also write all results as JSON to FILE")
-    ap.add_argument("--rows", default=",".join(ROWS), help=f"rows to run (default all: {','.join(ROWS)})")
+    ap.add_argument("--rows", default=",".join(ROWS), help=f"rows to run (default: {','.join(ROWS)}; conv rows: "
+                    f"{','.join(IC.CONV_ROWS)}, or 'conv' for all of them)")
     ap.add_argument("--attention", action=argparse.BooleanOptionalAction, default=True,
                     help=f"also time the attention (MHA Subgraph) of {', '.join(ATTENTION)}: int8 MHA against f32 MHA")
     args = ap.parse_args(argv)
-    rows = H.parse_name_list(args.rows, list(ROWS))
+    rows = H.parse_name_list(",".join(IC.CONV_ROWS) if args.rows == "conv" else args.rows,
+                             list(ROWS) + list(IC.CONV_ROWS))
     from snippets_x86_64.cpu import cpu_features, require_avx512
 
     require_avx512()
@@ -284,7 +287,8 @@ def main(argv: list[str] | None = None) -> None:
           f"{peaks['f32']:.0f} GFLOP/s (x{peaks['int8'] / peaks['f32']:.1f})")
     table = []
     for name in rows:
-        table += bench_row(name, *ROWS[name], args, peaks, notes)
+        table += bench_row(name, *ROWS[name], args, peaks, notes) if name in ROWS else \
+            IC.conv_row(name, args, peaks, notes)
     if args.attention:
         table += attention_rows(args, notes)
     H.print_table(["row M x K x N", "contender", "ms", "GOP/s", "% peak", "x f32", "iqr", "check"], table)

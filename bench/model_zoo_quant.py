@@ -4,7 +4,8 @@
   on 4 random inputs shaped like the model's feeds;
 * ``<model>_dyn``: ``quantize_dynamic`` (DynamicQuantizeLinear + MatMulInteger, s8 weights per tensor).
 
-The models: the BERT layer at 128 and 384 tokens, and examples/cnn_block.onnx. bench/models.py runs them beside the
+The models: the BERT layer at 128 and 384 tokens, examples/cnn_block.onnx, and (asked for by name:
+``resnet50_qdq``) onnx's light ResNet-50 with random weights. bench/models.py runs them beside the
 f32 model they come from (the same weights), so the table reads int8 against
 our f32 of the same model, and against onnxruntime and OpenVINO on the same quantized files. Needs onnxruntime
 (the quantizer); the quantized proto is made once per process.
@@ -71,7 +72,7 @@ def quantize(zm: Z.ZooModel, kind: str) -> Z.ZooModel:
 def _quantized(base: str, kind: str) -> Callable[[], Z.ZooModel]:
     @cache
     def build() -> Z.ZooModel:
-        return quantize(Z.MODELS[base](), kind)
+        return quantize({**Z.MODELS, **Z.CNN_MODELS}[base](), kind)
 
     return build
 
@@ -79,3 +80,8 @@ def _quantized(base: str, kind: str) -> Callable[[], Z.ZooModel]:
 #: name -> builder of the quantized models bench/models.py adds to its list
 QUANT_MODELS: dict[str, Any] = {f"{base}_{kind}": _quantized(base, kind)
                                 for base in ("bert_s128", "bert_s384", "cnn_block") for kind in ("qdq", "dyn")}
+
+#: quantized CNNs (``--models resnet50_qdq``): not in the default list (quantizing ResNet-50 with onnxruntime's
+#: calibration takes ~10 s, and each model a minute of timing); every Conv of ``_qdq`` runs as a JIT int8 convolution
+QUANT_CNN_MODELS: dict[str, Any] = {f"{base}_{kind}": _quantized(base, kind) for base in ("resnet50",)
+                                    for kind in ("qdq",)}

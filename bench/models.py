@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick and "--budget" not in " ".join(argv if argv is not None else sys.argv):
         args.budget = 0.3
     threads = H.parse_int_list(args.threads)
-    known = {**MODELS, **Z.CNN_MODELS}
+    known = {**MODELS, **Z.CNN_MODELS, **ZQ.QUANT_CNN_MODELS}
     spec = args.models or ",".join(QUICK_MODELS if args.quick else MODELS)
     spec = ",".join(",".join(Z.CNN_MODELS) if v.strip() == "cnn" else v for v in spec.split(","))  # the CNN group
     names = H.parse_name_list(spec, list(known))

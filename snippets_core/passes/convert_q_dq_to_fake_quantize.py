@@ -49,7 +49,7 @@ class ConvertQDQToFakeQuantize(Pass):
     the data, the scale and the dequantized output must share one real type. Blocked quantization and pairs
     whose quantized tensor has another consumer are left alone (they run on the ops' references). A
     per-tensor pair whose input already is on the same grid (an earlier pair's output, through Reshape,
-    Transpose, Squeeze or Unsqueeze) is the identity on its values and is removed.
+    Transpose, Squeeze, Unsqueeze or MaxPool) is the identity on its values and is removed.
 
     Numerics: with power-of-two scales every step is exact and the result is Q then DQ's bit for bit, ties and
     saturated ends included. Otherwise the FakeQuantize computes ``x * ((levels - 1) / (ih - il)) - shift``
@@ -84,7 +84,9 @@ class ConvertQDQToFakeQuantize(Pass):
 
 
 #: ops that move values without changing them: a quantization grid survives them
-_MOVES = ("Reshape", "Transpose", "Squeeze", "Unsqueeze")
+#: ops whose output values are some of their input's (a max pool picks values, its padding never wins): values on a
+#: grid stay on it
+_MOVES = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "MaxPool")
 
 
 def _through_moves(out: Output) -> Output:

@@ -31,13 +31,15 @@ import numpy as np
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node, Output
-from snippets_core.ir.ops.quantize import DEQUANTIZED_FROM, QUANTIZATION_GRID, QuantizedConstant
+from snippets_core.ir.ops.quantize import DEQUANTIZED_FROM, QUANT_RANGES, QUANTIZATION_GRID, QuantizedConstant
 from snippets_core.ir.pass_manager import Pass
 from snippets_core.tokenization.config import TokenizationConfig
 from snippets_core.tokenization.tokenize_mha_snippets import _build_subgraph, _live_ids, _targets
 
 #: rt_info key on an int8 FullyConnected Subgraph: its Int8FCSpec
 INT8_FULLY_CONNECTED = "SnippetsInt8FullyConnected"
+#: rt_info key on the DequantizeLinear between two int8 convolutions that hand each other quantized bytes
+INT8_HANDOFF = "SnippetsInt8Handoff"
 #: rt_info key on a quantized MatMul / MatMulInteger / QLinearMatMul left out: why
 INT8_FC_REJECT_REASON_KEY = "SnippetsInt8FCRejectReason"
 
@@ -47,8 +49,8 @@ QUANTIZE, DYNAMIC, QUANTIZED = "quantize", "dynamic", "quantized"
 #: what the Subgraph stores: dequantized f32, requantized u8/i8, or the exact i32 sums
 F32, U8, S8, S32 = "f32", "u8", "s8", "s32"
 _ACTIVATION_TYPES = {ElementType.u8: False, ElementType.i8: True}
-#: ops that move values without changing them: a quantization grid survives them
-_MOVES = ("Reshape", "Transpose", "Squeeze", "Unsqueeze")
+#: ops whose output values are some of their input's: a quantization grid survives them
+_MOVES = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "MaxPool")
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,6 +73,11 @@ class Int8FCSpec:
     a_index: int = 0
     #: a 2-D convolution (NCHW x, the weight's rows ordered [kh, kw, c]): run as this GEMM over its windows
     conv: Int8ConvGeometry | None = None
+    #: a convolution's ops after the dequantization (and the bias), in order, each ``(kind, parameters)``:
+    #: ``("fq", (scale, lo, hi))`` a Q->DQ pair on a per-tensor grid (``clamp(rint(v / scale), lo, hi) * scale``),
+    #: ``("mul_c", m)`` / ``("add_c", m)`` by per-channel f32 vectors, ``("relu", None)``, ``("residual", i)``
+    #: the Add of Subgraph input ``i`` (the output's shape)
+    post_ops: tuple[tuple[str, Any], ...] = ()
 
     @property
     def k(self) -> int:
@@ -84,14 +91,20 @@ class Int8FCSpec:
         a = {QUANTIZE: "f32 x quantized on a constant grid", DYNAMIC: "f32 x quantized on its own range per call",
              QUANTIZED: "quantized x"}[self.source]
         what = f"{self.k}x{self.n}" if self.conv is None else f"Conv {self.conv.describe()} as a {self.k}x{self.n}"
+        post = "".join(f", {kind}" for kind, _ in self.post_ops)
         return (f"{what} {'s8' if self.a_signed else 'u8'} x s8 ({a}), {self.output} out"
-                f"{', bias' if self.bias is not None else ''}")
+                f"{', bias' if self.bias is not None else ''}{post}")
+
+    def residual_index(self) -> int | None:
+        """The Subgraph input a residual post-op adds (None: no residual)."""
+        return next((int(i) for kind, i in self.post_ops if kind == "residual"), None)
 
 
 @dataclass(frozen=True)
 class Int8ConvGeometry:
-    """A 2-D convolution of a static NCHW input, group 1: kernel, strides, dilations, the pads (begin, and end
-    grown so that every window is inside the padded input) and the input and output spatial sizes."""
+    """A 2-D convolution of a static NCHW input: kernel, strides, dilations, the pads (begin, and end grown so
+    that every window is inside the padded input), the input and output spatial sizes and the group count (the
+    weight's GEMM rows are then one group's [kh, kw, c])."""
 
     kernel: tuple[int, int]
     strides: tuple[int, int]
@@ -100,10 +113,12 @@ class Int8ConvGeometry:
     pads_end: tuple[int, int]
     spatial: tuple[int, int]
     out: tuple[int, int]
+    group: int = 1
 
     def describe(self) -> str:
+        groups = f" group {self.group}" if self.group > 1 else ""
         return (f"{self.kernel[0]}x{self.kernel[1]} stride {self.strides[0]}x{self.strides[1]} "
-                f"{self.spatial[0]}x{self.spatial[1]} -> {self.out[0]}x{self.out[1]}")
+                f"{self.spatial[0]}x{self.spatial[1]} -> {self.out[0]}x{self.out[1]}{groups}")
 
 
 class Int8Reject(Exception):
@@ -193,6 +208,76 @@ def _conv_bias(last: Node, live: set[int], m: int) -> tuple[Node, np.ndarray] | 
     return add, b.reshape(m).astype(np.float32)
 
 
+def _fq_group(fq: Node, live: set[int]) -> tuple[list[Node], Any] | None:
+    """(the nodes, the grid) of a FakeQuantize made from a per-tensor u8/i8 Q->DQ pair: the FakeQuantize alone,
+    or with the Maximum/Minimum that follow it on a grid extended for an odd zero point (the grid is on the last)."""
+    group = [fq]
+    while group[-1].rt_info.get(QUANTIZATION_GRID) is None and len(group) < 3:
+        nxt = _sole_consumer(group[-1].outputs[0], live, ("Maximum", "Minimum")[len(group) - 1])
+        if nxt is None:
+            return None
+        group.append(nxt)
+    grid = group[-1].rt_info.get(QUANTIZATION_GRID)
+    return (group, grid) if grid is not None and grid.qtype in _ACTIVATION_TYPES else None
+
+
+def _channel_constant(node: Node, prev: Node, m: int) -> np.ndarray | None:
+    """The per-channel f32 vector [M] of a binary op of ``prev``'s NCHW output by a constant (scalar, [M, 1, 1] or
+    [1, M, 1, 1]), the constant second for a Subtract."""
+    other = [(j, i.source) for j, i in enumerate(node.inputs) if i.source.node is not prev]
+    if len(other) != 1 or (node.type_name == "Subtract" and other[0][0] != 1):
+        return None
+    c = _const(other[0][1])
+    if c is None or c.dtype != np.float32 or not (c.size == 1 or c.shape in ((m, 1, 1), (1, m, 1, 1))):
+        return None
+    return np.broadcast_to(c.reshape(-1), (m,)).astype(np.float32)
+
+
+#: the binary ops by a per-channel constant the int8 convolution applies (Subtract as an add of the negation)
+_CHANNEL_OPS = {"Multiply": "mul_c", "Add": "add_c", "Subtract": "add_c"}
+
+
+def _conv_post_ops(last: Node, live: set[int], out_shape: tuple[int, ...]) -> tuple[list[Node], list[tuple[str, Any]]]:
+    """The chain after an int8 convolution (and its bias) that its kernel applies in registers, each op the sole
+    consumer of the one before: FakeQuantizes on per-tensor grids, per-channel multiplies/adds by constants (a
+    BatchNormalization), Relu, and one residual Add of a tensor of the output's shape. Returns (nodes, post_ops)
+    with the residual as its Output (``_fuse`` turns it into the Subgraph input index)."""
+    m = out_shape[1]
+    nodes: list[Node] = []
+    ops: list[tuple[str, Any]] = []
+    while True:
+        ts = _targets(last.outputs[0], live)
+        if len(ts) != 1:
+            break
+        nxt = ts[0].node
+        t = nxt.type_name
+        if t == "FakeQuantize":
+            found = _fq_group(nxt, live)
+            if found is None:
+                break
+            group, grid = found
+            qmin, qmax = QUANT_RANGES[grid.qtype]
+            nodes += group
+            ops.append(("fq", (float(grid.scale), float(qmin - grid.zero_point), float(qmax - grid.zero_point))))
+            last = group[-1]
+            continue
+        if t == "Relu":
+            ops.append(("relu", None))
+        elif t in _CHANNEL_OPS and (v := _channel_constant(nxt, last, m)) is not None:
+            ops.append((_CHANNEL_OPS[t], -v if t == "Subtract" else v))
+        elif t == "Add" and not any(k == "residual" for k, _ in ops):
+            other = [i.source for i in nxt.inputs if i.source.node is not last]
+            if len(other) != 1 or other[0].node.type_name == "Constant" or other[0].element_type is not \
+                    ElementType.f32 or not other[0].shape.is_static or other[0].shape.to_tuple() != out_shape:
+                break
+            ops.append(("residual", other[0]))
+        else:
+            break
+        nodes.append(nxt)
+        last = nxt
+    return nodes, ops
+
+
 def _activation(x: Output, k: int, float_input: bool = False) -> None:
     if float_input and x.element_type is not ElementType.f32:
         raise Int8Reject(f"its input is {x.element_type}; the int8 kernel quantizes f32")
@@ -223,8 +308,11 @@ def _quantized_input(node: Node) -> tuple[list[Node], Output, Any]:
     grid = moved.rt_info.get(QUANTIZATION_GRID)
     if grid is None or grid.qtype not in _ACTIVATION_TYPES:
         raise Int8Reject(f"its input comes from {g.type_name} '{g.name}', not a per-tensor u8/i8 Q->DQ pair")
-    if moved is not g:
-        # values already on the grid, moved (ConvertQDQToFakeQuantize dropped the repeated pair): quantizing
+    if g.rt_info.get(INT8_HANDOFF):  # the bytes an int8 convolution stored (TokenizeInt8FCSnippets._hand_off)
+        return [g], g.inputs[0].source, grid
+    if moved is not g or g.type_name == "Subgraph":
+        # values already on the grid (an int8 convolution whose last post-op is this grid's FakeQuantize), or
+        # moved (ConvertQDQToFakeQuantize dropped the repeated pair): quantizing
         # them again gives back their integers, so the body is the op alone
         return [], node.inputs[0].source, grid
     head = [g]
@@ -235,15 +323,18 @@ def _quantized_input(node: Node) -> tuple[list[Node], Output, Any]:
 
 def _conv_geometry(conv: Node, w: np.ndarray, x: Output, types: tuple[ElementType, ...],
                    config: TokenizationConfig | None = None) -> tuple[Int8ConvGeometry, np.ndarray]:
-    """The geometry of a 2-D group-1 convolution of the static NCHW ``x`` (of one of ``types``) and its int8 weight
-    ``w`` [M, C, KH, KW] as the GEMM's [KH*KW*C, M] (rows ordered kh, kw, c)."""
+    """The geometry of a 2-D convolution of the static NCHW ``x`` (of one of ``types``) and its int8 weight
+    ``w`` [M, C/group, KH, KW] as the GEMM's [KH*KW*C/group, M] (rows ordered kh, kw, c). Groups are taken when
+    each has a multiple of 4 input channels (whole VNNI groups: the kernel reads the input's own channel layout);
+    a depthwise convolution stays f32 (one input channel per group: 3 of every 4 multiply-adds wasted)."""
     shape = x.shape
     if not shape.is_static or shape.rank != 4 or x.element_type not in types:
         raise Int8Reject(f"its input is {x.element_type} {shape}; the int8 convolution takes static NCHW "
                          f"{'/'.join(t.value for t in types)}")
-    if w.ndim != 4 or conv.group != 1:  # type: ignore[attr-defined]
-        raise Int8Reject(f"it is a {w.ndim - 2}-D convolution of group {conv.group}; the int8 kernel takes "  # type: ignore[attr-defined]
-                         "2-D, group 1")
+    group = int(conv.group)  # type: ignore[attr-defined]
+    if w.ndim != 4 or (group != 1 and w.shape[1] % 4):
+        raise Int8Reject(f"it is a {w.ndim - 2}-D convolution of group {group} with {w.shape[1]} input channels "
+                         "per group; the int8 kernel takes 2-D, group 1 or groups of 4k channels")
     m, c, kh, kw = w.shape
     geo = conv._geometry((kh, kw))  # type: ignore[attr-defined]
     spatial = tuple(int(d) for d in shape.to_tuple()[2:])
@@ -252,7 +343,7 @@ def _conv_geometry(conv: Node, w: np.ndarray, x: Output, types: tuple[ElementTyp
     ends = tuple(max(pe, (o - 1) * st + (k - 1) * d + 1 - sz - pb) for o, st, k, d, sz, pb, pe in
                  zip(outs, geo.strides, (kh, kw), geo.dilations, spatial, pbs, pes))
     g = Int8ConvGeometry((kh, kw), tuple(geo.strides), tuple(geo.dilations), tuple(pbs), ends, spatial,
-                         tuple(outs))  # type: ignore[arg-type]
+                         tuple(outs), group)  # type: ignore[arg-type]
     macs = shape.to_tuple()[0] * outs[0] * outs[1] * kh * kw * c * m
     # ``config``: a static QDQ Conv, which otherwise runs as the target's f32 convolution (the integer forms would
     # run on their int64 references: they always go)
@@ -304,14 +395,21 @@ class TokenizeInt8FCSnippets(Pass):
             clone = node.clone_with_new_inputs(ins)
             mapping.update({(node.id, o.index): c for o, c in zip(node.outputs, clone.outputs)})
             clones.append(clone)
+        # a residual read from the quantizing head's own output stays read from outside (the kernel adds an f32
+        # tensor; the head's clone lives in the Subgraph only as the quantizer)
+        residuals = [v for k, v in spec.post_ops if k == "residual"]
         for node in chain:
             for inp in node.inputs:
+                if any(inp.source == r for r in residuals):
+                    continue
                 new = mapping.get((inp.source.node.id, inp.source.index))
                 if new is not None:
                     inp.replace_source(new)
         sg = _build_subgraph([*clones, *chain], 0, _live_ids(model))
         a_index = next(j for j, i in enumerate(sg.inputs) if i.source == x)
-        sg.rt_info[INT8_FULLY_CONNECTED] = replace(spec, a_index=a_index)
+        post = tuple((k, next(j for j, i in enumerate(sg.inputs) if i.source == v) if k == "residual" else v)
+                     for k, v in spec.post_ops)
+        sg.rt_info[INT8_FULLY_CONNECTED] = replace(spec, a_index=a_index, post_ops=post)
 
     def _static(self, matmul: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
         if matmul.transpose_a:  # type: ignore[attr-defined]
@@ -327,8 +425,11 @@ class TokenizeInt8FCSnippets(Pass):
         spec = Int8FCSpec(QUANTIZE, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, w, w_scale, bias, F32)
         return head, chain, spec, x
 
-    def _conv(self, conv: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
-        """A static QDQ 2-D Convolution (group 1) with an int8 weight quantized per output channel."""
+    def _conv(self, conv: Node, live: set[int], handoff: bool = True,
+              ) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
+        """A static QDQ 2-D Convolution (group 1) with an int8 weight quantized per output channel. ``handoff``:
+        when its chain ends on a grid that only int8 convolutions read, it stores the quantized bytes for them
+        (:meth:`_hand_off`; False: only check that it matches, the graph is left as it is)."""
         src = conv.inputs[1].source.node
         qc: QuantizedConstant | None = src.rt_info.get(DEQUANTIZED_FROM)
         if qc is None:
@@ -338,17 +439,57 @@ class TokenizeInt8FCSnippets(Pass):
         if qc.block_size or (qc.scale.size != 1 and qc.axis != 0):
             raise Int8Reject(f"its weight is quantized along axis {qc.axis}, not per output channel")
         head, x, grid = _quantized_input(conv)
-        g, weight = _conv_geometry(conv, w, x, (ElementType.f32,), self.config)
+        g, weight = _conv_geometry(conv, w, x, (ElementType.f32, *_ACTIVATION_TYPES), self.config)
         m = w.shape[0]
         chain, bias = [conv], None
         found = _conv_bias(conv, live, m)
         if found is not None:
             chain.append(found[0])
             bias = found[1]
-        spec = Int8FCSpec(QUANTIZE, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, weight,
+        post_nodes, post_ops = _conv_post_ops(chain[-1], live, conv.outputs[0].shape.to_tuple())
+        chain += post_nodes
+        source = QUANTIZED if x.element_type in _ACTIVATION_TYPES else QUANTIZE  # bytes from an int8 conv
+        spec = Int8FCSpec(source, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, weight,
                           _column_scale(qc.scale.reshape(-1) if qc.scale.size > 1 else qc.scale, m, "the weight scale"),
-                          bias, F32, conv=g)
+                          bias, F32, conv=g, post_ops=tuple(post_ops))
+        if handoff and post_ops and post_ops[-1][0] == "fq":
+            quantize = self._hand_off(chain[-1], live)
+            if quantize is not None:
+                out_grid = chain[-1].rt_info[QUANTIZATION_GRID]
+                chain.append(quantize)
+                spec = replace(spec, output=S8 if _ACTIVATION_TYPES[out_grid.qtype] else U8, y_scale=out_grid.scale,
+                               y_zero_point=out_grid.zero_point, post_ops=tuple(post_ops[:-1]))
         return head, chain, spec, x
+
+    def _hand_off(self, last: Node, live: set[int]) -> Node | None:
+        """Keep the activations quantized between two int8 convolutions: when every reader of ``last`` (the
+        FakeQuantize ending a convolution's chain, on a per-tensor grid) is an int8 convolution's data input, put
+        ``QuantizeLinear -> DequantizeLinear`` on that grid between them (the identity on values already on it) and
+        return the QuantizeLinear: the convolution's Subgraph then ends with it and stores u8/i8 (its kernel
+        requantizes in registers), the readers start with the DequantizeLinear and read the bytes
+        (``_quantized_input``), with no f32 tensor and no quantizing pass between them."""
+        from snippets_core.ir.ops.io import Constant
+        from snippets_core.ir.ops.quantize import DequantizeLinear, QuantizeLinear
+
+        grid = last.rt_info.get(QUANTIZATION_GRID)
+        readers = _targets(last.outputs[0], live)
+        if grid is None or not readers or any(t.node.type_name != "Convolution" or t.index != 0 for t in readers):
+            return None
+        for t in readers:
+            try:
+                self._conv(t.node, live, handoff=False)
+            except Int8Reject:
+                return None
+        scale = Constant(np.float32(grid.scale), name=f"{last.name}/handoff_scale")
+        zero_point = Constant(np.asarray(grid.zero_point, grid.qtype.numpy), name=f"{last.name}/handoff_zero_point")
+        q = QuantizeLinear(last.outputs[0], scale, zero_point, output_type=grid.qtype, name=f"{last.name}/quantized")
+        dq = DequantizeLinear(q.outputs[0], scale, zero_point, output_type=ElementType.f32,
+                              name=f"{last.name}/dequantized")
+        dq.rt_info[QUANTIZATION_GRID] = grid
+        dq.rt_info[INT8_HANDOFF] = True
+        for t in readers:
+            t.replace_source(dq.outputs[0])
+        return q
 
     def _qlinear_conv(self, qlc: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
         """QLinearConv (2-D, group 1) with a constant int8 weight: requantized u8/i8 out, its i32 bias a post-op."""
@@ -391,7 +532,9 @@ class TokenizeInt8FCSnippets(Pass):
         if chain is None:
             raise Int8Reject("it is not followed by Cast and the Mul by x_scale * w_scale")
         head, tail, w_scale, bias = chain
-        return head, [ci, *tail], Int8FCSpec(DYNAMIC, False, 1.0, 0, weight, w_scale, bias, F32, conv=g), x
+        post_nodes, post_ops = _conv_post_ops(tail[-1], live, ci.outputs[0].shape.to_tuple())
+        return head, [ci, *tail, *post_nodes], Int8FCSpec(DYNAMIC, False, 1.0, 0, weight, w_scale, bias, F32, conv=g,
+                                                          post_ops=tuple(post_ops)), x
 
     def _integer(self, mmi: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
         a, w = _integer_operands(mmi, 1, 3)

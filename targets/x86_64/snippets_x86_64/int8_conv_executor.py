@@ -1,120 +1,217 @@
-"""The executor of an int8 convolution Subgraph (a static QDQ 2-D Conv, TokenizeInt8FCSnippets): the convolution as
-one GEMM over its windows on the VNNI Brgemm, the sibling of the f32 conv primitive (``conv.py``) for int8.
+"""The executor of an int8 convolution Subgraph (TokenizeInt8FCSnippets: a static QDQ 2-D Conv, a QLinearConv or a
+dynamic ConvInteger) on the JIT int8 convolution (:mod:`snippets_x86_64.conv_int8`).
 
-Per call: x (f32 NCHW) is transposed to NHWC, quantized by the JIT quantizer on the Q->DQ pair's grid into a
-padded NHWC byte buffer whose border holds the zero point (the quantized 0.0: the f32 convolution pads the
-dequantized values with zeros); the windows are gathered (im2col: one strided copy of bytes, ``[N*Ho*Wo,
-KH*KW*C]``); an :class:`~snippets_x86_64.int8_fc_executor.Int8FCExecutor` multiplies them by the weight (repacked
-once, rows ordered [kh, kw, c]) with the per-channel dequantization and the bias as post-ops, rows split between
-the threads; the NHWC result is written into the NCHW output. The data movement (transpose, im2col, transpose
-back) is numpy, ~2 bytes moved per byte of the quantized input times KH*KW, against C*KH*KW*M multiply-adds per
-output pixel in the kernel; a batch-reduce int8 conv kernel reading the padded input in place would remove it.
+Made once (per batch size): the weight packed into the VNNI panels, the per-channel vectors (the zero-point
+compensation, ``x_scale * w_scale[m]``, the bias), the work table, the kernel, and the padded NHWC byte buffer
+whose border holds the zero point. Per call:
+
+1. x (f32) is quantized by a JIT kernel straight into the buffer's interior (``quantize_pixels_function``: NHWC
+   pixels in, rows split between the threads when large), on the Q->DQ pair's grid or, for dynamic quantization,
+   on the grid DynamicQuantizeLinear computes from x's range (then the compensation and scale vectors, M values,
+   are made for this call). An s8 grid is stored +128 (u8: what ``vpdpbusd`` multiplies), its zero point too. An
+   already quantized x (QLinearConv, or the u8 an int8 convolution before it stored) is copied in (numpy: rows of
+   bytes), or read in place when the convolution has no padding and 4k channels (a 1x1);
+2. the kernel runs over the work items, split into one range per thread, and stores NHWC f32 (dequantized, bias,
+   post-ops) or u8/s8 (requantized).
+
+AssignLayouts gives the Subgraph NHWC (the target's ``preferred_layout``), so x arrives as an NCHW view of NHWC
+memory and the output leaves as one: no transpose on either side. An NCHW x is transposed first (a reorder, counted
+in ``reorders``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from snippets_core.errors import InputError
 from snippets_core.ir.ops.quantize import dynamic_quantization_grid
-from snippets_core.tokenization.tokenize_int8_fc_snippets import DYNAMIC, QUANTIZE, QUANTIZED, Int8FCSpec
-from snippets_x86_64.brgemm_int8 import C_DTYPE
-from snippets_x86_64.int8_fc_executor import Int8FCExecutor
-from snippets_x86_64.quantize_int8 import quantize_function, quantize_params
+from snippets_core.runtime.placement import Placement
+from snippets_core.tokenization.tokenize_int8_fc_snippets import DYNAMIC, F32, QUANTIZED, Int8FCSpec
+from snippets_x86_64.aligned import empty_aligned
+from snippets_x86_64.conv_executor import split_items
+from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, post_params, \
+    requant_params
+from snippets_x86_64.quantize_int8 import quantize_params, quantize_pixels_function
+from snippets_x86_64.reorder import run_split
+from snippets_x86_64.runtime import TARGET_NAME
+
+#: input bytes from which the quantizing copy splits its rows between the threads (a memory-bound pass)
+COPY_SPLIT_BYTES = 1 << 18
+DTYPES = {"f32": np.float32, "u8": np.uint8, "s8": np.int8}
+
+
+class _Batch:
+    """What one batch size needs: the kernel, the padded buffer and its border value, the copy's table and split."""
+
+    def __init__(self, ex: Int8ConvExecutor, n: int) -> None:
+        self.shape = shape = ex.shape(n)
+        h, w, c = shape.h, shape.w, shape.c
+        self.kernel = Int8ConvKernel(shape, ex.w, ex.threads)
+        self.xp = empty_aligned((n, shape.hp, shape.wp, shape.cp), np.uint8)
+        self.border: int | None = None
+        #: the vectors the kernel was last bound to (checked by its ``run``)
+        self.bound: tuple[np.ndarray, ...] | None = None
+        #: a quantized NHWC x is the kernel's input itself (no padding, channels a multiple of 4)
+        self.in_place = (shape.hp, shape.wp, shape.cp) == (h, w, c)
+        self.table = np.asarray([((i * shape.hp + shape.pt + r) * shape.wp + shape.pl) * shape.cp
+                                 for i in range(n) for r in range(h)], np.int64)
+        big = n * h * w * c * 4 >= COPY_SPLIT_BYTES
+        self.copy_chunks = split_items(n * h, ex.threads if big else 1)
+        self.lock = threading.Lock()
 
 
 class Int8ConvExecutor:
     """Runs one int8 convolution Subgraph (see the module docstring) on ``threads`` threads."""
 
     def __init__(self, spec: Int8FCSpec, threads: int) -> None:
-        assert spec.conv is not None
-        self.spec = spec
-        self.geo = spec.conv
-        kh, kw = self.geo.kernel
-        self.channels = spec.k // (kh * kw)
-        # the GEMM over the windows: its A (the gathered windows) is already quantized
-        # the GEMM over the windows (a dynamic grid's vectors are made per call)
-        self.gemm = Int8FCExecutor(replace(spec, source=DYNAMIC if spec.source == DYNAMIC else QUANTIZED, conv=None,
-                                           a_index=0), threads)
-        #: None: x is already quantized (QLinearConv), its bytes are only moved
-        self.qparams = quantize_params(spec.a_scale, spec.a_zero_point, spec.a_signed) \
-            if spec.source == QUANTIZE else None
-        self.qdtype = np.int8 if spec.a_signed else np.uint8
-        self.in_dtype = self.qdtype if spec.source == QUANTIZED else np.float32
-        self.out_dtype = C_DTYPE[self.gemm.output]
-        self._lock = threading.Lock()
-        self._scratch: dict[int, dict[str, Any]] = {}
-        self.last_placement = self.gemm.last_placement
+        g = spec.conv
+        assert g is not None
+        self.spec, self.threads = spec, max(1, threads)
+        self.post_ops = tuple(kind for kind, _ in spec.post_ops)
+        self.residual_index = spec.residual_index()
+        kh, kw = g.kernel
+        cg = spec.k // (kh * kw)
+        self.channels = c = cg * g.group
+        #: the weight [M, C/group, KH, KW] (the spec holds it as the GEMM's [KH*KW*C/group, M])
+        self.w = np.ascontiguousarray(spec.weight.reshape(kh, kw, cg, spec.n).transpose(3, 2, 0, 1))
+        if spec.output not in DTYPES:
+            raise InputError(f"the int8 convolution stores f32, u8 or s8, not {spec.output}")
+        self.output = spec.output
+        self.out_dtype = DTYPES[self.output]
+        self.in_dtype = (np.int8 if spec.a_signed else np.uint8) if spec.source == QUANTIZED else np.float32
+        #: an s8 grid is stored +128 in the buffer: the zero point the kernel sees moves with it
+        self.shift = 128 if spec.a_signed else 0
+        self._batches: dict[int, _Batch] = {}
+        self._colsum: np.ndarray | None = None
+        if spec.source != DYNAMIC:
+            self.vectors = self._vectors(spec.a_scale, spec.a_zero_point)
+            self.qparams = self._qparams(spec.a_scale, spec.a_zero_point)
+        self.requant = requant_params(spec.y_scale, spec.y_zero_point, self.output) if self.output != F32 else None
+        one = self.shape(1)
+        self.post = post_params(one, [None if k in ("relu", "residual") else v for k, v in spec.post_ops]) \
+            if spec.post_ops else None
+        self.copy = quantize_pixels_function(g.spatial[1], c, self.shape(1).cp) if spec.source != QUANTIZED \
+            else None
+        self.reorders = 0
+        #: where the last call ran (the snippets_core.runtime.placement protocol): always here
+        self.last_placement = Placement(TARGET_NAME)
+
+    def shape(self, n: int) -> Int8ConvShape:
+        """The kernel's geometry for a batch of ``n``."""
+        s, g = self.spec, self.spec.conv
+        assert g is not None
+        (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilations
+        return Int8ConvShape(n, self.channels, g.spatial[0], g.spatial[1], s.n, g.group, kh, kw, sh, sw, dh, dw,
+                             g.pads_begin[0], g.pads_begin[1], g.out[0], g.out[1], self.output, self.post_ops)
+
+    def _qparams(self, scale: float, zero_point: int) -> np.ndarray:
+        """The quantizer's parameters for a grid: the clamp of the grid's type, the zero point shifted to u8."""
+        p = quantize_params(scale, zero_point, self.spec.a_signed)
+        p.view(np.int32)[3] = zero_point + self.shift
+        return p
+
+    def _vectors(self, a_scale: float, a_zero_point: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(comp s32, scale f32, bias f32) padded to whole vectors for A's grid."""
+        s = self.spec
+        shape = self.shape(1)
+        if self._colsum is None:
+            self._colsum = compensation(self.w, 1, shape).astype(np.int64)
+        comp = (self._colsum * (a_zero_point + self.shift)).astype(np.int32)
+        # dynamic: the graph computes Cast(acc) * (x_scale * w_scale) in f32; static: the same product rounded once
+        scale = np.float32(a_scale) * s.w_scale if s.source == DYNAMIC else \
+            (np.float64(a_scale) * s.w_scale.astype(np.float64)).astype(np.float32)
+        bias = s.bias if s.bias is not None else np.zeros(s.n, np.float32)
+        return comp, channel_vector(scale, shape, np.float32), channel_vector(bias, shape, np.float32)
+
+    def batch(self, n: int) -> _Batch:
+        """The kernel and buffers of a batch of ``n`` (made on first use, kept)."""
+        b = self._batches.get(n)
+        if b is None:
+            b = self._batches.setdefault(n, _Batch(self, n))
+        return b
 
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
-        g, s = self.geo, self.spec
+        s, g = self.spec, self.spec.conv
+        assert g is not None
         x = np.asarray(args[s.a_index])
         if x.dtype != self.in_dtype or x.ndim != 4 or x.shape[1] != self.channels or x.shape[2:] != g.spatial:
             raise InputError(f"the int8 convolution takes {np.dtype(self.in_dtype)} [N, {self.channels}, "
                              f"{g.spatial[0]}, {g.spatial[1]}], got {x.dtype} {list(x.shape)}")
-        n, c, h, w = x.shape
-        (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilations
-        (ho, wo), (pt, pl) = g.out, g.pads_begin
-        hp, wp = h + pt + g.pads_end[0], w + pl + g.pads_end[1]
-        qparams, zp, vectors = self.qparams, s.a_zero_point, self.gemm.vectors if s.source != DYNAMIC else None
+        residual = None
+        if "residual" in self.post_ops:
+            r = np.asarray(args[self.residual_index])
+            residual = r.transpose(0, 2, 3, 1)
+            if not residual.flags.c_contiguous or residual.dtype != np.float32:
+                self.reorders += 1
+                residual = np.ascontiguousarray(residual, np.float32)
+        b = self.batch(x.shape[0])
+        shape = b.shape
+        xt = x.transpose(0, 2, 3, 1)
+        if not xt.flags.c_contiguous:
+            self.reorders += 1
+            xt = np.ascontiguousarray(xt)
         if s.source == DYNAMIC:  # DynamicQuantizeLinear's grid of this x
             scale, zp = (float(v) for v in dynamic_quantization_grid(x))
             zp = int(zp)
-            qparams, vectors = quantize_params(scale, zp, False), self.gemm.vectors_for(scale, zp)
-        own = self._lock.acquire(blocking=False)
-        try:  # the buffers are kept between calls (fresh pages cost more than the copies); a concurrent call
-            # gets its own
-            buf = self._scratch.get(n) if own else None
-            if buf is None:
-                buf = self._new_buffers(n)
+            vectors, qparams = self._vectors(scale, zp), self._qparams(scale, zp)
+        else:
+            zp, vectors, qparams = s.a_zero_point, self.vectors, self.qparams
+        own = b.lock.acquire(blocking=False)
+        try:  # the buffer is kept between calls (only the interior is rewritten); a concurrent call gets its own
+            xp = b.xp if own else np.empty_like(b.xp)
+            if not own or b.border != zp:
+                xp.fill(zp + self.shift)
                 if own:
-                    self._scratch[n] = buf
-            padded, cols, y = buf["padded"], buf["cols"], buf["y"]
-            if buf["border"] != zp:  # the border holds the zero point (the interior is rewritten below)
-                padded.fill(zp)
-                buf["border"] = zp
-            if qparams is None:
-                padded[:, pt : pt + h, pl : pl + w] = x.transpose(0, 2, 3, 1)
-            elif x.size:
-                xt, q = buf["xt"], buf["q"]
-                np.copyto(xt, x.transpose(0, 2, 3, 1))
-                quantize_function(w * c)(xt.ctypes.data, q.ctypes.data, n * h, qparams.ctypes.data)
-                padded[:, pt : pt + h, pl : pl + w] = q
-            # every window in bounds: pads_end was grown at tokenization so the last one fits the padded input
-            windows = as_strided(padded, (n, ho, wo, kh, kw, c),
-                                 (hp * wp * c, sh * wp * c, sw * c, dh * wp * c, dw * c, 1), writeable=False)
-            np.copyto(cols.reshape(windows.shape), windows)
-            self.gemm.multiply(cols, y, vectors, None)  # type: ignore[arg-type]
-            out = outs[0] if outs is not None and outs[0] is not None else np.empty((n, s.n, ho, wo), self.out_dtype)
-            if out.dtype != self.out_dtype or out.shape != (n, s.n, ho, wo):
-                raise InputError(f"output array 0 must be {np.dtype(self.out_dtype)}{[n, s.n, ho, wo]}, got "
-                                 f"{out.dtype}{list(out.shape)}")
-            out[...] = y.reshape(n, ho, wo, s.n).transpose(0, 3, 1, 2)
+                    b.border = zp
+            if self.copy is None and b.in_place and not self.shift:  # unpadded: the kernel reads the bytes as they lie
+                xp = xt
+            elif self.copy is None:  # x is already on the grid (QLinearConv, or the bytes of an int8 conv)
+                inner = xp[:, shape.pt : shape.pt + shape.h, shape.pl : shape.pl + shape.w, : shape.c]
+                np.copyto(inner, xt.view(np.uint8) ^ np.uint8(self.shift) if self.shift else xt)
+            elif xt.size:
+                block = (ctypes.c_uint64 * 4)(xt.ctypes.data, xp.ctypes.data, b.table.ctypes.data,
+                                              qparams.ctypes.data)
+                run_split(self.copy, ctypes.addressof(block), b.copy_chunks)
+            y = empty_aligned((shape.n, shape.ho, shape.wo, shape.m), self.out_dtype)
+            if s.source == DYNAMIC or b.bound is not vectors:  # the vectors checked once (per call if dynamic)
+                b.kernel.run(xp, y, *vectors, residual, self.requant, self.post)
+                b.bound = vectors
+            else:
+                b.kernel.launch(xp.ctypes.data, y.ctypes.data, None if residual is None else residual.ctypes.data)
         finally:
             if own:
-                self._lock.release()
+                b.lock.release()
+        out = y.transpose(0, 3, 1, 2)
+        if outs is not None and outs[0] is not None:
+            if outs[0].dtype != self.out_dtype or outs[0].shape != out.shape:
+                raise InputError(f"output array 0 must be {np.dtype(self.out_dtype)}{list(out.shape)}, got "
+                                 f"{outs[0].dtype}{list(outs[0].shape)}")
+            outs[0][...] = out
+            return [outs[0]]
         return [out]
 
-    def _new_buffers(self, n: int) -> dict[str, Any]:
-        """The per-call arrays of a batch of ``n``: NHWC x and its quantized bytes, the padded input, the gathered
-        windows, the GEMM's NHWC output; ``border``: the value the padded border holds (None: not filled yet)."""
-        g, s, c = self.geo, self.spec, self.channels
-        (h, w), (ho, wo) = g.spatial, g.out
-        hp, wp = h + g.pads_begin[0] + g.pads_end[0], w + g.pads_begin[1] + g.pads_end[1]
-        return {"xt": np.empty((n, h, w, c), np.float32), "q": np.empty((n, h, w, c), self.qdtype),
-                "padded": np.empty((n, hp, wp, c), self.qdtype), "cols": np.empty((n * ho * wo, s.k), self.qdtype),
-                "y": np.empty((n * ho * wo, s.n), self.out_dtype), "border": None}
-
     def describe(self) -> str:
-        how = "copied" if self.spec.source == QUANTIZED else "quantized (JIT)"
-        return (f"int8 convolution: the padded NHWC input {how}, its windows gathered (numpy im2col), "
-                f"then {self.gemm.describe()}")
+        s, g = self.spec, self.spec.conv
+        assert g is not None
+        how = "copied" if s.source == QUANTIZED else "quantized (JIT) into it"
+        post = "".join(f", {op}" for op in self.post_ops)
+        threads = f", items split over {self.threads} threads" if self.threads > 1 else ""
+        return (f"int8 convolution (JIT, VNNI): {s.describe()}; the padded NHWC u8 input {how}, vpdpbusd over "
+                f"the taps, dequantized (+ bias{post}){' and requantized' if self.output != F32 else ''} in registers"
+                f"{threads}")
 
 
-__all__ = ["Int8ConvExecutor"]
+def int8_conv_executor(spec: Int8FCSpec, threads: int, batch: int | None) -> Int8ConvExecutor:
+    """The executor of an int8 convolution Subgraph; with a static batch, its kernels are compiled now."""
+    ex = Int8ConvExecutor(spec, threads)
+    if batch is not None:
+        ex.batch(batch)
+    return ex
+
+
+__all__ = ["Int8ConvExecutor", "int8_conv_executor"]

@@ -186,12 +186,10 @@ def int8_fc_executor(sg: Subgraph, threads: int) -> Any:
     now."""
     spec = sg.rt_info[INT8_FULLY_CONNECTED]
     if spec.conv is not None:
-        from snippets_x86_64.int8_conv_executor import Int8ConvExecutor
+        from snippets_x86_64.int8_conv_executor import int8_conv_executor
 
-        conv = Int8ConvExecutor(spec, threads)
-        n = sg.inputs[spec.a_index].shape.to_tuple()[0]
-        conv.gemm.plan(n * spec.conv.out[0] * spec.conv.out[1])
-        return conv
+        x = sg.inputs[spec.a_index].shape
+        return int8_conv_executor(spec, threads, x.to_tuple()[0] if x.is_static else None)
     ex = Int8FCExecutor(spec, threads)
     x = sg.inputs[ex.spec.a_index].shape
     if x.is_static:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import ctypes
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from snippets_core.errors import InputError
-from snippets_x86_64.asm import Function, k1, r10, word, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, zmm6, zmm7
+from snippets_x86_64.asm import Function, k1, qword, r8, r9, r10, r11, rax, word, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, \
+    zmm6, zmm7
 
 if TYPE_CHECKING:
     from snippets_x86_64.jit import JitFunction
@@ -33,6 +34,33 @@ UNROLL = 2
 QRANGE = {False: (0, 255), True: (-128, 127)}
 
 
+#: the registers holding the broadcast parameters: scale, lo, hi (f32), zero point (s32)
+PARAM_REGS = (zmm4, zmm5, zmm6, zmm7)
+
+
+def _load_params(fn: Function, params: Any, n: int) -> None:
+    """Broadcast the parameter block at ``params`` into :data:`PARAM_REGS`; the tail mask of ``n`` into k1."""
+    scale, lo, hi, zp = PARAM_REGS
+    fn.vbroadcastss(scale, params + 0)
+    fn.vbroadcastss(lo, params + 4)
+    fn.vbroadcastss(hi, params + 8)
+    fn.vpbroadcastd(zp, params + 12)
+    if n % LANES:
+        fn.kmovw(k1, word[fn.const_data(((1 << (n % LANES)) - 1).to_bytes(2, "little"), 2)])
+
+
+def _quantize_regs(fn: Function, regs: list) -> None:
+    """f32 lanes -> quantized s32 lanes (the low byte is the u8/s8 value): divide, clamp, round, zero point."""
+    scale, lo, hi, zp = PARAM_REGS
+    for v in regs:
+        fn.vdivps(v, v, scale)
+    for v in regs:
+        fn.vmaxps(v, v, lo)
+        fn.vminps(v, v, hi)
+        fn.vcvtps2dq(v, v, rc="rn")
+        fn.vpaddd(v, v, zp)
+
+
 @cache
 def quantize_function(k: int) -> JitFunction:
     """``f(x, q, rows, params)``: quantize ``rows`` rows of ``k`` f32 into ``k`` bytes each (module docstring)."""
@@ -41,26 +69,14 @@ def quantize_function(k: int) -> JitFunction:
     fn = Function("quantize_int8", args=("x", "q", "rows", "params"))
     x, q, rows, params = fn.args
     cnt = r10
-    scale, lo, hi, zp = zmm4, zmm5, zmm6, zmm7
-    fn.vbroadcastss(scale, params + 0)
-    fn.vbroadcastss(lo, params + 4)
-    fn.vbroadcastss(hi, params + 8)
-    fn.vpbroadcastd(zp, params + 12)
+    _load_params(fn, params, k)
     full, tail = divmod(k, LANES)
-    if tail:
-        fn.kmovw(k1, word[fn.const_data(((1 << tail) - 1).to_bytes(2, "little"), 2)])
 
     def vector(regs: list, offset: int, masked: bool) -> None:
         for i, v in enumerate(regs):
             src = x + (offset + i * LANES) * 4
             fn.vmovups(v.mask(k1).z if masked else v, src)
-        for v in regs:
-            fn.vdivps(v, v, scale)
-        for v in regs:
-            fn.vmaxps(v, v, lo)
-            fn.vminps(v, v, hi)
-            fn.vcvtps2dq(v, v, rc="rn")
-            fn.vpaddd(v, v, zp)
+        _quantize_regs(fn, regs)
         for i, v in enumerate(regs):
             dst = q + offset + i * LANES
             fn.vpmovdb(dst.mask(k1) if masked else dst, v)
@@ -92,6 +108,52 @@ def quantize_function(k: int) -> JitFunction:
     return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p))
 
 
+@cache
+def quantize_pixels_function(width: int, c: int, cp: int) -> JitFunction:
+    """``f(unused, args, start, count)`` (the native pool's harness): quantize rows ``start .. start+count`` of
+    ``width`` NHWC pixels of ``c`` f32 channels each into a padded NHWC byte buffer, ``cp`` bytes per pixel (the
+    bytes past ``c`` are left alone). ``args`` = [src, dst, table (int64: the dst byte offset of each row's first
+    pixel), params (:func:`quantize_params`)]; row ``r`` is read at ``src + r * width * c * 4``. The int8
+    convolution's input copy: one pass from the f32 activations straight into the buffer its kernel reads."""
+    if min(width, c) <= 0 or cp < c:
+        raise InputError(f"the int8 pixel quantizer needs positive sizes and cp >= c, got {width}, {c}, {cp}")
+    fn = Function("quantize_pixels_int8", args=("unused", "args", "start", "count"))
+    _, args, start, count = fn.args
+    src, table, dst, px = r8, r9, r11, rax
+    fn.mov(r10, qword[args + 24])
+    _load_params(fn, r10, c)
+    full, tail = divmod(c, LANES)
+    fn.imul(src, start, width * c * 4)
+    fn.add(src, qword[args])
+    fn.mov(table, qword[args + 16])
+    fn.lea(table, table + start * 8)
+    fn.test(count, count)
+    fn.jz(fn.exit)
+    regs = [zmm0, zmm1, zmm2, zmm3]
+    rows = fn.label("quantize_pixels_int8.row")
+    fn.mov(dst, qword[table])
+    fn.add(dst, qword[args + 8])
+    fn.mov(px, width)
+    pixels = fn.label("quantize_pixels_int8.pixel")
+    vectors = [(v, False) for v in range(full)] + ([(full, True)] if tail else [])
+    for at in range(0, len(vectors), len(regs)):
+        batch = list(zip(regs, vectors[at : at + len(regs)]))
+        for reg, (v, masked) in batch:
+            fn.vmovups(reg.mask(k1).z if masked else reg, src + v * LANES * 4)
+        _quantize_regs(fn, [reg for reg, _ in batch])
+        for reg, (v, masked) in batch:
+            out = dst + v * LANES
+            fn.vpmovdb(out.mask(k1) if masked else out, reg)
+    fn.add(src, c * 4)
+    fn.add(dst, cp)
+    fn.dec(px)
+    fn.jnz(pixels)
+    fn.add(table, 8)
+    fn.dec(count)
+    fn.jnz(rows)
+    return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64))
+
+
 def quantize_params(scale: float, zero_point: int, signed: bool) -> np.ndarray:
     """The 16-byte parameter block of :func:`quantize_function` for one scale and zero point."""
     qmin, qmax = QRANGE[signed]
@@ -111,4 +173,4 @@ def quantize_rows(x: np.ndarray, out: np.ndarray, params: np.ndarray) -> None:
         quantize_function(x.shape[1])(x.ctypes.data, out.ctypes.data, x.shape[0], params.ctypes.data)
 
 
-__all__ = ["QRANGE", "quantize_function", "quantize_params", "quantize_rows"]
+__all__ = ["QRANGE", "quantize_function", "quantize_params", "quantize_pixels_function", "quantize_rows"]

@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 hookimpl = pluggy.HookimplMarker("snippets")
 
 
-#: multiply-adds from which a quantized convolution runs as an int8 one (measured: 3x3, 32 channels 32x32, 9.4M,
-#: int8 0.14 ms vs f32 0.13; 64 channels 28x28, 29M, 0.17 vs 0.28), and input channels (the im2col copies
-#: C-byte runs: 3-channel images copy 3 bytes at a time)
-INT8_CONV_MIN_MACS = 16_000_000
-INT8_CONV_MIN_CHANNELS = 16
+#: multiply-adds and input channels from which a quantized convolution runs as an int8 one: every one, since the
+#: JIT int8 conv (conv_int8.py) beats the f32 primitive from the smallest measured (kernels alone, 1 thread: 3x3
+#: 3->32 on 64x64 22 us vs 30, 32->32 on 32x32 29 us vs 74)
+INT8_CONV_MIN_MACS = 0
+INT8_CONV_MIN_CHANNELS = 1
 #: rt_info keys of the Subgraphs TokenizeConvSnippets makes: each runs as a kernel of its own, on NHWC
 PRIMITIVE_KINDS = ("SnippetsConvolution", "SnippetsPooling", "SnippetsConcat", "SnippetsChannelShuffle")
 
@@ -75,7 +75,7 @@ class X86_64Target:
         return {"data_ptr_gpr_count": self.data_ptr_gpr_count, "mha_supported_transpose_ranks": (4,),
                 "mha_transposed_b_in_subgraph": True, "softmax_axis_to_last": True,
                 "conv_primitives": True, "int8_fc": self._has_vnni(), "transpose_primitives": True,
-                # below these the f32 conv primitive beats the int8 one (its im2col and transposes are numpy)
+                # below these a quantized conv stays the f32 primitive (0, 1: none; the knobs stay for users)
                 "int8_conv_min_macs": INT8_CONV_MIN_MACS, "int8_conv_min_channels": INT8_CONV_MIN_CHANNELS}
 
     @staticmethod
@@ -101,12 +101,18 @@ class X86_64Target:
         with no reorder), plain (None) for everything else."""
         if any(node.rt_info.get(k) for k in PRIMITIVE_KINDS):
             return "NHWC"
+        spec = node.rt_info.get("SnippetsInt8FullyConnected")
+        if spec is not None and spec.conv is not None:  # the JIT int8 convolution reads and writes NHWC too
+            return "NHWC"
         return None
 
     def preferred_input_layout(self, node: Node, index: int) -> str | None:
         """Plain for the data input of a conv primitive with few input channels (an RGB stem): its kernel reads a
         planar padded copy of an NCHW input, so an NHWC reorder before it would be a pass over the image for
         nothing (AssignLayouts takes it only where the input is plain already); None for every other input."""
+        spec = node.rt_info.get("SnippetsInt8FullyConnected")
+        if spec is not None and spec.conv is not None and index not in (spec.a_index, spec.residual_index()):
+            return "plain"  # an int8 convolution reads only x in NHWC (its weight inputs feed the body's reference)
         if index == 0 and node.rt_info.get("SnippetsConvolution"):
             from snippets_x86_64.conv_subgraph import reads_planar
 

@@ -1,0 +1,521 @@
+"""A JIT int8 2-D convolution for AVX512-VNNI (u8 NHWC activations x s8 weights), the int8 sibling of ``conv.py``.
+
+The kernel is a batch-reduce over the kernel taps, as the f32 one: one work item is an output row of one (image,
+group, block of up to 4 zmm = 64 output channels); a register block of ``R`` output pixels x ``nv`` zmm of s32
+accumulators reduces over kernel rows, kernel columns and input channels 4 at a time: per (tap, group of 4 input
+channels) ``nv`` loads of packed weights, ``R`` broadcasts of 4 input bytes (``vpbroadcastd``) and ``R * nv``
+``vpdpbusd`` (64 multiply-adds each). No im2col: the taps are read in place from the padded input.
+
+* **Input**: a padded NHWC byte buffer ``[N, Hp, Wp, Cp]``, every window in bounds, ``Cp = group * Cg4`` with
+  ``Cg4`` the group's channels rounded up to 4 (the VNNI group). The border and the padded channels hold the
+  zero point (the quantized 0.0); the weights past ``Cg`` are zero, so those bytes add nothing. Unsigned: an s8
+  grid is stored shifted by +128 (its zero point too), which is the same convolution.
+* **Weights** (s8, per output channel scales) are packed once per (group, block):
+  ``[KH][KW][Cg4/4][nv*16][4]``: one group of 4 input channels of one tap is ``nv`` zmm of 16 output channels x 4
+  bytes, the layout ``vpdpbusd`` reads (the VNNI 4-channel interleave).
+* **Epilogue** (in registers, per accumulator): ``- comp[m]`` (``zp * sum`` of the channel's weights, made with the
+  packing), ``vcvtdq2ps``, ``* scale[m] + bias[m]`` (one FMA: the dequantized f32, ``scale = x_scale *
+  w_scale[m]``), then the post-ops in order (``residual``: an f32 NHWC tensor of the output's shape added;
+  ``relu``), then the store: f32, or requantized to u8/s8 as QuantizeLinear does (``* (1 / y_scale)``, clamp,
+  ``vcvtps2dq`` half to even, ``+ y_zp``, ``vpmovdb``), so a quantized conv hands the next one bytes.
+* **Work table**: one row per item, byte offsets of the input row, weight block, output row, post-op vectors and
+  residual row, the store mask (output-channel tail) and the variant (full block or the tail block); the kernel is
+  the native pool's harness ``conv_int8(unused, args, start, count)``, items split into one range per thread.
+
+``args`` = [src, weights, dst, comp, scale, bias, residual, table, qparams, post] (qparams: ``1 / y_scale, lo, hi`` f32
+and ``y_zp`` s32, with ``lo = qmin - y_zp``, ``hi = qmax - y_zp``; post: the post-ops' parameters,
+:func:`post_params`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from snippets_core.errors import InputError, UnsupportedByTarget
+from snippets_x86_64.asm import Function, bcst, dword, k1, qword, r8, r9, r10, r11, r12, r13, r14, r15, rax, rbp, \
+    rbx, rcx, rdi, rdx, rsi, word, zword
+from snippets_x86_64.asm.registers import ZMM
+
+if TYPE_CHECKING:
+    from snippets_x86_64.jit import JitFunction
+
+#: s32 lanes per zmm; input channels per VNNI group
+LANES, K_GROUP = 16, 4
+#: output-channel vectors per work item at most
+MAX_NV = 4
+#: channel groups unrolled per iteration of the reduction loop
+UNROLL = 4
+#: output pixels per register block at most
+MAX_PIXELS = 28
+ZMM_COUNT = 32
+#: fields of a work-table row (int64): src, weights, dst, vectors, residual offsets in bytes, store mask, variant
+ROW = 7
+ARG_SRC, ARG_WEI, ARG_DST, ARG_COMP, ARG_SCALE, ARG_BIAS, ARG_RES, ARG_TAB, ARG_QPARAMS, ARG_POST = range(10)
+#: bytes per output element
+OUT_SIZE = {"f32": 4, "u8": 1, "s8": 1}
+#: the saturation range of a requantized output
+OUT_RANGE = {"u8": (0, 255), "s8": (-128, 127)}
+#: the epilogue's steps after the dequantization: the residual add, Relu, a FakeQuantize on a per-tensor grid
+#: (``fq``: ``clamp(rint(v * (1 / s)), lo, hi) * s``, a Q->DQ pair between the conv and the next op), a per-channel
+#: multiply or add (a BatchNormalization after such a pair)
+POST_OPS = ("residual", "relu", "fq", "mul_c", "add_c")
+#: bytes of an fq's parameters in the post-op block (s, lo, hi, 1 / s)
+FQ_BYTES = 16
+
+
+@dataclass(frozen=True)
+class Int8ConvShape:
+    """One int8 convolution resolved against an input shape: sizes, strides, dilations, begin pads (the end pads
+    are whatever makes every window fit: ``hp``, ``wp``), the output kind and the post-ops in order."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    m: int
+    group: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    pt: int
+    pl: int
+    ho: int
+    wo: int
+    output: str = "f32"
+    post_ops: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        sizes = (self.n, self.c, self.h, self.w, self.m, self.group, self.kh, self.kw, self.sh, self.sw, self.dh,
+                 self.dw, self.ho, self.wo)
+        if min(sizes) <= 0 or min(self.pt, self.pl) < 0:
+            raise InputError(f"int8 convolution needs positive sizes and non-negative pads, got {self}")
+        if self.c % self.group or self.m % self.group:
+            raise InputError(f"int8 convolution: {self.c} input and {self.m} output channels do not split into "
+                             f"{self.group} groups")
+        if self.output not in OUT_SIZE:
+            raise InputError(f"int8 convolution output must be one of {sorted(OUT_SIZE)}, got {self.output!r}")
+        bad = [p for p in self.post_ops if p not in POST_OPS]
+        if bad:
+            raise InputError(f"int8 convolution post-ops must be among {POST_OPS}, got {bad}")
+        if self.pt >= self.hp or self.pl >= self.wp or (self.ho - 1) * self.sh + (self.kh - 1) * self.dh < 0:
+            raise InputError(f"int8 convolution pads {self.pt}, {self.pl} leave no input in the window")
+
+    @property
+    def cg(self) -> int:
+        return self.c // self.group
+
+    @property
+    def mg(self) -> int:
+        return self.m // self.group
+
+    @property
+    def cg4(self) -> int:
+        """A group's input channels in the padded buffer: rounded up to the VNNI group of 4."""
+        return -(-self.cg // K_GROUP) * K_GROUP
+
+    @property
+    def cp(self) -> int:
+        """Bytes per pixel of the padded input."""
+        return self.group * self.cg4
+
+    @property
+    def hp(self) -> int:
+        return max((self.ho - 1) * self.sh + (self.kh - 1) * self.dh + 1, self.pt + self.h)
+
+    @property
+    def wp(self) -> int:
+        return max((self.wo - 1) * self.sw + (self.kw - 1) * self.dw + 1, self.pl + self.w)
+
+    @property
+    def nvp(self) -> int:
+        """Output-channel vectors per group (the last one partial when ``mg`` is not a multiple of 16)."""
+        return -(-self.mg // LANES)
+
+    def blocks(self) -> list[tuple[int, int]]:
+        """(first vector, vector count) of each output-channel block of a group, as even as the count allows."""
+        count = -(-self.nvp // MAX_NV)
+        sizes = [self.nvp // count + (1 if b < self.nvp % count else 0) for b in range(count)]
+        return [(sum(sizes[:b]), s) for b, s in enumerate(sizes)]
+
+    @property
+    def macs(self) -> int:
+        return self.n * self.m * self.ho * self.wo * self.cg * self.kh * self.kw
+
+
+def pixels_per_block(nv: int, wo: int) -> int:
+    """Output pixels per register block: ``R * nv`` accumulators + ``nv`` weights + 2 broadcasts fit the 32 zmm;
+    then as even as the row allows with the same block count (the tail block costs a full one's weight loads)."""
+    most = max(1, min((ZMM_COUNT - nv - 2) // nv, MAX_PIXELS, wo))
+    return -(-wo // -(-wo // most))
+
+
+def pack_weights_int8(w: np.ndarray, geo: Int8ConvShape) -> tuple[np.ndarray, list[int]]:
+    """``w`` s8 [M, Cg, KH, KW] into the per-(group, block) VNNI panels ``[KH][KW][Cg4/4][nv*16][4]`` (zero past the
+    channels). Returns (packed bytes, the byte offset of each (group, block) panel)."""
+    if w.dtype != np.int8 or w.shape != (geo.m, geo.cg, geo.kh, geo.kw):
+        raise InputError(f"int8 convolution weight must be int8 {[geo.m, geo.cg, geo.kh, geo.kw]}, got {w.dtype} "
+                         f"{list(w.shape)}")
+    panels, offsets, at = [], [], 0
+    for g in range(geo.group):
+        wg = w[g * geo.mg : (g + 1) * geo.mg].transpose(2, 3, 1, 0)  # [KH, KW, Cg, Mg]
+        for v0, nv in geo.blocks():
+            lo, hi = v0 * LANES, min((v0 + nv) * LANES, geo.mg)
+            t = np.zeros((geo.kh, geo.kw, geo.cg4, nv * LANES), np.int8)
+            t[:, :, : geo.cg, : hi - lo] = wg[..., lo:hi]
+            panel = t.reshape(geo.kh, geo.kw, geo.cg4 // K_GROUP, K_GROUP, nv * LANES).transpose(0, 1, 2, 4, 3)
+            panels.append(np.ascontiguousarray(panel).ravel())
+            offsets.append(at)
+            at += panel.size
+    return np.concatenate(panels), offsets
+
+
+def channel_vector(values: np.ndarray, geo: Int8ConvShape, dtype: type) -> np.ndarray:
+    """A per-output-channel vector padded to whole zmm per group (the layout of comp, scale and bias)."""
+    out = np.zeros((geo.group, geo.nvp * LANES), dtype)
+    out[:, : geo.mg] = np.asarray(values).reshape(geo.group, geo.mg)
+    return out.ravel()
+
+
+def compensation(w: np.ndarray, zero_point: int, geo: Int8ConvShape) -> np.ndarray:
+    """``zero_point * sum`` of each output channel's weights (s32, padded like the other vectors): subtracted from
+    the accumulators, it turns ``sum q * w`` into ``sum (q - zero_point) * w``."""
+    sums = w.reshape(geo.m, -1).astype(np.int64).sum(axis=1) * int(zero_point)
+    return channel_vector(sums.astype(np.int32), geo, np.int32)
+
+
+def post_offsets(geo: Int8ConvShape) -> list[int]:
+    """The byte offset of each post-op's parameters in the post-op block (per-channel vectors are whole zmm per
+    group, indexed like comp/scale/bias; an fq has 16 bytes)."""
+    offsets, at = [], 0
+    for op in geo.post_ops:
+        offsets.append(at)
+        at += FQ_BYTES if op == "fq" else geo.group * geo.nvp * LANES * 4 if op in ("mul_c", "add_c") else 0
+    return offsets + [at]
+
+
+def post_params(geo: Int8ConvShape, values: list) -> np.ndarray:
+    """The post-op block for ``values`` (one per post-op: ``(s, lo, hi)`` of an fq (1 / s is stored beside them),
+    the [M] vector of a mul_c or
+    add_c, None for the others), as f32, at least one vector long."""
+    if len(values) != len(geo.post_ops):
+        raise InputError(f"int8 convolution: {len(values)} post-op parameters for {len(geo.post_ops)} post-ops")
+    offsets = post_offsets(geo)
+    block = np.zeros(max(offsets[-1] // 4, LANES), np.float32)
+    for op, at, v in zip(geo.post_ops, offsets, values):
+        if op == "fq":
+            s, lo, hi = (float(t) for t in v)
+            if not s > 0 or lo > hi:
+                raise InputError(f"int8 convolution fq needs a positive scale and lo <= hi, got {v}")
+            block[at // 4 : at // 4 + 4] = (s, lo, hi, 1.0 / s)
+        elif op in ("mul_c", "add_c"):
+            vec = channel_vector(np.asarray(v, np.float32), geo, np.float32)
+            block[at // 4 : at // 4 + vec.size] = vec
+    return block
+
+
+def requant_params(y_scale: float, y_zero_point: int, output: str) -> np.ndarray:
+    """The 16-byte qparams block of a requantized output: ``1 / y_scale, qmin - y_zp, qmax - y_zp`` (f32),
+    ``y_zp``."""
+    if not y_scale > 0:
+        raise InputError(f"int8 convolution requantization needs a positive output scale, got {y_scale}")
+    qmin, qmax = OUT_RANGE.get(output, (0, 255))
+    block = np.zeros(4, np.float32)
+    block[:3] = (1.0 / y_scale, qmin - y_zero_point, qmax - y_zero_point)
+    block.view(np.int32)[3] = y_zero_point
+    return block
+
+
+def work_table(geo: Int8ConvShape, offsets: list[int]) -> np.ndarray:
+    """One row per (image, group, output-channel block, output row), output rows innermost (consecutive items
+    reuse one weight block from L1/L2)."""
+    rows = []
+    osz = OUT_SIZE[geo.output]
+    blocks = geo.blocks()
+    rem = geo.mg - (geo.nvp - 1) * LANES
+    for n in range(geo.n):
+        for g in range(geo.group):
+            for b, (v0, nv) in enumerate(blocks):
+                mask = (1 << rem) - 1 if v0 + nv == geo.nvp else 0xFFFF
+                variant = 0 if nv == blocks[0][1] else 1
+                wei = offsets[g * len(blocks) + b]
+                vec = (g * geo.nvp + v0) * LANES * 4
+                for oh in range(geo.ho):
+                    src = (n * geo.hp + oh * geo.sh) * geo.wp * geo.cp + g * geo.cg4
+                    px = (n * geo.ho + oh) * geo.wo * geo.m + g * geo.mg + v0 * LANES
+                    rows.append((src, wei, px * osz, vec, px * 4, mask, variant))
+    return np.asarray(rows, dtype=np.int64).reshape(-1, ROW)
+
+
+def build_int8_conv_kernel(geo: Int8ConvShape) -> JitFunction:
+    """The JIT function ``conv_int8(unused, args, start, count)`` for ``geo`` (module docstring). Only the shape
+    is compiled in: weights, vectors and grids are data."""
+    from snippets_x86_64.cpu import cpu_features
+
+    if "avx512_vnni" not in cpu_features():
+        raise UnsupportedByTarget("the int8 convolution needs AVX512_VNNI (vpdpbusd); this CPU lacks it")
+    fn = Function("conv_int8", args=("unused", "args", "start", "count"))
+    blocks = geo.blocks()
+    nvs = [blocks[0][1]] + ([blocks[-1][1]] if blocks[-1][1] != blocks[0][1] else [])
+    fn.imul(r15, rdx, ROW * 8)
+    fn.add(r15, qword[rsi + ARG_TAB * 8])
+    fn.mov(r14, rcx)
+    fn.test(r14, r14)
+    fn.jz(fn.exit)
+    top, nxt = fn.new_label("item"), fn.new_label("next")
+    fn.bind(top)
+    fn.mov(rbx, qword[r15])
+    fn.add(rbx, qword[rsi + ARG_SRC * 8])
+    fn.mov(r8, qword[r15 + 8])
+    fn.add(r8, qword[rsi + ARG_WEI * 8])
+    fn.mov(r9, qword[r15 + 16])
+    fn.add(r9, qword[rsi + ARG_DST * 8])
+    fn.mov(r10, qword[r15 + 24])
+    fn.mov(r11, qword[r15 + 32])
+    fn.add(r11, qword[rsi + ARG_RES * 8])
+    fn.kmovw(k1, word[r15 + 40])
+    labels = [fn.new_label(f"variant{i}") for i in range(len(nvs))]
+    if len(nvs) > 1:
+        fn.cmp(qword[r15 + 48], 1)
+        fn.je(labels[1])
+    for label, nv in zip(labels, nvs):
+        fn.bind(label)
+        _emit_row(fn, geo, nv)
+        fn.jmp(nxt)
+    fn.bind(nxt)
+    fn.add(r15, ROW * 8)
+    fn.dec(r14)
+    fn.jnz(top)
+    return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64))
+
+
+def _emit_row(fn: Function, geo: Int8ConvShape, nv: int) -> None:
+    """One output row of ``nv`` channel vectors: full pixel blocks in a loop, then the tail block."""
+    r_full = pixels_per_block(nv, geo.wo)
+    n_full, r_tail = divmod(geo.wo, r_full)
+    if n_full:
+        loop = fn.new_label("pixels")
+        fn.mov(r12, n_full)
+        fn.bind(loop)
+        _emit_block(fn, geo, nv, r_full)
+        fn.add(rbx, r_full * geo.sw * geo.cp)
+        fn.add(r9, r_full * geo.m * OUT_SIZE[geo.output])
+        fn.add(r11, r_full * geo.m * 4)
+        fn.dec(r12)
+        fn.jnz(loop)
+    if r_tail:
+        _emit_block(fn, geo, nv, r_tail)
+
+
+def _emit_block(fn: Function, geo: Int8ConvShape, nv: int, r: int) -> None:
+    """``r`` pixels x ``nv`` vectors: zero, reduce over (kh, kw, channel groups), epilogue, store."""
+    acc = [[ZMM[i * nv + j] for j in range(nv)] for i in range(r)]
+    wv = [ZMM[r * nv + j] for j in range(nv)]
+    bc = [ZMM[r * nv + nv], ZMM[r * nv + nv + 1]]
+    for row in acc:
+        for z in row:
+            fn.vpxord(z, z, z)
+    pix = geo.sw * geo.cp  # bytes between the input pixels of neighbouring outputs
+    vbytes = nv * LANES * K_GROUP  # weight bytes per channel group
+    groups = geo.cg4 // K_GROUP
+    fn.mov(rax, rbx)
+    fn.mov(r13, r8)
+    fn.mov(rdi, geo.kh)
+    kh_loop, kw_loop = fn.new_label("kh"), fn.new_label("kw")
+    fn.bind(kh_loop)
+    fn.mov(rbp, rax)
+    fn.mov(rcx, geo.kw)
+    fn.bind(kw_loop)
+    turn = [0]
+
+    def body(count: int) -> None:
+        for u in range(count):
+            for j in range(nv):
+                fn.vmovdqu32(wv[j], zword[r13 + (u * vbytes + j * 64)])
+            for i in range(r):
+                b = bc[turn[0] % 2]
+                turn[0] += 1
+                fn.vpbroadcastd(b, dword[rbp + (u * K_GROUP + i * pix)])
+                for j in range(nv):
+                    fn.vpdpbusd(acc[i][j], b, wv[j])
+
+    n_unrolled, rest = divmod(groups, UNROLL)
+    if n_unrolled:
+        ic_loop = fn.new_label("ic")
+        fn.mov(rdx, n_unrolled)
+        fn.bind(ic_loop)
+        body(UNROLL)
+        fn.add(rbp, UNROLL * K_GROUP)
+        fn.add(r13, UNROLL * vbytes)
+        fn.dec(rdx)
+        fn.jnz(ic_loop)
+    if rest:
+        body(rest)
+        fn.add(r13, rest * vbytes)
+    # rbp walked the unrolled channel groups: to the next tap
+    fn.add(rbp, geo.dw * geo.cp - n_unrolled * UNROLL * K_GROUP)
+    fn.dec(rcx)
+    fn.jnz(kw_loop)
+    fn.add(rax, geo.dh * geo.wp * geo.cp)
+    fn.dec(rdi)
+    fn.jnz(kh_loop)
+    _emit_epilogue(fn, geo, acc, [*wv, *bc])
+
+
+def _emit_epilogue(fn: Function, geo: Int8ConvShape, acc: list[list], free: list) -> None:
+    """Compensation, dequantization (scale, bias), the post-ops, requantization and the stores. ``free``: the
+    weight and broadcast registers, dead after the reduction (at least 3)."""
+    nv = len(acc[0])
+    tmp, tmp2 = free[0], free[1]
+    offsets = post_offsets(geo)
+    fn.mov(rdx, qword[rsi + ARG_COMP * 8])
+    for j in range(nv):
+        fn.vmovdqu32(tmp, zword[rdx + r10 + j * 64])
+        for row in acc:
+            fn.vpsubd(row[j], row[j], tmp)
+    fn.mov(rdx, qword[rsi + ARG_SCALE * 8])
+    fn.mov(rcx, qword[rsi + ARG_BIAS * 8])
+    for j in range(nv):
+        fn.vmovups(tmp, zword[rdx + r10 + j * 64])
+        fn.vmovups(tmp2, zword[rcx + r10 + j * 64])
+        for row in acc:
+            fn.vcvtdq2ps(row[j], row[j])
+            fn.vfmadd213ps(row[j], tmp, tmp2)
+    for op, at in zip(geo.post_ops, offsets):
+        if op in ("fq", "mul_c", "add_c"):
+            fn.mov(rdx, qword[rsi + ARG_POST * 8])
+        if op == "fq":  # onto the grid, kept in f32: the quantized step times the scale
+            for row in acc:
+                for z in row:
+                    fn.vmulps(z, z, bcst(rdx + (at + 12)))
+                    fn.vmaxps(z, z, bcst(rdx + (at + 4)))
+                    fn.vminps(z, z, bcst(rdx + (at + 8)))
+                    fn.vrndscaleps(z, z, 0)  # to nearest, ties to even
+                    fn.vmulps(z, z, bcst(rdx + at))
+        elif op in ("mul_c", "add_c"):
+            for j in range(nv):
+                fn.vmovups(tmp, zword[rdx + r10 + (at + j * 64)])
+                for row in acc:
+                    (fn.vmulps if op == "mul_c" else fn.vaddps)(row[j], row[j], tmp)
+        elif op == "residual":  # f32 NHWC; the last vector may be the partial one: a masked load never faults
+            for i, row in enumerate(acc):
+                for j, z in enumerate(row):
+                    src = zword[r11 + (i * geo.m * 4 + j * 64)]
+                    if j == nv - 1:
+                        fn.vmovups(tmp.mask(k1).z, src)
+                        fn.vaddps(z, z, tmp)
+                    else:
+                        fn.vaddps(z, z, src)
+        elif op == "relu":
+            fn.vpxord(tmp, tmp, tmp)
+            for row in acc:
+                for z in row:
+                    fn.vmaxps(z, z, tmp)
+        else:
+            raise AssertionError(f"post-op {op!r} reached the int8 conv emitter")
+    osz = OUT_SIZE[geo.output]
+    if geo.output == "f32":
+        for i, row in enumerate(acc):
+            for j, z in enumerate(row):
+                dst = zword[r9 + (i * geo.m * 4 + j * 64)]
+                fn.vmovups(dst.mask(k1) if j == nv - 1 else dst, z)
+        return
+    # requantized as QuantizeLinear: times 1 / y_scale in f32 (as the FakeQuantize decomposition; a division per
+    # vector cost the small convs a third of their time), clamped first (exact integers after rounding), then
+    # rounded half to even; the low byte of each lane is the u8/s8 value
+    fn.mov(rdx, qword[rsi + ARG_QPARAMS * 8])
+    for i, row in enumerate(acc):
+        for j, z in enumerate(row):
+            fn.vmulps(z, z, bcst(rdx))
+            fn.vmaxps(z, z, bcst(rdx + 4))
+            fn.vminps(z, z, bcst(rdx + 8))
+            fn.vcvtps2dq(z, z, rc="rn")
+            fn.vpaddd(z, z, bcst(rdx + 12))
+            dst = r9 + (i * geo.m * osz + j * LANES)
+            fn.vpmovdb(dst.mask(k1) if j == nv - 1 else dst, z)
+
+
+class Int8ConvKernel:
+    """One int8 convolution ready to run: the packed weight, the work table and the kernel (cached per shape), the
+    items split into one range per thread. ``run`` takes the padded input, the per-channel vectors (comp s32,
+    scale and bias f32, as :func:`channel_vector` lays them out) and writes the NHWC output."""
+
+    def __init__(self, geo: Int8ConvShape, w: np.ndarray, threads: int = 1) -> None:
+        from snippets_x86_64.aligned import empty_aligned
+        from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
+        from snippets_x86_64.conv_executor import split_items
+
+        self.geo = geo
+        packed, offsets = pack_weights_int8(w, geo)
+        self.packed = empty_aligned(packed.shape, np.int8, 0)
+        self.packed[...] = packed
+        self.table = work_table(geo, offsets)
+        self.kernel = FUNCTION_CACHE.get("conv_int8", geo, lambda: build_int8_conv_kernel(geo), HARNESS_ARGTYPES)
+        # a small convolution runs on one thread: waking the other costs more than its half (~4 us a hand-off)
+        threads = threads if geo.macs >= MIN_MACS_PER_THREAD * threads else 1
+        self.chunks = split_items(len(self.table), threads)
+        self._dummy = np.zeros(LANES, np.float32)
+
+    @property
+    def threads(self) -> int:
+        return len(self.chunks)
+
+    def run(self, xp: np.ndarray, y: np.ndarray, comp: np.ndarray, scale: np.ndarray, bias: np.ndarray,
+            residual: np.ndarray | None = None, qparams: np.ndarray | None = None,
+            post: np.ndarray | None = None) -> None:
+        """The kernel on ``xp`` (u8 [N, Hp, Wp, Cp]) into ``y`` (NHWC [N, Ho, Wo, M] of the output type); the
+        arrays are checked (this runs once per call, not per item)."""
+        g = self.geo
+        want = {"xp": (xp, np.uint8, (g.n, g.hp, g.wp, g.cp)),
+                "y": (y, {"f32": np.float32, "u8": np.uint8, "s8": np.int8}[g.output], (g.n, g.ho, g.wo, g.m)),
+                "comp": (comp, np.int32, (g.group * g.nvp * LANES,)),
+                "scale": (scale, np.float32, (g.group * g.nvp * LANES,)),
+                "bias": (bias, np.float32, (g.group * g.nvp * LANES,))}
+        if "residual" in g.post_ops:
+            want["residual"] = (residual, np.float32, (g.n, g.ho, g.wo, g.m))
+        if g.output != "f32":
+            want["qparams"] = (qparams, np.float32, (4,))
+        if any(op in ("fq", "mul_c", "add_c") for op in g.post_ops):
+            want["post"] = (post, np.float32, (max(post_offsets(g)[-1] // 4, LANES),))
+        for name, (a, dtype, shape) in want.items():
+            if a is None or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
+                got = None if a is None else f"{a.dtype} {list(a.shape)}"
+                raise InputError(f"int8 convolution {name} must be C-contiguous {np.dtype(dtype)} {list(shape)}, "
+                                 f"got {got}")
+        self.bind(comp, scale, bias, qparams, post)
+        self.launch(xp.ctypes.data, y.ctypes.data, None if residual is None else residual.ctypes.data)
+
+    def bind(self, comp: np.ndarray, scale: np.ndarray, bias: np.ndarray, qparams: np.ndarray | None = None,
+             post: np.ndarray | None = None) -> None:
+        """Fix the per-channel vectors and parameter blocks the next launches read (checked by ``run``; the
+        executor binds its own once, and per call only for dynamic quantization); they must stay alive."""
+        dummy = self._dummy.ctypes.data
+        self._block = (ctypes.c_uint64 * 10)(
+            0, self.packed.ctypes.data, 0, comp.ctypes.data, scale.ctypes.data, bias.ctypes.data, dummy,
+            self.table.ctypes.data, dummy if qparams is None else qparams.ctypes.data,
+            dummy if post is None else post.ctypes.data)
+        self._bound = (comp, scale, bias, qparams, post)
+
+    def launch(self, src: int, dst: int, residual: int | None = None) -> None:
+        """The kernel over every item on the bound vectors: ``src`` the padded u8 input, ``dst`` the NHWC output,
+        ``residual`` an f32 NHWC tensor of the output's shape (addresses of arrays of the geometry's shapes)."""
+        from snippets_x86_64.reorder import run_split
+
+        block = (ctypes.c_uint64 * 10)(*self._block)  # a copy per call: concurrent calls share the kernel
+        block[ARG_SRC], block[ARG_DST] = src, dst
+        block[ARG_RES] = self._dummy.ctypes.data if residual is None else residual
+        run_split(self.kernel, ctypes.addressof(block), self.chunks)
+
+
+#: multiply-adds per thread below which the convolution runs on one thread
+MIN_MACS_PER_THREAD = 2_000_000
+
+
+__all__ = ["Int8ConvKernel", "Int8ConvShape", "build_int8_conv_kernel", "channel_vector", "compensation",
+           "pack_weights_int8", "post_params", "requant_params", "work_table"]

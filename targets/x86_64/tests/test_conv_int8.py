@@ -1,0 +1,228 @@
+"""The JIT int8 convolution (conv_int8.py) against a float64 numpy model of the quantized math, under guard pages.
+
+The oracle: ``acc = sum (q - zp) * w`` over the window in int64 (the border is the zero point), then
+``acc * x_scale * w_scale[m] + bias[m]``, the residual, Relu, and for a u8/s8 output ``rint(v / y_scale) + y_zp``
+saturated, all in float64. The kernel's f32 output is within f32 rounding of it (the integer sums are exact); a
+requantized output is the same integer but where v / y_scale lies within an f32 rounding of a tie (one step).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from snippets_core.errors import InputError, UnsupportedByTarget
+from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, post_params, \
+    requant_params
+from snippets_x86_64.guarded import guarded_array, guarded_copy
+
+
+def _kernel_or_skip(geo: Int8ConvShape, w: np.ndarray, threads: int = 1) -> Int8ConvKernel:
+    try:
+        return Int8ConvKernel(geo, w, threads)
+    except UnsupportedByTarget as e:
+        pytest.skip(str(e))
+
+
+def reference(q: np.ndarray, zp: int, w: np.ndarray, geo: Int8ConvShape) -> np.ndarray:
+    """int64 ``sum (q - zp) * w`` per output [N, Ho, Wo, M], ``q`` [N, H, W, C] (the border counts as zp)."""
+    g = geo
+    qp = np.full((g.n, g.hp, g.wp, g.c), zp, np.int64)
+    qp[:, g.pt : g.pt + g.h, g.pl : g.pl + g.w] = q
+    qp -= zp
+    out = np.zeros((g.n, g.ho, g.wo, g.m), np.int64)
+    w64 = w.astype(np.int64)
+    for i in range(g.kh):
+        for j in range(g.kw):
+            win = qp[:, i * g.dh : i * g.dh + (g.ho - 1) * g.sh + 1 : g.sh, j * g.dw : j * g.dw + (g.wo - 1) * g.sw + 1
+                     : g.sw]
+            for grp in range(g.group):
+                xs = win[..., grp * g.cg : (grp + 1) * g.cg]
+                ws = w64[grp * g.mg : (grp + 1) * g.mg, :, i, j]  # [Mg, Cg]
+                out[..., grp * g.mg : (grp + 1) * g.mg] += np.einsum("nhwc,mc->nhwm", xs, ws)
+    return out
+
+
+def padded_input(q: np.ndarray, zp: int, geo: Int8ConvShape, at: str) -> np.ndarray:
+    """The kernel's padded byte buffer (guarded): zero point border and channel padding."""
+    g = geo
+    xp = guarded_array((g.n, g.hp, g.wp, g.cp), np.uint8, at)
+    xp[...] = zp
+    for grp in range(g.group):
+        xp[:, g.pt : g.pt + g.h, g.pl : g.pl + g.w, grp * g.cg4 : grp * g.cg4 + g.cg] = \
+            q[..., grp * g.cg : (grp + 1) * g.cg]
+    return xp
+
+
+def run_case(geo: Int8ConvShape, seed: int, at: str = "end", threads: int = 1, y_scale: float = 0.05,
+             y_zp: int = 7) -> None:
+    rng = np.random.default_rng(seed)
+    g = geo
+    q = rng.integers(0, 256, (g.n, g.h, g.w, g.c)).astype(np.uint8)
+    zp = int(rng.integers(0, 256))
+    w = rng.integers(-128, 128, (g.m, g.cg, g.kh, g.kw)).astype(np.int8)
+    x_scale = 0.02
+    w_scale = rng.uniform(0.001, 0.01, g.m).astype(np.float32)
+    bias = rng.standard_normal(g.m).astype(np.float32)
+    res = rng.standard_normal((g.n, g.ho, g.wo, g.m)).astype(np.float32)
+    k = _kernel_or_skip(g, w, threads)
+    k.packed = guarded_copy(k.packed, at)
+    k.table = guarded_copy(k.table, at)
+    xp = padded_input(q, zp, g, at)
+    comp = guarded_copy(compensation(w, zp, g), at)
+    scale = guarded_copy(channel_vector(np.float32(x_scale) * w_scale, g, np.float32), at)
+    bvec = guarded_copy(channel_vector(bias, g, np.float32), at)
+    out_dtype = {"f32": np.float32, "u8": np.uint8, "s8": np.int8}[g.output]
+    y = guarded_array((g.n, g.ho, g.wo, g.m), out_dtype, at)
+    resg = guarded_copy(res, at) if "residual" in g.post_ops else None
+    qp = guarded_copy(requant_params(y_scale, y_zp, g.output), at) if g.output != "f32" else None
+    values: list = []
+    for op in g.post_ops:
+        values.append((FQ_SCALE, -3.0, 40.0) if op == "fq" else rng.uniform(0.5, 2.0, g.m).astype(np.float32)
+                      if op == "mul_c" else rng.standard_normal(g.m).astype(np.float32) if op == "add_c" else None)
+    post = guarded_copy(post_params(g, values), at)
+    k.run(xp, y, comp, scale, bvec, resg, qp, post)
+
+    v = reference(q, zp, w, g).astype(np.float64) * (np.float64(np.float32(x_scale) * w_scale)) + bias
+    slack = 0.0  # an fq may round a value within an f32 rounding of a tie the other way: one step, scaled after
+    for op, p in zip(g.post_ops, values):
+        if op == "residual":
+            v = v + res
+        elif op == "relu":
+            v = np.maximum(v, 0.0)
+        elif op == "fq":
+            v = np.clip(np.rint(v / p[0]), p[1], p[2]) * p[0]
+            slack = p[0]
+        elif op == "mul_c":
+            v, slack = v * p, slack * float(p.max())
+        else:
+            v = v + p
+    tol = 1e-5 * max(1.0, float(np.abs(v).max()))
+    if g.output == "f32" and slack:
+        off = np.abs(y - v) > tol
+        assert off.mean() <= 0.01 and float(np.abs(y - v).max()) <= slack + tol
+        return
+    if g.output == "f32":
+        np.testing.assert_allclose(y, v, rtol=1e-5, atol=tol)
+        return
+    lo, hi = (0, 255) if g.output == "u8" else (-128, 127)
+    want = np.clip(np.rint(v / y_scale) + y_zp, lo, hi)
+    diff = np.abs(y.astype(np.int64) - want)
+    assert diff.max() <= 1
+    assert (diff > 0).mean() <= 0.01
+
+
+#: the fq post-op's scale in the tests
+FQ_SCALE = 0.125
+
+SWEEP = [
+    # (c, m, k, stride, pad, dilation, h, w)
+    (1, 16, 1, 1, 0, 1, 5, 7),
+    (3, 32, 3, 1, 1, 1, 9, 11),
+    (3, 64, 7, 2, 3, 1, 23, 21),
+    (17, 17, 3, 1, 1, 1, 6, 13),
+    (33, 40, 5, 2, 2, 1, 11, 9),
+    (64, 64, 1, 1, 0, 1, 7, 30),
+    (64, 64, 3, 1, 1, 1, 14, 14),
+    (64, 80, 3, 2, 1, 1, 15, 15),
+    (17, 33, 3, 1, 2, 2, 9, 10),
+    (33, 130, 1, 2, 0, 1, 9, 9),
+    (64, 256, 1, 1, 0, 1, 3, 31),
+]
+
+
+@pytest.mark.parametrize("c,m,k,s,p,d,h,w", SWEEP)
+@pytest.mark.parametrize("output", ["f32", "u8"])
+def test_int8_conv_against_float64(c: int, m: int, k: int, s: int, p: int, d: int, h: int, w: int,
+                                   output: str) -> None:
+    ho, wo = (h + 2 * p - d * (k - 1) - 1) // s + 1, (w + 2 * p - d * (k - 1) - 1) // s + 1
+    geo = Int8ConvShape(1, c, h, w, m, 1, k, k, s, s, d, d, p, p, ho, wo, output)
+    run_case(geo, seed=c * 1000 + m + k)
+
+
+@pytest.mark.parametrize("output,post_ops", [("f32", ("residual", "relu")), ("u8", ("relu",)),
+                                             ("s8", ("residual",)), ("u8", ("residual", "relu"))])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_post_ops_and_requantization_under_guard_pages(output: str, post_ops: tuple[str, ...], at: str) -> None:
+    geo = Int8ConvShape(2, 33, 8, 9, 33, 1, 3, 3, 1, 1, 1, 1, 1, 1, 8, 9, output, post_ops)
+    run_case(geo, seed=5, at=at, y_scale=0.2, y_zp=0 if output == "u8" else 3)
+
+
+@pytest.mark.parametrize("post_ops", [("fq", "mul_c", "add_c", "fq"), ("fq", "residual", "fq", "relu"),
+                                      ("mul_c", "add_c", "relu")])
+@pytest.mark.parametrize("output", ["f32", "u8"])
+def test_fused_quantize_and_channel_post_ops(post_ops: tuple[str, ...], output: str) -> None:
+    geo = Int8ConvShape(1, 32, 9, 13, 40, 1, 3, 3, 1, 1, 1, 1, 1, 1, 9, 13, output, post_ops)
+    run_case(geo, seed=len(post_ops), at="start", y_scale=0.25, y_zp=100)
+
+
+@pytest.mark.parametrize("group,c,m", [(2, 8, 32), (4, 16, 20), (3, 6, 9)])
+def test_groups(group: int, c: int, m: int) -> None:
+    geo = Int8ConvShape(1, c, 10, 10, m, group, 3, 3, 1, 1, 1, 1, 1, 1, 10, 10)
+    run_case(geo, seed=group)
+
+
+def test_two_threads_split_the_items() -> None:
+    geo = Int8ConvShape(1, 64, 28, 28, 64, 1, 3, 3, 1, 1, 1, 1, 1, 1, 28, 28, "u8", ("relu",))
+    run_case(geo, seed=11, threads=2)
+
+
+def test_rectangular_kernels_and_strides() -> None:
+    geo = Int8ConvShape(1, 20, 12, 17, 24, 1, 1, 5, 2, 3, 1, 1, 0, 2, 6, 6)
+    run_case(geo, seed=3)
+
+
+def test_bad_input_is_a_typed_error() -> None:
+    with pytest.raises(InputError, match="groups"):
+        Int8ConvShape(1, 6, 4, 4, 8, 4, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4)
+    with pytest.raises(InputError, match="output"):
+        Int8ConvShape(1, 4, 4, 4, 8, 1, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4, "f16")
+    with pytest.raises(InputError, match="post-ops"):
+        Int8ConvShape(1, 4, 4, 4, 8, 1, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4, "f32", ("gelu",))
+    with pytest.raises(InputError, match="positive"):
+        requant_params(0.0, 0, "u8")
+    fq = Int8ConvShape(1, 4, 4, 4, 8, 1, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4, "f32", ("fq",))
+    with pytest.raises(InputError, match="fq"):
+        post_params(fq, [(0.0, 0, 255)])
+    with pytest.raises(InputError, match="post-op parameters"):
+        post_params(fq, [])
+    geo = Int8ConvShape(1, 4, 4, 4, 8, 1, 1, 1, 1, 1, 1, 1, 0, 0, 4, 4)
+    with pytest.raises(InputError, match="weight"):
+        Int8ConvKernel(geo, np.zeros((8, 4, 1, 1), np.float32))
+    k = _kernel_or_skip(geo, np.zeros((8, 4, 1, 1), np.int8))
+    vec = np.zeros(16, np.float32)
+    with pytest.raises(InputError, match="xp"):
+        k.run(np.zeros((1, 4, 4, 3), np.uint8), np.zeros((1, 4, 4, 8), np.float32), np.zeros(16, np.int32), vec, vec)
+
+
+@pytest.mark.parametrize("c,signed", [(3, False), (17, True), (33, False), (64, True)])
+def test_the_pixel_quantizer_writes_the_padded_interior_only(c: int, signed: bool) -> None:
+    """quantize_pixels_function: NHWC f32 rows into a padded byte buffer (pixel pitch cp > c), as QuantizeLinear
+    (round half to even, saturation), the bytes past the channels and outside the rows untouched; guard pages."""
+    import ctypes
+
+    from snippets_x86_64.quantize_int8 import quantize_params, quantize_pixels_function
+    from snippets_x86_64.reorder import run_split
+
+    n, h, w, cp, scale, zp = 2, 3, 5, -(-c // 4) * 4 + 4, 0.05, (-3 if signed else 130)
+    rng = np.random.default_rng(c)
+    x = guarded_copy((rng.standard_normal((n, h, w, c)) * 5).astype(np.float32))
+    x.reshape(-1)[:4] = (0.025, -0.075, 100.0, -100.0)  # ties (to even) and both saturations
+    dst = guarded_array((n, h + 2, w + 1, cp), np.uint8, "end")
+    dst[...] = 7
+    table = guarded_copy(np.asarray([((i * (h + 2) + 1 + r) * (w + 1) + 1) * cp for i in range(n) for r in range(h)],
+                                    np.int64))
+    params = guarded_copy(quantize_params(scale, zp, signed))
+    try:
+        fn = quantize_pixels_function(w, c, cp)
+    except UnsupportedByTarget as e:
+        pytest.skip(str(e))
+    block = (ctypes.c_uint64 * 4)(x.ctypes.data, dst.ctypes.data, table.ctypes.data, params.ctypes.data)
+    run_split(fn, ctypes.addressof(block), [(0, n * h)])
+    lo, hi = (-128, 127) if signed else (0, 255)
+    want = np.clip(np.rint(x.astype(np.float32) / np.float32(scale)) + zp, lo, hi).astype(np.int64)
+    got = dst[:, 1 : h + 1, 1 : w + 1, :c].view(np.int8 if signed else np.uint8).astype(np.int64)
+    np.testing.assert_array_equal(got, want)
+    outside = np.ones(dst.shape, bool)
+    outside[:, 1 : h + 1, 1 : w + 1, :c] = False
+    assert (dst[outside] == 7).all()
