@@ -116,7 +116,8 @@ def run_common_optimizations(model: Model, disabled_passes: Iterable[str] = ()) 
 def run_mha_common_optimizations(model: Model, tcfg, disabled_passes: Iterable[str] = ()) -> bool:  # type: ignore[no-untyped-def]
     """The MHA part of CommonOptimizations on every Subgraph with domain-sensitive ops: body passes
     ExplicitTransposeMatMulInputs, SoftmaxReshapeElimination; Subgraph passes ExtractUnsupportedTransposes,
-    SplitDimensionM (when ``tcfg.split_m_dimension``). A pass named in ``disabled_passes`` is skipped."""
+    SplitDimensionM (when ``tcfg.split_m_dimension``; on a FullyConnected also ``tcfg.fc_split_m_dimension``).
+    A pass named in ``disabled_passes`` is skipped."""
     from snippets_core.ir.ops.subgraph import Subgraph
     from snippets_core.passes.explicit_transpose_matmul_inputs import ExplicitTransposeMatMulInputs
     from snippets_core.passes.extract_unsupported_transposes import (
@@ -148,7 +149,8 @@ def run_mha_common_optimizations(model: Model, tcfg, disabled_passes: Iterable[s
         if is_int8_fc(sg) or is_int8_matmul(sg):  # one int8 kernel: nothing to split or extract
             continue
         if sg.rt_info.get(FULLY_CONNECTED):
-            changed |= fc_pipeline.run(sg)
+            if tcfg.fc_split_m_dimension:
+                changed |= fc_pipeline.run(sg)
         elif has_domain_sensitive_ops(sg.body):
             changed |= pipeline.run(sg)
     return changed

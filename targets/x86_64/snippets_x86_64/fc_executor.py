@@ -211,6 +211,26 @@ def split_n(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np
     return SplitNExecutor(executors, packed, sliced, [s for _, s in full_outs], [t for t, _ in full_outs], width)
 
 
+def row_split_subgraph(sg: Subgraph, config: CompileConfig) -> Subgraph:
+    """The Subgraph whose kernel a static FullyConnected ``sg`` runs: ``sg`` itself, or on several threads a copy
+    whose M SplitDimensionM split into ``batch_m x new_m`` (``[.., M, K]`` -> ``[.., batch_m, new_m, K]``, the
+    weight and bias get unit dims), so the kernel's parallel domain has an index per thread. The x86 target turns
+    tokenization's ``fc_split_m_dimension`` off: the split lives here instead of in Reshapes around the Subgraph,
+    since the split arrays are the caller's in the same memory order (the executor keeps ``sg``'s shapes and passes
+    their addresses), and each Reshape step cost the model's call about a microsecond (18 of them on
+    transformer_block at 2 threads)."""
+    from snippets_core.passes.split_dimension_m import SplitDimensionM
+    from snippets_core.tokenization import FULLY_CONNECTED
+
+    knobs = dict(config.tokenization)
+    concurrency = knobs.get("concurrency", config.num_threads)
+    if (concurrency < 2 or not knobs.get("split_m_dimension", True) or SplitDimensionM.name in config.disabled_passes
+            or not sg.rt_info.get(FULLY_CONNECTED)):
+        return sg
+    part = _fixed_subgraph(sg, sg.body.clone(), "split_m")
+    return part if SplitDimensionM(concurrency).run(part) else sg
+
+
 def _fixed_subgraph(sg: Subgraph, body: Any, suffix: str) -> Subgraph:
     """A Subgraph of ``body`` (a clone of ``sg``'s whose Parameters got static shapes) with ``sg``'s rt_info."""
     body.validate()
@@ -549,4 +569,4 @@ def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, s
 
 
 __all__ = ["DynamicFCExecutor", "PackedWeightExecutor", "RowBlockFCExecutor", "SplitNExecutor", "fc_executor",
-           "row_block", "split_n"]
+           "row_block", "row_split_subgraph", "split_n"]

@@ -647,7 +647,7 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
         # the kernel reads a FullyConnected weight packed: the debug executor gets it packed too (whole, one kernel)
         return fc_executor(sg, compile_subgraph_debug(sg, config, host, debug), config, host, split=False)
     from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, packed_weight_body_inputs
-    from snippets_x86_64.fc_executor import fc_executor
+    from snippets_x86_64.fc_executor import fc_executor, row_split_subgraph
 
     if not _is_static(sg.body):
         sg.rt_info.pop(FALLBACK_KEY, None)
@@ -668,8 +668,8 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
             return specializing
         except Exception as exc:  # anything else is an error naming the Subgraph, never a silent change
             raise subgraph_error(exc, sg.name, TARGET_NAME) from exc
-    try:
-        kernel = _kernel_for(sg, config, host, None)
+    try:  # an FC's kernel may have its M split between the threads: it runs on sg's arrays (the same memory)
+        kernel = _kernel_for(row_split_subgraph(sg, config), config, host, None)
     except UnsupportedByTarget as exc:  # the declared reason: the Subgraph runs on its reference
         sg.rt_info[FALLBACK_KEY] = fallback_reason(exc)
         return None

@@ -12,6 +12,7 @@ import pytest
 from snippets_core.config import CompileConfig, ConfigError
 from snippets_core.frontends import builder as sb
 from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.passes.split_dimension_m import split as split_m
 from snippets_core.runtime.compiled_model import compile_model
 from snippets_core.runtime.pipeline import run_tokenization
 from snippets_core.runtime.targets import resolve_target
@@ -171,14 +172,17 @@ def test_pack_b_panels_layout():
 
 
 @pytest.mark.parametrize("m, k, n, at", [(1, 33, 17, "end"), (7, 65, 150, "end"), (7, 65, 150, "start"),
-                                         (40, 16, 64, "end"), (13, 300, 150, "end"), (150, 200, 64, "start")])
-def test_fc_against_guard_pages(m, k, n, at):
+                                         (40, 16, 64, "end"), (13, 300, 150, "end"), (150, 200, 64, "start"),
+                                         (96, 37, 75, "end"), (96, 37, 75, "start")])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_fc_against_guard_pages(m, k, n, at, threads):
     """Every array the kernel touches (x, the packed weight, the bias, the output) ends (or starts) at a
-    PROT_NONE page: a read or write past it would crash the test."""
+    PROT_NONE page: a read or write past it would crash the test (on several threads, each thread's rows of the
+    kernel whose M is split inside it)."""
     w, b = _weights(k, n)
     x = sb.parameter([m, k], "f32", name="x")
     model = sb.model([sb.relu(sb.add(sb.matmul(x, w), b))], name="fc")
-    cfg = CompileConfig.from_mapping({"num_threads": 1})
+    cfg = CompileConfig.from_mapping({"num_threads": threads, "target_options": {"parallel_min_ns": 0}})
     run_tokenization(model, resolve_target(TARGET, cfg), cfg)
     (sg,) = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
     ex = x86_compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
@@ -192,6 +196,30 @@ def test_fc_against_guard_pages(m, k, n, at):
     out = guarded_copy(np.full((m, n), np.nan, np.float32), at)
     ex(args, [out])
     np.testing.assert_allclose(out, np.maximum(xs.astype(np.float64) @ w + b, 0), rtol=2e-5, atol=3e-5)
+
+
+@pytest.mark.parametrize("m, k, n", [(128, 128, 128), (96, 37, 75), (150, 200, 64), (1, 33, 17), (7, 65, 150)])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_static_rows_split_inside_the_kernel(m, k, n, threads):
+    """A static FC on several threads has its M split by SplitDimensionM inside the kernel it compiles (the
+    parallel domain gets an index per thread), not by Reshapes around the Subgraph: the model's steps are the FC
+    alone, and it reads and writes the caller's unsplit arrays; against numpy float64."""
+    w, b = _weights(k, n)
+    x = sb.parameter([1, m, k], "f32", name="x")
+    res = sb.parameter([1, m, n], "f32", name="res")
+    model = sb.model([sb.add(_erf_gelu_graph(sb.add(sb.matmul(x, w), b)), res)], name="fc_split_m")
+    cm = _compile(model, threads=threads, target_options={"parallel_min_ns": 0, "parallel_min_bytes": 0})
+    assert [op for _, op, _ in cm.placement()] == ["Subgraph"]
+    (sg,) = cm.subgraphs
+    assert "SplitDimensionM" not in sg.rt_info  # nothing was split around the Subgraph
+    (run, *_), = cm._plan
+    kernel_executor = run.inner if isinstance(run, PackedWeightExecutor) else run
+    found = split_m((1, m, n), threads) if threads > 1 else None
+    assert math.prod(kernel_executor.domain) == (found[0] if found else 1), kernel_executor.domain
+    xs = RNG.standard_normal((1, m, k)).astype(np.float32)
+    rs = RNG.standard_normal((1, m, n)).astype(np.float32)
+    (out,) = cm({"x": xs, "res": rs}).values()
+    np.testing.assert_allclose(out, _gelu_erf(xs.astype(np.float64) @ w + b) + rs, rtol=3e-5, atol=5e-5)
 
 
 def test_dynamic_m_gets_a_kernel_per_shape_and_packs_once():
