@@ -25,7 +25,8 @@ from snippets_core.runtime.placement import Placement, fallback_reason
 from snippets_x86_64.runtime import POOL, TARGET_NAME, _address, _output_specs
 
 
-#: rt_info key on an FC Subgraph whose one-row split along N could not be compiled: why (it runs whole)
+#: rt_info key on an FC Subgraph whose split along N (one row, or a dynamic FC's smallest row block) could not be
+#: compiled: why (it runs whole, or split along M)
 SPLIT_N_SKIPPED = "SnippetsFCSplitNSkipped"
 
 
@@ -285,7 +286,8 @@ class RowBlockFCExecutor:
     time."""
 
     def __init__(self, kernels: dict[int, Any], packed: dict[int, np.ndarray], roles: list[str],
-                 lead: tuple[int, ...], fallback: Any, blocks: Any = None) -> None:
+                 lead: tuple[int, ...], fallback: Any, blocks: Any = None, columns: ColumnSplitBlock | None = None
+                 ) -> None:
         #: the KernelExecutor of each block height, largest first
         self.kernels = dict(sorted(kernels.items(), reverse=True))
         self.rows = next(iter(self.kernels))
@@ -317,6 +319,9 @@ class RowBlockFCExecutor:
         self._row_bytes += [d.itemsize * s[-1] for d, s in self.kernel.output_specs]
         #: per set of input shapes, what a call runs (see _shape_plan), least recently used first
         self._plans: OrderedDict[tuple, Any] = OrderedDict()
+        #: the smallest block height split along N between the threads (see ColumnSplitBlock), or None
+        self.columns = columns
+        self._column_rows = columns.rows if columns is not None else 0
 
     def _blocks_executor(self, nb: int) -> Any:
         """The executor of ``nb`` full blocks on the block kernel: the harness runs domain indices ``0..nb-1``
@@ -384,7 +389,9 @@ class RowBlockFCExecutor:
                 calls.append((self._blocks_executor(nb), 0, nb * rows, rows))
             done = nb * rows if nb > 1 else 0
             for at, n, size in self.plan(m - done):
-                calls.append((self.kernels[size] if n == size else None, done + at, n, size))
+                # None: through scratch blocks (padded rows, or the smallest height split along N)
+                whole = n == size and size != self._column_rows
+                calls.append((self.kernels[size] if whole else None, done + at, n, size))
             entry = (m, [lead + shape[-1:] for _, shape in self.kernel.output_specs], calls)
         self._plans[shapes] = entry
         if len(self._plans) > BLOCK_EXECUTORS:
@@ -426,7 +433,11 @@ class RowBlockFCExecutor:
                 run.launch([p + at * b for p, b in zip(addrs, steps)])
             else:
                 flat = [f.reshape(m, f.shape[-1]) if r == ROW else f for f, r in zip(data, self.roles)]
-                self._run_padded(self.kernels[size], size, flat, [o.reshape(m, o.shape[-1]) for o in results], at, n)
+                flat_outs = [o.reshape(m, o.shape[-1]) for o in results]
+                if size == self._column_rows:
+                    self.columns.run(flat, flat_outs, at, n)  # type: ignore[union-attr]
+                else:
+                    self._run_padded(self.kernels[size], size, flat, flat_outs, at, n)
         self.last_placement = self._on_target
         return results
 
@@ -461,9 +472,136 @@ class RowBlockFCExecutor:
         sizes = ", ".join(map(str, self.kernels))
         text = (f"kernels of {sizes} rows for every M (full blocks of {self.rows}, the tail on the smaller ones, "
                 f"the last rows padded)")
+        if self.columns is not None:
+            text += f"; {self.columns.rows} rows split along N into {len(self.columns.parts)} parts"
         if self.calls_per_shape:
             text += f"; {self.calls_per_shape} call(s) with run-time broadcasting: {self.fallback.describe()}"
         return text
+
+
+class ColumnSplitBlock:
+    """``rows`` rows of an FC on ``T`` threads split along N: each thread runs the kernel compiled for ``N / T``
+    columns on its consecutive panels of the packed weight and its slices of the inputs that vary along N (bias,
+    residual), all started in one dispatch (:class:`~snippets_x86_64.runtime.PartsLauncher`). A part's output
+    columns are strided in the output, so its kernel writes a contiguous scratch block that is copied out after;
+    x's rows are read in place (through one zero-padded scratch block when fewer than ``rows``), a residual's
+    columns are copied into the part's scratch. So each thread streams ``1 / T`` of the weight for all the rows,
+    where the M split of a small block gives each thread a few rows and the whole weight (ViT's last 5 of 197
+    rows, padded to 8: 4 rows per thread, each reading every panel from L3)."""
+
+    def __init__(self, parts: list[Any], packed: dict[int, np.ndarray], roles: list[str], sliced: set[int],
+                 width: int, rows: int) -> None:
+        from snippets_x86_64.runtime import PartsLauncher
+
+        self.parts = parts
+        self.launcher = PartsLauncher(parts)
+        self.roles = roles
+        #: the inputs cut along N (besides the weight): a bias, a residual
+        self.sliced = sliced
+        self.width = width
+        self.rows = rows
+        #: per part, the packed weights' slices (a part's panels are consecutive in the packed copy)
+        self.weights = [{i: w.reshape(-1)[p * w.size // len(parts) : (p + 1) * w.size // len(parts)]
+                         .reshape(parts[0].input_specs[i][1]) for i, w in packed.items()} for p in range(len(parts))]
+        self._lock = threading.Lock()
+        self._scratch: tuple[dict[int, np.ndarray], list[dict[int, np.ndarray]], list[list[np.ndarray]]] | None = None
+
+    def _new_scratch(self) -> tuple[dict[int, np.ndarray], list[dict[int, np.ndarray]], list[list[np.ndarray]]]:
+        """Zero-padded blocks: the shared ones of the whole-row inputs (x), per part those of the inputs cut along
+        N and the outputs."""
+        specs = self.parts[0].input_specs
+        rows_in = [i for i, r in enumerate(self.roles) if r == ROW]
+        shared = {i: np.zeros(specs[i][1], specs[i][0]) for i in rows_in if i not in self.sliced}
+        per_part = [{i: np.zeros(specs[i][1], specs[i][0]) for i in rows_in if i in self.sliced} for _ in self.parts]
+        outs = [[np.zeros(s, d) for d, s in ex.output_specs] for ex in self.parts]
+        return shared, per_part, outs
+
+    def run(self, flat: list[np.ndarray], flat_outs: list[np.ndarray], at: int, n: int) -> None:
+        """Rows ``at:at+n`` (at most ``rows``) of the [M, C]-viewed row inputs ``flat`` (C-contiguous) into
+        ``flat_outs``."""
+        own = self._lock.acquire(blocking=False)
+        try:  # a concurrent call gets scratch of its own
+            if not own:
+                scratch = self._new_scratch()
+            else:
+                if self._scratch is None:
+                    self._scratch = self._new_scratch()
+                scratch = self._scratch
+            shared, per_part, part_outs = scratch
+            c, rows = self.width, self.rows
+            base: list[int] = []  # per input, the address part 0 reads; the cut ones move by c elements per part
+            for i, (f, r) in enumerate(zip(flat, self.roles)):
+                if r == ROW and i not in self.sliced:
+                    if n == rows:  # read in place
+                        base.append(_address(f) + at * f.strides[0])
+                    else:
+                        pad = shared[i]
+                        pad.reshape(rows, -1)[:n] = f[at : at + n]
+                        base.append(_address(pad))
+                elif r == ROW:
+                    src = f[at : at + n]
+                    for p, pads in enumerate(per_part):
+                        pads[i].reshape(rows, -1)[:n] = src[:, p * c : (p + 1) * c]
+                    base.append(0)
+                elif i in self.weights[0]:
+                    base.append(0)
+                else:
+                    if not f.flags.c_contiguous:
+                        f = flat[i] = np.ascontiguousarray(f)
+                    base.append(_address(f))
+            ptrs = []
+            for p in range(len(self.parts)):
+                part = [_address(per_part[p][i]) if r == ROW and i in self.sliced
+                        else _address(self.weights[p][i]) if i in self.weights[p]
+                        else a + p * c * flat[i].itemsize if i in self.sliced else a
+                        for i, (a, r) in enumerate(zip(base, self.roles))]
+                ptrs.append(part + [_address(o) for o in part_outs[p]])
+            self.launcher.launch(ptrs)
+            for p, outs in enumerate(part_outs):
+                for o, so in zip(flat_outs, outs):
+                    o[at : at + n, p * c : (p + 1) * c] = so.reshape(rows, -1)[:n]
+        finally:
+            if own:
+                self._lock.release()
+
+
+def _column_block(sg: Subgraph, config: CompileConfig, host: Any, roles: list[str], packed: dict[int, np.ndarray],
+                  rows: int) -> ColumnSplitBlock | None:
+    """A :class:`ColumnSplitBlock` of ``rows`` rows for the dynamic-M FC ``sg`` on several threads whose N splits
+    into whole panels per thread; None otherwise."""
+    from snippets_x86_64.runtime import KernelExecutor, _executor_options, _kernel_for, _specs
+
+    out = sg.body.results[0].inputs[0].shape
+    if config.num_threads < 2 or len(packed) != 1 or len(sg.body.results) != 1 or not isinstance(out.sym_dims[-1], int):
+        return None
+    n = int(out.sym_dims[-1])
+    threads = min(config.num_threads, n // PANEL)
+    if threads < 2 or n % (threads * PANEL):
+        return None
+    width = n // threads
+    (w_index,) = packed
+    transposed = packed_weight_body_inputs(sg.body)[w_index]
+    a_index = _a_input(sg)
+    if a_index is None or len(sg.body.parameters[a_index].outputs[0].targets) != 1:
+        return None  # x also feeds a post-op (x + x @ W): its columns are not the output's
+    body = sg.body.clone()
+    sliced = set()
+    for i, (p, r) in enumerate(zip(body.parameters, roles)):
+        dims = list(p.outputs[0].shape.sym_dims)
+        if i == w_index:
+            dims[-2 if transposed else -1] = width
+        elif i != a_index and dims and dims[-1] == n:
+            dims[-1] = width
+            sliced.add(i)
+        if r == ROW:
+            dims = [1] * (len(dims) - 2) + [rows, dims[-1]]
+        p.shape = Shape(dims)
+    part = _fixed_subgraph(sg, body, f"columns{rows}x{width}")
+    kernel = _kernel_for(part, config, host, None)
+    ins, outs = _specs(part)
+    min_bytes, native = _executor_options(config)
+    parts = [KernelExecutor(kernel, ins, outs, 1, min_bytes, native) for _ in range(threads)]
+    return ColumnSplitBlock(parts, packed, roles, sliced, width, rows)
 
 
 #: the smallest tail kernel of a RowBlockFCExecutor (``target_options.fc_row_tail``): fewer rows are padded
@@ -529,7 +667,13 @@ def row_block(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, 
     while sizes[-1] % 2 == 0 and sizes[-1] // 2 >= smallest:
         sizes.append(sizes[-1] // 2)
     kernels = {size: _row_block_kernel(sg, config, host, roles, lead, size) for size in sizes}
-    return RowBlockFCExecutor(kernels, packed, roles, lead, fallback, _block_kernel(sg, config, host, roles, rows))
+    try:
+        columns = _column_block(sg, config, host, roles, packed, sizes[-1])
+    except SnippetsError as exc:  # an optimization: the smallest block keeps its M split
+        sg.rt_info[SPLIT_N_SKIPPED] = f"{type(exc).__name__}: {exc}"
+        columns = None
+    return RowBlockFCExecutor(kernels, packed, roles, lead, fallback, _block_kernel(sg, config, host, roles, rows),
+                              columns)
 
 
 def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, split: bool = True) -> Any:
@@ -568,5 +712,5 @@ def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, s
     return by_n if by_n is not None else PackedWeightExecutor(executor, packed)
 
 
-__all__ = ["DynamicFCExecutor", "PackedWeightExecutor", "RowBlockFCExecutor", "SplitNExecutor", "fc_executor",
+__all__ = ["ColumnSplitBlock", "DynamicFCExecutor", "PackedWeightExecutor", "RowBlockFCExecutor", "SplitNExecutor", "fc_executor",
            "row_block", "row_split_subgraph", "split_n"]

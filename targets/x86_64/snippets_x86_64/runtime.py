@@ -405,6 +405,44 @@ class KernelExecutor:
     run = __call__
 
 
+class PartsLauncher:
+    """Runs one call of each of several single-chunk KernelExecutors at once, one per thread (the caller runs the
+    first): a call cut into kernels of its own (an FC's columns, see ``fc_executor.ColumnSplitBlock``) costs one
+    native-pool dispatch, as a kernel split over its parallel domain does. The parts' call states are this
+    launcher's: the executors are not called otherwise."""
+
+    def __init__(self, executors: Sequence[KernelExecutor]) -> None:
+        if any(len(e.chunks) != 1 for e in executors):
+            raise CodegenError("a PartsLauncher runs executors of one chunk each")
+        self.executors = list(executors)
+        self._n_data = [e._n_data for e in executors]
+        self._job = Job([e._state.native[0] for e in executors])
+        self._tasks = [e._state.tasks[0] for e in executors]
+        self._native = all(e.native_threads for e in executors)
+        self._busy = threading.Lock()
+
+    def launch(self, ptrs: Sequence[Sequence[int]]) -> None:
+        """Run part ``i`` on the data addresses ``ptrs[i]`` (as :meth:`KernelExecutor.launch` vouches for them)."""
+        if not self._busy.acquire(blocking=False):  # another thread's call holds the states: parts one by one
+            for e, p in zip(self.executors, ptrs):
+                e._launch(_CallState(e.kernel, e.chunks, e.domain, e.params), list(p))
+            return
+        try:
+            for e, n, p in zip(self.executors, self._n_data, ptrs):
+                e._state.args[0][:n] = p
+            if self._native:
+                pool = native_pool()
+                if pool.lock.acquire(blocking=False):
+                    try:
+                        pool.run_job(self._job)
+                    finally:
+                        pool.lock.release()
+                    return
+            POOL.run(self._tasks)
+        finally:
+            self._busy.release()
+
+
 # --- compile_subgraph --------------------------------------------------------------------------------------------
 
 
@@ -886,6 +924,7 @@ _MISSING: Any = object()
 __all__ = [
     "DynamicKernelExecutor",
     "KernelExecutor",
+    "PartsLauncher",
     "ShapeSpecializingExecutor",
     "ThreadPool",
     "compile_subgraph",
