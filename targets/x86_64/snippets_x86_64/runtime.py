@@ -759,6 +759,33 @@ class DynamicKernelExecutor:
         #: new shapes seen (each cost one configurator run and one call state), and those given their own kernel
         self.new_shapes = 0
         self.per_shape_kernels = 0
+        #: the inputs that have the output's rows when the body is row-wise (see row_inputs), else None
+        self._row_inputs = row_inputs(sg) if config.num_threads > 1 else None
+        #: shapes whose rows were split between the threads (RowSplitExecutor)
+        self.row_splits = 0
+
+    def _split_rows(self, whole: KernelExecutor, shapes: tuple[tuple[int, ...], ...]) -> RowSplitExecutor | None:
+        """A :class:`RowSplitExecutor` for these shapes when the kernel's parallel domain has fewer indices than
+        threads (a LayerNorm's is its batch: 1) but its rows carry enough work for each thread; else None."""
+        rows_in = self._row_inputs
+        assert rows_in is not None
+        lead = shapes[rows_in[0]][:-1]
+        rows = lead[-1] if lead else 0
+        if math.prod(lead[:-1]) != 1 or whole.work_ns is None or rows < 2 * ROW_SPLIT_MIN_ROWS:
+            return None
+        parts = min(self.config.num_threads, rows // ROW_SPLIT_MIN_ROWS,
+                    int(whole.work_ns // self._min_ns) if self._min_ns > 0 else self.config.num_threads)
+        if parts < 2:
+            return None
+        executors = []
+        for start, count in _split(rows, parts):
+            part = tuple((*s[:-2], count, s[-1]) if i in rows_in else s for i, s in enumerate(shapes))
+            cfg = self.configurator.configure(part)
+            ins = list(zip(self.input_types, part))
+            outs = list(zip(self.output_types, map(_body_rank, cfg.output_shapes, self.output_ranks)))
+            executors.append((start, KernelExecutor(self.kernel, ins, outs, 1, *self._options, runtime_config=cfg)))
+        self.row_splits += 1
+        return RowSplitExecutor(whole, executors, rows_in)
 
     def _prepare(self, shapes: tuple[tuple[int, ...], ...], arrays: Sequence[np.ndarray]) -> Any:
         from snippets_core.lowered.symbolic import DynamicShapeError
@@ -787,6 +814,8 @@ class DynamicKernelExecutor:
                     work_ns=self._estimate(shapes) if self.config.num_threads > 1 else None,
                     parallel_min_ns=self._min_ns,
                 )
+                if self._row_inputs is not None and executor.num_threads < self.config.num_threads:
+                    executor = self._split_rows(executor, shapes) or executor
             self.new_shapes += 1
             self._executors[shapes] = executor
             if len(self._executors) > self.MAX_SHAPES:
@@ -812,7 +841,96 @@ class DynamicKernelExecutor:
         text = f"one kernel for every shape ({n} runtime parameters), {self.new_shapes} shape(s) configured"
         if self.per_shape_kernels:
             text += f", {self.per_shape_kernels} with a kernel of their own (run-time broadcasting)"
+        if self.row_splits:
+            text += f", {self.row_splits} with their rows split between the threads"
         return text
+
+
+#: fewest rows a thread gets when a row-wise kernel's rows are split between the threads
+ROW_SPLIT_MIN_ROWS = 8
+
+
+def row_inputs(sg: Subgraph) -> tuple[int, ...] | None:
+    """The body inputs that have the output's rows, when every output row of ``sg`` depends only on the same row
+    of those inputs (the other inputs and the constants broadcast along the rows): eltwise ops, LayerNormalization
+    and reductions over the last axis only (a LayerNorm, its TorchScript decomposition, a softmax written out).
+    Such a kernel runs on any slice of rows; None for any other body."""
+    from snippets_core.ir.shape import normalize_axis
+    from snippets_core.tokenization.tokenize_snippets import (
+        BINARY_ELTWISE, ROW_REDUCTIONS, TERNARY_ELTWISE, UNARY_ELTWISE,
+    )
+
+    body = sg.body
+    out = body.results[0].inputs[0].shape if body.results else None
+    if out is None or not out.rank_is_static or out.rank < 2 or not isinstance(out.sym_dims[-1], int):
+        return None
+    rank, dims = out.rank, out.sym_dims
+    if any(r.inputs[0].shape != out for r in body.results):
+        return None
+
+    def broadcasts(shape: Any) -> bool:  # one row: static, every dim but the last 1
+        return shape.is_static and math.prod(shape.to_tuple()[:-1]) == 1
+
+    for n in body.get_ordered_ops():
+        t = n.type_name
+        if t in ("Parameter", "Result") or t in UNARY_ELTWISE or t in BINARY_ELTWISE or t in TERNARY_ELTWISE:
+            continue
+        if t == "Constant":
+            if not broadcasts(n.outputs[0].shape):
+                return None
+            continue
+        x = n.inputs[0].shape if n.inputs else None
+        if x is None or not x.rank_is_static:
+            return None
+        if t == "LayerNormalization" and normalize_axis(n.axis, x.rank) == x.rank - 1:  # type: ignore[attr-defined]
+            continue
+        if t in ROW_REDUCTIONS and n.keep_dims:  # type: ignore[attr-defined]
+            axes = n.inputs[1].source.node
+            if axes.type_name == "Constant" and [normalize_axis(int(a), x.rank)
+                                                 for a in np.asarray(axes.value).reshape(-1)] == [x.rank - 1]:
+                continue
+        return None
+    found = []
+    for i, p in enumerate(body.parameters):
+        shape = p.outputs[0].shape
+        if shape.rank_is_static and shape.rank == rank and shape.sym_dims == dims:
+            found.append(i)
+        elif not (shape.rank_is_static and shape.rank <= rank and broadcasts(shape)):
+            return None
+    return tuple(found) or None
+
+
+class RowSplitExecutor:
+    """One shape of a row-wise Subgraph (see :func:`row_inputs`) whose kernel's parallel domain has fewer indices
+    than threads (a LayerNorm of [1, S, C]: its domain is the batch) run as one call per thread, each on its
+    consecutive rows: the kernel, lowered for every shape, gets each part's runtime parameters, the parts start in
+    one dispatch (:class:`PartsLauncher`) on the row slices' addresses (C-contiguous: no copy)."""
+
+    def __init__(self, whole: KernelExecutor, parts: list[tuple[int, KernelExecutor]], rows_in: tuple[int, ...]
+                 ) -> None:
+        #: the executor of the whole shape: its specs check the call's arrays
+        self.whole = whole
+        self.parts = parts
+        self.launcher = PartsLauncher([ex for _, ex in parts])
+        self.num_threads = len(parts)
+        #: per data position (inputs, then outputs), the bytes of one row (0: read whole)
+        self._row_bytes = [d.itemsize * s[-1] if i in rows_in else 0 for i, (d, s) in enumerate(whole.input_specs)]
+        self._row_bytes += [d.itemsize * s[-1] for d, s in whole.output_specs]
+
+    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        whole = self.whole
+        ins = [whole._input(i, a) for i, a in enumerate(args)]
+        if outs is None:
+            results = [np.empty(shape, dtype) for dtype, shape in whole.output_specs]
+        else:
+            if len(outs) != len(whole.output_specs):
+                raise InputError(f"the kernel has {len(whole.output_specs)} outputs, got {len(outs)} arrays")
+            results = [whole._output(j, o) for j, o in enumerate(outs)]
+        base = [_address(a) for a in (*ins, *results)]
+        self.launcher.launch([[p + start * b for p, b in zip(base, self._row_bytes)] for start, _ in self.parts])
+        return results
+
+    run = __call__
 
 
 def _body_rank(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
@@ -925,9 +1043,11 @@ __all__ = [
     "DynamicKernelExecutor",
     "KernelExecutor",
     "PartsLauncher",
+    "RowSplitExecutor",
     "ShapeSpecializingExecutor",
     "ThreadPool",
     "compile_subgraph",
     "generate_subgraph",
     "lowering_config",
+    "row_inputs",
 ]
