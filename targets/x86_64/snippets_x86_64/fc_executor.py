@@ -52,31 +52,61 @@ class PackedWeightExecutor:
 class SplitNExecutor:
     """An FC with one row on ``parts`` threads: each runs the kernel compiled for ``N / parts`` columns on its
     slice of the packed weight (whole panels, contiguous), of the inputs that vary along N (bias, residual) and of
-    the output (contiguous too: there is one row)."""
+    the output (contiguous too: there is one row), all started in one native dispatch
+    (:class:`~snippets_x86_64.runtime.PartsLauncher`; a Python thread pool's hand-over cost more than the 768 x 768
+    kernel itself)."""
 
     def __init__(self, parts: list[Any], packed: dict[int, np.ndarray], sliced: list[int], out_shapes: list[tuple],
                  out_types: list[np.dtype], width: int) -> None:
+        from snippets_x86_64.runtime import PartsLauncher
+
         self.parts = parts
-        self.pool = POOL
+        self.launcher = PartsLauncher(parts)
         self.width = width
         #: per part, the packed weights' slices (a part's panels are consecutive in the packed copy)
         self.weights = [{i: w.reshape(-1)[p * w.size // len(parts) : (p + 1) * w.size // len(parts)]
                          .reshape(parts[0].input_specs[i][1]) for i, w in packed.items()} for p in range(len(parts))]
         self.sliced = sliced
         self.out_shapes, self.out_types = out_shapes, out_types
+        self.num_threads = len(parts)
 
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
-        results = [o if o is not None else np.empty(s, t)
-                   for o, s, t in zip(outs or [None] * len(self.out_shapes), self.out_shapes, self.out_types)]
-        c = self.width
-        tasks = []
-        for p, ex in enumerate(self.parts):
-            ins = [np.asarray(a)[..., p * c : (p + 1) * c] if i in self.sliced else a for i, a in enumerate(args)]
-            for i, w in self.weights[p].items():
-                ins[i] = w
-            part_outs = [r[..., p * c : (p + 1) * c] for r in results]
-            tasks.append(lambda ex=ex, ins=ins, part_outs=part_outs: ex(ins, part_outs))
-        self.pool.run(tasks)
+        specs = self.parts[0].input_specs
+        if len(args) != len(specs):
+            raise InputError(f"the Subgraph takes {len(specs)} inputs, got {len(args)}")
+        ins = []
+        for i, a in enumerate(args):
+            if i in self.weights[0]:
+                ins.append(None)
+                continue
+            a = np.ascontiguousarray(a)
+            dtype, shape = specs[i]
+            want = (*shape[:-1], shape[-1] * len(self.parts)) if i in self.sliced else shape
+            if a.dtype != dtype or a.shape != want:
+                raise InputError(f"Subgraph input {i} must be {dtype}{list(want)}, got {a.dtype}{list(a.shape)}")
+            ins.append(a)
+        results = []
+        for j, (s, t) in enumerate(zip(self.out_shapes, self.out_types)):
+            o = outs[j] if outs is not None and outs[j] is not None else np.empty(s, t)
+            if not (isinstance(o, np.ndarray) and o.dtype == t and o.shape == tuple(s) and o.flags.c_contiguous
+                    and o.flags.writeable):
+                raise InputError(f"output array {j} must be a writeable C-contiguous {np.dtype(t)}{list(s)}")
+            results.append(o)
+        base = [_address(a) if a is not None else 0 for a in (*ins, *results)]
+        n_in = len(ins)
+        ptrs = []
+        for p in range(len(self.parts)):
+            part = []
+            for i, a in enumerate(ins):
+                if a is None:
+                    part.append(_address(self.weights[p][i]))
+                elif i in self.sliced:  # one row: its column slice is contiguous
+                    part.append(base[i] + p * self.width * a.itemsize)
+                else:
+                    part.append(base[i])
+            part += [base[n_in + j] + p * self.width * r.itemsize for j, r in enumerate(results)]
+            ptrs.append(part)
+        self.launcher.launch(ptrs)
         return results
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from snippets_core.config import CompileConfig, ConfigError
+from snippets_core.errors import InputError
 from snippets_core.frontends import builder as sb
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.passes.split_dimension_m import split as split_m
@@ -277,6 +278,34 @@ def test_one_row_fc_splits_n_between_threads(transposed):
             for inp in sg.inputs]
     (out,) = ex(args)
     np.testing.assert_allclose(out, np.maximum(xs.astype(np.float64) @ w + b, 0) + rs, rtol=2e-5, atol=3e-5)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_one_row_split_n_at_guard_pages(threads, at):
+    """The one-row split on 2 and 3 threads (one native dispatch), every array it reads or writes (x, each part's
+    panels of the weight, the bias, the residual, the output) at a PROT_NONE page."""
+    k, n = 37, 384
+    w, b = _weights(k, n)
+    x = sb.parameter([1, k], "f32", name="x")
+    res = sb.parameter([1, n], "f32", name="res")
+    model = sb.model([sb.add(_erf_gelu_graph(sb.add(sb.matmul(x, w), b)), res)], name="fc_row")
+    cfg = CompileConfig.from_mapping({"num_threads": threads})
+    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
+    (sg,) = [nd for nd in model.get_ordered_ops() if isinstance(nd, Subgraph)]
+    ex = x86_compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
+    assert isinstance(ex, SplitNExecutor) and len(ex.parts) == threads
+    ex.weights = [{i: guarded_copy(a, at) for i, a in part.items()} for part in ex.weights]
+    xs = RNG.standard_normal((1, k)).astype(np.float32)
+    rs = RNG.standard_normal((1, n)).astype(np.float32)
+    args = [guarded_copy(xs, at) if inp.source.node.name == "x" else guarded_copy(rs, at)
+            if inp.source.node.name == "res" else guarded_copy(np.asarray(inp.source.node.value), at)
+            for inp in sg.inputs]
+    out = guarded_copy(np.full((1, n), np.nan, np.float32), at)
+    ex(args, [out])
+    np.testing.assert_allclose(out, _gelu_erf(xs.astype(np.float64) @ w + b) + rs, rtol=3e-5, atol=5e-5)
+    with pytest.raises(InputError, match="input"):
+        ex([a[..., :1] if a.shape == (1, n) else a for a in args])
 
 
 def test_kernel_cache_key_tells_a_packed_weight_from_a_plain_one():
