@@ -15,6 +15,7 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
     """Mark nodes the target fuses elsewhere, then replace fusable regions by Subgraph nodes."""
     from snippets_core.passes.convert_q_dq_to_fake_quantize import ConvertQDQToFakeQuantize
     from snippets_core.passes.extract_reshapes_from_mha import ExtractReshapesFromMHA
+    from snippets_core.passes.gelu_fusion import GeluFusion
     from snippets_core.passes.group_norm_to_rows import GroupNormToRows
     from snippets_core.passes.move_reduction_axes_last import MoveReductionAxesLast
     from snippets_core.passes.move_softmax_axis_last import MoveSoftmaxAxisLast
@@ -37,6 +38,8 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
             ExtractReshapesFromMHA().run(model)
         # the kernels reduce along the innermost dim only
         rewrites = [GroupNormToRows(), MoveReductionAxesLast()]
+        if tcfg.gelu_fusion:  # a written-out Gelu as the one op the target's kernels compute it with
+            rewrites.insert(0, GeluFusion())
         # the Transposes stay outside only while the target's callback is asked to keep them there
         if tcfg.softmax_axis_to_last and tcfg.snippets_mode is SnippetsMode.Enable:
             rewrites.insert(0, MoveSoftmaxAxisLast())

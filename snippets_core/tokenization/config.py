@@ -61,6 +61,9 @@ class TokenizationConfig:
     #: splits the rows itself (x86-64: the same split inside the kernel, no Reshape steps between kernels) turns
     #: this off
     fc_split_m_dimension: bool = True
+    #: GeluFusion before tokenization: the Gelu exporters write out (Erf or Tanh and four to eight eltwise ops) as one
+    #: Gelu op, for a target whose kernels compute Gelu in one emitter
+    gelu_fusion: bool = False
     mha_token_enable_transpose_on_output: bool = True
     is_dynamic_mha_token_enabled: bool = True
     mha_supported_transpose_ranks: tuple[int, ...] = (3, 4)
@@ -97,9 +100,9 @@ class TokenizationConfig:
         v = self.int8_conv_min_macs
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise TokenizationConfigError(f"tokenization config 'int8_conv_min_macs' must be an integer >= 0, got {v!r}")
-        for name in ("split_m_dimension", "fc_split_m_dimension", "mha_token_enable_transpose_on_output",
-                     "is_dynamic_mha_token_enabled", "mha_transposed_b_in_subgraph", "conv_primitives", "int8_fc", "int8_matmul",
-                     "transpose_primitives"):
+        for name in ("split_m_dimension", "fc_split_m_dimension", "gelu_fusion",
+                     "mha_token_enable_transpose_on_output", "is_dynamic_mha_token_enabled",
+                     "mha_transposed_b_in_subgraph", "conv_primitives", "int8_fc", "int8_matmul", "transpose_primitives"):
             v = getattr(self, name)
             if not isinstance(v, bool):
                 raise TokenizationConfigError(f"tokenization config '{name}' must be a bool, got {v!r}")

@@ -742,5 +742,5 @@ def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, s
     return by_n if by_n is not None else PackedWeightExecutor(executor, packed)
 
 
-__all__ = ["ColumnSplitBlock", "DynamicFCExecutor", "PackedWeightExecutor", "RowBlockFCExecutor", "SplitNExecutor", "fc_executor",
-           "row_block", "row_split_subgraph", "split_n"]
+__all__ = ["ColumnSplitBlock", "DynamicFCExecutor", "PackedWeightExecutor", "RowBlockFCExecutor", "SplitNExecutor",
+           "fc_executor", "row_block", "row_split_subgraph", "split_n"]

@@ -78,6 +78,8 @@ class X86_64Target:
                 "conv_primitives": True, "int8_fc": self._has_vnni(), "transpose_primitives": True,
                 # an FC's rows are split between the threads inside its kernel (fc_executor.row_split_subgraph)
                 "fc_split_m_dimension": False,
+                # a written-out Gelu becomes the Gelu op (emitters/math.py computes either form in one emitter)
+                "gelu_fusion": True,
                 # below these the f32 conv primitive beats the int8 one (its im2col and transposes are numpy)
                 "int8_conv_min_macs": INT8_CONV_MIN_MACS, "int8_conv_min_channels": INT8_CONV_MIN_CHANNELS}
 
