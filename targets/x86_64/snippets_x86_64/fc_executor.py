@@ -56,16 +56,15 @@ class SplitNExecutor:
     (:class:`~snippets_x86_64.runtime.PartsLauncher`; a Python thread pool's hand-over cost more than the 768 x 768
     kernel itself)."""
 
-    def __init__(self, parts: list[Any], packed: dict[int, np.ndarray], sliced: list[int], out_shapes: list[tuple],
+    def __init__(self, parts: list[Any], packed: dict[int, np.ndarray], sliced: set[int], out_shapes: list[tuple],
                  out_types: list[np.dtype], width: int) -> None:
         from snippets_x86_64.runtime import PartsLauncher
 
         self.parts = parts
         self.launcher = PartsLauncher(parts)
         self.width = width
-        #: per part, the packed weights' slices (a part's panels are consecutive in the packed copy)
-        self.weights = [{i: w.reshape(-1)[p * w.size // len(parts) : (p + 1) * w.size // len(parts)]
-                         .reshape(parts[0].input_specs[i][1]) for i, w in packed.items()} for p in range(len(parts))]
+        #: per part, the packed weights' slices
+        self.weights = _weight_slices(packed, parts)
         self.sliced = sliced
         self.out_shapes, self.out_types = out_shapes, out_types
         self.num_threads = len(parts)
@@ -211,35 +210,57 @@ def _one_row(sg: Subgraph) -> tuple[int, int] | None:
 def split_n(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np.ndarray]) -> SplitNExecutor | None:
     """A :class:`SplitNExecutor` for a one-row FC on several threads whose N splits into whole panels per thread;
     None otherwise."""
+    found = _one_row(sg)
+    if found is None:
+        return None
+    n, _ = found
+    columns = _column_parts(sg, config, host, packed, n, "n_part")
+    if columns is None:
+        return None
+    parts, sliced, width = columns
+    full_outs = [(t, (*s[:-1], n)) for t, s in parts[0].output_specs]
+    return SplitNExecutor(parts, packed, sliced, [s for _, s in full_outs], [t for t, _ in full_outs], width)
+
+
+def _column_parts(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np.ndarray], n: int, suffix: str,
+                  roles: list[str] | None = None, rows: int = 0) -> tuple[list[Any], set[int], int] | None:
+    """The single-thread KernelExecutors of ``sg`` compiled for ``N / T`` columns, one per thread (``T`` the
+    threads, at most one per panel, N whole panels per thread), the body inputs cut along N (bias, residual) and
+    the width; with ``roles``, the row-indexed inputs folded to ``rows`` rows. None when N does not split so, or x
+    also feeds a post-op (``x + x @ W``: its columns are not the output's)."""
     from snippets_x86_64.runtime import KernelExecutor, _executor_options, _kernel_for, _specs
 
-    found = _one_row(sg)
-    if found is None or config.num_threads < 2 or len(packed) != 1:
+    threads = min(config.num_threads, n // PANEL)
+    a_index = _a_input(sg)
+    if (threads < 2 or n % (threads * PANEL) or len(packed) != 1 or a_index is None
+            or len(sg.body.parameters[a_index].outputs[0].targets) != 1):
         return None
-    n, a_index = found
-    parts = min(config.num_threads, n // PANEL)
-    if parts < 2 or n % (parts * PANEL):
-        return None
-    width = n // parts
+    width = n // threads
     (w_index,) = packed
     transposed = packed_weight_body_inputs(sg.body)[w_index]
     body = sg.body.clone()
-    sliced = []
+    sliced = set()
     for i, p in enumerate(body.parameters):
-        dims = list(p.outputs[0].shape.to_tuple())
+        dims = list(p.outputs[0].shape.sym_dims)
         if i == w_index:
             dims[-2 if transposed else -1] = width
         elif i != a_index and dims and dims[-1] == n:
             dims[-1] = width
-            sliced.append(i)
+            sliced.add(i)
+        if roles is not None and roles[i] == ROW:
+            dims = [1] * (len(dims) - 2) + [rows, dims[-1]]
         p.shape = Shape(dims)
-    part = _fixed_subgraph(sg, body, "n_part")
+    part = _fixed_subgraph(sg, body, suffix)
     kernel = _kernel_for(part, config, host, None)
     ins, outs = _specs(part)
     min_bytes, native = _executor_options(config)
-    executors = [KernelExecutor(kernel, ins, outs, 1, min_bytes, native) for _ in range(parts)]
-    full_outs = [(np.dtype(t), tuple(s[:-1]) + (n,)) for t, s in outs]
-    return SplitNExecutor(executors, packed, sliced, [s for _, s in full_outs], [t for t, _ in full_outs], width)
+    return [KernelExecutor(kernel, ins, outs, 1, min_bytes, native) for _ in range(threads)], sliced, width
+
+
+def _weight_slices(packed: dict[int, np.ndarray], parts: list[Any]) -> list[dict[int, np.ndarray]]:
+    """Per part, its slice of each packed weight: a part's panels are consecutive in the packed copy."""
+    return [{i: w.reshape(-1)[p * w.size // len(parts) : (p + 1) * w.size // len(parts)]
+             .reshape(parts[0].input_specs[i][1]) for i, w in packed.items()} for p in range(len(parts))]
 
 
 def row_split_subgraph(sg: Subgraph, config: CompileConfig) -> Subgraph:
@@ -530,9 +551,8 @@ class ColumnSplitBlock:
         self.sliced = sliced
         self.width = width
         self.rows = rows
-        #: per part, the packed weights' slices (a part's panels are consecutive in the packed copy)
-        self.weights = [{i: w.reshape(-1)[p * w.size // len(parts) : (p + 1) * w.size // len(parts)]
-                         .reshape(parts[0].input_specs[i][1]) for i, w in packed.items()} for p in range(len(parts))]
+        #: per part, the packed weights' slices
+        self.weights = _weight_slices(packed, parts)
         self._lock = threading.Lock()
         self._scratch: tuple[dict[int, np.ndarray], list[dict[int, np.ndarray]], list[list[np.ndarray]]] | None = None
 
@@ -599,38 +619,14 @@ def _column_block(sg: Subgraph, config: CompileConfig, host: Any, roles: list[st
                   rows: int) -> ColumnSplitBlock | None:
     """A :class:`ColumnSplitBlock` of ``rows`` rows for the dynamic-M FC ``sg`` on several threads whose N splits
     into whole panels per thread; None otherwise."""
-    from snippets_x86_64.runtime import KernelExecutor, _executor_options, _kernel_for, _specs
-
     out = sg.body.results[0].inputs[0].shape
-    if config.num_threads < 2 or len(packed) != 1 or len(sg.body.results) != 1 or not isinstance(out.sym_dims[-1], int):
+    if config.num_threads < 2 or len(sg.body.results) != 1 or not isinstance(out.sym_dims[-1], int):
         return None
     n = int(out.sym_dims[-1])
-    threads = min(config.num_threads, n // PANEL)
-    if threads < 2 or n % (threads * PANEL):
+    columns = _column_parts(sg, config, host, packed, n, f"columns{rows}", roles, rows)
+    if columns is None:
         return None
-    width = n // threads
-    (w_index,) = packed
-    transposed = packed_weight_body_inputs(sg.body)[w_index]
-    a_index = _a_input(sg)
-    if a_index is None or len(sg.body.parameters[a_index].outputs[0].targets) != 1:
-        return None  # x also feeds a post-op (x + x @ W): its columns are not the output's
-    body = sg.body.clone()
-    sliced = set()
-    for i, (p, r) in enumerate(zip(body.parameters, roles)):
-        dims = list(p.outputs[0].shape.sym_dims)
-        if i == w_index:
-            dims[-2 if transposed else -1] = width
-        elif i != a_index and dims and dims[-1] == n:
-            dims[-1] = width
-            sliced.add(i)
-        if r == ROW:
-            dims = [1] * (len(dims) - 2) + [rows, dims[-1]]
-        p.shape = Shape(dims)
-    part = _fixed_subgraph(sg, body, f"columns{rows}x{width}")
-    kernel = _kernel_for(part, config, host, None)
-    ins, outs = _specs(part)
-    min_bytes, native = _executor_options(config)
-    parts = [KernelExecutor(kernel, ins, outs, 1, min_bytes, native) for _ in range(threads)]
+    parts, sliced, width = columns
     return ColumnSplitBlock(parts, packed, roles, sliced, width, rows)
 
 

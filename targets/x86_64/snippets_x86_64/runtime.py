@@ -333,7 +333,10 @@ class KernelExecutor:
             raise InputError(f"output array {j} must be a writeable C-contiguous {dtype}{list(shape)}, got {got}")
         return o
 
-    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+    def arrays(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None
+               ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """A call's inputs, checked against the specs (C-contiguous copies where needed), and its outputs (fresh
+        arrays, or ``outs`` checked)."""
         specs = self.input_specs
         if len(args) != len(specs):
             raise InputError(f"the kernel takes {len(specs)} inputs, got {len(args)}")
@@ -349,6 +352,10 @@ class KernelExecutor:
             if len(outs) != len(self.output_specs):
                 raise InputError(f"the kernel has {len(self.output_specs)} outputs, got {len(outs)} arrays")
             results = [self._output(j, o) for j, o in enumerate(outs)]
+        return ins, results
+
+    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        ins, results = self.arrays(args, outs)
         self.launch(self._addresses([*ins, *results]))
         return results
 
@@ -392,17 +399,23 @@ class KernelExecutor:
         if len(state.tasks) == 1:
             state.run_single()
             return
-        if self.native_threads:
-            pool = native_pool()
-            if pool.lock.acquire(blocking=False):
-                try:
-                    pool.run_job(state.job)
-                finally:
-                    pool.lock.release()
-                return
-        POOL.run(state.tasks)  # the native pool is busy with another caller's kernel (or turned off)
+        _run_job(state.job, state.tasks, self.native_threads)
 
     run = __call__
+
+
+def _run_job(job: Job, tasks: list[Callable[[], Any]], native: bool) -> None:
+    """Run a job's chunks, the first on the caller: on the native pool, or on the Python pool when ``native`` is
+    off or the native pool is busy with another caller's kernel."""
+    if native:
+        pool = native_pool()
+        if pool.lock.acquire(blocking=False):
+            try:
+                pool.run_job(job)
+            finally:
+                pool.lock.release()
+            return
+    POOL.run(tasks)
 
 
 class PartsLauncher:
@@ -430,15 +443,7 @@ class PartsLauncher:
         try:
             for e, n, p in zip(self.executors, self._n_data, ptrs):
                 e._state.args[0][:n] = p
-            if self._native:
-                pool = native_pool()
-                if pool.lock.acquire(blocking=False):
-                    try:
-                        pool.run_job(self._job)
-                    finally:
-                        pool.lock.release()
-                    return
-            POOL.run(self._tasks)
+            _run_job(self._job, self._tasks, self._native)
         finally:
             self._busy.release()
 
@@ -918,14 +923,7 @@ class RowSplitExecutor:
         self._row_bytes += [d.itemsize * s[-1] for d, s in whole.output_specs]
 
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
-        whole = self.whole
-        ins = [whole._input(i, a) for i, a in enumerate(args)]
-        if outs is None:
-            results = [np.empty(shape, dtype) for dtype, shape in whole.output_specs]
-        else:
-            if len(outs) != len(whole.output_specs):
-                raise InputError(f"the kernel has {len(whole.output_specs)} outputs, got {len(outs)} arrays")
-            results = [whole._output(j, o) for j, o in enumerate(outs)]
+        ins, results = self.whole.arrays(args, outs)
         base = [_address(a) for a in (*ins, *results)]
         self.launcher.launch([[p + start * b for p, b in zip(base, self._row_bytes)] for start, _ in self.parts])
         return results
