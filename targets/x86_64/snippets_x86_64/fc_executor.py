@@ -25,6 +25,8 @@ from snippets_core.runtime.placement import Placement, fallback_reason
 from snippets_x86_64.runtime import POOL, TARGET_NAME, _address, _output_specs
 
 
+#: rt_info key on a static FC Subgraph whose rows could not be split into kernels of their own: why (it runs whole)
+ROW_PARTS_SKIPPED = "SnippetsFCRowPartsSkipped"
 #: rt_info key on an FC Subgraph whose split along N (one row, or a dynamic FC's smallest row block) could not be
 #: compiled: why (it runs whole, or split along M)
 SPLIT_N_SKIPPED = "SnippetsFCSplitNSkipped"
@@ -728,15 +730,64 @@ def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, s
     split_option = dict(config.target_options).get("fc_split_n", True)
     if not isinstance(split_option, bool):
         raise ConfigError(f"target_options.fc_split_n must be true or false, got {split_option!r}")
-    if not split or not split_option:
+    if not split:
         return PackedWeightExecutor(executor, packed)
+    by_n = None
+    if split_option:
+        try:
+            by_n = split_n(sg, config, host, packed)
+        except SnippetsError as exc:  # the split is an optimization: the whole-N kernel is compiled and runs
+            sg.rt_info[SPLIT_N_SKIPPED] = f"{type(exc).__name__}: {exc}"
+    if by_n is not None:
+        return by_n
     try:
-        by_n = split_n(sg, config, host, packed)
-    except SnippetsError as exc:  # the split is an optimization: the whole-N kernel is compiled and runs
-        sg.rt_info[SPLIT_N_SKIPPED] = f"{type(exc).__name__}: {exc}"
-        by_n = None
-    return by_n if by_n is not None else PackedWeightExecutor(executor, packed)
+        by_rows = row_parts(sg, executor, config, host, packed)
+    except SnippetsError as exc:  # an optimization too: the whole kernel runs
+        sg.rt_info[ROW_PARTS_SKIPPED] = f"{type(exc).__name__}: {exc}"
+        by_rows = None
+    return PackedWeightExecutor(by_rows if by_rows is not None else executor, packed)
+
+
+def row_parts(sg: Subgraph, whole: Any, config: CompileConfig, host: Any, packed: dict[int, np.ndarray]) -> Any:
+    """A :class:`~snippets_x86_64.runtime.RowSplitExecutor` for a static FC whose kernel has fewer parallel
+    indices than threads (SplitDimensionM found no even split: a prime M such as ViT's 197 rows, or too few rows
+    per thread for its kernel minimum) but whose rows carry work for several: a kernel compiled for each thread's
+    consecutive rows (at most two heights), run on the row slices of x, of the residual and of the output (rows
+    are contiguous: no copy), all started in one dispatch. None otherwise."""
+    from snippets_x86_64.runtime import (
+        KernelExecutor, RowSplitExecutor, _executor_options, _kernel_for, _parallel_min_ns, _specs,
+        _split,
+    )
+
+    threads, min_ns = config.num_threads, _parallel_min_ns(config)
+    a_index = _a_input(sg)
+    if threads < 2 or a_index is None or math.prod(whole.domain) >= threads or whole.work_ns is None:
+        return None
+    lead = whole.input_specs[a_index][1][:-1]
+    m = math.prod(lead)
+    rows_in = tuple(i for i, (_, s) in enumerate(whole.input_specs) if s[:-1] == lead)
+    if any(i not in rows_in and i not in packed and math.prod(s[:-1]) != 1
+           for i, (_, s) in enumerate(whole.input_specs)) or any(
+            s[:-1] != lead for _, s in whole.output_specs):
+        return None
+    parts = min(threads, m // ROW_SPLIT_MIN, int(whole.work_ns // min_ns) if min_ns > 0 else threads)
+    if parts < 2:
+        return None
+    by_rows: dict[int, Any] = {}
+    executors = []
+    for start, count in _split(m, parts):
+        if count not in by_rows:
+            body = sg.body.clone()
+            for i, p in enumerate(body.parameters):
+                if i in rows_in:
+                    p.shape = Shape([*[1] * (len(lead) - 1), count, p.outputs[0].shape.to_tuple()[-1]])
+            part = _fixed_subgraph(sg, body, f"rows{count}")
+            ins, outs = _specs(part)
+            by_rows[count] = (_kernel_for(part, config, host, None), ins, outs)
+        kernel, ins, outs = by_rows[count]
+        executors.append((start, KernelExecutor(kernel, ins, outs, 1, *_executor_options(config))))
+    return RowSplitExecutor(whole, executors, rows_in)
 
 
 __all__ = ["ColumnSplitBlock", "DynamicFCExecutor", "PackedWeightExecutor", "RowBlockFCExecutor", "SplitNExecutor",
-           "fc_executor", "row_block", "row_split_subgraph", "split_n"]
+           "fc_executor", "row_block", "row_parts", "row_split_subgraph", "split_n"]

@@ -907,9 +907,10 @@ def row_inputs(sg: Subgraph) -> tuple[int, ...] | None:
 
 class RowSplitExecutor:
     """One shape of a row-wise Subgraph (see :func:`row_inputs`) whose kernel's parallel domain has fewer indices
-    than threads (a LayerNorm of [1, S, C]: its domain is the batch) run as one call per thread, each on its
-    consecutive rows: the kernel, lowered for every shape, gets each part's runtime parameters, the parts start in
-    one dispatch (:class:`PartsLauncher`) on the row slices' addresses (C-contiguous: no copy)."""
+    than threads (a LayerNorm of [1, S, C]: its domain is the batch; a static FC of a prime M) run as one call per
+    thread, each on its consecutive rows: the kernel lowered for every shape with each part's runtime parameters,
+    or a kernel compiled for the part's rows; the parts start in one dispatch (:class:`PartsLauncher`) on the row
+    slices' addresses (C-contiguous: no copy)."""
 
     def __init__(self, whole: KernelExecutor, parts: list[tuple[int, KernelExecutor]], rows_in: tuple[int, ...]
                  ) -> None:
@@ -921,6 +922,11 @@ class RowSplitExecutor:
         #: per data position (inputs, then outputs), the bytes of one row (0: read whole)
         self._row_bytes = [d.itemsize * s[-1] if i in rows_in else 0 for i, (d, s) in enumerate(whole.input_specs)]
         self._row_bytes += [d.itemsize * s[-1] for d, s in whole.output_specs]
+
+    def __getattr__(self, name: str) -> Any:  # kernel, specs, domain of the whole shape's executor
+        if name == "whole":  # not set yet (a copy being made)
+            raise AttributeError(name)
+        return getattr(self.whole, name)
 
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
         ins, results = self.whole.arrays(args, outs)

@@ -223,6 +223,37 @@ def test_static_rows_split_inside_the_kernel(m, k, n, threads):
     np.testing.assert_allclose(out, _gelu_erf(xs.astype(np.float64) @ w + b) + rs, rtol=3e-5, atol=5e-5)
 
 
+@pytest.mark.parametrize("m, threads", [(197, 2), (101, 3), (197, 3)])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_static_prime_m_rows_in_parts_at_guard_pages(m, threads, at):
+    """A static FC whose M SplitDimensionM cannot split (prime) runs a kernel per thread's consecutive rows
+    (RowSplitExecutor, at most two heights), on the row slices of x, of the residual and of the output; every array
+    at a PROT_NONE page, against numpy float64."""
+    from snippets_x86_64.runtime import RowSplitExecutor
+
+    k, n = 37, 75
+    w, b = _weights(k, n)
+    x = sb.parameter([1, m, k], "f32", name="x")
+    res = sb.parameter([1, m, n], "f32", name="res")
+    model = sb.model([sb.add(_erf_gelu_graph(sb.add(sb.matmul(x, w), b)), res)], name="fc_prime")
+    cfg = CompileConfig.from_mapping({"num_threads": threads, "target_options": {"parallel_min_ns": 1}})
+    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
+    (sg,) = [nd for nd in model.get_ordered_ops() if isinstance(nd, Subgraph)]
+    ex = x86_compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
+    assert isinstance(ex, PackedWeightExecutor) and isinstance(ex.inner, RowSplitExecutor)
+    assert [start for start, _ in ex.inner.parts] == [int(r[0]) for r in np.array_split(np.arange(m), threads)]
+    (i,) = ex.packed
+    ex.packed[i] = guarded_copy(ex.packed[i], at)
+    xs = RNG.standard_normal((1, m, k)).astype(np.float32)
+    rs = RNG.standard_normal((1, m, n)).astype(np.float32)
+    args = [guarded_copy(xs, at) if inp.source.node.name == "x" else guarded_copy(rs, at)
+            if inp.source.node.name == "res" else guarded_copy(np.asarray(inp.source.node.value), at)
+            for inp in sg.inputs]
+    out = guarded_copy(np.full((1, m, n), np.nan, np.float32), at)
+    ex(args, [out])
+    np.testing.assert_allclose(out, _gelu_erf(xs.astype(np.float64) @ w + b) + rs, rtol=3e-5, atol=5e-5)
+
+
 def test_dynamic_m_gets_a_kernel_per_shape_and_packs_once():
     k, n = 40, 70
     w, b = _weights(k, n)
