@@ -17,12 +17,11 @@ import numpy as np
 
 from snippets_core.config import CompileConfig, ConfigError, int_option
 from snippets_core.errors import InputError, SnippetsError, UnsupportedByTarget
-from snippets_core.ir.ops.io import Parameter
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import Shape
 from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, PANEL, packed_weight_body_inputs, packed_weights
 from snippets_core.runtime.placement import Placement, fallback_reason
-from snippets_x86_64.runtime import POOL, TARGET_NAME, _address, _output_specs
+from snippets_x86_64.runtime import POOL, TARGET_NAME, _address, _output_specs, fixed_subgraph
 
 
 #: rt_info key on a static FC Subgraph whose rows could not be split into kernels of their own: why (it runs whole)
@@ -252,7 +251,7 @@ def _column_parts(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[i
         if roles is not None and roles[i] == ROW:
             dims = [1] * (len(dims) - 2) + [rows, dims[-1]]
         p.shape = Shape(dims)
-    part = _fixed_subgraph(sg, body, suffix)
+    part = fixed_subgraph(sg, body, suffix)
     kernel = _kernel_for(part, config, host, None)
     ins, outs = _specs(part)
     min_bytes, native = _executor_options(config)
@@ -281,17 +280,8 @@ def row_split_subgraph(sg: Subgraph, config: CompileConfig) -> Subgraph:
     if (concurrency < 2 or not knobs.get("split_m_dimension", True) or SplitDimensionM.name in config.disabled_passes
             or not sg.rt_info.get(FULLY_CONNECTED)):
         return sg
-    part = _fixed_subgraph(sg, sg.body.clone(), "split_m")
+    part = fixed_subgraph(sg, sg.body.clone(), "split_m")
     return part if SplitDimensionM(concurrency).run(part) else sg
-
-
-def _fixed_subgraph(sg: Subgraph, body: Any, suffix: str) -> Subgraph:
-    """A Subgraph of ``body`` (a clone of ``sg``'s whose Parameters got static shapes) with ``sg``'s rt_info."""
-    body.validate()
-    part = Subgraph(*[Parameter(p.outputs[0].element_type, p.outputs[0].shape, name=p.name).outputs[0]
-                      for p in body.parameters], body=body, name=f"{sg.name}/{suffix}")
-    part.rt_info.update(sg.rt_info)
-    return part
 
 
 #: rows of the kernel a dynamic-M FC runs on every M (``target_options.fc_row_block``; 0: a kernel per shape)
@@ -651,7 +641,7 @@ def _row_block_kernel(sg: Subgraph, config: CompileConfig, host: Any, roles: lis
     for p, r in zip(body.parameters, roles):
         if r == ROW:
             p.shape = Shape([*block_lead, p.outputs[0].shape.sym_dims[-1]])
-    part = _fixed_subgraph(sg, body, f"row_block{rows}")
+    part = fixed_subgraph(sg, body, f"row_block{rows}")
     kernel = _kernel_for(part, config, host, None)
     ins, outs = _specs(part)
     return KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
@@ -671,7 +661,7 @@ def _block_kernel(sg: Subgraph, config: CompileConfig, host: Any, roles: list[st
             if len(dims) < 3:  # [M, K]: no dim to hold the block index
                 return None
             p.shape = Shape([*[1] * (len(dims) - 3), j, rows, dims[-1]])
-    part = _fixed_subgraph(sg, body, f"blocks{rows}")
+    part = fixed_subgraph(sg, body, f"blocks{rows}")
     kernel = _kernel_for(part, config, host, None)
     if kernel.info.parallel_domain != (j,):
         return None
@@ -750,43 +740,20 @@ def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, s
 
 def row_parts(sg: Subgraph, whole: Any, config: CompileConfig, host: Any, packed: dict[int, np.ndarray]) -> Any:
     """A :class:`~snippets_x86_64.runtime.RowSplitExecutor` for a static FC whose kernel has fewer parallel
-    indices than threads (SplitDimensionM found no even split: a prime M such as ViT's 197 rows, or too few rows
-    per thread for its kernel minimum) but whose rows carry work for several: a kernel compiled for each thread's
-    consecutive rows (at most two heights), run on the row slices of x, of the residual and of the output (rows
-    are contiguous: no copy), all started in one dispatch. None otherwise."""
-    from snippets_x86_64.runtime import (
-        KernelExecutor, RowSplitExecutor, _executor_options, _kernel_for, _parallel_min_ns, _specs,
-        _split,
-    )
+    indices than threads (SplitDimensionM found no even split: a prime M such as ViT's 197 rows) but whose rows
+    carry work for several (see :func:`~snippets_x86_64.runtime.split_static_rows`); None otherwise. The row inputs
+    are those with x's leading dims (x, a residual); the others must be one row or the packed weight."""
+    from snippets_x86_64.runtime import split_static_rows
 
-    threads, min_ns = config.num_threads, _parallel_min_ns(config)
     a_index = _a_input(sg)
-    if threads < 2 or a_index is None or math.prod(whole.domain) >= threads or whole.work_ns is None:
+    if a_index is None:
         return None
     lead = whole.input_specs[a_index][1][:-1]
-    m = math.prod(lead)
     rows_in = tuple(i for i, (_, s) in enumerate(whole.input_specs) if s[:-1] == lead)
     if any(i not in rows_in and i not in packed and math.prod(s[:-1]) != 1
-           for i, (_, s) in enumerate(whole.input_specs)) or any(
-            s[:-1] != lead for _, s in whole.output_specs):
+           for i, (_, s) in enumerate(whole.input_specs)) or any(s[:-1] != lead for _, s in whole.output_specs):
         return None
-    parts = min(threads, m // ROW_SPLIT_MIN, int(whole.work_ns // min_ns) if min_ns > 0 else threads)
-    if parts < 2:
-        return None
-    by_rows: dict[int, Any] = {}
-    executors = []
-    for start, count in _split(m, parts):
-        if count not in by_rows:
-            body = sg.body.clone()
-            for i, p in enumerate(body.parameters):
-                if i in rows_in:
-                    p.shape = Shape([*[1] * (len(lead) - 1), count, p.outputs[0].shape.to_tuple()[-1]])
-            part = _fixed_subgraph(sg, body, f"rows{count}")
-            ins, outs = _specs(part)
-            by_rows[count] = (_kernel_for(part, config, host, None), ins, outs)
-        kernel, ins, outs = by_rows[count]
-        executors.append((start, KernelExecutor(kernel, ins, outs, 1, *_executor_options(config))))
-    return RowSplitExecutor(whole, executors, rows_in)
+    return split_static_rows(sg, whole, config, host, rows_in, ROW_SPLIT_MIN)
 
 
 __all__ = ["ColumnSplitBlock", "DynamicFCExecutor", "PackedWeightExecutor", "RowBlockFCExecutor", "SplitNExecutor",

@@ -719,7 +719,12 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
     ins, outs = _specs(sg)
     executor = KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config),
                               parallel_min_ns=_parallel_min_ns(config))
-    executor = fc_executor(sg, executor, config, host)
+    wrapped = fc_executor(sg, executor, config, host)
+    if wrapped is executor and config.num_threads > 1:  # not an FC: a row-wise body may split its rows
+        rows_in = row_inputs(sg)
+        if rows_in is not None:
+            wrapped = split_static_rows(sg, executor, config, host, rows_in, ROW_SPLIT_MIN_ROWS) or executor
+    executor = wrapped
     sg.rt_info.pop(FALLBACK_KEY, None)
     sg.rt_info["SnippetsCacheKey"] = kernel.cache_key
     return executor
@@ -905,6 +910,51 @@ def row_inputs(sg: Subgraph) -> tuple[int, ...] | None:
     return tuple(found) or None
 
 
+def fixed_subgraph(sg: Subgraph, body: Any, suffix: str) -> Subgraph:
+    """A Subgraph of ``body`` (a clone of ``sg``'s whose Parameters got static shapes) with ``sg``'s rt_info."""
+    from snippets_core.ir.ops.io import Parameter
+    from snippets_core.ir.ops.subgraph import Subgraph
+
+    body.validate()
+    part = Subgraph(*[Parameter(p.outputs[0].element_type, p.outputs[0].shape, name=p.name).outputs[0]
+                      for p in body.parameters], body=body, name=f"{sg.name}/{suffix}")
+    part.rt_info.update(sg.rt_info)
+    return part
+
+
+def split_static_rows(sg: Subgraph, whole: KernelExecutor, config: CompileConfig, host: Any, rows_in: Sequence[int],
+                      min_rows: int) -> RowSplitExecutor | None:
+    """A :class:`RowSplitExecutor` for a static Subgraph whose rows are independent (a row-wise body, an FC) and
+    whose kernel has fewer parallel indices than threads (a LayerNorm's domain is its batch; an FC of a prime M
+    that SplitDimensionM could not split): a kernel compiled for each thread's consecutive rows (at most two
+    heights) with the ``rows_in`` inputs folded to ``[1.., rows, C]``, when each thread gets ``parallel_min_ns``
+    of work and ``min_rows`` rows; None otherwise."""
+    from snippets_core.ir.shape import Shape
+
+    threads, min_ns = config.num_threads, _parallel_min_ns(config)
+    if threads < 2 or not rows_in or math.prod(whole.domain) >= threads or whole.work_ns is None:
+        return None
+    lead = whole.input_specs[rows_in[0]][1][:-1]
+    m = math.prod(lead)
+    parts = min(threads, m // min_rows, int(whole.work_ns // min_ns) if min_ns > 0 else threads)
+    if parts < 2:
+        return None
+    by_rows: dict[int, tuple[Kernel, list, list]] = {}
+    executors = []
+    for start, count in _split(m, parts):
+        if count not in by_rows:
+            body = sg.body.clone()
+            for i in rows_in:
+                p = body.parameters[i]
+                p.shape = Shape([*[1] * (len(lead) - 1), count, p.outputs[0].shape.to_tuple()[-1]])
+            part = fixed_subgraph(sg, body, f"rows{count}")
+            ins, outs = _specs(part)
+            by_rows[count] = (_kernel_for(part, config, host, None), ins, outs)
+        kernel, ins, outs = by_rows[count]
+        executors.append((start, KernelExecutor(kernel, ins, outs, 1, *_executor_options(config))))
+    return RowSplitExecutor(whole, executors, tuple(rows_in))
+
+
 class RowSplitExecutor:
     """One shape of a row-wise Subgraph (see :func:`row_inputs`) whose kernel's parallel domain has fewer indices
     than threads (a LayerNorm of [1, S, C]: its domain is the batch; a static FC of a prime M) run as one call per
@@ -1053,5 +1103,7 @@ __all__ = [
     "compile_subgraph",
     "generate_subgraph",
     "lowering_config",
+    "fixed_subgraph",
     "row_inputs",
+    "split_static_rows",
 ]

@@ -37,18 +37,23 @@ def _decomposed(x, g, b, eps):  # type: ignore[no-untyped-def]
     return sb.add(sb.multiply(sb.divide(d, sb.sqrt(sb.add(var, np.float32(eps)))), g), b)
 
 
-def _executor(graph, threads: int, residual: bool):  # type: ignore[no-untyped-def]
+def _compiled(dims: list[int], graph: str, threads: int, residual: bool = True):  # type: ignore[no-untyped-def]
+    """The Subgraph of a LayerNorm (``graph``: the op or its decomposition) of x (+ r) of ``dims``, its executor."""
     g = RNG.standard_normal(C).astype(np.float32)
     b = RNG.standard_normal(C).astype(np.float32)
-    x = sb.parameter([-1, -1, C], "f32", name="x")
-    r = sb.parameter([-1, -1, C], "f32", name="r")
+    x = sb.parameter(dims, "f32", name="x")
+    r = sb.parameter(dims, "f32", name="r")
     inp = sb.add(x, r) if residual else x
     y = sb.layer_normalization(inp, g, b, epsilon=1e-5) if graph == "op" else _decomposed(inp, g, b, 1e-5)
     model = sb.model([y], name="ln_rows")
     cfg = CompileConfig.from_mapping({"num_threads": threads, "target_options": {"parallel_min_ns": 1}})
     run_tokenization(model, resolve_target(TARGET, cfg), cfg)
     (sg,) = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
-    ex = x86_runtime.compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
+    return sg, x86_runtime.compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host), g, b
+
+
+def _executor(graph, threads: int, residual: bool):  # type: ignore[no-untyped-def]
+    sg, ex, g, b = _compiled([-1, -1, C], graph, threads, residual)
     assert isinstance(ex, x86_runtime.DynamicKernelExecutor), type(ex)
     return sg, ex, g, b
 
@@ -87,3 +92,20 @@ def test_row_inputs_of_bodies():
     x2 = sb.parameter([-1, -1, C], "f32", name="x")
     over_rows = sb.model([sb.subtract(x2, sb.reduce_mean(x2, [1], keep_dims=True))])
     assert x86_runtime.row_inputs(Subgraph(sb.parameter([-1, -1, C], "f32"), body=over_rows)) is None
+
+
+@pytest.mark.parametrize("graph", ["op", "decomposed"])
+@pytest.mark.parametrize("threads, rows", [(2, 197), (3, 197), (2, 40)])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_static_rows_split_into_kernels_of_their_own(graph, threads, rows, at):
+    """A static row-wise Subgraph whose domain is its batch (1): a kernel per thread's consecutive rows (at most
+    two heights), each on its row slices; every array at a guard page, against numpy float64."""
+    sg, ex, g, b = _compiled([1, rows, C], graph, threads)
+    assert isinstance(ex, x86_runtime.RowSplitExecutor) and len(ex.parts) == threads
+    xs = RNG.standard_normal((1, rows, C)).astype(np.float32)
+    rs = RNG.standard_normal((1, rows, C)).astype(np.float32)
+    args = [guarded_copy(xs, at) if i.source.node.name == "x" else guarded_copy(rs, at)
+            if i.source.node.name == "r" else guarded_copy(np.asarray(i.source.node.value), at) for i in sg.inputs]
+    out = guarded_copy(np.full((1, rows, C), np.nan, np.float32), at)
+    ex(args, [out])
+    np.testing.assert_allclose(out, _layer_norm(xs + rs.astype(np.float64), g, b, 1e-5), rtol=1e-4, atol=1e-4)
