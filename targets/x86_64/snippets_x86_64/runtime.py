@@ -862,9 +862,10 @@ ROW_SPLIT_MIN_ROWS = 8
 
 def row_inputs(sg: Subgraph) -> tuple[int, ...] | None:
     """The body inputs that have the output's rows, when every output row of ``sg`` depends only on the same row
-    of those inputs (the other inputs and the constants broadcast along the rows): eltwise ops, LayerNormalization
-    and reductions over the last axis only (a LayerNorm, its TorchScript decomposition, a softmax written out).
-    Such a kernel runs on any slice of rows; None for any other body."""
+    of those inputs (the other inputs and the constants broadcast along the rows): eltwise ops, and at least one
+    LayerNormalization or reduction over the last axis only (a LayerNorm, its TorchScript decomposition, a softmax
+    written out), whose kernel's domain stops before the rows. Such a kernel runs on any slice of rows; None for
+    any other body (an eltwise body's domain covers its rows already)."""
     from snippets_core.ir.shape import normalize_axis
     from snippets_core.tokenization.tokenize_snippets import (
         BINARY_ELTWISE, ROW_REDUCTIONS, TERNARY_ELTWISE, UNARY_ELTWISE,
@@ -881,6 +882,7 @@ def row_inputs(sg: Subgraph) -> tuple[int, ...] | None:
     def broadcasts(shape: Any) -> bool:  # one row: static, every dim but the last 1
         return shape.is_static and math.prod(shape.to_tuple()[:-1]) == 1
 
+    rows = False  # a row op (the domain of an eltwise body already covers the rows)
     for n in body.get_ordered_ops():
         t = n.type_name
         if t in ("Parameter", "Result") or t in UNARY_ELTWISE or t in BINARY_ELTWISE or t in TERNARY_ELTWISE:
@@ -893,12 +895,16 @@ def row_inputs(sg: Subgraph) -> tuple[int, ...] | None:
         if x is None or not x.rank_is_static:
             return None
         if t == "LayerNormalization" and normalize_axis(n.axis, x.rank) == x.rank - 1:  # type: ignore[attr-defined]
+            rows = True
             continue
         if t in ROW_REDUCTIONS and n.keep_dims:  # type: ignore[attr-defined]
             axes = n.inputs[1].source.node
             if axes.type_name == "Constant" and [normalize_axis(int(a), x.rank)
                                                  for a in np.asarray(axes.value).reshape(-1)] == [x.rank - 1]:
+                rows = True
                 continue
+        return None
+    if not rows:
         return None
     found = []
     for i, p in enumerate(body.parameters):

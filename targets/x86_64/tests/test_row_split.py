@@ -83,7 +83,7 @@ def test_one_thread_never_splits():
 
 def test_row_inputs_of_bodies():
     """Row-wise: eltwise, LayerNorm, last-axis reductions, inputs broadcast along the rows; not row-wise: a
-    reduction over the rows."""
+    reduction over the rows; not split: an eltwise body alone."""
     x = sb.parameter([-1, -1, C], "f32", name="x")
     row = sb.parameter([1, 1, C], "f32", name="row")
     ok = sb.model([sb.multiply(sb.layer_normalization(x, np.ones(C, np.float32)), row)])
@@ -92,6 +92,9 @@ def test_row_inputs_of_bodies():
     x2 = sb.parameter([-1, -1, C], "f32", name="x")
     over_rows = sb.model([sb.subtract(x2, sb.reduce_mean(x2, [1], keep_dims=True))])
     assert x86_runtime.row_inputs(Subgraph(sb.parameter([-1, -1, C], "f32"), body=over_rows)) is None
+    x3 = sb.parameter([-1, -1, C], "f32", name="x")
+    eltwise = sb.model([sb.relu(sb.add(x3, np.float32(1.0)))])  # its domain covers the rows already
+    assert x86_runtime.row_inputs(Subgraph(sb.parameter([-1, -1, C], "f32"), body=eltwise)) is None
 
 
 @pytest.mark.parametrize("graph", ["op", "decomposed"])
