@@ -15,6 +15,7 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
     """Mark nodes the target fuses elsewhere, then replace fusable regions by Subgraph nodes."""
     from snippets_core.passes.convert_q_dq_to_fake_quantize import ConvertQDQToFakeQuantize
     from snippets_core.passes.extract_reshapes_from_mha import ExtractReshapesFromMHA
+    from snippets_core.passes.gelu_fusion import GeluFusion
     from snippets_core.passes.group_norm_to_rows import GroupNormToRows
     from snippets_core.passes.move_reduction_axes_last import MoveReductionAxesLast
     from snippets_core.passes.move_softmax_axis_last import MoveSoftmaxAxisLast
@@ -38,6 +39,8 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
             ExtractReshapesFromMHA().run(model)
         # the kernels reduce along the innermost dim only
         rewrites = [GroupNormToRows(), MoveReductionAxesLast()]
+        if tcfg.gelu_fusion:  # a written-out Gelu as the one op the target's kernels compute it with
+            rewrites.insert(0, GeluFusion())
         # the Transposes stay outside only while the target's callback is asked to keep them there
         if tcfg.softmax_axis_to_last and tcfg.snippets_mode is SnippetsMode.Enable:
             rewrites.insert(0, MoveSoftmaxAxisLast())
@@ -120,7 +123,8 @@ def run_common_optimizations(model: Model, disabled_passes: Iterable[str] = ()) 
 def run_mha_common_optimizations(model: Model, tcfg, disabled_passes: Iterable[str] = ()) -> bool:  # type: ignore[no-untyped-def]
     """The MHA part of CommonOptimizations on every Subgraph with domain-sensitive ops: body passes
     ExplicitTransposeMatMulInputs, SoftmaxReshapeElimination; Subgraph passes ExtractUnsupportedTransposes,
-    SplitDimensionM (when ``tcfg.split_m_dimension``). A pass named in ``disabled_passes`` is skipped."""
+    SplitDimensionM (when ``tcfg.split_m_dimension``; on a FullyConnected also ``tcfg.fc_split_m_dimension``).
+    A pass named in ``disabled_passes`` is skipped."""
     from snippets_core.ir.ops.subgraph import Subgraph
     from snippets_core.passes.explicit_transpose_matmul_inputs import ExplicitTransposeMatMulInputs
     from snippets_core.passes.extract_unsupported_transposes import (
@@ -152,7 +156,8 @@ def run_mha_common_optimizations(model: Model, tcfg, disabled_passes: Iterable[s
         if is_int8_fc(sg) or is_int8_matmul(sg):  # one int8 kernel: nothing to split or extract
             continue
         if sg.rt_info.get(FULLY_CONNECTED):
-            changed |= fc_pipeline.run(sg)
+            if tcfg.fc_split_m_dimension:
+                changed |= fc_pipeline.run(sg)
         elif has_domain_sensitive_ops(sg.body):
             changed |= pipeline.run(sg)
     return changed

@@ -57,6 +57,13 @@ class TokenizationConfig:
     concurrency: int = 1
     data_ptr_gpr_count: int = 11
     split_m_dimension: bool = True
+    #: SplitDimensionM also splits a FullyConnected Subgraph's M (Reshapes around it); a target whose FC executor
+    #: splits the rows itself (x86-64: the same split inside the kernel, no Reshape steps between kernels) turns
+    #: this off
+    fc_split_m_dimension: bool = True
+    #: GeluFusion before tokenization: the Gelu exporters write out (Erf or Tanh and four to eight eltwise ops) as one
+    #: Gelu op, for a target whose kernels compute Gelu in one emitter
+    gelu_fusion: bool = False
     mha_token_enable_transpose_on_output: bool = True
     is_dynamic_mha_token_enabled: bool = True
     mha_supported_transpose_ranks: tuple[int, ...] = (3, 4)
@@ -96,7 +103,8 @@ class TokenizationConfig:
         v = self.int8_conv_min_macs
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise TokenizationConfigError(f"tokenization config 'int8_conv_min_macs' must be an integer >= 0, got {v!r}")
-        for name in ("split_m_dimension", "mha_token_enable_transpose_on_output", "is_dynamic_mha_token_enabled",
+        for name in ("split_m_dimension", "fc_split_m_dimension", "gelu_fusion",
+                     "mha_token_enable_transpose_on_output", "is_dynamic_mha_token_enabled",
                      "mha_transposed_b_in_subgraph", "conv_primitives", "int8_fc", "int8_matmul", "int8_mha",
                      "transpose_primitives"):
             v = getattr(self, name)

@@ -17,15 +17,17 @@ import numpy as np
 
 from snippets_core.config import CompileConfig, ConfigError, int_option
 from snippets_core.errors import InputError, SnippetsError, UnsupportedByTarget
-from snippets_core.ir.ops.io import Parameter
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import Shape
 from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, PANEL, packed_weight_body_inputs, packed_weights
 from snippets_core.runtime.placement import Placement, fallback_reason
-from snippets_x86_64.runtime import POOL, TARGET_NAME, _address, _output_specs
+from snippets_x86_64.runtime import POOL, TARGET_NAME, _address, _output_specs, fixed_subgraph
 
 
-#: rt_info key on an FC Subgraph whose one-row split along N could not be compiled: why (it runs whole)
+#: rt_info key on a static FC Subgraph whose rows could not be split into kernels of their own: why (it runs whole)
+ROW_PARTS_SKIPPED = "SnippetsFCRowPartsSkipped"
+#: rt_info key on an FC Subgraph whose split along N (one row, or a dynamic FC's smallest row block) could not be
+#: compiled: why (it runs whole, or split along M)
 SPLIT_N_SKIPPED = "SnippetsFCSplitNSkipped"
 
 
@@ -51,31 +53,60 @@ class PackedWeightExecutor:
 class SplitNExecutor:
     """An FC with one row on ``parts`` threads: each runs the kernel compiled for ``N / parts`` columns on its
     slice of the packed weight (whole panels, contiguous), of the inputs that vary along N (bias, residual) and of
-    the output (contiguous too: there is one row)."""
+    the output (contiguous too: there is one row), all started in one native dispatch
+    (:class:`~snippets_x86_64.runtime.PartsLauncher`; a Python thread pool's hand-over cost more than the 768 x 768
+    kernel itself)."""
 
-    def __init__(self, parts: list[Any], packed: dict[int, np.ndarray], sliced: list[int], out_shapes: list[tuple],
+    def __init__(self, parts: list[Any], packed: dict[int, np.ndarray], sliced: set[int], out_shapes: list[tuple],
                  out_types: list[np.dtype], width: int) -> None:
+        from snippets_x86_64.runtime import PartsLauncher
+
         self.parts = parts
-        self.pool = POOL
+        self.launcher = PartsLauncher(parts)
         self.width = width
-        #: per part, the packed weights' slices (a part's panels are consecutive in the packed copy)
-        self.weights = [{i: w.reshape(-1)[p * w.size // len(parts) : (p + 1) * w.size // len(parts)]
-                         .reshape(parts[0].input_specs[i][1]) for i, w in packed.items()} for p in range(len(parts))]
+        #: per part, the packed weights' slices
+        self.weights = _weight_slices(packed, parts)
         self.sliced = sliced
         self.out_shapes, self.out_types = out_shapes, out_types
+        self.num_threads = len(parts)
 
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
-        results = [o if o is not None else np.empty(s, t)
-                   for o, s, t in zip(outs or [None] * len(self.out_shapes), self.out_shapes, self.out_types)]
-        c = self.width
-        tasks = []
-        for p, ex in enumerate(self.parts):
-            ins = [np.asarray(a)[..., p * c : (p + 1) * c] if i in self.sliced else a for i, a in enumerate(args)]
-            for i, w in self.weights[p].items():
-                ins[i] = w
-            part_outs = [r[..., p * c : (p + 1) * c] for r in results]
-            tasks.append(lambda ex=ex, ins=ins, part_outs=part_outs: ex(ins, part_outs))
-        self.pool.run(tasks)
+        specs = self.parts[0].input_specs
+        if len(args) != len(specs):
+            raise InputError(f"the Subgraph takes {len(specs)} inputs, got {len(args)}")
+        ins = []
+        for i, a in enumerate(args):
+            if i in self.weights[0]:
+                ins.append(None)
+                continue
+            a = np.ascontiguousarray(a)
+            dtype, shape = specs[i]
+            want = (*shape[:-1], shape[-1] * len(self.parts)) if i in self.sliced else shape
+            if a.dtype != dtype or a.shape != want:
+                raise InputError(f"Subgraph input {i} must be {dtype}{list(want)}, got {a.dtype}{list(a.shape)}")
+            ins.append(a)
+        results = []
+        for j, (s, t) in enumerate(zip(self.out_shapes, self.out_types)):
+            o = outs[j] if outs is not None and outs[j] is not None else np.empty(s, t)
+            if not (isinstance(o, np.ndarray) and o.dtype == t and o.shape == tuple(s) and o.flags.c_contiguous
+                    and o.flags.writeable):
+                raise InputError(f"output array {j} must be a writeable C-contiguous {np.dtype(t)}{list(s)}")
+            results.append(o)
+        base = [_address(a) if a is not None else 0 for a in (*ins, *results)]
+        n_in = len(ins)
+        ptrs = []
+        for p in range(len(self.parts)):
+            part = []
+            for i, a in enumerate(ins):
+                if a is None:
+                    part.append(_address(self.weights[p][i]))
+                elif i in self.sliced:  # one row: its column slice is contiguous
+                    part.append(base[i] + p * self.width * a.itemsize)
+                else:
+                    part.append(base[i])
+            part += [base[n_in + j] + p * self.width * r.itemsize for j, r in enumerate(results)]
+            ptrs.append(part)
+        self.launcher.launch(ptrs)
         return results
 
 
@@ -180,44 +211,77 @@ def _one_row(sg: Subgraph) -> tuple[int, int] | None:
 def split_n(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np.ndarray]) -> SplitNExecutor | None:
     """A :class:`SplitNExecutor` for a one-row FC on several threads whose N splits into whole panels per thread;
     None otherwise."""
+    found = _one_row(sg)
+    if found is None:
+        return None
+    n, _ = found
+    columns = _column_parts(sg, config, host, packed, n, "n_part")
+    if columns is None:
+        return None
+    parts, sliced, width = columns
+    full_outs = [(t, (*s[:-1], n)) for t, s in parts[0].output_specs]
+    return SplitNExecutor(parts, packed, sliced, [s for _, s in full_outs], [t for t, _ in full_outs], width)
+
+
+def _column_parts(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np.ndarray], n: int, suffix: str,
+                  roles: list[str] | None = None, rows: int = 0) -> tuple[list[Any], set[int], int] | None:
+    """The single-thread KernelExecutors of ``sg`` compiled for ``N / T`` columns, one per thread (``T`` the
+    threads, at most one per panel, N whole panels per thread), the body inputs cut along N (bias, residual) and
+    the width; with ``roles``, the row-indexed inputs folded to ``rows`` rows. None when N does not split so, or x
+    also feeds a post-op (``x + x @ W``: its columns are not the output's)."""
     from snippets_x86_64.runtime import KernelExecutor, _executor_options, _kernel_for, _specs
 
-    found = _one_row(sg)
-    if found is None or config.num_threads < 2 or len(packed) != 1:
+    threads = min(config.num_threads, n // PANEL)
+    a_index = _a_input(sg)
+    if (threads < 2 or n % (threads * PANEL) or len(packed) != 1 or a_index is None
+            or len(sg.body.parameters[a_index].outputs[0].targets) != 1):
         return None
-    n, a_index = found
-    parts = min(config.num_threads, n // PANEL)
-    if parts < 2 or n % (parts * PANEL):
-        return None
-    width = n // parts
+    width = n // threads
     (w_index,) = packed
     transposed = packed_weight_body_inputs(sg.body)[w_index]
     body = sg.body.clone()
-    sliced = []
+    sliced = set()
     for i, p in enumerate(body.parameters):
-        dims = list(p.outputs[0].shape.to_tuple())
+        dims = list(p.outputs[0].shape.sym_dims)
         if i == w_index:
             dims[-2 if transposed else -1] = width
         elif i != a_index and dims and dims[-1] == n:
             dims[-1] = width
-            sliced.append(i)
+            sliced.add(i)
+        if roles is not None and roles[i] == ROW:
+            dims = [1] * (len(dims) - 2) + [rows, dims[-1]]
         p.shape = Shape(dims)
-    part = _fixed_subgraph(sg, body, "n_part")
+    part = fixed_subgraph(sg, body, suffix)
     kernel = _kernel_for(part, config, host, None)
     ins, outs = _specs(part)
     min_bytes, native = _executor_options(config)
-    executors = [KernelExecutor(kernel, ins, outs, 1, min_bytes, native) for _ in range(parts)]
-    full_outs = [(np.dtype(t), tuple(s[:-1]) + (n,)) for t, s in outs]
-    return SplitNExecutor(executors, packed, sliced, [s for _, s in full_outs], [t for t, _ in full_outs], width)
+    return [KernelExecutor(kernel, ins, outs, 1, min_bytes, native) for _ in range(threads)], sliced, width
 
 
-def _fixed_subgraph(sg: Subgraph, body: Any, suffix: str) -> Subgraph:
-    """A Subgraph of ``body`` (a clone of ``sg``'s whose Parameters got static shapes) with ``sg``'s rt_info."""
-    body.validate()
-    part = Subgraph(*[Parameter(p.outputs[0].element_type, p.outputs[0].shape, name=p.name).outputs[0]
-                      for p in body.parameters], body=body, name=f"{sg.name}/{suffix}")
-    part.rt_info.update(sg.rt_info)
-    return part
+def _weight_slices(packed: dict[int, np.ndarray], parts: list[Any]) -> list[dict[int, np.ndarray]]:
+    """Per part, its slice of each packed weight: a part's panels are consecutive in the packed copy."""
+    return [{i: w.reshape(-1)[p * w.size // len(parts) : (p + 1) * w.size // len(parts)]
+             .reshape(parts[0].input_specs[i][1]) for i, w in packed.items()} for p in range(len(parts))]
+
+
+def row_split_subgraph(sg: Subgraph, config: CompileConfig) -> Subgraph:
+    """The Subgraph whose kernel a static FullyConnected ``sg`` runs: ``sg`` itself, or on several threads a copy
+    whose M SplitDimensionM split into ``batch_m x new_m`` (``[.., M, K]`` -> ``[.., batch_m, new_m, K]``, the
+    weight and bias get unit dims), so the kernel's parallel domain has an index per thread. The x86 target turns
+    tokenization's ``fc_split_m_dimension`` off: the split lives here instead of in Reshapes around the Subgraph,
+    since the split arrays are the caller's in the same memory order (the executor keeps ``sg``'s shapes and passes
+    their addresses), and each Reshape step cost the model's call about a microsecond (18 of them on
+    transformer_block at 2 threads)."""
+    from snippets_core.passes.split_dimension_m import SplitDimensionM
+    from snippets_core.tokenization import FULLY_CONNECTED
+
+    knobs = dict(config.tokenization)
+    concurrency = knobs.get("concurrency", config.num_threads)
+    if (concurrency < 2 or not knobs.get("split_m_dimension", True) or SplitDimensionM.name in config.disabled_passes
+            or not sg.rt_info.get(FULLY_CONNECTED)):
+        return sg
+    part = fixed_subgraph(sg, sg.body.clone(), "split_m")
+    return part if SplitDimensionM(concurrency).run(part) else sg
 
 
 #: rows of the kernel a dynamic-M FC runs on every M (``target_options.fc_row_block``; 0: a kernel per shape)
@@ -265,7 +329,8 @@ class RowBlockFCExecutor:
     time."""
 
     def __init__(self, kernels: dict[int, Any], packed: dict[int, np.ndarray], roles: list[str],
-                 lead: tuple[int, ...], fallback: Any, blocks: Any = None) -> None:
+                 lead: tuple[int, ...], fallback: Any, blocks: Any = None, columns: ColumnSplitBlock | None = None
+                 ) -> None:
         #: the KernelExecutor of each block height, largest first
         self.kernels = dict(sorted(kernels.items(), reverse=True))
         self.rows = next(iter(self.kernels))
@@ -297,6 +362,9 @@ class RowBlockFCExecutor:
         self._row_bytes += [d.itemsize * s[-1] for d, s in self.kernel.output_specs]
         #: per set of input shapes, what a call runs (see _shape_plan), least recently used first
         self._plans: OrderedDict[tuple, Any] = OrderedDict()
+        #: the smallest block height split along N between the threads (see ColumnSplitBlock), or None
+        self.columns = columns
+        self._column_rows = columns.rows if columns is not None else 0
 
     def _blocks_executor(self, nb: int) -> Any:
         """The executor of ``nb`` full blocks on the block kernel: the harness runs domain indices ``0..nb-1``
@@ -364,7 +432,9 @@ class RowBlockFCExecutor:
                 calls.append((self._blocks_executor(nb), 0, nb * rows, rows))
             done = nb * rows if nb > 1 else 0
             for at, n, size in self.plan(m - done):
-                calls.append((self.kernels[size] if n == size else None, done + at, n, size))
+                # None: through scratch blocks (padded rows, or the smallest height split along N)
+                whole = n == size and size != self._column_rows
+                calls.append((self.kernels[size] if whole else None, done + at, n, size))
             entry = (m, [lead + shape[-1:] for _, shape in self.kernel.output_specs], calls)
         self._plans[shapes] = entry
         if len(self._plans) > BLOCK_EXECUTORS:
@@ -406,7 +476,11 @@ class RowBlockFCExecutor:
                 run.launch([p + at * b for p, b in zip(addrs, steps)])
             else:
                 flat = [f.reshape(m, f.shape[-1]) if r == ROW else f for f, r in zip(data, self.roles)]
-                self._run_padded(self.kernels[size], size, flat, [o.reshape(m, o.shape[-1]) for o in results], at, n)
+                flat_outs = [o.reshape(m, o.shape[-1]) for o in results]
+                if size == self._column_rows:
+                    self.columns.run(flat, flat_outs, at, n)  # type: ignore[union-attr]
+                else:
+                    self._run_padded(self.kernels[size], size, flat, flat_outs, at, n)
         self.last_placement = self._on_target
         return results
 
@@ -441,9 +515,111 @@ class RowBlockFCExecutor:
         sizes = ", ".join(map(str, self.kernels))
         text = (f"kernels of {sizes} rows for every M (full blocks of {self.rows}, the tail on the smaller ones, "
                 f"the last rows padded)")
+        if self.columns is not None:
+            text += f"; {self.columns.rows} rows split along N into {len(self.columns.parts)} parts"
         if self.calls_per_shape:
             text += f"; {self.calls_per_shape} call(s) with run-time broadcasting: {self.fallback.describe()}"
         return text
+
+
+class ColumnSplitBlock:
+    """``rows`` rows of an FC on ``T`` threads split along N: each thread runs the kernel compiled for ``N / T``
+    columns on its consecutive panels of the packed weight and its slices of the inputs that vary along N (bias,
+    residual), all started in one dispatch (:class:`~snippets_x86_64.runtime.PartsLauncher`). A part's output
+    columns are strided in the output, so its kernel writes a contiguous scratch block that is copied out after;
+    x's rows are read in place (through one zero-padded scratch block when fewer than ``rows``), a residual's
+    columns are copied into the part's scratch. So each thread streams ``1 / T`` of the weight for all the rows,
+    where the M split of a small block gives each thread a few rows and the whole weight (ViT's last 5 of 197
+    rows, padded to 8: 4 rows per thread, each reading every panel from L3)."""
+
+    def __init__(self, parts: list[Any], packed: dict[int, np.ndarray], roles: list[str], sliced: set[int],
+                 width: int, rows: int) -> None:
+        from snippets_x86_64.runtime import PartsLauncher
+
+        self.parts = parts
+        self.launcher = PartsLauncher(parts)
+        self.roles = roles
+        #: the inputs cut along N (besides the weight): a bias, a residual
+        self.sliced = sliced
+        self.width = width
+        self.rows = rows
+        #: per part, the packed weights' slices
+        self.weights = _weight_slices(packed, parts)
+        self._lock = threading.Lock()
+        self._scratch: tuple[dict[int, np.ndarray], list[dict[int, np.ndarray]], list[list[np.ndarray]]] | None = None
+
+    def _new_scratch(self) -> tuple[dict[int, np.ndarray], list[dict[int, np.ndarray]], list[list[np.ndarray]]]:
+        """Zero-padded blocks: the shared ones of the whole-row inputs (x), per part those of the inputs cut along
+        N and the outputs."""
+        specs = self.parts[0].input_specs
+        rows_in = [i for i, r in enumerate(self.roles) if r == ROW]
+        shared = {i: np.zeros(specs[i][1], specs[i][0]) for i in rows_in if i not in self.sliced}
+        per_part = [{i: np.zeros(specs[i][1], specs[i][0]) for i in rows_in if i in self.sliced} for _ in self.parts]
+        outs = [[np.zeros(s, d) for d, s in ex.output_specs] for ex in self.parts]
+        return shared, per_part, outs
+
+    def run(self, flat: list[np.ndarray], flat_outs: list[np.ndarray], at: int, n: int) -> None:
+        """Rows ``at:at+n`` (at most ``rows``) of the [M, C]-viewed row inputs ``flat`` (C-contiguous) into
+        ``flat_outs``."""
+        own = self._lock.acquire(blocking=False)
+        try:  # a concurrent call gets scratch of its own
+            if not own:
+                scratch = self._new_scratch()
+            else:
+                if self._scratch is None:
+                    self._scratch = self._new_scratch()
+                scratch = self._scratch
+            shared, per_part, part_outs = scratch
+            c, rows = self.width, self.rows
+            base: list[int] = []  # per input, the address part 0 reads; the cut ones move by c elements per part
+            for i, (f, r) in enumerate(zip(flat, self.roles)):
+                if r == ROW and i not in self.sliced:
+                    if n == rows:  # read in place
+                        base.append(_address(f) + at * f.strides[0])
+                    else:
+                        pad = shared[i]
+                        pad.reshape(rows, -1)[:n] = f[at : at + n]
+                        base.append(_address(pad))
+                elif r == ROW:
+                    src = f[at : at + n]
+                    for p, pads in enumerate(per_part):
+                        pads[i].reshape(rows, -1)[:n] = src[:, p * c : (p + 1) * c]
+                    base.append(0)
+                elif i in self.weights[0]:
+                    base.append(0)
+                else:
+                    if not f.flags.c_contiguous:
+                        f = flat[i] = np.ascontiguousarray(f)
+                    base.append(_address(f))
+            ptrs = []
+            for p in range(len(self.parts)):
+                part = [_address(per_part[p][i]) if r == ROW and i in self.sliced
+                        else _address(self.weights[p][i]) if i in self.weights[p]
+                        else a + p * c * flat[i].itemsize if i in self.sliced else a
+                        for i, (a, r) in enumerate(zip(base, self.roles))]
+                ptrs.append(part + [_address(o) for o in part_outs[p]])
+            self.launcher.launch(ptrs)
+            for p, outs in enumerate(part_outs):
+                for o, so in zip(flat_outs, outs):
+                    o[at : at + n, p * c : (p + 1) * c] = so.reshape(rows, -1)[:n]
+        finally:
+            if own:
+                self._lock.release()
+
+
+def _column_block(sg: Subgraph, config: CompileConfig, host: Any, roles: list[str], packed: dict[int, np.ndarray],
+                  rows: int) -> ColumnSplitBlock | None:
+    """A :class:`ColumnSplitBlock` of ``rows`` rows for the dynamic-M FC ``sg`` on several threads whose N splits
+    into whole panels per thread; None otherwise."""
+    out = sg.body.results[0].inputs[0].shape
+    if config.num_threads < 2 or len(sg.body.results) != 1 or not isinstance(out.sym_dims[-1], int):
+        return None
+    n = int(out.sym_dims[-1])
+    columns = _column_parts(sg, config, host, packed, n, f"columns{rows}", roles, rows)
+    if columns is None:
+        return None
+    parts, sliced, width = columns
+    return ColumnSplitBlock(parts, packed, roles, sliced, width, rows)
 
 
 #: the smallest tail kernel of a RowBlockFCExecutor (``target_options.fc_row_tail``): fewer rows are padded
@@ -465,7 +641,7 @@ def _row_block_kernel(sg: Subgraph, config: CompileConfig, host: Any, roles: lis
     for p, r in zip(body.parameters, roles):
         if r == ROW:
             p.shape = Shape([*block_lead, p.outputs[0].shape.sym_dims[-1]])
-    part = _fixed_subgraph(sg, body, f"row_block{rows}")
+    part = fixed_subgraph(sg, body, f"row_block{rows}")
     kernel = _kernel_for(part, config, host, None)
     ins, outs = _specs(part)
     return KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
@@ -485,7 +661,7 @@ def _block_kernel(sg: Subgraph, config: CompileConfig, host: Any, roles: list[st
             if len(dims) < 3:  # [M, K]: no dim to hold the block index
                 return None
             p.shape = Shape([*[1] * (len(dims) - 3), j, rows, dims[-1]])
-    part = _fixed_subgraph(sg, body, f"blocks{rows}")
+    part = fixed_subgraph(sg, body, f"blocks{rows}")
     kernel = _kernel_for(part, config, host, None)
     if kernel.info.parallel_domain != (j,):
         return None
@@ -509,7 +685,13 @@ def row_block(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, 
     while sizes[-1] % 2 == 0 and sizes[-1] // 2 >= smallest:
         sizes.append(sizes[-1] // 2)
     kernels = {size: _row_block_kernel(sg, config, host, roles, lead, size) for size in sizes}
-    return RowBlockFCExecutor(kernels, packed, roles, lead, fallback, _block_kernel(sg, config, host, roles, rows))
+    try:
+        columns = _column_block(sg, config, host, roles, packed, sizes[-1])
+    except SnippetsError as exc:  # an optimization: the smallest block keeps its M split
+        sg.rt_info[SPLIT_N_SKIPPED] = f"{type(exc).__name__}: {exc}"
+        columns = None
+    return RowBlockFCExecutor(kernels, packed, roles, lead, fallback, _block_kernel(sg, config, host, roles, rows),
+                              columns)
 
 
 def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, split: bool = True) -> Any:
@@ -538,15 +720,41 @@ def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, s
     split_option = dict(config.target_options).get("fc_split_n", True)
     if not isinstance(split_option, bool):
         raise ConfigError(f"target_options.fc_split_n must be true or false, got {split_option!r}")
-    if not split or not split_option:
+    if not split:
         return PackedWeightExecutor(executor, packed)
+    by_n = None
+    if split_option:
+        try:
+            by_n = split_n(sg, config, host, packed)
+        except SnippetsError as exc:  # the split is an optimization: the whole-N kernel is compiled and runs
+            sg.rt_info[SPLIT_N_SKIPPED] = f"{type(exc).__name__}: {exc}"
+    if by_n is not None:
+        return by_n
     try:
-        by_n = split_n(sg, config, host, packed)
-    except SnippetsError as exc:  # the split is an optimization: the whole-N kernel is compiled and runs
-        sg.rt_info[SPLIT_N_SKIPPED] = f"{type(exc).__name__}: {exc}"
-        by_n = None
-    return by_n if by_n is not None else PackedWeightExecutor(executor, packed)
+        by_rows = row_parts(sg, executor, config, host, packed)
+    except SnippetsError as exc:  # an optimization too: the whole kernel runs
+        sg.rt_info[ROW_PARTS_SKIPPED] = f"{type(exc).__name__}: {exc}"
+        by_rows = None
+    return PackedWeightExecutor(by_rows if by_rows is not None else executor, packed)
 
 
-__all__ = ["DynamicFCExecutor", "PackedWeightExecutor", "RowBlockFCExecutor", "SplitNExecutor", "fc_executor",
-           "row_block", "split_n"]
+def row_parts(sg: Subgraph, whole: Any, config: CompileConfig, host: Any, packed: dict[int, np.ndarray]) -> Any:
+    """A :class:`~snippets_x86_64.runtime.RowSplitExecutor` for a static FC whose kernel has fewer parallel
+    indices than threads (SplitDimensionM found no even split: a prime M such as ViT's 197 rows) but whose rows
+    carry work for several (see :func:`~snippets_x86_64.runtime.split_static_rows`); None otherwise. The row inputs
+    are those with x's leading dims (x, a residual); the others must be one row or the packed weight."""
+    from snippets_x86_64.runtime import split_static_rows
+
+    a_index = _a_input(sg)
+    if a_index is None:
+        return None
+    lead = whole.input_specs[a_index][1][:-1]
+    rows_in = tuple(i for i, (_, s) in enumerate(whole.input_specs) if s[:-1] == lead)
+    if any(i not in rows_in and i not in packed and math.prod(s[:-1]) != 1
+           for i, (_, s) in enumerate(whole.input_specs)) or any(s[:-1] != lead for _, s in whole.output_specs):
+        return None
+    return split_static_rows(sg, whole, config, host, rows_in, ROW_SPLIT_MIN)
+
+
+__all__ = ["ColumnSplitBlock", "DynamicFCExecutor", "PackedWeightExecutor", "RowBlockFCExecutor", "SplitNExecutor",
+           "fc_executor", "row_block", "row_parts", "row_split_subgraph", "split_n"]

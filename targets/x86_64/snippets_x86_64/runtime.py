@@ -333,7 +333,10 @@ class KernelExecutor:
             raise InputError(f"output array {j} must be a writeable C-contiguous {dtype}{list(shape)}, got {got}")
         return o
 
-    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+    def arrays(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None
+               ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """A call's inputs, checked against the specs (C-contiguous copies where needed), and its outputs (fresh
+        arrays, or ``outs`` checked)."""
         specs = self.input_specs
         if len(args) != len(specs):
             raise InputError(f"the kernel takes {len(specs)} inputs, got {len(args)}")
@@ -349,6 +352,10 @@ class KernelExecutor:
             if len(outs) != len(self.output_specs):
                 raise InputError(f"the kernel has {len(self.output_specs)} outputs, got {len(outs)} arrays")
             results = [self._output(j, o) for j, o in enumerate(outs)]
+        return ins, results
+
+    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        ins, results = self.arrays(args, outs)
         self.launch(self._addresses([*ins, *results]))
         return results
 
@@ -392,17 +399,53 @@ class KernelExecutor:
         if len(state.tasks) == 1:
             state.run_single()
             return
-        if self.native_threads:
-            pool = native_pool()
-            if pool.lock.acquire(blocking=False):
-                try:
-                    pool.run_job(state.job)
-                finally:
-                    pool.lock.release()
-                return
-        POOL.run(state.tasks)  # the native pool is busy with another caller's kernel (or turned off)
+        _run_job(state.job, state.tasks, self.native_threads)
 
     run = __call__
+
+
+def _run_job(job: Job, tasks: list[Callable[[], Any]], native: bool) -> None:
+    """Run a job's chunks, the first on the caller: on the native pool, or on the Python pool when ``native`` is
+    off or the native pool is busy with another caller's kernel."""
+    if native:
+        pool = native_pool()
+        if pool.lock.acquire(blocking=False):
+            try:
+                pool.run_job(job)
+            finally:
+                pool.lock.release()
+            return
+    POOL.run(tasks)
+
+
+class PartsLauncher:
+    """Runs one call of each of several single-chunk KernelExecutors at once, one per thread (the caller runs the
+    first): a call cut into kernels of its own (an FC's columns, see ``fc_executor.ColumnSplitBlock``) costs one
+    native-pool dispatch, as a kernel split over its parallel domain does. The parts' call states are this
+    launcher's: the executors are not called otherwise."""
+
+    def __init__(self, executors: Sequence[KernelExecutor]) -> None:
+        if any(len(e.chunks) != 1 for e in executors):
+            raise CodegenError("a PartsLauncher runs executors of one chunk each")
+        self.executors = list(executors)
+        self._n_data = [e._n_data for e in executors]
+        self._job = Job([e._state.native[0] for e in executors])
+        self._tasks = [e._state.tasks[0] for e in executors]
+        self._native = all(e.native_threads for e in executors)
+        self._busy = threading.Lock()
+
+    def launch(self, ptrs: Sequence[Sequence[int]]) -> None:
+        """Run part ``i`` on the data addresses ``ptrs[i]`` (as :meth:`KernelExecutor.launch` vouches for them)."""
+        if not self._busy.acquire(blocking=False):  # another thread's call holds the states: parts one by one
+            for e, p in zip(self.executors, ptrs):
+                e._launch(_CallState(e.kernel, e.chunks, e.domain, e.params), list(p))
+            return
+        try:
+            for e, n, p in zip(self.executors, self._n_data, ptrs):
+                e._state.args[0][:n] = p
+            _run_job(self._job, self._tasks, self._native)
+        finally:
+            self._busy.release()
 
 
 # --- compile_subgraph --------------------------------------------------------------------------------------------
@@ -678,7 +721,7 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
         # the kernel reads a FullyConnected weight packed: the debug executor gets it packed too (whole, one kernel)
         return fc_executor(sg, compile_subgraph_debug(sg, config, host, debug), config, host, split=False)
     from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, packed_weight_body_inputs
-    from snippets_x86_64.fc_executor import fc_executor
+    from snippets_x86_64.fc_executor import fc_executor, row_split_subgraph
 
     if not _is_static(sg.body):
         sg.rt_info.pop(FALLBACK_KEY, None)
@@ -699,15 +742,20 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
             return specializing
         except Exception as exc:  # anything else is an error naming the Subgraph, never a silent change
             raise subgraph_error(exc, sg.name, TARGET_NAME) from exc
-    try:
-        kernel = _kernel_for(sg, config, host, None)
+    try:  # an FC's kernel may have its M split between the threads: it runs on sg's arrays (the same memory)
+        kernel = _kernel_for(row_split_subgraph(sg, config), config, host, None)
     except UnsupportedByTarget as exc:  # the declared reason: the Subgraph runs on its reference
         sg.rt_info[FALLBACK_KEY] = fallback_reason(exc)
         return None
     ins, outs = _specs(sg)
     executor = KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config),
                               parallel_min_ns=_parallel_min_ns(config))
-    executor = fc_executor(sg, executor, config, host)
+    wrapped = fc_executor(sg, executor, config, host)
+    if wrapped is executor and config.num_threads > 1:  # not an FC: a row-wise body may split its rows
+        rows_in = row_inputs(sg)
+        if rows_in is not None:
+            wrapped = split_static_rows(sg, executor, config, host, rows_in, ROW_SPLIT_MIN_ROWS) or executor
+    executor = wrapped
     sg.rt_info.pop(FALLBACK_KEY, None)
     sg.rt_info["SnippetsCacheKey"] = kernel.cache_key
     return executor
@@ -752,6 +800,33 @@ class DynamicKernelExecutor:
         #: new shapes seen (each cost one configurator run and one call state), and those given their own kernel
         self.new_shapes = 0
         self.per_shape_kernels = 0
+        #: the inputs that have the output's rows when the body is row-wise (see row_inputs), else None
+        self._row_inputs = row_inputs(sg) if config.num_threads > 1 else None
+        #: shapes whose rows were split between the threads (RowSplitExecutor)
+        self.row_splits = 0
+
+    def _split_rows(self, whole: KernelExecutor, shapes: tuple[tuple[int, ...], ...]) -> RowSplitExecutor | None:
+        """A :class:`RowSplitExecutor` for these shapes when the kernel's parallel domain has fewer indices than
+        threads (a LayerNorm's is its batch: 1) but its rows carry enough work for each thread; else None."""
+        rows_in = self._row_inputs
+        assert rows_in is not None
+        lead = shapes[rows_in[0]][:-1]
+        rows = lead[-1] if lead else 0
+        if math.prod(lead[:-1]) != 1 or whole.work_ns is None or rows < 2 * ROW_SPLIT_MIN_ROWS:
+            return None
+        parts = min(self.config.num_threads, rows // ROW_SPLIT_MIN_ROWS,
+                    int(whole.work_ns // self._min_ns) if self._min_ns > 0 else self.config.num_threads)
+        if parts < 2:
+            return None
+        executors = []
+        for start, count in _split(rows, parts):
+            part = tuple((*s[:-2], count, s[-1]) if i in rows_in else s for i, s in enumerate(shapes))
+            cfg = self.configurator.configure(part)
+            ins = list(zip(self.input_types, part))
+            outs = list(zip(self.output_types, map(_body_rank, cfg.output_shapes, self.output_ranks)))
+            executors.append((start, KernelExecutor(self.kernel, ins, outs, 1, *self._options, runtime_config=cfg)))
+        self.row_splits += 1
+        return RowSplitExecutor(whole, executors, rows_in)
 
     def _prepare(self, shapes: tuple[tuple[int, ...], ...], arrays: Sequence[np.ndarray]) -> Any:
         from snippets_core.lowered.symbolic import DynamicShapeError
@@ -780,6 +855,8 @@ class DynamicKernelExecutor:
                     work_ns=self._estimate(shapes) if self.config.num_threads > 1 else None,
                     parallel_min_ns=self._min_ns,
                 )
+                if self._row_inputs is not None and executor.num_threads < self.config.num_threads:
+                    executor = self._split_rows(executor, shapes) or executor
             self.new_shapes += 1
             self._executors[shapes] = executor
             if len(self._executors) > self.MAX_SHAPES:
@@ -805,7 +882,146 @@ class DynamicKernelExecutor:
         text = f"one kernel for every shape ({n} runtime parameters), {self.new_shapes} shape(s) configured"
         if self.per_shape_kernels:
             text += f", {self.per_shape_kernels} with a kernel of their own (run-time broadcasting)"
+        if self.row_splits:
+            text += f", {self.row_splits} with their rows split between the threads"
         return text
+
+
+#: fewest rows a thread gets when a row-wise kernel's rows are split between the threads
+ROW_SPLIT_MIN_ROWS = 8
+
+
+def row_inputs(sg: Subgraph) -> tuple[int, ...] | None:
+    """The body inputs that have the output's rows, when every output row of ``sg`` depends only on the same row
+    of those inputs (the other inputs and the constants broadcast along the rows): eltwise ops, and at least one
+    LayerNormalization or reduction over the last axis only (a LayerNorm, its TorchScript decomposition, a softmax
+    written out), whose kernel's domain stops before the rows. Such a kernel runs on any slice of rows; None for
+    any other body (an eltwise body's domain covers its rows already)."""
+    from snippets_core.ir.shape import normalize_axis
+    from snippets_core.tokenization.tokenize_snippets import (
+        BINARY_ELTWISE, ROW_REDUCTIONS, TERNARY_ELTWISE, UNARY_ELTWISE,
+    )
+
+    body = sg.body
+    out = body.results[0].inputs[0].shape if body.results else None
+    if out is None or not out.rank_is_static or out.rank < 2 or not isinstance(out.sym_dims[-1], int):
+        return None
+    rank, dims = out.rank, out.sym_dims
+    if any(r.inputs[0].shape != out for r in body.results):
+        return None
+
+    def broadcasts(shape: Any) -> bool:  # one row: static, every dim but the last 1
+        return shape.is_static and math.prod(shape.to_tuple()[:-1]) == 1
+
+    rows = False  # a row op (the domain of an eltwise body already covers the rows)
+    for n in body.get_ordered_ops():
+        t = n.type_name
+        if t in ("Parameter", "Result") or t in UNARY_ELTWISE or t in BINARY_ELTWISE or t in TERNARY_ELTWISE:
+            continue
+        if t == "Constant":
+            if not broadcasts(n.outputs[0].shape):
+                return None
+            continue
+        x = n.inputs[0].shape if n.inputs else None
+        if x is None or not x.rank_is_static:
+            return None
+        if t == "LayerNormalization" and normalize_axis(n.axis, x.rank) == x.rank - 1:  # type: ignore[attr-defined]
+            rows = True
+            continue
+        if t in ROW_REDUCTIONS and n.keep_dims:  # type: ignore[attr-defined]
+            axes = n.inputs[1].source.node
+            if axes.type_name == "Constant" and [normalize_axis(int(a), x.rank)
+                                                 for a in np.asarray(axes.value).reshape(-1)] == [x.rank - 1]:
+                rows = True
+                continue
+        return None
+    if not rows:
+        return None
+    found = []
+    for i, p in enumerate(body.parameters):
+        shape = p.outputs[0].shape
+        if shape.rank_is_static and shape.rank == rank and shape.sym_dims == dims:
+            found.append(i)
+        elif not (shape.rank_is_static and shape.rank <= rank and broadcasts(shape)):
+            return None
+    return tuple(found) or None
+
+
+def fixed_subgraph(sg: Subgraph, body: Any, suffix: str) -> Subgraph:
+    """A Subgraph of ``body`` (a clone of ``sg``'s whose Parameters got static shapes) with ``sg``'s rt_info."""
+    from snippets_core.ir.ops.io import Parameter
+    from snippets_core.ir.ops.subgraph import Subgraph
+
+    body.validate()
+    part = Subgraph(*[Parameter(p.outputs[0].element_type, p.outputs[0].shape, name=p.name).outputs[0]
+                      for p in body.parameters], body=body, name=f"{sg.name}/{suffix}")
+    part.rt_info.update(sg.rt_info)
+    return part
+
+
+def split_static_rows(sg: Subgraph, whole: KernelExecutor, config: CompileConfig, host: Any, rows_in: Sequence[int],
+                      min_rows: int) -> RowSplitExecutor | None:
+    """A :class:`RowSplitExecutor` for a static Subgraph whose rows are independent (a row-wise body, an FC) and
+    whose kernel has fewer parallel indices than threads (a LayerNorm's domain is its batch; an FC of a prime M
+    that SplitDimensionM could not split): a kernel compiled for each thread's consecutive rows (at most two
+    heights) with the ``rows_in`` inputs folded to ``[1.., rows, C]``, when each thread gets ``parallel_min_ns``
+    of work and ``min_rows`` rows; None otherwise."""
+    from snippets_core.ir.shape import Shape
+
+    threads, min_ns = config.num_threads, _parallel_min_ns(config)
+    if threads < 2 or not rows_in or math.prod(whole.domain) >= threads or whole.work_ns is None:
+        return None
+    lead = whole.input_specs[rows_in[0]][1][:-1]
+    m = math.prod(lead)
+    parts = min(threads, m // min_rows, int(whole.work_ns // min_ns) if min_ns > 0 else threads)
+    if parts < 2:
+        return None
+    by_rows: dict[int, tuple[Kernel, list, list]] = {}
+    executors = []
+    for start, count in _split(m, parts):
+        if count not in by_rows:
+            body = sg.body.clone()
+            for i in rows_in:
+                p = body.parameters[i]
+                p.shape = Shape([*[1] * (len(lead) - 1), count, p.outputs[0].shape.to_tuple()[-1]])
+            part = fixed_subgraph(sg, body, f"rows{count}")
+            ins, outs = _specs(part)
+            by_rows[count] = (_kernel_for(part, config, host, None), ins, outs)
+        kernel, ins, outs = by_rows[count]
+        executors.append((start, KernelExecutor(kernel, ins, outs, 1, *_executor_options(config))))
+    return RowSplitExecutor(whole, executors, tuple(rows_in))
+
+
+class RowSplitExecutor:
+    """One shape of a row-wise Subgraph (see :func:`row_inputs`) whose kernel's parallel domain has fewer indices
+    than threads (a LayerNorm of [1, S, C]: its domain is the batch; a static FC of a prime M) run as one call per
+    thread, each on its consecutive rows: the kernel lowered for every shape with each part's runtime parameters,
+    or a kernel compiled for the part's rows; the parts start in one dispatch (:class:`PartsLauncher`) on the row
+    slices' addresses (C-contiguous: no copy)."""
+
+    def __init__(self, whole: KernelExecutor, parts: list[tuple[int, KernelExecutor]], rows_in: tuple[int, ...]
+                 ) -> None:
+        #: the executor of the whole shape: its specs check the call's arrays
+        self.whole = whole
+        self.parts = parts
+        self.launcher = PartsLauncher([ex for _, ex in parts])
+        self.num_threads = len(parts)
+        #: per data position (inputs, then outputs), the bytes of one row (0: read whole)
+        self._row_bytes = [d.itemsize * s[-1] if i in rows_in else 0 for i, (d, s) in enumerate(whole.input_specs)]
+        self._row_bytes += [d.itemsize * s[-1] for d, s in whole.output_specs]
+
+    def __getattr__(self, name: str) -> Any:  # kernel, specs, domain of the whole shape's executor
+        if name == "whole":  # not set yet (a copy being made)
+            raise AttributeError(name)
+        return getattr(self.whole, name)
+
+    def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        ins, results = self.whole.arrays(args, outs)
+        base = [_address(a) for a in (*ins, *results)]
+        self.launcher.launch([[p + start * b for p, b in zip(base, self._row_bytes)] for start, _ in self.parts])
+        return results
+
+    run = __call__
 
 
 def _body_rank(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
@@ -917,9 +1133,14 @@ _MISSING: Any = object()
 __all__ = [
     "DynamicKernelExecutor",
     "KernelExecutor",
+    "PartsLauncher",
+    "RowSplitExecutor",
     "ShapeSpecializingExecutor",
     "ThreadPool",
     "compile_subgraph",
     "generate_subgraph",
     "lowering_config",
+    "fixed_subgraph",
+    "row_inputs",
+    "split_static_rows",
 ]

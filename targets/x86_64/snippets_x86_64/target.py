@@ -71,10 +71,15 @@ class X86_64Target:
         """Tokenizer knobs of this machine: the data-pointer register budget, and MHA transposes of rank 4
         only (3D ones regressed in the CPU plugin), and a transposed MatMul B stays in the Subgraph (BrgemmCopyB
         repacks it); a Softmax over an inner axis runs in a kernel between two Transposes, and every Transpose
-        left outside the kernels becomes a JIT transpose Subgraph of its own (``transpose_primitives``)."""
+        left outside the kernels becomes a JIT transpose Subgraph of its own (``transpose_primitives``); a
+        FullyConnected's M is split by its executor, not by Reshapes around it (``fc_split_m_dimension``)."""
         return {"data_ptr_gpr_count": self.data_ptr_gpr_count, "mha_supported_transpose_ranks": (4,),
                 "mha_transposed_b_in_subgraph": True, "softmax_axis_to_last": True,
                 "conv_primitives": True, "int8_fc": self._has_vnni(), "transpose_primitives": True,
+                # an FC's rows are split between the threads inside its kernel (fc_executor.row_split_subgraph)
+                "fc_split_m_dimension": False,
+                # a written-out Gelu becomes the Gelu op (emitters/math.py computes either form in one emitter)
+                "gelu_fusion": True,
                 # below these a quantized conv stays the f32 primitive (0, 1: none; the knobs stay for users)
                 "int8_conv_min_macs": INT8_CONV_MIN_MACS, "int8_conv_min_channels": INT8_CONV_MIN_CHANNELS}
 

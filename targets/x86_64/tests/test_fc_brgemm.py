@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from snippets_core.config import CompileConfig, ConfigError
+from snippets_core.errors import InputError
 from snippets_core.frontends import builder as sb
 from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.passes.split_dimension_m import split as split_m
 from snippets_core.runtime.compiled_model import compile_model
 from snippets_core.runtime.pipeline import run_tokenization
 from snippets_core.runtime.targets import resolve_target
@@ -171,14 +173,17 @@ def test_pack_b_panels_layout():
 
 
 @pytest.mark.parametrize("m, k, n, at", [(1, 33, 17, "end"), (7, 65, 150, "end"), (7, 65, 150, "start"),
-                                         (40, 16, 64, "end"), (13, 300, 150, "end"), (150, 200, 64, "start")])
-def test_fc_against_guard_pages(m, k, n, at):
+                                         (40, 16, 64, "end"), (13, 300, 150, "end"), (150, 200, 64, "start"),
+                                         (96, 37, 75, "end"), (96, 37, 75, "start")])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_fc_against_guard_pages(m, k, n, at, threads):
     """Every array the kernel touches (x, the packed weight, the bias, the output) ends (or starts) at a
-    PROT_NONE page: a read or write past it would crash the test."""
+    PROT_NONE page: a read or write past it would crash the test (on several threads, each thread's rows of the
+    kernel whose M is split inside it)."""
     w, b = _weights(k, n)
     x = sb.parameter([m, k], "f32", name="x")
     model = sb.model([sb.relu(sb.add(sb.matmul(x, w), b))], name="fc")
-    cfg = CompileConfig.from_mapping({"num_threads": 1})
+    cfg = CompileConfig.from_mapping({"num_threads": threads, "target_options": {"parallel_min_ns": 0}})
     run_tokenization(model, resolve_target(TARGET, cfg), cfg)
     (sg,) = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
     ex = x86_compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
@@ -192,6 +197,61 @@ def test_fc_against_guard_pages(m, k, n, at):
     out = guarded_copy(np.full((m, n), np.nan, np.float32), at)
     ex(args, [out])
     np.testing.assert_allclose(out, np.maximum(xs.astype(np.float64) @ w + b, 0), rtol=2e-5, atol=3e-5)
+
+
+@pytest.mark.parametrize("m, k, n", [(128, 128, 128), (96, 37, 75), (150, 200, 64), (1, 33, 17), (7, 65, 150)])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_static_rows_split_inside_the_kernel(m, k, n, threads):
+    """A static FC on several threads has its M split by SplitDimensionM inside the kernel it compiles (the
+    parallel domain gets an index per thread), not by Reshapes around the Subgraph: the model's steps are the FC
+    alone, and it reads and writes the caller's unsplit arrays; against numpy float64."""
+    w, b = _weights(k, n)
+    x = sb.parameter([1, m, k], "f32", name="x")
+    res = sb.parameter([1, m, n], "f32", name="res")
+    model = sb.model([sb.add(_erf_gelu_graph(sb.add(sb.matmul(x, w), b)), res)], name="fc_split_m")
+    cm = _compile(model, threads=threads, target_options={"parallel_min_ns": 0, "parallel_min_bytes": 0})
+    assert [op for _, op, _ in cm.placement()] == ["Subgraph"]
+    (sg,) = cm.subgraphs
+    assert "SplitDimensionM" not in sg.rt_info  # nothing was split around the Subgraph
+    (run, *_), = cm._plan
+    kernel_executor = run.inner if isinstance(run, PackedWeightExecutor) else run
+    found = split_m((1, m, n), threads) if threads > 1 else None
+    assert math.prod(kernel_executor.domain) == (found[0] if found else 1), kernel_executor.domain
+    xs = RNG.standard_normal((1, m, k)).astype(np.float32)
+    rs = RNG.standard_normal((1, m, n)).astype(np.float32)
+    (out,) = cm({"x": xs, "res": rs}).values()
+    np.testing.assert_allclose(out, _gelu_erf(xs.astype(np.float64) @ w + b) + rs, rtol=3e-5, atol=5e-5)
+
+
+@pytest.mark.parametrize("m, threads", [(197, 2), (101, 3), (197, 3)])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_static_prime_m_rows_in_parts_at_guard_pages(m, threads, at):
+    """A static FC whose M SplitDimensionM cannot split (prime) runs a kernel per thread's consecutive rows
+    (RowSplitExecutor, at most two heights), on the row slices of x, of the residual and of the output; every array
+    at a PROT_NONE page, against numpy float64."""
+    from snippets_x86_64.runtime import RowSplitExecutor
+
+    k, n = 37, 75
+    w, b = _weights(k, n)
+    x = sb.parameter([1, m, k], "f32", name="x")
+    res = sb.parameter([1, m, n], "f32", name="res")
+    model = sb.model([sb.add(_erf_gelu_graph(sb.add(sb.matmul(x, w), b)), res)], name="fc_prime")
+    cfg = CompileConfig.from_mapping({"num_threads": threads, "target_options": {"parallel_min_ns": 1}})
+    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
+    (sg,) = [nd for nd in model.get_ordered_ops() if isinstance(nd, Subgraph)]
+    ex = x86_compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
+    assert isinstance(ex, PackedWeightExecutor) and isinstance(ex.inner, RowSplitExecutor)
+    assert [start for start, _ in ex.inner.parts] == [int(r[0]) for r in np.array_split(np.arange(m), threads)]
+    (i,) = ex.packed
+    ex.packed[i] = guarded_copy(ex.packed[i], at)
+    xs = RNG.standard_normal((1, m, k)).astype(np.float32)
+    rs = RNG.standard_normal((1, m, n)).astype(np.float32)
+    args = [guarded_copy(xs, at) if inp.source.node.name == "x" else guarded_copy(rs, at)
+            if inp.source.node.name == "res" else guarded_copy(np.asarray(inp.source.node.value), at)
+            for inp in sg.inputs]
+    out = guarded_copy(np.full((1, m, n), np.nan, np.float32), at)
+    ex(args, [out])
+    np.testing.assert_allclose(out, _gelu_erf(xs.astype(np.float64) @ w + b) + rs, rtol=3e-5, atol=5e-5)
 
 
 def test_dynamic_m_gets_a_kernel_per_shape_and_packs_once():
@@ -249,6 +309,34 @@ def test_one_row_fc_splits_n_between_threads(transposed):
             for inp in sg.inputs]
     (out,) = ex(args)
     np.testing.assert_allclose(out, np.maximum(xs.astype(np.float64) @ w + b, 0) + rs, rtol=2e-5, atol=3e-5)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_one_row_split_n_at_guard_pages(threads, at):
+    """The one-row split on 2 and 3 threads (one native dispatch), every array it reads or writes (x, each part's
+    panels of the weight, the bias, the residual, the output) at a PROT_NONE page."""
+    k, n = 37, 384
+    w, b = _weights(k, n)
+    x = sb.parameter([1, k], "f32", name="x")
+    res = sb.parameter([1, n], "f32", name="res")
+    model = sb.model([sb.add(_erf_gelu_graph(sb.add(sb.matmul(x, w), b)), res)], name="fc_row")
+    cfg = CompileConfig.from_mapping({"num_threads": threads})
+    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
+    (sg,) = [nd for nd in model.get_ordered_ops() if isinstance(nd, Subgraph)]
+    ex = x86_compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
+    assert isinstance(ex, SplitNExecutor) and len(ex.parts) == threads
+    ex.weights = [{i: guarded_copy(a, at) for i, a in part.items()} for part in ex.weights]
+    xs = RNG.standard_normal((1, k)).astype(np.float32)
+    rs = RNG.standard_normal((1, n)).astype(np.float32)
+    args = [guarded_copy(xs, at) if inp.source.node.name == "x" else guarded_copy(rs, at)
+            if inp.source.node.name == "res" else guarded_copy(np.asarray(inp.source.node.value), at)
+            for inp in sg.inputs]
+    out = guarded_copy(np.full((1, n), np.nan, np.float32), at)
+    ex(args, [out])
+    np.testing.assert_allclose(out, _gelu_erf(xs.astype(np.float64) @ w + b) + rs, rtol=3e-5, atol=5e-5)
+    with pytest.raises(InputError, match="input"):
+        ex([a[..., :1] if a.shape == (1, n) else a for a in args])
 
 
 def test_kernel_cache_key_tells_a_packed_weight_from_a_plain_one():

@@ -143,3 +143,37 @@ def test_row_tail_option_sets_the_smallest_kernel():
     _, ex, _, _ = _fc(1, {"fc_row_tail": R})
     assert list(ex.kernels) == [R]
     assert ex.plan(R + 3) == [(0, R, R), (R, 3, R)]
+
+
+@pytest.mark.parametrize("threads, n", [(2, 256), (3, 192), (2, 128)])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_smallest_block_split_along_n_at_guard_pages(threads, n, at):
+    """On several threads the smallest row block (the padded tail: ViT's last 5 of 197 rows) is split along N:
+    each thread runs the kernel of N / threads columns on its panels of the weight, its columns of the bias and of
+    the residual, through scratch blocks of its own; every one of those arrays at a guard page."""
+    k = 37
+    w = (RNG.standard_normal((k, n)) / math.sqrt(k)).astype(np.float32)
+    b = RNG.standard_normal(n).astype(np.float32)
+    x = sb.parameter([-1, -1, k], "f32", name="x")
+    res = sb.parameter([-1, -1, n], "f32", name="res")
+    model = sb.model([sb.add(sb.gelu(sb.add(sb.matmul(x, w), b), approximation_mode="tanh"), res)], name="fc_cols")
+    cfg = CompileConfig.from_mapping({"num_threads": threads})
+    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
+    (sg,) = [nd for nd in model.get_ordered_ops() if isinstance(nd, Subgraph)]
+    ex = x86_runtime.compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
+    assert isinstance(ex, RowBlockFCExecutor) and ex.columns is not None, ex.describe()
+    cols = ex.columns
+    assert len(cols.parts) == threads and cols.width == n // threads and cols.rows == R // 16
+    assert f"{R // 16} rows split along N into {threads} parts" in ex.describe()
+    cols.weights = [{i: guarded_copy(a, at) for i, a in part.items()} for part in cols.weights]
+    shared, per_part, outs = cols._new_scratch()
+    cols._scratch = ({i: guarded_copy(a, at) for i, a in shared.items()},
+                     [{i: guarded_copy(a, at) for i, a in pads.items()} for pads in per_part],
+                     [[guarded_copy(a, at) for a in part] for part in outs])
+    for batch, seq in [(1, 1), (1, 5), (1, 8), (1, 197), (2, 3), (1, R + 8)]:
+        xs = RNG.standard_normal((batch, seq, k)).astype(np.float32)
+        rs = RNG.standard_normal((batch, seq, n)).astype(np.float32)
+        out = guarded_copy(np.full((batch, seq, n), np.nan, np.float32), at)
+        ex(_args(sg, xs, rs, at), [out])
+        want = _gelu_tanh(xs.astype(np.float64) @ w + b) + rs
+        np.testing.assert_allclose(out, want, rtol=2e-5, atol=3e-5)
