@@ -18,7 +18,7 @@ short branches whose target is too far.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 from iced_x86 import BlockEncoder, Decoder, Formatter, FormatterSyntax, Instruction
@@ -29,6 +29,14 @@ from snippets_x86_64.asm.operands import Label, Masked, Mem, Operand
 
 #: the constant pool starts on this boundary (one zmm load), and no constant asks for more
 POOL_ALIGN = 64
+
+#: (mnemonic, operands, rc, sae) -> the instruction they make, for instructions without a label or a constant:
+#: an emitted instruction is this shared object (never changed in place; the assembler copies the few it
+#: changes when it resolves labels), so a repeated instruction costs one dict lookup (ResNet-50's kernels: 13,500
+#: instructions, 2,200 distinct)
+_TEMPLATES: dict[tuple, Instruction] = {}
+#: emptied when it grows past this (a long-lived process compiling many models)
+_TEMPLATES_MAX = 1 << 16
 
 
 def make_formatter() -> Formatter:
@@ -84,17 +92,40 @@ class Assembler:
     def emit(self, mnemonic: str, *operands: Operand, rc: str | None = None, sae: bool = False) -> None:
         """Append one instruction. ``rc`` ("rn", "rd", "ru", "rz") is EVEX embedded rounding, ``sae``
         suppresses floating-point exceptions; both need register operands and an EVEX form."""
+        try:
+            instr = _TEMPLATES.get((mnemonic, operands, rc, sae))
+        except TypeError:  # an unhashable operand (the PeachPy spelling ``[rsi + 8]``)
+            instr = None
+        if instr is not None:
+            self._instructions.append(instr)
+            return
         instr = build(mnemonic, tuple(operands), rc=rc, sae=sae)
         index = len(self._instructions)
+        plain = True  # no label and no constant: the same operands always make this same instruction
         for op in operands:
             target = op.target if isinstance(op, Masked) else op
             if isinstance(target, Label):
                 self._branches[index] = target
+                plain = False
             elif isinstance(target, Mem) and target.label is not None:
                 if target.label not in self._pool:
                     raise CodegenError(f"{mnemonic}: {target} is not a constant of this assembler's pool")
                 self._rip_refs[index] = target.label
+                plain = False
+            elif isinstance(target, list):
+                plain = False
+        if plain:
+            if len(_TEMPLATES) >= _TEMPLATES_MAX:
+                _TEMPLATES.clear()
+            _TEMPLATES[(mnemonic, operands, rc, sae)] = instr
         self._instructions.append(instr)
+
+    def lock_last(self) -> None:
+        """Give the instruction just emitted a ``lock`` prefix (the DSL has no lock form; iced encodes the flag).
+        A copy: an emitted instruction may be shared with every other place that emitted the same one."""
+        instr = self._instructions[-1].copy()
+        instr.has_lock_prefix = True
+        self._instructions[-1] = instr
 
     def new_label(self, name: str = "") -> Label:
         """An unbound label (for a forward jump); bind it later with :meth:`bind`."""
@@ -158,7 +189,7 @@ class Assembler:
         for label, key in other._pool.items():
             self._pool[label] = key
             self._pool_by_value.setdefault(key, label)
-        self._instructions.extend(instr.copy() for instr in other._instructions)
+        self._instructions.extend(other._instructions)  # shared: instructions are never changed in place
 
     def __len__(self) -> int:
         return len(self._instructions)
@@ -171,7 +202,7 @@ class Assembler:
 
     def _program(self) -> tuple[list[Instruction], int]:
         """Instructions with labels resolved, then the constant pool as data; and the code's byte size."""
-        code = _resolve(self._instructions, self._branches, self._labels)
+        code = _resolve(self._instructions, self._branches, self._labels, self._rip_refs)
         code_size = len(_encode(code, 0))  # RIP-relative operands are rel32 whatever their target
         if not self._pool:
             return code, code_size
@@ -217,8 +248,14 @@ def _declare(payload: bytes) -> list[Instruction]:
     return [Instruction.create_declare_byte(payload[i : i + 16]) for i in range(0, len(payload), 16)]
 
 
-def _resolve(instructions: Sequence[Instruction], branches: dict[int, Label], labels: dict[Label, int]) -> list:
-    out = [instr.copy() for instr in instructions]
+def _resolve(instructions: Sequence[Instruction], branches: dict[int, Label], labels: dict[Label, int],
+             rip_refs: Iterable[int] = ()) -> list:
+    """The instruction list with label ips and branch targets set, on copies of the instructions that change
+    (these and the constant reads, whose displacement the caller sets); the others are shared."""
+    out = list(instructions)
+    for index in {*labels.values(), *branches, *rip_refs}:
+        if index < len(out):
+            out[index] = out[index].copy()
     for label, pos in labels.items():
         if pos >= len(out):
             raise CodegenError(f"label {label.name!r} is bound after the last instruction")
@@ -241,7 +278,16 @@ def _encode(instructions: Sequence[Instruction], ip: int) -> bytes:
 
 def _method(mnemonic: str) -> Callable[..., None]:
     def method(self: Assembler, *operands: Operand, rc: str | None = None, sae: bool = False) -> None:
-        self.emit(mnemonic, *operands, rc=rc, sae=sae)
+        # emit's lookup, inlined: most instructions of a kernel repeat one emitted before (an FMA of a block, a
+        # load at a displacement seen in another block), and this is the path they all take
+        try:
+            instr = _TEMPLATES.get((mnemonic, operands, rc, sae))
+        except TypeError:
+            instr = None
+        if instr is not None:
+            self._instructions.append(instr)
+        else:
+            self.emit(mnemonic, *operands, rc=rc, sae=sae)
 
     method.__name__ = mnemonic
     method.__doc__ = f"Emit ``{mnemonic}``."
