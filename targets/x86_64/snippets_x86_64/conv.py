@@ -322,29 +322,32 @@ def pack_weights(w: np.ndarray, geo: ConvGeometry, scale: np.ndarray | None, bia
         panel[..., : geo.m] = w[:, 0].transpose(1, 2, 0)
         offsets = [v0 * VEC for v0, _ in geo.blocks()]
         return panel.ravel(), pack_channels(np.zeros(geo.m) if bias is None else bias, geo), offsets
-    # [group, KH, KW, Cg, Mg] in one pass (the strided read of the transpose is most of the packing time), the
-    # output channels innermost so each block's panel is a copy of contiguous runs; the scale is multiplied in
-    # float64 and rounded once to f32, as before (compile time: 3x3 512->512 7.9 -> 5.4 ms)
+    # each panel is written once, in place in the result, straight from a [group, KH, KW, Cg, Mg] view of ``w``
+    # (output channels innermost: a strided read of contiguous runs); the scale is multiplied in float64 and
+    # rounded once to f32. One pass and one allocation: ResNet-50's 53 convolutions 80 -> 42 ms (it was a
+    # transposed copy, then a zero-filled panel per block, then their concatenation)
     wg = w.reshape(geo.group, geo.mg, geo.cg, geo.kh, geo.kw).transpose(0, 3, 4, 2, 1)
-    wt = np.empty(wg.shape, np.float32)
-    if scale is not None:
-        np.multiply(wg, np.asarray(scale, np.float64).reshape(geo.group, 1, 1, 1, geo.mg), out=wt,
-                    dtype=np.float64, casting="same_kind")
-    else:
-        wt[...] = wg
-    panels, offsets, at = [], [], 0
+    sc = None if scale is None else np.asarray(scale, np.float64).reshape(geo.group, 1, 1, 1, geo.mg)
+    blocks = geo.blocks()
+    taps = geo.kh * geo.kw * geo.cg
+    packed = np.empty(geo.group * sum(nv for _, nv in blocks) * VEC * taps, np.float32)
+    offsets, at = [], 0
     for g in range(geo.group):
-        for v0, nv in geo.blocks():
+        for v0, nv in blocks:
             lo, hi = v0 * VEC, min((v0 + nv) * VEC, geo.mg)
-            panel = np.zeros((geo.kh, geo.kw, geo.cg, nv * VEC), dtype=np.float32)
-            panel[..., : hi - lo] = wt[g, ..., lo:hi]
-            panels.append(panel.ravel())
+            panel = packed[at : at + taps * nv * VEC].reshape(geo.kh, geo.kw, geo.cg, nv * VEC)
+            panel[..., hi - lo :] = 0  # the channels past the group's last one
+            if sc is not None:
+                np.multiply(wg[g, ..., lo:hi], sc[g, ..., lo:hi], out=panel[..., : hi - lo], dtype=np.float64,
+                            casting="same_kind")
+            else:
+                panel[..., : hi - lo] = wg[g, ..., lo:hi]
             offsets.append(at)
             at += panel.size
     b = np.zeros((geo.group, geo.nvp * VEC), dtype=np.float32)
     if bias is not None:
         b[:, : geo.mg] = bias.reshape(geo.group, geo.mg)
-    return np.concatenate(panels), b.ravel(), offsets
+    return packed, b.ravel(), offsets
 
 
 def pack_channels(values: np.ndarray, geo: ConvGeometry) -> np.ndarray:
