@@ -332,23 +332,34 @@ class ShapeCache:
         """One line for ``CompiledModel.describe()``: the shapes kept and the kernels later shapes built."""
         return (f"{self.kind}: {len(self.executors)} shape(s) kept, {self.compiles} kernel(s) built after the first "
                 f"shape")
-        if self._first is None:
-            ex = self._first = self.make(shape, None)
-        else:
-            built = FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"]
-            ex = self.make(shape, self._first)
-            self.compiles += FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"] - built
-        self.executors[shape] = ex
-        if len(self.executors) > SHAPE_CACHE:
-            self.executors.popitem(last=False)
-        return ex
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    """A ``.npy`` file read straight into a 64-byte-aligned array of its own (one pass: the kernels want the packed
+    weights aligned, and a memory map would be paged in, then copied)."""
+    from snippets_x86_64.aligned import empty_aligned
+
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read_header is None:
+            raise ValueError(f"{path}: .npy format {version} (np.save writes 1.0 or 2.0)")
+        shape, fortran, dtype = read_header(f)
+        if fortran or dtype.hasobject:
+            raise ValueError(f"{path}: not a C-ordered plain array")
+        out = empty_aligned(shape, dtype, 0)
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        if f.readinto(view) != out.nbytes:
+            raise ValueError(f"{path}: truncated")
+    return out
 
 
 class ArrayCache:
     """Arrays computed at compile time from constants (packed conv weights), on disk under
     :func:`function_cache_dir` only: ``get(kind, spec, sources, build)`` returns ``build()``'s arrays, read back from
-    ``<key>.<i>.npy`` (memory-mapped: the caller copies what it keeps) when an earlier compile stored them. The key
-    hashes ``spec``'s repr and the bytes of ``sources``, so other weights never match."""
+    ``<key>.<i>.npy`` (into aligned arrays of their own) when an earlier compile stored them. The key hashes
+    ``spec``'s repr and the bytes of ``sources``, so other weights never match."""
 
     def __init__(self) -> None:
         #: disk hits, misses (built; stored when a directory is set)
@@ -388,7 +399,7 @@ class ArrayCache:
             meta = json.loads((directory / f"{key}.arrays.json").read_text())
             if meta.get("code_version") != CODE_VERSION or meta.get("key") != key:
                 return None
-            arrays = tuple(np.load(directory / f"{key}.{i}.npy", mmap_mode="r") for i in range(meta["count"]))
+            arrays = tuple(_read_npy(directory / f"{key}.{i}.npy") for i in range(meta["count"]))
         except (OSError, ValueError, KeyError):
             return None
         if [list(a.shape) for a in arrays] != meta.get("shapes"):

@@ -61,6 +61,7 @@ from snippets_x86_64.asm import (
     word,
     zword,
 )
+from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.asm.registers import ZMM
 from snippets_x86_64.emitters.base import Aux
 from snippets_x86_64.emitters.math import emit_sigmoid
@@ -325,12 +326,13 @@ def pack_weights(w: np.ndarray, geo: ConvGeometry, scale: np.ndarray | None, bia
     # each panel is written once, in place in the result, straight from a [group, KH, KW, Cg, Mg] view of ``w``
     # (output channels innermost: a strided read of contiguous runs); the scale is multiplied in float64 and
     # rounded once to f32. One pass and one allocation: ResNet-50's 53 convolutions 80 -> 42 ms (it was a
-    # transposed copy, then a zero-filled panel per block, then their concatenation)
+    # transposed copy, then a zero-filled panel per block, then their concatenation, then the executor's copy)
     wg = w.reshape(geo.group, geo.mg, geo.cg, geo.kh, geo.kw).transpose(0, 3, 4, 2, 1)
     sc = None if scale is None else np.asarray(scale, np.float64).reshape(geo.group, 1, 1, 1, geo.mg)
     blocks = geo.blocks()
     taps = geo.kh * geo.kw * geo.cg
-    packed = np.empty(geo.group * sum(nv for _, nv in blocks) * VEC * taps, np.float32)
+    # on a 64-byte boundary, as the executor keeps it (so it keeps this array, not an aligned copy)
+    packed = empty_aligned((geo.group * sum(nv for _, nv in blocks) * VEC * taps,), np.float32, 0)
     offsets, at = [], 0
     for g in range(geo.group):
         for v0, nv in blocks:
