@@ -3,11 +3,12 @@
 The key is a SHA-256 over a canonical text of the body (op types, attributes, element types, shapes,
 constants' bytes, recorded port descriptors; node names are left out), the compile config that changes the
 code (threads, disabled passes, positioned passes, the emitter classes of the jitters table, the sources of every
-plugin that contributed passes or emitters, code-shaping target options, the CPU features) and a
-fingerprint of the sources of the core and of this package (so no stale code is ever served). The
-cache lives in memory (bounded, oldest dropped first) and, when a directory is given by
+plugin that contributed passes or emitters, code-shaping target options, the CPU features) and the code version.
+The cache lives in memory (bounded, oldest dropped first) and, when a directory is given by
 ``target_options["cache_dir"]`` or the environment variable ``SNIPPETS_CACHE_DIR``, on disk: per key a
-``<key>.bin`` with the machine code and a ``<key>.json`` with the calling metadata, written atomically.
+``<name>.bin`` with the machine code and a ``<name>.json`` with the calling metadata, written atomically, where the
+name (:func:`disk_name`) hashes the key with a fingerprint of the sources of the core and of this package (so no
+stale code is ever served from disk; a process that caches in memory only never reads them).
 
 :data:`FUNCTION_CACHE` does the same for the JIT functions made outside the LinearIR pipeline (conv, pooling and
 reorder kernels), whose code depends on a small value (the geometry and the post-ops, not the weights): ResNet-50's
@@ -98,10 +99,17 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
+def disk_name(key: str) -> str:
+    """The file name of ``key``'s entry in a disk cache: the key with the code fingerprint, so an entry is never
+    served to other code. Only here: a process that caches in memory alone never reads its sources (6 ms)."""
+    return hashlib.sha256(f"{key} {code_fingerprint()}".encode()).hexdigest()
+
+
 def cache_key(model: Model, config_parts: Iterable[Any]) -> str:
-    """SHA-256 of the body's canonical text, the config parts, the code version and the code fingerprint."""
+    """SHA-256 of the body's canonical text, the config parts and the code version (files on disk are named by
+    :func:`disk_name`, which adds the code fingerprint)."""
     h = hashlib.sha256()
-    h.update(f"x86_64_avx512 code v{CODE_VERSION} {code_fingerprint()}\n".encode())
+    h.update(f"x86_64_avx512 code v{CODE_VERSION}\n".encode())
     h.update(body_text(model).encode())
     for part in config_parts:
         h.update(b"\0" + _canon(part).encode())
@@ -174,7 +182,8 @@ class KernelCache(_MemoryCache):
 
     @staticmethod
     def _load(directory: Path, key: str) -> Kernel | None:
-        meta_path, code_path = directory / f"{key}.json", directory / f"{key}.bin"
+        name = disk_name(key)
+        meta_path, code_path = directory / f"{name}.json", directory / f"{name}.bin"
         try:
             meta = json.loads(meta_path.read_text())
             code = code_path.read_bytes()
@@ -195,8 +204,9 @@ class KernelCache(_MemoryCache):
             "lir": kernel.lir_text,
         }
         # data first, metadata last: a reader that finds the metadata finds whole code (checked by length)
-        _write_files(directory, [(f"{key}.bin", kernel.code),
-                                 (f"{key}.json", json.dumps(meta, sort_keys=True).encode())])
+        name = disk_name(key)
+        _write_files(directory, [(f"{name}.bin", kernel.code),
+                                 (f"{name}.json", json.dumps(meta, sort_keys=True).encode())])
 
 
 #: the process-wide kernel cache
@@ -237,7 +247,7 @@ class FunctionCache(_MemoryCache):
 
     @staticmethod
     def key(kind: str, spec: Any) -> str:
-        text = f"x86_64_avx512 {kind} code v{CODE_VERSION} {code_fingerprint()}\n{spec!r}"
+        text = f"x86_64_avx512 {kind} code v{CODE_VERSION}\n{spec!r}"
         return hashlib.sha256(text.encode()).hexdigest()
 
     def get(self, kind: str, spec: Any, build: Callable[[], JitFunction], argtypes: tuple[Any, ...]) -> JitFunction:
@@ -263,9 +273,10 @@ class FunctionCache(_MemoryCache):
 
     @staticmethod
     def _load(directory: Path, key: str) -> tuple[bytes, int, str] | None:
+        name = disk_name(key)
         try:
-            meta = json.loads((directory / f"{key}.fn.json").read_text())
-            code = (directory / f"{key}.fn.bin").read_bytes()
+            meta = json.loads((directory / f"{name}.fn.json").read_text())
+            code = (directory / f"{name}.fn.bin").read_bytes()
         except (OSError, ValueError):
             return None
         if meta.get("code_version") != CODE_VERSION or meta.get("key") != key or len(code) != meta.get("code_len"):
@@ -276,8 +287,9 @@ class FunctionCache(_MemoryCache):
     def _store(directory: Path, key: str, fn: JitFunction) -> None:
         meta = {"key": key, "code_version": CODE_VERSION, "code_size": fn.code_size, "code_len": len(fn.code),
                 "name": fn.name}
-        _write_files(directory, [(f"{key}.fn.bin", fn.code),
-                                 (f"{key}.fn.json", json.dumps(meta, sort_keys=True).encode())])
+        name = disk_name(key)
+        _write_files(directory, [(f"{name}.fn.bin", fn.code),
+                                 (f"{name}.fn.json", json.dumps(meta, sort_keys=True).encode())])
 
 
 #: the process-wide cache of conv, pooling and reorder kernels
