@@ -29,7 +29,7 @@ from iced_x86 import (
 
 from snippets_core.errors import CodegenError
 from snippets_x86_64.asm.operands import Label, Masked, Mem, Operand, as_mem
-from snippets_x86_64.asm.registers import GpReg, MaskReg, Reg, VecReg
+from snippets_x86_64.asm.registers import GP8, GP16, GP32, GP64, XMM, YMM, ZMM, GpReg, MaskReg, Reg, VecReg
 
 #: Every mnemonic the DSL emits. Grouped as the AVX-512 f32 kernels use them.
 MNEMONICS: tuple[str, ...] = (
@@ -232,10 +232,14 @@ def _needs_evex(operands: tuple[object, ...], masked: Masked | None, rc: str | N
     return False
 
 
-def _fits(form: Form, operands: tuple[object, ...], masked: Masked | None, rc: str | None, sae: bool) -> bool:
+def _fits(form: Form, operands: tuple[object, ...], masked: Masked | None, rc: str | None, sae: bool,
+          evex: bool | None = None) -> bool:
+    """Whether ``form`` takes these operands (``evex``: whether they need EVEX, when the caller knows)."""
     if len(form.kinds) != len(operands):
         return False
-    if form.encoding != EncodingKind.EVEX and _needs_evex(operands, masked, rc, sae):
+    if evex is None:
+        evex = _needs_evex(operands, masked, rc, sae)
+    if form.encoding != EncodingKind.EVEX and evex:
         return False
     if masked is not None and (not form.can_mask or (masked.zeroing and not form.can_zero)):
         return False
@@ -317,7 +321,8 @@ def _describe(mnemonic: str, operands: tuple[object, ...]) -> str:
 def _candidates(
     mnemonic: str, operands: tuple[object, ...], masked: Masked | None, rc: str | None, sae: bool
 ) -> list[Form]:
-    candidates = [f for f in forms(mnemonic) if _fits(f, operands, masked, rc, sae)]
+    evex = _needs_evex(operands, masked, rc, sae)
+    candidates = [f for f in forms(mnemonic) if _fits(f, operands, masked, rc, sae, evex)]
     if not candidates:
         shown = operands if masked is None else (masked, *operands[1:])
         extra = (f" {{{rc}-sae}}" if rc else "") + (" {sae}" if sae else "")
@@ -346,9 +351,40 @@ def _disp_class(disp: int) -> tuple[bool, ...]:
     return (disp == 0, *(disp % n == 0 and -128 <= disp // n <= 127 for n in _DISP8_SCALES))
 
 
+def _register_classes() -> dict[Reg, Reg]:
+    """Each register -> the one that stands for its class in a selection key: registers of a class match the same
+    operand slots and make every form equally long. General-purpose: the fixed-slot ones (al/ax/eax/rax, cl) and
+    the bases that cost a SIB byte (rsp, r12) or a displacement (rbp, r13) stay themselves; the others go by
+    whether they need REX (and the byte registers spl..dil always do). Vector: 0-7, 8-15 (REX/VEX.R-X-B), 16-31
+    (EVEX only), per width. Mask registers: themselves."""
+    out: dict[Reg, Reg] = {}
+    for group in (GP16, GP32, GP64):
+        for r in group:
+            n = r.number
+            out[r] = group[n if n in (0, 1, 4, 5, 12, 13) else (2 if n < 8 else 8)]
+    for r in GP8:
+        n = r.number
+        out[r] = GP8[n if n in (0, 1) else (2 if n < 4 else 4 if n < 8 else 8)]
+    for group in (XMM, YMM, ZMM):
+        for r in group:
+            out[r] = group[0 if r.number < 8 else 8 if r.number < 16 else 16]
+    return out
+
+
+_CLASS = _register_classes()
+
+
 def _selection_key(operands: tuple[object, ...]) -> tuple[object, ...]:
-    return tuple(Mem(op.base, op.index, op.scale, 0, op.size, op.bcst, op.label) if isinstance(op, Mem) else op
-                 for op in operands) + tuple(_disp_class(op.disp) for op in operands if isinstance(op, Mem))
+    """The operands as the form choice sees them: registers by class, displacements by class."""
+    key: list[object] = []
+    for op in operands:
+        if isinstance(op, Mem):
+            base, index = _CLASS.get(op.base, op.base), _CLASS.get(op.index, op.index)
+            key.append(Mem(base, index, op.scale, 0, op.size, op.bcst, op.label))
+            key.append(_disp_class(op.disp))
+        else:
+            key.append(_CLASS.get(op, op) if isinstance(op, Reg) else op)
+    return tuple(key)
 
 
 def _select(mnemonic: str, operands: tuple[object, ...], masked: Masked | None, rc: str | None, sae: bool) -> Form:
