@@ -200,12 +200,14 @@ class Assembler:
         """The complete program (a Function adds its prologue and epilogue here)."""
         return self
 
-    def _program(self) -> tuple[list[Instruction], int]:
-        """Instructions with labels resolved, then the constant pool as data; and the code's byte size."""
+    def _program(self, ip: int = 0) -> tuple[list[Instruction], int, bytes | None]:
+        """Instructions with labels resolved, then the constant pool as data; the code's byte size; and the machine
+        code at ``ip`` when it was made on the way (no pool: the encoding that measured the code is the code)."""
         code = _resolve(self._instructions, self._branches, self._labels, self._rip_refs)
+        if not self._pool:  # a branch's size depends on its distance, never on the ip
+            encoded = _encode(code, ip)
+            return code, len(encoded), encoded
         code_size = len(_encode(code, 0))  # RIP-relative operands are rel32 whatever their target
-        if not self._pool:
-            return code, code_size
         data: list[Instruction] = []
         offset = code_size
         value_ip: dict[tuple[bytes, int], int] = {}
@@ -222,7 +224,7 @@ class Assembler:
             offset += len(payload)
         for index, label in self._rip_refs.items():
             code[index].memory_displacement = value_ip[self._pool[label]]
-        return code + data, code_size
+        return code + data, code_size, None
 
     def instructions(self) -> list[Instruction]:
         """Copies of the instructions with labels resolved to iced branch targets (ip = index + 1)."""
@@ -231,8 +233,8 @@ class Assembler:
     def assemble(self, ip: int = 0) -> tuple[bytes, int]:
         """Machine code as if loaded at ``ip`` (it is position independent), and the size of its code part
         (the constant pool follows)."""
-        instructions, code_size = self._final()._program()
-        return _encode(instructions, ip), code_size
+        instructions, code_size, encoded = self._final()._program(ip)
+        return (_encode(instructions, ip) if encoded is None else encoded), code_size
 
     def encode(self, ip: int = 0) -> bytes:
         """Machine code (with the constant pool after the code)."""

@@ -15,6 +15,8 @@ from snippets_core.errors import CodegenError
 from snippets_x86_64.asm.registers import GpReg, MaskReg, Reg, VecReg
 
 _SCALES = (1, 2, 4, 8)
+#: builds an operand from fields known to be valid, skipping the checks of ``__new__`` (the DSL's hot path)
+_tuple_new = tuple.__new__
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class Mem(tuple):
     def __add__(self, other: int | GpReg | ScaledIndex) -> Mem:  # type: ignore[override]
         base, index, scale, disp, size, bcst, label = self
         if isinstance(other, int):
+            if label is None and -(2**31) <= disp + other < 2**31:  # only the displacement changes: still valid
+                return _tuple_new(Mem, (base, index, scale, disp + other, size, bcst, None))
             return Mem(base, index, scale, disp + other, size, bcst, label)
         if isinstance(other, GpReg):
             other = ScaledIndex(other, 1)
@@ -176,7 +180,8 @@ class _SizeHint:
 
     def __getitem__(self, address: Mem | GpReg) -> Mem:
         base, index, scale, disp, _, bcst, label = as_mem(address)
-        return Mem(base, index, scale, disp, self.size, bcst, label)
+        # the fields were checked when ``address`` was made; only the size is new
+        return _tuple_new(Mem, (base, index, scale, disp, self.size, bcst, label))
 
     def __repr__(self) -> str:
         return self.name

@@ -69,7 +69,9 @@ class GpReg(Reg):
         return GP8[self.number]
 
     def __add__(self, other: int | GpReg | ScaledIndex) -> Mem:
-        if isinstance(other, int):  # the common ``rsi + 64``: one operand made, not two
+        if isinstance(other, int):  # the common ``rsi + 64``: made without the general checks where they hold
+            if self.bits >= 32 and -(2**31) <= other < 2**31:
+                return _operands._tuple_new(_operands.Mem, (self, None, 1, other, None, False, None))
             return _operands.Mem(self, None, 1, other)
         return _operands.Mem(self) + other
 
