@@ -34,7 +34,8 @@ from snippets_x86_64.asm import (
     zmm1,
     zword,
 )
-from snippets_x86_64.asm.instructions import _candidates, _create, _finish, _select
+from snippets_x86_64.asm.assembler import _encode
+from snippets_x86_64.asm.instructions import _candidates, _create, _select, build
 
 
 def _shortest(mnemonic: str, operands: tuple) -> int:
@@ -115,3 +116,15 @@ def test_an_emitted_instruction_reads_as_iced_decodes_it_whether_built_or_found(
         texts.append(a.disassemble())
     assert texts[0] == texts[1]
     assert texts[0].splitlines()[0].endswith("vmovups zmm0{k1}{z}, [rsi+0x40]")
+
+
+def test_a_displacement_patched_copy_is_the_instruction_built_for_its_displacement():
+    a = Assembler()
+    expected = []
+    for disp in DISPS:  # several displacements per class: all but the first of a class are patched copies
+        for mnemonic, operands in (("vmovups", (zmm0, zword[rsi + disp])), ("mov", (rax, qword[rsi + rcx * 8 + disp])),
+                                   ("vmovups", ((rsi + disp).mask(k1), zmm1)), ("vfmadd231ps", (zmm0, zmm1, bcst(rsi + disp)))):
+            a.emit(mnemonic, *operands)
+            expected.append(build(mnemonic, operands))  # straight from the instruction table, no cache
+    assert a._instructions == expected
+    assert a.encode() == _encode(expected, 0)
