@@ -8,8 +8,8 @@ another ``light_*.onnx`` there or a file.
 
     python bench/compile.py [--model resnet50] [--repeat 3]
 
-The table: seconds to compile (best and median of ``--repeat`` fresh processes), seconds of the first call, peak RSS MiB,
-RSS MiB after the imports, seconds of those imports. ``snippets (disk cache)`` compiles with
+The table: seconds to compile (best and median of ``--repeat`` fresh processes), seconds of the first call, peak
+RSS MiB, RSS MiB after the imports, seconds of those imports. ``snippets (disk cache)`` compiles with
 ``target_options.cache_dir`` set to a directory the previous ``snippets (cold, fills cache)`` process filled.
 
 What the timer covers: OpenVINO's ``set_property("CPU", ...)`` loads its CPU plugin (the compiler) before the timer

@@ -394,7 +394,8 @@ def _wrap(ordered: list[Node], kind: str) -> Subgraph:
                 # read only by the wrapped ops: the node is dead, but its value (the weight: the body's copy shares
                 # it, and the target releases that one once packed) would stay until the cyclic GC finds the
                 # node (ResNet-50: 89 MiB more peak RSS without it). A zero-stride stand-in of the same shape
-                src.value = np.broadcast_to(np.zeros((), src.value.dtype), src.value.shape)  # type: ignore[attr-defined]
+                value = src.value  # type: ignore[attr-defined]
+                src.value = np.broadcast_to(np.zeros((), value.dtype), value.shape)  # type: ignore[attr-defined]
     sg.rt_info = {k: v for k, v in last.rt_info.items() if k != SNIPPETS_NODE_TYPE}
     sg.rt_info[ORIGINAL_LAYERS_NAMES] = ",".join(op.name for op in ordered)
     sg.rt_info[kind] = True

@@ -128,10 +128,10 @@ def _keys(mask: int) -> set:
 
 
 def _liveness(a: Assembler, memo: _Memo) -> dict[int, int]:
-    """Vector/mask registers (as bits, see _bit) live on entry to each basic block, by the index of its first instruction (the index
-    len = the end: nothing live). Per block, not per instruction: the loops asked about start and end at block
-    boundaries, and a fixpoint over the blocks with bit masks is what keeps this cheap on a kernel of thousands of
-    instructions (a BERT layer's FC kernels: 0.25 s -> 0.02 s)."""
+    """Vector/mask registers (as bits, see _bit) live on entry to each basic block, by the index of its first
+    instruction (the index len = the end: nothing live). Per block, not per instruction: the loops asked about
+    start and end at block boundaries, and a fixpoint over the blocks with bit masks keeps this cheap on a kernel
+    of thousands of instructions (a BERT layer's compile: 0.88 -> 0.69 s CPU with the memo below)."""
     ins = a._instructions
     n = len(ins)
     target = {i: a._labels[label] for i, label in a._branches.items()}

@@ -122,8 +122,10 @@ def test_a_displacement_patched_copy_is_the_instruction_built_for_its_displaceme
     a = Assembler()
     expected = []
     for disp in DISPS:  # several displacements per class: all but the first of a class are patched copies
-        for mnemonic, operands in (("vmovups", (zmm0, zword[rsi + disp])), ("mov", (rax, qword[rsi + rcx * 8 + disp])),
-                                   ("vmovups", ((rsi + disp).mask(k1), zmm1)), ("vfmadd231ps", (zmm0, zmm1, bcst(rsi + disp)))):
+        for mnemonic, operands in (("vmovups", (zmm0, zword[rsi + disp])),
+                                   ("mov", (rax, qword[rsi + rcx * 8 + disp])),
+                                   ("vmovups", ((rsi + disp).mask(k1), zmm1)),
+                                   ("vfmadd231ps", (zmm0, zmm1, bcst(rsi + disp)))):
             a.emit(mnemonic, *operands)
             expected.append(build(mnemonic, operands))  # straight from the instruction table, no cache
     assert a._instructions == expected
