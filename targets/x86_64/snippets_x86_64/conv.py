@@ -318,8 +318,9 @@ PACK_SPLIT_ELEMENTS = 1 << 17
 
 
 @functools.cache
-def _pack_pool() -> ThreadPoolExecutor | None:
-    """The helper thread of pack_weights (None on a single CPU)."""
+def helper_pool() -> ThreadPoolExecutor | None:
+    """The compile's helper thread (None on a single CPU): half of pack_weights, half of hashing a weight for the
+    disk cache, where numpy and hashlib drop the GIL."""
     return ThreadPoolExecutor(1, thread_name_prefix="snippets-pack") if (os.cpu_count() or 1) > 1 else None
 
 
@@ -365,7 +366,7 @@ def pack_weights(w: np.ndarray, geo: ConvGeometry, scale: np.ndarray | None, bia
             else:
                 panel[..., : hi - lo] = wg[g, :, :, c0:c1, lo:hi]
 
-    pool = _pack_pool() if w.size >= PACK_SPLIT_ELEMENTS and geo.cg >= 2 else None
+    pool = helper_pool() if w.size >= PACK_SPLIT_ELEMENTS and geo.cg >= 2 else None
     if pool is None:
         fill(0, geo.cg)
     else:  # half the input channels on the helper thread: numpy drops the GIL in its copy and multiply loops

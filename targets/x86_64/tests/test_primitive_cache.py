@@ -90,3 +90,16 @@ def test_packed_weights_of_other_weights_are_never_served(tmp_path) -> None:  # 
         assert ARRAY_CACHE.stats["miss"] == before["miss"] + 2
         np.testing.assert_allclose(cm({"x": x})["y"], compile_model(model, "reference")({"x": x})["y"],
                                    rtol=1e-4, atol=1e-4)
+
+
+def test_a_large_weight_is_keyed_by_every_byte_of_both_halves():
+    from snippets_x86_64.cache import HASH_SPLIT_BYTES
+
+    w = np.random.default_rng(3).standard_normal(HASH_SPLIT_BYTES // 2).astype(np.float32)  # 2 MiB: hashed in halves
+    key = ARRAY_CACHE.key("pack_weights", "geo", (w, None))
+    assert ARRAY_CACHE.key("pack_weights", "geo", (w.copy(), None)) == key
+    for at in (0, w.size // 2 - 1, w.size // 2, w.size - 1):  # a change in either half, at either edge
+        v = w.copy()
+        v[at] += 1
+        assert ARRAY_CACHE.key("pack_weights", "geo", (v, None)) != key
+    assert ARRAY_CACHE.key("pack_weights", "geo", (w.reshape(2, -1), None)) != key  # the shape is keyed too
