@@ -28,7 +28,6 @@ The kernel's signature is the native pool's harness: ``conv(unused, args, start,
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -317,11 +316,19 @@ DW_REUSE_PIXELS = 14
 PACK_SPLIT_ELEMENTS = 1 << 17
 
 
-@functools.cache
+_HELPER: dict[int, ThreadPoolExecutor] = {}
+
+
 def helper_pool() -> ThreadPoolExecutor | None:
     """The compile's helper thread (None on a single CPU): half of pack_weights, half of hashing a weight for the
-    disk cache, where numpy and hashlib drop the GIL."""
-    return ThreadPoolExecutor(1, thread_name_prefix="snippets-pack") if (os.cpu_count() or 1) > 1 else None
+    disk cache, where numpy and hashlib drop the GIL. One per process: a forked child does not inherit the thread,
+    so it makes its own."""
+    if (os.cpu_count() or 1) < 2:
+        return None
+    pool = _HELPER.get(os.getpid())
+    if pool is None:
+        pool = _HELPER.setdefault(os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="snippets-pack"))
+    return pool
 
 
 def pack_weights(w: np.ndarray, geo: ConvGeometry, scale: np.ndarray | None, bias: np.ndarray | None,
