@@ -264,8 +264,9 @@ class Assembler:
         return code + data, code_size, None
 
     def instructions(self) -> list[Instruction]:
-        """Copies of the instructions with labels resolved to iced branch targets (ip = index + 1)."""
-        return self._final()._program()[0]
+        """Copies of the instructions with labels resolved to iced branch targets (ip = index + 1): the caller may
+        change them (the assembler's own are shared templates)."""
+        return [instr.copy() for instr in self._final()._program()[0]]
 
     def assemble(self, ip: int = 0) -> tuple[bytes, int]:
         """Machine code as if loaded at ``ip`` (it is position independent), and the size of its code part
