@@ -130,3 +130,14 @@ def test_a_displacement_patched_copy_is_the_instruction_built_for_its_displaceme
             expected.append(build(mnemonic, operands))  # straight from the instruction table, no cache
     assert a._instructions == expected
     assert a.encode() == _encode(expected, 0)
+
+
+def test_operands_are_values_that_copy_and_pickle():
+    import copy
+    import pickle
+
+    for op in (dword[rsi + rcx * 4 + 8], zmm0.mask(k1).z, (rsi + 64).mask(k2), bcst(rsi), qword[rsi]):
+        for made in (copy.copy(op), copy.deepcopy(op), pickle.loads(pickle.dumps(op))):
+            assert made == op and type(made) is type(op) and str(made) == str(op)
+    with pytest.raises(AttributeError):
+        (rsi + 8).disp = 16  # frozen

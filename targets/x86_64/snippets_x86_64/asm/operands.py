@@ -70,6 +70,9 @@ class Mem(tuple):
             raise CodegenError(f"memory displacement {disp} does not fit in 32 bits")
         return tuple.__new__(cls, (base, index, scale, disp, size, bcst, label))
 
+    def __getnewargs__(self) -> tuple:  # copy and pickle call __new__ with the fields, not with one tuple
+        return tuple(self)
+
     base = property(itemgetter(0))
     index = property(itemgetter(1))
     scale = property(itemgetter(2))
@@ -150,6 +153,9 @@ class Masked(tuple):
         if k.number == 0:
             raise CodegenError("k0 cannot be used as an op-mask (the encoding means 'no mask')")
         return tuple.__new__(cls, (target, k, zeroing))
+
+    def __getnewargs__(self) -> tuple:
+        return tuple(self)
 
     target = property(itemgetter(0))
     k = property(itemgetter(1))
