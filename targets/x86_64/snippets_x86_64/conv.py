@@ -28,6 +28,7 @@ The kernel's signature is the native pool's harness: ``conv(unused, args, start,
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -368,8 +369,8 @@ def pack_weights(w: np.ndarray, geo: ConvGeometry, scale: np.ndarray | None, bia
             panel = whole[:, :, c0:c1]
             panel[..., hi - lo :] = 0  # the channels past the group's last one
             if sc is not None:
-                np.multiply(wg[g, :, :, c0:c1, lo:hi], sc[g, ..., lo:hi], out=panel[..., : hi - lo], dtype=np.float64,
-                            casting="same_kind")
+                np.multiply(wg[g, :, :, c0:c1, lo:hi], sc[g, ..., lo:hi], out=panel[..., : hi - lo],
+                            dtype=np.float64, casting="same_kind")
             else:
                 panel[..., : hi - lo] = wg[g, :, :, c0:c1, lo:hi]
 
