@@ -286,10 +286,12 @@ class TokenizeMHASnippets(Pass):
             return False
         changed = False
         consumed: set[int] = set()
+        live: set[int] | None = None  # valid until a Subgraph is built (a rejected match changes nothing)
         for node in model.get_ordered_ops():
             if node.type_name != "MatMul" or node.id in consumed:
                 continue
-            live = _live_ids(model)
+            if live is None:
+                live = _live_ids(model)
             if node.id not in live:
                 continue
             try:
@@ -301,6 +303,7 @@ class TokenizeMHASnippets(Pass):
             _build_subgraph(ordered, hidden, live)
             consumed.update(n.id for n in ordered)
             changed = True
+            live = None
         return changed
 
     def _veto(self, node: Node) -> str | None:

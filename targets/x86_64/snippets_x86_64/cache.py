@@ -3,11 +3,12 @@
 The key is a SHA-256 over a canonical text of the body (op types, attributes, element types, shapes,
 constants' bytes, recorded port descriptors; node names are left out), the compile config that changes the
 code (threads, disabled passes, positioned passes, the emitter classes of the jitters table, the sources of every
-plugin that contributed passes or emitters, code-shaping target options, the CPU features) and a
-fingerprint of the sources of the core and of this package (so no stale code is ever served). The
-cache lives in memory (bounded, oldest dropped first) and, when a directory is given by
+plugin that contributed passes or emitters, code-shaping target options, the CPU features) and the code version.
+The cache lives in memory (bounded, oldest dropped first) and, when a directory is given by
 ``target_options["cache_dir"]`` or the environment variable ``SNIPPETS_CACHE_DIR``, on disk: per key a
-``<key>.bin`` with the machine code and a ``<key>.json`` with the calling metadata, written atomically.
+``<name>.bin`` with the machine code and a ``<name>.json`` with the calling metadata, written atomically, where the
+name (:func:`disk_name`) hashes the key with a fingerprint of the sources of the core and of this package (so no
+stale code is ever served from disk; a process that caches in memory only never reads them).
 
 :data:`FUNCTION_CACHE` does the same for the JIT functions made outside the LinearIR pipeline (conv, pooling and
 reorder kernels), whose code depends on a small value (the geometry and the post-ops, not the weights): ResNet-50's
@@ -98,10 +99,17 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
+def disk_name(key: str) -> str:
+    """The file name of ``key``'s entry in a disk cache: the key with the code fingerprint, so an entry is never
+    served to other code. Only here: a process that caches in memory alone never reads its sources (6 ms)."""
+    return hashlib.sha256(f"{key} {code_fingerprint()}".encode()).hexdigest()
+
+
 def cache_key(model: Model, config_parts: Iterable[Any]) -> str:
-    """SHA-256 of the body's canonical text, the config parts, the code version and the code fingerprint."""
+    """SHA-256 of the body's canonical text, the config parts and the code version (files on disk are named by
+    :func:`disk_name`, which adds the code fingerprint)."""
     h = hashlib.sha256()
-    h.update(f"x86_64_avx512 code v{CODE_VERSION} {code_fingerprint()}\n".encode())
+    h.update(f"x86_64_avx512 code v{CODE_VERSION}\n".encode())
     h.update(body_text(model).encode())
     for part in config_parts:
         h.update(b"\0" + _canon(part).encode())
@@ -174,7 +182,8 @@ class KernelCache(_MemoryCache):
 
     @staticmethod
     def _load(directory: Path, key: str) -> Kernel | None:
-        meta_path, code_path = directory / f"{key}.json", directory / f"{key}.bin"
+        name = disk_name(key)
+        meta_path, code_path = directory / f"{name}.json", directory / f"{name}.bin"
         try:
             meta = json.loads(meta_path.read_text())
             code = code_path.read_bytes()
@@ -195,8 +204,9 @@ class KernelCache(_MemoryCache):
             "lir": kernel.lir_text,
         }
         # data first, metadata last: a reader that finds the metadata finds whole code (checked by length)
-        _write_files(directory, [(f"{key}.bin", kernel.code),
-                                 (f"{key}.json", json.dumps(meta, sort_keys=True).encode())])
+        name = disk_name(key)
+        _write_files(directory, [(f"{name}.bin", kernel.code),
+                                 (f"{name}.json", json.dumps(meta, sort_keys=True).encode())])
 
 
 #: the process-wide kernel cache
@@ -237,7 +247,7 @@ class FunctionCache(_MemoryCache):
 
     @staticmethod
     def key(kind: str, spec: Any) -> str:
-        text = f"x86_64_avx512 {kind} code v{CODE_VERSION} {code_fingerprint()}\n{spec!r}"
+        text = f"x86_64_avx512 {kind} code v{CODE_VERSION}\n{spec!r}"
         return hashlib.sha256(text.encode()).hexdigest()
 
     def get(self, kind: str, spec: Any, build: Callable[[], JitFunction], argtypes: tuple[Any, ...]) -> JitFunction:
@@ -263,9 +273,10 @@ class FunctionCache(_MemoryCache):
 
     @staticmethod
     def _load(directory: Path, key: str) -> tuple[bytes, int, str] | None:
+        name = disk_name(key)
         try:
-            meta = json.loads((directory / f"{key}.fn.json").read_text())
-            code = (directory / f"{key}.fn.bin").read_bytes()
+            meta = json.loads((directory / f"{name}.fn.json").read_text())
+            code = (directory / f"{name}.fn.bin").read_bytes()
         except (OSError, ValueError):
             return None
         if meta.get("code_version") != CODE_VERSION or meta.get("key") != key or len(code) != meta.get("code_len"):
@@ -276,8 +287,9 @@ class FunctionCache(_MemoryCache):
     def _store(directory: Path, key: str, fn: JitFunction) -> None:
         meta = {"key": key, "code_version": CODE_VERSION, "code_size": fn.code_size, "code_len": len(fn.code),
                 "name": fn.name}
-        _write_files(directory, [(f"{key}.fn.bin", fn.code),
-                                 (f"{key}.fn.json", json.dumps(meta, sort_keys=True).encode())])
+        name = disk_name(key)
+        _write_files(directory, [(f"{name}.fn.bin", fn.code),
+                                 (f"{name}.fn.json", json.dumps(meta, sort_keys=True).encode())])
 
 
 #: the process-wide cache of conv, pooling and reorder kernels
@@ -332,23 +344,44 @@ class ShapeCache:
         """One line for ``CompiledModel.describe()``: the shapes kept and the kernels later shapes built."""
         return (f"{self.kind}: {len(self.executors)} shape(s) kept, {self.compiles} kernel(s) built after the first "
                 f"shape")
-        if self._first is None:
-            ex = self._first = self.make(shape, None)
-        else:
-            built = FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"]
-            ex = self.make(shape, self._first)
-            self.compiles += FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"] - built
-        self.executors[shape] = ex
-        if len(self.executors) > SHAPE_CACHE:
-            self.executors.popitem(last=False)
-        return ex
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    """A ``.npy`` file read straight into a 64-byte-aligned array of its own (one pass: the kernels want the packed
+    weights aligned, and a memory map would be paged in, then copied)."""
+    from snippets_x86_64.aligned import empty_aligned
+
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read_header is None:
+            raise ValueError(f"{path}: .npy format {version} (np.save writes 1.0 or 2.0)")
+        shape, fortran, dtype = read_header(f)
+        if fortran or dtype.hasobject:
+            raise ValueError(f"{path}: not a C-ordered plain array")
+        out = empty_aligned(shape, dtype, 0)
+        view = memoryview(out.reshape(-1).view(np.uint8))
+        if f.readinto(view) != out.nbytes:
+            raise ValueError(f"{path}: truncated")
+    return out
+
+
+#: bytes of a weight from which ArrayCache.key hashes its two halves on two threads
+HASH_SPLIT_BYTES = 1 << 20
+
+
+def _helper_pool() -> Any:
+    from snippets_x86_64.conv import helper_pool
+
+    return helper_pool()
 
 
 class ArrayCache:
     """Arrays computed at compile time from constants (packed conv weights), on disk under
     :func:`function_cache_dir` only: ``get(kind, spec, sources, build)`` returns ``build()``'s arrays, read back from
-    ``<key>.<i>.npy`` (memory-mapped: the caller copies what it keeps) when an earlier compile stored them. The key
-    hashes ``spec``'s repr and the bytes of ``sources``, so other weights never match."""
+    ``<key>.<i>.npy`` (into aligned arrays of their own) when an earlier compile stored them. The key hashes
+    ``spec``'s repr and the bytes of ``sources``, so other weights never match."""
 
     def __init__(self) -> None:
         #: disk hits, misses (built; stored when a directory is set)
@@ -363,7 +396,15 @@ class ArrayCache:
                 continue
             a = np.ascontiguousarray(a)
             h.update(f"\0{a.dtype.str}{a.shape}".encode())
-            h.update(memoryview(a).cast("B"))
+            data = memoryview(a).cast("B")
+            pool = _helper_pool() if len(data) >= HASH_SPLIT_BYTES else None
+            if pool is None:
+                h.update(data)
+            else:  # a large weight's halves hashed side by side (hashlib drops the GIL): ResNet-50's 94 MB, 47 ms
+                half = len(data) // 2
+                second = pool.submit(lambda d: hashlib.sha256(d).digest(), data[half:])
+                h.update(hashlib.sha256(data[:half]).digest())
+                h.update(second.result())
         return h.hexdigest()
 
     def get(self, kind: str, spec: Any, sources: Iterable[np.ndarray | None],
@@ -388,7 +429,7 @@ class ArrayCache:
             meta = json.loads((directory / f"{key}.arrays.json").read_text())
             if meta.get("code_version") != CODE_VERSION or meta.get("key") != key:
                 return None
-            arrays = tuple(np.load(directory / f"{key}.{i}.npy", mmap_mode="r") for i in range(meta["count"]))
+            arrays = tuple(_read_npy(directory / f"{key}.{i}.npy") for i in range(meta["count"]))
         except (OSError, ValueError, KeyError):
             return None
         if [list(a.shape) for a in arrays] != meta.get("shapes"):

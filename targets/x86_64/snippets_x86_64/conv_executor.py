@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from snippets_x86_64.aligned import empty_aligned, zeros_aligned
+from snippets_x86_64.aligned import ALIGN, empty_aligned, zeros_aligned
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
     choose_planar, copy_key, copy_table, flat_pixels, kernel_key, pack_channels, work_table
@@ -65,6 +65,9 @@ class ConvExecutor:
         new = alloc or empty_aligned
 
         def keep(a: np.ndarray) -> np.ndarray:  # made once: aligned whatever its size (a depthwise panel is small)
+            if alloc is None and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable \
+                    and a.ctypes.data % ALIGN == 0:
+                return a  # freshly packed on the boundary (a disk-cache entry is read-only: copied)
             out = alloc(a.shape) if alloc is not None else empty_aligned(a.shape, np.float32, 0)
             out[...] = a
             return out

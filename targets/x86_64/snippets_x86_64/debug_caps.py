@@ -45,7 +45,7 @@ _UNWRAPPED = ("LoopBegin", "RegSpillBegin")
 
 def _lock_last(a: Assembler) -> None:
     """Give the instruction just emitted a ``lock`` prefix (the DSL has no lock form; iced encodes the flag)."""
-    a._instructions[-1].has_lock_prefix = True
+    a.lock_last()
 
 
 def _read_tsc(a: Assembler) -> None:

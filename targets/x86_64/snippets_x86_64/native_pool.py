@@ -148,7 +148,7 @@ def _futex(a: Assembler, word: Any, op: int, value: Any, syscall: Any) -> None:
 
 def _lock_last(a: Assembler) -> None:
     """Give the instruction just emitted a ``lock`` prefix (the DSL has no lock form; iced encodes the flag)."""
-    a._instructions[-1].has_lock_prefix = True
+    a.lock_last()
 
 
 def _chunk_address(a: Assembler, job: Any, index: Any, out: Any) -> None:

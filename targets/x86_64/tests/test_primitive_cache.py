@@ -90,3 +90,34 @@ def test_packed_weights_of_other_weights_are_never_served(tmp_path) -> None:  # 
         assert ARRAY_CACHE.stats["miss"] == before["miss"] + 2
         np.testing.assert_allclose(cm({"x": x})["y"], compile_model(model, "reference")({"x": x})["y"],
                                    rtol=1e-4, atol=1e-4)
+
+
+def test_a_large_weight_is_keyed_by_every_byte_of_both_halves():
+    from snippets_x86_64.cache import HASH_SPLIT_BYTES
+
+    w = np.random.default_rng(3).standard_normal(HASH_SPLIT_BYTES // 2).astype(np.float32)  # 2 MiB: hashed in halves
+    key = ARRAY_CACHE.key("pack_weights", "geo", (w, None))
+    assert ARRAY_CACHE.key("pack_weights", "geo", (w.copy(), None)) == key
+    for at in (0, w.size // 2 - 1, w.size // 2, w.size - 1):  # a change in either half, at either edge
+        v = w.copy()
+        v[at] += 1
+        assert ARRAY_CACHE.key("pack_weights", "geo", (v, None)) != key
+    assert ARRAY_CACHE.key("pack_weights", "geo", (w.reshape(2, -1), None)) != key  # the shape is keyed too
+
+
+def test_a_forked_child_packs_weights_with_a_helper_thread_of_its_own():
+    import os
+    import signal
+
+    from snippets_x86_64.conv import ConvGeometry, pack_weights
+
+    geo = ConvGeometry(n=1, c=256, h=14, w=14, m=256, group=1, kh=3, kw=3, sh=1, sw=1, dh=1, dw=1, pt=1, pl=1,
+                       ho=14, wo=14)
+    w = np.random.default_rng(5).standard_normal((256, 256, 3, 3)).astype(np.float32)  # split over two threads
+    packed = pack_weights(w, geo, None, None)[0]  # the parent's helper thread exists now
+    pid = os.fork()
+    if pid == 0:  # the child inherits the pool object but not its thread: it must not wait on it forever
+        signal.alarm(60)
+        os._exit(0 if np.array_equal(pack_weights(w, geo, None, None)[0], packed) else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

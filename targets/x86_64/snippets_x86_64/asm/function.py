@@ -38,6 +38,24 @@ def _is_wide_vector(register: int) -> bool:
     return RegisterExt.is_ymm(register) or RegisterExt.is_zmm(register)
 
 
+_INFO = InstructionInfoFactory()
+#: instruction -> _facts(instruction), by value (iced compares every field but the ip)
+_FACTS: dict[Instruction, tuple[bool, bool, bool, frozenset[int]]] = {}
+_FACTS_MAX = 1 << 16
+
+
+def _facts(instr: Instruction) -> tuple[bool, bool, bool, frozenset[int]]:
+    """(is a ret, is a call, leaves upper vector halves dirty, the full registers it uses)."""
+    used = set()
+    wide = False
+    for use in _INFO.info(instr).used_registers():
+        used.add(RegisterExt.full_register(use.register))
+        # VEX/EVEX xmm writes clear the upper halves; only ymm/zmm leave them dirty
+        wide = wide or _is_wide_vector(use.register)
+    calls = instr.flow_control in (FlowControl.CALL, FlowControl.INDIRECT_CALL)
+    return instr.mnemonic == Mnemonic.RET, calls, wide, frozenset(used)
+
+
 class Function(Assembler):
     """An Assembler whose code is a complete System V function: ``fn.finalize()`` makes it callable."""
 
@@ -77,18 +95,22 @@ class Function(Assembler):
 
     def _frame(self, body: list[Instruction]) -> tuple[list[GpReg], bool, bool]:
         """Callee-saved registers the body uses, whether a frame is needed, whether to vzeroupper."""
-        factory = InstructionInfoFactory()
         used: set[int] = set()
         calls = wide = False
-        for instr in body:
-            if instr.mnemonic == Mnemonic.RET:
+        # each distinct instruction once (a kernel repeats its FMAs and loads; equal instructions are usually the
+        # same shared object, see Assembler.emit), its facts read from a memo that outlives the function
+        for instr in {id(instr): instr for instr in body}.values():
+            facts = _FACTS.get(instr)
+            if facts is None:
+                facts = _facts(instr)
+                if len(_FACTS) >= _FACTS_MAX:
+                    _FACTS.clear()
+                _FACTS[instr] = facts
+            if facts[0]:
                 raise CodegenError(f"function {self.name!r}: `ret` in the body skips the epilogue; jump to fn.exit")
-            if instr.flow_control in (FlowControl.CALL, FlowControl.INDIRECT_CALL):
-                calls = True
-            for use in factory.info(instr).used_registers():
-                used.add(RegisterExt.full_register(use.register))
-                # VEX/EVEX xmm writes clear the upper halves; only ymm/zmm leave them dirty
-                wide = wide or _is_wide_vector(use.register)
+            calls = calls or facts[1]
+            wide = wide or facts[2]
+            used |= facts[3]
         saved = [reg for reg in SYSV_CALLEE_SAVED if reg.code in used]
         return saved, self._slots_size > 0 or calls, wide
 

@@ -10,8 +10,8 @@ EVEX, ``add rax, 1`` gets the imm8 form). Adding an instruction to the DSL is ad
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from functools import cache, lru_cache
+from dataclasses import dataclass
+from functools import cache
 
 from iced_x86 import (
     Code,
@@ -29,7 +29,7 @@ from iced_x86 import (
 
 from snippets_core.errors import CodegenError
 from snippets_x86_64.asm.operands import Label, Masked, Mem, Operand, as_mem
-from snippets_x86_64.asm.registers import GpReg, MaskReg, Reg, VecReg
+from snippets_x86_64.asm.registers import GP8, GP16, GP32, GP64, XMM, YMM, ZMM, GpReg, MaskReg, Reg, VecReg
 
 #: Every mnemonic the DSL emits. Grouped as the AVX-512 f32 kernels use them.
 MNEMONICS: tuple[str, ...] = (
@@ -185,11 +185,10 @@ class Form:
 @cache
 def forms(mnemonic: str) -> tuple[Form, ...]:
     """Every 64-bit-mode encoding iced knows for ``mnemonic`` (legacy, VEX or EVEX)."""
-    target = getattr(Mnemonic, mnemonic.upper())
     out = []
-    for code in _ALL_CODES:
+    for code in _codes_by_mnemonic().get(getattr(Mnemonic, mnemonic.upper()), ()):
         info = OpCodeInfo(code)
-        if info.mnemonic != target or not info.mode64 or info.encoding not in _ENCODINGS or not info.is_instruction:
+        if not info.mode64 or info.encoding not in _ENCODINGS or not info.is_instruction:
             continue
         out.append(
             Form(
@@ -208,6 +207,16 @@ def forms(mnemonic: str) -> tuple[Form, ...]:
     return tuple(out)
 
 
+@cache
+def _codes_by_mnemonic() -> dict[int, list[int]]:
+    """Every iced Code by its mnemonic, in Code order: one pass over the table (1 ms) instead of one per mnemonic
+    (0.7 ms each, x the 40-odd mnemonics of a model)."""
+    out: dict[int, list[int]] = {}
+    for code in _ALL_CODES:
+        out.setdefault(Instruction.create(code).mnemonic, []).append(code)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Matching operands to forms
 
@@ -223,10 +232,14 @@ def _needs_evex(operands: tuple[object, ...], masked: Masked | None, rc: str | N
     return False
 
 
-def _fits(form: Form, operands: tuple[object, ...], masked: Masked | None, rc: str | None, sae: bool) -> bool:
+def _fits(form: Form, operands: tuple[object, ...], masked: Masked | None, rc: str | None, sae: bool,
+          evex: bool | None = None) -> bool:
+    """Whether ``form`` takes these operands (``evex``: whether they need EVEX, when the caller knows)."""
     if len(form.kinds) != len(operands):
         return False
-    if form.encoding != EncodingKind.EVEX and _needs_evex(operands, masked, rc, sae):
+    if evex is None:
+        evex = _needs_evex(operands, masked, rc, sae)
+    if form.encoding != EncodingKind.EVEX and evex:
         return False
     if masked is not None and (not form.can_mask or (masked.zeroing and not form.can_zero)):
         return False
@@ -308,7 +321,8 @@ def _describe(mnemonic: str, operands: tuple[object, ...]) -> str:
 def _candidates(
     mnemonic: str, operands: tuple[object, ...], masked: Masked | None, rc: str | None, sae: bool
 ) -> list[Form]:
-    candidates = [f for f in forms(mnemonic) if _fits(f, operands, masked, rc, sae)]
+    evex = _needs_evex(operands, masked, rc, sae)
+    candidates = [f for f in forms(mnemonic) if _fits(f, operands, masked, rc, sae, evex)]
     if not candidates:
         shown = operands if masked is None else (masked, *operands[1:])
         extra = (f" {{{rc}-sae}}" if rc else "") + (" {sae}" if sae else "")
@@ -325,9 +339,65 @@ def _select_branch(mnemonic: str, operands: tuple[object, ...]) -> Form:
     return min(candidates, key=lambda f: (_KIND_NAMES[f.kinds[0]] != "BR64_1", f.code))
 
 
-# Operands are hashable values (registers, Mem, Masked, ints), so the choice is cached per operand tuple.
-@lru_cache(maxsize=1 << 16)
+#: the form chosen per (mnemonic, operands with displacements reduced to their class, mask, rc, sae)
+_FORMS_CHOSEN: dict[tuple, Form] = {}
+#: the powers of two an EVEX displacement is compressed by (disp8*N)
+_DISP8_SCALES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def _disp_class(disp: int) -> tuple[bool, ...]:
+    """What the encoded length of a displacement depends on, for every form: zero or not, and for each N whether
+    it is a disp8*N (N = 1: the plain disp8). Two displacements of a class pick the same form."""
+    return (disp == 0, *(disp % n == 0 and -128 <= disp // n <= 127 for n in _DISP8_SCALES))
+
+
+def _register_classes() -> dict[Reg, Reg]:
+    """Each register -> the one that stands for its class in a selection key: registers of a class match the same
+    operand slots and make every form equally long. General-purpose: the fixed-slot ones (al/ax/eax/rax, cl) and
+    the bases that cost a SIB byte (rsp, r12) or a displacement (rbp, r13) stay themselves; the others go by
+    whether they need REX (and the byte registers spl..dil always do). Vector: 0-7, 8-15 (REX/VEX.R-X-B), 16-31
+    (EVEX only), per width. Mask registers: themselves."""
+    out: dict[Reg, Reg] = {}
+    for group in (GP16, GP32, GP64):
+        for r in group:
+            n = r.number
+            out[r] = group[n if n in (0, 1, 4, 5, 12, 13) else (2 if n < 8 else 8)]
+    for r in GP8:
+        n = r.number
+        out[r] = GP8[n if n in (0, 1) else (2 if n < 4 else 4 if n < 8 else 8)]
+    for group in (XMM, YMM, ZMM):
+        for r in group:
+            out[r] = group[0 if r.number < 8 else 8 if r.number < 16 else 16]
+    return out
+
+
+_CLASS = _register_classes()
+
+
+def _selection_key(operands: tuple[object, ...]) -> tuple[object, ...]:
+    """The operands as the form choice sees them: registers by class, displacements by class."""
+    key: list[object] = []
+    for op in operands:
+        if isinstance(op, Mem):
+            base, index = _CLASS.get(op.base, op.base), _CLASS.get(op.index, op.index)
+            key.append(Mem(base, index, op.scale, 0, op.size, op.bcst, op.label))
+            key.append(_disp_class(op.disp))
+        else:
+            key.append(_CLASS.get(op, op) if isinstance(op, Reg) else op)
+    return tuple(key)
+
+
 def _select(mnemonic: str, operands: tuple[object, ...], masked: Masked | None, rc: str | None, sae: bool) -> Form:
+    """The shortest encoding of ``mnemonic operands`` (then the lowest Code), chosen once per operand shape."""
+    # the mask's target is operands[0]: only the mask register and zeroing are the mask's own
+    key = (mnemonic, _selection_key(operands), None if masked is None else masked[1:], rc, sae)
+    form = _FORMS_CHOSEN.get(key)
+    if form is None:
+        form = _FORMS_CHOSEN[key] = _choose(mnemonic, operands, masked, rc, sae)
+    return form
+
+
+def _choose(mnemonic: str, operands: tuple[object, ...], masked: Masked | None, rc: str | None, sae: bool) -> Form:
     candidates = _candidates(mnemonic, operands, masked, rc, sae)
     mem_sizes = {f.memory_size for f in candidates}
     if len(mem_sizes) > 1 and any(isinstance(op, Mem) and op.size is None for op in operands):
@@ -335,6 +405,8 @@ def _select(mnemonic: str, operands: tuple[object, ...], masked: Masked | None, 
             f"`{_describe(mnemonic, operands)}`: the memory operand size is ambiguous, "
             f"write it with a size hint, e.g. dword[...], qword[...] or zword[...]"
         )
+    if len(candidates) == 1:
+        return candidates[0]
     encoder = Encoder(64)
 
     def length(form: Form) -> tuple[int, int]:
@@ -365,7 +437,7 @@ def build(mnemonic: str, operands: tuple[Operand, ...], rc: str | None = None, s
     plain, masked = _split_mask(operands)
     if any(isinstance(op, Mem) and op.label is not None for op in plain):
         # the choice does not depend on which constant is addressed: select with one stand-in label
-        key = tuple(replace(op, label=_POOL_STAND_IN) if isinstance(op, Mem) and op.label else op for op in plain)
+        key = tuple(op.with_label(_POOL_STAND_IN) if isinstance(op, Mem) and op.label else op for op in plain)
         form = _select(mnemonic, key, masked, rc, sae)
         return _finish(_create(form.code, plain, form), masked, rc, sae)
     if any(isinstance(op, Label) for op in plain):

@@ -69,21 +69,21 @@ class GpReg(Reg):
         return GP8[self.number]
 
     def __add__(self, other: int | GpReg | ScaledIndex) -> Mem:
-        from snippets_x86_64.asm.operands import Mem
-
-        return Mem(self) + other
+        if isinstance(other, int):  # the common ``rsi + 64``: made without the general checks where they hold
+            if self.bits >= 32 and -(2**31) <= other < 2**31:
+                return _operands._tuple_new(_operands.Mem, (self, None, 1, other, None, False, None))
+            return _operands.Mem(self, None, 1, other)
+        return _operands.Mem(self) + other
 
     __radd__ = __add__
 
     def __sub__(self, other: int) -> Mem:
-        from snippets_x86_64.asm.operands import Mem
-
-        return Mem(self) - other
+        if isinstance(other, int):
+            return _operands.Mem(self, None, 1, -other)
+        return NotImplemented
 
     def __mul__(self, scale: int) -> ScaledIndex:
-        from snippets_x86_64.asm.operands import ScaledIndex
-
-        return ScaledIndex(self, scale)
+        return _operands.ScaledIndex(self, scale)
 
     __rmul__ = __mul__
 
@@ -108,9 +108,7 @@ class VecReg(Reg):
         return ZMM[self.number]
 
     def mask(self, k: MaskReg) -> Masked:
-        from snippets_x86_64.asm.operands import Masked
-
-        return Masked(self, k)
+        return _operands.Masked(self, k)
 
 
 class MaskReg(Reg):
@@ -120,9 +118,7 @@ class MaskReg(Reg):
     __slots__ = ()
 
     def mask(self, k: MaskReg) -> Masked:
-        from snippets_x86_64.asm.operands import Masked
-
-        return Masked(self, k)
+        return _operands.Masked(self, k)
 
 
 def _iced(name: str) -> int:
@@ -157,3 +153,6 @@ k0, k1, k2, k3, k4, k5, k6, k7 = K
 #: System V AMD64: integer arguments in this order, these survive calls (the callee saves them).
 SYSV_ARGS = (rdi, rsi, rdx, rcx, r8, r9)
 SYSV_CALLEE_SAVED = (rbx, rbp, r12, r13, r14, r15)
+
+# operands.py imports this module; the operand types are read from it at call time (no import per ``rsi + 8``)
+from snippets_x86_64.asm import operands as _operands  # noqa: E402
