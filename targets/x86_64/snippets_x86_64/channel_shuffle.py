@@ -16,7 +16,6 @@ count)`` with ``args`` = [src, dst] and items = pixels.
 
 from __future__ import annotations
 
-import ctypes
 from collections import Counter
 from collections.abc import Callable, Sequence
 
@@ -26,13 +25,15 @@ from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.asm import Function, k1, qword, r9, r14, rbx, word, zword
 from snippets_x86_64.asm.registers import K, ZMM
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
-from snippets_x86_64.conv_executor import split_items
+from snippets_x86_64.conv_executor import data_address, split_items
 from snippets_x86_64.jit import JitFunction
-from snippets_x86_64.reorder import run_split
+from snippets_x86_64.native_pool import SplitCall
+from snippets_x86_64.runtime import PARALLEL_MIN_NS
 
 LANES = 16
-#: below this many elements a permute runs on one thread (waking the pool's worker costs more than it saves)
-MIN_PARALLEL_ELEMENTS = 1 << 16
+#: elements a permute moves per ns on one thread (shufflenet's: 136 channels of 28x28 in 17 us, 272 of 14x14 in 9.5):
+#: it splits over as many threads as get ``PARALLEL_MIN_NS`` of that each
+PERMUTED_PER_NS = 5.5
 #: index vectors (zmm8-23) and lane masks (k2-k6) kept in registers across the pixel loop
 PINNED_INDEXES, PINNED_MASKS = 16, 5
 
@@ -132,7 +133,9 @@ class ChannelPermute:
             return
         self.kernel = FUNCTION_CACHE.get("channel_permute", self.perm, lambda: build_permute_kernel(self.perm),
                                          HARNESS_ARGTYPES)
-        self.chunks = split_items(pixels, 1 if pixels * c < MIN_PARALLEL_ELEMENTS else num_threads)
+        threads = max(1, min(num_threads, int(pixels * c / PERMUTED_PER_NS // PARALLEL_MIN_NS)))
+        self.chunks = split_items(pixels, threads)
+        self.call = SplitCall(self.kernel, 2, self.chunks)
 
     def run(self, x: np.ndarray) -> np.ndarray:
         n, c, h, w = self.shape
@@ -143,8 +146,7 @@ class ChannelPermute:
         if not mem.flags.c_contiguous or mem.dtype != np.float32:
             self.reorders += 1
             mem = np.ascontiguousarray(mem, dtype=np.float32)
-        block = (ctypes.c_uint64 * 2)(mem.ctypes.data, y.ctypes.data)
-        run_split(self.kernel, ctypes.addressof(block), self.chunks)
+        self.call.run([data_address(mem), data_address(y)])
         return y.transpose(0, 3, 1, 2)
 
     def describe(self) -> str:

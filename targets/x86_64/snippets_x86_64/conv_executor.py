@@ -9,7 +9,6 @@ runs the items split over the threads of the native pool and returns the new NHW
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from collections.abc import Callable, Sequence
 
@@ -19,11 +18,23 @@ from snippets_x86_64.aligned import ALIGN, empty_aligned, zeros_aligned
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
     choose_planar, copy_key, copy_table, flat_pixels, kernel_key, pack_channels, work_table
-from snippets_x86_64.reorder import run_split
+from snippets_x86_64.native_pool import SplitCall, split_items
+from snippets_x86_64.row_copy import planar_copy
+from snippets_x86_64.runtime import PARALLEL_MIN_NS
+from snippets_x86_64.runtime import _address as data_address
 
-#: flops (or pooled taps) per thread below which a primitive runs on one thread (about 10 us of FMA work: a
-#: wake-up of the native pool's worker and the join cost a few us)
+#: flops (or pooled taps) per thread below which an LRN runs on one thread (about 10 us of FMA work: a wake-up of
+#: the native pool's worker and the join cost a few us)
 MIN_FLOPS_PER_THREAD = 2_000_000
+#: single-thread work rates the thread split estimates a convolution's time from (measured on the CNN zoo's
+#: convolutions: a dense conv's multiply-adds run near the FMA peak; a depthwise one feeds each input vector to a few
+#: FMAs only; a pool does a load and a max/add per tap), per ns
+DENSE_FLOPS_PER_NS = 130.0
+DEPTHWISE_FLOPS_PER_NS = 60.0
+POOL_TAPS_PER_NS = 25.0
+#: bytes per ns of a weight panel streamed from memory: a classifier's 1x1 conv on one pixel (a GEMV over 4 MiB)
+#: takes as long as its weights take to read, far longer than its flops say
+WEIGHT_BYTES_PER_NS = 40.0
 #: per-channel vector pre-ops the JIT input copy applies at most (its pointer registers)
 COPY_MAX_VECTORS = 8
 
@@ -108,12 +119,21 @@ class ConvExecutor:
         self.has_residual = any(op.kind == "residual" for op in self.post_ops)
         #: layout changes (NCHW -> NHWC copies) made by the calls so far: the reorders at this primitive's edges
         self.reorders = 0
-        self.fixed_args = (self.packed.ctypes.data, self.bias.ctypes.data, self.table.ctypes.data,
-                           [a.ctypes.data for a in self.channel_data])
-        # a small convolution runs on one thread: waking the other costs more than its half of the work
-        work = geo.flops if geo.mode == "conv" else 8 * geo.flops  # a pooled tap: a load, not an FMA
-        threads = num_threads if work >= MIN_FLOPS_PER_THREAD * num_threads else 1
+        self.fixed_args = (data_address(self.packed), data_address(self.bias), data_address(self.table),
+                           [data_address(a) for a in self.channel_data])
+        # split when each thread gets PARALLEL_MIN_NS of estimated work: a hand-over to a spinning worker costs
+        # 1-2 us, so a depthwise conv of 15 us gains from a second thread, where the flops alone (half a dense
+        # conv's rate) kept it on one
+        self.work_ns = estimated_ns(geo, self.packed.nbytes if geo.mode == "conv" else 0)
+        threads = max(1, min(num_threads, int(self.work_ns // PARALLEL_MIN_NS)))
         self.chunks = split_items(len(self.table), threads)
+        self.call = SplitCall(self.kernel, ARG_POST + len(self.channel_data), self.chunks)
+        #: the JIT copy of a contiguous NCHW input into a planar padded buffer (a stem's) when its rows split over
+        #: the threads (None: numpy's strided copy, as fast on one thread)
+        self.planar_copy = planar_copy(geo.n, geo.c, geo.h, geo.w, geo.hp, geo.wp, geo.pt, geo.pl, num_threads) \
+            if geo.planar and num_threads > 1 else None
+        if self.planar_copy is not None and self.planar_copy.call.threads == 1:
+            self.planar_copy = None
         #: the JIT copy of a contiguous NHWC input into the padded buffer, through the pre-ops (None: read in
         #: place, or more vector pre-ops than the kernel has pointer registers: numpy copies)
         self.copy = None
@@ -129,6 +149,8 @@ class ConvExecutor:
             # a copy is a memory-bound pass: both threads only when it is large
             self.copy_chunks = split_items(geo.n * geo.h, num_threads if geo.n * geo.h * geo.w * geo.c >= 1 << 16
                                            else 1)
+            self.copy_call = SplitCall(self.copy, 3 + len(self.copy_vectors), self.copy_chunks)
+            self.copy_words = [0, 0, data_address(self.copy_table), *(data_address(v) for v in self.copy_vectors)]
 
     def for_shape(self, geo: ConvGeometry) -> ConvExecutor:
         """This convolution for another input shape ``geo``: the packed weights and, for a dynamic one, the kernels
@@ -168,16 +190,17 @@ class ConvExecutor:
             inner = xp[:, :, g.pt:g.pt + g.h, g.pl:g.pl + g.w]
             if self.pre_ops:
                 self._apply_pre_ops(xt, inner.transpose(0, 2, 3, 1))
+            elif self.planar_copy is not None and x.flags.c_contiguous and x.dtype == np.float32:
+                self.planar_copy.run(data_address(x), data_address(xp))  # type: ignore[arg-type]
             else:
                 inner[...] = x
             src = xp
         elif self.unpadded and xt.flags.c_contiguous and xt.dtype == np.float32:
             src = xt
         elif self.copy is not None and xt.flags.c_contiguous and xt.dtype == np.float32:
-            vectors = [v.ctypes.data for v in self.copy_vectors]
-            args = (ctypes.c_uint64 * (3 + len(vectors)))(xt.ctypes.data, xp.ctypes.data,  # type: ignore[union-attr]
-                                                          self.copy_table.ctypes.data, *vectors)
-            run_split(self.copy, ctypes.addressof(args), self.copy_chunks)
+            words = self.copy_words.copy()
+            words[0], words[1] = data_address(xt), data_address(xp)  # type: ignore[arg-type]
+            self.copy_call.run(words)
             src = xp
         else:
             if xp is None:  # only the caller holding ``_xp_lock`` gets ``self.xp``, so it may make it
@@ -195,6 +218,8 @@ class ConvExecutor:
             if not res.flags.c_contiguous:
                 self.reorders += 1
                 res = np.ascontiguousarray(res)
+        # a new output per call, not one kept per executor: malloc hands back the block a consumer just freed,
+        # still in cache, where a kept one is cold by the next call (measured: shufflenet 10 % slower)
         y = self.new((g.n, g.ho, g.wo, g.m))
         self.run_nhwc(src, y, res)
         return y.transpose(0, 3, 1, 2)
@@ -210,14 +235,18 @@ class ConvExecutor:
     def run_nhwc(self, src: np.ndarray, y: np.ndarray, res: np.ndarray | None = None) -> None:
         """The kernel on NHWC arrays: ``src`` (the padded input when there is padding), ``y`` written."""
         wei, bias, table, extra = self.fixed_args
-        dst = y.ctypes.data  # (an ndarray's .ctypes costs ~1 us: once per array)
-        block = (ctypes.c_uint64 * (ARG_POST + len(extra)))(
-            src.ctypes.data, wei, dst, bias, dst if res is None else res.ctypes.data, table, *extra)
-        run_split(self.kernel, ctypes.addressof(block), self.chunks)
+        dst = data_address(y)  # (0.15 us; an ndarray's .ctypes costs ~1 us)
+        self.call.run([data_address(src), wei, dst, bias, dst if res is None else data_address(res), table, *extra])
 
 
-def split_items(items: int, num_threads: int) -> list[tuple[int, int]]:
-    """(start, count) of each thread's contiguous range of work items."""
-    threads = max(1, min(num_threads, items))
-    bounds = [items * t // threads for t in range(threads + 1)]
-    return [(bounds[t], bounds[t + 1] - bounds[t]) for t in range(threads)]
+def estimated_ns(geo: ConvGeometry, weight_bytes: int) -> float:
+    """The single-thread time of a convolution or pool (ns), for the thread split: its flops (taps) at the measured
+    rate of its kind, or its weights' read from memory when that takes longer."""
+    if geo.mode != "conv":
+        rate = POOL_TAPS_PER_NS
+    else:
+        rate = DEPTHWISE_FLOPS_PER_NS if geo.depthwise else DENSE_FLOPS_PER_NS
+    return max(geo.flops / rate, weight_bytes / WEIGHT_BYTES_PER_NS)
+
+
+__all__ = ["ConvExecutor", "data_address", "estimated_ns", "split_items"]

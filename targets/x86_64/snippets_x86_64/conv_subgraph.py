@@ -198,7 +198,8 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
     if sg.rt_info.get("SnippetsConcat"):
         from snippets_x86_64.conv_concat import ChannelConcat
 
-        cat = ChannelConcat(sg.body.parameters[0].outputs[0].shape[0])  # the batch: None when dynamic
+        # the batch: None when dynamic
+        cat = ChannelConcat(sg.body.parameters[0].outputs[0].shape[0], config.num_threads)
         sg.rt_info["SnippetsConvKernel"] = f"channel concat of {len(sg.inputs)} inputs in NHWC"
 
         def run_concat(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

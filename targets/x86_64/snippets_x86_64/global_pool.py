@@ -12,7 +12,6 @@ NHWC, so the classifier after it reads it with no reorder. Signature: the native
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable
 
 import numpy as np
@@ -21,9 +20,9 @@ from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.asm import Function, bcst, k1, qword, r9, r12, r14, r15, rbx, word, zword
 from snippets_x86_64.asm.registers import ZMM
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
-from snippets_x86_64.conv_executor import split_items
+from snippets_x86_64.conv_executor import data_address, split_items
 from snippets_x86_64.jit import JitFunction
-from snippets_x86_64.reorder import run_split
+from snippets_x86_64.native_pool import SplitCall
 
 LANES = 16
 CHAINS = 4  # independent accumulators per vector (the add latency over its throughput)
@@ -143,6 +142,8 @@ class GlobalPool:
                           int(np.array([1.0 / (h * w)], np.float32).view(np.uint32)[0]))
         self.table = table.reshape(-1, ROW)
         self.chunks = split_items(len(self.table), 1 if n * c * h * w < MIN_PARALLEL_ELEMENTS else num_threads)
+        self.call = SplitCall(self.kernel, 3, self.chunks)
+        self._table_address = data_address(self.table)
 
     def run(self, x: np.ndarray) -> np.ndarray:
         y = self.new(self.out_shape)
@@ -150,8 +151,7 @@ class GlobalPool:
         if not mem.flags.c_contiguous or mem.dtype != np.float32:
             self.reorders += 1
             mem = np.ascontiguousarray(mem, dtype=np.float32)
-        block = (ctypes.c_uint64 * 3)(mem.ctypes.data, y.ctypes.data, self.table.ctypes.data)
-        run_split(self.kernel, ctypes.addressof(block), self.chunks)
+        self.call.run([data_address(mem), data_address(y), self._table_address])
         return y
 
     def describe(self) -> str:
