@@ -129,9 +129,10 @@ class ConvExecutor:
         self.chunks = split_items(len(self.table), threads)
         self.call = SplitCall(self.kernel, ARG_POST + len(self.channel_data), self.chunks)
         #: the JIT copy of a contiguous NCHW input into a planar padded buffer (a stem's) when its rows split over
-        #: the threads (None: numpy's strided copy, as fast on one thread)
+        #: the threads (None: numpy's strided copy, as fast on one thread; and for a dynamic conv, whose shapes
+        #: build no kernels)
         self.planar_copy = planar_copy(geo.n, geo.c, geo.h, geo.w, geo.hp, geo.wp, geo.pt, geo.pl, num_threads) \
-            if geo.planar and num_threads > 1 else None
+            if geo.planar and num_threads > 1 and not dynamic else None
         if self.planar_copy is not None and self.planar_copy.call.threads == 1:
             self.planar_copy = None
         #: the JIT copy of a contiguous NHWC input into the padded buffer, through the pre-ops (None: read in

@@ -198,8 +198,9 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
     if sg.rt_info.get("SnippetsConcat"):
         from snippets_x86_64.conv_concat import ChannelConcat
 
-        # the batch: None when dynamic
-        cat = ChannelConcat(sg.body.parameters[0].outputs[0].shape[0], config.num_threads)
+        # the batch: None when dynamic; a dynamic Concat copies with numpy (the JIT row copy is made per shape)
+        shape = sg.body.parameters[0].outputs[0].shape
+        cat = ChannelConcat(shape[0], config.num_threads if sg.outputs[0].shape.is_static else 1)
         sg.rt_info["SnippetsConvKernel"] = f"channel concat of {len(sg.inputs)} inputs in NHWC"
 
         def run_concat(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
