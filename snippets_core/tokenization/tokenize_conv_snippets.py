@@ -13,7 +13,9 @@ per-channel ops and Relu right before it, see ``_pre_op_chain``)::
       Add/Multiply by a per-channel Constant ([M,1,1], [1,M,1,1] or a scalar; Subtract/Divide with the
       Constant second): bias, BatchNormalization as the frontend folds it (Multiply, Add);
       Relu, Clamp, PRelu with a scalar or per-channel Constant slope, HSwish, Sigmoid, Swish, x * Sigmoid(x);
-      one Add of a tensor of the output's shape (the residual of a ResNet block)
+      one Add of a tensor of the output's shape (the residual of a ResNet block);
+      last, a 2-D MaxPool/AvgPool (one ``pool_reject_reason`` accepts), pooled in the kernel where it can, or a
+      global pool (``global_pool_chain``: a classifier head's GlobalAveragePool)
 
 Constants stay in the body (the target packs the weight and folds the per-channel ops into it once, at compile
 time); the Subgraph's inputs are ``x`` and the residual, if any. The Subgraph carries ``rt_info[CONVOLUTION]``.
@@ -138,19 +140,20 @@ def channel_permutation(chain: list[Node]) -> tuple[int, ...] | None:
 GLOBAL_REDUCTIONS = ("ReduceMean", "ReduceMax")
 
 
-def global_pool_chain(node: Node) -> list[Node] | None:
+def global_pool_chain(node: Node, after_primitive: bool = True) -> list[Node] | None:
     """The ops of a mean or maximum over the H and W axes of a non-empty ``[N, C, H, W]`` f32 tensor (C static, N
     known or named, H and W may be dynamic) made by a primitive (GlobalAveragePool/GlobalMaxPool as the frontend
     spells them), starting at ``node``: a
     ReduceMean/ReduceMax over axes 2, 3; or, as MoveReductionAxesLast rewrites it, Reshape to ``[N, C, H*W]``,
     the reduction over the last axis, Reshape to ``[N, C, 1, 1]`` or ``[N, C]``, each read only by the next. They
-    become a pooling primitive that reads NHWC. None when ``node`` starts no such chain."""
+    become a pooling primitive that reads NHWC (or, ``after_primitive`` False, end a conv's chain). None when ``node``
+    starts no such chain."""
     x = node.inputs[0] if node.inputs else None
     if x is None or not x.shape.rank_is_static or x.shape.rank != 4 or x.element_type is not ElementType.f32:
         return None
     dims = x.shape.sym_dims  # ints, or named dims; H, W may be unknown (a conv's output of a dynamic image)
     n, c, h, w = dims
-    if 0 in dims or n is None or c is None or not is_primitive(x.source.node):
+    if 0 in dims or n is None or c is None or (after_primitive and not is_primitive(x.source.node)):
         return None
     if node.type_name in GLOBAL_REDUCTIONS:
         return [node] if _reduces(node, [2, 3]) else None
@@ -312,6 +315,14 @@ def _post_op_chain(conv: Node) -> list[Node]:
             break
         chain.append(cand)
         current = cand.outputs[0]
+    # a MaxPool/AvgPool read only by the chain ends it: the target pools in the kernel's epilogue (a stem's
+    # conv + pool stores the pooled map only) or runs its pool kernel on the output, in the same step
+    # (static shapes only: the target specializes the fused kernel per shape)
+    pool = current.targets[0].node if len(current.targets) == 1 and current.shape.is_static else None
+    if pool is not None and pool.type_name in ("MaxPool", "AvgPool") and pool_reject_reason(pool) is None:
+        chain.append(pool)
+    elif pool is not None:  # a global pool (GlobalAveragePool of a classifier head) likewise, as its epilogue
+        chain.extend(global_pool_chain(pool, after_primitive=False) or [])
     return chain
 
 

@@ -128,6 +128,22 @@ class ConvGeometry:
     #: the padded input copy is planar (NCHW): a convolution with few input channels (an RGB stem) whose NCHW
     #: input is copied row by row instead of transposed channel by channel into NHWC
     planar: bool = False
+    #: a MaxPool/AveragePool applied to the output in registers after the post-ops (``PoolEpilogue``): the kernel
+    #: stores the pooled [N, pool.ho, pool.wo, M] only
+    pool: PoolEpilogue | None = None
+    #: "mean" or "max" over each image's pixels after the post-ops (a GlobalAveragePool/GlobalMaxPool epilogue): the
+    #: kernel adds each output row's pixels into its row's first pixel of the output buffer, and
+    #: ``build_global_finish_kernel`` reduces those rows into [N, M]
+    global_pool: str | None = None
+
+    @property
+    def out_h(self) -> int:
+        """Rows of the tensor the kernel stores (the pooled rows with a pool epilogue)."""
+        return self.ho if self.pool is None else self.pool.ho
+
+    @property
+    def out_w(self) -> int:
+        return self.wo if self.pool is None else self.pool.wo
 
     @property
     def px_bytes(self) -> int:
@@ -257,7 +273,7 @@ def flat_pixels(geo: ConvGeometry) -> ConvGeometry:
     rows of a divisor of H*W pixels (same memory, no copy), so that a 7x7 or 14x14 map is not one short row with
     a register-block tail per image row, and the work splits into enough items for both threads."""
     if not (geo.mode == "conv" and geo.kh == geo.kw == geo.sh == geo.sw == 1 and geo.pt == geo.pl == 0
-            and not geo.planar
+            and not geo.planar and geo.pool is None
             and geo.ho == geo.h and geo.wo == geo.w and not geo.depthwise):
         return geo
     pixels = geo.h * geo.w
@@ -404,7 +420,9 @@ def work_table(geo: ConvGeometry, offsets: list[int], borders: tuple | None = No
                                geo.mg, geo.depthwise, tuple(offsets) if geo.mode == "conv" else ())
     nv = template[:, RT_RFULL]  # the template holds each block's vector count there
     n = np.arange(geo.n)[:, None]
-    oh = np.arange(geo.ho)[None, :]
+    # a pool epilogue: one item per pooled row, which reads the conv rows of its windows (pool.sh conv rows apart)
+    oh = np.arange(geo.out_h)[None, :]
+    step = 1 if geo.pool is None else geo.pool.sh
     if geo.depthwise:  # the unpadded input: (oh*sh - pt, -pl) may lie outside, never read
         row_vars, var_of_oh = geo.row_variant_index()
         right = 0
@@ -416,7 +434,7 @@ def work_table(geo: ConvGeometry, offsets: list[int], borders: tuple | None = No
         a, b = interior_columns(geo)  # a dynamic walk's interior columns: loops of the widest block, the rest by bits
         cols = b - a
     else:
-        src = n * geo.c * geo.hp * geo.wp * 4 + oh * geo.sh * geo.wp * geo.px_bytes
+        src = n * geo.c * geo.hp * geo.wp * 4 + oh * step * geo.sh * geo.wp * geo.px_bytes
         pitch = geo.dh * geo.wp * geo.px_bytes
         cols = geo.wo
     # pixels_per_block (dense) or max_pixels_per_block (a depthwise walk's loop) of each block, vectorized
@@ -435,10 +453,10 @@ def work_table(geo: ConvGeometry, offsets: list[int], borders: tuple | None = No
     if geo.depthwise:
         head[:, 5] *= len(row_vars)
         head[:, RT_RIGHT] = right
-    table = np.empty((geo.n, len(head), geo.ho, ROW), np.int64)
+    table = np.empty((geo.n, len(head), geo.out_h, ROW), np.int64)
     table[...] = head[None, :, None, :]
     table[..., 0] += src[:, None, :]
-    table[..., 2] += ((n * geo.ho + oh) * geo.wo * m4)[:, None, :]
+    table[..., 2] += ((n * geo.out_h + oh) * geo.out_w * m4)[:, None, :]
     if geo.mode != "conv":  # pools: the row of reciprocal counts
         table[..., 1] = (oh * geo.wo * 4)[:, None, :]
     if geo.depthwise:
@@ -527,6 +545,8 @@ def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...], dynamic: 
             _emit_dw_row(fn, geo, nv, rows, post_ops)
         elif dynamic:
             _emit_row_dynamic(fn, geo, nv, post_ops)
+        elif geo.pool is not None:
+            _emit_pooled_row(fn, geo, nv, post_ops)
         else:
             _emit_row(fn, geo, nv, post_ops)
         fn.jmp(nxt)
@@ -540,17 +560,22 @@ def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...], dynamic: 
 def _emit_row(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[PostOp, ...]) -> None:
     """One output row segment of ``nv`` channel vectors: full pixel blocks in a loop, then the tail block."""
     emit = _emit_block
-    r_full = pixels_per_block(nv, geo.wo)
+    # a global pool sums every channel block's pixels in one order (the block of the widest variant): channels
+    # with equal values stay equal (a softmax over them stays flat)
+    r_full = pixels_per_block(nv if geo.global_pool is None else geo.blocks()[0][1], geo.wo)
     n_full, r_tail = divmod(geo.wo, r_full)
     src_step = r_full * geo.sw * geo.px_bytes
     dst_step = r_full * geo.m * 4
+    if geo.global_pool is not None:  # every block of the row reduces into the row's slot (r9 stays)
+        _emit_global_init(fn, geo, nv)
     if n_full:
         loop = fn.new_label("pixels")
         fn.mov(r12, n_full)
         fn.bind(loop)
         emit(fn, geo, nv, r_full, post_ops)
         fn.add(rbx, src_step)
-        fn.add(r9, dst_step)
+        if geo.global_pool is None:
+            fn.add(r9, dst_step)
         fn.add(r11, dst_step)
         fn.dec(r12)
         fn.jnz(loop)
@@ -729,10 +754,14 @@ def _emit_dw_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[i
 
 
 def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tuple[PostOp, ...],
-                dynamic: bool = False) -> None:
+                dynamic: bool = False, pooled: int = 0) -> None:
     """``r`` pixels x ``nv`` vectors: zero, reduce over (kh, kw, ic), post-ops, store. ``dynamic``: the kernel-row
     pitch (and a planar buffer's channel pitch) from the table row (``RT_PITCH``, ``RT_CH``) instead of immediates;
-    a planar buffer's few channels (at most ``PLANAR_MAX_C``) are then unrolled, each one pitch past the last."""
+    a planar buffer's few channels (at most ``PLANAR_MAX_C``) are then unrolled, each one pitch past the last. With
+    ``pooled`` (a pool epilogue) the ``r`` pixels are the ``pooled`` windows of the pool, window by window, stored
+    reduced."""
+    pix = geo.sw * geo.px_bytes  # bytes between the input pixels of neighbouring outputs
+    offs = _pool_window_offsets(geo, pooled) if pooled else [i * pix for i in range(r)]
     acc = [[ZMM[i * nv + j] for j in range(nv)] for i in range(r)]
     wv = [ZMM[r * nv + j] for j in range(nv)]
     bc = [ZMM[r * nv + nv], ZMM[r * nv + nv + 1]]
@@ -740,7 +769,6 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
     for row in acc:
         for z in row:
             fn.vxorps(z, z, z)
-    pix = geo.sw * geo.px_bytes  # bytes between the input pixels of neighbouring outputs
     ch = geo.ch_bytes
     vbytes = nv * VEC * 4  # weight bytes per input channel
     fn.mov(rax, rbx)
@@ -764,7 +792,7 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
             for i in range(r):
                 b = bc[turn[0] % 2]
                 turn[0] += 1
-                fn.vbroadcastss(b, dword[rdx + i * pix] if planar_dynamic else dword[rbp + (u * ch + i * pix)])
+                fn.vbroadcastss(b, dword[rdx + i * pix] if planar_dynamic else dword[rbp + (u * ch + offs[i])])
                 for j in range(nv):
                     fn.vfmadd231ps(acc[i][j], wv[j], b)
             if planar_dynamic and u + 1 < count:
@@ -793,6 +821,12 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
     fn.dec(rdi)
     fn.jnz(kh_loop)
     _emit_post_ops(fn, geo, acc, [*bc, tmp, *wv], post_ops)
+    if pooled:
+        _emit_pool_store(fn, geo, acc, pooled)
+        return
+    if geo.global_pool is not None:
+        _emit_global_store(fn, geo, acc, tmp)
+        return
     for i in range(r):
         for j in range(nv):
             dst = zword[r9 + (i * geo.m * 4 + j * 64)]
@@ -984,6 +1018,185 @@ def _emit_post_ops(fn: Function, geo: ConvGeometry, acc: list[list], free: list,
                     fn.vmulps(z, z, gate)
         else:
             raise AssertionError(f"post-op {op.kind!r} reached the emitter")
+
+
+@dataclass(frozen=True)
+class PoolEpilogue:
+    """A MaxPool/AveragePool over disjoint, whole windows of a convolution's output (stride >= window, or a single
+    window along that axis; no padding, no partial ``ceil_mode`` window: ``pool_epilogue`` says when), applied to the accumulators after the
+    post-ops: a work item is one pooled row, a register block holds whole windows, and only the pooled values are
+    stored (a stem's conv + MaxPool writes a quarter of the bytes and skips a pass over its output)."""
+
+    mode: str  # "max" or "avg"
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    #: the pooled output's rows and columns
+    ho: int
+    wo: int
+
+
+def pooled_per_block(nv: int, pool: PoolEpilogue) -> int:
+    """Pool windows per register block: ``windows * kh * kw * nv`` accumulators + ``nv`` weights + 2 broadcasts + 1
+    temp fit the 32 zmm (0: not even one window), then as even over the pooled row as that block count allows."""
+    win = pool.kh * pool.kw
+    most = min((ZMM_COUNT - nv - 3) // (win * nv), pool.wo)
+    return -(-pool.wo // -(-pool.wo // most)) if most > 0 else 0
+
+
+def pool_epilogue(geo: ConvGeometry, pool: ConvGeometry, pads: tuple[int, int, int, int],
+                  post_ops: tuple[PostOp, ...]) -> tuple[PoolEpilogue | None, str]:
+    """The epilogue form of the pooling ``pool`` (its window walk over the conv output, ``pool_geometry``) after
+    the convolution ``geo``, or None and why the kernel does not cover it (the pool then runs as its own kernel)."""
+    if geo.depthwise:
+        return None, "a depthwise convolution's walk has no pool epilogue"
+    overlap = (pool.sh < pool.kh and pool.ho > 1) or (pool.sw < pool.kw and pool.wo > 1)
+    if overlap or (pool.dh, pool.dw) != (1, 1):
+        return None, (f"overlapping or dilated windows ({pool.kh}x{pool.kw} stride {pool.sh}x{pool.sw} dilation "
+                      f"{pool.dh}x{pool.dw}): the epilogue pools whole, disjoint windows")
+    if any(pads) or (pool.ho - 1) * pool.sh + pool.kh > geo.ho or (pool.wo - 1) * pool.sw + pool.kw > geo.wo:
+        return None, "padded or partial (ceil_mode) windows: the epilogue pools whole windows inside the output"
+    if any(op.kind == "residual" for op in post_ops):
+        return None, "a residual Add before the pool: the epilogue stores pooled pixels only"
+    epi = PoolEpilogue(pool.mode, pool.kh, pool.kw, pool.sh, pool.sw, pool.ho, pool.wo)
+    nv = max(n for _, n in geo.blocks())
+    if pooled_per_block(nv, epi) == 0:
+        return None, f"a {pool.kh}x{pool.kw} window x {nv} channel vectors does not fit the registers"
+    return epi, ""
+
+
+def _pool_window_offsets(geo: ConvGeometry, pooled: int) -> list[int]:
+    """Input byte offsets of the conv pixels of ``pooled`` neighbouring windows, window by window, row-major."""
+    pk, pix, row = geo.pool, geo.sw * geo.px_bytes, geo.sh * geo.wp * geo.px_bytes
+    assert pk is not None
+    return [a * row + (q * pk.sw + b) * pix for q in range(pooled) for a in range(pk.kh) for b in range(pk.kw)]
+
+
+def _emit_pooled_row(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[PostOp, ...]) -> None:
+    """One pooled output row of ``nv`` channel vectors: blocks of whole windows in a loop, then the tail block."""
+    pk = geo.pool
+    assert pk is not None
+    q_full = pooled_per_block(nv, pk)
+    n_full, q_tail = divmod(pk.wo, q_full)
+    win = pk.kh * pk.kw
+    if n_full:
+        loop = fn.new_label("windows")
+        fn.mov(r12, n_full)
+        fn.bind(loop)
+        _emit_block(fn, geo, nv, q_full * win, post_ops, pooled=q_full)
+        fn.add(rbx, q_full * pk.sw * geo.sw * geo.px_bytes)
+        fn.add(r9, q_full * geo.m * 4)
+        fn.dec(r12)
+        fn.jnz(loop)
+    if q_tail:
+        _emit_block(fn, geo, nv, q_tail * win, post_ops, pooled=q_tail)
+
+
+def _emit_pool_store(fn: Function, geo: ConvGeometry, acc: list[list], pooled: int) -> None:
+    """Reduce each window's accumulators (a pairwise tree: short dependency chains) and store the pooled pixels."""
+    pk = geo.pool
+    assert pk is not None
+    win, nv = pk.kh * pk.kw, len(acc[0])
+    op = fn.vmaxps if pk.mode == "max" else fn.vaddps
+    for q in range(pooled):
+        for j in range(nv):
+            zs = [acc[q * win + k][j] for k in range(win)]
+            while len(zs) > 1:
+                for a, b in zip(zs[0::2], zs[1::2]):
+                    op(a, a, b)
+                zs = zs[0::2]
+            if pk.mode == "avg":
+                fn.vmulps(zs[0], zs[0], bcst(fn.const_f32(1.0 / win)))
+            dst = zword[r9 + (q * geo.m * 4 + j * 64)]
+            fn.vmovups(dst.mask(k1) if j == nv - 1 else dst, zs[0])
+
+
+def global_epilogue(geo: ConvGeometry, mode: str) -> tuple[ConvGeometry | None, str]:
+    """``geo`` with a global ``mode`` pool ("mean"/"max") as its epilogue, or None and why the kernel does not
+    cover it (the global pool kernel then runs on the output)."""
+    if geo.depthwise:
+        return None, "a depthwise convolution's walk has no global pool epilogue"
+    return replace(geo, global_pool=mode), ""
+
+
+def _emit_global_init(fn: Function, geo: ConvGeometry, nv: int) -> None:
+    """The row's slot (its first output pixel) starts at the reduction's identity: 0 for a mean, -inf for a max."""
+    init = ZMM[31]
+    if geo.global_pool == "max":
+        fn.vbroadcastss(init, fn.const_f32(float("-inf")))
+    else:
+        fn.vxorps(init, init, init)
+    for j in range(nv):
+        dst = zword[r9 + j * 64]
+        fn.vmovups(dst.mask(k1) if j == nv - 1 else dst, init)
+
+
+def _emit_global_store(fn: Function, geo: ConvGeometry, acc: list[list], tmp: ZMM) -> None:
+    """The block's pixels reduced (a pairwise tree) into the row's slot, read, combined and written back (the last
+    vector masked: its lanes past the group's channels belong to the next pixel's channels)."""
+    op = fn.vmaxps if geo.global_pool == "max" else fn.vaddps
+    for j in range(len(acc[0])):
+        zs = [row[j] for row in acc]
+        while len(zs) > 1:
+            for a, b in zip(zs[0::2], zs[1::2]):
+                op(a, a, b)
+            zs = zs[0::2]
+        slot = zword[r9 + j * 64]
+        if j == len(acc[0]) - 1:
+            fn.vmovups(tmp.mask(k1).z, slot)
+            op(zs[0], zs[0], tmp)
+            fn.vmovups(slot.mask(k1), zs[0])
+        else:
+            op(zs[0], zs[0], slot)
+            fn.vmovups(slot, zs[0])
+
+
+def build_global_finish_kernel(geo: ConvGeometry) -> JitFunction:
+    """``finish(unused, args, start, count)`` with ``args`` = [row sums, out]: per image, the slots of its output
+    rows (each row's first pixel of an [N, Ho, Wo, M] buffer) reduced into ``out`` [N, M], times ``1 / (Ho * Wo)``
+    for a mean. One item per image (``start``, ``count``)."""
+    fn = Function("conv_gpool_finish", args=("unused", "args", "start", "count"))
+    op = fn.vmaxps if geo.global_pool == "max" else fn.vaddps
+    nvp, rem = -(-geo.m // VEC), geo.m % VEC
+    row_pitch, image_pitch = geo.wo * geo.m * 4, geo.ho * geo.wo * geo.m * 4
+    acc, tmp = ZMM[0], ZMM[1]
+    fn.mov(r12d, (1 << rem) - 1 if rem else 0xFFFF)
+    fn.kmovw(k1, r12d)
+    fn.imul(rbx, rdx, image_pitch)
+    fn.add(rbx, qword[rsi])
+    fn.imul(r9, rdx, geo.m * 4)
+    fn.add(r9, qword[rsi + 8])
+    fn.mov(r14, rcx)
+    fn.test(r14, r14)
+    fn.jz(fn.exit)
+    images = fn.new_label("images")
+    fn.bind(images)
+    for v in range(nvp):
+        masked = v == nvp - 1 and rem
+        fn.vmovups(acc.mask(k1).z if masked else acc, zword[rbx + v * 64])
+        if geo.ho > 1:
+            rows = fn.new_label("rows")
+            fn.lea(rax, rbx + row_pitch)
+            fn.mov(rcx, geo.ho - 1)
+            fn.bind(rows)
+            if masked:
+                fn.vmovups(tmp.mask(k1).z, zword[rax + v * 64])
+                op(acc, acc, tmp)
+            else:
+                op(acc, acc, zword[rax + v * 64])
+            fn.add(rax, row_pitch)
+            fn.dec(rcx)
+            fn.jnz(rows)
+        if geo.global_pool == "mean":
+            fn.vmulps(acc, acc, bcst(fn.const_f32(1.0 / (geo.ho * geo.wo))))
+        dst = zword[r9 + v * 64]
+        fn.vmovups(dst.mask(k1) if masked else dst, acc)
+    fn.add(rbx, image_pitch)
+    fn.add(r9, geo.m * 4)
+    fn.dec(r14)
+    fn.jnz(images)
+    return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64))
 
 
 #: pre-op name (a numpy ufunc's, as ConvPlan.pre_ops has them) -> the AVX-512 instruction applying it per channel

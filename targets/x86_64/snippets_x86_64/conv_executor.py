@@ -9,6 +9,7 @@ runs the items split over the threads of the native pool and returns the new NHW
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Callable, Sequence
 
@@ -17,7 +18,8 @@ import numpy as np
 from snippets_x86_64.aligned import ALIGN, empty_aligned, zeros_aligned
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
-    choose_planar, copy_key, copy_table, flat_pixels, kernel_key, pack_channels, work_table
+    build_global_finish_kernel, choose_planar, copy_key, copy_table, flat_pixels, kernel_key, pack_channels, \
+    work_table
 from snippets_x86_64.native_pool import SplitCall, split_items
 from snippets_x86_64.row_copy import planar_copy
 from snippets_x86_64.runtime import PARALLEL_MIN_NS
@@ -116,6 +118,17 @@ class ConvExecutor:
         self.xp: np.ndarray | None = None if self.unpadded else self._padded_buffer()
         #: held while a call uses ``xp``; a concurrent call (another Python thread) gets a buffer of its own
         self._xp_lock = threading.Lock()
+        #: a global pool epilogue (``geo.global_pool``): the kernel reduces each output row into the row's first
+        #: pixel of ``_rows`` (made once, used by the ``_xp_lock`` holder), ``finish`` reduces the rows into the
+        #: [N, M, 1, 1] output
+        self.finish = None
+        self._rows: np.ndarray | None = None
+        self.out_shape = (geo.n, geo.out_h, geo.out_w, geo.m)
+        if geo.global_pool is not None:
+            self.finish = FUNCTION_CACHE.get("conv_gpool_finish", kgeo, lambda: build_global_finish_kernel(kgeo),
+                                             HARNESS_ARGTYPES)
+            self._rows = self.new((geo.n, geo.out_h, geo.out_w, geo.m))
+            self.out_shape = (geo.n, geo.m, 1, 1)
         self.has_residual = any(op.kind == "residual" for op in self.post_ops)
         #: layout changes (NCHW -> NHWC copies) made by the calls so far: the reorders at this primitive's edges
         self.reorders = 0
@@ -148,7 +161,7 @@ class ConvExecutor:
                                                HARNESS_ARGTYPES)
             self.copy_table = copy_table(geo)
             # a copy is a memory-bound pass: both threads only when it is large
-            self.copy_chunks = split_items(geo.n * geo.h, num_threads if geo.n * geo.h * geo.w * geo.c >= 1 << 16
+            self.copy_chunks = split_items(geo.n * geo.h, num_threads if geo.n * geo.h * geo.w * geo.c >= 1 << 14
                                            else 1)
             self.copy_call = SplitCall(self.copy, 3 + len(self.copy_vectors), self.copy_chunks)
             self.copy_words = [0, 0, data_address(self.copy_table), *(data_address(v) for v in self.copy_vectors)]
@@ -221,7 +234,14 @@ class ConvExecutor:
                 res = np.ascontiguousarray(res)
         # a new output per call, not one kept per executor: malloc hands back the block a consumer just freed,
         # still in cache, where a kept one is cold by the next call (measured: shufflenet 10 % slower)
-        y = self.new((g.n, g.ho, g.wo, g.m))
+        if self.finish is not None:  # a global pool epilogue: the kernel's row sums, the finish into [N, M, 1, 1]
+            rows = self._rows if xp is self.xp else self.new((g.n, g.out_h, g.out_w, g.m))
+            y = self.new(self.out_shape)
+            self.run_nhwc(src, rows, res)
+            ends = (ctypes.c_uint64 * 2)(data_address(rows), data_address(y))
+            self.finish(0, ctypes.addressof(ends), 0, g.n)
+            return y
+        y = self.new((g.n, g.out_h, g.out_w, g.m))
         self.run_nhwc(src, y, res)
         return y.transpose(0, 3, 1, 2)
 

@@ -9,7 +9,7 @@ op becomes an ``add_c``/``mul_c`` post-op with its own packed vector.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -19,8 +19,12 @@ from snippets_core.errors import InputError
 from snippets_core.ir.layout import INPUT_LAYOUTS, PLAIN
 from snippets_core.ir.ops.subgraph import Subgraph, release_constants
 from snippets_x86_64.cache import ShapeCache
-from snippets_x86_64.conv import ConvGeometry, PostOp, merge_borders, planar_fits
+from snippets_x86_64.conv import ConvGeometry, PostOp, global_epilogue, merge_borders, planar_fits, \
+    pool_epilogue
 from snippets_x86_64.conv_executor import ConvExecutor
+from snippets_x86_64.global_pool import MODES as GLOBAL_MODES
+from snippets_x86_64.global_pool import GlobalPool
+from snippets_x86_64.pool import build_pool_executor, pool_geometry
 
 FALLBACK_REASON_KEY = "SnippetsFallbackReason"
 
@@ -49,6 +53,10 @@ class ConvPlan:
     pre_ops: tuple[tuple[str, np.ndarray | None], ...] = ()
     #: the input arrives in the plain (NCHW) layout (AssignLayouts disabled, or it left it plain)
     plain_input: bool = False
+    #: a MaxPool/AvgPool that ends the chain (TokenizeConvSnippets takes one that follows the post-ops)
+    pool: Any = None
+    #: "mean"/"max": a global pool (ReduceMean/ReduceMax over H and W) ends the chain; its output is [N, M, 1, 1]
+    global_pool: str | None = None
 
     def geometry(self, x_shape: tuple[int, ...]) -> ConvGeometry:
         """The convolution resolved against an input of ``x_shape`` [N, C, H, W]."""
@@ -63,12 +71,53 @@ class ConvPlan:
                             pt, pl, ho, wo)
 
     def executor(self, x_shape: tuple[int, ...], num_threads: int, dynamic: bool = False,
-                 borders: tuple | None = None) -> ConvExecutor:
+                 borders: tuple | None = None, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
+                 ) -> ConvExecutor | ConvThenPool:
         """The kernel for an input of ``x_shape`` [N, C, H, W] (``dynamic``: the one for every N, H, W; ``borders``:
-        a depthwise walk's border code for every size, ``conv.merge_borders``)."""
-        return ConvExecutor(self.geometry(x_shape), self.w, self.scale, self.shift, self.post_ops, self.channel_data,
-                            num_threads=num_threads, pre_ops=self.pre_ops, plain_input=self.plain_input,
-                            dynamic=dynamic, borders=borders)
+        a depthwise walk's border code for every size, ``conv.merge_borders``). With a pool (static shapes only), one
+        kernel with the pool as its epilogue when it covers it (``pool_epilogue``, ``global_epilogue``), else the
+        conv and the pool kernel in turn."""
+        geo = self.geometry(x_shape)
+        if self.pool is None and self.global_pool is None:
+            return ConvExecutor(geo, self.w, self.scale, self.shift, self.post_ops, self.channel_data,
+                                num_threads=num_threads, alloc=alloc, pre_ops=self.pre_ops,
+                                plain_input=self.plain_input, dynamic=dynamic, borders=borders)
+        out = (geo.n, geo.m, geo.ho, geo.wo)
+        if self.pool is not None:
+            pgeo, pads = pool_geometry(self.pool, out)
+            epi, why = pool_epilogue(geo, pgeo, pads, self.post_ops)
+            fused = replace(geo, pool=epi)
+        else:
+            with_global, why = global_epilogue(geo, self.global_pool)
+            fused = with_global or geo
+        ex = ConvExecutor(fused, self.w, self.scale, self.shift, self.post_ops, self.channel_data,
+                          num_threads=num_threads, alloc=alloc, pre_ops=self.pre_ops, plain_input=self.plain_input)
+        if not why:
+            return ex
+        if self.pool is not None:
+            return ConvThenPool(ex, build_pool_executor(self.pool, out, num_threads, alloc=alloc), why)
+        return ConvThenPool(ex, GlobalPool(out, self.global_pool, num_threads=num_threads, alloc=alloc), why)
+
+
+class ConvThenPool:
+    """A conv primitive whose pool the kernel's epilogue does not cover: the conv kernel, then the pool kernel on
+    its output, in one step (``reason`` says why they are two kernels; describe() shows it)."""
+
+    def __init__(self, conv: ConvExecutor, pool: Any, reason: str) -> None:
+        self.conv, self.pool, self.reason = conv, pool, reason
+        self.geo = conv.geo
+
+    @property
+    def reorders(self) -> int:
+        """Layout changes at the two kernels' edges so far (0 when producers and consumers agree on NHWC)."""
+        return self.conv.reorders + self.pool.reorders
+
+    def run(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
+        return self.pool.run(self.conv.run(x, residual))
+
+    def describe(self) -> str:
+        pool = self.pool.describe() if isinstance(self.pool, GlobalPool) else describe_geometry(self.pool.geo)
+        return f"{describe_geometry(self.conv.geo)}, then {pool} (not fused: {self.reason})"
 
 
 def plan_conv(sg: Subgraph) -> ConvPlan:
@@ -89,6 +138,8 @@ def plan_conv(sg: Subgraph) -> ConvPlan:
     channel_data: list[np.ndarray] = []
     residual: int | None = None
     silu_of: Any = None
+    pool: Any = None
+    global_pool: str | None = None
     current = conv.outputs[0]
     for op in chain:
         t = op.type_name
@@ -143,13 +194,21 @@ def plan_conv(sg: Subgraph) -> ConvPlan:
             beta = 1.0 if len(op.inputs) == 1 else float(_const(op.inputs[1].source).reshape(-1)[0])
             post_ops.append(PostOp("swish", alpha=beta))
             folding = False
+        elif t in ("MaxPool", "AvgPool") and op is chain[-1]:
+            pool = op
+        elif t in ("Reshape", *GLOBAL_MODES):  # a global pool ends the chain (global_pool_chain's ops)
+            reductions = [o.type_name for o in chain[chain.index(op):] if o.type_name in GLOBAL_MODES]
+            if len(reductions) != 1:
+                raise ConvUnsupported(f"{t} '{op.name}' is not part of a global pool ending the chain")
+            global_pool = GLOBAL_MODES[reductions[0]]
+            break
         else:
             raise ConvUnsupported(f"post-op {t} '{op.name}' has no conv-kernel form")
         current = op.outputs[0]
     identity = bool(np.all(scale == 1.0))
     plain = tuple(sg.rt_info.get(INPUT_LAYOUTS, ()))[:1] in ((), (PLAIN.name,))
     return ConvPlan(conv, w, None if identity else scale, shift, tuple(post_ops), tuple(channel_data), residual,
-                    pre, plain)
+                    pre, plain, pool, global_pool)
 
 
 def _pre_ops(ops: list[Any], x: Any, conv: Any) -> tuple[tuple[str, np.ndarray | None], ...]:
@@ -211,7 +270,7 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
     if sg.rt_info.get("SnippetsChannelShuffle"):
         return _compile_channel_shuffle(sg, config)
     if sg.rt_info.get("SnippetsPooling"):
-        from snippets_x86_64.pool import POOL_MODES, build_pool_executor, pool_geometry
+        from snippets_x86_64.pool import POOL_MODES
 
         # a pool alone, or a global pool's reduction between the Reshapes of MoveReductionAxesLast
         pool = next(op for op in sg.body_ops if op.type_name != "Reshape")
@@ -236,15 +295,20 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
     threads = config.num_threads
     if x_port.is_static:
         ex = plan.executor(x_port.to_tuple(), threads)
-        sg.rt_info["SnippetsConvKernel"] = describe_geometry(ex.geo)
+        sg.rt_info["SnippetsConvKernel"] = ex.describe() if isinstance(ex, ConvThenPool) else describe_geometry(ex.geo)
         # the kernel reads only its packed copy: the weights are held once (a static shape never runs the body)
         release_constants(sg, "packed into the conv kernel's weights")
         residual = plan.residual
+        out_shape = sg.outputs[0].shape.to_tuple()
 
         def run(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-            return [ex.run(inputs[0], None if residual is None else inputs[residual])]
+            y = ex.run(inputs[0], None if residual is None else inputs[residual])
+            # a global pool's [N, M, 1, 1] as the body's Reshape has it ([N, M]): the same memory
+            return [y if y.shape == out_shape else y.reshape(out_shape)]
 
         run.executor = ex  # type: ignore[attr-defined]
+        if plan.pool is not None or plan.global_pool is not None:  # describe() shows whether the pool became the kernel's epilogue, and if not why
+            run.describe = lambda: sg.rt_info["SnippetsConvKernel"]  # type: ignore[attr-defined]
         return run
     return DynamicConv(sg, plan, threads)
 
@@ -362,5 +426,9 @@ def sampled_borders(sg: Subgraph, geometry: Callable[[tuple[int, ...]], ConvGeom
 def describe_geometry(g: ConvGeometry) -> str:
     """One line for describe()/inspect: the shape the kernel is specialized for."""
     kind = "conv" if g.mode == "conv" else g.mode + "pool"
+    pool = "" if g.pool is None else \
+        f" + {g.pool.mode}pool {g.pool.kh}x{g.pool.kw} epilogue ->{g.pool.ho}x{g.pool.wo}"
+    if g.global_pool is not None:
+        pool = f" + global {g.global_pool} pool epilogue ->1x1"
     return (f"{kind} {g.kh}x{g.kw} s{g.sh}x{g.sw} d{g.dh}x{g.dw} g{g.group} {g.c}->{g.m} "
-            f"{g.h}x{g.w}->{g.ho}x{g.wo} N{g.n} (NHWC, {g.flops / 1e9:.3f} GFLOP)")
+            f"{g.h}x{g.w}->{g.ho}x{g.wo}{pool} N{g.n} (NHWC, {g.flops / 1e9:.3f} GFLOP)")

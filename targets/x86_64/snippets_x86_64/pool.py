@@ -11,6 +11,8 @@ through ``ceil_mode`` never count).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from snippets_core.ir.node import Node
@@ -50,11 +52,13 @@ def reciprocal_counts(geo: ConvGeometry, pads: tuple[int, int, int, int], includ
 def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
                         out_shape: tuple[int, ...] | None = None, dynamic: bool = False,
                         prepared: ConvExecutor | GlobalPool | None = None, borders: tuple | None = None,
+                        alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
                         ) -> ConvExecutor | LRNExecutor | GlobalPool:
     """The kernel of a pooling primitive (MaxPool, AvgPool, LRN, or a ReduceMean/ReduceMax over H and W: a global
     pool, whose output is ``out_shape``, [N, C, 1, 1] by default) for inputs of ``x_shape``. ``dynamic``: a
     MaxPool/AvgPool's walk on runtime geometry (``conv.kernel_key``), whose kernel ``prepared`` (the same pool made
-    for another shape) may already have; ``borders``: its border code for every size (``conv.merge_borders``)."""
+    for another shape) may already have; ``borders``: its border code for every size (``conv.merge_borders``);
+    ``alloc`` makes a MaxPool's/AvgPool's buffers (tests pass guarded memory)."""
     if node.type_name in GLOBAL_MODES:
         return GlobalPool(x_shape, GLOBAL_MODES[node.type_name], out_shape, num_threads=num_threads,
                           prepared=prepared if isinstance(prepared, GlobalPool) else None)
@@ -67,4 +71,5 @@ def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
     else:
         divisor = np.zeros(1, np.float32)
     return ConvExecutor(geo, divisor, None, None, num_threads=num_threads, dynamic=dynamic,
-                        prepared=prepared if isinstance(prepared, ConvExecutor) else None, borders=borders)
+                        prepared=prepared if isinstance(prepared, ConvExecutor) else None, borders=borders,
+                        alloc=alloc)

@@ -50,7 +50,8 @@ def test_resnet50_reorders_nothing() -> None:
     ref = numpy_helper.to_array(onnx.load_tensor(str(path.with_suffix("")) + "_output_0.pb"))
     np.testing.assert_allclose(y, ref, rtol=1e-3, atol=1e-6)
     primitives = [st.run.executor for st in cm._steps if hasattr(getattr(st.run, "executor", None), "reorders")]
-    assert len(primitives) == 55 and all(ex.reorders == 0 for ex in primitives)  # 53 convs, 2 pools
+    # 53 convs and 2 pools in 53 steps: the stem's MaxPool and the last conv's AvgPool run in their conv's step
+    assert len(primitives) == 53 and all(ex.reorders == 0 for ex in primitives)
 
 
 def test_an_elementwise_subgraph_between_primitives_runs_on_nhwc() -> None:
@@ -253,25 +254,38 @@ def test_global_pool_kernel_against_numpy_under_guard_pages(shape: tuple[int, ..
 
 @pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
 @pytest.mark.parametrize("disabled", [[], ["move-reduction-axes-last"]])
-def test_a_global_pool_after_a_conv_reads_its_nhwc_output(op: str, disabled: list[str]) -> None:
-    """conv -> GlobalAveragePool/GlobalMaxPool -> Flatten: the global pool is a pooling primitive on the conv's
-    NHWC output (as MoveReductionAxesLast rewrites it, or not), so the model reorders only its input."""
+@pytest.mark.parametrize("conv_also_an_output", [False, True])
+def test_a_global_pool_after_a_conv_reads_its_nhwc_output(op: str, disabled: list[str],
+                                                          conv_also_an_output: bool) -> None:
+    """conv -> GlobalAveragePool/GlobalMaxPool -> Flatten: the global pool is the conv kernel's epilogue, or, when
+    the conv's output has another reader, a pooling primitive on its NHWC output (as MoveReductionAxesLast
+    rewrites it, or not); either way the model reorders only its input (and the conv output it returns)."""
     ort = pytest.importorskip("onnxruntime")
     rng = np.random.default_rng(5)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node(op, ["c"], ["g"]),
              helper.make_node("Flatten", ["g"], ["y"])]
     inits = [numpy_helper.from_array((rng.standard_normal((40, 5, 3, 3)) * 0.3).astype(np.float32), "w")]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 40])]
+    if conv_also_an_output:
+        outputs.append(helper.make_tensor_value_info("c", TensorProto.FLOAT, [2, 40, 9, 11]))
     g = helper.make_graph(nodes, "gp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 9, 11])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 40])], inits)
+                          outputs, inits)
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
     cm = compile_model(model, "x86_64_avx512", {"num_threads": 2, "disabled_passes": disabled})
-    assert _reorders(cm) == [("plain", "NHWC")]
+    assert _reorders(cm)[0] == ("plain", "NHWC") and len(_reorders(cm)) == 1 + conv_also_an_output
     pools = [sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsPooling")]
-    assert len(pools) == 1 and pools[0].rt_info["SnippetsConvKernel"].startswith("global")
+    (conv,) = [sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsConvolution")]
+    if conv_also_an_output:
+        assert len(pools) == 1 and pools[0].rt_info["SnippetsConvKernel"].startswith("global")
+    else:
+        mode = "mean" if op == "GlobalAveragePool" else "max"
+        assert not pools and f"global {mode} pool epilogue" in conv.rt_info["SnippetsConvKernel"]
     x = rng.standard_normal((2, 5, 9, 11)).astype(np.float32)
-    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    (y,) = cm({"x": x}).values()
-    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = cm({"x": x})
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-4, atol=1e-5)
+    if conv_also_an_output:
+        np.testing.assert_allclose(got["c"], want[1], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("perm,shuffle", [((0, 2, 1, 3, 4), True), ((0, 1, 2, 4, 3), False)],

@@ -51,15 +51,15 @@ def test_kernels_are_built_once_per_geometry_and_read_back_from_disk(tmp_path) -
     config = {"target_options": {"cache_dir": str(tmp_path)}}
     FUNCTION_CACHE.clear()
     cm = compile_model(model, "x86_64_avx512", config)
-    # conv (built), conv (same geometry: a memory hit), their padded-input copy (built, then a hit), pool, two
-    # reorders (one shape each way)
-    assert FUNCTION_CACHE.stats == {"memory": 2, "disk": 0, "miss": 5}
+    # conv (built), conv with the MaxPool as its epilogue (built), their padded-input copy (built, then a hit),
+    # two reorders (one shape each way)
+    assert FUNCTION_CACHE.stats == {"memory": 1, "disk": 0, "miss": 5}
     np.testing.assert_allclose(cm({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
     assert len(list(tmp_path.glob("*.fn.bin"))) == 5
     FUNCTION_CACHE.clear()  # as a new process: the kernels and the packed weights come from disk
     packed = dict(ARRAY_CACHE.stats)
     cm2 = compile_model(model, "x86_64_avx512", config)
-    assert FUNCTION_CACHE.stats == {"memory": 2, "disk": 5, "miss": 0}
+    assert FUNCTION_CACHE.stats == {"memory": 1, "disk": 5, "miss": 0}
     assert ARRAY_CACHE.stats == {"disk": packed["disk"] + 2, "miss": packed["miss"]}  # two convs' weights
     np.testing.assert_allclose(cm2({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
 
