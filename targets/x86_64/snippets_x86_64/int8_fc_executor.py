@@ -27,7 +27,7 @@ import numpy as np
 
 from snippets_core.errors import InputError
 from snippets_core.ir.ops.quantize import dynamic_quantization_grid
-from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.ir.ops.subgraph import Subgraph, release_constants
 from snippets_core.runtime.placement import Placement
 from snippets_core.tokenization.tokenize_int8_fc_snippets import DYNAMIC, F32, INT8_FULLY_CONNECTED, QUANTIZED, S8, \
     S32, U8, Int8FCSpec
@@ -181,6 +181,20 @@ class Int8FCExecutor:
         return f"int8 FullyConnected on the VNNI Brgemm: {self.spec.describe()}{threads}"
 
 
+def _release_weight_inputs(sg: Subgraph, spec: Int8FCSpec) -> None:
+    """The f32 weight the tokenizer left outside the body (a Constant feeding the Subgraph, read only by its
+    reference) replaced by a zero-stride placeholder where this Subgraph is its only reader: the kernel reads the
+    spec's int8 copy, and the body cannot be evaluated any more (``release_constants`` marked it)."""
+    keep = {spec.a_index, spec.residual_index()}
+    for i, port in enumerate(sg.inputs):
+        node = port.source.node
+        value = getattr(node, "value", None)
+        if i in keep or node.type_name != "Constant" or not isinstance(value, np.ndarray) or value.size <= 64:
+            continue
+        if all(c is sg for c in node.consumers()):
+            node.value = np.broadcast_to(np.zeros((), value.dtype), value.shape)  # type: ignore[attr-defined]
+
+
 def int8_fc_executor(sg: Subgraph, threads: int) -> Any:
     """The executor of an int8 FullyConnected (or convolution) Subgraph; with static rows, its kernels are compiled
     now."""
@@ -189,7 +203,12 @@ def int8_fc_executor(sg: Subgraph, threads: int) -> Any:
         from snippets_x86_64.int8_conv_executor import int8_conv_executor
 
         x = sg.inputs[spec.a_index].shape
-        return int8_conv_executor(spec, threads, x.to_tuple()[0] if x.is_static else None)
+        ex = int8_conv_executor(spec, threads, x.to_tuple()[0] if x.is_static else None)
+        # the kernel reads its own int8 weight (packed per batch size from the spec's): the body's f32 weight
+        # constants are held no more (evaluating the body is then a ConstantsReleasedError)
+        release_constants(sg, "packed into the int8 conv kernel's weights")
+        _release_weight_inputs(sg, spec)
+        return ex
     ex = Int8FCExecutor(spec, threads)
     x = sg.inputs[ex.spec.a_index].shape
     if x.is_static:

@@ -189,3 +189,23 @@ def test_grouped_convolution_runs_int8_and_depthwise_stays_f32(tmp_path: Path) -
     conv = next(n for n in cm.model.get_ordered_ops() if n.type_name == "Subgraph"
                 and any(op.type_name == "Convolution" and op.group == 48 for op in n.body_ops))
     assert "SnippetsInt8FullyConnected" not in conv.rt_info
+
+
+def test_the_int8_convolution_releases_its_f32_weights(tmp_path: Path) -> None:
+    """Once packed, the int8 conv Subgraphs hold their weights once (the kernel's int8 copy): the body's f32 weight
+    constants become zero-stride placeholders, the model still matches onnxruntime, and evaluating a body is a
+    typed error rather than a result from the placeholders."""
+    from snippets_core.ir.ops.subgraph import ConstantsReleasedError
+
+    model, shape = _block(3, 17)
+    path = _quantize(tmp_path, model, "x", shape)
+    cm = _compare(path, "x", shape, 1, inputs=1)
+    convs = [sg for sg in cm.subgraphs if getattr(sg.rt_info.get("SnippetsInt8FullyConnected"), "conv", None)]
+    assert len(convs) == 4
+    for sg in convs:  # the weight: a Constant the tokenizer left outside the body, or inside it
+        weights = [p.source.node.value for p in sg.inputs if p.source.node.type_name == "Constant"]
+        weights += [n.value for n in sg.body.get_ordered_ops() if n.type_name == "Constant"]
+        big = [v for v in weights if v.size > 64]
+        assert big and all(all(s == 0 for s in v.strides) for v in big), sg.name
+    with pytest.raises(ConstantsReleasedError, match="packed into the int8 conv kernel's weights"):
+        convs[0].evaluate(*[np.zeros(i.shape.to_tuple(), i.element_type.numpy) for i in convs[0].inputs])
