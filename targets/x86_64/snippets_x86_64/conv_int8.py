@@ -458,7 +458,7 @@ class Int8ConvKernel:
         self.table = work_table(geo, offsets)
         self.kernel = FUNCTION_CACHE.get("conv_int8", geo, lambda: build_int8_conv_kernel(geo), HARNESS_ARGTYPES)
         # a small convolution runs on one thread: waking the other costs more than its half (~4 us a hand-off)
-        threads = threads if geo.macs >= MIN_MACS_PER_THREAD * threads else 1
+        threads = threads if estimated_ns(geo) >= MIN_NS_PER_THREAD * threads else 1
         self.chunks = split_items(len(self.table), threads)
         self._dummy = np.zeros(LANES, np.float32)
 
@@ -513,9 +513,20 @@ class Int8ConvKernel:
         run_split(self.kernel, ctypes.addressof(block), self.chunks)
 
 
-#: multiply-adds per thread below which the convolution runs on one thread
-MIN_MACS_PER_THREAD = 2_000_000
+#: estimated kernel nanoseconds per thread below which the convolution runs on one thread
+MIN_NS_PER_THREAD = 4_400
+#: measured on one core (cnn_block_qdq's convs, ResNet-50's): multiply-adds per ns of the reduction, and ns per
+#: output element of the epilogue (dequantize and store) and of each post-op after it
+MACS_PER_NS, EPILOGUE_NS, POST_OP_NS = 450, 0.05, 0.02
+
+
+def estimated_ns(geo: Int8ConvShape) -> float:
+    """The kernel's time on one core: the reduction, plus the epilogue, which dominates a stem (3 input channels:
+    9 vpdpbusd per accumulator, then its whole chain): cnn_block_qdq's 3->32 stem has a third of the multiply-adds
+    of its 32->32 conv and takes as long (25 us each)."""
+    outputs = geo.n * geo.ho * geo.wo * geo.m
+    return geo.macs / MACS_PER_NS + outputs * (EPILOGUE_NS + POST_OP_NS * len(geo.post_ops))
 
 
 __all__ = ["Int8ConvKernel", "Int8ConvShape", "build_int8_conv_kernel", "channel_vector", "compensation",
-           "pack_weights_int8", "post_params", "requant_params", "work_table"]
+           "estimated_ns", "pack_weights_int8", "post_params", "requant_params", "work_table"]

@@ -36,7 +36,7 @@ from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.conv_executor import split_items
 from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, post_params, \
     requant_params
-from snippets_x86_64.quantize_int8 import quantize_params, quantize_pixels_function
+from snippets_x86_64.quantize_int8 import quantize_params, quantize_pixels_function, quantize_planes_function
 from snippets_x86_64.reorder import run_split
 from snippets_x86_64.runtime import TARGET_NAME
 
@@ -60,6 +60,9 @@ class _Batch:
         self.in_place = (shape.hp, shape.wp, shape.cp) == (h, w, c)
         self.table = np.asarray([((i * shape.hp + shape.pt + r) * shape.wp + shape.pl) * shape.cp
                                  for i in range(n) for r in range(h)], np.int64)
+        #: the planar copy's rows (NCHW x of a stem): (byte offset in the first plane, dst byte offset) per row
+        self.planes_table = np.asarray([(i * c * h * w * 4 + r * w * 4, self.table[i * h + r]) for i in range(n)
+                                        for r in range(h)], np.int64) if ex.planes is not None else None
         big = n * h * w * c * 4 >= COPY_SPLIT_BYTES
         self.copy_chunks = split_items(n * h, ex.threads if big else 1)
         self.lock = threading.Lock()
@@ -97,6 +100,10 @@ class Int8ConvExecutor:
             if spec.post_ops else None
         self.copy = quantize_pixels_function(g.spatial[1], c, self.shape(1).cp) if spec.source != QUANTIZED \
             else None
+        #: a stem (1..4 channels, one group: 4 bytes a pixel) quantizes its NCHW x straight from the planes, so
+        #: the model's input needs no NHWC reorder (the target asks AssignLayouts for a plain x: reads_planes)
+        self.planes = quantize_planes_function(g.spatial[1], c, g.spatial[0] * g.spatial[1]) \
+            if reads_planes(spec) else None
         self.reorders = 0
         #: where the last call ran (the snippets_core.runtime.placement protocol): always here
         self.last_placement = Placement(TARGET_NAME)
@@ -151,8 +158,9 @@ class Int8ConvExecutor:
                 residual = np.ascontiguousarray(residual, np.float32)
         b = self.batch(x.shape[0])
         shape = b.shape
+        planar = self.planes is not None and x.flags.c_contiguous
         xt = x.transpose(0, 2, 3, 1)
-        if not xt.flags.c_contiguous:
+        if not xt.flags.c_contiguous and not planar:
             self.reorders += 1
             xt = np.ascontiguousarray(xt)
         if s.source == DYNAMIC:  # DynamicQuantizeLinear's grid of this x
@@ -173,6 +181,10 @@ class Int8ConvExecutor:
             elif self.copy is None:  # x is already on the grid (QLinearConv, or the bytes of an int8 conv)
                 inner = xp[:, shape.pt : shape.pt + shape.h, shape.pl : shape.pl + shape.w, : shape.c]
                 np.copyto(inner, xt.view(np.uint8) ^ np.uint8(self.shift) if self.shift else xt)
+            elif planar and x.size:  # NCHW f32 planes straight into the 4-byte pixels
+                block = (ctypes.c_uint64 * 4)(x.ctypes.data, xp.ctypes.data, b.planes_table.ctypes.data,
+                                              qparams.ctypes.data)
+                run_split(self.planes, ctypes.addressof(block), b.copy_chunks)
             elif xt.size:
                 block = (ctypes.c_uint64 * 4)(xt.ctypes.data, xp.ctypes.data, b.table.ctypes.data,
                                               qparams.ctypes.data)
@@ -198,12 +210,22 @@ class Int8ConvExecutor:
     def describe(self) -> str:
         s, g = self.spec, self.spec.conv
         assert g is not None
-        how = "copied" if s.source == QUANTIZED else "quantized (JIT) into it"
+        how = "copied" if s.source == QUANTIZED else "quantized (JIT) into it" + \
+            (" from NCHW planes" if self.planes is not None else "")
         post = "".join(f", {op}" for op in self.post_ops)
-        threads = f", items split over {self.threads} threads" if self.threads > 1 else ""
+        # the kernel's own count (a small convolution stays on one thread: estimated_ns)
+        used = max((b.kernel.threads for b in self._batches.values()), default=self.threads)
+        threads = f", items split over {used} threads" if used > 1 else ""
         return (f"int8 convolution (JIT, VNNI): {s.describe()}; the padded NHWC u8 input {how}, vpdpbusd over "
                 f"the taps, dequantized (+ bias{post}){' and requantized' if self.output != F32 else ''} in registers"
                 f"{threads}")
+
+
+def reads_planes(spec: Int8FCSpec) -> bool:
+    """The int8 convolution quantizes an NCHW f32 x straight from its planes (a stem: 1..4 input channels, one
+    group, so a padded pixel is one dword): the target then prefers x plain, and no reorder runs before it."""
+    g = spec.conv
+    return g is not None and spec.source != QUANTIZED and g.group == 1 and spec.k // (g.kernel[0] * g.kernel[1]) <= 4
 
 
 def int8_conv_executor(spec: Int8FCSpec, threads: int, batch: int | None) -> Int8ConvExecutor:
@@ -214,4 +236,4 @@ def int8_conv_executor(spec: Int8FCSpec, threads: int, batch: int | None) -> Int
     return ex
 
 
-__all__ = ["Int8ConvExecutor", "int8_conv_executor"]
+__all__ = ["Int8ConvExecutor", "int8_conv_executor", "reads_planes"]

@@ -22,7 +22,7 @@ import numpy as np
 
 from snippets_core.errors import InputError
 from snippets_x86_64.asm import Function, k1, qword, r8, r9, r10, r11, rax, word, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, \
-    zmm6, zmm7
+    zmm6, zmm7, zword
 
 if TYPE_CHECKING:
     from snippets_x86_64.jit import JitFunction
@@ -154,6 +154,64 @@ def quantize_pixels_function(width: int, c: int, cp: int) -> JitFunction:
     return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64))
 
 
+@cache
+def quantize_planes_function(width: int, c: int, plane: int) -> JitFunction:
+    """``f(unused, args, start, count)`` (the native pool's harness): the stem's input copy straight from NCHW.
+    Quantize rows ``start .. start+count`` of ``width`` pixels of ``c <= 4`` f32 planes into a padded NHWC byte
+    buffer of 4 bytes per pixel. ``args`` = [src, dst, table (int64 pairs: the byte offset of the row in the first
+    plane, the dst byte offset of its first pixel), params]; channel ``j`` of a row is read ``j * plane`` f32 after
+    the first. Per 16 pixels: ``c`` vector loads, quantized as :func:`quantize_pixels_function` does, each lane
+    0..255 (the grid's clamp and zero point: u8 or s8 stored +128), shifted into byte ``j`` of the pixel's dword
+    and or-ed, one 64-byte store. Bytes past ``c`` get 0 (the weights there are zero: they add nothing). The pixel
+    tail loads and stores under a lane mask: nothing outside the rows is touched. This replaces an NCHW -> NHWC
+    reorder of the f32 image and a masked pass per pixel (1 to 4 useful lanes of 16) by a pass at full width."""
+    if min(width, c, plane) <= 0 or c > 4 or plane < width:
+        raise InputError(f"the planar int8 quantizer needs 1..4 channels, positive sizes and plane >= width, got "
+                         f"{width}, {c}, {plane}")
+    fn = Function("quantize_planes_int8", args=("unused", "args", "start", "count"))
+    _, args, start, count = fn.args
+    src, table, dst, px = r8, r9, r11, rax
+    fn.mov(r10, qword[args + 24])
+    _load_params(fn, r10, width)  # k1: the pixel tail of a row
+    fn.mov(table, qword[args + 16])
+    fn.shl(start, 4)
+    fn.add(table, start)
+    fn.test(count, count)
+    fn.jz(fn.exit)
+    regs = [zmm0, zmm1, zmm2, zmm3][:c]
+    full, tail = divmod(width, LANES)
+
+    def vector(masked: bool) -> None:
+        for j, reg in enumerate(regs):
+            at = zword[src + j * plane * 4]
+            fn.vmovups(reg.mask(k1).z if masked else reg, at)
+        _quantize_regs(fn, regs)
+        for j, reg in enumerate(regs[1:], start=1):
+            fn.vpslld(reg, reg, 8 * j)
+            fn.vpord(regs[0], regs[0], reg)
+        fn.vmovdqu32(zword[dst].mask(k1) if masked else zword[dst], regs[0])
+
+    rows = fn.label("quantize_planes_int8.row")
+    fn.mov(src, qword[table])
+    fn.add(src, qword[args])
+    fn.mov(dst, qword[table + 8])
+    fn.add(dst, qword[args + 8])
+    if full:
+        fn.mov(px, full)
+        pixels = fn.label("quantize_planes_int8.pixels")
+        vector(False)
+        fn.add(src, LANES * 4)
+        fn.add(dst, LANES * 4)
+        fn.dec(px)
+        fn.jnz(pixels)
+    if tail:
+        vector(True)
+    fn.add(table, 16)
+    fn.dec(count)
+    fn.jnz(rows)
+    return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64))
+
+
 def quantize_params(scale: float, zero_point: int, signed: bool) -> np.ndarray:
     """The 16-byte parameter block of :func:`quantize_function` for one scale and zero point."""
     qmin, qmax = QRANGE[signed]
@@ -173,4 +231,5 @@ def quantize_rows(x: np.ndarray, out: np.ndarray, params: np.ndarray) -> None:
         quantize_function(x.shape[1])(x.ctypes.data, out.ctypes.data, x.shape[0], params.ctypes.data)
 
 
-__all__ = ["QRANGE", "quantize_function", "quantize_params", "quantize_pixels_function", "quantize_rows"]
+__all__ = ["QRANGE", "quantize_function", "quantize_params", "quantize_pixels_function", "quantize_planes_function",
+           "quantize_rows"]

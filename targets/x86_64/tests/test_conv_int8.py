@@ -226,3 +226,45 @@ def test_the_pixel_quantizer_writes_the_padded_interior_only(c: int, signed: boo
     outside = np.ones(dst.shape, bool)
     outside[:, 1 : h + 1, 1 : w + 1, :c] = False
     assert (dst[outside] == 7).all()
+
+
+@pytest.mark.parametrize("c,w,signed", [(1, 16, False), (3, 37, False), (3, 64, True), (4, 5, True), (2, 33, False)])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_the_planar_quantizer_reads_nchw(c: int, w: int, signed: bool, at: str) -> None:
+    """quantize_planes_function: an NCHW f32 stem input (1..4 planes) into the padded NHWC byte buffer of 4 bytes a
+    pixel, as QuantizeLinear (half to even, saturation; an s8 grid stored +128 as the executor does), against
+    numpy in float64; the bytes outside the rows untouched, the padded channel 0; guard pages either side."""
+    import ctypes
+
+    from snippets_x86_64.quantize_int8 import quantize_params, quantize_planes_function
+    from snippets_x86_64.reorder import run_split
+
+    n, h, scale, zp = 2, 3, 0.05, (-3 if signed else 130)
+    rng = np.random.default_rng(c * w)
+    x = guarded_copy((rng.standard_normal((n, c, h, w)) * 5).astype(np.float32), at)
+    x.reshape(-1)[:4] = (0.025, -0.075, 100.0, -100.0)  # ties (to even) and both saturations
+    dst = guarded_array((n, h + 2, w + 1, 4), np.uint8, at)
+    dst[...] = 7
+    table = guarded_copy(np.asarray([(((i * c) * h + r) * w * 4, ((i * (h + 2) + 1 + r) * (w + 1) + 1) * 4)
+                                     for i in range(n) for r in range(h)], np.int64), at)
+    params = quantize_params(scale, zp, signed)
+    params.view(np.int32)[3] = zp + (128 if signed else 0)
+    params = guarded_copy(params, at)
+    try:
+        fn = quantize_planes_function(w, c, h * w)
+    except UnsupportedByTarget as e:
+        pytest.skip(str(e))
+    block = (ctypes.c_uint64 * 4)(x.ctypes.data, dst.ctypes.data, table.ctypes.data, params.ctypes.data)
+    run_split(fn, ctypes.addressof(block), [(0, 1), (1, n * h - 1)])
+    lo, hi = (-128, 127) if signed else (0, 255)
+    # the quotient in f32 as QuantizeLinear defines it (exact in float64 after that)
+    q = np.clip(np.rint((x / np.float32(scale)).astype(np.float64)) + zp, lo, hi).astype(np.int64) + \
+        (128 if signed else 0)
+    inner = dst[:, 1 : h + 1, 1 : w + 1].astype(np.int64)
+    np.testing.assert_array_equal(inner[..., :c], q.transpose(0, 2, 3, 1))
+    assert (inner[..., c:] == 0).all()
+    outside = np.ones(dst.shape, bool)
+    outside[:, 1 : h + 1, 1 : w + 1] = False
+    assert (dst[outside] == 7).all()
+    with pytest.raises(InputError, match="1..4 channels"):
+        quantize_planes_function(w, 5, h * w)

@@ -209,3 +209,14 @@ def test_the_int8_convolution_releases_its_f32_weights(tmp_path: Path) -> None:
         assert big and all(all(s == 0 for s in v.strides) for v in big), sg.name
     with pytest.raises(ConstantsReleasedError, match="packed into the int8 conv kernel's weights"):
         convs[0].evaluate(*[np.zeros(i.shape.to_tuple(), i.element_type.numpy) for i in convs[0].inputs])
+
+
+@pytest.mark.parametrize("c", [1, 3])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_stem_quantizes_its_nchw_input_without_a_reorder(tmp_path: Path, c: int, threads: int) -> None:
+    """A 1..4-channel stem reads the model's NCHW input plain and quantizes its planes into the padded pixels (no
+    NHWC reorder of the image before it); the model still matches onnxruntime on 1, 2 and 3 threads."""
+    model, shape = _block(c, 17)
+    cm = _compare(_quantize(tmp_path, model, "x", shape), "x", shape, threads, inputs=2)
+    d = cm.describe()
+    assert d.count("from NCHW planes") == 1 and "x/reorder_NHWC" not in d, d
