@@ -55,7 +55,12 @@ class Int8FCExecutor:
         if spec.source != DYNAMIC:
             self.vectors = self.vectors_for(spec.a_scale, spec.a_zero_point)
             self.qparams = quantize_params(spec.a_scale, spec.a_zero_point, spec.a_signed)
+        #: the addresses of the constant grid's vectors (``.ctypes`` costs ~1 us an array per call)
+        self._vector_addrs = tuple(v.ctypes.data for v in self.vectors) if spec.source != DYNAMIC else None
         self._plans: dict[int, list[tuple[int, int, int, int]]] = {}
+        #: per task of a plan: (first column, [(kernel, A byte offset, packed B address, C byte offset)])
+        self._calls: dict[tuple[int, int, int, int], tuple[int, list[tuple[Any, int, int, int]]]] = {}
+        self._k = spec.k
         self._lock = threading.Lock()
         self._scratch = np.empty(0, np.uint8)
         self._on_target = Placement(TARGET_NAME)
@@ -152,8 +157,10 @@ class Int8FCExecutor:
             if qparams is not None and (split_n or len(plan) == 1):
                 quantize_function(s.k)(x2.ctypes.data, q.ctypes.data, m, qparams.ctypes.data)
                 qparams = None
-            tasks = [lambda t=t: self._run(t, x2, q, c2, vectors, qparams) for t in plan]
-            POOL.run(tasks)
+            if len(plan) == 1:  # no hand-off to make
+                self._run(plan[0], x2, q, c2, vectors, qparams)
+            else:
+                POOL.run([lambda t=t: self._run(t, x2, q, c2, vectors, qparams) for t in plan])
         finally:
             if own:
                 self._lock.release()
@@ -162,19 +169,24 @@ class Int8FCExecutor:
     def _run(self, task: tuple[int, int, int, int], x: np.ndarray, q: np.ndarray, c: np.ndarray,
              vectors: tuple[np.ndarray, np.ndarray, np.ndarray], qparams: np.ndarray | None) -> None:
         """One thread's rows x N blocks: quantize its rows (when not done yet), then the kernel per row block."""
-        s = self.spec
+        k = self._k
         r0, rows, nb0, nbs = task
         if qparams is not None:
-            quantize_function(s.k)(x.ctypes.data + r0 * s.k * 4, q.ctypes.data + r0 * s.k, rows, qparams.ctypes.data)
-        n0 = nb0 * N_BLOCK
-        width = self._width(nb0, nbs)
-        comp, scale, bias = (v.ctypes.data + n0 * 4 for v in vectors)
-        b = self.packed.data.ctypes.data + self.packed.block_offset(nb0)
-        cs = C_SIZE[self.output]
-        for r in range(r0, r0 + rows, ROW_BLOCK):
-            block = min(ROW_BLOCK, r0 + rows - r)
-            fn = int8_function(self._geometry(block, width))
-            fn(q.ctypes.data + r * s.k, b, c.ctypes.data + (r * s.n + n0) * cs, comp, scale, bias)
+            quantize_function(k)(x.ctypes.data + r0 * k * 4, q.ctypes.data + r0 * k, rows, qparams.ctypes.data)
+        calls = self._calls.get(task)
+        if calls is None:  # resolved once per task: a head of one row is a few us of kernel and was 16 of Python
+            n0 = nb0 * N_BLOCK
+            width = self._width(nb0, nbs)
+            b = self.packed.data.ctypes.data + self.packed.block_offset(nb0)
+            calls = self._calls[task] = (n0, [(int8_function(self._geometry(min(ROW_BLOCK, r0 + rows - r), width)),
+                                               r * k, b, (r * self.spec.n + n0) * C_SIZE[self.output])
+                                              for r in range(r0, r0 + rows, ROW_BLOCK)])
+        n0, fns = calls
+        addrs = self._vector_addrs if vectors is getattr(self, "vectors", None) else [v.ctypes.data for v in vectors]
+        comp, scale, bias = (a + n0 * 4 for a in addrs)
+        qa, ca = q.ctypes.data, c.ctypes.data
+        for fn, a_at, b, c_at in fns:
+            fn(qa + a_at, b, ca + c_at, comp, scale, bias)
 
     def describe(self) -> str:
         threads = f", rows or N blocks split over {self.threads} threads" if self.threads > 1 else ""
