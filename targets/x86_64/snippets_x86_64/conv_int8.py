@@ -509,7 +509,7 @@ class Int8ConvKernel:
 
         block = (ctypes.c_uint64 * 10)(*self._block)  # a copy per call: concurrent calls share the kernel
         block[ARG_SRC], block[ARG_DST] = src, dst
-        block[ARG_RES] = self._dummy.ctypes.data if residual is None else residual
+        block[ARG_RES] = self._block[ARG_RES] if residual is None else residual  # bind put the dummy there
         run_split(self.kernel, ctypes.addressof(block), self.chunks)
 
 

@@ -39,6 +39,7 @@ from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vec
 from snippets_x86_64.quantize_int8 import quantize_params, quantize_pixels_function, quantize_planes_function
 from snippets_x86_64.reorder import run_split
 from snippets_x86_64.runtime import TARGET_NAME
+from snippets_x86_64.runtime import _address as address  # 0.15 us; .ctypes.data ~2
 
 #: input bytes from which the quantizing copy splits its rows between the threads (a memory-bound pass)
 COPY_SPLIT_BYTES = 1 << 18
@@ -63,6 +64,8 @@ class _Batch:
         #: the planar copy's rows (NCHW x of a stem): (byte offset in the first plane, dst byte offset) per row
         self.planes_table = np.asarray([(i * c * h * w * 4 + r * w * 4, self.table[i * h + r]) for i in range(n)
                                         for r in range(h)], np.int64) if ex.planes is not None else None
+        self.table_at = self.table.ctypes.data
+        self.planes_table_at = 0 if self.planes_table is None else self.planes_table.ctypes.data
         big = n * h * w * c * 4 >= COPY_SPLIT_BYTES
         self.copy_chunks = split_items(n * h, ex.threads if big else 1)
         self.lock = threading.Lock()
@@ -182,19 +185,17 @@ class Int8ConvExecutor:
                 inner = xp[:, shape.pt : shape.pt + shape.h, shape.pl : shape.pl + shape.w, : shape.c]
                 np.copyto(inner, xt.view(np.uint8) ^ np.uint8(self.shift) if self.shift else xt)
             elif planar and x.size:  # NCHW f32 planes straight into the 4-byte pixels
-                block = (ctypes.c_uint64 * 4)(x.ctypes.data, xp.ctypes.data, b.planes_table.ctypes.data,
-                                              qparams.ctypes.data)
+                block = (ctypes.c_uint64 * 4)(address(x), address(xp), b.planes_table_at, address(qparams))
                 run_split(self.planes, ctypes.addressof(block), b.copy_chunks)
             elif xt.size:
-                block = (ctypes.c_uint64 * 4)(xt.ctypes.data, xp.ctypes.data, b.table.ctypes.data,
-                                              qparams.ctypes.data)
+                block = (ctypes.c_uint64 * 4)(address(xt), address(xp), b.table_at, address(qparams))
                 run_split(self.copy, ctypes.addressof(block), b.copy_chunks)
             y = empty_aligned((shape.n, shape.ho, shape.wo, shape.m), self.out_dtype)
             if s.source == DYNAMIC or b.bound is not vectors:  # the vectors checked once (per call if dynamic)
                 b.kernel.run(xp, y, *vectors, residual, self.requant, self.post)
                 b.bound = vectors
             else:
-                b.kernel.launch(xp.ctypes.data, y.ctypes.data, None if residual is None else residual.ctypes.data)
+                b.kernel.launch(address(xp), address(y), None if residual is None else address(residual))
         finally:
             if own:
                 b.lock.release()

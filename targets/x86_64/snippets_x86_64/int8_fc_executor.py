@@ -35,6 +35,7 @@ from snippets_x86_64.brgemm_copy_b_int8 import N_BLOCK, repack_b_int8
 from snippets_x86_64.brgemm_int8 import C_DTYPE, C_SIZE, Int8Geometry, Int8Output, int8_function, post_op_vectors
 from snippets_x86_64.quantize_int8 import quantize_function, quantize_params
 from snippets_x86_64.runtime import POOL, TARGET_NAME
+from snippets_x86_64.runtime import _address as address  # 0.15 us; .ctypes.data ~2
 
 #: rows per kernel call (the kernel's N-block loop walks them while a 64-column block of B stays in L1/L2)
 ROW_BLOCK = 128
@@ -155,7 +156,7 @@ class Int8FCExecutor:
                 q = np.empty((m, s.k), np.uint8)
             split_n = len(plan) > 1 and plan[0][1] == m
             if qparams is not None and (split_n or len(plan) == 1):
-                quantize_function(s.k)(x2.ctypes.data, q.ctypes.data, m, qparams.ctypes.data)
+                quantize_function(self._k)(address(x2), address(q), m, address(qparams))
                 qparams = None
             if len(plan) == 1:  # no hand-off to make
                 self._run(plan[0], x2, q, c2, vectors, qparams)
@@ -184,7 +185,7 @@ class Int8FCExecutor:
         n0, fns = calls
         addrs = self._vector_addrs if vectors is getattr(self, "vectors", None) else [v.ctypes.data for v in vectors]
         comp, scale, bias = (a + n0 * 4 for a in addrs)
-        qa, ca = q.ctypes.data, c.ctypes.data
+        qa, ca = address(q), address(c)
         for fn, a_at, b, c_at in fns:
             fn(qa + a_at, b, ca + c_at, comp, scale, bias)
 
