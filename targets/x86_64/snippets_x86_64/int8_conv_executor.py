@@ -6,7 +6,8 @@ compensation, ``x_scale * w_scale[m]``, the bias), the work table, the kernel, a
 whose border holds the zero point. Per call:
 
 1. x (f32) is quantized by a JIT kernel straight into the buffer's interior (``quantize_pixels_function``: NHWC
-   pixels in, rows split between the threads when large), on the Q->DQ pair's grid or, for dynamic quantization,
+   pixels in, rows split between the threads when large; a stem's NCHW x straight from its planes,
+   ``quantize_planes_function``), on the Q->DQ pair's grid or, for dynamic quantization,
    on the grid DynamicQuantizeLinear computes from x's range (then the compensation and scale vectors, M values,
    are made for this call). An s8 grid is stored +128 (u8: what ``vpdpbusd`` multiplies), its zero point too. An
    already quantized x (QLinearConv, or the u8 an int8 convolution before it stored) is copied in (numpy: rows of

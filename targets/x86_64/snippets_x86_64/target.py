@@ -114,7 +114,8 @@ class X86_64Target:
     def preferred_input_layout(self, node: Node, index: int) -> str | None:
         """Plain for the data input of a conv primitive (f32 or int8) with few input channels (an RGB stem): its
         kernel reads a planar padded copy of an NCHW input (the int8 one quantizes the planes into its pixels), so
-        an NHWC reorder before it would be a pass over the image for nothing (AssignLayouts takes it only where the input is plain already); None for every other input."""
+        an NHWC reorder before it would be a pass over the image for nothing (AssignLayouts takes it only where
+        the input is plain already); None for every other input."""
         spec = node.rt_info.get("SnippetsInt8FullyConnected")
         if spec is not None and spec.conv is not None and index not in (spec.a_index, spec.residual_index()):
             return "plain"  # an int8 convolution reads only x in NHWC (its weight inputs feed the body's reference)
