@@ -101,6 +101,9 @@ class ConvExecutor:
         #: the padded input buffer, shared by this primitive's executors of every shape (``PaddedBuffer``)
         self.pad = prepared.pad if prepared is not None else PaddedBuffer(alloc)
         self.kernel_key: tuple = ()
+        #: the dispatch calls of every shape, by (kernel, argument words, chunk count): a new shape reuses one (its
+        #: chunks rewritten in place) instead of making a Job and, on its second call, a JIT dispatch thunk
+        self.calls: dict[tuple[int, int, int], SplitCall] = prepared.calls if prepared is not None else {}
         self.copy: JitFunction | None = None
         self.copy_vectors: list[np.ndarray] = []
         self._set_shape(geo, prepared)
@@ -161,7 +164,7 @@ class ConvExecutor:
         self.work_ns = estimated_ns(geo, self.packed.nbytes if geo.mode == "conv" else 0)
         threads = max(1, min(num_threads, int(self.work_ns // PARALLEL_MIN_NS)))
         self.chunks = split_items(len(self.table), threads)
-        self.call = SplitCall(self.kernel, ARG_POST + len(self.channel_data), self.chunks)
+        self.call = self._split_call(self.kernel, ARG_POST + len(self.channel_data), self.chunks)
         #: the JIT copy of a contiguous NCHW input into a planar padded buffer (a stem's) when its rows split over
         #: the threads (None: numpy's strided copy, as fast on one thread; and for a dynamic conv, whose shapes
         #: build no kernels)
@@ -184,8 +187,17 @@ class ConvExecutor:
         self.copy_table = copy_table(geo)
         # a copy is a memory-bound pass: both threads only when it is large
         self.copy_chunks = split_items(geo.n * geo.h, num_threads if geo.n * geo.h * geo.w * geo.c >= 1 << 14 else 1)
-        self.copy_call = SplitCall(self.copy, 3 + len(self.copy_vectors), self.copy_chunks)
+        self.copy_call = self._split_call(self.copy, 3 + len(self.copy_vectors), self.copy_chunks)
         self.copy_words = [0, 0, data_address(self.copy_table), *(data_address(v) for v in self.copy_vectors)]
+
+    def _split_call(self, kernel: JitFunction, n_words: int, chunks: list[tuple[int, int]]) -> SplitCall:
+        """The primitive's dispatch call for ``kernel`` over this many chunks (made on the first shape that needs
+        it; ``run_chunks`` gives it each shape's chunks)."""
+        key = (kernel.address, n_words, len(chunks))
+        call = self.calls.get(key)
+        if call is None:
+            call = self.calls[key] = SplitCall(kernel, n_words, chunks)
+        return call
 
     def _keep(self, a: np.ndarray) -> np.ndarray:
         """``a`` in memory made once: aligned whatever its size (a depthwise panel is small); a freshly packed array
@@ -250,7 +262,7 @@ class ConvExecutor:
         elif self.copy is not None and xt.flags.c_contiguous and xt.dtype == np.float32:
             words = self.copy_words.copy()
             words[0], words[1] = data_address(xt), data_address(xp)  # type: ignore[arg-type]
-            self.copy_call.run(words)
+            self.copy_call.run_chunks(self.copy_chunks, words)
             src = xp
         else:
             if xp is None:  # an unpadded conv whose input needs a copy after all (the caller holds ``pad.lock``)
@@ -293,7 +305,8 @@ class ConvExecutor:
         """The kernel on NHWC arrays: ``src`` (the padded input when there is padding), ``y`` written."""
         wei, bias, table, extra = self.fixed_args
         dst = data_address(y)  # (0.15 us; an ndarray's .ctypes costs ~1 us)
-        self.call.run([data_address(src), wei, dst, bias, dst if res is None else data_address(res), table, *extra])
+        self.call.run_chunks(self.chunks, [data_address(src), wei, dst, bias, dst if res is None else data_address(res),
+                                           table, *extra])
 
 
 class PaddedBuffer:

@@ -565,7 +565,8 @@ SHARED_BUFFER = [
 @pytest.mark.parametrize("case", SHARED_BUFFER, ids=[str(i) for i in range(len(SHARED_BUFFER))])
 @pytest.mark.parametrize("at", ["end", "start", None])
 def test_shapes_share_one_padded_buffer(case: tuple, at: str | None) -> None:
-    """The executors of every shape of a primitive share its padded buffer (``PaddedBuffer``): alternating shapes,
+    """The executors of every shape of a primitive share its padded buffer (``PaddedBuffer``) and its dispatch calls
+    (``SplitCall.run_chunks``): alternating shapes,
     each call's border is written again where another shape's interior (large values) lay, with and without the
     JIT copy (an NHWC input or an NCHW one), and no kernel built for any shape. Under guard pages (``at``) the
     buffer is remade at each size (the guard stays at its end), so the shapes here pair up by padded size; without
@@ -588,6 +589,10 @@ def test_shapes_share_one_padded_buffer(case: tuple, at: str | None) -> None:
         for inp in ((x,) if at is None else (guarded_nhwc(x, at), x)):
             np.testing.assert_allclose(ex.run(inp), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
         storages.add(id(first.pad.storage))
+        assert ex.call is first.calls[(ex.kernel.address, ex.call.n_words, len(ex.chunks))]
     assert _built() == built
+    # the shapes share the dispatch calls (one per kernel and chunk count: 1 or 2 threads, the conv and the copy),
+    # their chunks rewritten in place: no Job and no dispatch thunk per shape
+    assert len(first.calls) <= 4
     if at is None:
         assert len(storages) <= 3  # grown, never remade at a smaller size
