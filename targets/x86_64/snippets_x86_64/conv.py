@@ -500,18 +500,22 @@ def work_table(geo: ConvGeometry, offsets: Sequence[int], borders: tuple | None 
 
 def _dense_table(geo: ConvGeometry, template_rows: tuple[tuple[int, ...], ...], nvs: tuple[int, ...]) -> np.ndarray:
     """``work_table`` of a dense convolution: each block's row (its template fields plus the row geometry) plus one
-    offset per (image, output row), an outer sum (the fewest numpy operations: a new shape's cost is their count)."""
-    wo, px = geo.wo, geo.px_bytes
+    offset per (image, stored row), an outer sum (the fewest numpy operations: a new shape's cost is their count).
+    With a pool epilogue a stored row is a pooled row, which reads the conv rows of its windows (pool.sh conv rows
+    apart)."""
+    wo, px, out_h = geo.wo, geo.px_bytes, geo.out_h
+    step = 1 if geo.pool is None else geo.pool.sh
     rows = [(*t, geo.dh * geo.wp * px, wo // r, r, wo % r, geo.ch_bytes, 0)
             for t, r in zip(template_rows, _block_pixels(nvs, wo))]
     head = np.array(rows, np.int64)
-    # per output row: the source moves sh rows down, the destination a row of outputs; per image: a whole image
-    step_oh = np.array([geo.sh * geo.wp * px, 0, wo * geo.m * 4] + [0] * (ROW - 3), np.int64)
-    offs = np.multiply.outer(np.arange(geo.ho, dtype=np.int64), step_oh)
-    table = np.empty((geo.n, len(rows), geo.ho, ROW), np.int64)
+    # per stored row: the source moves step * sh rows down, the destination a row of outputs; per image: an image
+    out_row = geo.out_w * geo.m * 4
+    step_oh = np.array([step * geo.sh * geo.wp * px, 0, out_row] + [0] * (ROW - 3), np.int64)
+    offs = np.multiply.outer(np.arange(out_h, dtype=np.int64), step_oh)
+    table = np.empty((geo.n, len(rows), out_h, ROW), np.int64)
     np.add(head[None, :, None, :], offs[None, None], out=table)
     if geo.n > 1:
-        step_n = np.array([geo.c * geo.hp * geo.wp * 4, 0, geo.ho * wo * geo.m * 4] + [0] * (ROW - 3), np.int64)
+        step_n = np.array([geo.c * geo.hp * geo.wp * 4, 0, out_h * out_row] + [0] * (ROW - 3), np.int64)
         table += np.multiply.outer(np.arange(geo.n, dtype=np.int64), step_n)[:, None, None, :]
     return table.reshape(-1, ROW)
 
