@@ -10,8 +10,9 @@ them. Two measurements:
               Subgraphs; a compile where a kernel is still specialized), the second is a repeated shape. Printed per
               model: the median and worst first-call overhead (first - second), and the kernels built per new shape
               (the process-wide function cache's builds and the executors' ``compiles``: 0 when every primitive
-              reads its row geometry from its tables), and the part of the overhead the primitives' shape caches
-              spend making tables and buffers. The first call apart (the kernels are made at compile time).
+              reads its row geometry from its tables), the part of the overhead the primitives' shape caches
+              spend making tables and executors, and the overhead in process CPU time (steadier than the wall
+              clock on a shared machine). The first call apart (the kernels are made at compile time).
   steady      at a few shapes: the dynamic model against the same model with static dims compiled for that shape,
               interleaved rounds (settled), medians; the dynamic/static ratio (goal: within 5 %).
 """
@@ -135,25 +136,28 @@ def main(argv: list[str] | None = None) -> int:
         first_s = time.perf_counter() - t0
         shapes = [(int(rng.integers(n_lo, n_hi + 1)), int(rng.integers(hw_lo, hw_hi + 1)),
                    int(rng.integers(hw_lo, hw_hi + 1))) for _ in range(args.shapes)]
-        overheads, kernels, tables = [], [], []
+        overheads, kernels, tables, cpu = [], [], [], []
         clock = TableClock(cm)
         for shape in shapes:
             inputs = feed(*shape)
             b0, s0 = built(cm), clock.seconds
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             cm(inputs)
-            t1 = time.perf_counter()
+            c1, t1 = time.process_time(), time.perf_counter()
             cm(inputs)
-            t2 = time.perf_counter()
+            c2, t2 = time.process_time(), time.perf_counter()
             kernels.append(built(cm) - b0)
             tables.append(clock.seconds - s0)
             overheads.append((t1 - t0) - (t2 - t1))
+            cpu.append((c1 - c0) - (c2 - c1))
         print(f"first call: {1e3 * first_s:.1f} ms")
         print(f"new shape, {len(shapes)} random (N {n_lo}-{n_hi}, H and W {hw_lo}-{hw_hi}): overhead median "
               f"{1e3 * statistics.median(overheads):.2f} ms, worst {1e3 * max(overheads):.2f} ms; kernels built per "
               f"new shape: {kernels}")
         print(f"  of which the primitives' tables and buffers (ShapeCache.make): median "
-              f"{1e3 * statistics.median(tables):.3f} ms, worst {1e3 * max(tables):.3f} ms")
+              f"{1e3 * statistics.median(tables):.3f} ms, worst {1e3 * max(tables):.3f} ms; the overhead in this "
+              f"process's CPU time (a loaded machine's wall clock blurs it): median "
+              f"{1e3 * statistics.median(cpu):.2f} ms")
         rows = []
         for n, h, w in steady:
             st_path = H.save_onnx(with_dims(zm.proto, (n, h, w)), out_dir / f"{name}_{n}x{h}x{w}.onnx")
@@ -170,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = {"compile_ms": 1e3 * compile_s, "first_call_ms": 1e3 * first_s,
                          "new_shape_overhead_ms": [1e3 * o for o in overheads], "kernels_built": kernels,
                          "primitive_tables_ms": [1e3 * t for t in tables],
+                         "new_shape_cpu_overhead_ms": [1e3 * t for t in cpu],
                          "steady": rows}
     H.write_json(args.json, {"machine": info, "threads": threads, "results": results})
     return 0

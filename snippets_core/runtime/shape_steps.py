@@ -102,11 +102,29 @@ def _symbolic_view(node: Node) -> Executor | None:
         else:
             return None
     ref = _reference(node)
+    rank = len(src.sym_dims)
+    dynamic = [j for j, d in enumerate(plan) if d < 0]
+    if len(dynamic) == 1:  # one dim from the input (a batch): numpy infers it, one compare checks it (~0.6 us)
+        j, i = dynamic[0], -1 - plan[dynamic[0]]
+        template = tuple(-1 if k == j else d for k, d in enumerate(plan))
+
+        def run_one(args: list[np.ndarray]) -> Sequence[np.ndarray]:
+            x = args[0]
+            if x.ndim == rank:
+                try:
+                    y = x.reshape(template)
+                except ValueError:
+                    return ref(args)
+                if y.shape[j] == x.shape[i]:
+                    return (y,)
+            return ref(args)  # an input that contradicts the model's dims: the reference names what is wrong
+
+        return run_one
 
     def run(args: list[np.ndarray]) -> Sequence[np.ndarray]:
         x = args[0]
         shape = tuple(d if d >= 0 else x.shape[-1 - d] for d in plan)
-        if x.ndim != len(src.sym_dims) or math.prod(shape) != x.size:
+        if x.ndim != rank or math.prod(shape) != x.size:
             return ref(args)  # an input that contradicts the model's dims: the reference names what is wrong
         return (x.reshape(shape),)
 

@@ -108,3 +108,27 @@ def test_the_dynamic_view_shares_the_input_memory_and_bad_input_is_a_typed_error
     assert y.shape == (4, 2, 3) and np.shares_memory(x, y)
     with pytest.raises(SnippetsError):
         cm({"x": np.zeros((4, 5), np.float32)})
+
+
+def test_a_batch_only_dynamic_view_checks_the_inferred_dim():
+    """[n, 6, 1, 1] -> Flatten -> [n, 6] (a classifier's): numpy infers n (one dim from the input), one compare checks
+    it; an input whose size or rank contradicts the model's dims goes to the reference, a typed error."""
+    from snippets_core.errors import SnippetsError
+    from snippets_core.runtime.shape_steps import view_executor
+
+    graph = helper.make_graph([helper.make_node("Flatten", ["x"], ["y"], axis=1)], "f",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 6, 1, 1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 6])])
+    cm = snippets_core.compile_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                                     target="reference")
+    assert [(op, where) for _, op, where in cm.placement()] == [("Reshape", "view")]  # (the frontend's Flatten)
+    for n in (0, 1, 3):
+        x = np.random.default_rng(n).standard_normal((n, 6, 1, 1)).astype(np.float32)
+        y = cm({"x": x})["y"]
+        assert y.shape == (n, 6) and np.array_equal(y, x.reshape(n, 6))
+    run = view_executor(cm._steps[0].node)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6, 1, 1)
+    assert np.shares_memory(run([x])[0], x)
+    for bad in (np.zeros((2, 5, 1, 1), np.float32), np.zeros((2, 12, 1, 1), np.float32), np.zeros((2, 6), np.float32)):
+        with pytest.raises(SnippetsError):
+            run([bad])

@@ -30,9 +30,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -213,20 +214,10 @@ class ConvGeometry:
 
     def row_variant_index(self) -> tuple[list[tuple[int, int]], np.ndarray]:
         """``row_variants`` and, per output row, the index of its variant: numpy over the rows (a dynamic shape
-        makes them on its first call), the same ranges as ``row_taps``."""
-        rows = np.arange(self.ho)[:, None] * self.sh - self.pt + np.arange(self.kh)[None, :] * self.dh
-        inside = (rows >= 0) & (rows < self.h)
-        lo = np.argmax(inside, axis=1)
-        hi = self.kh - np.argmax(inside[:, ::-1], axis=1)
-        empty = ~inside.any(axis=1)
-        lo[empty], hi[empty] = 0, 0
-        code = lo * (self.kh + 1) + hi
-        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-        order = np.argsort(first)  # variants in order of first use
-        rank = np.empty_like(order)
-        rank[order] = np.arange(len(order))
-        variants = [(int(lo[first[k]]), int(hi[first[k]])) for k in order]
-        return variants, rank[inverse.reshape(-1)]
+        makes them on its first call, once: cached on the dims they depend on), the same ranges as ``row_taps``. The
+        index array is read-only."""
+        variants, index = _row_variant_index(self.ho, self.h, self.sh, self.pt, self.kh, self.dh)
+        return list(variants), index
 
     @property
     def nvp(self) -> int:
@@ -252,6 +243,27 @@ class ConvGeometry:
         if self.mode != "conv":
             return self.n * self.m * self.ho * self.wo * self.kh * self.kw
         return 2 * self.n * self.m * self.ho * self.wo * self.cg * self.kh * self.kw
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_variant_index(ho: int, h: int, sh: int, pt: int, kh: int, dh: int) -> tuple[tuple[tuple[int, int], ...],
+                                                                                    np.ndarray]:
+    """``ConvGeometry.row_variant_index`` of these dims (a depthwise walk's table, its key and its borders each ask)."""
+    rows = np.arange(ho)[:, None] * sh - pt + np.arange(kh)[None, :] * dh
+    inside = (rows >= 0) & (rows < h)
+    lo = np.argmax(inside, axis=1)
+    hi = kh - np.argmax(inside[:, ::-1], axis=1)
+    empty = ~inside.any(axis=1)
+    lo[empty], hi[empty] = 0, 0
+    code = lo * (kh + 1) + hi
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # variants in order of first use
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    variants = tuple((int(lo[first[k]]), int(hi[first[k]])) for k in order)
+    index = rank[inverse.reshape(-1)]
+    index.flags.writeable = False
+    return variants, index
 
 
 @functools.lru_cache(maxsize=1024)
@@ -281,7 +293,16 @@ def flat_pixels(geo: ConvGeometry) -> ConvGeometry:
     if chunk < min(geo.w, 12):  # a prime-ish pixel count: the image rows are the better cut
         return geo
     rows = pixels // chunk
-    return replace(geo, h=rows, w=chunk, ho=rows, wo=chunk)
+    return with_dims(geo, h=rows, w=chunk, ho=rows, wo=chunk)
+
+
+def with_dims(geo: ConvGeometry, **dims: int) -> ConvGeometry:
+    """``dataclasses.replace(geo, **dims)`` without the per-field construction (a few us less on a new shape's path:
+    the fields are plain ints, nothing to validate)."""
+    out = object.__new__(ConvGeometry)
+    out.__dict__.update(geo.__dict__)
+    out.__dict__.update(dims)
+    return out
 
 
 @functools.lru_cache(maxsize=1024)
@@ -410,14 +431,24 @@ def pack_channels(values: np.ndarray, geo: ConvGeometry) -> np.ndarray:
     return b.ravel()
 
 
-def work_table(geo: ConvGeometry, offsets: list[int], borders: tuple | None = None) -> np.ndarray:
+def table_spec(geo: ConvGeometry, offsets: Sequence[int]) -> tuple:
+    """What a work table's per-block template depends on (``_block_template``'s arguments): the channels, groups and
+    blocks, not the image (but a planar buffer's plane, in ``ch_bytes``): an executor keeps it for its next shapes."""
+    return (geo.vec_groups, geo.nvp, geo.vec_channels, tuple(geo.blocks()), geo.cg * geo.ch_bytes, geo.mg,
+            geo.depthwise, tuple(offsets) if geo.mode == "conv" else ())
+
+
+def work_table(geo: ConvGeometry, offsets: Sequence[int], borders: tuple | None = None, spec: tuple | None = None,
+               ) -> np.ndarray:
     """One row per (image, group, output-channel block, output row), output rows innermost (depthwise and
     pools: per (image, output row, channel block)). A dynamic shape makes its table on its first call: a per-block
     template (cached: it depends on the channels only) plus one offset per (image, output row), a few numpy
-    operations."""
+    operations. ``spec``: ``table_spec(geo, offsets)`` when the caller kept it."""
     c4, m4 = geo.cp * 4, geo.m * 4
-    template = _block_template(geo.vec_groups, geo.nvp, geo.vec_channels, tuple(geo.blocks()), geo.cg * geo.ch_bytes,
-                               geo.mg, geo.depthwise, tuple(offsets) if geo.mode == "conv" else ())
+    spec = spec or table_spec(geo, offsets)
+    if not geo.depthwise:
+        return _dense_table(geo, *_block_rows(*spec))
+    template = _block_template(*spec)
     nv = template[:, RT_RFULL]  # the template holds each block's vector count there
     n = np.arange(geo.n)[:, None]
     # a pool epilogue: one item per pooled row, which reads the conv rows of its windows (pool.sh conv rows apart)
@@ -465,6 +496,42 @@ def work_table(geo: ConvGeometry, offsets: list[int], borders: tuple | None = No
         # unlike a dense conv's, whose weight block is what must stay in cache)
         table = table.transpose(0, 2, 1, 3)
     return np.ascontiguousarray(table.reshape(-1, ROW))
+
+
+def _dense_table(geo: ConvGeometry, template_rows: tuple[tuple[int, ...], ...], nvs: tuple[int, ...]) -> np.ndarray:
+    """``work_table`` of a dense convolution: each block's row (its template fields plus the row geometry) plus one
+    offset per (image, stored row), an outer sum (the fewest numpy operations: a new shape's cost is their count).
+    With a pool epilogue a stored row is a pooled row, which reads the conv rows of its windows (pool.sh conv rows
+    apart)."""
+    wo, px, out_h = geo.wo, geo.px_bytes, geo.out_h
+    step = 1 if geo.pool is None else geo.pool.sh
+    rows = [(*t, geo.dh * geo.wp * px, wo // r, r, wo % r, geo.ch_bytes, 0)
+            for t, r in zip(template_rows, _block_pixels(nvs, wo))]
+    head = np.array(rows, np.int64)
+    # per stored row: the source moves step * sh rows down, the destination a row of outputs; per image: an image
+    out_row = geo.out_w * geo.m * 4
+    step_oh = np.array([step * geo.sh * geo.wp * px, 0, out_row] + [0] * (ROW - 3), np.int64)
+    offs = np.multiply.outer(np.arange(out_h, dtype=np.int64), step_oh)
+    table = np.empty((geo.n, len(rows), out_h, ROW), np.int64)
+    np.add(head[None, :, None, :], offs[None, None], out=table)
+    if geo.n > 1:
+        step_n = np.array([geo.c * geo.hp * geo.wp * 4, 0, out_h * out_row] + [0] * (ROW - 3), np.int64)
+        table += np.multiply.outer(np.arange(geo.n, dtype=np.int64), step_n)[:, None, None, :]
+    return table.reshape(-1, ROW)
+
+
+@functools.lru_cache(maxsize=512)
+def _block_rows(*spec: Any) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """``_block_template(*spec)`` as Python ints: each block's first six fields, and its vector count."""
+    template = _block_template(*spec)
+    return (tuple(tuple(int(v) for v in row[:RT_PITCH]) for row in template),
+            tuple(int(v) for v in template[:, RT_RFULL]))
+
+
+@functools.lru_cache(maxsize=4096)
+def _block_pixels(nvs: tuple[int, ...], wo: int) -> tuple[int, ...]:
+    """``pixels_per_block`` of each block's vector count on a row of ``wo`` outputs (at least 1)."""
+    return tuple(pixels_per_block(nv, wo) if wo > 0 else max_pixels_per_block(nv) for nv in nvs)
 
 
 @functools.lru_cache(maxsize=512)
@@ -671,6 +738,7 @@ def _advance_dw(fn: Function, geo: ConvGeometry, pixels: int) -> None:
             fn.add(r8, pixels * 4)
 
 
+@functools.lru_cache(maxsize=256)
 def dw_borders(geo: ConvGeometry) -> tuple:
     """What a dynamic depthwise/pool kernel's code depends on beyond the windows: the row-tap variants (top, middle,
     bottom), the column taps of the left border columns and the right border patterns it has code for (here one:
@@ -1215,13 +1283,13 @@ def copy_table(geo: ConvGeometry) -> np.ndarray:
     """One row per (image, input row): where it goes, where it comes from and how long it is, so the copy kernel
     depends on the channels alone (``copy_key``) and a new image size makes only a new table."""
     top, left = (0, 0) if geo.depthwise else (geo.pt, geo.pl)
-    n = np.arange(geo.n)[:, None]
-    r = np.arange(geo.h)[None, :]
-    table = np.empty((geo.n, geo.h, COPY_ROW), np.int64)
-    table[..., 0] = ((n * geo.hp + top + r) * geo.wp + left) * geo.cp * 4
-    table[..., 1] = (n * geo.h + r) * geo.w * geo.c * 4
-    table[..., 2] = geo.w
-    return table.reshape(-1, COPY_ROW)
+    hp, wp, cp4, h, row = geo.hp, geo.wp, geo.cp * 4, geo.h, geo.w * geo.c * 4
+    # an outer sum (a new shape's cost is the count of numpy operations): per row, per image
+    table = np.multiply.outer(np.arange(geo.n * h, dtype=np.int64), np.array([wp * cp4, row, 0], np.int64))
+    table += np.array([(top * wp + left) * cp4, 0, geo.w], np.int64)
+    if geo.n > 1 and hp != h:  # the padded images are (hp - h) rows apart more than the input's
+        table[:, 0] += (np.arange(geo.n * h, dtype=np.int64) // h) * ((hp - h) * wp * cp4)
+    return table
 
 
 def copy_key(geo: ConvGeometry) -> tuple[int, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,11 +20,14 @@ from snippets_x86_64.aligned import ALIGN, empty_aligned, zeros_aligned
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
     build_global_finish_kernel, choose_planar, copy_key, copy_table, flat_pixels, kernel_key, pack_channels, \
-    work_table
+    table_spec, work_table
 from snippets_x86_64.native_pool import SplitCall, split_items
 from snippets_x86_64.row_copy import planar_copy
 from snippets_x86_64.runtime import PARALLEL_MIN_NS
 from snippets_x86_64.runtime import _address as data_address
+
+if TYPE_CHECKING:
+    from snippets_x86_64.jit import JitFunction
 
 #: flops (or pooled taps) per thread below which an LRN runs on one thread (about 10 us of FMA work: a wake-up of
 #: the native pool's worker and the join cost a few us)
@@ -76,15 +80,7 @@ class ConvExecutor:
         self.geo = geo
         self.post_ops = tuple(post_ops)
         new = alloc or empty_aligned
-
-        def keep(a: np.ndarray) -> np.ndarray:  # made once: aligned whatever its size (a depthwise panel is small)
-            if alloc is None and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable \
-                    and a.ctypes.data % ALIGN == 0:
-                return a  # freshly packed on the boundary (a disk-cache entry is read-only: copied)
-            out = alloc(a.shape) if alloc is not None else empty_aligned(a.shape, np.float32, 0)
-            out[...] = a
-            return out
-
+        keep = self._keep
         self.w, self.scale, self.shift, self.dynamic = w, scale, shift, dynamic
         if prepared is not None and geo.mode == "conv":  # the packing depends on no dim of the input's but C
             self.packed, self.bias, offsets = prepared.packed, prepared.bias, prepared.offsets
@@ -97,29 +93,54 @@ class ConvExecutor:
             self.packed, self.bias = keep(packed), keep(bias)
             self.channel_data = [keep(pack_channels(v, geo)) for v in channel_data]
         self.offsets = offsets
+        if geo.mode == "conv":  # packed: the original weight is not kept (held once, as the Subgraph's is released)
+            self.w = None
+        self.borders = borders if borders is not None else prepared.borders if prepared is not None else None
+        self.new = new
+        self.has_residual = any(op.kind == "residual" for op in self.post_ops)
+        #: the padded input buffer, shared by this primitive's executors of every shape (``PaddedBuffer``)
+        self.pad = prepared.pad if prepared is not None else PaddedBuffer(alloc)
+        self.kernel_key: tuple = ()
+        #: the dispatch calls of every shape, by (kernel, argument words, chunk count): a new shape reuses one (its
+        #: chunks rewritten in place) instead of making a Job and, on its second call, a JIT dispatch thunk
+        self.calls: dict[tuple[int, int, int], SplitCall] = prepared.calls if prepared is not None else {}
+        self.copy: JitFunction | None = None
+        self.copy_vectors: list[np.ndarray] = []
+        self._set_shape(geo, prepared)
+
+    def _set_shape(self, geo: ConvGeometry, prepared: ConvExecutor | None) -> None:
+        """The fields that depend on the input's N, H, W: the work table, the kernel when a shape needs another
+        one, the copy table, the thread split (a new shape makes only these: ``for_shape``)."""
+        self.geo = geo
         #: the geometry the kernel walks: ``geo``, or a pointwise conv's pixels re-cut into even rows
         self.kernel_geo = kgeo = flat_pixels(geo)
-        self.borders = borders if borders is not None else prepared.borders if prepared is not None else None
-        self.kernel_key = key = kernel_key(kgeo, dynamic, self.borders)
-        self.table = work_table(kgeo, offsets, key[1] if dynamic and kgeo.depthwise else None)
+        dynamic, num_threads = self.dynamic, self.num_threads
+        if dynamic and not kgeo.depthwise and prepared is not None:
+            key = prepared.kernel_key  # a dynamic dense kernel's key holds no dim of the image's
+        else:
+            key = kernel_key(kgeo, dynamic, self.borders)
+        # the table's per-block template depends on the channels only (but a planar buffer's plane)
+        spec = getattr(prepared, "table_spec", None) if prepared is not None and not kgeo.planar else None
+        self.table_spec = spec or table_spec(kgeo, self.offsets)
+        self.table = work_table(kgeo, self.offsets, key[1] if dynamic and kgeo.depthwise else None, self.table_spec)
         if prepared is not None and key == prepared.kernel_key:
             self.kernel = prepared.kernel
-        else:
+        elif key != self.kernel_key:
             # built from the key's geometry (no N, nor H, W for a dynamic dense conv: the code cannot depend on
             # them); a dynamic depthwise walk from this shape's, whose borders the key holds
             code_geo = kgeo if dynamic and kgeo.depthwise else key[0]
+            post_ops = self.post_ops
             self.kernel = FUNCTION_CACHE.get(
-                "conv", (key, self.post_ops), lambda: build_conv_kernel(code_geo, self.post_ops, dynamic, key[1] or None),
+                "conv", (key, post_ops), lambda: build_conv_kernel(code_geo, post_ops, dynamic, key[1] or None),
                 HARNESS_ARGTYPES)
-        self.new = new
+        self.kernel_key = key
         #: the input can be read in place (NHWC, no padding): no copy when the producer wrote NHWC
-        self.unpadded = geo.hp == geo.h and geo.wp == geo.w and not pre_ops and not geo.planar
-        # an unpadded conv reads its NHWC input in place: its buffer is made only if an input ever needs a copy
-        self.xp: np.ndarray | None = None if self.unpadded else self._padded_buffer()
-        #: held while a call uses ``xp``; a concurrent call (another Python thread) gets a buffer of its own
-        self._xp_lock = threading.Lock()
+        self.unpadded = geo.hp == geo.h and geo.wp == geo.w and not self.pre_ops and not geo.planar
+        #: this shape's view of the shared padded buffer (``PaddedBuffer.take`` makes it on the shape's first run,
+        #: an unpadded conv's only if an input ever needs a copy)
+        self.xp: np.ndarray | None = None
         #: a global pool epilogue (``geo.global_pool``): the kernel reduces each output row into the row's first
-        #: pixel of ``_rows`` (made once, used by the ``_xp_lock`` holder), ``finish`` reduces the rows into the
+        #: pixel of ``_rows`` (made once, used by the ``pad.lock`` holder), ``finish`` reduces the rows into the
         #: [N, M, 1, 1] output
         self.finish = None
         self._rows: np.ndarray | None = None
@@ -129,18 +150,21 @@ class ConvExecutor:
                                              HARNESS_ARGTYPES)
             self._rows = self.new((geo.n, geo.out_h, geo.out_w, geo.m))
             self.out_shape = (geo.n, geo.m, 1, 1)
-        self.has_residual = any(op.kind == "residual" for op in self.post_ops)
         #: layout changes (NCHW -> NHWC copies) made by the calls so far: the reorders at this primitive's edges
         self.reorders = 0
-        self.fixed_args = (data_address(self.packed), data_address(self.bias), data_address(self.table),
-                           [data_address(a) for a in self.channel_data])
+        if prepared is not None and prepared.packed is self.packed:  # (the addresses of what is shared: known)
+            wei, bias, _, extra = prepared.fixed_args
+            self.fixed_args = (wei, bias, data_address(self.table), extra)
+        else:
+            self.fixed_args = (data_address(self.packed), data_address(self.bias), data_address(self.table),
+                               [data_address(a) for a in self.channel_data])
         # split when each thread gets PARALLEL_MIN_NS of estimated work: a hand-over to a spinning worker costs
         # 1-2 us, so a depthwise conv of 15 us gains from a second thread, where the flops alone (half a dense
         # conv's rate) kept it on one
         self.work_ns = estimated_ns(geo, self.packed.nbytes if geo.mode == "conv" else 0)
         threads = max(1, min(num_threads, int(self.work_ns // PARALLEL_MIN_NS)))
         self.chunks = split_items(len(self.table), threads)
-        self.call = SplitCall(self.kernel, ARG_POST + len(self.channel_data), self.chunks)
+        self.call = self._split_call(self.kernel, ARG_POST + len(self.channel_data), self.chunks)
         #: the JIT copy of a contiguous NCHW input into a planar padded buffer (a stem's) when its rows split over
         #: the threads (None: numpy's strided copy, as fast on one thread; and for a dynamic conv, whose shapes
         #: build no kernels)
@@ -150,49 +174,73 @@ class ConvExecutor:
             self.planar_copy = None
         #: the JIT copy of a contiguous NHWC input into the padded buffer, through the pre-ops (None: read in
         #: place, or more vector pre-ops than the kernel has pointer registers: numpy copies)
-        self.copy = None
-        if not self.unpadded and not geo.planar and sum(v is not None for _, v in pre_ops) <= COPY_MAX_VECTORS:
-            if prepared is not None and prepared.copy is not None:
-                self.copy_vectors, self.copy = prepared.copy_vectors, prepared.copy
-            else:
-                self.copy_vectors = [keep(_pad_vector(v, geo.c, name)) for name, v in pre_ops if v is not None]
-                spec = (copy_key(geo), tuple((name, v is not None) for name, v in pre_ops))
-                self.copy = FUNCTION_CACHE.get("conv_copy", spec, lambda: build_copy_kernel(*spec),
-                                               HARNESS_ARGTYPES)
-            self.copy_table = copy_table(geo)
-            # a copy is a memory-bound pass: both threads only when it is large
-            self.copy_chunks = split_items(geo.n * geo.h, num_threads if geo.n * geo.h * geo.w * geo.c >= 1 << 14
-                                           else 1)
-            self.copy_call = SplitCall(self.copy, 3 + len(self.copy_vectors), self.copy_chunks)
-            self.copy_words = [0, 0, data_address(self.copy_table), *(data_address(v) for v in self.copy_vectors)]
+        if self.unpadded or geo.planar or sum(v is not None for _, v in self.pre_op_spec) > COPY_MAX_VECTORS:
+            self.copy = None
+            return
+        if prepared is not None and prepared.copy is not None:
+            self.copy_vectors, self.copy = prepared.copy_vectors, prepared.copy
+        elif self.copy is None:
+            self.copy_vectors = [self._keep(_pad_vector(v, geo.c, name)) for name, v in self.pre_op_spec
+                                 if v is not None]
+            spec = (copy_key(geo), tuple((name, v is not None) for name, v in self.pre_op_spec))
+            self.copy = FUNCTION_CACHE.get("conv_copy", spec, lambda: build_copy_kernel(*spec), HARNESS_ARGTYPES)
+        self.copy_table = copy_table(geo)
+        # a copy is a memory-bound pass: both threads only when it is large
+        self.copy_chunks = split_items(geo.n * geo.h, num_threads if geo.n * geo.h * geo.w * geo.c >= 1 << 14 else 1)
+        self.copy_call = self._split_call(self.copy, 3 + len(self.copy_vectors), self.copy_chunks)
+        self.copy_words = [0, 0, data_address(self.copy_table), *(data_address(v) for v in self.copy_vectors)]
 
-    def for_shape(self, geo: ConvGeometry) -> ConvExecutor:
+    def _split_call(self, kernel: JitFunction, n_words: int, chunks: list[tuple[int, int]]) -> SplitCall:
+        """The primitive's dispatch call for ``kernel`` over this many chunks (made on the first shape that needs
+        it; ``run_chunks`` gives it each shape's chunks)."""
+        key = (kernel.address, n_words, len(chunks))
+        call = self.calls.get(key)
+        if call is None:
+            call = self.calls[key] = SplitCall(kernel, n_words, chunks)
+        return call
+
+    def _keep(self, a: np.ndarray) -> np.ndarray:
+        """``a`` in memory made once: aligned whatever its size (a depthwise panel is small); a freshly packed array
+        already on the boundary is kept as it is (a disk-cache entry is read-only: copied)."""
+        if self.alloc is None and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable \
+                and a.ctypes.data % ALIGN == 0:
+            return a
+        out = self.alloc(a.shape) if self.alloc is not None else empty_aligned(a.shape, np.float32, 0)
+        out[...] = a
+        return out
+
+    def for_shape(self, geo: ConvGeometry, divisor: np.ndarray | None = None) -> ConvExecutor:
         """This convolution for another input shape ``geo``: the packed weights and, for a dynamic one, the kernels
-        are this one's; only the work table, the copy table and the padded buffer are new."""
-        return ConvExecutor(geo, self.w, self.scale, self.shift, self.post_ops, (), self.num_threads, self.alloc,
-                            self.pre_op_spec, self.plain_input, self.dynamic, prepared=self)
+        are this one's; only the work table, the copy table and the padded buffer are new (an average pool's
+        ``divisor``, its reciprocal window counts per output pixel, too)."""
+        # a copy of this executor with the shape's fields replaced: no per-field construction on a new shape's path
+        ex = ConvExecutor.__new__(ConvExecutor)
+        ex.__dict__.update(self.__dict__)
+        if divisor is not None:
+            ex.w, ex.packed = divisor, self._keep(divisor.ravel())
+        ex._set_shape(choose_planar(geo) if self.plain_input else geo, self)
+        return ex
 
     def _padded_buffer(self) -> np.ndarray:
-        """The padded NHWC input buffer with its border: zeros for a convolution or an average, -inf for a
-        maximum (padding never wins)."""
-        g = self.geo
-        shape = (g.n, g.c, g.hp, g.wp) if g.planar else (g.n, g.hp, g.wp, g.cp)
-        if self.alloc is None and g.mode != "max":
-            return zeros_aligned(shape)
-        xp = self.new(shape)
-        xp[...] = -np.inf if g.mode == "max" else 0.0
-        return xp
+        """A padded input buffer of this shape's own, with its border (a call from a second Python thread while
+        another holds the shared one)."""
+        return PaddedBuffer(self.alloc).take(self)
 
     def run(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
         """``x`` [N, C, H, W] -> [N, M, Ho, Wo]; ``residual`` has the output's shape.
 
         The result is an NCHW view of a new NHWC array (strides carry the layout): a conv primitive that
         consumes it reads it with no reorder, another consumer sees an ordinary (strided) NCHW array."""
-        if self._xp_lock.acquire(blocking=False):
+        pad = self.pad
+        if pad.lock.acquire(blocking=False):
             try:
+                if self.unpadded:
+                    return self._run(x, residual, None)
+                if pad.owner is not self:
+                    self.xp = pad.take(self)
                 return self._run(x, residual, self.xp)
             finally:
-                self._xp_lock.release()
+                pad.lock.release()
         return self._run(x, residual, self._padded_buffer())
 
     def _run(self, x: np.ndarray, residual: np.ndarray | None, xp: np.ndarray | None) -> np.ndarray:
@@ -214,11 +262,11 @@ class ConvExecutor:
         elif self.copy is not None and xt.flags.c_contiguous and xt.dtype == np.float32:
             words = self.copy_words.copy()
             words[0], words[1] = data_address(xt), data_address(xp)  # type: ignore[arg-type]
-            self.copy_call.run(words)
+            self.copy_call.run_chunks(self.copy_chunks, words)
             src = xp
         else:
-            if xp is None:  # only the caller holding ``_xp_lock`` gets ``self.xp``, so it may make it
-                xp = self.xp = self._padded_buffer()
+            if xp is None:  # an unpadded conv whose input needs a copy after all (the caller holds ``pad.lock``)
+                xp = self.xp = self.pad.take(self)
             top, left = (0, 0) if g.depthwise else (g.pt, g.pl)  # a depthwise walk skips the border itself
             inner = xp[:, top:top + g.h, left:left + g.w, :g.c]
             if self.pre_ops:
@@ -257,7 +305,53 @@ class ConvExecutor:
         """The kernel on NHWC arrays: ``src`` (the padded input when there is padding), ``y`` written."""
         wei, bias, table, extra = self.fixed_args
         dst = data_address(y)  # (0.15 us; an ndarray's .ctypes costs ~1 us)
-        self.call.run([data_address(src), wei, dst, bias, dst if res is None else data_address(res), table, *extra])
+        self.call.run_chunks(self.chunks, [data_address(src), wei, dst, bias, dst if res is None else data_address(res),
+                                           table, *extra])
+
+
+class PaddedBuffer:
+    """The padded input buffer of one primitive, shared by its executors of every input shape (a new shape makes no
+    buffer of its own: no allocation, no fresh pages to fault in). ``take(ex)`` lays it out for ``ex``'s shape: a
+    view of the storage (grown when too small; with a test's ``alloc``, made exactly the shape's size, so guard
+    pages stay at its end) whose border is written again (zeros for a convolution or an average, -inf for a
+    maximum: padding never wins), since another shape's interior lay there. ``owner``: the executor it was last laid
+    out for (a repeated shape pays nothing); ``lock``: held by the call using it (the caller of ``take``)."""
+
+    def __init__(self, alloc: Callable[[tuple[int, ...]], np.ndarray] | None) -> None:
+        self.alloc = alloc
+        self.storage: np.ndarray | None = None
+        self.owner: ConvExecutor | None = None
+        self.lock = threading.Lock()
+
+    def take(self, ex: ConvExecutor) -> np.ndarray:
+        g = ex.geo
+        shape = (g.n, g.c, g.hp, g.wp) if g.planar else (g.n, g.hp, g.wp, g.cp)
+        size = g.n * g.c * g.hp * g.wp if g.planar else g.n * g.hp * g.wp * g.cp
+        fill = -np.inf if g.mode == "max" else 0.0
+        st = self.storage
+        if st is None or st.size < size or (self.alloc is not None and st.size != size):
+            if self.alloc is not None:
+                st = self.alloc((size,))
+                st[...] = fill
+            elif fill == 0.0:
+                st = zeros_aligned((size,))  # calloc: untouched zero pages
+            else:
+                st = empty_aligned((size,), np.float32, 0)
+                st[...] = fill
+            self.storage, fresh = st, True
+        else:
+            fresh = False
+        xp = st[:size].reshape(shape)
+        if not fresh:  # the border only: the interior is what the copy writes
+            rows, cols = (xp.transpose(0, 2, 3, 1) if g.planar else xp), g.w
+            top, left = (0, 0) if g.depthwise else (g.pt, g.pl)
+            rows[:, :top] = fill
+            rows[:, top + g.h:] = fill
+            inner = rows[:, top:top + g.h]
+            inner[:, :, :left] = fill
+            inner[:, :, left + cols:] = fill
+        self.owner = ex
+        return xp
 
 
 def estimated_ns(geo: ConvGeometry, weight_bytes: int) -> float:

@@ -9,6 +9,8 @@ op becomes an ``add_c``/``mul_c`` post-op with its own packed vector.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+import dataclasses
+import functools
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,7 +22,7 @@ from snippets_core.ir.layout import INPUT_LAYOUTS, PLAIN
 from snippets_core.ir.ops.subgraph import Subgraph, release_constants
 from snippets_x86_64.cache import ShapeCache
 from snippets_x86_64.conv import ConvGeometry, PostOp, global_epilogue, merge_borders, planar_fits, \
-    pool_epilogue
+    pool_epilogue, with_dims
 from snippets_x86_64.conv_executor import ConvExecutor
 from snippets_x86_64.global_pool import MODES as GLOBAL_MODES
 from snippets_x86_64.global_pool import GlobalPool
@@ -64,11 +66,18 @@ class ConvPlan:
         if c != self.w.shape[1] * self.conv.group:
             raise InputError(f"convolution '{self.conv.name}' takes {self.w.shape[1] * self.conv.group} "
                                      f"input channels, the input has shape {list(x_shape)}")
+        geo_w, base = self._window
+        (ho, wo), (pt, pl), _ = geo_w.resolve((h, wd))
+        return with_dims(base, n=n, h=h, w=wd, pt=pt, pl=pl, ho=ho, wo=wo)
+
+    @functools.cached_property
+    def _window(self) -> tuple[Any, ConvGeometry]:
+        """The convolution's window (kernel, strides, dilations, pads) and its geometry with no input dims yet: a new
+        shape resolves the window and fills in the dims (``geometry``)."""
         m, _, kh, kw = self.w.shape
         geo_w = self.conv._geometry(self.w.shape[2:])
-        (ho, wo), (pt, pl), _ = geo_w.resolve((h, wd))
-        return ConvGeometry(n, c, h, wd, m, self.conv.group, kh, kw, *geo_w.strides, *geo_w.dilations,  # type: ignore
-                            pt, pl, ho, wo)
+        return geo_w, ConvGeometry(0, self.w.shape[1] * self.conv.group, 0, 0, m, self.conv.group, kh, kw,
+                                   *geo_w.strides, *geo_w.dilations, 0, 0, 0, 0)  # type: ignore[arg-type]
 
     def executor(self, x_shape: tuple[int, ...], num_threads: int, dynamic: bool = False,
                  borders: tuple | None = None, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
@@ -336,8 +345,9 @@ class DynamicConv(ShapeCache):
     """A conv primitive with a dynamic N, H or W: one shape-agnostic kernel (``kernel_key``: a dense convolution's
     row geometry comes from its work table; a depthwise walk's interior too, its kernel keyed on its border taps,
     the same for most sizes) and weights packed once; a new input shape makes only its work table, copy table and
-    padded buffer (numpy, cached per shape). A residual whose run-time shape is not the output's (a dynamic dim
-    that broadcasts) runs the body on its reference: the kernel reads the residual with the output's layout."""
+    padded buffer (numpy, cached per shape). The weights are held once, packed: the body's constants are released
+    as a static conv's are. An empty batch runs the kernel on no rows; a residual whose run-time shape broadcasts to
+    the output's (a dynamic dim of 1) is expanded first (the kernel reads the residual with the output's layout)."""
 
     kind = "one conv kernel for every N, H, W (a depthwise walk: one per border-tap pattern)"
 
@@ -350,16 +360,23 @@ class DynamicConv(ShapeCache):
         sg.rt_info["SnippetsConvKernel"] = "conv on runtime row geometry: one kernel for every N, H, W"
         # the kernels are made now, as a static shape's are, on a small stand-in shape (the weights packed with them)
         self._first = self.make(stand_in, None)
+        release_constants(sg, "packed into the conv kernel's weights")
+        # the plan keeps the weight's shape only (a zero-stride placeholder): the packed copy is the one held
+        w = plan.w
+        self.plan = plan = dataclasses.replace(plan, w=np.broadcast_to(np.zeros((), w.dtype), w.shape))
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
         ex = self.executor(x.shape)
         res = None if self.plan.residual is None else inputs[self.plan.residual]
         g = ex.geo
-        if res is not None and res.shape != (g.n, g.m, g.ho, g.wo):
-            from snippets_core.ir.evaluate import evaluate_node
-
-            return list(evaluate_node(self.sg, list(inputs)))
+        out = (g.n, g.m, g.ho, g.wo)
+        if res is not None and res.shape != out:
+            try:
+                res = np.broadcast_to(res, out)  # the NHWC copy in ``run`` makes it whole (counted in reorders)
+            except ValueError:
+                raise InputError(f"convolution '{self.plan.conv.name}': its residual of shape {list(res.shape)} "
+                                 f"does not broadcast to its output's {list(out)}") from None
         return [ex.run(x, res)]
 
 

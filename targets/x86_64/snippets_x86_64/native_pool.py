@@ -473,10 +473,28 @@ class SplitCall:
         self._state = self._new_state()
         self._busy = threading.Lock()
 
-    def _new_state(self) -> tuple[Any, Job]:
+    def _new_state(self, chunks: list[tuple[int, int]] | None = None) -> tuple[Any, Job]:
         block = (ctypes.c_uint64 * self.n_words)()
         addr = ctypes.addressof(block)
-        return block, Job([(self.kernel.address, 0, addr, s, c) for s, c in self.chunks])
+        return block, Job([(self.kernel.address, 0, addr, s, c) for s, c in (chunks or self.chunks)])
+
+    def run_chunks(self, chunks: list[tuple[int, int]], words: list[int]) -> None:
+        """``run`` over ``chunks`` (as many as this call's): a dynamic primitive's shapes share one call, so one Job
+        and one thunk, the chunks rewritten in place in the Job's words when they are not the last call's (the
+        thunk holds the Job's address, the pool reads the words at each dispatch)."""
+        if self._busy.acquire(blocking=False):
+            try:
+                if chunks is not self.chunks:
+                    job = self._state[1]
+                    for i, (start, count) in enumerate(chunks):
+                        job.words[1 + 6 * i + 3], job.words[1 + 6 * i + 4] = start, count
+                    job.chunks = [(*c[:3], start, count) for c, (start, count) in zip(job.chunks, chunks)]
+                    self.chunks = chunks
+                self._run(self._state, words)
+            finally:
+                self._busy.release()
+        else:
+            self._run(self._new_state(chunks), words)
 
     @property
     def threads(self) -> int:

@@ -70,6 +70,7 @@ def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
         divisor = reciprocal_counts(geo, pads, bool(node.count_include_pad))  # type: ignore[attr-defined]
     else:
         divisor = np.zeros(1, np.float32)
-    return ConvExecutor(geo, divisor, None, None, num_threads=num_threads, dynamic=dynamic,
-                        prepared=prepared if isinstance(prepared, ConvExecutor) else None, borders=borders,
+    if isinstance(prepared, ConvExecutor):  # its kernel, the table's template: only the shape's fields are new
+        return prepared.for_shape(geo, divisor if geo.mode == "avg" else None)
+    return ConvExecutor(geo, divisor, None, None, num_threads=num_threads, dynamic=dynamic, borders=borders,
                         alloc=alloc)

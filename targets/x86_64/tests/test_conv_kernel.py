@@ -552,3 +552,47 @@ def test_pool_kernel_with_every_sizes_borders(case: tuple, dims: list, at: str) 
         assert first is None or _built() == built
         first = first or ex
         np.testing.assert_allclose(ex.run(guarded_nhwc(x, at)), want, rtol=1e-5, atol=1e-5)
+
+
+#: c, m, kernel, pads (t, l, b, r): an RGB stem (planar buffer), a padded 3x3, an asymmetric pad (ResNet's stem pads)
+SHARED_BUFFER = [
+    (3, 16, (7, 7), (3, 3, 3, 3)),
+    (32, 20, (3, 3), (1, 1, 1, 1)),
+    (16, 16, (3, 3), (0, 1, 2, 0)),
+]
+
+
+@pytest.mark.parametrize("case", SHARED_BUFFER, ids=[str(i) for i in range(len(SHARED_BUFFER))])
+@pytest.mark.parametrize("at", ["end", "start", None])
+def test_shapes_share_one_padded_buffer(case: tuple, at: str | None) -> None:
+    """The executors of every shape of a primitive share its padded buffer (``PaddedBuffer``) and its dispatch calls
+    (``SplitCall.run_chunks``): alternating shapes,
+    each call's border is written again where another shape's interior (large values) lay, with and without the
+    JIT copy (an NHWC input or an NCHW one), and no kernel built for any shape. Under guard pages (``at``) the
+    buffer is remade at each size (the guard stays at its end), so the shapes here pair up by padded size; without
+    (None) it only grows."""
+    c, m, k, pads = case
+    rng = np.random.default_rng(c + m)
+    w = rng.standard_normal((m, c, *k)).astype(np.float32)
+    dims = [(1, 12, 15), (1, 15, 12), (2, 21, 19), (1, 9, 30), (2, 19, 21), (1, 12, 15)]
+    first, built, storages = None, _built(), set()
+    for n, h, wd in dims:
+        x = (rng.standard_normal((n, c, h, wd)) * 100).astype(np.float32)
+        want = conv_f64(x, w, 1, (1, 1), (1, 1), pads)
+        geo = geometry(x, w, want, 1, (1, 1), (1, 1), pads)
+        if first is None:
+            first = ConvExecutor(geo, w, None, None, num_threads=2, alloc=None if at is None else guarded(at),
+                                 plain_input=True, dynamic=True)
+            built = _built()
+        ex = first.for_shape(geo)
+        assert ex.pad is first.pad
+        for inp in ((x,) if at is None else (guarded_nhwc(x, at), x)):
+            np.testing.assert_allclose(ex.run(inp), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        storages.add(id(first.pad.storage))
+        assert ex.call is first.calls[(ex.kernel.address, ex.call.n_words, len(ex.chunks))]
+    assert _built() == built
+    # the shapes share the dispatch calls (one per kernel and chunk count: 1 or 2 threads, the conv and the copy),
+    # their chunks rewritten in place: no Job and no dispatch thunk per shape
+    assert len(first.calls) <= 4
+    if at is None:
+        assert len(storages) <= 3  # grown, never remade at a smaller size

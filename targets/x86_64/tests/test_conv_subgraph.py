@@ -425,3 +425,35 @@ def test_shape_cache_keeps_the_most_recent_shapes(monkeypatch) -> None:  # type:
     for shape in [(1,), (2,), (1,), (3,), (1,), (2,)]:
         assert sc.executor(shape) == shape
     assert made == [(1,), (2,), (3,), (2,)] and list(sc.executors) == [(1,), (2,)]
+
+
+def test_dynamic_conv_holds_its_weights_once() -> None:
+    """A dynamic conv primitive releases its body's weight constants (packed into the kernel's: held once) and
+    still answers what the reference answered for it: an empty batch (no rows for the kernel), a residual of
+    batch 1 broadcast over the output's batch; a residual that does not broadcast is a typed error."""
+    from snippets_core.ir.ops.subgraph import CONSTANTS_RELEASED
+
+    rng = np.random.default_rng(21)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "r"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    g = helper.make_graph(nodes, "res", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8, "h", "w"]),
+                                         helper.make_tensor_value_info("r", TensorProto.FLOAT, ["k", 16, "h", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16, "h", "w"])],
+                          [_init("w", rng.standard_normal((16, 8, 3, 3))), _init("b", rng.standard_normal(16))])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (step,) = [st for st in cm._steps if st.node.rt_info.get("SnippetsConvolution")]
+    assert CONSTANTS_RELEASED in step.node.rt_info and step.run.plan.residual is not None
+    body_weights = [n.value for n in step.node.body.get_ordered_ops() if n.type_name == "Constant"
+                    and getattr(n, "value", None) is not None and n.value.shape == (16, 8, 3, 3)]
+    assert body_weights and all(v.strides == (0, 0, 0, 0) for v in body_weights)  # placeholders, no memory
+    assert step.run.plan.w.strides == (0, 0, 0, 0) and step.run._first.w is None
+    for n, k, h, w in [(2, 2, 9, 7), (3, 1, 9, 7), (0, 1, 5, 6), (0, 0, 4, 4), (1, 1, 12, 5)]:
+        feeds = {"x": rng.standard_normal((n, 8, h, w)).astype(np.float32),
+                 "r": rng.standard_normal((k, 16, h, w)).astype(np.float32)}
+        got, want = cm(feeds)["y"], sess.run(None, feeds)[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(SnippetsError, match="residual"):
+        cm({"x": np.zeros((3, 8, 5, 5), np.float32), "r": np.zeros((2, 16, 5, 5), np.float32)})
