@@ -48,9 +48,12 @@ def read_onnx(path_or_proto: Any, **kwargs: Any):  # type: ignore[no-untyped-def
 
 def compile_model(model: Any, target: str | None = None, config: Any = None):  # type: ignore[no-untyped-def]
     """Tokenize and compile a Model (or an ONNX path) for ``target``; returns a CompiledModel."""
-    from snippets_core.runtime.compiled_model import compile_model as _compile
+    from snippets_core.runtime.gc_pause import paused_gc
 
-    return _compile(model, target=target, config=config)
+    with paused_gc():  # the runtime's first import included
+        from snippets_core.runtime.compiled_model import compile_model as _compile
+
+        return _compile(model, target=target, config=config)
 
 
 def fix_input_shapes(model: Any, shapes: Any = None, *, dims: Any = None):  # type: ignore[no-untyped-def]

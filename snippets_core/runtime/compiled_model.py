@@ -32,6 +32,7 @@ from snippets_core.ir.node import Node
 from snippets_core.ir.ops.io import Constant, Parameter, Result
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import Shape, SymDim
+from snippets_core.runtime.gc_pause import paused_gc
 from snippets_core.runtime.inputs import as_input_array, expect_output_arrays
 from snippets_core.runtime.layout_steps import compile_in_layout
 from snippets_core.runtime.placement import (
@@ -450,6 +451,12 @@ def compile_model(model: Model | str | Path | bytes | Any, target: str | None = 
     the entry-point name of an installed target (``snippets targets`` lists them); ``None`` picks
     ``"reference"``. The caller's Model is never modified.
     """
+    with paused_gc():
+        return _compile_model(model, target, config)
+
+
+def _compile_model(model: Model | str | Path | bytes | Any, target: str | None,
+                   config: CompileConfig | Mapping[str, Any] | None) -> CompiledModel:
     cfg = CompileConfig.from_mapping(config)
     m = _load(model)
     tgt = resolve_target(target, cfg)

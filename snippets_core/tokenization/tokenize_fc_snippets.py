@@ -123,10 +123,12 @@ class TokenizeFCSnippets(Pass):
         if not self.config.enabled:
             return False
         changed = False
+        live: set[int] | None = None  # valid until a Subgraph is built (a rejected match changes nothing)
         for node in model.get_ordered_ops():
             if node.type_name != "MatMul":
                 continue
-            live = _live_ids(model)
+            if live is None:
+                live = _live_ids(model)
             if node.id not in live:
                 continue  # taken by an earlier Subgraph
             try:
@@ -140,6 +142,7 @@ class TokenizeFCSnippets(Pass):
             sg.rt_info[FULLY_CONNECTED] = True
             _mark_weight(sg)
             changed = True
+            live = None
         return changed
 
     def _veto(self, node: Node) -> str | None:

@@ -364,13 +364,15 @@ class TokenizeInt8FCSnippets(Pass):
         if not self.config.enabled or not self.config.int8_fc:
             return False
         changed = False
+        live: set[int] | None = None  # valid until a Subgraph is built (a rejected match changes nothing)
         for node in model.get_ordered_ops():
             match = {"MatMul": self._static, "MatMulInteger": self._integer, "QLinearMatMul": self._qlinear,
                      "Convolution": self._conv, "QLinearConv": self._qlinear_conv,
                      "ConvInteger": self._integer_conv}.get(node.type_name)
             if match is None:
                 continue
-            live = _live_ids(model)
+            if live is None:
+                live = _live_ids(model)
             if node.id not in live:
                 continue
             try:
@@ -383,6 +385,7 @@ class TokenizeInt8FCSnippets(Pass):
             node.rt_info.pop(INT8_FC_REJECT_REASON_KEY, None)
             self._fuse(model, head, chain, spec, x)
             changed = True
+            live = None
         return changed
 
     @staticmethod

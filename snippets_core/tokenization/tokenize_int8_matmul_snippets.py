@@ -108,10 +108,12 @@ class TokenizeInt8MatMulSnippets(Pass):
         if not self.config.enabled or not self.config.int8_fc or not self.config.int8_matmul:
             return False
         changed = False
+        live: set[int] | None = None  # valid until a Subgraph is built (a rejected match changes nothing)
         for node in model.get_ordered_ops():
             if node.type_name != "MatMul":
                 continue
-            live = _live_ids(model)
+            if live is None:
+                live = _live_ids(model)
             if node.id not in live:
                 continue
             try:
@@ -127,6 +129,7 @@ class TokenizeInt8MatMulSnippets(Pass):
                 Int8Operand(spec.a.signed, spec.a.scale, spec.a.zero_point, spec.a.perm, index[0]),
                 Int8Operand(spec.b.signed, spec.b.scale, spec.b.zero_point, spec.b.perm, index[1]), spec.transpose_b)
             changed = True
+            live = None
         return changed
 
     @staticmethod
