@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from snippets_core.errors import SnippetsError
+from snippets_core.errors import ShapeInferenceError, SnippetsError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.evaluate import evaluate_node
 from snippets_core.ir.node import Node
@@ -107,6 +107,9 @@ def _symbolic_view(node: Node) -> Executor | None:
         x = args[0]
         shape = tuple(d if d >= 0 else x.shape[-1 - d] for d in plan)
         if x.ndim != len(src.sym_dims) or math.prod(shape) != x.size:
+            if any(a is None for a in args[1:]):  # the plan dropped the shape chain (a view reads no shape input)
+                raise ShapeInferenceError(f"{node.type_name} '{node.name}': input of shape {list(x.shape)} "
+                                          f"contradicts the model's {src} -> {out}")
             return ref(args)  # an input that contradicts the model's dims: the reference names what is wrong
         return (x.reshape(shape),)
 
