@@ -105,6 +105,27 @@ def test_split_runs_as_slices():
         assert got[name].flags.c_contiguous
 
 
+def test_split_along_a_static_axis_of_a_dynamic_shape_runs_as_slices():
+    """A QKV projection's split: [batch, seq, 12] into 4 + 5 + 3 along the static last axis, at several shapes."""
+    from onnx.reference import ReferenceEvaluator
+
+    graph = helper.make_graph([helper.make_node("Split", ["x", "parts"], ["a", "b", "c"], axis=-1)], "s",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 12])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "seq", k])
+                               for n, k in (("a", 4), ("b", 5), ("c", 3))],
+                              initializer=[numpy_helper.from_array(np.array([4, 5, 3], np.int64), "parts")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    cm = snippets_core.compile_model(proto, target="reference")
+    assert [(op, where) for _, op, where in cm.placement()] == [("VariadicSplit", "view")]
+    oracle = ReferenceEvaluator(proto)
+    for b, t in ((1, 1), (2, 7), (3, 128)):
+        x = np.random.default_rng(t).standard_normal((b, t, 12)).astype(np.float32)
+        got = cm({"x": x})
+        for name, want in zip("abc", oracle.run(None, {"x": x})):
+            np.testing.assert_array_equal(got[name], want)
+            assert got[name].flags.c_contiguous
+
+
 def _split_heads_model() -> bytes:
     """x [batch, seq, 32] -> Reshape [0, 0, 4, 8] -> Relu: the output dims are the input's dim symbols and 4, 8."""
     nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
