@@ -43,7 +43,7 @@ from snippets_core.runtime.placement import (
     fallback_reason,
     subgraph_error,
 )
-from snippets_core.runtime.shape_steps import fold, view_executor
+from snippets_core.runtime.shape_steps import VIEW_OPS, fold, view_executor
 from snippets_core.runtime.targets import ResolvedTarget, resolve_target
 
 Executor = Callable[[list[np.ndarray]], Sequence[np.ndarray]]
@@ -113,7 +113,7 @@ class CompiledModel:
         self.target_name = target.name
         self.config = config
         self.subgraphs: list[Subgraph] = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
-        self.last_run_stats = RunStats()
+        self.last_run_stats = RunStats()  # (sets _stats, _stamps, _placed)
         self._build_plan(executors)
 
     # --- plan -------------------------------------------------------------------------------------
@@ -165,6 +165,7 @@ class CompiledModel:
                     reason = n.rt_info.get(FALLBACK_KEY) if isinstance(n, Subgraph) else None
             reporter = run if isinstance(run, ReportsPlacement) else None
             steps.append(Step(n, args, outs, run, where, reporter=reporter, reason=reason))
+        steps = _live_steps(steps, {s for _, s, _ in self._results})
         # Free each slot after its last reader (results are read at the end, so they are never freed).
         keep = {s for _, s, _ in self._results} | {s for s, _ in self._constants}
         last_use: dict[int, int] = {}
@@ -299,6 +300,29 @@ class CompiledModel:
             raise InputError(f"input {spec.name!r} must have shape {declared}, got {list(a.shape)}: {why}")
         return a
 
+    @property
+    def last_run_stats(self) -> RunStats:
+        """Seconds per step of the last call, and where each ran. Built from the call's clock stamps when asked
+        for: the call path pays one clock read per step and nothing else for it."""
+        if self._stats is None:
+            stamps, placed = self._stamps, self._placed
+            steps, fallbacks = [], {}
+            for k, (_, _, _, _, name, op, where, reporter, reason, _) in enumerate(self._plan[:len(stamps) - 1]):
+                if reporter is not None:
+                    p = placed[k]
+                    where = p.where
+                    if p.reason is not None:
+                        fallbacks[name] = p.reason
+                elif reason is not None:
+                    fallbacks[name] = reason
+                steps.append((name, op, where, stamps[k + 1] - stamps[k]))
+            self._stats = RunStats(steps, fallbacks)
+        return self._stats
+
+    @last_run_stats.setter
+    def last_run_stats(self, stats: RunStats) -> None:
+        self._stats, self._stamps, self._placed = stats, [], {}
+
     def __call__(self, inputs: Mapping[str, Any], outputs: Mapping[str, np.ndarray] | None = None,
                  ) -> dict[str, np.ndarray]:
         slots: list[Any] = [None] * self._n_slots
@@ -306,31 +330,28 @@ class CompiledModel:
             slots[slot] = a
         for slot, v in self._constants:
             slots[slot] = v
-        stats: list[tuple[str, str, str, float]] = []
-        fallbacks: dict[str, str] = {}
-        clock = time.perf_counter
         if outputs is not None:
             self._check_outputs(outputs)
-        for run, args, outs, frees, name, op, where, reporter, reason, direct in self._plan:
-            t0 = clock()
+        # One clock stamp per step (a step's time runs to the next stamp, its slot bookkeeping included); the
+        # stats are assembled from them only when last_run_stats is read.
+        stamps: list[float] = []
+        stamp = stamps.append
+        clock = time.perf_counter
+        placed: dict[int, Placement] = {}
+        self._stats, self._stamps, self._placed = None, stamps, placed
+        stamp(clock())
+        for k, (run, args, outs, frees, _, _, _, reporter, _, direct) in enumerate(self._plan):
             if direct is not None and outputs is not None:
                 res = run([slots[a] for a in args], [outputs.get(n) if n else None for n in direct])
             else:
                 res = run([slots[a] for a in args])
-            t = clock() - t0
             if reporter is not None:  # read right after the call: where this call ran
-                placed = reporter.last_placement
-                where = placed.where
-                if placed.reason is not None:
-                    fallbacks[name] = placed.reason
-            elif reason is not None:
-                fallbacks[name] = reason
-            stats.append((name, op, where, t))
+                placed[k] = reporter.last_placement
             for s, v in zip(outs, res):
                 slots[s] = v
             for s in frees:
                 slots[s] = None
-        self.last_run_stats = RunStats(stats, fallbacks)
+            stamp(clock())
         result: dict[str, np.ndarray] = {}
         for name, slot, et in self._results:
             v = np.asarray(slots[slot])
@@ -426,6 +447,22 @@ def _accepts_outs(run: Callable[..., Any]) -> bool:
         return False
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+def _live_steps(steps: list[Step], results: set[int]) -> list[Step]:
+    """The steps whose outputs something reads. A view step reads only its data input (its shape comes from the
+    input's dims, see :func:`~snippets_core.runtime.shape_steps.view_executor`), so the ``Shape -> Gather ->
+    Unsqueeze -> Concat`` chain that feeds a dynamic Reshape's shape input is dead: it is dropped here rather than
+    run per call (four reference steps, 30-100 us, around every attention block of a torch export)."""
+    needed = set(results)
+    live: list[Step] = []
+    for st in reversed(steps):
+        if not any(o in needed for o in st.outs):
+            continue
+        live.append(st)
+        needed.update(st.args[:1] if st.where == "view" and st.node.type_name in VIEW_OPS else st.args)
+    live.reverse()
+    return live
 
 
 def _reference_executor(node: Node) -> Executor:

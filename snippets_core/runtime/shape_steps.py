@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from snippets_core.errors import SnippetsError
+from snippets_core.errors import ShapeInferenceError, SnippetsError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.evaluate import evaluate_node
 from snippets_core.ir.node import Node
@@ -67,8 +67,8 @@ def fold(node: Node, args: Sequence[int], known: Mapping[int, np.ndarray]) -> li
 
 def view_executor(node: Node) -> Executor | None:
     """A reshape to the node's static output shape for a shape-only op (whose shape inputs are compile-time
-    values), else None. numpy reshapes a contiguous array without copying. Split/VariadicSplit of static
-    shapes become basic slices (see :func:`_split_executor`)."""
+    values), else None. numpy reshapes a contiguous array without copying. Split/VariadicSplit along a static
+    axis become basic slices (see :func:`_split_executor`)."""
     if node.type_name in SPLIT_OPS:
         return _split_executor(node)
     if node.type_name not in VIEW_OPS or len(node.outputs) != 1:
@@ -101,8 +101,17 @@ def _symbolic_view(node: Node) -> Executor | None:
             plan.append(-1 - where[d])
         else:
             return None
-    ref = _reference(node)
+    reference = _reference(node)
     rank = len(src.sym_dims)
+
+    def ref(args: list[np.ndarray]) -> Sequence[np.ndarray]:
+        """An input that contradicts the model's dims: the reference names what is wrong, or, when the plan dropped
+        the shape chain (a view reads no shape input), a typed error says so."""
+        if any(a is None for a in args[1:]):
+            raise ShapeInferenceError(f"{node.type_name} '{node.name}': input of shape {list(args[0].shape)} "
+                                      f"contradicts the model's {src} -> {out}")
+        return reference(args)
+
     dynamic = [j for j, d in enumerate(plan) if d < 0]
     if len(dynamic) == 1:  # one dim from the input (a batch): numpy infers it, one compare checks it (~0.6 us)
         j, i = dynamic[0], -1 - plan[dynamic[0]]
@@ -139,12 +148,14 @@ def _reference(node: Node) -> Executor:
 
 
 def _split_executor(node: Node) -> Executor | None:
-    """Split/VariadicSplit as basic slices along the axis (known at compile time), each made contiguous: a
-    strided copy, where the reference indexes with ``np.take`` (ten times slower on a QKV projection)."""
+    """Split/VariadicSplit as basic slices along the axis (known at compile time, its sizes static; other dims may
+    be dynamic), each made contiguous: a strided copy, where the reference indexes with ``np.take`` (ten times
+    slower on a QKV projection)."""
     from snippets_core.ir.const_eval import constant_value
 
     shape = node.inputs[0].shape
-    if not shape.is_static or not all(o.shape.is_static for o in node.outputs):
+    # only the split axis must be static (a QKV projection's [B, S, 2304] split into three [B, S, 768])
+    if not shape.rank_is_static or not all(o.shape.rank_is_static for o in node.outputs):
         return None
     axis_value = constant_value(node.inputs[1].source)
     if axis_value is None or axis_value.size != 1:
@@ -152,14 +163,20 @@ def _split_executor(node: Node) -> Executor | None:
     axis = int(axis_value.reshape(-1)[0]) % shape.rank
     slices, start = [], 0
     for o in node.outputs:
-        n = o.shape.to_tuple()[axis]
+        n = o.shape.sym_dims[axis]
+        if not isinstance(n, int):
+            return None
         slices.append((slice(None),) * axis + (slice(start, start + n),))
         start += n
-    if start != shape.to_tuple()[axis]:
+    if start != shape.sym_dims[axis]:
         return None
 
-    def run(args: list[np.ndarray]) -> list[np.ndarray]:
+    ref = _reference(node)
+
+    def run(args: list[np.ndarray]) -> Sequence[np.ndarray]:
         x = args[0]
+        if x.ndim != shape.rank or x.shape[axis] != start:
+            return ref(args)  # an input that contradicts the model's dims: the reference names what is wrong
         return [np.ascontiguousarray(x[sl]) for sl in slices]
 
     return run

@@ -50,13 +50,43 @@ def test_the_view_shares_the_input_memory():
     assert y.shape == (3, 4) and np.shares_memory(x, y)
 
 
-def test_dynamic_shapes_still_compute_the_shape_per_call():
-    cm = snippets_core.compile_model(_merge_heads_model(static=False), target="reference")
-    ops = [op for _, op, _ in cm.placement()]
-    assert "ShapeOf" in ops and "Concat" in ops  # nothing to fold: the shape is known at run time only
-    for b, s in ((1, 3), (2, 7)):
-        x = np.random.default_rng(b).standard_normal((b, s, 4, 8)).astype(np.float32)
-        np.testing.assert_array_equal(cm({"x": x})["y"], np.maximum(x.reshape(b, s, 32), 0))
+def test_dynamic_shape_chain_of_a_view_is_dropped_and_matches_the_reference_evaluator():
+    """The Reshape's output dims are the input's dim symbols: it is a view that reads no shape input, so the
+    Shape/Gather/Unsqueeze/Concat chain before it is dead and not run per call."""
+    from onnx.reference import ReferenceEvaluator
+
+    proto = _merge_heads_model(static=False)
+    cm = snippets_core.compile_model(proto, target="reference")
+    assert [(op, where) for _, op, where in cm.placement()] == [("Reshape", "view"), ("Subgraph", "reference")]
+    oracle = ReferenceEvaluator(proto)
+    for b, s in ((1, 3), (2, 7), (3, 1), (1, 197)):
+        x = np.random.default_rng(b * s).standard_normal((b, s, 4, 8)).astype(np.float32)
+        np.testing.assert_array_equal(cm({"x": x})["y"], oracle.run(None, {"x": x})[0])
+        assert [op for _, op, _, _ in cm.last_run_stats.steps] == ["Reshape", "Subgraph"]
+
+
+def test_dynamic_shape_chain_read_by_a_computing_op_still_runs_per_call():
+    """A shape chain that feeds an Expand (no view) is computed per call, from the input's shape."""
+    from onnx.reference import ReferenceEvaluator
+
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "i0"], ["d0"], axis=0),
+             helper.make_node("Unsqueeze", ["d0", "ax0"], ["u0"]),
+             helper.make_node("Concat", ["u0", "hidden"], ["target"], axis=0),
+             helper.make_node("Expand", ["bias", "target"], ["e"]),
+             helper.make_node("Add", ["x", "e"], ["y"])]
+    inits = {"i0": np.int64(0), "ax0": np.array([0], np.int64), "hidden": np.array([8], np.int64),
+             "bias": np.arange(8, dtype=np.float32)}
+    graph = helper.make_graph(nodes, "expand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])],
+                              initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    cm = snippets_core.compile_model(proto, target="reference")
+    assert "ShapeOf" in [op for _, op, _ in cm.placement()]
+    oracle = ReferenceEvaluator(proto)
+    for n in (1, 5, 33):
+        x = np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32)
+        np.testing.assert_allclose(cm({"x": x})["y"], oracle.run(None, {"x": x})[0], rtol=1e-6)
 
 
 def test_split_runs_as_slices():
@@ -73,6 +103,27 @@ def test_split_runs_as_slices():
     for name, want in zip("abc", np.split(x, [4, 9], axis=-1)):
         np.testing.assert_array_equal(got[name], want)
         assert got[name].flags.c_contiguous
+
+
+def test_split_along_a_static_axis_of_a_dynamic_shape_runs_as_slices():
+    """A QKV projection's split: [batch, seq, 12] into 4 + 5 + 3 along the static last axis, at several shapes."""
+    from onnx.reference import ReferenceEvaluator
+
+    graph = helper.make_graph([helper.make_node("Split", ["x", "parts"], ["a", "b", "c"], axis=-1)], "s",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 12])],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "seq", k])
+                               for n, k in (("a", 4), ("b", 5), ("c", 3))],
+                              initializer=[numpy_helper.from_array(np.array([4, 5, 3], np.int64), "parts")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    cm = snippets_core.compile_model(proto, target="reference")
+    assert [(op, where) for _, op, where in cm.placement()] == [("VariadicSplit", "view")]
+    oracle = ReferenceEvaluator(proto)
+    for b, t in ((1, 1), (2, 7), (3, 128)):
+        x = np.random.default_rng(t).standard_normal((b, t, 12)).astype(np.float32)
+        got = cm({"x": x})
+        for name, want in zip("abc", oracle.run(None, {"x": x})):
+            np.testing.assert_array_equal(got[name], want)
+            assert got[name].flags.c_contiguous
 
 
 def _split_heads_model() -> bytes:

@@ -39,13 +39,14 @@ class PackedWeightExecutor:
     def __init__(self, inner: Any, packed: dict[int, np.ndarray]) -> None:
         self.inner = inner
         self.packed = packed
+        self._packed_items = tuple(packed.items())
 
     def __getattr__(self, name: str) -> Any:  # kernel, num_threads, ... of the executor it wraps
         return getattr(self.inner, name)
 
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
         ins = list(args)
-        for i, w in self.packed.items():
+        for i, w in self._packed_items:
             ins[i] = w
         return self.inner(ins, outs)
 

@@ -195,6 +195,15 @@ def _fast_address_works() -> bool:
 _address = _fast_address if _fast_address_works() else _slow_address
 
 
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """The strides numpy gives a C-contiguous array of ``shape``."""
+    strides, step = [], itemsize
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
+
+
 def _split(work: int, parts: int) -> list[tuple[int, int]]:
     """(start, count) of ``parts`` contiguous chunks of ``range(work)``, sizes differing by at most one."""
     base, extra = divmod(work, parts)
@@ -241,6 +250,8 @@ class _CallState:
         self.job = Job(self.native)
         self._single: Callable[[], Any] | None = None
         self._single_calls = 0
+        #: the data addresses the call arguments hold (None: unknown, written by someone else)
+        self.ptrs: list[int] | None = None
 
     def run_single(self) -> None:
         """Run the one chunk on the calling thread (through a no-argument thunk from the second call on)."""
@@ -302,6 +313,10 @@ class KernelExecutor:
         self._state = _CallState(kernel, self.chunks, self.domain, self.params)
         self._busy = threading.Lock()
         self._n_data = info.n_inputs + info.n_outputs
+        self._n_in = info.n_inputs
+        #: the inlined call of __call__ applies: one chunk on the caller, addresses read from the array objects
+        self._one_chunk = len(self._state.tasks) == 1 and _address is _fast_address
+        self._in_fast = [(d, s, _c_strides(s, d.itemsize)) for d, s in self.input_specs]
         #: per data position, (weakref to the array of the last call, its address): see _addresses
         self._memo: list[tuple[weakref.ref, int] | None] = [None] * self._n_data
 
@@ -355,6 +370,32 @@ class KernelExecutor:
         return ins, results
 
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
+        # The common call (exact C-contiguous arrays of the specs, fresh outputs, one chunk, nobody else running
+        # it) inlines arrays/_addresses/launch: each layer of Python calls costs ~0.2 us, and a small model makes
+        # a dozen kernel calls.
+        if outs is None and self._one_chunk and len(args) == self._n_in:
+            # a builtin dtype is a singleton and C-contiguity is the C strides (checked cheaper than .flags); an
+            # array that fails either test (a size-1 dim with odd strides) takes the full check below
+            for a, (dtype, shape, strides) in zip(args, self._in_fast):
+                if type(a) is not np.ndarray or a.dtype is not dtype or a.shape != shape or a.strides != strides:
+                    break
+            else:
+                results = [np.empty(shape, dtype) for dtype, shape in self.output_specs]
+                if self._busy.acquire(blocking=False):
+                    try:
+                        state = self._state
+                        ptrs = [_fast_address(a) for a in (*args, *results)]
+                        if ptrs != state.ptrs:
+                            state.args[0][:self._n_data] = ptrs
+                            state.ptrs = ptrs
+                        single = state._single
+                        if single is not None:
+                            single()
+                        else:
+                            state.run_single()
+                    finally:
+                        self._busy.release()
+                    return results
         ins, results = self.arrays(args, outs)
         self.launch(self._addresses([*ins, *results]))
         return results
@@ -393,9 +434,11 @@ class KernelExecutor:
         return ptrs
 
     def _launch(self, state: _CallState, ptrs: list[int]) -> None:
-        n = self._n_data
-        for ca in state.args:
-            ca[:n] = ptrs
+        if ptrs != state.ptrs:  # numpy's allocator often hands back the same buffers: then nothing to write
+            n = self._n_data
+            for ca in state.args:
+                ca[:n] = ptrs
+            state.ptrs = ptrs
         if len(state.tasks) == 1:
             state.run_single()
             return
@@ -443,6 +486,7 @@ class PartsLauncher:
         try:
             for e, n, p in zip(self.executors, self._n_data, ptrs):
                 e._state.args[0][:n] = p
+                e._state.ptrs = None
             _run_job(self._job, self._tasks, self._native)
         finally:
             self._busy.release()
