@@ -78,6 +78,14 @@ class Int8Geometry:
     compensation: bool = False
     bias: bool = False
     beta: bool = False
+    #: bytes from one K group of a B block to the next (0: the block's width x 4, repack_b_int8's layout) and from
+    #: one N block to the next (0: 64 x Kp); the MHA kernel's packed K'^T and V' keep these independent of S
+    b_group: int = 0
+    b_block: int = 0
+    #: a K that is a runtime count of chunks of ``k_chunk`` elements (``Int8Regs.k_chunks`` holds the count): A's
+    #: chunks are ``a_chunk_stride`` bytes apart, each chunk's groups unrolled (0: K static)
+    k_chunk: int = 0
+    a_chunk_stride: int = 0
 
     def __post_init__(self) -> None:
         if min(self.m, self.n, self.k) <= 0:
@@ -88,6 +96,8 @@ class Int8Geometry:
             raise InputError(f"int8 Brgemm beta (accumulate into C) needs an s32 C, not {self.output.value}")
         if self.bias and self.output == Int8Output.S32:
             raise InputError("int8 Brgemm bias is a dequantization post-op: it needs an f32/u8/s8 output")
+        if self.k_chunk and (self.k_chunk != self.k or self.k % K_GROUP):
+            raise InputError(f"int8 Brgemm runtime K chunks of {self.k_chunk} need K = the chunk, a multiple of 4")
 
 
 def tile_rows(nv: int, extra: int) -> int:
@@ -115,6 +125,8 @@ class Int8Regs:
     vecs: Sequence[VecReg]
     n_mask: MaskReg
     k_mask: MaskReg
+    #: the runtime count of K chunks (``Int8Geometry.k_chunk``)
+    k_chunks: Mem | None = None
 
 
 class BrgemmInt8Kernel:
@@ -187,12 +199,13 @@ class BrgemmInt8Kernel:
                 else:
                     a.vpxord(v, v, v)
         a.mov(r.pa, r.arow)
-        a.lea(r.pb, r.b + blk * N_BLOCK * self.kp)
+        a.lea(r.pb, r.b + blk * (g.b_block or N_BLOCK * self.kp))
         x80 = vecs[-1] if g.a_signed else None
+        step = g.b_group or nv * LANES * K_GROUP
 
-        def group(tail_bytes: bool) -> None:
+        def group(tail_bytes: bool, at: int = 0) -> None:
             for j, b in enumerate(t.bvec):
-                a.vmovdqu32(b, r.pb + j * LANES * K_GROUP)
+                a.vmovdqu32(b, r.pb + (at * step + j * LANES * K_GROUP))
             for i, row in enumerate(t.acc):
                 areg = t.a_regs[i % 2]
                 if tail_bytes:
@@ -200,21 +213,32 @@ class BrgemmInt8Kernel:
                     a.vmovdqu8(areg.xmm.mask(r.k_mask).z, r.pa + i * g.lda)
                     a.vpbroadcastd(areg, areg.xmm)
                 else:
-                    a.vpbroadcastd(areg, dword[r.pa + i * g.lda])
+                    a.vpbroadcastd(areg, dword[r.pa + (i * g.lda + at * K_GROUP)])
                 if x80 is not None:
                     a.vpxord(areg, areg, x80)
                 for j, v in enumerate(row):
                     a.vpdpbusd(v, areg, t.bvec[j])
 
-        if g.k // K_GROUP:
+        if g.k_chunk:  # a runtime count of chunks, each chunk's groups unrolled
+            assert r.k_chunks is not None
+            groups = g.k_chunk // K_GROUP
+            a.mov(r.cnt, r.k_chunks)
+            top = a.label(f"brgemm_int8.n{n0}.m{mv}.kc")
+            for at in range(groups):
+                group(False, at)
+            a.add(r.pa, g.a_chunk_stride)
+            a.add(r.pb, groups * step)
+            a.dec(r.cnt)
+            a.jnz(top)
+        elif g.k // K_GROUP:
             a.mov(r.cnt, g.k // K_GROUP)
             top = a.label(f"brgemm_int8.n{n0}.m{mv}.k")
             group(False)
             a.add(r.pa, K_GROUP)
-            a.add(r.pb, nv * LANES * K_GROUP)
+            a.add(r.pb, step)
             a.dec(r.cnt)
             a.jnz(top)
-        if g.k % K_GROUP:
+        if g.k % K_GROUP and not g.k_chunk:
             group(True)
         self._post_ops(a, t)
 

@@ -39,7 +39,8 @@ from snippets_core.errors import SnippetsError, UnsupportedByTarget
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.quantize import QUANTIZATION_GRID, QuantGrid
-from snippets_x86_64.asm import (ZMM, Function, dword, k1, k2, k3, k4, k5, k6, qword, r10, r11, r12, r13, r14, r15, rax,
+from snippets_x86_64.asm import (ZMM, Function, dword, k1, k2, k3, k4, k5, k6, k7, qword, r10, r11, r12, r13, r14, r15,
+                                rax,
                                 rbp, rbx, word)
 from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, N_BLOCK, S8_SHIFT
 from snippets_x86_64.brgemm_int8 import VEC_BUDGET, BrgemmInt8Kernel, Int8Geometry, Int8Regs
@@ -385,14 +386,25 @@ def pad(x: int, to: int) -> int:
     return -(-x // to) * to
 
 
+#: the runtime-parameter block at the start of the scratch: one int64 per name (what depends on the rows M of Q
+#: and the sequence S; MHAGeometry.params computes it per shape)
+PARAMS = ("kblocks", "ktail", "ktiles", "krem", "vgroups", "vrem", "vzero", "qblocks", "row0", "qsmall", "ones",
+          "s", "sgroups", "kchunks", "mask0", "mask1", "mask2", "mask3", "a_compk", "a_kpack", "a_vpack", "a_scores",
+          "a_probs")
+PARAM_AT = {name: 8 * i for i, name in enumerate(PARAMS)}
+#: bytes of the block (a cache line multiple)
+PARAM_BYTES = pad(8 * len(PARAMS), 64)
+#: columns of a group: the softmax, the scores, the probabilities and the side vectors are stored in blocks of 64
+#: columns (``[group][row][64]``), so every stride in the kernel is a constant whatever S is
+COLS = 64
+
+
 @dataclass(frozen=True)
 class MHAGeometry:
-    """The static sizes of one kernel: ``m`` rows of Q, sequence ``s`` of K and V (columns of K^T = rows of V),
-    head dims ``d`` (Q, K) and ``e`` (V), Q's row stride in bytes, the output's row stride in floats, side vectors,
-    K's and V's row strides in bytes."""
+    """The static sizes of one kernel: head dims ``d`` (Q, K) and ``e`` (V), Q's row stride in bytes, the output's
+    row stride in floats, side vectors, K's and V's row strides in bytes. The rows of Q and the sequence S are
+    runtime parameters (:meth:`params`), so one kernel serves every sequence length and batch."""
 
-    m: int
-    s: int
     d: int
     e: int
     lda_q: int
@@ -403,30 +415,54 @@ class MHAGeometry:
     ldv: int = 0
 
     @property
-    def np_(self) -> int:
-        """Columns of a scores row: S, the ones column, padded to 16."""
-        return pad(self.s + 1, LANES)
-
-    @property
     def ep(self) -> int:
         return pad(self.e, LANES)
 
     @property
-    def sp(self) -> int:
-        """Bytes of a probabilities row (the P x V Brgemm's lda)."""
-        return pad(self.s, 64)
+    def kp(self) -> int:
+        """Bytes of a column of the packed K'^T (the head dim padded to a K group)."""
+        return pad(self.d, K_GROUP)
 
-    def scratch_layout(self) -> dict[str, int]:
-        """Byte offsets of the per-thread scratch areas, and its size under ``"size"``."""
-        sizes = {"kpack": pad(self.d, K_GROUP) * self.np_, "vpack": pad(self.s, K_GROUP) * self.ep,
-                 "compk": self.np_ * 4, "compv": self.ep * 4, "rowsum": MB * 4, "scores": MB * self.np_ * 4,
-                 "probs": MB * self.sp, "acc": MB * self.ep * 4}
-        out, at = {}, 0
+    def static_layout(self) -> dict[str, int]:
+        """Byte offsets of the scratch areas whose size does not depend on S (after the parameter block), and
+        their end under ``"size"``."""
+        sizes = {"rowsum": MB * 4, "compv": self.ep * 4, "acc": MB * self.ep * 4, "qpad": MB * self.lda_q,
+                 "kstage": LANES * pad(self.d, 64)}
+        out, at = {}, PARAM_BYTES
         for name, size in sizes.items():
             out[name] = at
             at += pad(size, 64)
         out["size"] = at
         return out
+
+    def scratch_size(self, s: int) -> int:
+        """Bytes of one thread's scratch for a sequence of ``s``."""
+        return self.static_layout()["size"] + sum(pad(x, 64) for x in self._dynamic_sizes(s))
+
+    def _dynamic_sizes(self, s: int) -> tuple[int, ...]:
+        nk = -(-(s + 1) // COLS)  # column groups of the scores (S and the ones column)
+        return (nk * COLS * 4, nk * COLS * self.kp, pad(s, COLS) * self.ep, nk * MB * COLS * 4,
+                -(-s // COLS) * MB * COLS)
+
+    def params(self, m: int, s: int, base: int) -> np.ndarray:
+        """The runtime-parameter block for ``m`` rows of Q and a sequence of ``s``, the scratch at address
+        ``base`` (its S-sized areas follow the static ones)."""
+        blocks = -(-m // MB)
+        rem = s - COLS * ((s - 1) // COLS)  # softmax columns of the last group, 1..64
+        v = {"kblocks": (s + 1) // COLS, "ktail": -(-((s + 1) % COLS) // LANES), "ktiles": s // LANES,
+             "krem": s % LANES, "vgroups": s // K_GROUP, "vrem": s % K_GROUP,
+             "vzero": pad(s, COLS) // K_GROUP - (-(-s // K_GROUP)), "qblocks": blocks, "row0": MB * blocks - m,
+             "qsmall": m if m < MB else 0, "ones": (s // COLS) * MB * COLS * 4 + (s % COLS) * 4, "s": s,
+             "sgroups": (s - 1) // COLS, "kchunks": -(-s // COLS)}
+        for j in range(4):
+            lanes = min(LANES, max(0, rem - LANES * j))
+            v[f"mask{j}"] = (1 << lanes) - 1
+        at = base + self.static_layout()["size"]
+        for name, size in zip(("a_compk", "a_kpack", "a_vpack", "a_scores", "a_probs"), self._dynamic_sizes(s),
+                              strict=True):
+            v[name] = at
+            at += pad(size, 64)
+        return np.array([v[name] for name in PARAMS], np.int64)
 
 
 def _hreduce(a: Function, op: str, v, t) -> None:  # type: ignore[no-untyped-def]
@@ -481,22 +517,52 @@ def _interleaved(fn: Function, n: int, body) -> None:  # type: ignore[no-untyped
                     getattr(fn, name)(*args, **kwargs)
 
 
+def _dispatch(fn: Function, value, variants: dict) -> None:  # type: ignore[no-untyped-def]
+    """``variants[v]()`` for the runtime value ``v`` at ``value`` (a compare chain; nothing for other values)."""
+    end = fn.new_label("int8_mha.dispatch_end")
+    labels = {v: fn.new_label(f"int8_mha.case{v}") for v in variants}
+    fn.mov(rax, value)
+    for v, label in labels.items():
+        fn.cmp(rax, v)
+        fn.je(label)
+    fn.jmp(end)
+    for v, label in labels.items():
+        fn.bind(label)
+        variants[v]()
+        fn.jmp(end)
+    fn.bind(end)
+
+
+def _counted(fn: Function, count, body, name: str) -> None:  # type: ignore[no-untyped-def]
+    """``body()`` ``count`` times (a register, or a memory operand copied to r13... by the caller); zero skips."""
+    skip = fn.new_label(f"int8_mha.{name}_skip")
+    fn.test(count, count)
+    fn.jz(skip)
+    top = fn.label(f"int8_mha.{name}")
+    body()
+    fn.dec(count)
+    fn.jnz(top)
+    fn.bind(skip)
+
+
 class Int8MHAKernel:
-    """Emits the function ``f(q, k_packed, v_packed, out, side, scratch)`` running one head (module docstring)."""
+    """Emits the function ``f(q, k, v, out, side, scratch)`` running one head (module docstring); the rows of Q
+    and the sequence length are read from the parameter block at the start of ``scratch``."""
 
     def __init__(self, plan: Int8MHAPlan, g: MHAGeometry) -> None:
         self.plan, self.g = plan, g
-        self.lay = g.scratch_layout()
+        self.lay = g.static_layout()
 
     def _chain(self, a: Function, ops: tuple[RowOp, ...], x, t, side, j: int) -> None:  # type: ignore[no-untyped-def]
-        """Apply ``ops`` to the vector ``x`` (column vector ``j``); ``t`` is a free register."""
+        """Apply ``ops`` to the vector ``x`` (vector ``j`` of a group of 64 columns; ``side``: the group's side
+        vectors); ``t`` is a free register."""
         for op in ops:
             if op.op == "Round":
                 a.vrndscaleps(x, x, 0x08)
                 continue
             ins = CHAIN_OPS[op.op]
             if op.side >= 0:
-                operand = side + (op.side * self.g.np_ + j * LANES) * 4
+                operand = side + (op.side * COLS + j * LANES) * 4
             else:
                 operand = f32(a, op.const)
             if op.swapped:
@@ -508,56 +574,88 @@ class Int8MHAKernel:
             else:
                 a.emit(ins, x, x, operand)
 
-    def _copy_k(self, fn: Function, src, dst) -> None:  # type: ignore[no-untyped-def]
-        """K' [s, d] (rows ``ldk`` bytes apart) -> the packed K'^T [Kp = pad4(d), Np] with the column of ones at n = s:
-        tiles of 16 rows x 16 words (64 bytes) transposed in registers (BrgemmCopyB's 16 x 16 stages); a row's
-        bytes past d are loaded as zeros (byte mask), rows past s are zero."""
+    def _tile_k(self, fn: Function, src, stride: int, dst) -> None:  # type: ignore[no-untyped-def]
+        """16 rows of K' at ``src`` (``stride`` bytes apart) -> 16 columns of the packed K'^T at ``dst``: 16 x 16
+        words transposed in registers (BrgemmCopyB's stages); a row's bytes past d are loaded as zeros."""
         from snippets_x86_64.brgemm_copy_b import TRANSPOSE_SLOT, emit_transpose_16x16
 
         g = self.g
-        gk = pad(g.d, K_GROUP) // K_GROUP
+        gk = g.kp // K_GROUP
         regs = list(ZMM[:17])
-        for n0 in range(0, g.np_, LANES):
-            blk, c0 = divmod(n0, N_BLOCK)
-            width = min(N_BLOCK, g.np_ - blk * N_BLOCK)
-            for w0 in range(0, gk, LANES):
-                valid = min(64, g.d - w0 * K_GROUP)  # bytes of a row in this chunk
-                if valid < 64:
-                    fn.kmovq(k5, qword[fn.const_data(((1 << valid) - 1).to_bytes(8, "little"), 8)])
-                for i in range(LANES):
-                    n = n0 + i
-                    if n < g.s:
-                        at = src + (n * g.ldk + w0 * K_GROUP)
-                        fn.vmovdqu8(regs[i].mask(k5).z if valid < 64 else regs[i], at)
-                    elif n == g.s:  # the ones column: Q's row sums
-                        fn.vmovdqu8(regs[i], fn.const_data(bytes([1] * valid + [0] * (64 - valid)), 64))
-                    else:
-                        fn.vpxord(regs[i], regs[i], regs[i])
-                rows = emit_transpose_16x16(fn, regs)
-                for j in range(min(LANES, gk - w0)):
-                    word = w0 + j
-                    fn.vmovdqu32(dst + (blk * N_BLOCK * gk * K_GROUP + (word * width + c0) * 4),
-                                 rows[TRANSPOSE_SLOT[j]])
-
-    def _copy_v(self, fn: Function, src, dst) -> None:  # type: ignore[no-untyped-def]
-        """V' [s, e] (rows ``ldv`` bytes apart) -> the packed V' [Kp = pad4(s), Ep]: per 4 rows and 64 columns,
-        the bytes interleaved into words (``vpunpck{l,h}bw``, ``vpunpck{l,h}wd``) and the 128-bit lanes
-        transposed (``vshuff32x4``); columns past e and rows past s are zeros."""
-        g = self.g
-        gv = pad(g.s, K_GROUP) // K_GROUP
-        r, t, u = ZMM[0:4], ZMM[4:8], ZMM[8:12]
-        for c0 in range(0, g.ep, N_BLOCK):
-            blk = c0 // N_BLOCK
-            width = min(N_BLOCK, g.ep - c0)
-            valid = min(64, g.e - c0)
+        for w0 in range(0, gk, LANES):
+            valid = min(64, g.d - w0 * K_GROUP)  # bytes of a row in this chunk
             if valid < 64:
-                fn.kmovq(k6, qword[fn.const_data(((1 << valid) - 1).to_bytes(8, "little"), 8)])
-            for gi in range(gv):
+                fn.kmovq(k5, qword[fn.const_data(((1 << valid) - 1).to_bytes(8, "little"), 8)])
+            for i in range(LANES):
+                fn.vmovdqu8(regs[i].mask(k5).z if valid < 64 else regs[i], src + (i * stride + w0 * K_GROUP))
+            rows = emit_transpose_16x16(fn, regs)
+            for j in range(min(LANES, gk - w0)):
+                fn.vmovdqu32(dst + (w0 + j) * COLS * 4, rows[TRANSPOSE_SLOT[j]])
+
+    def _copy_k(self, fn: Function, src, prm) -> None:  # type: ignore[no-untyped-def]
+        """K' [S, d] -> the packed K'^T [Kp, 64-column blocks] with the column of ones at n = S: the whole tiles of
+        16 rows in a runtime loop, then the last (its rows, the ones row, zeros) staged in the scratch."""
+        g, scr = self.g, prm.base
+        dp = pad(g.d, 64)
+        fn.mov(r10, prm["a_kpack"])
+        fn.mov(r11, src)
+        fn.xor(r12, r12)
+        fn.mov(r13, prm["ktiles"])
+
+        def tile() -> None:
+            self._tile_k(fn, r11, g.ldk, r10)
+            fn.add(r11, LANES * g.ldk)
+            fn.add(r10, LANES * 4)
+            fn.inc(r12)
+            same = fn.new_label("int8_mha.kblock")
+            fn.test(r12, 3)
+            fn.jnz(same)
+            fn.add(r10, COLS * g.kp - COLS * 4)  # the next block of 64 columns
+            fn.bind(same)
+
+        _counted(fn, r13, tile, "copy_k")
+        stage = self.lay["kstage"]
+        fn.vpxord(ZMM[0], ZMM[0], ZMM[0])
+        for i in range(LANES * dp // 64):
+            fn.vmovdqu64(scr + (stage + i * 64), ZMM[0])
+        fn.lea(r14, scr + stage)
+        fn.mov(r13, prm["krem"])
+
+        def row() -> None:
+            for c in range(0, g.d, 64):
+                valid = min(64, g.d - c)
+                fn.kmovq(k5, qword[fn.const_data(((1 << valid) - 1).to_bytes(8, "little"), 8)])
+                fn.vmovdqu8(ZMM[0].mask(k5).z, r11 + c)
+                fn.vmovdqu8(r14 + c, ZMM[0])
+            fn.add(r11, g.ldk)
+            fn.add(r14, dp)
+
+        _counted(fn, r13, row, "stage_k")
+        for c in range(0, g.d, 64):  # the ones row: Q's row sums
+            valid = min(64, g.d - c)
+            fn.vmovdqu8(ZMM[0], fn.const_data(bytes([1] * valid + [0] * (64 - valid)), 64))
+            fn.vmovdqu8(r14 + c, ZMM[0])
+        fn.lea(r11, scr + stage)
+        self._tile_k(fn, r11, dp, r10)
+
+    def _copy_v(self, fn: Function, src, prm) -> None:  # type: ignore[no-untyped-def]
+        """V' [S, e] -> the packed V' [pad64(S) / 4 groups][ep x 4 bytes]: per 4 rows and 64 columns the bytes
+        interleaved into words (``vpunpck{l,h}bw``, ``vpunpck{l,h}wd``), the 128-bit lanes transposed
+        (``vshuff32x4``); the last rows (S % 4) in a variant per count, then zero groups up to 64 rows."""
+        g = self.g
+        r, t, u = ZMM[0:4], ZMM[4:8], ZMM[8:12]
+        fn.mov(r10, prm["a_vpack"])
+        fn.mov(r11, src)
+
+        def group(rows: int) -> None:
+            for c0 in range(0, g.ep, N_BLOCK):
+                width = min(N_BLOCK, g.ep - c0)
+                valid = min(64, g.e - c0)
+                if valid < 64:
+                    fn.kmovq(k6, qword[fn.const_data(((1 << valid) - 1).to_bytes(8, "little"), 8)])
                 for i in range(K_GROUP):
-                    row = gi * K_GROUP + i
-                    if row < g.s:
-                        at = src + (row * g.ldv + c0)
-                        fn.vmovdqu8(r[i].mask(k6).z if valid < 64 else r[i], at)
+                    if i < rows:
+                        fn.vmovdqu8(r[i].mask(k6).z if valid < 64 else r[i], r11 + (i * g.ldv + c0))
                     else:
                         fn.vpxord(r[i], r[i], r[i])
                 fn.vpunpcklbw(t[0], r[0], r[1])
@@ -576,89 +674,154 @@ class Int8MHAKernel:
                 for j in range(width // LANES):  # output vector j: columns c0 + 16j .. + 15
                     x, y, imm = outs[j]
                     fn.vshuff32x4(r[j], x, y, imm)
-                    fn.vmovdqu32(dst + (blk * N_BLOCK * gv * K_GROUP + (gi * width + j * LANES) * 4), r[j])
+                    fn.vmovdqu32(r10 + (c0 + j * LANES) * 4, r[j])
+            fn.add(r11, K_GROUP * g.ldv)
+            fn.add(r10, g.ep * 4)
+
+        fn.mov(r13, prm["vgroups"])
+        _counted(fn, r13, lambda: group(K_GROUP), "copy_v")
+        _dispatch(fn, prm["vrem"], {n: (lambda n=n: group(n)) for n in range(1, K_GROUP)})
+
+        def zeros() -> None:
+            for c in range(0, g.ep * 4, 64):
+                fn.vmovdqu64(r10 + c, ZMM[0])
+            fn.add(r10, g.ep * 4)
+
+        fn.vpxord(ZMM[0], ZMM[0], ZMM[0])
+        fn.mov(r13, prm["vzero"])
+        _counted(fn, r13, zeros, "zero_v")
 
     def build(self):  # type: ignore[no-untyped-def]
         p, g, lay = self.plan, self.g, self.lay
         fn = Function("int8_mha", args=("q", "k", "v", "out", "side", "scratch"))
         q, kp, vp, out, side, scr = fn.args
+        prm = _Params(scr)
         # K'^T and V' of this head into the VNNI layout in the scratch (the int8 copy-B), then read from there
-        self._copy_k(fn, kp, scr + lay["kpack"])
-        self._copy_v(fn, vp, scr + lay["vpack"])
-        fn.lea(kp, scr + lay["kpack"])
-        fn.lea(vp, scr + lay["vpack"])
+        self._copy_k(fn, kp, prm)
+        self._copy_v(fn, vp, prm)
+        fn.mov(kp, prm["a_kpack"])
+        fn.mov(vp, prm["a_vpack"])
         z = ZMM
-        slot = qword[fn.stack_slot(8)]
+        blocks_left, row0 = qword[fn.stack_slot(8)], qword[fn.stack_slot(8)]
+        n_left = qword[fn.stack_slot(8)]
         q_shift = S8_SHIFT if p.q.signed else 0
         p_shift = S8_SHIFT if p.p_signed else 0
         comp_q = p.q.zero_point + q_shift  # the byte of the row that makes Q's compensation
         comp_p = p.p_grid.zero_point + p_shift
         k_shift = 0 if p.k.signed else S8_SHIFT
         v_shift = 0 if p.v.signed else S8_SHIFT
-        ns, nsv = g.s, -(-g.s // LANES)  # softmax columns, vectors
-
-        def tail(j: int) -> bool:
-            return bool(ns % LANES) and j == nsv - 1
         ne = -(-g.e // LANES)
-        for k, n in ((k3, ns), (k4, g.e)):  # the softmax columns' and the output's tail lanes
-            if n % LANES:
-                fn.kmovw(k, word[fn.const_data(((1 << (n % LANES)) - 1).to_bytes(2, "little"), 2)])
+        tails = (k3, k4, k5, k6)  # the lanes of the last softmax group's four vectors
+        for j, k in enumerate(tails):
+            fn.kmovw(k, word[scr + PARAM_AT[f"mask{j}"]])
+        if g.e % LANES:
+            fn.kmovw(k7, word[fn.const_data(((1 << (g.e % LANES)) - 1).to_bytes(2, "little"), 2)])
 
-        def regs(a_reg, b_reg, c_reg, comp_reg):  # type: ignore[no-untyped-def]
+        def regs(a_reg, b_reg, c_reg, comp_reg, k_chunks=None):  # type: ignore[no-untyped-def]
             return Int8Regs(a_reg, b_reg, c_reg, comp_reg, comp_reg, comp_reg, pa=rax, pb=r10, cnt=r11, arow=r12,
-                            crow=r13, mcnt=r14, vecs=ZMM[:VEC_BUDGET], n_mask=k1, k_mask=k2)
+                            crow=r13, mcnt=r14, vecs=ZMM[:VEC_BUDGET], n_mask=k1, k_mask=k2, k_chunks=k_chunks)
 
+        def scores_brgemm(rows: int, a_reg, lda: int, a_signed: bool, comp: bool, c_at, c_step: int) -> None:  # type: ignore[no-untyped-def]
+            """``A [rows] x K'`` over the runtime columns S + 1: whole blocks of 64 in a loop, then the variant of
+            the vectors left. rbx walks K', r15 the s32 C, rbp the compensation."""
+            fn.mov(rbx, kp)
+            fn.mov(r15, c_at)
+            if comp:
+                fn.mov(rbp, prm["a_compk"])
+
+            def emit(n: int) -> None:
+                BrgemmInt8Kernel(Int8Geometry(rows, n, g.d, lda=lda, ldc=COLS, a_signed=a_signed,
+                                              compensation=comp, b_group=COLS * 4)).emit(fn, regs(a_reg, rbx, r15, rbp))
+
+            def block() -> None:
+                emit(COLS)
+                fn.add(rbx, COLS * g.kp)
+                fn.add(r15, c_step)
+                if comp:
+                    fn.add(rbp, COLS * 4)
+                fn.dec(n_left)
+
+            fn.mov(rax, prm["kblocks"])
+            fn.mov(n_left, rax)
+            skip = fn.new_label("int8_mha.kblocks_skip")
+            fn.test(rax, rax)
+            fn.jz(skip)
+            top = fn.label("int8_mha.kblocks")
+            block()
+            fn.jnz(top)
+            fn.bind(skip)
+            _dispatch(fn, prm["ktail"], {nv: (lambda nv=nv: emit(nv * LANES)) for nv in range(1, 5)})
+
+        def pv_brgemm(rows: int, a_reg, lda: int, a_signed: bool, comp: bool, a_chunk: int, c_reg) -> None:  # type: ignore[no-untyped-def]
+            """``A [rows] x V'`` over the runtime K = S in chunks of 64 (V' is zero past S)."""
+            BrgemmInt8Kernel(Int8Geometry(rows, g.e, COLS, lda=lda, ldc=g.ep, a_signed=a_signed, compensation=comp,
+                                          b_group=g.ep * 4, b_block=N_BLOCK * 4, k_chunk=COLS,
+                                          a_chunk_stride=a_chunk)).emit(fn, regs(a_reg, vp, c_reg, rbp,
+                                                                                 prm["kchunks"]))
+
+        # Q's rows when fewer than a block: copied to the bottom of a block in the scratch (the Brgemm reads 32)
+        small = fn.new_label("int8_mha.q_full")
+        fn.mov(r13, prm["qsmall"])
+        fn.test(r13, r13)
+        fn.jz(small)
+        fn.lea(r14, scr + (lay["qpad"] + MB * g.lda_q))
+        fn.imul(rax, r13, g.lda_q)
+        fn.sub(r14, rax)
+        fn.mov(r10, r14)
+
+        def q_row() -> None:
+            for c in range(0, g.d, 64):
+                valid = min(64, g.d - c)
+                fn.kmovq(k2, qword[fn.const_data(((1 << valid) - 1).to_bytes(8, "little"), 8)])
+                fn.vmovdqu8(ZMM[0].mask(k2).z, q + c)
+                fn.vmovdqu8((r14 + c).mask(k2), ZMM[0])
+            fn.add(q, g.lda_q)
+            fn.add(r14, g.lda_q)
+
+        top = fn.label("int8_mha.q_copy")
+        q_row()
+        fn.dec(r13)
+        fn.jnz(top)
+        fn.mov(q, r10)
+        fn.bind(small)
         # the compensations of Q's and P's zero points: a row of that byte times K' and V', once per head
         if comp_q:
-            fn.lea(rbx, fn.const_data(bytes([comp_q]) * pad(g.d, 64), 64))
-            fn.lea(r15, scr + lay["compk"])
-            BrgemmInt8Kernel(Int8Geometry(1, ns + 1, g.d, lda=g.d, ldc=g.np_)).emit(fn, regs(rbx, kp, r15, rbx))
+            fn.lea(rbp, fn.const_data(bytes([comp_q]) * pad(g.d, 64), 64))
+            scores_brgemm(1, rbp, pad(g.d, 64), False, False, prm["a_compk"], COLS * 4)
         if comp_p:
-            fn.lea(rbx, fn.const_data(bytes([comp_p]) * g.sp, 64))
+            fn.lea(rbx, fn.const_data(bytes([comp_p]) * COLS, 64))
             fn.lea(r15, scr + lay["compv"])
-            BrgemmInt8Kernel(Int8Geometry(1, g.e, g.s, lda=g.sp, ldc=g.ep)).emit(fn, regs(rbx, vp, r15, rbx))
+            pv_brgemm(1, rbx, COLS, False, False, 0, r15)
         scale_qk = float(np.float32(p.q.scale) * np.float32(p.k.scale))
         scale_pv = float(np.float32(p.p_grid.scale) * np.float32(p.v.scale))
+        xmax, xsum, rrow, t = z[28], z[29], z[30], z[27]
+        inv_p = float(1.0 / np.float64(p.p_grid.scale))
 
-        def block(mb: int) -> None:
-            # 1. scores (s32) = Q_blk x K' - q_zp colsum(K')
-            fn.lea(r15, scr + lay["scores"])
-            fn.lea(rbx, scr + lay["compk"])
-            BrgemmInt8Kernel(Int8Geometry(mb, ns + 1, g.d, lda=g.lda_q, ldc=g.np_, a_signed=p.q.signed,
-                                          compensation=bool(comp_q))).emit(fn, regs(q, kp, r15, rbx))
-            # 2. softmax rows: r15 walks the scores rows, rbx the probabilities rows, rbp the row sums
-            fn.lea(rbx, scr + lay["probs"])
-            fn.lea(rbp, scr + lay["rowsum"])
-            fn.mov(r11, mb)
-            top = fn.label()
-            xmax, xsum, rrow, t = z[28], z[29], z[30], z[27]
-            fn.mov(rax.r32, dword[r15 + ns * 4])
-            fn.imul(rax.r32, rax.r32, k_shift - p.k.zero_point)
-            fn.vpbroadcastd(rrow, rax.r32)
-            fn.vbroadcastss(xmax, fn.const_f32(-np.inf))
-
-            def scores(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
-                a.vpaddd(x, rrow, r15 + j * 64)
+        def scores(masked: bool):  # type: ignore[no-untyped-def]
+            def body(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
+                a.vpaddd(x, rrow, r13 + j * 64)
                 a.vcvtdq2ps(x, x)
                 a.vmulps(x, x, f32(a, scale_qk))
-                self._chain(a, p.scores, x, tj, side, j)
-                a.vmaxps(xmax.mask(k3) if tail(j) else xmax, xmax, x)
-                a.vmovups(r15 + j * 64, x)
+                self._chain(a, p.scores, x, tj, r14, j)
+                a.vmaxps(xmax.mask(tails[j]) if masked else xmax, xmax, x)
+                a.vmovups(r13 + j * 64, x)
+            return body
 
-            def exps(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
-                a.vmovups(x, r15 + j * 64)
+        def exps(masked: bool):  # type: ignore[no-untyped-def]
+            def body(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
+                a.vmovups(x, r13 + j * 64)
                 a.vsubps(x, x, xmax)
                 emit_exp(a, x, x, aux=Aux(aux))
-                if tail(j):
-                    a.vmovaps(x.mask(k3).z, x)
+                if masked:
+                    a.vmovaps(x.mask(tails[j]).z, x)
                 a.vaddps(xsum, xsum, x)
-                a.vmovups(r15 + j * 64, x)
+                a.vmovups(r13 + j * 64, x)
+            return body
 
-            inv_p = float(1.0 / np.float64(p.p_grid.scale))
-
-            def probs(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
-                a.vmulps(x, xsum, r15 + j * 64)
-                self._chain(a, p.probs, x, tj, side, j)
+        def probs(masked: bool):  # type: ignore[no-untyped-def]
+            def body(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
+                a.vmulps(x, xsum, r13 + j * 64)
+                self._chain(a, p.probs, x, tj, r14, j)
                 if p.p_tail is None:
                     a.vmulps(x, x, f32(a, inv_p))
                     a.emit("vcvtps2dq", x, x, rc="rn")
@@ -669,74 +832,140 @@ class Int8MHAKernel:
                     a.vpaddd(x, x, i32(a, offset))
                     a.vpmaxsd(x, x, i32(a, lo))
                     a.vpminsd(x, x, i32(a, hi))
-                if tail(j):
-                    a.vmovdqa32(x.mask(k3).z, x)
+                if masked:  # zero bytes past S: the P x V Brgemm reads whole groups of 64
+                    a.vmovdqa32(x.mask(tails[j]).z, x)
                 a.vpaddd(rrow, rrow, x)
-                a.vpmovdb((rbx + j * LANES).mask(k3) if tail(j) else rbx + j * LANES, x)
+                a.vpmovdb(r12 + j * LANES, x)
+            return body
 
-            _interleaved(fn, nsv, scores)
-            _hreduce(fn, "vmaxps", xmax, t)
-            fn.vxorps(xsum, xsum, xsum)
-            _interleaved(fn, nsv, exps)
-            _hreduce(fn, "vaddps", xsum, t)
-            fn.vbroadcastss(t, fn.const_f32(1.0))
-            fn.vdivps(xsum, t, xsum)
-            fn.vpxord(rrow, rrow, rrow)  # the row sum of the probabilities' integers
-            _interleaved(fn, nsv, probs)
-            _hreduce(fn, "vpaddd", rrow, t)
-            fn.vmovd(dword[rbp], rrow.xmm)
-            fn.add(r15, g.np_ * 4)
-            fn.add(rbx, g.sp)
-            fn.add(rbp, 4)
-            fn.dec(r11)
-            fn.jnz(top)
-            # 3. acc (s32) = P_blk x V' - p_zp colsum(V')
-            fn.lea(r15, scr + lay["probs"])
-            fn.lea(rbx, scr + lay["acc"])
-            fn.lea(rbp, scr + lay["compv"])
-            BrgemmInt8Kernel(Int8Geometry(mb, g.e, g.s, lda=g.sp, ldc=g.ep, a_signed=p.p_signed,
-                                          compensation=bool(comp_p))).emit(fn, regs(r15, vp, rbx, rbp))
-            # 4. out rows: + (v_shift - v_zp) sum_s (p - p_zp), dequantized, chain2
-            fn.lea(rbp, scr + lay["rowsum"])
-            fn.mov(r10, out)
-            fn.mov(r11, mb)
-            top = fn.label()
-            fn.mov(rax.r32, dword[rbp])
-            fn.sub(rax.r32, g.s * p.p_grid.zero_point)
-            fn.imul(rax.r32, rax.r32, v_shift - p.v.zero_point)
-            fn.vpbroadcastd(rrow, rax.r32)
+        def groups(make, name: str, step_side: bool, step_probs: bool) -> None:  # type: ignore[no-untyped-def]
+            """One pass over the row's groups of 64 columns: the whole ones in a loop, the last under its masks."""
+            fn.mov(r13, r15)
+            if step_side:
+                fn.mov(r14, side)
+            if step_probs:
+                fn.mov(r12, rbx)
 
-            def outs(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
-                a.vpaddd(x, rrow, rbx + j * 64)
-                a.vcvtdq2ps(x, x)
-                a.vmulps(x, x, f32(a, scale_pv))
-                self._chain(a, p.out, x, tj, side, j)
-                a.vmovups((r10 + j * 64).mask(k4) if g.e % LANES and j == ne - 1 else r10 + j * 64, x)
+            def group() -> None:
+                _interleaved(fn, 4, make(False))
+                fn.add(r13, MB * COLS * 4)
+                if step_side:
+                    fn.add(r14, g.n_side * COLS * 4)
+                if step_probs:
+                    fn.add(r12, MB * COLS)
 
-            _interleaved(fn, ne, outs)
-            fn.add(rbx, g.ep * 4)
-            fn.add(rbp, 4)
-            fn.add(r10, g.ldo * 4)
-            fn.dec(r11)
-            fn.jnz(top)
-            fn.add(q, mb * g.lda_q)
-            fn.add(out, mb * g.ldo * 4)
+            fn.mov(r10, prm["sgroups"])
+            _counted(fn, r10, group, name)
+            _interleaved(fn, 4, make(True))
 
-        full, rest = divmod(g.m, MB)
-        if full:
-            fn.mov(slot, full)
-            top = fn.label()
-            block(MB)
-            fn.dec(slot)
-            fn.jnz(top)
-        if rest:
-            block(rest)
+        fn.mov(rax, prm["qblocks"])
+        fn.mov(blocks_left, rax)
+        fn.mov(row0, 0)
+        block_top = fn.label("int8_mha.block")
+        # the last block ends on row M: it starts row0 rows back and its first row0 rows are not computed again
+        body = fn.new_label("int8_mha.block_body")
+        fn.cmp(blocks_left, 1)
+        fn.jne(body)
+        fn.mov(rax, prm["row0"])
+        fn.mov(row0, rax)
+        fn.imul(r10, rax, g.lda_q)
+        fn.sub(q, r10)
+        fn.imul(r10, rax, g.ldo * 4)
+        fn.sub(out, r10)
+        fn.bind(body)
+        # 1. scores (s32) = Q_blk x K' - q_zp colsum(K'), in groups of 64 columns
+        scores_brgemm(MB, q, g.lda_q, p.q.signed, bool(comp_q), prm["a_scores"], MB * COLS * 4)
+        # 2. softmax rows row0..MB: r15 walks the scores rows, rbx the probabilities rows, rbp the row sums
+        fn.mov(r15, prm["a_scores"])
+        fn.mov(rbx, prm["a_probs"])
+        fn.lea(rbp, scr + lay["rowsum"])
+        fn.mov(rax, row0)
+        fn.lea(rbp, rbp + rax * 4)
+        fn.mov(r11, MB)
+        fn.sub(r11, rax)
+        fn.shl(rax, 6)
+        fn.add(rbx, rax)
+        fn.shl(rax, 2)
+        fn.add(r15, rax)
+        top = fn.label("int8_mha.rows")
+        fn.mov(rax, prm["ones"])
+        fn.mov(rax.r32, dword[r15 + rax])
+        fn.imul(rax.r32, rax.r32, k_shift - p.k.zero_point)
+        fn.vpbroadcastd(rrow, rax.r32)
+        fn.vbroadcastss(xmax, fn.const_f32(-np.inf))
+        groups(scores, "scores", True, False)
+        _hreduce(fn, "vmaxps", xmax, t)
+        fn.vxorps(xsum, xsum, xsum)
+        groups(exps, "exps", False, False)
+        _hreduce(fn, "vaddps", xsum, t)
+        fn.vbroadcastss(t, fn.const_f32(1.0))
+        fn.vdivps(xsum, t, xsum)
+        fn.vpxord(rrow, rrow, rrow)  # the row sum of the probabilities' integers
+        groups(probs, "probs", True, True)
+        _hreduce(fn, "vpaddd", rrow, t)
+        fn.vmovd(dword[rbp], rrow.xmm)
+        fn.add(r15, COLS * 4)
+        fn.add(rbx, COLS)
+        fn.add(rbp, 4)
+        fn.dec(r11)
+        fn.jnz(top)
+        # 3. acc (s32) = P_blk x V' - p_zp colsum(V')
+        fn.mov(r15, prm["a_probs"])
+        fn.lea(rbx, scr + lay["acc"])
+        fn.lea(rbp, scr + lay["compv"])
+        pv_brgemm(MB, r15, COLS, p.p_signed, bool(comp_p), MB * COLS, rbx)
+        # 4. out rows row0..MB: + (v_shift - v_zp) sum_s (p - p_zp), dequantized, chain2
+        fn.mov(rax, row0)
+        fn.lea(rbp, scr + lay["rowsum"])
+        fn.lea(rbp, rbp + rax * 4)
+        fn.mov(r11, MB)
+        fn.sub(r11, rax)
+        fn.imul(r10, rax, g.ep * 4)
+        fn.lea(rbx, scr + lay["acc"])
+        fn.add(rbx, r10)
+        fn.imul(r10, rax, g.ldo * 4)
+        fn.add(r10, out)
+        fn.mov(r12, prm["s"])
+        fn.imul(r12, r12, p.p_grid.zero_point)
+        top = fn.label("int8_mha.out_rows")
+        fn.mov(rax.r32, dword[rbp])
+        fn.sub(rax.r32, r12.r32)
+        fn.imul(rax.r32, rax.r32, v_shift - p.v.zero_point)
+        fn.vpbroadcastd(rrow, rax.r32)
+
+        def outs(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
+            a.vpaddd(x, rrow, rbx + j * 64)
+            a.vcvtdq2ps(x, x)
+            a.vmulps(x, x, f32(a, scale_pv))
+            self._chain(a, p.out, x, tj, side, j)
+            a.vmovups((r10 + j * 64).mask(k7) if g.e % LANES and j == ne - 1 else r10 + j * 64, x)
+
+        _interleaved(fn, ne, outs)
+        fn.add(rbx, g.ep * 4)
+        fn.add(rbp, 4)
+        fn.add(r10, g.ldo * 4)
+        fn.dec(r11)
+        fn.jnz(top)
+        fn.add(q, MB * g.lda_q)
+        fn.add(out, MB * g.ldo * 4)
+        fn.dec(blocks_left)
+        fn.jnz(block_top)
         return fn.finalize(None, (ctypes.c_void_p,) * 6)
+
+
+class _Params:
+    """The runtime-parameter block at ``base`` (the scratch): ``prm["s"]`` is its qword operand."""
+
+    def __init__(self, base) -> None:  # type: ignore[no-untyped-def]
+        self.base = base
+
+    def __getitem__(self, name: str):  # type: ignore[no-untyped-def]
+        return qword[self.base + PARAM_AT[name]]
 
 
 @cache
 def int8_mha_function(plan: Int8MHAPlan, g: MHAGeometry):  # type: ignore[no-untyped-def]
-    """The compiled kernel of ``plan`` for the sizes ``g`` (one per sequence length and strides)."""
+    """The compiled kernel of ``plan`` for the static sizes ``g`` (one for every sequence length and batch)."""
     from snippets_x86_64.cpu import cpu_features
 
     if "avx512_vnni" not in cpu_features():
@@ -744,5 +973,5 @@ def int8_mha_function(plan: Int8MHAPlan, g: MHAGeometry):  # type: ignore[no-unt
     return Int8MHAKernel(plan, g).build()
 
 
-__all__ = ["MB", "Int8MHAKernel", "Int8MHAPlan", "Int8MHAReject", "MHAGeometry", "RowOp", "evaluate_side",
+__all__ = ["MB", "PARAMS", "Int8MHAKernel", "Int8MHAPlan", "Int8MHAReject", "MHAGeometry", "RowOp", "evaluate_side",
            "int8_mha_function", "plan_int8_mha"]

@@ -4,8 +4,9 @@ Per call: Q, K and V (f32 values on their grids) are quantized whole by the JIT 
 the grid), K and V straight to the s8 bytes the Brgemm reads (``k - 128`` for a u8 K: the quantizer's zero point
 moved by -128), the rows split between threads; the mask branch is evaluated once per distinct mask (the side
 vectors); then the kernel runs head by head (it repacks the head's K^T and V itself, the int8 copy-B), the heads
-split between threads, each thread with its own scratch. The sizes are read at run time: a kernel per (rows,
-sequence, strides), compiled once and cached.
+split between threads, each thread with its own scratch. One kernel per head dims and strides serves every
+sequence length and batch: the rows of Q and the sequence are in a runtime-parameter block at the start of each
+thread's scratch (``MHAGeometry.params``), rewritten only when the shape changes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.runtime.placement import Placement
 from snippets_x86_64.brgemm_copy_b_int8 import S8_SHIFT
 from snippets_x86_64.int8_matmul_executor import INT8_MACS_PER_NS
-from snippets_x86_64.int8_mha import Int8MHAPlan, MHAGeometry, evaluate_side, int8_mha_function
+from snippets_x86_64.int8_mha import COLS, Int8MHAPlan, MHAGeometry, evaluate_side, int8_mha_function
 from snippets_x86_64.quantize_int8 import quantize_function, quantize_params
 from snippets_x86_64.runtime import POOL, TARGET_NAME
 
@@ -42,7 +43,9 @@ class Int8MHAExecutor:
         self.empty: Any = np.empty
         self._side_key: list[np.ndarray] | None = None
         self._side: list[np.ndarray] = []
-        self._scratch: dict[tuple[MHAGeometry, int], np.ndarray] = {}
+        #: per thread: the scratch, and the (geometry, rows, sequence) its parameter block was written for
+        self._scratch: dict[int, np.ndarray] = {}
+        self._scratch_key: dict[int, tuple[MHAGeometry, int, int]] = {}
 
     def _check(self, x: np.ndarray, what: str) -> np.ndarray:
         if x.dtype != np.float32 or x.ndim != 4:
@@ -86,22 +89,29 @@ class Int8MHAExecutor:
         side = self.side_values(args)
         if kt.strides[-2] != 1 or vv.strides[-1] != 1:
             raise InputError(f"int8 MHA '{self.name}': K's or V's head dim is not innermost")
-        g = MHAGeometry(m, s, d, e, qv.strides[-2] if m > 1 else d, ov.strides[-2] // 4 if m > 1 else e, len(side),
-                        kt.strides[-1], vv.strides[-2])
+        # a one-row Q or output has no row stride to speak of: take the one a longer sequence would have, so the
+        # same kernel serves it
+        lda_q = qv.strides[-2] if m > 1 or qv.strides[-2] >= d else d
+        ldo = ov.strides[-2] // 4 if m > 1 or ov.strides[-2] >= 4 * e else e
+        g = MHAGeometry(d, e, lda_q, ldo, len(side), kt.strides[-1], vv.strides[-2])
         nb = b * h
-        sides = self.empty((b, max(1, len(side)), g.np_), np.float32)
+        groups = -(-s // COLS)
+        # the side vectors in groups of 64 columns, as the kernel walks them: [batch, group, side, 64]
+        sides = self.empty((b, groups, max(1, len(side)), COLS), np.float32)
         sides.fill(0.0)
         for i, v in enumerate(side):
             v = np.asarray(v, np.float32)
             try:  # [b or 1, 1, .., s]: a value per column (and batch)
-                sides[:, i, :s] = np.broadcast_to(v.reshape(-1, v.shape[-1]) if v.ndim else v.reshape(1, 1), (b, s))
+                cols = np.zeros((b, groups * COLS), np.float32)
+                cols[:, :s] = np.broadcast_to(v.reshape(-1, v.shape[-1]) if v.ndim else v.reshape(1, 1), (b, s))
             except ValueError as exc:
                 raise InputError(f"int8 MHA '{self.name}': mask value of shape {list(v.shape)} does not give one "
                                  f"value per column of [{b}, {s}]") from exc
+            sides[:, :, i, :] = cols.reshape(b, groups, COLS)
         fn = int8_mha_function(p, g)
         qs, ks, vs, os_ = qv.strides, kt.strides, vv.strides, ov.strides
         parts = self.parts(nb, m, s, d + e)
-        scratch = [self.scratch(g, t) for t in range(parts)]
+        scratch = [self.scratch(g, t, m, s) for t in range(parts)]
         # the addresses once (``ndarray.ctypes`` costs microseconds per access)
         q0, k0, v0, o0, s0 = (x.ctypes.data for x in (qb, kb, vb, out, sides))
         calls = [(q0 + bi * qs[0] + hi_ * qs[1], k0 + bi * ks[0] + hi_ * ks[1], v0 + bi * vs[0] + hi_ * vs[1],
@@ -125,11 +135,18 @@ class Int8MHAExecutor:
         POOL.run([lambda t=t: run(t) for t in range(parts)])
         return [out]
 
-    def scratch(self, g: MHAGeometry, t: int) -> np.ndarray:
-        """Thread ``t``'s scratch for kernels of ``g`` (kept between calls)."""
-        buf = self._scratch.get((g, t))
-        if buf is None:
-            buf = self._scratch[(g, t)] = self.empty(g.scratch_layout()["size"], np.uint8)
+    def scratch(self, g: MHAGeometry, t: int, m: int, s: int) -> np.ndarray:
+        """Thread ``t``'s scratch for ``m`` rows and a sequence of ``s`` (kept between calls, grown when a longer
+        sequence needs more), its runtime-parameter block written when the shape changed."""
+        buf = self._scratch.get(t)
+        size = g.scratch_size(s)
+        if buf is None or buf.size < size:
+            buf = self._scratch[t] = self.empty(size, np.uint8)
+            self._scratch_key.pop(t, None)
+        if self._scratch_key.get(t) != (g, m, s):
+            prm = g.params(m, s, buf.ctypes.data)
+            buf[: prm.nbytes] = prm.view(np.uint8)
+            self._scratch_key[t] = (g, m, s)
         return buf
 
     def parts(self, nb: int, m: int, s: int, de: int) -> int:
@@ -140,7 +157,7 @@ class Int8MHAExecutor:
 
     def describe(self) -> str:
         threads = f", heads split over {self.threads} threads" if self.threads > 1 else ""
-        return self.plan.describe() + threads
+        return self.plan.describe() + "; one kernel for every sequence length (runtime parameters)" + threads
 
 
 __all__ = ["Int8MHAExecutor"]
