@@ -268,3 +268,102 @@ def test_chain_simplification_is_bit_exact() -> None:
     for op in short:
         b = _f32_op(op, b)
     np.testing.assert_array_equal(a.view(np.int32), b.view(np.int32))
+
+
+def _bert_attention(d: int = 128, heads: int = 2) -> Any:
+    """A BERT-like attention layer with dynamic batch and sequence axes, as torch exports it: projections, head
+    split, softmax(QK^T/sqrt(dh))V, merge, output projection (quantized by onnxruntime below)."""
+    rng = np.random.default_rng(0)
+    dh = d // heads
+    w = {n: nh.from_array((rng.standard_normal((d, d)) * 0.1).astype(np.float32), n) for n in ("wq", "wk", "wv", "wo")}
+    inits = [*w.values(), nh.from_array(np.asarray([0, -1, heads, dh], np.int64), "split"),
+             nh.from_array(np.asarray([0, -1, d], np.int64), "merge"),
+             nh.from_array(np.asarray(1.0 / np.sqrt(dh), np.float32), "sc")]
+    nodes = [h.make_node("MatMul", ["x", n], [n + "o"]) for n in ("wq", "wk", "wv")]
+    nodes += [h.make_node("Reshape", [n + "o", "split"], [n + "r"]) for n in ("wq", "wk", "wv")]
+    nodes += [h.make_node("Transpose", ["wqr"], ["qt"], perm=[0, 2, 1, 3]),
+              h.make_node("Transpose", ["wkr"], ["kt"], perm=[0, 2, 3, 1]),
+              h.make_node("Transpose", ["wvr"], ["vt"], perm=[0, 2, 1, 3]),
+              h.make_node("MatMul", ["qt", "kt"], ["s0"]), h.make_node("Mul", ["s0", "sc"], ["s1"]),
+              h.make_node("Softmax", ["s1"], ["p"], axis=-1), h.make_node("MatMul", ["p", "vt"], ["c"]),
+              h.make_node("Transpose", ["c"], ["ct"], perm=[0, 2, 1, 3]), h.make_node("Reshape", ["ct", "merge"], ["cm"]),
+              h.make_node("MatMul", ["cm", "wo"], ["y"])]
+    g = h.make_graph(nodes, "attention", [h.make_tensor_value_info("x", T.FLOAT, ["b", "s", d])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["b", "s", d])], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+
+class _Calibration:
+    def __init__(self, d: int) -> None:
+        rng = np.random.default_rng(1)
+        self._data = iter([{"x": rng.standard_normal((1, 48, d)).astype(np.float32)} for _ in range(4)])
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._data, None)
+
+
+def test_one_kernel_for_every_sequence_length_of_a_quantized_bert_attention(tmp_path: Any, monkeypatch: Any) -> None:
+    """onnxruntime's static QDQ quantizer on a BERT-like attention with dynamic batch and sequence axes: after the
+    first call, new sequence lengths (and a new batch) compile no int8 MHA kernel (every JIT function is counted
+    where it is assembled); each result against onnxruntime on the same file, and the executor again with every
+    array against a PROT_NONE page."""
+    import os
+
+    import onnx
+
+    from snippets_x86_64.asm.function import Function
+    from snippets_x86_64.guarded import guarded_array, guarded_copy
+    from snippets_x86_64.int8_mha import plan_int8_mha
+
+    q = pytest.importorskip("onnxruntime.quantization")
+    d = 128
+    src, dst = os.fspath(tmp_path / "f32.onnx"), os.fspath(tmp_path / "qdq.onnx")
+    onnx.save(_bert_attention(d), src)
+    q.quantize_static(src, dst, _Calibration(d), quant_format=q.QuantFormat.QDQ, per_channel=True,
+                      activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
+    m = onnx.load(dst)
+    producer = {o: n for n in m.graph.node for o in n.output}["y"]
+    step = float(nh.to_array({t.name: t for t in m.graph.initializer}[producer.input[1]]))
+    compiled: list[str] = []
+    finalize = Function.finalize
+
+    def counted(self: Function, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(self.name)
+        return finalize(self, *args, **kwargs)
+
+    monkeypatch.setattr(Function, "finalize", counted)
+    cm = compile_int8(dst)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    sess = ort.InferenceSession(dst, so, providers=["CPUExecutionProvider"])
+    (sg,) = [sg for sg in cm.subgraphs if "SnippetsInt8MHAInputGrids" in sg.rt_info]
+    seen: list[tuple[list[np.ndarray], np.ndarray]] = []
+    call = Int8MHAExecutor.__call__
+
+    def spy(self: Int8MHAExecutor, args: Any, outs: Any = None) -> Any:
+        got = call(self, args, outs)
+        seen.append(([np.array(a) for a in args], np.array(got[0])))
+        return got
+
+    monkeypatch.setattr(Int8MHAExecutor, "__call__", spy)
+    for i, (b, s) in enumerate([(1, 16), (1, 1), (1, 17), (2, 33), (1, 129), (1, 200), (1, 384)]):
+        x = np.random.default_rng(s).standard_normal((b, s, d)).astype(np.float32)
+        compiled.clear()
+        got = cm({"x": x})["y"]
+        if i:
+            assert "int8_mha" not in compiled, f"(b, s) = ({b}, {s}) compiled {compiled}"
+        else:
+            assert "int8_mha" in compiled
+        assert_steps(got, sess.run(None, {"x": x})[0], step)
+    monkeypatch.setattr(Int8MHAExecutor, "__call__", call)
+    # the executor alone, every array (the scratch and its parameter block included) flush against a guard page,
+    # one executor for every length: the attention outputs of the calls checked against onnxruntime above
+    grids = sg.rt_info["SnippetsInt8MHAInputGrids"]
+    for at in ("start", "end"):
+        ex = Int8MHAExecutor(sg, plan_int8_mha(sg.body, grids), 2, 0)
+        ex.empty = lambda shape, dtype, at=at: guarded_array(shape if isinstance(shape, tuple) else (shape,), dtype,
+                                                             at)
+        for args, w in seen:
+            out = guarded_array(w.shape, np.float32, at)
+            ex([guarded_copy(a, at) for a in args], [out])
+            np.testing.assert_array_equal(out, w)
