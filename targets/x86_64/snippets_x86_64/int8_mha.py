@@ -397,6 +397,11 @@ PARAM_BYTES = pad(8 * len(PARAMS), 64)
 #: columns of a group: the softmax, the scores, the probabilities and the side vectors are stored in blocks of 64
 #: columns (``[group][row][64]``), so every stride in the kernel is a constant whatever S is
 COLS = 64
+#: bytes from one group of 64 columns to the next, in the scores (s32) and the probabilities (bytes): a block of
+#: 32 rows plus a skew, so that the same column of consecutive groups is not 4 KiB apart (a load of the next group
+#: would wait on the store just made to this one: 4K aliasing)
+SCORES_GROUP = MB * COLS * 4 + COLS * 4
+PROBS_GROUP = MB * COLS + COLS
 
 
 @dataclass(frozen=True)
@@ -441,8 +446,8 @@ class MHAGeometry:
 
     def _dynamic_sizes(self, s: int) -> tuple[int, ...]:
         nk = -(-(s + 1) // COLS)  # column groups of the scores (S and the ones column)
-        return (nk * COLS * 4, nk * COLS * self.kp, pad(s, COLS) * self.ep, nk * MB * COLS * 4,
-                -(-s // COLS) * MB * COLS)
+        return (nk * COLS * 4, nk * COLS * self.kp, pad(s, COLS) * self.ep, nk * SCORES_GROUP,
+                -(-s // COLS) * PROBS_GROUP)
 
     def params(self, m: int, s: int, base: int) -> np.ndarray:
         """The runtime-parameter block for ``m`` rows of Q and a sequence of ``s``, the scratch at address
@@ -452,7 +457,7 @@ class MHAGeometry:
         v = {"kblocks": (s + 1) // COLS, "ktail": -(-((s + 1) % COLS) // LANES), "ktiles": s // LANES,
              "krem": s % LANES, "vgroups": s // K_GROUP, "vrem": s % K_GROUP,
              "vzero": pad(s, COLS) // K_GROUP - (-(-s // K_GROUP)), "qblocks": blocks, "row0": MB * blocks - m,
-             "qsmall": m if m < MB else 0, "ones": (s // COLS) * MB * COLS * 4 + (s % COLS) * 4, "s": s,
+             "qsmall": m if m < MB else 0, "ones": (s // COLS) * SCORES_GROUP + (s % COLS) * 4, "s": s,
              "sgroups": (s - 1) // COLS, "kchunks": -(-s // COLS)}
         for j in range(4):
             lanes = min(LANES, max(0, rem - LANES * j))
@@ -848,11 +853,11 @@ class Int8MHAKernel:
 
             def group() -> None:
                 _interleaved(fn, 4, make(False))
-                fn.add(r13, MB * COLS * 4)
+                fn.add(r13, SCORES_GROUP)
                 if step_side:
                     fn.add(r14, g.n_side * COLS * 4)
                 if step_probs:
-                    fn.add(r12, MB * COLS)
+                    fn.add(r12, PROBS_GROUP)
 
             fn.mov(r10, prm["sgroups"])
             _counted(fn, r10, group, name)
@@ -874,7 +879,7 @@ class Int8MHAKernel:
         fn.sub(out, r10)
         fn.bind(body)
         # 1. scores (s32) = Q_blk x K' - q_zp colsum(K'), in groups of 64 columns
-        scores_brgemm(MB, q, g.lda_q, p.q.signed, bool(comp_q), prm["a_scores"], MB * COLS * 4)
+        scores_brgemm(MB, q, g.lda_q, p.q.signed, bool(comp_q), prm["a_scores"], SCORES_GROUP)
         # 2. softmax rows row0..MB: r15 walks the scores rows, rbx the probabilities rows, rbp the row sums
         fn.mov(r15, prm["a_scores"])
         fn.mov(rbx, prm["a_probs"])
@@ -913,7 +918,7 @@ class Int8MHAKernel:
         fn.mov(r15, prm["a_probs"])
         fn.lea(rbx, scr + lay["acc"])
         fn.lea(rbp, scr + lay["compv"])
-        pv_brgemm(MB, r15, COLS, p.p_signed, bool(comp_p), MB * COLS, rbx)
+        pv_brgemm(MB, r15, COLS, p.p_signed, bool(comp_p), PROBS_GROUP, rbx)
         # 4. out rows row0..MB: + (v_shift - v_zp) sum_s (p - p_zp), dequantized, chain2
         fn.mov(rax, row0)
         fn.lea(rbp, scr + lay["rowsum"])

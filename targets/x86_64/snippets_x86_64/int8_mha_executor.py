@@ -46,6 +46,10 @@ class Int8MHAExecutor:
         #: per thread: the scratch, and the (geometry, rows, sequence) its parameter block was written for
         self._scratch: dict[int, np.ndarray] = {}
         self._scratch_key: dict[int, tuple[MHAGeometry, int, int]] = {}
+        #: bumped when the mask branch is recomputed (the side vectors are rebuilt from it)
+        self._side_version = 0
+        self._sides: np.ndarray | None = None
+        self._sides_key: tuple[int, int, int] | None = None
 
     def _check(self, x: np.ndarray, what: str) -> np.ndarray:
         if x.dtype != np.float32 or x.ndim != 4:
@@ -60,6 +64,7 @@ class Int8MHAExecutor:
         if self._side_key is None or len(key) != len(self._side_key) or any(
                 a.shape != b.shape or not np.array_equal(a, b) for a, b in zip(key, self._side_key, strict=True)):
             self._side = evaluate_side(self.plan, list(args))
+            self._side_version += 1
             self._side_key = [a.copy() for a in key]
         return self._side
 
@@ -95,19 +100,7 @@ class Int8MHAExecutor:
         ldo = ov.strides[-2] // 4 if m > 1 or ov.strides[-2] >= 4 * e else e
         g = MHAGeometry(d, e, lda_q, ldo, len(side), kt.strides[-1], vv.strides[-2])
         nb = b * h
-        groups = -(-s // COLS)
-        # the side vectors in groups of 64 columns, as the kernel walks them: [batch, group, side, 64]
-        sides = self.empty((b, groups, max(1, len(side)), COLS), np.float32)
-        sides.fill(0.0)
-        for i, v in enumerate(side):
-            v = np.asarray(v, np.float32)
-            try:  # [b or 1, 1, .., s]: a value per column (and batch)
-                cols = np.zeros((b, groups * COLS), np.float32)
-                cols[:, :s] = np.broadcast_to(v.reshape(-1, v.shape[-1]) if v.ndim else v.reshape(1, 1), (b, s))
-            except ValueError as exc:
-                raise InputError(f"int8 MHA '{self.name}': mask value of shape {list(v.shape)} does not give one "
-                                 f"value per column of [{b}, {s}]") from exc
-            sides[:, :, i, :] = cols.reshape(b, groups, COLS)
+        sides = self.side_vectors(side, b, s)
         fn = int8_mha_function(p, g)
         qs, ks, vs, os_ = qv.strides, kt.strides, vv.strides, ov.strides
         parts = self.parts(nb, m, s, d + e)
@@ -135,18 +128,39 @@ class Int8MHAExecutor:
         POOL.run([lambda t=t: run(t) for t in range(parts)])
         return [out]
 
+    def side_vectors(self, side: list[np.ndarray], b: int, s: int) -> np.ndarray:
+        """The side vectors in groups of 64 columns, as the kernel walks them: [batch, group, side, 64]; rebuilt
+        only when the mask branch's values or the shape changed."""
+        key = (self._side_version, b, s)
+        if self._sides_key == key and self._sides is not None:
+            return self._sides
+        groups = -(-s // COLS)
+        sides = self.empty((b, groups, max(1, len(side)), COLS), np.float32)
+        sides.fill(0.0)
+        for i, v in enumerate(side):
+            v = np.asarray(v, np.float32)
+            try:  # [b or 1, 1, .., s]: a value per column (and batch)
+                cols = np.zeros((b, groups * COLS), np.float32)
+                cols[:, :s] = np.broadcast_to(v.reshape(-1, v.shape[-1]) if v.ndim else v.reshape(1, 1), (b, s))
+            except ValueError as exc:
+                raise InputError(f"int8 MHA '{self.name}': mask value of shape {list(v.shape)} does not give one "
+                                 f"value per column of [{b}, {s}]") from exc
+            sides[:, :, i, :] = cols.reshape(b, groups, COLS)
+        self._sides, self._sides_key = sides, key
+        return sides
+
     def scratch(self, g: MHAGeometry, t: int, m: int, s: int) -> np.ndarray:
         """Thread ``t``'s scratch for ``m`` rows and a sequence of ``s`` (kept between calls, grown when a longer
         sequence needs more), its runtime-parameter block written when the shape changed."""
         buf = self._scratch.get(t)
+        if buf is not None and self._scratch_key.get(t) == (g, m, s):
+            return buf
         size = g.scratch_size(s)
         if buf is None or buf.size < size:
             buf = self._scratch[t] = self.empty(size, np.uint8)
-            self._scratch_key.pop(t, None)
-        if self._scratch_key.get(t) != (g, m, s):
-            prm = g.params(m, s, buf.ctypes.data)
-            buf[: prm.nbytes] = prm.view(np.uint8)
-            self._scratch_key[t] = (g, m, s)
+        prm = g.params(m, s, buf.ctypes.data)
+        buf[: prm.nbytes] = prm.view(np.uint8)
+        self._scratch_key[t] = (g, m, s)
         return buf
 
     def parts(self, nb: int, m: int, s: int, de: int) -> int:
