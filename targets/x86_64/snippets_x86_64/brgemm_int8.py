@@ -125,8 +125,9 @@ class Int8Regs:
     vecs: Sequence[VecReg]
     n_mask: MaskReg
     k_mask: MaskReg
-    #: the runtime count of K chunks (``Int8Geometry.k_chunk``)
+    #: the runtime count of K chunks (``Int8Geometry.k_chunk``; may be 0), and of the K groups after them
     k_chunks: Mem | None = None
+    k_rest: Mem | None = None
 
 
 class BrgemmInt8Kernel:
@@ -219,17 +220,22 @@ class BrgemmInt8Kernel:
                 for j, v in enumerate(row):
                     a.vpdpbusd(v, areg, t.bvec[j])
 
-        if g.k_chunk:  # a runtime count of chunks, each chunk's groups unrolled
-            assert r.k_chunks is not None
+        if g.k_chunk:  # a runtime count of chunks, each chunk's groups unrolled, then the groups left one by one
+            assert r.k_chunks is not None and r.k_rest is not None
             groups = g.k_chunk // K_GROUP
-            a.mov(r.cnt, r.k_chunks)
-            top = a.label(f"brgemm_int8.n{n0}.m{mv}.kc")
-            for at in range(groups):
-                group(False, at)
-            a.add(r.pa, g.a_chunk_stride)
-            a.add(r.pb, groups * step)
-            a.dec(r.cnt)
-            a.jnz(top)
+            for count, body in ((r.k_chunks, True), (r.k_rest, False)):
+                skip = a.new_label(f"brgemm_int8.n{n0}.m{mv}.kskip")
+                a.mov(r.cnt, count)
+                a.test(r.cnt, r.cnt)
+                a.jz(skip)
+                top = a.label(f"brgemm_int8.n{n0}.m{mv}.kc")
+                for at in range(groups if body else 1):
+                    group(False, at)
+                a.add(r.pa, g.a_chunk_stride if body else K_GROUP)
+                a.add(r.pb, groups * step if body else step)
+                a.dec(r.cnt)
+                a.jnz(top)
+                a.bind(skip)
         elif g.k // K_GROUP:
             a.mov(r.cnt, g.k // K_GROUP)
             top = a.label(f"brgemm_int8.n{n0}.m{mv}.k")

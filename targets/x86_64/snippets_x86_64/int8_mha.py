@@ -39,7 +39,7 @@ from snippets_core.errors import SnippetsError, UnsupportedByTarget
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.quantize import QUANTIZATION_GRID, QuantGrid
-from snippets_x86_64.asm import (ZMM, Function, dword, k1, k2, k3, k4, k5, k6, k7, qword, r10, r11, r12, r13, r14, r15,
+from snippets_x86_64.asm import (ZMM, Function, dword, k1, k2, k3, k5, k6, k7, qword, r10, r11, r12, r13, r14, r15,
                                 rax,
                                 rbp, rbx, word)
 from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, N_BLOCK, S8_SHIFT
@@ -388,9 +388,8 @@ def pad(x: int, to: int) -> int:
 
 #: the runtime-parameter block at the start of the scratch: one int64 per name (what depends on the rows M of Q
 #: and the sequence S; MHAGeometry.params computes it per shape)
-PARAMS = ("kblocks", "ktail", "ktiles", "krem", "vgroups", "vrem", "vzero", "qblocks", "row0", "qsmall", "ones",
-          "s", "sgroups", "kchunks", "mask0", "mask1", "mask2", "mask3", "a_compk", "a_kpack", "a_vpack", "a_scores",
-          "a_probs")
+PARAMS = ("kblocks", "ktail", "ktiles", "krem", "vgroups", "vrem", "qblocks", "row0", "qsmall", "ones", "s",
+          "sgroups", "tailv", "tmask", "kchunks", "krest", "a_compk", "a_kpack", "a_vpack", "a_scores", "a_probs")
 PARAM_AT = {name: 8 * i for i, name in enumerate(PARAMS)}
 #: bytes of the block (a cache line multiple)
 PARAM_BYTES = pad(8 * len(PARAMS), 64)
@@ -446,7 +445,7 @@ class MHAGeometry:
 
     def _dynamic_sizes(self, s: int) -> tuple[int, ...]:
         nk = -(-(s + 1) // COLS)  # column groups of the scores (S and the ones column)
-        return (nk * COLS * 4, nk * COLS * self.kp, pad(s, COLS) * self.ep, nk * SCORES_GROUP,
+        return (nk * COLS * 4, nk * COLS * self.kp, pad(s, K_GROUP) * self.ep, nk * SCORES_GROUP,
                 -(-s // COLS) * PROBS_GROUP)
 
     def params(self, m: int, s: int, base: int) -> np.ndarray:
@@ -455,13 +454,11 @@ class MHAGeometry:
         blocks = -(-m // MB)
         rem = s - COLS * ((s - 1) // COLS)  # softmax columns of the last group, 1..64
         v = {"kblocks": (s + 1) // COLS, "ktail": -(-((s + 1) % COLS) // LANES), "ktiles": s // LANES,
-             "krem": s % LANES, "vgroups": s // K_GROUP, "vrem": s % K_GROUP,
-             "vzero": pad(s, COLS) // K_GROUP - (-(-s // K_GROUP)), "qblocks": blocks, "row0": MB * blocks - m,
-             "qsmall": m if m < MB else 0, "ones": (s // COLS) * SCORES_GROUP + (s % COLS) * 4, "s": s,
-             "sgroups": (s - 1) // COLS, "kchunks": -(-s // COLS)}
-        for j in range(4):
-            lanes = min(LANES, max(0, rem - LANES * j))
-            v[f"mask{j}"] = (1 << lanes) - 1
+             "krem": s % LANES, "vgroups": s // K_GROUP, "vrem": s % K_GROUP, "qblocks": blocks,
+             "row0": MB * blocks - m, "qsmall": m if m < MB else 0,
+             "ones": (s // COLS) * SCORES_GROUP + (s % COLS) * 4, "s": s, "sgroups": (s - 1) // COLS,
+             "tailv": -(-rem // LANES), "tmask": (1 << (rem - LANES * ((rem - 1) // LANES))) - 1,
+             "kchunks": s // COLS, "krest": -(-(s % COLS) // K_GROUP)}
         at = base + self.static_layout()["size"]
         for name, size in zip(("a_compk", "a_kpack", "a_vpack", "a_scores", "a_probs"), self._dynamic_sizes(s),
                               strict=True):
@@ -644,9 +641,9 @@ class Int8MHAKernel:
         self._tile_k(fn, r11, dp, r10)
 
     def _copy_v(self, fn: Function, src, prm) -> None:  # type: ignore[no-untyped-def]
-        """V' [S, e] -> the packed V' [pad64(S) / 4 groups][ep x 4 bytes]: per 4 rows and 64 columns the bytes
+        """V' [S, e] -> the packed V' [pad4(S) / 4 groups][ep x 4 bytes]: per 4 rows and 64 columns the bytes
         interleaved into words (``vpunpck{l,h}bw``, ``vpunpck{l,h}wd``), the 128-bit lanes transposed
-        (``vshuff32x4``); the last rows (S % 4) in a variant per count, then zero groups up to 64 rows."""
+        (``vshuff32x4``); the last rows (S % 4) in a variant per count, zeros after them."""
         g = self.g
         r, t, u = ZMM[0:4], ZMM[4:8], ZMM[8:12]
         fn.mov(r10, prm["a_vpack"])
@@ -687,15 +684,6 @@ class Int8MHAKernel:
         _counted(fn, r13, lambda: group(K_GROUP), "copy_v")
         _dispatch(fn, prm["vrem"], {n: (lambda n=n: group(n)) for n in range(1, K_GROUP)})
 
-        def zeros() -> None:
-            for c in range(0, g.ep * 4, 64):
-                fn.vmovdqu64(r10 + c, ZMM[0])
-            fn.add(r10, g.ep * 4)
-
-        fn.vpxord(ZMM[0], ZMM[0], ZMM[0])
-        fn.mov(r13, prm["vzero"])
-        _counted(fn, r13, zeros, "zero_v")
-
     def build(self):  # type: ignore[no-untyped-def]
         p, g, lay = self.plan, self.g, self.lay
         fn = Function("int8_mha", args=("q", "k", "v", "out", "side", "scratch"))
@@ -716,15 +704,14 @@ class Int8MHAKernel:
         k_shift = 0 if p.k.signed else S8_SHIFT
         v_shift = 0 if p.v.signed else S8_SHIFT
         ne = -(-g.e // LANES)
-        tails = (k3, k4, k5, k6)  # the lanes of the last softmax group's four vectors
-        for j, k in enumerate(tails):
-            fn.kmovw(k, word[scr + PARAM_AT[f"mask{j}"]])
+        fn.kmovw(k3, word[scr + PARAM_AT["tmask"]])  # the lanes of the last softmax vector
         if g.e % LANES:
             fn.kmovw(k7, word[fn.const_data(((1 << (g.e % LANES)) - 1).to_bytes(2, "little"), 2)])
 
-        def regs(a_reg, b_reg, c_reg, comp_reg, k_chunks=None):  # type: ignore[no-untyped-def]
+        def regs(a_reg, b_reg, c_reg, comp_reg, k_chunks=None, k_rest=None):  # type: ignore[no-untyped-def]
             return Int8Regs(a_reg, b_reg, c_reg, comp_reg, comp_reg, comp_reg, pa=rax, pb=r10, cnt=r11, arow=r12,
-                            crow=r13, mcnt=r14, vecs=ZMM[:VEC_BUDGET], n_mask=k1, k_mask=k2, k_chunks=k_chunks)
+                            crow=r13, mcnt=r14, vecs=ZMM[:VEC_BUDGET], n_mask=k1, k_mask=k2, k_chunks=k_chunks,
+                            k_rest=k_rest)
 
         def scores_brgemm(rows: int, a_reg, lda: int, a_signed: bool, comp: bool, c_at, c_step: int) -> None:  # type: ignore[no-untyped-def]
             """``A [rows] x K'`` over the runtime columns S + 1: whole blocks of 64 in a loop, then the variant of
@@ -758,11 +745,12 @@ class Int8MHAKernel:
             _dispatch(fn, prm["ktail"], {nv: (lambda nv=nv: emit(nv * LANES)) for nv in range(1, 5)})
 
         def pv_brgemm(rows: int, a_reg, lda: int, a_signed: bool, comp: bool, a_chunk: int, c_reg) -> None:  # type: ignore[no-untyped-def]
-            """``A [rows] x V'`` over the runtime K = S in chunks of 64 (V' is zero past S)."""
+            """``A [rows] x V'`` over the runtime K = S: chunks of 64, then the groups of 4 left (V' and the
+            probabilities are zero past S)."""
             BrgemmInt8Kernel(Int8Geometry(rows, g.e, COLS, lda=lda, ldc=g.ep, a_signed=a_signed, compensation=comp,
                                           b_group=g.ep * 4, b_block=N_BLOCK * 4, k_chunk=COLS,
                                           a_chunk_stride=a_chunk)).emit(fn, regs(a_reg, vp, c_reg, rbp,
-                                                                                 prm["kchunks"]))
+                                                                                 prm["kchunks"], prm["krest"]))
 
         # Q's rows when fewer than a block: copied to the bottom of a block in the scratch (the Brgemm reads 32)
         small = fn.new_label("int8_mha.q_full")
@@ -802,29 +790,32 @@ class Int8MHAKernel:
         xmax, xsum, rrow, t = z[28], z[29], z[30], z[27]
         inv_p = float(1.0 / np.float64(p.p_grid.scale))
 
-        def scores(masked: bool):  # type: ignore[no-untyped-def]
+        def scores(last: int):  # type: ignore[no-untyped-def]
             def body(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
+                masked = j == last
                 a.vpaddd(x, rrow, r13 + j * 64)
                 a.vcvtdq2ps(x, x)
                 a.vmulps(x, x, f32(a, scale_qk))
                 self._chain(a, p.scores, x, tj, r14, j)
-                a.vmaxps(xmax.mask(tails[j]) if masked else xmax, xmax, x)
+                a.vmaxps(xmax.mask(k3) if masked else xmax, xmax, x)
                 a.vmovups(r13 + j * 64, x)
             return body
 
-        def exps(masked: bool):  # type: ignore[no-untyped-def]
+        def exps(last: int):  # type: ignore[no-untyped-def]
             def body(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
+                masked = j == last
                 a.vmovups(x, r13 + j * 64)
                 a.vsubps(x, x, xmax)
                 emit_exp(a, x, x, aux=Aux(aux))
                 if masked:
-                    a.vmovaps(x.mask(tails[j]).z, x)
+                    a.vmovaps(x.mask(k3).z, x)
                 a.vaddps(xsum, xsum, x)
                 a.vmovups(r13 + j * 64, x)
             return body
 
-        def probs(masked: bool):  # type: ignore[no-untyped-def]
+        def probs(last: int):  # type: ignore[no-untyped-def]
             def body(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
+                masked = j == last
                 a.vmulps(x, xsum, r13 + j * 64)
                 self._chain(a, p.probs, x, tj, r14, j)
                 if p.p_tail is None:
@@ -837,14 +828,15 @@ class Int8MHAKernel:
                     a.vpaddd(x, x, i32(a, offset))
                     a.vpmaxsd(x, x, i32(a, lo))
                     a.vpminsd(x, x, i32(a, hi))
-                if masked:  # zero bytes past S: the P x V Brgemm reads whole groups of 64
-                    a.vmovdqa32(x.mask(tails[j]).z, x)
+                if masked:  # zero bytes past S: the P x V Brgemm reads whole groups of 4
+                    a.vmovdqa32(x.mask(k3).z, x)
                 a.vpaddd(rrow, rrow, x)
                 a.vpmovdb(r12 + j * LANES, x)
             return body
 
         def groups(make, name: str, step_side: bool, step_probs: bool) -> None:  # type: ignore[no-untyped-def]
-            """One pass over the row's groups of 64 columns: the whole ones in a loop, the last under its masks."""
+            """One pass over the row's groups of 64 columns: the whole ones in a loop, then the variant of the last
+            group's vectors (1..4, the last one under the lane mask)."""
             fn.mov(r13, r15)
             if step_side:
                 fn.mov(r14, side)
@@ -852,7 +844,7 @@ class Int8MHAKernel:
                 fn.mov(r12, rbx)
 
             def group() -> None:
-                _interleaved(fn, 4, make(False))
+                _interleaved(fn, 4, make(-1))
                 fn.add(r13, SCORES_GROUP)
                 if step_side:
                     fn.add(r14, g.n_side * COLS * 4)
@@ -861,7 +853,7 @@ class Int8MHAKernel:
 
             fn.mov(r10, prm["sgroups"])
             _counted(fn, r10, group, name)
-            _interleaved(fn, 4, make(True))
+            _dispatch(fn, prm["tailv"], {n: (lambda n=n: _interleaved(fn, n, make(n - 1))) for n in range(1, 5)})
 
         fn.mov(rax, prm["qblocks"])
         fn.mov(blocks_left, rax)
