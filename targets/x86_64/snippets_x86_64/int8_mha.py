@@ -11,8 +11,10 @@ a scalar constant, or a per-column vector such as the attention mask, whose bran
 probabilities' grid, the output Transpose. Anything else is a reason (:class:`Int8MHAReject`) and the Subgraph
 stays on the f32 MHA kernel.
 
-:class:`Int8MHAKernel` emits one function per (sequence length, strides) that runs one head, block of ``MB`` rows
-by block, all in one call:
+:class:`Int8MHAKernel` emits one function per (head dims, strides) that runs one head, block of ``MB`` rows by
+block, all in one call, for every sequence length and batch: the rows of Q and the sequence S are read from a
+runtime-parameter block at the start of the scratch (:meth:`MHAGeometry.params`), and the S-sized buffers are laid
+out in groups of 64 columns so that no stride depends on S:
 
 1. ``Q_blk x K'`` on the int8 Brgemm, s32 scores into a per-thread scratch. ``K' = k - 128`` (u8 K, s8 bytes)
    comes repacked with one more column of ones, so column S of the scores is ``sum_d (q - q_zp)``: the row term of
