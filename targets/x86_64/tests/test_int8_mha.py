@@ -367,3 +367,21 @@ def test_one_kernel_for_every_sequence_length_of_a_quantized_bert_attention(tmp_
             out = guarded_array(w.shape, np.float32, at)
             ex([guarded_copy(a, at) for a in args], [out])
             np.testing.assert_array_equal(out, w)
+
+
+@pytest.mark.parametrize(("m", "s"), [(1, 200), (40, 3), (33, 65), (96, 64), (7, 129)])
+def test_query_rows_and_sequence_differ(m: int, s: int) -> None:
+    """Q with its own row count (the runtime block's rows: a last block ending on row M, fewer than 32 rows copied
+    into the scratch) against K and V of another length, one compiled model for all of them."""
+    import onnx
+
+    proto = onnx.load_from_string(attention_model(16, GRIDS, heads=2))
+    proto.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "m"
+    model = proto.SerializeToString()
+    cm = compile_int8(model)
+    f = feeds(s, 16, seed=m + s, masked=s // 3)
+    f["q"] = np.random.default_rng(m).standard_normal((1, m, 2, 16)).astype(np.float32)
+    got = cm(f)["y"]
+    assert got.shape == (1, 2, m, 16)
+    assert_steps(got, want_float64(f, GRIDS, False), GRIDS["o"][1])
+    assert_steps(got, _ort(model, f), GRIDS["o"][1])
