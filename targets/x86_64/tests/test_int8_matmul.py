@@ -201,9 +201,9 @@ def test_a_matmul_with_one_quantized_input_stays_f32_and_says_why() -> None:
     np.testing.assert_allclose(cm(f)["y"], _ort(model, f), rtol=1e-5, atol=1e-5)
 
 
-def _attention(rng: np.random.Generator, d: int = 32, heads: int = 2) -> onnx.ModelProto:
-    """A BERT-like attention with a dynamic sequence axis: projections, head split, softmax(QK^T/sqrt(dh))V,
-    merge, output projection."""
+def _attention(rng: np.random.Generator, d: int = 32, heads: int = 2, batch: int | str = 1) -> onnx.ModelProto:
+    """A BERT-like attention with a dynamic sequence axis (and a dynamic batch if ``batch`` is a name): projections,
+    head split, softmax(QK^T/sqrt(dh))V, merge, output projection."""
     dh = d // heads
     w = {n: nh.from_array((rng.standard_normal((d, d)) * 0.2).astype(np.float32), n) for n in ("wq", "wk", "wv", "wo")}
     inits = [*w.values(), nh.from_array(np.asarray([0, -1, heads, dh], np.int64), "split"),
@@ -218,8 +218,8 @@ def _attention(rng: np.random.Generator, d: int = 32, heads: int = 2) -> onnx.Mo
               h.make_node("Softmax", ["s1"], ["p"], axis=-1), h.make_node("MatMul", ["p", "vt"], ["c"]),
               h.make_node("Transpose", ["c"], ["ct"], perm=[0, 2, 1, 3]), h.make_node("Reshape", ["ct", "merge"], ["cm"]),
               h.make_node("MatMul", ["cm", "wo"], ["y"])]
-    g = h.make_graph(nodes, "attention", [h.make_tensor_value_info("x", T.FLOAT, [1, "s", d])],
-                     [h.make_tensor_value_info("y", T.FLOAT, [1, "s", d])], inits)
+    g = h.make_graph(nodes, "attention", [h.make_tensor_value_info("x", T.FLOAT, [batch, "s", d])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [batch, "s", d])], inits)
     return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
 
 

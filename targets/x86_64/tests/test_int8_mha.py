@@ -270,29 +270,6 @@ def test_chain_simplification_is_bit_exact() -> None:
     np.testing.assert_array_equal(a.view(np.int32), b.view(np.int32))
 
 
-def _bert_attention(d: int = 128, heads: int = 2) -> Any:
-    """A BERT-like attention layer with dynamic batch and sequence axes, as torch exports it: projections, head
-    split, softmax(QK^T/sqrt(dh))V, merge, output projection (quantized by onnxruntime below)."""
-    rng = np.random.default_rng(0)
-    dh = d // heads
-    w = {n: nh.from_array((rng.standard_normal((d, d)) * 0.1).astype(np.float32), n) for n in ("wq", "wk", "wv", "wo")}
-    inits = [*w.values(), nh.from_array(np.asarray([0, -1, heads, dh], np.int64), "split"),
-             nh.from_array(np.asarray([0, -1, d], np.int64), "merge"),
-             nh.from_array(np.asarray(1.0 / np.sqrt(dh), np.float32), "sc")]
-    nodes = [h.make_node("MatMul", ["x", n], [n + "o"]) for n in ("wq", "wk", "wv")]
-    nodes += [h.make_node("Reshape", [n + "o", "split"], [n + "r"]) for n in ("wq", "wk", "wv")]
-    nodes += [h.make_node("Transpose", ["wqr"], ["qt"], perm=[0, 2, 1, 3]),
-              h.make_node("Transpose", ["wkr"], ["kt"], perm=[0, 2, 3, 1]),
-              h.make_node("Transpose", ["wvr"], ["vt"], perm=[0, 2, 1, 3]),
-              h.make_node("MatMul", ["qt", "kt"], ["s0"]), h.make_node("Mul", ["s0", "sc"], ["s1"]),
-              h.make_node("Softmax", ["s1"], ["p"], axis=-1), h.make_node("MatMul", ["p", "vt"], ["c"]),
-              h.make_node("Transpose", ["c"], ["ct"], perm=[0, 2, 1, 3]), h.make_node("Reshape", ["ct", "merge"], ["cm"]),
-              h.make_node("MatMul", ["cm", "wo"], ["y"])]
-    g = h.make_graph(nodes, "attention", [h.make_tensor_value_info("x", T.FLOAT, ["b", "s", d])],
-                     [h.make_tensor_value_info("y", T.FLOAT, ["b", "s", d])], inits)
-    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-
-
 class _Calibration:
     def __init__(self, d: int) -> None:
         rng = np.random.default_rng(1)
@@ -315,10 +292,13 @@ def test_one_kernel_for_every_sequence_length_of_a_quantized_bert_attention(tmp_
     from snippets_x86_64.guarded import guarded_array, guarded_copy
     from snippets_x86_64.int8_mha import plan_int8_mha
 
+    monkeypatch.syspath_prepend(os.path.dirname(__file__))  # importlib mode: the sibling module's model builder
+    from test_int8_matmul import _attention
+
     q = pytest.importorskip("onnxruntime.quantization")
     d = 128
     src, dst = os.fspath(tmp_path / "f32.onnx"), os.fspath(tmp_path / "qdq.onnx")
-    onnx.save(_bert_attention(d), src)
+    onnx.save(_attention(np.random.default_rng(0), d, heads=2, batch="b"), src)
     q.quantize_static(src, dst, _Calibration(d), quant_format=q.QuantFormat.QDQ, per_channel=True,
                       activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8)
     m = onnx.load(dst)
