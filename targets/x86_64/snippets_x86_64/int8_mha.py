@@ -538,7 +538,7 @@ def _dispatch(fn: Function, value, variants: dict) -> None:  # type: ignore[no-u
 
 
 def _counted(fn: Function, count, body, name: str) -> None:  # type: ignore[no-untyped-def]
-    """``body()`` ``count`` times (a register, or a memory operand copied to r13... by the caller); zero skips."""
+    """``body()`` ``count`` times (a register the body leaves alone); a count of 0 runs it not at all."""
     skip = fn.new_label(f"int8_mha.{name}_skip")
     fn.test(count, count)
     fn.jz(skip)
@@ -715,7 +715,8 @@ class Int8MHAKernel:
                             crow=r13, mcnt=r14, vecs=ZMM[:VEC_BUDGET], n_mask=k1, k_mask=k2, k_chunks=k_chunks,
                             k_rest=k_rest)
 
-        def scores_brgemm(rows: int, a_reg, lda: int, a_signed: bool, comp: bool, c_at, c_step: int) -> None:  # type: ignore[no-untyped-def]
+        def scores_brgemm(rows: int, a_reg, lda: int, a_signed: bool, comp: bool, c_at,  # type: ignore[no-untyped-def]
+                          c_step: int) -> None:
             """``A [rows] x K'`` over the runtime columns S + 1: whole blocks of 64 in a loop, then the variant of
             the vectors left. rbx walks K', r15 the s32 C, rbp the compensation."""
             fn.mov(rbx, kp)
@@ -746,7 +747,8 @@ class Int8MHAKernel:
             fn.bind(skip)
             _dispatch(fn, prm["ktail"], {nv: (lambda nv=nv: emit(nv * LANES)) for nv in range(1, 5)})
 
-        def pv_brgemm(rows: int, a_reg, lda: int, a_signed: bool, comp: bool, a_chunk: int, c_reg) -> None:  # type: ignore[no-untyped-def]
+        def pv_brgemm(rows: int, a_reg, lda: int, a_signed: bool, comp: bool,  # type: ignore[no-untyped-def]
+                      a_chunk: int, c_reg) -> None:
             """``A [rows] x V'`` over the runtime K = S: chunks of 64, then the groups of 4 left (V' and the
             probabilities are zero past S)."""
             BrgemmInt8Kernel(Int8Geometry(rows, g.e, COLS, lda=lda, ldc=g.ep, a_signed=a_signed, compensation=comp,
