@@ -42,8 +42,7 @@ from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.quantize import QUANTIZATION_GRID, QuantGrid
 from snippets_x86_64.asm import (ZMM, Function, dword, k1, k2, k3, k5, k6, k7, qword, r10, r11, r12, r13, r14, r15,
-                                rax,
-                                rbp, rbx, word)
+                                rax, rbp, rbx, word)
 from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, N_BLOCK, S8_SHIFT
 from snippets_x86_64.brgemm_int8 import VEC_BUDGET, BrgemmInt8Kernel, Int8Geometry, Int8Regs
 from snippets_x86_64.emitters.base import Aux, f32, i32
