@@ -402,10 +402,40 @@ def mobilenet_v2(hw: int = 224, classes: int = 1000) -> ZooModel:
                     conv_macs=_op_macs(proto, feeds, ("Conv",)), oracle="onnxruntime")
 
 
+def unet_decoder(hw: int = 28, channels: int = 256) -> ZooModel:
+    """A UNet/FCN-style decoder: three upsamplings by 2 from a ``channels`` x ``hw`` x ``hw`` feature map, each a
+    ConvTranspose (2x2 stride 2, UNet's up-convolution; 4x4 stride 2 pad 1, FCN's/DCGAN's) with bias and Relu, then
+    a 3x3 conv-Relu; a 1x1 conv to 2 classes at the end."""
+    from onnx import TensorProto, helper
+
+    g = _Graph(SEED + 11)
+    x, c, size, macs = "features", channels, hw, 0
+    for k, pad in ((2, 0), (4, 1), (2, 0)):
+        w = (g.rng.standard_normal((c, c // 2, k, k)) * np.sqrt(2.0 / (c * k * k / 4))).astype(np.float32)
+        b = (0.05 * g.rng.standard_normal(c // 2)).astype(np.float32)
+        x = g.op("Relu", g.op("ConvTranspose", x, g.const(w, "up_weight"), g.const(b, "up_bias"), kernel_shape=[k, k],
+                              strides=[2, 2], pads=[pad] * 4))
+        macs += c * size * size * (c // 2) * k * k  # every input pixel times the whole kernel
+        c, size = c // 2, size * 2
+        w = (g.rng.standard_normal((c, c, 3, 3)) * np.sqrt(2.0 / (c * 9))).astype(np.float32)
+        x = g.op("Relu", g.op("Conv", x, g.const(w, "weight"), g.const(np.zeros(c, np.float32), "bias"),
+                              kernel_shape=[3, 3], pads=[1] * 4))
+    w = (g.rng.standard_normal((2, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+    x = g.op("Conv", x, g.const(w, "head"))
+    inp = helper.make_tensor_value_info("features", TensorProto.FLOAT, [1, channels, hw, hw])
+    proto = g.model("unet_decoder", [inp], x, [1, 2, size, size])
+    feeds = {"features": np.random.default_rng(SEED + 12).standard_normal((1, channels, hw, hw)).astype(np.float32)}
+    conv_macs = _op_macs(proto, feeds, ("Conv",)) + macs
+    return ZooModel("unet_decoder", proto, feeds, conv_macs,
+                    f"UNet-style decoder {channels}x{hw}x{hw} -> 2x{size}x{size}: ConvTranspose 2x2 and 4x4 stride 2, "
+                    "3x3 convs", conv_macs=conv_macs, oracle="onnxruntime")
+
+
 def cnn_models() -> dict[str, Any]:
     """name -> builder of the CNN rows (``--models cnn`` in bench/models.py)."""
     rows: dict[str, Any] = {name: (lambda name=name: light_cnn(name)) for name in LIGHT_CNNS}
     rows["mobilenet_v2"] = mobilenet_v2
+    rows["unet_decoder"] = unet_decoder
     return rows
 
 

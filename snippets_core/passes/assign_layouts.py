@@ -13,7 +13,9 @@ a conv kernel that reads a 3-channel image planar while writing NHWC), taken whe
   ops, reductions, the model's Results) reads and writes ``plain``;
 * inserts a ``Reorder`` (one Subgraph marked ``REORDER`` holding it, so a target compiles it like any other
   kernel) where an edge's layout and its consumer's differ, one per (edge, layout) however many consumers read
-  it, and none where the two layouts lie the same in memory for that shape (NCHW and NHWC when ``H * W == 1``).
+  it, and none where the two layouts lie the same in memory for that shape (NCHW and NHWC when ``H * W == 1``);
+* lets a Reshape that flattens ``[N, C, H, W]`` for a MatMul with a Constant weight read its input in the layout
+  it lies in, with the weight's rows put in that order once (:func:`permute_flattened_weight`).
 
 So consecutive conv/pool primitives read each other's layout directly, and a model whose primitives all prefer
 one layout reorders only at its inputs and outputs (and where a plain-layout consumer sits in between).
@@ -118,6 +120,10 @@ class AssignLayouts(Pass):
             if REORDER in node.rt_info:  # inserted by an earlier run of this pass
                 layout_of[(node.id, 0)] = layout_named(node.rt_info[OUTPUT_LAYOUTS][0])
                 continue
+            flattened = self._flatten_in_place(node, layout_of, reorders)
+            if flattened is not None:
+                changed |= flattened
+                continue
             want = self._node_layout(node, layout_of)
             agnostic = isinstance(node, Subgraph) and is_layout_agnostic(node)
             reads: list[str] = []
@@ -161,6 +167,28 @@ class AssignLayouts(Pass):
             return want
         return alt
 
+    def _flatten_in_place(self, node: Node, layout_of: dict[tuple[int, int], Layout],
+                          reorders: dict[tuple[int, int, str], Output]) -> bool | None:
+        """A Reshape flattening ``[N, C, H, W]`` to ``[N, C*H*W]`` for a MatMul with a Constant weight (a
+        classifier after a conv stack) reads its input in the layout it lies in when that weight's rows can be put
+        in the same order (:func:`permute_flattened_weight`): the weight is reordered once, here, instead of the
+        activation on every call. The runtime's view flattens the input's memory (``shape_steps.view_executor``).
+        None when ``node`` is no such Reshape, else whether this changed the model."""
+        if node.type_name not in ("Reshape", "Flatten"):
+            return None
+        src = node.inputs[0].source
+        have = layout_of.get((src.node.id, src.index), PLAIN)
+        done = node.rt_info.get(INPUT_LAYOUTS, (PLAIN.name,))[0] == have.name != PLAIN.name  # by an earlier run
+        if not done and (have.is_plain or have.order[0] != 0  # type: ignore[index]
+                         or not permute_flattened_weight(node, have)):
+            return None
+        for inp in node.inputs[1:]:
+            self._connect(inp, PLAIN, layout_of, reorders)
+        layout_of[(node.id, 0)] = PLAIN
+        node.rt_info[INPUT_LAYOUTS] = (have.name, *(PLAIN.name for _ in node.inputs[1:]))
+        node.rt_info[OUTPUT_LAYOUTS] = (PLAIN.name,)
+        return not done
+
     @staticmethod
     def _connect(inp: Input, need: Layout, layout_of: dict[tuple[int, int], Layout],
                  reorders: dict[tuple[int, int, str], Output]) -> bool:
@@ -177,6 +205,61 @@ class AssignLayouts(Pass):
             layout_of[(sg.id, 0)] = need
         inp.replace_source(reorders[key])
         return made
+
+
+def permute_flattened_weight(reshape: Node, layout: Layout) -> bool:
+    """If ``reshape`` flattens a static ``[N, C, H, W]`` into ``[N, C*H*W]`` read only as the first input of one
+    MatMul (a node, or inside a Subgraph) whose other input is a Constant read only there, put that weight's K rows
+    in ``layout``'s order of (C, H, W) and return True: the MatMul then takes the flattened memory of a tensor in
+    ``layout`` (same result); else change nothing and return False."""
+    x, out = reshape.inputs[0].shape, reshape.outputs[0]
+    if not (x.is_static and x.rank == 4 and out.shape.is_static and len(out.targets) == 1):
+        return False
+    dims = x.to_tuple()
+    k = dims[1] * dims[2] * dims[3]
+    if out.shape.to_tuple() != (dims[0], k):
+        return False
+    found = _flattened_weight(out.targets[0])
+    if found is None:
+        return False
+    const, transposed = found
+    w = np.asarray(const.value)  # type: ignore[attr-defined]
+    if w.ndim != 2 or w.shape[1 if transposed else 0] != k:
+        return False
+    order = [d - 1 for d in layout.order[1:]]  # type: ignore[index]  # (C, H, W) in memory order
+    if transposed:  # [M, K]
+        w = w.reshape(w.shape[0], *dims[1:]).transpose(0, *(d + 1 for d in order)).reshape(w.shape)
+    else:  # [K, M]
+        w = w.reshape(*dims[1:], w.shape[1]).transpose(*order, 3).reshape(w.shape)
+    const.value = np.ascontiguousarray(w)  # type: ignore[attr-defined]
+    return True
+
+
+def _flattened_weight(target: Input) -> tuple[Node, bool] | None:
+    """(the Constant weight, whether the MatMul reads it transposed) of the MatMul that reads ``target``'s value as
+    its first input, not transposed, directly or through a Subgraph's Parameter; None when the value or the
+    weight has another reader."""
+    node, index = target.node, target.index
+    if isinstance(node, Subgraph):
+        param = node.body.parameters[index].outputs[0]
+        if len(param.targets) != 1:
+            return None
+        node, index = param.targets[0].node, param.targets[0].index
+    else:
+        param = None
+    if node.type_name != "MatMul" or index != 0 or node.transpose_a:  # type: ignore[attr-defined]
+        return None
+    b = node.inputs[1].source
+    if len(b.targets) != 1:
+        return None
+    if param is not None and isinstance(b.node, Parameter):  # a weight ExtractConstants moved out of the body
+        sg = target.node
+        b = sg.inputs[sg.body.parameters.index(b.node)].source  # type: ignore[attr-defined]
+        if len(b.targets) != 1:
+            return None
+    if not isinstance(b.node, Constant):
+        return None
+    return b.node, bool(node.transpose_b)  # type: ignore[attr-defined]
 
 
 def reorder_count(model: Model) -> int:

@@ -17,6 +17,7 @@ import numpy as np
 from snippets_core.errors import ShapeInferenceError, SnippetsError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.evaluate import evaluate_node
+from snippets_core.ir.layout import INPUT_LAYOUTS, PLAIN, layout_named, physical
 from snippets_core.ir.node import Node
 
 #: ops whose output is their data input with another shape
@@ -77,6 +78,13 @@ def view_executor(node: Node) -> Executor | None:
     if not out.is_static or not node.inputs[0].shape.is_static:
         return _symbolic_view(node)
     shape = out.to_tuple()
+    layout = layout_named(node.rt_info.get(INPUT_LAYOUTS, (PLAIN.name,))[0])
+    if not layout.is_plain:  # a flatten for a MatMul whose weight AssignLayouts put in this layout's order
+
+        def run_in_layout(args: list[np.ndarray]) -> tuple[np.ndarray]:
+            return (physical(args[0], layout).reshape(shape),)
+
+        return run_in_layout
 
     def run(args: list[np.ndarray]) -> tuple[np.ndarray]:
         return (args[0].reshape(shape),)

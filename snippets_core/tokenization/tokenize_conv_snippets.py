@@ -17,8 +17,10 @@ per-channel ops and Relu right before it, see ``_pre_op_chain``)::
       last, a 2-D MaxPool/AvgPool (one ``pool_reject_reason`` accepts), pooled in the kernel where it can, or a
       global pool (``global_pool_chain``: a classifier head's GlobalAveragePool)
 
-Constants stay in the body (the target packs the weight and folds the per-channel ops into it once, at compile
-time); the Subgraph's inputs are ``x`` and the residual, if any. The Subgraph carries ``rt_info[CONVOLUTION]``.
+A ``ConvolutionBackpropData`` (ONNX ConvTranspose) with a Constant weight is taken the same way, with its post-op
+chain but no pre-ops. Constants stay in the body (the target packs the weight and folds the per-channel ops into it
+once, at compile time); the Subgraph's inputs are ``x`` and the residual, if any. The Subgraph carries
+``rt_info[CONVOLUTION]``.
 A Convolution that is not taken keeps the reason in ``rt_info[CONV_REJECT_REASON_KEY]`` (``describe()`` and
 ``snippets inspect`` show it): it then runs on its reference kernel, with the post-ops left to the eltwise
 Tokenizer.
@@ -153,7 +155,7 @@ def global_pool_chain(node: Node, after_primitive: bool = True) -> list[Node] | 
         return None
     dims = x.shape.sym_dims  # ints, or named dims; H, W may be unknown (a conv's output of a dynamic image)
     n, c, h, w = dims
-    if 0 in dims or n is None or c is None or (after_primitive and not is_primitive(x.source.node)):
+    if 0 in dims or n is None or c is None or (after_primitive and not _after_primitive(x.source)):
         return None
     if node.type_name in GLOBAL_REDUCTIONS:
         return [node] if _reduces(node, [2, 3]) else None
@@ -171,6 +173,21 @@ def global_pool_chain(node: Node, after_primitive: bool = True) -> list[Node] | 
     if not _reduces(red, [2]) or not back.rank_is_static or back.sym_dims not in ((n, c, 1, 1), (n, c)):
         return None
     return chain
+
+
+def _after_primitive(out: Output) -> bool:
+    """``out`` is made by a primitive, or from one through per-channel ops and activations (DenseNet's last
+    BatchNormalization-Relu): the eltwise Subgraph they become runs in the primitive's layout, so a global pool
+    reading ``out`` reads that layout too (were they left plain, AssignLayouts would insert the reorder)."""
+    node = out.node
+    while not is_primitive(node):
+        if node.type_name not in CONV_CHANNEL_OPS | CONV_ACTIVATIONS or len(node.outputs) != 1:
+            return False
+        main = [i.source for i in node.inputs if constant_value(i.source) is None]
+        if len(main) != 1 or main[0].shape != out.shape:
+            return False
+        node = main[0].node
+    return True
 
 
 def _reduces(red: Node, axes: list[int]) -> bool:
@@ -255,7 +272,7 @@ class TokenizeConvSnippets(Pass):
                     _wrap([node], POOLING)
                     changed = True
                 continue
-            if node.type_name != "Convolution":
+            if node.type_name not in ("Convolution", "ConvolutionBackpropData"):
                 continue
             why = conv_reject_reason(node)
             if why is None:
@@ -266,7 +283,9 @@ class TokenizeConvSnippets(Pass):
                 continue
             node.rt_info.pop(CONV_REJECT_REASON_KEY, None)
             chain = _post_op_chain(node)
-            _wrap([*_pre_op_chain(node), node, *chain], CONVOLUTION)
+            # a ConvTranspose takes no pre-ops: its target kernel reads a zero-padded copy it does not transform
+            pre = _pre_op_chain(node) if node.type_name == "Convolution" else []
+            _wrap([*pre, node, *chain], CONVOLUTION)
             changed = True
         return changed
 

@@ -39,6 +39,25 @@ def release_constants(sg: Subgraph, why: str) -> int:
     return freed
 
 
+def release_input_constants(sg: Subgraph, indices: Sequence[int], why: str) -> int:
+    """As :func:`release_constants`, for the Constants outside ``sg`` that feed its inputs ``indices`` (a
+    FullyConnected weight that ExtractConstants moved out of the body) and that ``sg`` alone reads: the target
+    packed them and passes its copy instead. Returns the bytes freed (0, and ``sg`` unmarked, when none was)."""
+    freed = 0
+    for i in indices:
+        node = sg.inputs[i].source.node
+        value = getattr(node, "value", None)
+        if node.type_name != "Constant" or not isinstance(value, np.ndarray) or value.size <= _KEEP_ELEMENTS:
+            continue
+        if any(t.node is not sg for out in node.outputs for t in out.targets):
+            continue  # another consumer reads the original
+        freed += value.nbytes
+        node.value = np.broadcast_to(np.zeros((), value.dtype), value.shape)  # type: ignore[attr-defined]
+    if freed:
+        sg.rt_info[CONSTANTS_RELEASED] = why
+    return freed
+
+
 class Subgraph(Node):
     """A fused region. Input ``i`` feeds ``body.parameters[i]``; output ``j`` is ``body.results[j]``.
 

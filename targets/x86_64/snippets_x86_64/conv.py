@@ -136,6 +136,9 @@ class ConvGeometry:
     #: kernel adds each output row's pixels into its row's first pixel of the output buffer, and
     #: ``build_global_finish_kernel`` reduces those rows into [N, M]
     global_pool: str | None = None
+    #: channels between neighbouring output pixels, 0 for ``m``: a producer of a channel Concat writes its
+    #: channels into a slice of the Concat's NHWC output (the destination pointer at the slice's first channel)
+    out_pitch: int = 0
 
     @property
     def out_h(self) -> int:
@@ -145,6 +148,11 @@ class ConvGeometry:
     @property
     def out_w(self) -> int:
         return self.wo if self.pool is None else self.pool.wo
+
+    @property
+    def mo(self) -> int:
+        """Channels per pixel of the output the kernel writes (``m``, or the Concat's channel count)."""
+        return self.out_pitch or self.m
 
     @property
     def px_bytes(self) -> int:
@@ -444,7 +452,7 @@ def work_table(geo: ConvGeometry, offsets: Sequence[int], borders: tuple | None 
     pools: per (image, output row, channel block)). A dynamic shape makes its table on its first call: a per-block
     template (cached: it depends on the channels only) plus one offset per (image, output row), a few numpy
     operations. ``spec``: ``table_spec(geo, offsets)`` when the caller kept it."""
-    c4, m4 = geo.cp * 4, geo.m * 4
+    c4, m4 = geo.cp * 4, geo.mo * 4
     spec = spec or table_spec(geo, offsets)
     if not geo.depthwise:
         return _dense_table(geo, *_block_rows(*spec))
@@ -509,7 +517,7 @@ def _dense_table(geo: ConvGeometry, template_rows: tuple[tuple[int, ...], ...], 
             for t, r in zip(template_rows, _block_pixels(nvs, wo))]
     head = np.array(rows, np.int64)
     # per stored row: the source moves step * sh rows down, the destination a row of outputs; per image: an image
-    out_row = geo.out_w * geo.m * 4
+    out_row = geo.out_w * geo.mo * 4
     step_oh = np.array([step * geo.sh * geo.wp * px, 0, out_row] + [0] * (ROW - 3), np.int64)
     offs = np.multiply.outer(np.arange(out_h, dtype=np.int64), step_oh)
     table = np.empty((geo.n, len(rows), out_h, ROW), np.int64)
@@ -632,7 +640,7 @@ def _emit_row(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[PostOp, 
     r_full = pixels_per_block(nv if geo.global_pool is None else geo.blocks()[0][1], geo.wo)
     n_full, r_tail = divmod(geo.wo, r_full)
     src_step = r_full * geo.sw * geo.px_bytes
-    dst_step = r_full * geo.m * 4
+    dst_step = r_full * geo.mo * 4
     if geo.global_pool is not None:  # every block of the row reduces into the row's slot (r9 stays)
         _emit_global_init(fn, geo, nv)
     if n_full:
@@ -655,7 +663,7 @@ def _emit_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[
     one of ``RT_RTAIL``; one loop per block size ``pixels_per_block`` can pick and one tail per size, selected by
     compares (a few per output row, against thousands of FMAs)."""
     most = max_pixels_per_block(nv)
-    src_px, dst_px = geo.sw * geo.px_bytes, geo.m * 4
+    src_px, dst_px = geo.sw * geo.px_bytes, geo.mo * 4
     tail, end = fn.new_label("tail"), fn.new_label("row_end")
     fulls = {r: fn.new_label(f"full{r}") for r in range(1, most + 1)}
     tails = {r: fn.new_label(f"tail{r}") for r in range(1, most)}
@@ -732,8 +740,8 @@ def _advance_dw(fn: Function, geo: ConvGeometry, pixels: int) -> None:
     """A depthwise/pool walk's row pointers (rbx, r9, r11, and r8 for avg) ``pixels`` output columns on."""
     if pixels:
         fn.add(rbx, pixels * geo.sw * geo.cp * 4)
-        fn.add(r9, pixels * geo.m * 4)
-        fn.add(r11, pixels * geo.m * 4)
+        fn.add(r9, pixels * geo.mo * 4)
+        fn.add(r11, pixels * geo.mo * 4)
         if geo.mode == "avg":
             fn.add(r8, pixels * 4)
 
@@ -897,7 +905,7 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
         return
     for i in range(r):
         for j in range(nv):
-            dst = zword[r9 + (i * geo.m * 4 + j * 64)]
+            dst = zword[r9 + (i * geo.mo * 4 + j * 64)]
             fn.vmovups(dst.mask(k1) if j == nv - 1 else dst, acc[i][j])
 
 
@@ -925,7 +933,7 @@ def _emit_dw_reuse_block(fn: Function, geo: ConvGeometry, rows: tuple[int, int],
                     fn.vfmadd231ps(acc[q - j][0], wr[(i, j)], x)
     _emit_post_ops(fn, geo, acc, [x, *wr.values(), *ZMM[r + len(taps) + 1:]], post_ops, at)
     for p in range(r):
-        fn.vmovups(zword[r9 + (at + p) * geo.m * 4].mask(k1), acc[p][0])
+        fn.vmovups(zword[r9 + (at + p) * geo.mo * 4].mask(k1), acc[p][0])
 
 
 def _emit_dw_block(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int], cols: list[tuple[int, ...]],
@@ -984,7 +992,7 @@ def _emit_dw_block(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, in
         _emit_post_ops(fn, geo, acc, [*free, *wv], post_ops, at)
     for p in range(r):
         for v in range(nv):
-            dst = zword[r9 + ((at + p) * geo.m * 4 + v * 64)]
+            dst = zword[r9 + ((at + p) * geo.mo * 4 + v * 64)]
             fn.vmovups(dst.mask(k1) if v == nv - 1 else dst, acc[p][v])
 
 
@@ -1028,7 +1036,7 @@ def _emit_post_ops(fn: Function, geo: ConvGeometry, acc: list[list], free: list,
         elif op.kind == "residual":
             for i, row in enumerate(acc):
                 for j, z in enumerate(row):
-                    src = zword[r11 + ((at + i) * geo.m * 4 + j * 64)]
+                    src = zword[r11 + ((at + i) * geo.mo * 4 + j * 64)]
                     if j == nv - 1:  # the group's last vector may be partial: a masked load never faults
                         fn.vmovups(tmp.mask(k1).z, src)
                         fn.vaddps(z, z, tmp)
@@ -1154,7 +1162,7 @@ def _emit_pooled_row(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[P
         fn.bind(loop)
         _emit_block(fn, geo, nv, q_full * win, post_ops, pooled=q_full)
         fn.add(rbx, q_full * pk.sw * geo.sw * geo.px_bytes)
-        fn.add(r9, q_full * geo.m * 4)
+        fn.add(r9, q_full * geo.mo * 4)
         fn.dec(r12)
         fn.jnz(loop)
     if q_tail:
@@ -1176,7 +1184,7 @@ def _emit_pool_store(fn: Function, geo: ConvGeometry, acc: list[list], pooled: i
                 zs = zs[0::2]
             if pk.mode == "avg":
                 fn.vmulps(zs[0], zs[0], bcst(fn.const_f32(1.0 / win)))
-            dst = zword[r9 + (q * geo.m * 4 + j * 64)]
+            dst = zword[r9 + (q * geo.mo * 4 + j * 64)]
             fn.vmovups(dst.mask(k1) if j == nv - 1 else dst, zs[0])
 
 
@@ -1279,11 +1287,12 @@ _COPY_VEC_REGS = (r8, r10, r11, r13, rax, rcx, rdi, rbp)
 COPY_ROW = 3
 
 
-def copy_table(geo: ConvGeometry) -> np.ndarray:
+def copy_table(geo: ConvGeometry, in_pitch: int = 0) -> np.ndarray:
     """One row per (image, input row): where it goes, where it comes from and how long it is, so the copy kernel
-    depends on the channels alone (``copy_key``) and a new image size makes only a new table."""
+    depends on the channels alone (``copy_key``) and a new image size makes only a new table. ``in_pitch``: the
+    input's pixels are that many channels apart (0: ``geo.c``; see ``copy_key``)."""
     top, left = (0, 0) if geo.depthwise else (geo.pt, geo.pl)
-    hp, wp, cp4, h, row = geo.hp, geo.wp, geo.cp * 4, geo.h, geo.w * geo.c * 4
+    hp, wp, cp4, h, row = geo.hp, geo.wp, geo.cp * 4, geo.h, geo.w * (in_pitch or geo.c) * 4
     # an outer sum (a new shape's cost is the count of numpy operations): per row, per image
     table = np.multiply.outer(np.arange(geo.n * h, dtype=np.int64), np.array([wp * cp4, row, 0], np.int64))
     table += np.array([(top * wp + left) * cp4, 0, geo.w], np.int64)
@@ -1292,12 +1301,13 @@ def copy_table(geo: ConvGeometry) -> np.ndarray:
     return table
 
 
-def copy_key(geo: ConvGeometry) -> tuple[int, int]:
-    """What ``build_copy_kernel``'s code depends on: the channels of the input and of the buffer's pixels."""
-    return geo.c, geo.cp
+def copy_key(geo: ConvGeometry, in_pitch: int = 0) -> tuple[int, ...]:
+    """What ``build_copy_kernel``'s code depends on: the channels of the input and of the buffer's pixels, and the
+    input's pixel pitch when it is a channel slice of a wider NHWC array (a Concat's output in a chain)."""
+    return (geo.c, geo.cp) if in_pitch in (0, geo.c) else (geo.c, geo.cp, in_pitch)
 
 
-def build_copy_kernel(channels: tuple[int, int], ops: tuple[tuple[str, bool], ...]) -> JitFunction:
+def build_copy_kernel(channels: tuple[int, ...], ops: tuple[tuple[str, bool], ...]) -> JitFunction:
     """``copy(unused, args, start, count)``: input rows ``start .. start+count`` of a contiguous NHWC input (of
     ``channels`` = ``copy_key``: the input's channels and the buffer's per pixel) into the padded buffer, each
     where its copy-table row says, through ``ops`` ((name in :data:`PRE_OP_INSTRUCTIONS`, whether it has a per-channel vector);
@@ -1305,7 +1315,8 @@ def build_copy_kernel(channels: tuple[int, int], ops: tuple[tuple[str, bool], ..
     per-channel vectors (whole zmm, in ``ops`` order)]."""
     if sum(has for _, has in ops) > len(_COPY_VEC_REGS):
         raise AssertionError("more vector pre-ops than pointer registers: ConvExecutor copies with numpy then")
-    c, cp = channels
+    c, cp, *wider = channels
+    pitch = wider[0] if wider else c  # the input's channels per pixel
     fn = Function("conv_copy", args=("unused", "args", "start", "count"))
     nvec = -(-c // VEC)
     rem = c - (nvec - 1) * VEC
@@ -1343,7 +1354,7 @@ def build_copy_kernel(channels: tuple[int, int], ops: tuple[tuple[str, bool], ..
             getattr(fn, PRE_OP_INSTRUCTIONS[name])(x, x, operand)
         dst = zword[r9 + v * 64]
         fn.vmovups(dst.mask(k1) if last else dst, x)
-    fn.add(rbx, c * 4)
+    fn.add(rbx, pitch * 4)
     fn.add(r9, cp * 4)
     fn.dec(r12)
     fn.jnz(pixels)

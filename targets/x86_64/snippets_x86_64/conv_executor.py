@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -64,7 +65,7 @@ class ConvExecutor:
                  num_threads: int = 1, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
                  pre_ops: Sequence[tuple[str, np.ndarray | None]] = (), plain_input: bool = False,
                  dynamic: bool = False, prepared: ConvExecutor | None = None, borders: tuple | None = None,
-                 ) -> None:
+                 out_pitch: int = 0, in_pitch: int = 0) -> None:
         """``alloc(shape)`` makes each float32 buffer the kernel reads or writes (tests pass guarded memory);
         ``pre_ops`` are (numpy ufunc name, per-channel vector or None for Relu) applied to the input as it is
         copied into the padded buffer; ``plain_input``: the input arrives NCHW (AssignLayouts off, or it left this
@@ -72,11 +73,15 @@ class ConvExecutor:
         ``dynamic``: the shape-agnostic kernel of a dense convolution (``kernel_key``: the same code for every N, H,
         W); ``prepared``: the same primitive made for another shape, whose packed weights and kernels this one
         shares (``for_shape``); ``borders``: a dynamic depthwise/pool walk's border code for every size
-        (``conv.merge_borders``; ``prepared``'s by default)."""
+        (``conv.merge_borders``; ``prepared``'s by default); ``out_pitch``: the channels of the NHWC array
+        ``run(out=...)`` writes into (a channel Concat's output, this primitive's channels a slice of it; 0: its own
+        channel count); ``in_pitch``: the channels of the NHWC array the input is a channel slice of (a Concat's
+        output in a chain), which the JIT input copy reads."""
         self.pre_ops = [(getattr(np, name), v) for name, v in pre_ops]
         pre_ops = tuple(pre_ops)
         self.pre_op_spec, self.plain_input, self.num_threads, self.alloc = pre_ops, plain_input, num_threads, alloc
         geo = choose_planar(geo) if plain_input else geo
+        geo = replace(geo, out_pitch=out_pitch) if out_pitch else geo
         self.geo = geo
         self.post_ops = tuple(post_ops)
         new = alloc or empty_aligned
@@ -98,6 +103,11 @@ class ConvExecutor:
         self.borders = borders if borders is not None else prepared.borders if prepared is not None else None
         self.new = new
         self.has_residual = any(op.kind == "residual" for op in self.post_ops)
+        assert not (out_pitch and self.has_residual), "the kernel reads a residual with the output's pitch"
+        # the row sums and the finish kernel are [N, Ho, Wo, M] and [N, M]: a global pool never writes a slice
+        assert not (out_pitch and geo.global_pool), "a global pool epilogue's output is never a Concat slice"
+        #: channels per pixel of the NHWC input the copy kernel reads (a Concat's in a chain, or the input's own)
+        self.copy_pitch = in_pitch or geo.c
         #: the padded input buffer, shared by this primitive's executors of every shape (``PaddedBuffer``)
         self.pad = prepared.pad if prepared is not None else PaddedBuffer(alloc)
         self.kernel_key: tuple = ()
@@ -177,14 +187,14 @@ class ConvExecutor:
         if self.unpadded or geo.planar or sum(v is not None for _, v in self.pre_op_spec) > COPY_MAX_VECTORS:
             self.copy = None
             return
-        if prepared is not None and prepared.copy is not None:
+        if prepared is not None and prepared.copy is not None and prepared.copy_pitch == self.copy_pitch:
             self.copy_vectors, self.copy = prepared.copy_vectors, prepared.copy
         elif self.copy is None:
             self.copy_vectors = [self._keep(_pad_vector(v, geo.c, name)) for name, v in self.pre_op_spec
                                  if v is not None]
-            spec = (copy_key(geo), tuple((name, v is not None) for name, v in self.pre_op_spec))
+            spec = (copy_key(geo, self.copy_pitch), tuple((name, v is not None) for name, v in self.pre_op_spec))
             self.copy = FUNCTION_CACHE.get("conv_copy", spec, lambda: build_copy_kernel(*spec), HARNESS_ARGTYPES)
-        self.copy_table = copy_table(geo)
+        self.copy_table = copy_table(geo, self.copy_pitch)
         # a copy is a memory-bound pass: both threads only when it is large
         self.copy_chunks = split_items(geo.n * geo.h, num_threads if geo.n * geo.h * geo.w * geo.c >= 1 << 14 else 1)
         self.copy_call = self._split_call(self.copy, 3 + len(self.copy_vectors), self.copy_chunks)
@@ -226,27 +236,29 @@ class ConvExecutor:
         another holds the shared one)."""
         return PaddedBuffer(self.alloc).take(self)
 
-    def run(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
+    def run(self, x: np.ndarray, residual: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """``x`` [N, C, H, W] -> [N, M, Ho, Wo]; ``residual`` has the output's shape.
 
         The result is an NCHW view of a new NHWC array (strides carry the layout): a conv primitive that
-        consumes it reads it with no reorder, another consumer sees an ordinary (strided) NCHW array."""
+        consumes it reads it with no reorder, another consumer sees an ordinary (strided) NCHW array. With
+        ``out_pitch``, ``out`` is where it goes: an [N, Ho, Wo, M] slice of an NHWC array of ``out_pitch`` channels."""
         pad = self.pad
         if pad.lock.acquire(blocking=False):
             try:
                 if self.unpadded:
-                    return self._run(x, residual, None)
+                    return self._run(x, residual, None, out)
                 if pad.owner is not self:
                     self.xp = pad.take(self)
-                return self._run(x, residual, self.xp)
+                return self._run(x, residual, self.xp, out)
             finally:
                 pad.lock.release()
-        return self._run(x, residual, self._padded_buffer())
+        return self._run(x, residual, self._padded_buffer(), out)
 
-    def _run(self, x: np.ndarray, residual: np.ndarray | None, xp: np.ndarray | None) -> np.ndarray:
+    def _run(self, x: np.ndarray, residual: np.ndarray | None, xp: np.ndarray | None,
+             out: np.ndarray | None = None) -> np.ndarray:
         g = self.geo
         xt = x.transpose(0, 2, 3, 1)
-        if not (x if g.planar else xt).flags.c_contiguous:
+        if not x.flags.c_contiguous if g.planar else _pitch(xt) is None:  # (an NHWC channel slice is no reorder)
             self.reorders += 1
         if g.planar:  # NCHW planes: whole input rows copied into the padded planes
             inner = xp[:, :, g.pt:g.pt + g.h, g.pl:g.pl + g.w]
@@ -259,7 +271,7 @@ class ConvExecutor:
             src = xp
         elif self.unpadded and xt.flags.c_contiguous and xt.dtype == np.float32:
             src = xt
-        elif self.copy is not None and xt.flags.c_contiguous and xt.dtype == np.float32:
+        elif self.copy is not None and xt.dtype == np.float32 and _pitch(xt) == self.copy_pitch:
             words = self.copy_words.copy()
             words[0], words[1] = data_address(xt), data_address(xp)  # type: ignore[arg-type]
             self.copy_call.run_chunks(self.copy_chunks, words)
@@ -289,7 +301,8 @@ class ConvExecutor:
             ends = (ctypes.c_uint64 * 2)(data_address(rows), data_address(y))
             self.finish(0, ctypes.addressof(ends), 0, g.n)
             return y
-        y = self.new((g.n, g.out_h, g.out_w, g.m))
+        y = self.new((g.n, g.out_h, g.out_w, g.m)) if out is None else out
+        assert out is None or out.strides[2:] == (g.mo * 4, 4), "the slice must have the pitch the kernel was made for"
         self.run_nhwc(src, y, res)
         return y.transpose(0, 3, 1, 2)
 
@@ -362,6 +375,18 @@ def estimated_ns(geo: ConvGeometry, weight_bytes: int) -> float:
     else:
         rate = DEPTHWISE_FLOPS_PER_NS if geo.depthwise else DENSE_FLOPS_PER_NS
     return max(geo.flops / rate, weight_bytes / WEIGHT_BYTES_PER_NS)
+
+
+def _pitch(xt: np.ndarray) -> int | None:
+    """The channels per pixel of the NHWC array ``xt`` [N, H, W, C] is a channel slice of (C when it is contiguous),
+    or None when its pixels are not evenly spaced rows of such an array."""
+    n, h, w, c = xt.shape
+    if xt.flags.c_contiguous:  # (numpy's flag ignores the strides of size-1 dims)
+        return c
+    s0, s1, s2, s3 = xt.strides
+    if s3 != 4 or s2 % 4 or s2 < 4 * c or s1 != w * s2 or (n > 1 and s0 != h * s1):
+        return None
+    return s2 // 4
 
 
 __all__ = ["ConvExecutor", "data_address", "estimated_ns", "split_items"]

@@ -29,6 +29,8 @@ from snippets_x86_64.global_pool import GlobalPool
 from snippets_x86_64.pool import build_pool_executor, pool_geometry
 
 FALLBACK_REASON_KEY = "SnippetsFallbackReason"
+#: the body ops a conv primitive is built around (ConvolutionBackpropData: ONNX ConvTranspose)
+CONV_OPS = ("Convolution", "ConvolutionBackpropData")
 
 
 class ConvUnsupported(Exception):
@@ -81,16 +83,20 @@ class ConvPlan:
 
     def executor(self, x_shape: tuple[int, ...], num_threads: int, dynamic: bool = False,
                  borders: tuple | None = None, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
-                 ) -> ConvExecutor | ConvThenPool:
+                 out_pitch: int = 0, in_pitch: int = 0) -> ConvExecutor | ConvThenPool:
         """The kernel for an input of ``x_shape`` [N, C, H, W] (``dynamic``: the one for every N, H, W; ``borders``:
-        a depthwise walk's border code for every size, ``conv.merge_borders``). With a pool (static shapes only), one
+        a depthwise walk's border code for every size, ``conv.merge_borders``; ``out_pitch``, ``in_pitch``: see
+        ConvExecutor, ``out_pitch`` that of the pooled output with a pool). With a pool (static shapes only), one
         kernel with the pool as its epilogue when it covers it (``pool_epilogue``, ``global_epilogue``), else the
         conv and the pool kernel in turn."""
         geo = self.geometry(x_shape)
         if self.pool is None and self.global_pool is None:
             return ConvExecutor(geo, self.w, self.scale, self.shift, self.post_ops, self.channel_data,
                                 num_threads=num_threads, alloc=alloc, pre_ops=self.pre_ops,
-                                plain_input=self.plain_input, dynamic=dynamic, borders=borders)
+                                plain_input=self.plain_input, dynamic=dynamic, borders=borders,
+                                out_pitch=out_pitch, in_pitch=in_pitch)
+        # a global pool's [N, M] output is never a Concat's slice (its row sums and finish kernel are unpitched)
+        assert not (out_pitch and self.global_pool is not None), "a global pool epilogue writes no Concat slice"
         out = (geo.n, geo.m, geo.ho, geo.wo)
         if self.pool is not None:
             pgeo, pads = pool_geometry(self.pool, out)
@@ -100,11 +106,13 @@ class ConvPlan:
             with_global, why = global_epilogue(geo, self.global_pool)
             fused = with_global or geo
         ex = ConvExecutor(fused, self.w, self.scale, self.shift, self.post_ops, self.channel_data,
-                          num_threads=num_threads, alloc=alloc, pre_ops=self.pre_ops, plain_input=self.plain_input)
+                          num_threads=num_threads, alloc=alloc, pre_ops=self.pre_ops, plain_input=self.plain_input,
+                          out_pitch=0 if why else out_pitch, in_pitch=in_pitch)
         if not why:
             return ex
         if self.pool is not None:
-            return ConvThenPool(ex, build_pool_executor(self.pool, out, num_threads, alloc=alloc), why)
+            return ConvThenPool(ex, build_pool_executor(self.pool, out, num_threads, alloc=alloc, out_pitch=out_pitch),
+                                why)
         return ConvThenPool(ex, GlobalPool(out, self.global_pool, num_threads=num_threads, alloc=alloc), why)
 
 
@@ -121,8 +129,10 @@ class ConvThenPool:
         """Layout changes at the two kernels' edges so far (0 when producers and consumers agree on NHWC)."""
         return self.conv.reorders + self.pool.reorders
 
-    def run(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
-        return self.pool.run(self.conv.run(x, residual))
+    def run(self, x: np.ndarray, residual: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """``out``: a Concat's NHWC slice the pool writes (its executor made with that pitch)."""
+        y = self.conv.run(x, residual)
+        return self.pool.run(y) if out is None else self.pool.run(y, None, out)
 
     def describe(self) -> str:
         pool = self.pool.describe() if isinstance(self.pool, GlobalPool) else describe_geometry(self.pool.geo)
@@ -133,14 +143,15 @@ def plan_conv(sg: Subgraph) -> ConvPlan:
     """Read the conv Subgraph's body: fold the leading per-channel ops, translate the rest into post-ops."""
     ops = [n for n in sg.body.get_ordered_ops() if n.type_name not in ("Parameter", "Constant", "Result")]
     params = list(sg.body.parameters)
-    k = next((i for i, n in enumerate(ops) if n.type_name == "Convolution"), None)
+    k = next((i for i, n in enumerate(ops) if n.type_name in CONV_OPS), None)
     if k is None:
         raise ConvUnsupported("the body has no Convolution")
     conv, chain = ops[k], ops[k + 1:]
     pre = _pre_ops(ops[:k], params[0], conv)
     # the weight as stored (f32): pack_weights folds in float64 one panel at a time, and the packing cache hashes it
     w = np.asarray(conv.inputs[1].source.node.value)
-    m = w.shape[0]
+    # a ConvTranspose's weight is [C, M/group, KH, KW]
+    m = w.shape[1] * conv.group if conv.type_name == "ConvolutionBackpropData" else w.shape[0]
     scale, shift = np.ones(m), np.zeros(m)
     folding = True
     post_ops: list[PostOp] = []
@@ -264,12 +275,13 @@ def reads_planar(sg: Subgraph) -> bool:
 def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
     """``run(inputs) -> [y]`` for a conv-primitive Subgraph, or None (the reason in ``sg.rt_info``)."""
     if sg.rt_info.get("SnippetsConcat"):
-        from snippets_x86_64.conv_concat import ChannelConcat
+        from snippets_x86_64.conv_concat import ChannelConcat, slots_for
 
-        # the batch: None when dynamic; a dynamic Concat copies with numpy (the JIT row copy is made per shape)
-        shape = sg.body.parameters[0].outputs[0].shape
-        cat = ChannelConcat(shape[0], config.num_threads if sg.outputs[0].shape.is_static else 1)
-        sg.rt_info["SnippetsConvKernel"] = f"channel concat of {len(sg.inputs)} inputs in NHWC"
+        # its producers, compiled before it, have bound their slices; a dynamic shape: a new array per call, copied
+        # with numpy (the JIT row copy is made per shape)
+        static = sg.outputs[0].shape.is_static
+        cat = ChannelConcat(slots_for(sg) if static else None, config.num_threads if static else 1)
+        sg.rt_info["SnippetsConvKernel"] = cat.describe()
 
         def run_concat(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
             return [cat.run(inputs)]
@@ -285,13 +297,18 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
         pool = next(op for op in sg.body_ops if op.type_name != "Reshape")
         if not sg.body.parameters[0].outputs[0].shape.is_static:
             return DynamicPool(sg, pool, config.num_threads)
+        into = _concat_slice(sg) if pool.type_name in ("MaxPool", "AvgPool") else None
         pex = build_pool_executor(pool, sg.body.parameters[0].outputs[0].shape.to_tuple(), config.num_threads,
-                                  sg.outputs[0].shape.to_tuple())
+                                  sg.outputs[0].shape.to_tuple(), out_pitch=into.pitch if into else 0)
         sg.rt_info["SnippetsConvKernel"] = describe_geometry(pex.geo) if isinstance(pex, ConvExecutor) \
             else pex.describe()
 
         def run_pool(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
             return [pex.run(inputs[0])]
+
+        if into is not None:
+            sg.rt_info["SnippetsConvKernel"] += into.describe()
+            run_pool = into.bind(pex)
 
         run_pool.executor = pex  # type: ignore[attr-defined]
         return run_pool
@@ -302,9 +319,18 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
         return None
     x_port = sg.body.parameters[0].outputs[0].shape
     threads = config.num_threads
+    if plan.conv.type_name == "ConvolutionBackpropData":
+        return _compile_conv_transpose(sg, plan, threads)
     if x_port.is_static:
-        ex = plan.executor(x_port.to_tuple(), threads)
-        sg.rt_info["SnippetsConvKernel"] = ex.describe() if isinstance(ex, ConvThenPool) else describe_geometry(ex.geo)
+        from snippets_x86_64.conv_concat import output_pitch
+
+        # no slice for a residual (the kernel would read it with the slice's pitch) nor a global pool ([N, M])
+        into = _concat_slice(sg) if plan.residual is None and plan.global_pool is None else None
+        # an input that is a channel slice of a Concat's output (DenseNet's chain): the input copy reads its pitch
+        ex = plan.executor(x_port.to_tuple(), threads, out_pitch=into.pitch if into else 0,
+                           in_pitch=output_pitch(sg.inputs[0].source))
+        kernel = ex.describe() if isinstance(ex, ConvThenPool) else describe_geometry(ex.geo)
+        sg.rt_info["SnippetsConvKernel"] = kernel + (into.describe() if into else "")
         # the kernel reads only its packed copy: the weights are held once (a static shape never runs the body)
         release_constants(sg, "packed into the conv kernel's weights")
         residual = plan.residual
@@ -315,11 +341,41 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
             # a global pool's [N, M, 1, 1] as the body's Reshape has it ([N, M]): the same memory
             return [y if y.shape == out_shape else y.reshape(out_shape)]
 
+        if into is not None:
+            run = into.bind(ex)
+
         run.executor = ex  # type: ignore[attr-defined]
         if plan.pool is not None or plan.global_pool is not None:  # describe() shows whether the pool became the kernel's epilogue, and if not why
             run.describe = lambda: sg.rt_info["SnippetsConvKernel"]  # type: ignore[attr-defined]
         return run
     return DynamicConv(sg, plan, threads)
+
+
+def _compile_conv_transpose(sg: Subgraph, plan: ConvPlan, threads: int) -> Any:
+    """``run(inputs) -> [y]`` for a ConvTranspose primitive, or None (the reason in ``sg.rt_info``)."""
+    from snippets_x86_64.conv_transpose import compile_conv_transpose
+
+    ex, what = compile_conv_transpose(sg, plan, threads)
+    if ex is None:
+        sg.rt_info[FALLBACK_REASON_KEY] = what
+        return None
+    sg.rt_info["SnippetsConvKernel"] = what
+    release_constants(sg, "packed into the ConvTranspose kernel's weights")
+    residual = plan.residual
+
+    def run(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return [ex.run(inputs[0], None if residual is None else inputs[residual])]
+
+    run.executor = ex  # type: ignore[attr-defined]
+    return run
+
+
+def _concat_slice(sg: Subgraph) -> Any:
+    """A :class:`ConcatSlice` when the primitive ``sg`` can write its output into a channel Concat's, else None."""
+    from snippets_x86_64.conv_concat import ConcatSlice, concat_slice
+
+    found = concat_slice(sg)
+    return None if found is None else ConcatSlice(*found)
 
 
 def _compile_channel_shuffle(sg: Subgraph, config: CompileConfig) -> Any:

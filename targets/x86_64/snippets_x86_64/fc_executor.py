@@ -17,7 +17,7 @@ import numpy as np
 
 from snippets_core.config import CompileConfig, ConfigError, int_option
 from snippets_core.errors import InputError, SnippetsError, UnsupportedByTarget
-from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.ir.ops.subgraph import Subgraph, release_input_constants
 from snippets_core.ir.shape import Shape
 from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, PANEL, packed_weight_body_inputs, packed_weights
 from snippets_core.runtime.placement import Placement, fallback_reason
@@ -729,13 +729,16 @@ def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, s
             by_n = split_n(sg, config, host, packed)
         except SnippetsError as exc:  # the split is an optimization: the whole-N kernel is compiled and runs
             sg.rt_info[SPLIT_N_SKIPPED] = f"{type(exc).__name__}: {exc}"
+    # a static kernel never runs the reference: it reads only the packed copy, so the weights are held once
     if by_n is not None:
+        release_input_constants(sg, sorted(packed), "packed into the FullyConnected kernel's weights")
         return by_n
     try:
         by_rows = row_parts(sg, executor, config, host, packed)
     except SnippetsError as exc:  # an optimization too: the whole kernel runs
         sg.rt_info[ROW_PARTS_SKIPPED] = f"{type(exc).__name__}: {exc}"
         by_rows = None
+    release_input_constants(sg, sorted(packed), "packed into the FullyConnected kernel's weights")
     return PackedWeightExecutor(by_rows if by_rows is not None else executor, packed)
 
 

@@ -52,13 +52,14 @@ def reciprocal_counts(geo: ConvGeometry, pads: tuple[int, int, int, int], includ
 def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
                         out_shape: tuple[int, ...] | None = None, dynamic: bool = False,
                         prepared: ConvExecutor | GlobalPool | None = None, borders: tuple | None = None,
-                        alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
+                        alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None, out_pitch: int = 0,
                         ) -> ConvExecutor | LRNExecutor | GlobalPool:
     """The kernel of a pooling primitive (MaxPool, AvgPool, LRN, or a ReduceMean/ReduceMax over H and W: a global
     pool, whose output is ``out_shape``, [N, C, 1, 1] by default) for inputs of ``x_shape``. ``dynamic``: a
     MaxPool/AvgPool's walk on runtime geometry (``conv.kernel_key``), whose kernel ``prepared`` (the same pool made
     for another shape) may already have; ``borders``: its border code for every size (``conv.merge_borders``);
-    ``alloc`` makes a MaxPool's/AvgPool's buffers (tests pass guarded memory)."""
+    ``alloc`` makes a MaxPool's/AvgPool's buffers (tests pass guarded memory); ``out_pitch`` (a MaxPool/AvgPool
+    writing into a Concat's slice) as ConvExecutor's."""
     if node.type_name in GLOBAL_MODES:
         return GlobalPool(x_shape, GLOBAL_MODES[node.type_name], out_shape, num_threads=num_threads,
                           prepared=prepared if isinstance(prepared, GlobalPool) else None)
@@ -73,4 +74,4 @@ def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
     if isinstance(prepared, ConvExecutor):  # its kernel, the table's template: only the shape's fields are new
         return prepared.for_shape(geo, divisor if geo.mode == "avg" else None)
     return ConvExecutor(geo, divisor, None, None, num_threads=num_threads, dynamic=dynamic, borders=borders,
-                        alloc=alloc)
+                        alloc=alloc, out_pitch=out_pitch)

@@ -250,3 +250,22 @@ def test_a_depthwise_conv_runs_its_global_pool_kernel_after_it(op: str) -> None:
     np.testing.assert_allclose(cm({"x": x})["y"], ReferenceEvaluator(model).run(None, {"x": x})[0],
                                rtol=1e-4, atol=1e-4)
     assert "not fused: a depthwise convolution's walk has no global pool epilogue" in cm.describe()
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[2], CASES[3], CASES[9], CASES[11]], ids=["0", "2", "3", "9", "11"])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_pooled_output_writes_a_concat_slice_under_guard_pages(case: tuple, at: str) -> None:
+    """A conv + pool writing into a channel Concat's output (``out_pitch``): the epilogue's pooled stores, or the
+    pool kernel after the conv, stay inside the slice; the channels around it keep their values."""
+    plan, w, shift, x = _plan(case)
+    want = _oracle(case, w, shift, x, plan)
+    n, m, ho, wo = want.shape
+    total = m + 9
+    offset = total - m if at == "end" else 5
+    ex = plan.executor(x.shape, 2, out_pitch=total)
+    assert isinstance(ex, ConvThenPool) is not case[-1]
+    buf = guarded_array((n, ho, wo, total), np.float32, at)
+    buf[...] = -7.0
+    got = ex.run(x, None, buf[..., offset:offset + m])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert (buf[..., :offset] == -7.0).all() and (buf[..., offset + m:] == -7.0).all()

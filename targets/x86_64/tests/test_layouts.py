@@ -389,3 +389,68 @@ def test_a_three_channel_conv_after_an_nhwc_producer_reads_it_as_it_lies() -> No
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     (y,) = cm({"x": x}).values()
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+
+
+def _classifier(op: str, shared: bool = False) -> bytes:
+    """conv -> max pool (NHWC) -> Flatten or Reshape to [N, C*H*W] -> Gemm (transB) or MatMul: a CNN's classifier.
+    With ``shared`` the weight also feeds a second MatMul: it cannot be reordered, so the activation is."""
+    rng = np.random.default_rng(21)
+    flat = (helper.make_node("Flatten", ["p"], ["f"], axis=1) if op != "Reshape"
+            else helper.make_node("Reshape", ["p", "shape"], ["f"]))
+    fc = (helper.make_node("Gemm", ["f", "wt", "b"], ["y"], transB=1) if op == "Gemm"
+          else helper.make_node("MatMul", ["f", "w"], ["y"]))
+    nodes = [helper.make_node("Conv", ["x", "wc"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["c"], ["p"], kernel_shape=[2, 2], strides=[2, 2]), flat, fc]
+    inits = [numpy_helper.from_array((rng.standard_normal((20, 3, 3, 3)) * 0.3).astype(np.float32), "wc"),
+             numpy_helper.from_array(np.array([2, -1], np.int64), "shape"),
+             numpy_helper.from_array((rng.standard_normal((10, 20 * 3 * 4)) * 0.1).astype(np.float32), "wt"),
+             numpy_helper.from_array((rng.standard_normal((20 * 3 * 4, 10)) * 0.1).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), "b")]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 10])]
+    if shared:
+        nodes.append(helper.make_node("MatMul", ["y", "w2"], ["z"]))
+        nodes.append(helper.make_node("MatMul", ["f", "w"], ["y2"]))
+        inits.append(numpy_helper.from_array(rng.standard_normal((10, 4)).astype(np.float32), "w2"))
+        outs += [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 4]),
+                 helper.make_tensor_value_info("y2", TensorProto.FLOAT, [2, 10])]
+    g = helper.make_graph(nodes, "cls", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 6, 8])], outs,
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+@pytest.mark.parametrize("op", ["Gemm", "MatMul", "Reshape"])
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_classifier_flattens_nhwc_with_its_weight_rows_reordered(op: str, shared: bool) -> None:
+    """The Flatten before a MatMul with a Constant weight reads the pool's NHWC memory as it lies: AssignLayouts
+    puts the weight's K rows in (h, w, c) order once instead of reordering the activation per call; a weight (or
+    a flattened value) another node also reads keeps the reorder. Against onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    data = _classifier(op, shared)
+    cm = compile_model(data, "x86_64_avx512", {"num_threads": 2})
+    flat = [n for n in cm.model.get_ordered_ops() if n.type_name in ("Reshape", "Flatten")]
+    assert [n.rt_info[INPUT_LAYOUTS][0] for n in flat] == ["plain" if shared else "NHWC"]
+    assert _reorders(cm) == ([("NHWC", "plain")] if shared else [])  # (the 3-channel conv reads its input planar)
+    x = np.random.default_rng(22).standard_normal((2, 3, 6, 8)).astype(np.float32)
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": x})))
+    got = cm({"x": x})
+    for name, v in want.items():
+        np.testing.assert_allclose(got[name], v, rtol=1e-4, atol=1e-4 * np.abs(v).max())
+
+
+def test_assign_layouts_run_twice_reorders_a_flattened_weight_once() -> None:
+    """AssignLayouts again on a model it laid out (the pipeline may rerun it): the weight keeps its order."""
+    from snippets_core.config import CompileConfig
+    from snippets_core.frontends.onnx import read_onnx
+    from snippets_core.passes.assign_layouts import AssignLayouts
+    from snippets_core.runtime.pipeline import run_tokenization
+    from snippets_core.runtime.targets import resolve_target
+
+    cfg = CompileConfig()
+    target = resolve_target("x86_64_avx512", cfg)
+    model = read_onnx(_classifier("MatMul"))
+    run_tokenization(model, target, cfg)
+    weights = [n for n in model.get_ordered_ops() if n.type_name == "Constant" and np.ndim(n.value) == 2]
+    before = [np.array(n.value) for n in weights]
+    assert not AssignLayouts(target.preferred_layout, target.preferred_input_layout).run(model)
+    assert all(np.array_equal(n.value, b) for n, b in zip(weights, before))

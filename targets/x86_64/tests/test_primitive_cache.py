@@ -121,3 +121,47 @@ def test_a_forked_child_packs_weights_with_a_helper_thread_of_its_own():
         os._exit(0 if np.array_equal(pack_weights(w, geo, None, None)[0], packed) else 3)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_fc_weights_are_held_once(threads: int, rows: int) -> None:
+    """A Gemm's constant weight, packed into BrgemmCopyB panels at compile time, is released from the model once the
+    kernel has its copy (one row on two threads: the split along N reads slices of the packed copy): the model's
+    Constant becomes a zero-stride placeholder and evaluating the FC Subgraph is a ConstantsReleasedError."""
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(rows + threads)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1), helper.make_node("Relu", ["g"], ["y"])]
+    inits = [numpy_helper.from_array((rng.standard_normal((96, 256)) * 0.1).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(96).astype(np.float32), "b")]
+    g = helper.make_graph(nodes, "fc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, 256])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, 96])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    cm = compile_model(model, "x86_64_avx512", {"num_threads": threads})
+    (fc,) = [sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsConstantsReleased")]
+    weights = [i.source.node.value for i in fc.inputs if i.source.node.type_name == "Constant"
+               and i.source.node.value.shape == (96, 256)]
+    assert len(weights) == 1 and weights[0].strides == (0, 0)
+    x = rng.standard_normal((rows, 256)).astype(np.float32)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for _ in range(2):
+        np.testing.assert_allclose(cm({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ConstantsReleasedError, match="packed into the FullyConnected kernel"):
+        fc.evaluate(*[np.zeros(i.shape.to_tuple(), np.float32) for i in fc.inputs])
+
+
+def test_a_shared_fc_weight_is_kept() -> None:
+    """The same weight read by two FCs (tied weights): each packs its own copy and the original stays."""
+    rng = np.random.default_rng(11)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("MatMul", ["r", "w"], ["y"])]
+    inits = [numpy_helper.from_array((rng.standard_normal((64, 64)) * 0.1).astype(np.float32), "w")]
+    g = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    cm = compile_model(model, "x86_64_avx512")
+    x = rng.standard_normal((4, 64)).astype(np.float32)
+    np.testing.assert_allclose(cm({"x": x})["y"], compile_model(model, "reference")({"x": x})["y"], rtol=1e-4,
+                               atol=1e-4)
+    consts = [n.value for n in cm.model.get_ordered_ops() if n.type_name == "Constant" and n.value.shape == (64, 64)]
+    assert consts and all(c.strides == (256, 4) for c in consts)
