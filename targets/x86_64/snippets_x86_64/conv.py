@@ -30,7 +30,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -104,8 +104,10 @@ POST_OP_KINDS = ("add_c", "mul_c", "residual", "relu", "clamp", "prelu", "prelu_
 
 
 @dataclass(frozen=True)
-class ConvGeometry:
-    """A 2-D convolution resolved against one input shape (pads are final, auto_pad applied)."""
+class ConvDims:
+    """The sizes of a 2-D convolution over one input shape: the fields and the window arithmetic the f32 kernel
+    (``ConvGeometry``) and the int8 one (``conv_int8.Int8ConvShape``) share. ``hp``/``wp``: the padded input copy,
+    every tap of every output row inside it (the end pads are whatever makes every window fit)."""
 
     n: int
     c: int
@@ -123,6 +125,28 @@ class ConvGeometry:
     pl: int
     ho: int
     wo: int
+
+    @property
+    def cg(self) -> int:
+        return self.c // self.group
+
+    @property
+    def mg(self) -> int:
+        return self.m // self.group
+
+    @property
+    def hp(self) -> int:
+        return max((self.ho - 1) * self.sh + (self.kh - 1) * self.dh + 1, self.pt + self.h)
+
+    @property
+    def wp(self) -> int:
+        return max((self.wo - 1) * self.sw + (self.kw - 1) * self.dw + 1, self.pl + self.w)
+
+
+@dataclass(frozen=True)
+class ConvGeometry(ConvDims):
+    """A 2-D convolution resolved against one input shape (pads are final, auto_pad applied)."""
+
     #: "conv", or a pooling over the same windows: "max", "avg" (the divisor per output pixel comes as the
     #: "weights": one reciprocal count per output pixel)
     mode: str = "conv"
@@ -165,26 +189,14 @@ class ConvGeometry:
         return self.hp * self.wp * 4 if self.planar else 4
 
     @property
-    def cg(self) -> int:
-        return self.c // self.group
-
-    @property
-    def mg(self) -> int:
-        return self.m // self.group
-
-    @property
     def hp(self) -> int:
-        """Rows of the padded input copy: every tap of every output row is inside it (a depthwise conv or a pool
-        reads the input itself: its kernel skips the taps outside the image)."""
-        if self.depthwise:
-            return self.h
-        return max((self.ho - 1) * self.sh + (self.kh - 1) * self.dh + 1, self.pt + self.h)
+        """Rows of the padded input copy (``ConvDims.hp``; a depthwise conv or a pool reads the input itself: its
+        kernel skips the taps outside the image)."""
+        return self.h if self.depthwise else super().hp
 
     @property
     def wp(self) -> int:
-        if self.depthwise:
-            return self.w
-        return max((self.wo - 1) * self.sw + (self.kw - 1) * self.dw + 1, self.pl + self.w)
+        return self.w if self.depthwise else super().wp
 
     @property
     def depthwise(self) -> bool:
@@ -235,7 +247,7 @@ class ConvGeometry:
     def blocks(self) -> list[tuple[int, int]]:
         """(first vector, vector count) of each output-channel block of a group: as even as the vector count
         allows, larger ones first (5 vectors are 3 + 2, not 4 + 1: a 1-vector block does one FMA per load)."""
-        return list(_blocks(self.nvp, self.dw_reuse))
+        return list(channel_blocks(self.nvp, self.dw_reuse))
 
     @property
     def dw_reuse(self) -> bool:
@@ -275,8 +287,9 @@ def _row_variant_index(ho: int, h: int, sh: int, pt: int, kh: int, dh: int) -> t
 
 
 @functools.lru_cache(maxsize=1024)
-def _blocks(nvp: int, one_vector: bool) -> tuple[tuple[int, int], ...]:
-    """``ConvGeometry.blocks`` of ``nvp`` vectors (``one_vector``: a ``dw_reuse`` walk), made once per count."""
+def channel_blocks(nvp: int, one_vector: bool) -> tuple[tuple[int, int], ...]:
+    """``ConvGeometry.blocks`` of ``nvp`` vectors (``one_vector``: a ``dw_reuse`` walk), made once per count (the
+    int8 kernel's blocks too)."""
     count = nvp if one_vector else -(-nvp // MAX_NV)
     sizes = [nvp // count + (1 if b < nvp % count else 0) for b in range(count)]
     return tuple((sum(sizes[:b]), n) for b, n in enumerate(sizes))
@@ -590,30 +603,20 @@ def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...], dynamic: 
         borders = borders or dw_borders(geo)
     row_vars = list(borders[0]) if borders else geo.row_variants() if geo.depthwise else [(0, geo.kh)]
     variants = [(nv, rows) for nv in nvs for rows in row_vars]  # the table's variant indexes this list
-    # the table row pointer and the items left
-    fn.imul(r15, rdx, ROW * 8)
-    fn.add(r15, qword[rsi + ARG_TAB * 8])
-    fn.mov(r14, rcx)
-    fn.test(r14, r14)
-    fn.jz(fn.exit)
-    top, nxt = fn.new_label("item"), fn.new_label("next")
-    fn.bind(top)
-    fn.mov(rbx, qword[r15])
-    fn.add(rbx, qword[rsi + ARG_SRC * 8])
-    fn.mov(r8, qword[r15 + 8])
-    fn.add(r8, qword[rsi + ARG_WEI * 8])
-    fn.mov(r9, qword[r15 + 16])
-    fn.mov(r11, r9)
-    fn.add(r9, qword[rsi + ARG_DST * 8])
-    fn.add(r11, qword[rsi + ARG_RES * 8])
-    fn.mov(r10, qword[r15 + 24])
-    fn.kmovw(k1, word[r15 + 32])
-    labels = [fn.new_label(f"variant{i}") for i in range(len(variants))]
-    for i in range(1, len(variants)):
-        fn.cmp(qword[r15 + 40], i)
-        fn.je(labels[i])
-    for i, (nv, rows) in enumerate(variants):
-        fn.bind(labels[i])
+
+    def load() -> None:
+        fn.mov(rbx, qword[r15])
+        fn.add(rbx, qword[rsi + ARG_SRC * 8])
+        fn.mov(r8, qword[r15 + 8])
+        fn.add(r8, qword[rsi + ARG_WEI * 8])
+        fn.mov(r9, qword[r15 + 16])
+        fn.mov(r11, r9)
+        fn.add(r9, qword[rsi + ARG_DST * 8])
+        fn.add(r11, qword[rsi + ARG_RES * 8])
+        fn.mov(r10, qword[r15 + 24])
+        fn.kmovw(k1, word[r15 + 32])
+
+    def variant(nv: int, rows: tuple[int, int]) -> None:
         if geo.depthwise and dynamic:
             _emit_dw_row_dynamic(fn, geo, nv, rows, post_ops, borders)
         elif geo.depthwise:
@@ -624,9 +627,34 @@ def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...], dynamic: 
             _emit_pooled_row(fn, geo, nv, post_ops)
         else:
             _emit_row(fn, geo, nv, post_ops)
+
+    return emit_table_kernel(fn, ROW, ARG_TAB, load, 40, [functools.partial(variant, *v) for v in variants])
+
+
+def emit_table_kernel(fn: Function, row: int, tab_arg: int, load: Callable[[], None], variant_at: int,
+                      variants: Sequence[Callable[[], None]]) -> JitFunction:
+    """The native pool's harness ``(unused, args, start, count)`` over a work table of ``row`` int64 fields per
+    item (the f32 and the int8 conv kernels): r15 walks the items from ``start`` (the table is ``args[tab_arg]``),
+    r14 counts them; per item ``load`` reads the row's fields, then the code of the variant the int64 at byte
+    ``variant_at`` of the row names runs (``variants[i]`` emits variant ``i``)."""
+    fn.imul(r15, rdx, row * 8)
+    fn.add(r15, qword[rsi + tab_arg * 8])
+    fn.mov(r14, rcx)
+    fn.test(r14, r14)
+    fn.jz(fn.exit)
+    top, nxt = fn.new_label("item"), fn.new_label("next")
+    fn.bind(top)
+    load()
+    labels = [fn.new_label(f"variant{i}") for i in range(len(variants))]
+    for i in range(1, len(variants)):
+        fn.cmp(qword[r15 + variant_at], i)
+        fn.je(labels[i])
+    for label, emit in zip(labels, variants):
+        fn.bind(label)
+        emit()
         fn.jmp(nxt)
     fn.bind(nxt)
-    fn.add(r15, ROW * 8)
+    fn.add(r15, row * 8)
     fn.dec(r14)
     fn.jnz(top)
     return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64))
@@ -634,28 +662,34 @@ def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...], dynamic: 
 
 def _emit_row(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[PostOp, ...]) -> None:
     """One output row segment of ``nv`` channel vectors: full pixel blocks in a loop, then the tail block."""
-    emit = _emit_block
     # a global pool sums every channel block's pixels in one order (the block of the widest variant): channels
     # with equal values stay equal (a softmax over them stays flat)
     r_full = pixels_per_block(nv if geo.global_pool is None else geo.blocks()[0][1], geo.wo)
-    n_full, r_tail = divmod(geo.wo, r_full)
     src_step = r_full * geo.sw * geo.px_bytes
     dst_step = r_full * geo.mo * 4
     if geo.global_pool is not None:  # every block of the row reduces into the row's slot (r9 stays)
         _emit_global_init(fn, geo, nv)
+    steps = [(rbx, src_step)] + ([(r9, dst_step)] if geo.global_pool is None else []) + [(r11, dst_step)]
+    emit_pixel_loop(fn, geo.wo, r_full, lambda r: _emit_block(fn, geo, nv, r, post_ops), steps)
+
+
+def emit_pixel_loop(fn: Function, wo: int, r_full: int, block: Callable[[int], None],
+                    steps: Sequence[tuple[Any, int]]) -> None:
+    """A row of ``wo`` output pixels (the f32 and the int8 conv kernels): ``block(r)`` emits a register block of
+    ``r`` pixels; the full blocks of ``r_full`` run in a loop (counted in r12) that advances each ``(register,
+    bytes)`` of ``steps`` per block, then the tail block."""
+    n_full, r_tail = divmod(wo, r_full)
     if n_full:
         loop = fn.new_label("pixels")
         fn.mov(r12, n_full)
         fn.bind(loop)
-        emit(fn, geo, nv, r_full, post_ops)
-        fn.add(rbx, src_step)
-        if geo.global_pool is None:
-            fn.add(r9, dst_step)
-        fn.add(r11, dst_step)
+        block(r_full)
+        for reg, step in steps:
+            fn.add(reg, step)
         fn.dec(r12)
         fn.jnz(loop)
     if r_tail:
-        emit(fn, geo, nv, r_tail, post_ops)
+        block(r_tail)
 
 
 def _emit_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[PostOp, ...]) -> None:
@@ -847,14 +881,6 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
             fn.vxorps(z, z, z)
     ch = geo.ch_bytes
     vbytes = nv * VEC * 4  # weight bytes per input channel
-    fn.mov(rax, rbx)
-    fn.mov(r13, r8)
-    fn.mov(rdi, geo.kh)
-    kh_loop, kw_loop = fn.new_label("kh"), fn.new_label("kw")
-    fn.bind(kh_loop)
-    fn.mov(rbp, rax)
-    fn.mov(rcx, geo.kw)
-    fn.bind(kw_loop)
     turn = [0]
 
     planar_dynamic = dynamic and geo.planar
@@ -877,25 +903,8 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
     n_unrolled, rest = divmod(geo.cg, UNROLL)
     if planar_dynamic:  # a runtime channel pitch: no immediate displacements, the few channels unrolled
         n_unrolled, rest = 0, geo.cg
-    if n_unrolled:
-        ic_loop = fn.new_label("ic")
-        fn.mov(rdx, n_unrolled)
-        fn.bind(ic_loop)
-        body(UNROLL)
-        fn.add(rbp, UNROLL * ch)
-        fn.add(r13, UNROLL * vbytes)
-        fn.dec(rdx)
-        fn.jnz(ic_loop)
-    if rest:
-        body(rest)
-        fn.add(r13, rest * vbytes)
-    # rbp walked Cg channels (minus the rest, not added): to the next tap
-    fn.add(rbp, geo.dw * geo.px_bytes - n_unrolled * UNROLL * ch)
-    fn.dec(rcx)
-    fn.jnz(kw_loop)
-    fn.add(rax, qword[r15 + RT_PITCH * 8] if dynamic else geo.dh * geo.wp * geo.px_bytes)
-    fn.dec(rdi)
-    fn.jnz(kh_loop)
+    emit_tap_walk(fn, geo.kh, geo.kw, body, n_unrolled, rest, ch, vbytes, geo.dw * geo.px_bytes,
+                  qword[r15 + RT_PITCH * 8] if dynamic else geo.dh * geo.wp * geo.px_bytes)
     _emit_post_ops(fn, geo, acc, [*bc, tmp, *wv], post_ops)
     if pooled:
         _emit_pool_store(fn, geo, acc, pooled)
@@ -907,6 +916,43 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
         for j in range(nv):
             dst = zword[r9 + (i * geo.mo * 4 + j * 64)]
             fn.vmovups(dst.mask(k1) if j == nv - 1 else dst, acc[i][j])
+
+
+def emit_tap_walk(fn: Function, kh: int, kw: int, body: Callable[[int], None], n_unrolled: int, rest: int,
+                  ch_step: int, vbytes: int, col_step: int, row_step: Any) -> None:
+    """The reduction of a dense conv register block over (kernel rows, kernel columns, input channel steps), read in
+    place from the padded input (the f32 and the int8 conv kernels): rbx the block's first input pixel, r8 its
+    weights; rax walks the kernel rows (``row_step`` bytes: an immediate or a table field), rbp the taps
+    (``col_step`` bytes) and their channels, r13 the weights (``vbytes`` per channel step). ``body(count)`` emits
+    ``count`` channel steps (``ch_step`` input bytes each) from rbp and r13: ``n_unrolled`` times ``UNROLL`` of them
+    in a loop (counted in rdx), then ``rest``."""
+    fn.mov(rax, rbx)
+    fn.mov(r13, r8)
+    fn.mov(rdi, kh)
+    kh_loop, kw_loop = fn.new_label("kh"), fn.new_label("kw")
+    fn.bind(kh_loop)
+    fn.mov(rbp, rax)
+    fn.mov(rcx, kw)
+    fn.bind(kw_loop)
+    if n_unrolled:
+        ic_loop = fn.new_label("ic")
+        fn.mov(rdx, n_unrolled)
+        fn.bind(ic_loop)
+        body(UNROLL)
+        fn.add(rbp, UNROLL * ch_step)
+        fn.add(r13, UNROLL * vbytes)
+        fn.dec(rdx)
+        fn.jnz(ic_loop)
+    if rest:
+        body(rest)
+        fn.add(r13, rest * vbytes)
+    # rbp walked the unrolled channel steps (the rest's are displacements): to the next tap
+    fn.add(rbp, col_step - n_unrolled * UNROLL * ch_step)
+    fn.dec(rcx)
+    fn.jnz(kw_loop)
+    fn.add(rax, row_step)
+    fn.dec(rdi)
+    fn.jnz(kh_loop)
 
 
 def _emit_dw_reuse_block(fn: Function, geo: ConvGeometry, rows: tuple[int, int], r: int, at: int,

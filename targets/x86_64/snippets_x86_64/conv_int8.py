@@ -30,25 +30,23 @@ and ``y_zp`` s32, with ``lo = qmin - y_zp``, ``hi = qmax - y_zp``; post: the pos
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from snippets_core.errors import InputError, UnsupportedByTarget
-from snippets_x86_64.asm import Function, bcst, dword, k1, qword, r8, r9, r10, r11, r12, r13, r14, r15, rax, rbp, \
-    rbx, rcx, rdi, rdx, rsi, word, zword
+from snippets_x86_64.asm import Function, bcst, dword, k1, qword, r8, r9, r10, r11, r13, r15, rbp, rbx, rcx, rdx, \
+    rsi, word, zword
 from snippets_x86_64.asm.registers import ZMM
+from snippets_x86_64.conv import UNROLL, ConvDims, channel_blocks, emit_pixel_loop, emit_table_kernel, emit_tap_walk
 
 if TYPE_CHECKING:
     from snippets_x86_64.jit import JitFunction
 
 #: s32 lanes per zmm; input channels per VNNI group
 LANES, K_GROUP = 16, 4
-#: output-channel vectors per work item at most
-MAX_NV = 4
-#: channel groups unrolled per iteration of the reduction loop
-UNROLL = 4
 #: output pixels per register block at most
 MAX_PIXELS = 28
 ZMM_COUNT = 32
@@ -68,26 +66,11 @@ FQ_BYTES = 16
 
 
 @dataclass(frozen=True)
-class Int8ConvShape:
+class Int8ConvShape(ConvDims):
     """One int8 convolution resolved against an input shape: sizes, strides, dilations, begin pads (the end pads
-    are whatever makes every window fit: ``hp``, ``wp``), the output kind and the post-ops in order."""
+    are whatever makes every window fit: ``hp``, ``wp``; the fields and window arithmetic of ``ConvDims``, shared
+    with the f32 kernel), the output kind and the post-ops in order."""
 
-    n: int
-    c: int
-    h: int
-    w: int
-    m: int
-    group: int
-    kh: int
-    kw: int
-    sh: int
-    sw: int
-    dh: int
-    dw: int
-    pt: int
-    pl: int
-    ho: int
-    wo: int
     output: str = "f32"
     post_ops: tuple[str, ...] = ()
 
@@ -108,14 +91,6 @@ class Int8ConvShape:
             raise InputError(f"int8 convolution pads {self.pt}, {self.pl} leave no input in the window")
 
     @property
-    def cg(self) -> int:
-        return self.c // self.group
-
-    @property
-    def mg(self) -> int:
-        return self.m // self.group
-
-    @property
     def cg4(self) -> int:
         """A group's input channels in the padded buffer: rounded up to the VNNI group of 4."""
         return -(-self.cg // K_GROUP) * K_GROUP
@@ -126,23 +101,14 @@ class Int8ConvShape:
         return self.group * self.cg4
 
     @property
-    def hp(self) -> int:
-        return max((self.ho - 1) * self.sh + (self.kh - 1) * self.dh + 1, self.pt + self.h)
-
-    @property
-    def wp(self) -> int:
-        return max((self.wo - 1) * self.sw + (self.kw - 1) * self.dw + 1, self.pl + self.w)
-
-    @property
     def nvp(self) -> int:
         """Output-channel vectors per group (the last one partial when ``mg`` is not a multiple of 16)."""
         return -(-self.mg // LANES)
 
     def blocks(self) -> list[tuple[int, int]]:
-        """(first vector, vector count) of each output-channel block of a group, as even as the count allows."""
-        count = -(-self.nvp // MAX_NV)
-        sizes = [self.nvp // count + (1 if b < self.nvp % count else 0) for b in range(count)]
-        return [(sum(sizes[:b]), s) for b, s in enumerate(sizes)]
+        """(first vector, vector count) of each output-channel block of a group, as even as the count allows (the f32
+        kernel's blocks: at most ``conv.MAX_NV`` vectors, larger ones first)."""
+        return list(channel_blocks(self.nvp, False))
 
     @property
     def macs(self) -> int:
@@ -263,54 +229,27 @@ def build_int8_conv_kernel(geo: Int8ConvShape) -> JitFunction:
     fn = Function("conv_int8", args=("unused", "args", "start", "count"))
     blocks = geo.blocks()
     nvs = [blocks[0][1]] + ([blocks[-1][1]] if blocks[-1][1] != blocks[0][1] else [])
-    fn.imul(r15, rdx, ROW * 8)
-    fn.add(r15, qword[rsi + ARG_TAB * 8])
-    fn.mov(r14, rcx)
-    fn.test(r14, r14)
-    fn.jz(fn.exit)
-    top, nxt = fn.new_label("item"), fn.new_label("next")
-    fn.bind(top)
-    fn.mov(rbx, qword[r15])
-    fn.add(rbx, qword[rsi + ARG_SRC * 8])
-    fn.mov(r8, qword[r15 + 8])
-    fn.add(r8, qword[rsi + ARG_WEI * 8])
-    fn.mov(r9, qword[r15 + 16])
-    fn.add(r9, qword[rsi + ARG_DST * 8])
-    fn.mov(r10, qword[r15 + 24])
-    fn.mov(r11, qword[r15 + 32])
-    fn.add(r11, qword[rsi + ARG_RES * 8])
-    fn.kmovw(k1, word[r15 + 40])
-    labels = [fn.new_label(f"variant{i}") for i in range(len(nvs))]
-    if len(nvs) > 1:
-        fn.cmp(qword[r15 + 48], 1)
-        fn.je(labels[1])
-    for label, nv in zip(labels, nvs):
-        fn.bind(label)
-        _emit_row(fn, geo, nv)
-        fn.jmp(nxt)
-    fn.bind(nxt)
-    fn.add(r15, ROW * 8)
-    fn.dec(r14)
-    fn.jnz(top)
-    return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64))
+
+    def load() -> None:
+        fn.mov(rbx, qword[r15])
+        fn.add(rbx, qword[rsi + ARG_SRC * 8])
+        fn.mov(r8, qword[r15 + 8])
+        fn.add(r8, qword[rsi + ARG_WEI * 8])
+        fn.mov(r9, qword[r15 + 16])
+        fn.add(r9, qword[rsi + ARG_DST * 8])
+        fn.mov(r10, qword[r15 + 24])
+        fn.mov(r11, qword[r15 + 32])
+        fn.add(r11, qword[rsi + ARG_RES * 8])
+        fn.kmovw(k1, word[r15 + 40])
+
+    return emit_table_kernel(fn, ROW, ARG_TAB, load, 48, [functools.partial(_emit_row, fn, geo, nv) for nv in nvs])
 
 
 def _emit_row(fn: Function, geo: Int8ConvShape, nv: int) -> None:
     """One output row of ``nv`` channel vectors: full pixel blocks in a loop, then the tail block."""
     r_full = pixels_per_block(nv, geo.wo)
-    n_full, r_tail = divmod(geo.wo, r_full)
-    if n_full:
-        loop = fn.new_label("pixels")
-        fn.mov(r12, n_full)
-        fn.bind(loop)
-        _emit_block(fn, geo, nv, r_full)
-        fn.add(rbx, r_full * geo.sw * geo.cp)
-        fn.add(r9, r_full * geo.m * OUT_SIZE[geo.output])
-        fn.add(r11, r_full * geo.m * 4)
-        fn.dec(r12)
-        fn.jnz(loop)
-    if r_tail:
-        _emit_block(fn, geo, nv, r_tail)
+    steps = [(rbx, r_full * geo.sw * geo.cp), (r9, r_full * geo.m * OUT_SIZE[geo.output]), (r11, r_full * geo.m * 4)]
+    emit_pixel_loop(fn, geo.wo, r_full, lambda r: _emit_block(fn, geo, nv, r), steps)
 
 
 def _emit_block(fn: Function, geo: Int8ConvShape, nv: int, r: int) -> None:
@@ -324,14 +263,6 @@ def _emit_block(fn: Function, geo: Int8ConvShape, nv: int, r: int) -> None:
     pix = geo.sw * geo.cp  # bytes between the input pixels of neighbouring outputs
     vbytes = nv * LANES * K_GROUP  # weight bytes per channel group
     groups = geo.cg4 // K_GROUP
-    fn.mov(rax, rbx)
-    fn.mov(r13, r8)
-    fn.mov(rdi, geo.kh)
-    kh_loop, kw_loop = fn.new_label("kh"), fn.new_label("kw")
-    fn.bind(kh_loop)
-    fn.mov(rbp, rax)
-    fn.mov(rcx, geo.kw)
-    fn.bind(kw_loop)
     turn = [0]
 
     def body(count: int) -> None:
@@ -345,26 +276,8 @@ def _emit_block(fn: Function, geo: Int8ConvShape, nv: int, r: int) -> None:
                 for j in range(nv):
                     fn.vpdpbusd(acc[i][j], b, wv[j])
 
-    n_unrolled, rest = divmod(groups, UNROLL)
-    if n_unrolled:
-        ic_loop = fn.new_label("ic")
-        fn.mov(rdx, n_unrolled)
-        fn.bind(ic_loop)
-        body(UNROLL)
-        fn.add(rbp, UNROLL * K_GROUP)
-        fn.add(r13, UNROLL * vbytes)
-        fn.dec(rdx)
-        fn.jnz(ic_loop)
-    if rest:
-        body(rest)
-        fn.add(r13, rest * vbytes)
-    # rbp walked the unrolled channel groups: to the next tap
-    fn.add(rbp, geo.dw * geo.cp - n_unrolled * UNROLL * K_GROUP)
-    fn.dec(rcx)
-    fn.jnz(kw_loop)
-    fn.add(rax, geo.dh * geo.wp * geo.cp)
-    fn.dec(rdi)
-    fn.jnz(kh_loop)
+    emit_tap_walk(fn, geo.kh, geo.kw, body, *divmod(groups, UNROLL), K_GROUP, vbytes, geo.dw * geo.cp,
+                  geo.dh * geo.wp * geo.cp)
     _emit_epilogue(fn, geo, acc, [*wv, *bc])
 
 
