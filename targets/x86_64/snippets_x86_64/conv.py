@@ -604,12 +604,7 @@ def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...], dynamic: 
     row_vars = list(borders[0]) if borders else geo.row_variants() if geo.depthwise else [(0, geo.kh)]
     variants = [(nv, rows) for nv in nvs for rows in row_vars]  # the table's variant indexes this list
 
-    def load() -> None:
-        fn.mov(rbx, qword[r15])
-        fn.add(rbx, qword[rsi + ARG_SRC * 8])
-        fn.mov(r8, qword[r15 + 8])
-        fn.add(r8, qword[rsi + ARG_WEI * 8])
-        fn.mov(r9, qword[r15 + 16])
+    def load() -> None:  # the residual row is at the output row's offset
         fn.mov(r11, r9)
         fn.add(r9, qword[rsi + ARG_DST * 8])
         fn.add(r11, qword[rsi + ARG_RES * 8])
@@ -635,8 +630,10 @@ def emit_table_kernel(fn: Function, row: int, tab_arg: int, load: Callable[[], N
                       variants: Sequence[Callable[[], None]]) -> JitFunction:
     """The native pool's harness ``(unused, args, start, count)`` over a work table of ``row`` int64 fields per
     item (the f32 and the int8 conv kernels): r15 walks the items from ``start`` (the table is ``args[tab_arg]``),
-    r14 counts them; per item ``load`` reads the row's fields, then the code of the variant the int64 at byte
-    ``variant_at`` of the row names runs (``variants[i]`` emits variant ``i``)."""
+    r14 counts them. Per item: rbx = args[ARG_SRC] + the row's field 0 (the input), r8 = args[ARG_WEI] + field 1
+    (the weights; both kernels' args start so), r9 = field 2 (the output offset: ``load`` adds the base and reads
+    the kernel's other fields), then the code of the variant the int64 at byte ``variant_at`` of the row names runs
+    (``variants[i]`` emits variant ``i``)."""
     fn.imul(r15, rdx, row * 8)
     fn.add(r15, qword[rsi + tab_arg * 8])
     fn.mov(r14, rcx)
@@ -644,6 +641,11 @@ def emit_table_kernel(fn: Function, row: int, tab_arg: int, load: Callable[[], N
     fn.jz(fn.exit)
     top, nxt = fn.new_label("item"), fn.new_label("next")
     fn.bind(top)
+    fn.mov(rbx, qword[r15])
+    fn.add(rbx, qword[rsi + ARG_SRC * 8])
+    fn.mov(r8, qword[r15 + 8])
+    fn.add(r8, qword[rsi + ARG_WEI * 8])
+    fn.mov(r9, qword[r15 + 16])
     load()
     labels = [fn.new_label(f"variant{i}") for i in range(len(variants))]
     for i in range(1, len(variants)):
@@ -1286,7 +1288,7 @@ def build_global_finish_kernel(geo: ConvGeometry) -> JitFunction:
     fn.mov(r12d, (1 << rem) - 1 if rem else 0xFFFF)
     fn.kmovw(k1, r12d)
     fn.imul(rbx, rdx, image_pitch)
-    fn.add(rbx, qword[rsi])
+    fn.add(rbx, qword[rsi + ARG_SRC * 8])
     fn.imul(r9, rdx, geo.m * 4)
     fn.add(r9, qword[rsi + 8])
     fn.mov(r14, rcx)
@@ -1388,7 +1390,7 @@ def build_copy_kernel(channels: tuple[int, ...], ops: tuple[tuple[str, bool], ..
     fn.mov(r9, qword[r15])
     fn.add(r9, qword[rsi + 8])
     fn.mov(rbx, qword[r15 + 8])
-    fn.add(rbx, qword[rsi])
+    fn.add(rbx, qword[rsi + ARG_SRC * 8])
     fn.mov(r12, qword[r15 + 16])
     fn.bind(pixels)
     for v in range(nvec):

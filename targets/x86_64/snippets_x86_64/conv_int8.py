@@ -231,11 +231,6 @@ def build_int8_conv_kernel(geo: Int8ConvShape) -> JitFunction:
     nvs = [blocks[0][1]] + ([blocks[-1][1]] if blocks[-1][1] != blocks[0][1] else [])
 
     def load() -> None:
-        fn.mov(rbx, qword[r15])
-        fn.add(rbx, qword[rsi + ARG_SRC * 8])
-        fn.mov(r8, qword[r15 + 8])
-        fn.add(r8, qword[rsi + ARG_WEI * 8])
-        fn.mov(r9, qword[r15 + 16])
         fn.add(r9, qword[rsi + ARG_DST * 8])
         fn.mov(r10, qword[r15 + 24])
         fn.mov(r11, qword[r15 + 32])
