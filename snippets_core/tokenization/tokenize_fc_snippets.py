@@ -37,7 +37,7 @@ from snippets_core.ir.pass_manager import Pass
 from snippets_core.tokenization.config import TokenizationCallback, TokenizationConfig, ask_callback
 from snippets_core.tokenization.marks import is_completed, is_skipped_by_plugin
 from snippets_core.tokenization.tokenization_utils import constant_goes_inside
-from snippets_core.tokenization.tokenize_mha_snippets import REJECT_REASON_KEY, _build_subgraph, _live_ids, _targets
+from snippets_core.tokenization.tokenize_mha_snippets import REJECT_REASON_KEY, LiveNodes, _build_subgraph, _targets
 from snippets_core.tokenization.tokenize_snippets import BINARY_ELTWISE, UNARY_ELTWISE, appropriate_for_subgraph
 
 #: rt_info key on a MatMul that could not start a FullyConnected Subgraph: why (read by ``snippets inspect``)
@@ -123,26 +123,24 @@ class TokenizeFCSnippets(Pass):
         if not self.config.enabled:
             return False
         changed = False
-        live: set[int] | None = None  # valid until a Subgraph is built (a rejected match changes nothing)
+        live = LiveNodes(model)
         for node in model.get_ordered_ops():
             if node.type_name != "MatMul":
                 continue
-            if live is None:
-                live = _live_ids(model)
-            if node.id not in live:
+            if node.id not in live.ids():
                 continue  # taken by an earlier Subgraph
             try:
-                ordered = self._match(node, live)
+                ordered = self._match(node, live.ids())
             except FCReject as e:
                 node.rt_info[FC_REJECT_REASON_KEY] = str(e)
                 continue
             node.rt_info.pop(FC_REJECT_REASON_KEY, None)
             node.rt_info.pop(REJECT_REASON_KEY, None)  # not an MHA, but fused: the MHA reason no longer matters
-            sg = _build_subgraph(ordered, 0, live)
+            sg = _build_subgraph(ordered, 0, live.ids())
             sg.rt_info[FULLY_CONNECTED] = True
             _mark_weight(sg)
             changed = True
-            live = None
+            live.changed()
         return changed
 
     def _veto(self, node: Node) -> str | None:

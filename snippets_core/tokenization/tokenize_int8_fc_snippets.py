@@ -34,7 +34,7 @@ from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.quantize import DEQUANTIZED_FROM, QUANT_RANGES, QUANTIZATION_GRID, QuantizedConstant
 from snippets_core.ir.pass_manager import Pass
 from snippets_core.tokenization.config import TokenizationConfig
-from snippets_core.tokenization.tokenize_mha_snippets import _build_subgraph, _live_ids, _targets
+from snippets_core.tokenization.tokenize_mha_snippets import LiveNodes, _build_subgraph, _live_ids, _targets
 
 #: rt_info key on an int8 FullyConnected Subgraph: its Int8FCSpec
 INT8_FULLY_CONNECTED = "SnippetsInt8FullyConnected"
@@ -364,19 +364,17 @@ class TokenizeInt8FCSnippets(Pass):
         if not self.config.enabled or not self.config.int8_fc:
             return False
         changed = False
-        live: set[int] | None = None  # valid until a Subgraph is built (a rejected match changes nothing)
+        live = LiveNodes(model)
         for node in model.get_ordered_ops():
             match = {"MatMul": self._static, "MatMulInteger": self._integer, "QLinearMatMul": self._qlinear,
                      "Convolution": self._conv, "QLinearConv": self._qlinear_conv,
                      "ConvInteger": self._integer_conv}.get(node.type_name)
             if match is None:
                 continue
-            if live is None:
-                live = _live_ids(model)
-            if node.id not in live:
+            if node.id not in live.ids():
                 continue
             try:
-                head, chain, spec, x = match(node, live)
+                head, chain, spec, x = match(node, live.ids())
             except Int8Reject as e:
                 if node.type_name not in ("MatMul", "Convolution") or \
                         DEQUANTIZED_FROM in node.inputs[1].source.node.rt_info:
@@ -385,7 +383,7 @@ class TokenizeInt8FCSnippets(Pass):
             node.rt_info.pop(INT8_FC_REJECT_REASON_KEY, None)
             self._fuse(model, head, chain, spec, x)
             changed = True
-            live = None
+            live.changed()
         return changed
 
     @staticmethod

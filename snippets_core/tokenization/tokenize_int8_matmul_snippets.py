@@ -29,7 +29,7 @@ from snippets_core.ir.pass_manager import Pass
 from snippets_core.tokenization.config import TokenizationConfig
 from snippets_core.tokenization.tokenize_int8_fc_snippets import _ACTIVATION_TYPES, INT8_FC_REJECT_REASON_KEY, \
     Int8Reject
-from snippets_core.tokenization.tokenize_mha_snippets import _build_subgraph, _live_ids, _targets
+from snippets_core.tokenization.tokenize_mha_snippets import LiveNodes, _build_subgraph, _live_ids, _targets
 
 #: rt_info key on an int8 batched-MatMul Subgraph: its Int8MatMulSpec
 INT8_BATCHED_MATMUL = "SnippetsInt8BatchedMatMul"
@@ -108,16 +108,14 @@ class TokenizeInt8MatMulSnippets(Pass):
         if not self.config.enabled or not self.config.int8_fc or not self.config.int8_matmul:
             return False
         changed = False
-        live: set[int] | None = None  # valid until a Subgraph is built (a rejected match changes nothing)
+        live = LiveNodes(model)
         for node in model.get_ordered_ops():
             if node.type_name != "MatMul":
                 continue
-            if live is None:
-                live = _live_ids(model)
-            if node.id not in live:
+            if node.id not in live.ids():
                 continue
             try:
-                chain, spec, xs = self._match(node, live)
+                chain, spec, xs = self._match(node, live.ids())
             except Int8Reject as e:
                 if any(QUANTIZATION_GRID in i.source.node.rt_info for i in node.inputs):
                     node.rt_info.setdefault(INT8_FC_REJECT_REASON_KEY, str(e))
@@ -129,7 +127,7 @@ class TokenizeInt8MatMulSnippets(Pass):
                 Int8Operand(spec.a.signed, spec.a.scale, spec.a.zero_point, spec.a.perm, index[0]),
                 Int8Operand(spec.b.signed, spec.b.scale, spec.b.zero_point, spec.b.perm, index[1]), spec.transpose_b)
             changed = True
-            live = None
+            live.changed()
         return changed
 
     @staticmethod

@@ -105,6 +105,24 @@ def _live_ids(model: Model) -> set[int]:
     return {n.id for n in model.get_ordered_ops()}
 
 
+class LiveNodes:
+    """The ids of a model's live nodes for a tokenizer's walk: computed on first use and again only after the walk
+    changed the model (built a Subgraph); a rejected match changes nothing, so the rejections between two Subgraphs
+    share one topological sort."""
+
+    def __init__(self, model: Model) -> None:
+        self._model = model
+        self._ids: set[int] | None = None
+
+    def ids(self) -> set[int]:
+        if self._ids is None:
+            self._ids = _live_ids(self._model)
+        return self._ids
+
+    def changed(self) -> None:
+        self._ids = None
+
+
 def _targets(out: Output, live: set[int]) -> list:
     # consumers that no Result depends on are not part of the model
     return [t for t in out.targets if t.node.id in live]
@@ -286,24 +304,22 @@ class TokenizeMHASnippets(Pass):
             return False
         changed = False
         consumed: set[int] = set()
-        live: set[int] | None = None  # valid until a Subgraph is built (a rejected match changes nothing)
+        live = LiveNodes(model)
         for node in model.get_ordered_ops():
             if node.type_name != "MatMul" or node.id in consumed:
                 continue
-            if live is None:
-                live = _live_ids(model)
-            if node.id not in live:
+            if node.id not in live.ids():
                 continue
             try:
-                ordered, hidden = self._match(node, live)
+                ordered, hidden = self._match(node, live.ids())
             except MHAReject as e:
                 node.rt_info[REJECT_REASON_KEY] = str(e)
                 continue
             node.rt_info.pop(REJECT_REASON_KEY, None)
-            _build_subgraph(ordered, hidden, live)
+            _build_subgraph(ordered, hidden, live.ids())
             consumed.update(n.id for n in ordered)
             changed = True
-            live = None
+            live.changed()
         return changed
 
     def _veto(self, node: Node) -> str | None:
