@@ -335,9 +335,9 @@ def _post_op_chain(conv: Node) -> list[Node]:
         chain.append(cand)
         current = cand.outputs[0]
     # a MaxPool/AvgPool read only by the chain ends it: the target pools in the kernel's epilogue (a stem's
-    # conv + pool stores the pooled map only) or runs its pool kernel on the output, in the same step
-    # (static shapes only: the target specializes the fused kernel per shape)
-    pool = current.targets[0].node if len(current.targets) == 1 and current.shape.is_static else None
+    # conv + pool stores the pooled map only) or runs its pool kernel on the output, in the same step; dynamic N, H,
+    # W too (the target's epilogue reads the pooled rows from its work table)
+    pool = current.targets[0].node if len(current.targets) == 1 else None
     if pool is not None and pool.type_name in ("MaxPool", "AvgPool") and pool_reject_reason(pool) is None:
         chain.append(pool)
     elif pool is not None:  # a global pool (GlobalAveragePool of a classifier head) likewise, as its epilogue

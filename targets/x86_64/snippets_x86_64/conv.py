@@ -84,6 +84,9 @@ UNROLL = 4
 #: between input channels (a planar buffer's plane), which right-border code a depthwise walk runs (``dw_borders``)
 ROW = 12
 RT_PITCH, RT_NFULL, RT_RFULL, RT_RTAIL, RT_CH, RT_RIGHT = range(6, 12)
+#: a dense conv with a pool epilogue (no right border code) reads there the input bytes between the conv rows of a
+#: pool window (``sh * Wp`` pixels: the image width is a runtime value); its pixel block fields count whole windows
+RT_ROW = RT_RIGHT
 #: fixed args before the per-channel post-op arrays: src, weights, dst, bias, residual, table
 ARG_SRC, ARG_WEI, ARG_DST, ARG_BIAS, ARG_RES, ARG_TAB, ARG_POST = range(7)
 
@@ -526,8 +529,15 @@ def _dense_table(geo: ConvGeometry, template_rows: tuple[tuple[int, ...], ...], 
     apart)."""
     wo, px, out_h = geo.wo, geo.px_bytes, geo.out_h
     step = 1 if geo.pool is None else geo.pool.sh
-    rows = [(*t, geo.dh * geo.wp * px, wo // r, r, wo % r, geo.ch_bytes, 0)
-            for t, r in zip(template_rows, _block_pixels(nvs, wo))]
+    # a row's units (pixels; pooled windows with a pool epilogue) in blocks: a dynamic kernel reads their counts
+    units, sizes, conv_rows = wo, _block_pixels(nvs, wo), 0
+    if geo.pool is not None:
+        units, conv_rows = geo.pool.wo, geo.sh * geo.wp * px
+        sizes = tuple(pooled_per_block(nv, geo.pool) or 1 for nv in nvs)
+    elif geo.global_pool is not None:  # every block sums its pixels in one order, the widest block's (``_emit_row``)
+        sizes = _block_pixels(nvs[:1], wo) * len(nvs)
+    rows = [(*t, geo.dh * geo.wp * px, units // r, r, units % r, geo.ch_bytes, conv_rows)
+            for t, r in zip(template_rows, sizes)]
     head = np.array(rows, np.int64)
     # per stored row: the source moves step * sh rows down, the destination a row of outputs; per image: an image
     out_row = geo.out_w * geo.mo * 4
@@ -582,7 +592,8 @@ def kernel_key(geo: ConvGeometry, dynamic: bool, borders: tuple | None = None) -
     depthwise or pooling walk's on its border taps (``dw_borders``; ``merge_borders`` of every size modulo the
     stride: one kernel for all but images narrower than the window)."""
     if dynamic and not geo.depthwise:
-        return replace(geo, n=0, h=0, w=0, ho=0, wo=0, pt=0, pl=0), ()
+        pool = None if geo.pool is None else replace(geo.pool, ho=0, wo=0)  # the pooled rows come from the table
+        return replace(geo, n=0, h=0, w=0, ho=0, wo=0, pt=0, pl=0, pool=pool), ()
     if dynamic:  # ``borders`` (merge_borders: every size's) when they cover this size, else its own
         return replace(geo, n=0, h=0, w=0, ho=0, wo=0), borders if borders and covers(borders, geo) \
             else dw_borders(geo)
@@ -697,9 +708,27 @@ def emit_pixel_loop(fn: Function, wo: int, r_full: int, block: Callable[[int], N
 def _emit_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[PostOp, ...]) -> None:
     """``_emit_row`` with the row read from the table: ``RT_NFULL`` blocks of ``RT_RFULL`` pixels in a loop, then
     one of ``RT_RTAIL``; one loop per block size ``pixels_per_block`` can pick and one tail per size, selected by
-    compares (a few per output row, against thousands of FMAs)."""
-    most = max_pixels_per_block(nv)
-    src_px, dst_px = geo.sw * geo.px_bytes, geo.mo * 4
+    compares (a few per output row, against thousands of FMAs). With a pool epilogue the unit is a pool window (a
+    block of ``q`` windows holds their ``q * KH * KW`` conv pixels, the conv rows one ``RT_ROW`` apart, in r11: no
+    residual comes with a pool); with a global pool every block reduces into the row's slot (r9 stays)."""
+    pk = geo.pool
+    if pk is not None:
+        win = pk.kh * pk.kw
+        most = (ZMM_COUNT - nv - 3) // (win * nv)
+        fn.mov(r11, qword[r15 + RT_ROW * 8])
+        steps = [(rbx, pk.sw * geo.sw * geo.px_bytes), (r9, geo.mo * 4)]
+
+        def block(q: int) -> None:
+            _emit_block(fn, geo, nv, q * win, post_ops, dynamic=True, pooled=q)
+    else:
+        most = max_pixels_per_block(nv)
+        dst_px = geo.mo * 4
+        steps = [(rbx, geo.sw * geo.px_bytes)] + ([(r9, dst_px)] if geo.global_pool is None else []) + [(r11, dst_px)]
+        if geo.global_pool is not None:  # every block of the row reduces into the row's slot
+            _emit_global_init(fn, geo, nv)
+
+        def block(q: int) -> None:
+            _emit_block(fn, geo, nv, q, post_ops, dynamic=True)
     tail, end = fn.new_label("tail"), fn.new_label("row_end")
     fulls = {r: fn.new_label(f"full{r}") for r in range(1, most + 1)}
     tails = {r: fn.new_label(f"tail{r}") for r in range(1, most)}
@@ -711,10 +740,9 @@ def _emit_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[
         fn.je(fulls[r])
     for r in range(most, 0, -1):  # the largest first: the compares fall through to it
         fn.bind(fulls[r])
-        _emit_block(fn, geo, nv, r, post_ops, dynamic=True)
-        fn.add(rbx, r * src_px)
-        fn.add(r9, r * dst_px)
-        fn.add(r11, r * dst_px)
+        block(r)
+        for reg, step in steps:
+            fn.add(reg, r * step)
         fn.dec(r12)
         fn.jnz(fulls[r])
         fn.jmp(tail)
@@ -725,7 +753,7 @@ def _emit_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[
     fn.jmp(end)
     for r in range(1, most):
         fn.bind(tails[r])
-        _emit_block(fn, geo, nv, r, post_ops, dynamic=True)
+        block(r)
         fn.jmp(end)
     fn.bind(end)
 
@@ -873,7 +901,19 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
     ``pooled`` (a pool epilogue) the ``r`` pixels are the ``pooled`` windows of the pool, window by window, stored
     reduced."""
     pix = geo.sw * geo.px_bytes  # bytes between the input pixels of neighbouring outputs
-    offs = _pool_window_offsets(geo, pooled) if pooled else [i * pix for i in range(r)]
+    if pooled and dynamic:  # a window's conv rows are r11 (``RT_ROW``) bytes apart: indexed, by scale 1 or 2
+        offs: list[Any] = _pool_window_offsets(geo, pooled, dynamic=True)
+    elif pooled:
+        offs = _pool_window_offsets(geo, pooled)
+    else:
+        offs = [i * pix for i in range(r)]
+
+    def pixel(base: Any, i: int, disp: int) -> Any:
+        """The input of block pixel ``i`` from ``base``, ``disp`` bytes on."""
+        if isinstance(offs[i], tuple):
+            a, col = offs[i]
+            return dword[(base + r11 * a if a else base) + (disp + col)]
+        return dword[base + (disp + offs[i])]
     acc = [[ZMM[i * nv + j] for j in range(nv)] for i in range(r)]
     wv = [ZMM[r * nv + j] for j in range(nv)]
     bc = [ZMM[r * nv + nv], ZMM[r * nv + nv + 1]]
@@ -896,7 +936,7 @@ def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tupl
             for i in range(r):
                 b = bc[turn[0] % 2]
                 turn[0] += 1
-                fn.vbroadcastss(b, dword[rdx + i * pix] if planar_dynamic else dword[rbp + (u * ch + offs[i])])
+                fn.vbroadcastss(b, pixel(rdx, i, 0) if planar_dynamic else pixel(rbp, i, u * ch))
                 for j in range(nv):
                     fn.vfmadd231ps(acc[i][j], wv[j], b)
             if planar_dynamic and u + 1 < count:
@@ -1190,11 +1230,14 @@ def pool_epilogue(geo: ConvGeometry, pool: ConvGeometry, pads: tuple[int, int, i
     return epi, ""
 
 
-def _pool_window_offsets(geo: ConvGeometry, pooled: int) -> list[int]:
-    """Input byte offsets of the conv pixels of ``pooled`` neighbouring windows, window by window, row-major."""
-    pk, pix, row = geo.pool, geo.sw * geo.px_bytes, geo.sh * geo.wp * geo.px_bytes
+def _pool_window_offsets(geo: ConvGeometry, pooled: int, dynamic: bool = False) -> list[Any]:
+    """Input byte offsets of the conv pixels of ``pooled`` neighbouring windows, window by window, row-major
+    (``dynamic``: as (window row, column bytes) pairs, for a kernel that reads the conv rows' pitch at run time)."""
+    pk, pix = geo.pool, geo.sw * geo.px_bytes
     assert pk is not None
-    return [a * row + (q * pk.sw + b) * pix for q in range(pooled) for a in range(pk.kh) for b in range(pk.kw)]
+    pixels = [(a, (q * pk.sw + b) * pix) for q in range(pooled) for a in range(pk.kh) for b in range(pk.kw)]
+    row = geo.sh * geo.wp * geo.px_bytes
+    return pixels if dynamic else [a * row + col for a, col in pixels]
 
 
 def _emit_pooled_row(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[PostOp, ...]) -> None:
@@ -1276,10 +1319,23 @@ def _emit_global_store(fn: Function, geo: ConvGeometry, acc: list[list], tmp: ZM
             fn.vmovups(slot, zs[0])
 
 
-def build_global_finish_kernel(geo: ConvGeometry) -> JitFunction:
+#: the words of a dynamic finish kernel's args after [row sums, out]: the rows per image, the bytes between rows and
+#: between images, and ``1 / (Ho * Wo)`` (an f32 in the low half; 1 for a max)
+FINISH_ROWS, FINISH_ROW_PITCH, FINISH_IMAGE_PITCH, FINISH_SCALE = range(2, 6)
+
+
+def finish_args(geo: ConvGeometry, rows: int, out: int) -> Any:
+    """The args block of ``build_global_finish_kernel(geo, dynamic=True)`` for ``geo``'s shape (row sums at
+    ``rows``, the [N, M] output at ``out``)."""
+    scale = np.float32(1.0 / max(geo.ho * geo.wo, 1)).view(np.uint32) if geo.global_pool == "mean" else 0
+    return (ctypes.c_uint64 * 6)(rows, out, geo.ho, geo.wo * geo.m * 4, geo.ho * geo.wo * geo.m * 4, int(scale))
+
+
+def build_global_finish_kernel(geo: ConvGeometry, dynamic: bool = False) -> JitFunction:
     """``finish(unused, args, start, count)`` with ``args`` = [row sums, out]: per image, the slots of its output
     rows (each row's first pixel of an [N, Ho, Wo, M] buffer) reduced into ``out`` [N, M], times ``1 / (Ho * Wo)``
-    for a mean. One item per image (``start``, ``count``)."""
+    for a mean. One item per image (``start``, ``count``). ``dynamic``: one kernel for every Ho, Wo, which it reads
+    from ``args`` (``finish_args``)."""
     fn = Function("conv_gpool_finish", args=("unused", "args", "start", "count"))
     op = fn.vmaxps if geo.global_pool == "max" else fn.vaddps
     nvp, rem = -(-geo.m // VEC), geo.m % VEC
@@ -1287,7 +1343,11 @@ def build_global_finish_kernel(geo: ConvGeometry) -> JitFunction:
     acc, tmp = ZMM[0], ZMM[1]
     fn.mov(r12d, (1 << rem) - 1 if rem else 0xFFFF)
     fn.kmovw(k1, r12d)
-    fn.imul(rbx, rdx, image_pitch)
+    if dynamic:
+        fn.mov(rbx, rdx)
+        fn.imul(rbx, qword[rsi + FINISH_IMAGE_PITCH * 8])
+    else:
+        fn.imul(rbx, rdx, image_pitch)
     fn.add(rbx, qword[rsi + ARG_SRC * 8])
     fn.imul(r9, rdx, geo.m * 4)
     fn.add(r9, qword[rsi + 8])
@@ -1299,24 +1359,39 @@ def build_global_finish_kernel(geo: ConvGeometry) -> JitFunction:
     for v in range(nvp):
         masked = v == nvp - 1 and rem
         fn.vmovups(acc.mask(k1).z if masked else acc, zword[rbx + v * 64])
-        if geo.ho > 1:
-            rows = fn.new_label("rows")
-            fn.lea(rax, rbx + row_pitch)
-            fn.mov(rcx, geo.ho - 1)
+        if dynamic or geo.ho > 1:
+            rows, done = fn.new_label("rows"), fn.new_label("rows_done")
+            if dynamic:
+                fn.mov(rax, rbx)
+                fn.add(rax, qword[rsi + FINISH_ROW_PITCH * 8])
+                fn.mov(rcx, qword[rsi + FINISH_ROWS * 8])
+                fn.dec(rcx)
+                fn.jle(done)
+            else:
+                fn.lea(rax, rbx + row_pitch)
+                fn.mov(rcx, geo.ho - 1)
             fn.bind(rows)
             if masked:
                 fn.vmovups(tmp.mask(k1).z, zword[rax + v * 64])
                 op(acc, acc, tmp)
             else:
                 op(acc, acc, zword[rax + v * 64])
-            fn.add(rax, row_pitch)
+            if dynamic:
+                fn.add(rax, qword[rsi + FINISH_ROW_PITCH * 8])
+            else:
+                fn.add(rax, row_pitch)
             fn.dec(rcx)
             fn.jnz(rows)
+            fn.bind(done)
         if geo.global_pool == "mean":
-            fn.vmulps(acc, acc, bcst(fn.const_f32(1.0 / (geo.ho * geo.wo))))
+            fn.vmulps(acc, acc, bcst(rsi + FINISH_SCALE * 8) if dynamic
+                      else bcst(fn.const_f32(1.0 / (geo.ho * geo.wo))))
         dst = zword[r9 + v * 64]
         fn.vmovups(dst.mask(k1) if masked else dst, acc)
-    fn.add(rbx, image_pitch)
+    if dynamic:
+        fn.add(rbx, qword[rsi + FINISH_IMAGE_PITCH * 8])
+    else:
+        fn.add(rbx, image_pitch)
     fn.add(r9, geo.m * 4)
     fn.dec(r14)
     fn.jnz(images)

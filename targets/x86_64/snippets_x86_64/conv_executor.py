@@ -20,8 +20,8 @@ import numpy as np
 from snippets_x86_64.aligned import ALIGN, empty_aligned, zeros_aligned
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
-    build_global_finish_kernel, choose_planar, copy_key, copy_table, flat_pixels, kernel_key, pack_channels, \
-    table_spec, work_table
+    build_global_finish_kernel, choose_planar, copy_key, copy_table, finish_args, flat_pixels, kernel_key, \
+    pack_channels, table_spec, with_dims, work_table
 from snippets_x86_64.native_pool import SplitCall, split_items
 from snippets_x86_64.row_copy import planar_copy
 from snippets_x86_64.runtime import PARALLEL_MIN_NS
@@ -155,9 +155,11 @@ class ConvExecutor:
         self.finish = None
         self._rows: np.ndarray | None = None
         self.out_shape = (geo.n, geo.out_h, geo.out_w, geo.m)
-        if geo.global_pool is not None:
-            self.finish = FUNCTION_CACHE.get("conv_gpool_finish", kgeo, lambda: build_global_finish_kernel(kgeo),
-                                             HARNESS_ARGTYPES)
+        if geo.global_pool is not None:  # a dynamic finish reads Ho, Wo from its args: one for every shape
+            spec = ("dynamic", kgeo.m, kgeo.global_pool) if dynamic else kgeo
+            self.finish = FUNCTION_CACHE.get("conv_gpool_finish", spec,
+                                             lambda: build_global_finish_kernel(kgeo, dynamic), HARNESS_ARGTYPES)
+            self.finish_words = tuple(finish_args(kgeo, 0, 0))[2:]
             self._rows = self.new((geo.n, geo.out_h, geo.out_w, geo.m))
             self.out_shape = (geo.n, geo.m, 1, 1)
         #: layout changes (NCHW -> NHWC copies) made by the calls so far: the reorders at this primitive's edges
@@ -228,6 +230,8 @@ class ConvExecutor:
         ex.__dict__.update(self.__dict__)
         if divisor is not None:
             ex.w, ex.packed = divisor, self._keep(divisor.ravel())
+        if self.geo.out_pitch and not geo.out_pitch:  # a Concat's slice at every shape: the pitch is its channels
+            geo = with_dims(geo, out_pitch=self.geo.out_pitch)
         ex._set_shape(choose_planar(geo) if self.plain_input else geo, self)
         return ex
 
@@ -298,7 +302,7 @@ class ConvExecutor:
             rows = self._rows if xp is self.xp else self.new((g.n, g.out_h, g.out_w, g.m))
             y = self.new(self.out_shape)
             self.run_nhwc(src, rows, res)
-            ends = (ctypes.c_uint64 * 2)(data_address(rows), data_address(y))
+            ends = (ctypes.c_uint64 * 6)(data_address(rows), data_address(y), *self.finish_words)
             self.finish(0, ctypes.addressof(ends), 0, g.n)
             return y
         y = self.new((g.n, g.out_h, g.out_w, g.m)) if out is None else out

@@ -83,12 +83,15 @@ class ConvPlan:
 
     def executor(self, x_shape: tuple[int, ...], num_threads: int, dynamic: bool = False,
                  borders: tuple | None = None, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
-                 out_pitch: int = 0, in_pitch: int = 0) -> ConvExecutor | ConvThenPool:
+                 out_pitch: int = 0, in_pitch: int = 0, pool_borders: tuple | None = None,
+                 ) -> ConvExecutor | ConvThenPool:
         """The kernel for an input of ``x_shape`` [N, C, H, W] (``dynamic``: the one for every N, H, W; ``borders``:
         a depthwise walk's border code for every size, ``conv.merge_borders``; ``out_pitch``, ``in_pitch``: see
-        ConvExecutor, ``out_pitch`` that of the pooled output with a pool). With a pool (static shapes only), one
-        kernel with the pool as its epilogue when it covers it (``pool_epilogue``, ``global_epilogue``), else the
-        conv and the pool kernel in turn."""
+        ConvExecutor, ``out_pitch`` that of the pooled output with a pool). With a pool, one kernel with the pool as
+        its epilogue when it covers it (``pool_epilogue``, ``global_epilogue``; on a dynamic shape a pool whose
+        windows are disjoint and whole at every size, ``dynamic_pool_reason``: the pooled rows come from the work
+        table, the global pool's slots and finish from the table and the finish's args), else the conv and the pool
+        kernel in turn (``pool_borders``: a dynamic pool walk's border code for every size)."""
         geo = self.geometry(x_shape)
         if self.pool is None and self.global_pool is None:
             return ConvExecutor(geo, self.w, self.scale, self.shift, self.post_ops, self.channel_data,
@@ -101,19 +104,62 @@ class ConvPlan:
         if self.pool is not None:
             pgeo, pads = pool_geometry(self.pool, out)
             epi, why = pool_epilogue(geo, pgeo, pads, self.post_ops)
-            fused = replace(geo, pool=epi)
+            if dynamic and not why:
+                why = dynamic_pool_reason(self.pool)
+            fused = replace(geo, pool=None if why else epi)
         else:
             with_global, why = global_epilogue(geo, self.global_pool)
             fused = with_global or geo
         ex = ConvExecutor(fused, self.w, self.scale, self.shift, self.post_ops, self.channel_data,
                           num_threads=num_threads, alloc=alloc, pre_ops=self.pre_ops, plain_input=self.plain_input,
-                          out_pitch=0 if why else out_pitch, in_pitch=in_pitch)
+                          dynamic=dynamic, borders=borders, out_pitch=0 if why else out_pitch, in_pitch=in_pitch)
         if not why:
             return ex
         if self.pool is not None:
-            return ConvThenPool(ex, build_pool_executor(self.pool, out, num_threads, alloc=alloc, out_pitch=out_pitch),
-                                why)
+            return ConvThenPool(ex, build_pool_executor(self.pool, out, num_threads, alloc=alloc, out_pitch=out_pitch,
+                                                        dynamic=dynamic, borders=pool_borders), why)
         return ConvThenPool(ex, GlobalPool(out, self.global_pool, num_threads=num_threads, alloc=alloc), why)
+
+    def for_shape(self, first: ConvExecutor | ConvThenPool, x_shape: tuple[int, ...]) -> ConvExecutor | ConvThenPool:
+        """The executor for ``x_shape`` from ``first``, the one made for another shape (``executor(dynamic=True)``):
+        its kernels and packed weights, this shape's tables; its pool fused or not as in ``first``."""
+        geo = self.geometry(x_shape)
+        if isinstance(first, ConvThenPool):
+            conv = first.conv.for_shape(geo)
+            out = (geo.n, geo.m, geo.ho, geo.wo)
+            if self.pool is not None:
+                pool = build_pool_executor(self.pool, out, first.conv.num_threads, prepared=first.pool)
+            else:
+                pool = GlobalPool(out, self.global_pool, num_threads=first.conv.num_threads, prepared=first.pool)
+            return ConvThenPool(conv, pool, first.reason)
+        if first.geo.pool is not None:  # disjoint whole windows, no padding (``dynamic_pool_reason``)
+            pk = first.geo.pool
+            geo = with_dims(geo, pool=replace(pk, ho=max(0, (geo.ho - pk.kh) // pk.sh + 1),
+                                              wo=max(0, (geo.wo - pk.kw) // pk.sw + 1)))
+        elif first.geo.global_pool is not None:
+            geo = with_dims(geo, global_pool=first.geo.global_pool)
+        return first.for_shape(geo)
+
+
+def dynamic_pool_reason(pool: Any) -> str:
+    """Why the pool ``pool`` after a conv with a dynamic H or W is not its kernel's epilogue at every size ("" when
+    it is): its windows must be disjoint and whole whatever the size (strides at least the window, no padding, no
+    ``ceil_mode``), and at most 3 rows tall (the kernel reads a window's conv rows as one table pitch times 0, 1, 2:
+    an index register's scales)."""
+    geo_w = pool._geometry(pool.kernel)
+    kh, kw = pool.kernel
+    if pool.ceil_mode:
+        return "ceil_mode on a dynamic size: a partial window at some sizes"
+    if pool.auto_pad in ("same_upper", "same_lower") or (pool.auto_pad != "valid"
+                                                         and any((*geo_w.pads_begin, *geo_w.pads_end))):
+        return (f"padded windows ({pool.auto_pad}, pads {(*geo_w.pads_begin, *geo_w.pads_end)}): the epilogue pools "
+                f"whole windows")
+    if any(s < k for s, k in zip(geo_w.strides, pool.kernel)):
+        return (f"overlapping windows ({kh}x{kw} stride {geo_w.strides[0]}x{geo_w.strides[1]}) on a dynamic size: the "
+                f"epilogue pools disjoint windows")
+    if kh > 3:
+        return f"a window of {kh} rows on a dynamic size: the epilogue addresses at most 3 conv rows by the table pitch"
+    return ""
 
 
 class ConvThenPool:
@@ -410,16 +456,28 @@ class DynamicConv(ShapeCache):
     def __init__(self, sg: Subgraph, plan: ConvPlan, num_threads: int) -> None:
         stand_in = stand_in_shape(sg, plan.w.shape[2:], plan.conv._geometry(plan.w.shape[2:]))
         borders = sampled_borders(sg, plan.geometry, stand_in)
-        super().__init__(lambda shape, first: plan.executor(shape, num_threads, dynamic=True, borders=borders)
-                         if first is None else first.for_shape(plan.geometry(shape)))
+        pool_borders = None
+        if plan.pool is not None:  # a pool kernel after the conv (not its epilogue): its walk's border code
+            g = plan.geometry(stand_in)
+            pool_borders = sampled_borders(sg, lambda shape: pool_geometry(plan.pool, shape)[0],
+                                           (g.n, g.m, g.ho, g.wo))
+        super().__init__(lambda shape, first: plan.executor(shape, num_threads, dynamic=True, borders=borders,
+                                                            pool_borders=pool_borders)
+                         if first is None else plan.for_shape(first, shape))
         self.sg, self.plan, self.num_threads = sg, plan, num_threads
-        sg.rt_info["SnippetsConvKernel"] = "conv on runtime row geometry: one kernel for every N, H, W"
+        self.flat = sg.outputs[0].shape.rank_is_static and sg.outputs[0].shape.rank == 2
         # the kernels are made now, as a static shape's are, on a small stand-in shape (the weights packed with them)
         self._first = self.make(stand_in, None)
+        #: the pool after the conv: its kernel's epilogue, or its own kernel and why (describe() says which)
+        self.epilogue = _describe_epilogue(self._first)
+        sg.rt_info["SnippetsConvKernel"] = f"conv on runtime row geometry: one kernel for every N, H, W{self.epilogue}"
         release_constants(sg, "packed into the conv kernel's weights")
         # the plan keeps the weight's shape only (a zero-stride placeholder): the packed copy is the one held
         w = plan.w
         self.plan = plan = dataclasses.replace(plan, w=np.broadcast_to(np.zeros((), w.dtype), w.shape))
+
+    def describe(self) -> str:
+        return super().describe() + self.epilogue
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
@@ -433,7 +491,22 @@ class DynamicConv(ShapeCache):
             except ValueError:
                 raise InputError(f"convolution '{self.plan.conv.name}': its residual of shape {list(res.shape)} "
                                  f"does not broadcast to its output's {list(out)}") from None
-        return [ex.run(x, res)]
+        y = ex.run(x, res)
+        # a global pool's [N, M, 1, 1] as the body's Reshape may have it ([N, M]): the same memory
+        return [y.reshape(y.shape[:2]) if self.flat else y]
+
+
+def _describe_epilogue(ex: ConvExecutor | ConvThenPool) -> str:
+    """What a dynamic conv primitive does with the pool after it: "" (none), its kernel's epilogue, or the pool's
+    kernel after it and why."""
+    if isinstance(ex, ConvThenPool):
+        return f"; then the pool's kernel (not fused: {ex.reason})"
+    g = ex.geo
+    if g.pool is not None:
+        return f"; {g.pool.mode}pool {g.pool.kh}x{g.pool.kw} epilogue on the pooled rows"
+    if g.global_pool is not None:
+        return f"; global {g.global_pool} pool epilogue (row slots and finish on runtime geometry)"
+    return ""
 
 
 class DynamicPool(ShapeCache):
