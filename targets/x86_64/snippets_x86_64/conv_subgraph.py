@@ -120,6 +120,19 @@ class ConvPlan:
                                                         dynamic=dynamic, borders=pool_borders), why)
         return ConvThenPool(ex, GlobalPool(out, self.global_pool, num_threads=num_threads, alloc=alloc), why)
 
+    def dynamic_executor(self, stand_in: tuple[int, ...], num_threads: int, dims: Sequence[int | None],
+                         alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> ConvExecutor | ConvThenPool:
+        """The executor of every N, H, W (``for_shape`` makes the others from it), made at ``stand_in``; ``dims``:
+        the input's dims, None where dynamic (the border code of a depthwise or pool walk is sampled along those)."""
+        borders = sampled_borders(dims, self.geometry, stand_in)
+        pool_borders = None
+        if self.pool is not None:  # a pool kernel after the conv (not its epilogue): its walk's border code
+            g = self.geometry(stand_in)
+            pool_borders = sampled_borders(dims, lambda shape: pool_geometry(self.pool, shape)[0],
+                                           (g.n, g.m, g.ho, g.wo))
+        return self.executor(stand_in, num_threads, dynamic=True, borders=borders, alloc=alloc,
+                             pool_borders=pool_borders)
+
     def for_shape(self, first: ConvExecutor | ConvThenPool, x_shape: tuple[int, ...]) -> ConvExecutor | ConvThenPool:
         """The executor for ``x_shape`` from ``first``, the one made for another shape (``executor(dynamic=True)``):
         its kernels and packed weights, this shape's tables; its pool fused or not as in ``first``."""
@@ -454,15 +467,9 @@ class DynamicConv(ShapeCache):
     kind = "one conv kernel for every N, H, W (a depthwise walk: one per border-tap pattern)"
 
     def __init__(self, sg: Subgraph, plan: ConvPlan, num_threads: int) -> None:
+        dims = sg.body.parameters[0].outputs[0].shape.dims or (None,) * 4
         stand_in = stand_in_shape(sg, plan.w.shape[2:], plan.conv._geometry(plan.w.shape[2:]))
-        borders = sampled_borders(sg, plan.geometry, stand_in)
-        pool_borders = None
-        if plan.pool is not None:  # a pool kernel after the conv (not its epilogue): its walk's border code
-            g = plan.geometry(stand_in)
-            pool_borders = sampled_borders(sg, lambda shape: pool_geometry(plan.pool, shape)[0],
-                                           (g.n, g.m, g.ho, g.wo))
-        super().__init__(lambda shape, first: plan.executor(shape, num_threads, dynamic=True, borders=borders,
-                                                            pool_borders=pool_borders)
+        super().__init__(lambda shape, first: plan.dynamic_executor(shape, num_threads, dims)
                          if first is None else plan.for_shape(first, shape))
         self.sg, self.plan, self.num_threads = sg, plan, num_threads
         self.flat = sg.outputs[0].shape.rank_is_static and sg.outputs[0].shape.rank == 2
@@ -524,7 +531,8 @@ class DynamicPool(ShapeCache):
         window = tuple(getattr(pool, "kernel", (1, 1)))
         windowed = pool.type_name in POOL_MODES and len(window) == 2
         stand_in = stand_in_shape(sg, window, pool._geometry(window) if windowed else None)
-        borders = sampled_borders(sg, lambda shape: pool_geometry(pool, shape)[0], stand_in) if windowed else None
+        dims = sg.body.parameters[0].outputs[0].shape.dims or (None,) * 4
+        borders = sampled_borders(dims, lambda shape: pool_geometry(pool, shape)[0], stand_in) if windowed else None
 
         def make(shape: tuple[int, ...], first: Any) -> Any:
             out = (shape[0], shape[1]) if flat else None
@@ -552,15 +560,15 @@ def stand_in_shape(sg: Subgraph, window: Sequence[int], geo: Any) -> tuple[int, 
     return tuple(d if d is not None else dims[i] for i, d in enumerate(shape.dims))  # type: ignore[union-attr]
 
 
-def sampled_borders(sg: Subgraph, geometry: Callable[[tuple[int, ...]], ConvGeometry], stand_in: tuple[int, ...],
-                    ) -> tuple | None:
+def sampled_borders(dims: Sequence[int | None], geometry: Callable[[tuple[int, ...]], ConvGeometry],
+                    stand_in: tuple[int, ...]) -> tuple | None:
     """The border code (``merge_borders``) of a depthwise or pooling walk for every size: its geometry at the
-    stand-in shape and at the next ``2 * stride`` values of each dynamic H, W (the bottom and right borders follow
-    the size modulo the stride). None for a dense convolution (no border code) or when they disagree."""
+    stand-in shape and at the next ``2 * stride`` values of each dynamic H, W (``dims[axis]`` None; the bottom and
+    right borders follow the size modulo the stride). None for a dense convolution (no border code) or when they
+    disagree."""
     geo = geometry(stand_in)
     if not geo.depthwise:
         return None
-    dims = sg.body.parameters[0].outputs[0].shape.dims or (None,) * 4
     geos = [geo]
     for axis, stride in ((2, geo.sh), (3, geo.sw)):
         if dims[axis] is None:

@@ -269,3 +269,171 @@ def test_pooled_output_writes_a_concat_slice_under_guard_pages(case: tuple, at: 
     got = ex.run(x, None, buf[..., offset:offset + m])
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert (buf[..., :offset] == -7.0).all() and (buf[..., offset + m:] == -7.0).all()
+
+
+# --- dynamic N, H, W: the epilogues on runtime geometry ----------------------------------------------------------
+
+#: CASES a dynamic shape pools in the epilogue too (disjoint whole windows at every size, at most 3 rows), and the
+#: ones it leaves to the pool kernel after the conv: a 5-row window, ceil_mode, padding, overlapping windows
+DYNAMIC_FUSED = [0, 1, 2, 3, 4, 5, 6]
+DYNAMIC_SEPARATE = [8, 9, 10, 11, 12]
+
+
+def _built() -> int:
+    from snippets_x86_64.cache import FUNCTION_CACHE
+
+    return FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"]
+
+
+@pytest.mark.parametrize("index", DYNAMIC_FUSED + DYNAMIC_SEPARATE)
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_dynamic_conv_pool_matches_float64_at_random_shapes(index: int, at: str) -> None:
+    """One executor made for every N, H, W (``dynamic_executor``), then random shapes (``for_shape``): each against a
+    float64 conv + post-op + pool under guard pages, the pool fused as the dynamic rule says, no kernel built."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    case = CASES[index]
+    plan, w, shift, x0 = _plan(case)
+    first = plan.dynamic_executor(x0.shape, 2, (None, x0.shape[1], None, None), alloc=guarded(at))
+    assert isinstance(first, ConvThenPool) is (index in DYNAMIC_SEPARATE)
+    before = _built()
+    rng = np.random.default_rng(index)
+
+    @given(st.integers(1, 3), st.integers(8, 37), st.integers(8, 37))
+    @settings(max_examples=8, deadline=None)
+    def shape(n: int, h: int, wd: int) -> None:
+        x = rng.standard_normal((n, x0.shape[1], h, wd)).astype(np.float32)
+        ex = plan.for_shape(first, x.shape)
+        want = _oracle(case, w, shift, x, plan)
+        got = ex.run(guarded_nhwc(x, at))
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+    shape()
+    assert _built() == before
+
+
+def test_dynamic_pool_epilogue_reasons() -> None:
+    """Why a dynamic shape runs the pool's kernel after the conv where a static one may not."""
+    from snippets_x86_64.conv_subgraph import dynamic_pool_reason
+
+    x = Parameter("f32", [1, 8, 12, 12])
+    assert dynamic_pool_reason(MaxPool(x, kernel=(2, 2), strides=(2, 2))) == ""
+    assert dynamic_pool_reason(AvgPool(x, kernel=(3, 3), strides=(3, 3))) == ""
+    assert "ceil_mode" in dynamic_pool_reason(MaxPool(x, kernel=(2, 2), strides=(2, 2), ceil_mode=True))
+    assert "padded" in dynamic_pool_reason(MaxPool(x, kernel=(2, 2), strides=(2, 2), auto_pad="same_upper"))
+    assert "padded" in dynamic_pool_reason(MaxPool(x, kernel=(2, 2), strides=(2, 2), pads=(1, 1, 0, 0)))
+    assert "overlapping" in dynamic_pool_reason(MaxPool(x, kernel=(2, 2), strides=(1, 1)))
+    assert "4 rows" in dynamic_pool_reason(MaxPool(x, kernel=(4, 4), strides=(4, 4)))
+
+
+@pytest.mark.parametrize("case", GLOBAL_CASES, ids=[str(i) for i in range(len(GLOBAL_CASES))])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_dynamic_global_pool_epilogue_matches_float64(case: tuple, at: str) -> None:
+    """conv + post-ops [+ residual] + global mean/max made once for every N, H, W: the row slots and the finish read
+    the shape's Ho, Wo at run time; random shapes against float64 under guard pages, no kernel built."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    _, c, _, _, m, k, s, pads, post, mode, with_res = case
+    rng = np.random.default_rng(c * 10 + m)
+    w = (rng.standard_normal((m, c, *k)) / np.sqrt(c * k[0] * k[1])).astype(np.float32)
+    shift = rng.standard_normal(m) * 0.1
+    xp = Parameter("f32", [1, c, 16, 16], name="x")
+    conv = Convolution(xp, Constant(w), strides=s, pads=pads)
+    post_ops = tuple(([PostOp("residual")] if with_res else []) + ([] if post is None else [POST_OPS[post]]))
+    plan = ConvPlan(conv, w, None, shift, post_ops, (), 1 if with_res else None, global_pool=mode)
+    first = plan.dynamic_executor((1, c, 16, 16), 2, (None, c, None, None), alloc=guarded(at))
+    assert first.geo.global_pool == mode
+    before = _built()
+
+    @given(st.integers(1, 3), st.integers(5, 30), st.integers(5, 30))
+    @settings(max_examples=8, deadline=None)
+    def shape(n: int, h: int, wd: int) -> None:
+        x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+        y = conv_f64(x, w, 1, s, (1, 1), pads) + shift.reshape(1, -1, 1, 1)
+        res = rng.standard_normal(y.shape).astype(np.float32) if with_res else None
+        if res is not None:
+            y = y + res
+        if post is not None:
+            y = POST[post](y)
+        want = y.mean(axis=(2, 3)) if mode == "mean" else y.max(axis=(2, 3))
+        ex = plan.for_shape(first, x.shape)
+        got = ex.run(guarded_nhwc(x, at), None if res is None else guarded_nhwc(res, at))
+        assert got.shape == (n, m, 1, 1)
+        np.testing.assert_allclose(got.reshape(n, m), want, rtol=1e-4, atol=1e-4)
+
+    shape()
+    assert _built() == before
+
+
+def _dynamic(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its input's N, H, W and its output's dims made dim_params (value_info dropped)."""
+    p = onnx.ModelProto()
+    p.CopyFrom(model)
+    del p.graph.value_info[:]
+    for axis, name in ((0, "N"), (2, "H"), (3, "W")):
+        p.graph.input[0].type.tensor_type.shape.dim[axis].dim_param = name
+    for vi in p.graph.output:
+        for k, d in enumerate(vi.type.tensor_type.shape.dim):
+            d.dim_param = f"o{k}"
+    return p
+
+
+def test_a_dynamic_cnn_block_fuses_what_the_static_one_does() -> None:
+    """examples/cnn_block.onnx with dynamic N, H, W: the stem's MaxPool and the head's GlobalAveragePool are its convs'
+    epilogues, as in the static compile (the same Subgraphs); describe() says so; random shapes against onnxruntime
+    build no kernel."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    ort = pytest.importorskip("onnxruntime")
+    static = onnx.load(str(Path(__file__).resolve().parents[3] / "examples" / "cnn_block.onnx"))
+    model = _dynamic(static)
+    name = model.graph.input[0].name
+    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
+    cs = compile_model(static.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
+    assert [[op.type_name for op in sg.body_ops] for sg in cm.subgraphs] == \
+        [[op.type_name for op in sg.body_ops] for sg in cs.subgraphs]
+    text = cm.describe()
+    assert "maxpool 2x2 epilogue on the pooled rows" in text and "global mean pool epilogue" in text
+    assert "not fused" not in text
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(11)
+    cm({name: rng.standard_normal((1, 3, 64, 64)).astype(np.float32)})
+    before = _built()
+
+    @given(st.integers(1, 3), st.integers(8, 70), st.integers(8, 70))
+    @settings(max_examples=10, deadline=None)
+    def shape(n: int, h: int, wd: int) -> None:
+        x = rng.standard_normal((n, 3, h, wd)).astype(np.float32)
+        np.testing.assert_allclose(next(iter(cm({name: x}).values())), sess.run(None, {name: x})[0],
+                                   rtol=1e-4, atol=1e-4)
+
+    shape()
+    assert _built() == before
+    assert "0 kernel(s) built after the first shape" in cm.describe()
+
+
+@pytest.mark.parametrize("pool,fused", [
+    (helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2]), True),
+    (helper.make_node("AveragePool", ["r"], ["y"], kernel_shape=[3, 3], strides=[3, 3]), True),
+    (helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), False),
+    (helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1), False),
+])
+def test_a_dynamic_model_pool_runs_in_the_conv_step(pool: onnx.NodeProto, fused: bool) -> None:
+    """A conv + Relu + pool with dynamic N, H, W: one step, the pool fused or its kernel after the conv's (with the
+    reason), against onnx's reference evaluator at a few shapes."""
+    model = _dynamic(_cnn_model(pool))
+    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
+    (sg,) = [sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsConvolution")]
+    assert [op.type_name for op in sg.body_ops][-1] in ("MaxPool", "AvgPool")
+    rng = np.random.default_rng(6)
+    for shape in [(1, 3, 17, 18), (2, 3, 9, 30), (1, 3, 24, 7)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        (got,) = cm({"x": x}).values()
+        (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    text = cm.describe()
+    assert ("epilogue on the pooled rows" in text) is fused and ("not fused" in text) is not fused
