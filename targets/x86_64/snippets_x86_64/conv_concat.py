@@ -8,7 +8,9 @@ pitch is ``C_total``, see ``ConvGeometry.out_pitch``) and the Concat copies noth
 Concat's output read elsewhere too, as DenseNet's, a reference op's) is copied into its slice.
 
 The producers run before the Concat in every call, so the first of them makes the output array of the call under
-way (per Python thread: concurrent calls each get their own) and the Concat hands it on and forgets it.
+way (per Python thread: concurrent calls each get their own) and the Concat hands it on and forgets it. With a dynamic
+N, H or W the pitch is still the Concat's channel count (static): the first write of a call makes the array of that
+call's N, H, W, which every later write and the Concat check.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ class ConcatSlots:
     input) is a slice of that one's output (``parent``, at channel ``offset``): the chain shares one array, of the
     last Concat's channels (``pitch``), made by the first write of a call and handed on by the last Concat."""
 
-    def __init__(self, shape: tuple[int, int, int, int], parent: ConcatSlots | None = None, offset: int = 0) -> None:
+    def __init__(self, shape: tuple[int | None, ...], parent: ConcatSlots | None = None, offset: int = 0) -> None:
+        #: [N, H, W, C]: N, H, W None where dynamic, C static
         self.shape = shape
         self.parent = parent
         self.root: ConcatSlots = self if parent is None else parent.root
@@ -52,24 +55,25 @@ class ConcatSlots:
         """Channels per pixel of the array this Concat's output lies in."""
         return self.root.shape[3]
 
-    def _buffer(self) -> np.ndarray:
+    def _buffer(self, dims: tuple[int, int, int]) -> np.ndarray:
         root = self.root
         buf = getattr(root._call, "buf", None)
-        if buf is None:
-            buf = root._call.buf = empty_aligned(root.shape)
+        if buf is None or buf.shape[:3] != dims:  # (another shape's: a call that stopped before its Concat ran)
+            buf = root._call.buf = empty_aligned((*dims, root.shape[3]))
         return buf
 
-    def slice(self, offset: int, channels: int) -> np.ndarray:
-        """The ``[N, H, W, channels]`` slice at ``offset`` of this call's output (made by the first write)."""
+    def slice(self, offset: int, channels: int, dims: tuple[int, int, int]) -> np.ndarray:
+        """The ``[N, H, W, channels]`` slice at ``offset`` of this call's output (made by the first write), ``dims``
+        the call's N, H, W."""
         at = self.base + offset
-        return self._buffer()[..., at:at + channels]
+        return self._buffer(dims)[..., at:at + channels]
 
-    def take(self) -> np.ndarray:
-        """This call's output; the last Concat of a chain forgets the array: the next call makes a new one (the
-        caller may keep this one)."""
+    def take(self, dims: tuple[int, int, int]) -> np.ndarray:
+        """This call's output (``dims``: its N, H, W); the last Concat of a chain forgets the array: the next call
+        makes a new one (the caller may keep this one)."""
         if self.parent is not None:
-            return self.slice(0, self.shape[3])
-        buf = self._buffer()
+            return self.slice(0, self.shape[3], dims)  # type: ignore[arg-type]
+        buf = self._buffer(dims)
         self._call.buf = None
         return buf
 
@@ -78,18 +82,23 @@ class ConcatSlots:
 _SLOTS: WeakKeyDictionary[Subgraph, ConcatSlots] = WeakKeyDictionary()
 
 
+def _static_channels(shape: Any) -> bool:
+    """A rank-4 shape whose channel count is static (N, H, W may be dynamic: the pitch is the channels)."""
+    return shape.rank_is_static and shape.rank == 4 and shape[1] is not None
+
+
 def _into_concat(out: Any) -> tuple[Subgraph, int, int] | None:
-    """(Concat Subgraph, input index, channel offset) when ``out`` (a static rank-4 value) is one input of a channel
-    Concat Subgraph that concatenates its inputs in order, and every other reader of ``out`` is a conv primitive
-    (its executor reads any strides: a slice of a wider array is copied by its input copy); else None."""
-    if not out.shape.is_static or out.shape.rank != 4:
+    """(Concat Subgraph, input index, channel offset) when ``out`` (a rank-4 value, static channels) is one input of
+    a channel Concat Subgraph that concatenates its inputs in order, and every other reader of ``out`` is a conv
+    primitive (its executor reads any strides: a slice of a wider array is copied by its input copy); else None."""
+    if not _static_channels(out.shape):
         return None
     cats = [t for t in out.targets if isinstance(t.node, Subgraph) and t.node.rt_info.get(CONCAT)]
     if len(cats) != 1 or not all(t.node.rt_info.get(CONVOLUTION) for t in out.targets if t is not cats[0]):
         return None
     target = cats[0]
     cat = target.node
-    if not cat.outputs[0].shape.is_static:
+    if not _static_channels(cat.outputs[0].shape) or not all(_static_channels(i.shape) for i in cat.inputs):
         return None
     ops = list(cat.body_ops)
     if len(ops) != 1 or [i.source.node for i in ops[0].inputs] != list(cat.body.parameters):
@@ -103,7 +112,7 @@ def slots_for(concat: Subgraph) -> ConcatSlots:
     slice of)."""
     slots = _SLOTS.get(concat)
     if slots is None:
-        n, c, h, w = concat.outputs[0].shape.to_tuple()
+        n, c, h, w = concat.outputs[0].shape.dims
         up = _into_concat(concat.outputs[0])
         parent = None if up is None else slots_for(up[0])
         slots = _SLOTS[concat] = ConcatSlots((n, h, w, c), parent, 0 if up is None else up[2])
@@ -144,14 +153,23 @@ class ConcatSlice:
         at = self.slots.base + self.offset
         return f", into channels {at}..{at + self.channels - 1} of a concat output of {self.pitch}"
 
+    def claim(self) -> None:
+        """The primitive writes this input in every call from now on: the Concat no longer copies it."""
+        self.slots.in_place[self.index] = (self.offset, self.channels)
+
+    def out(self, dims: tuple[int, int, int]) -> np.ndarray:
+        """This call's slice, the call's N, H, W being ``dims`` (a dynamic primitive's executor says them)."""
+        return self.slots.slice(self.offset, self.channels, dims)
+
     def bind(self, ex: Any) -> Callable[[Sequence[np.ndarray]], list[np.ndarray]]:
         """``run(inputs) -> [y]`` for the primitive ``ex`` (``ex.run(x, None, out)``, made with this pitch): it
         writes into this call's slice, and the Concat no longer copies this input."""
-        self.slots.in_place[self.index] = (self.offset, self.channels)
+        self.claim()
         slots, offset, channels = self.slots, self.offset, self.channels
+        dims = slots.shape[:3]  # (a static Concat's)
 
         def run(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-            return [ex.run(inputs[0], None, slots.slice(offset, channels))]
+            return [ex.run(inputs[0], None, slots.slice(offset, channels, dims))]  # type: ignore[arg-type]
 
         run.executor = ex  # type: ignore[attr-defined]
         return run
@@ -183,11 +201,11 @@ class ChannelConcat:
         self._copies: dict[tuple[tuple[int, ...], int], RowCopy | None] = {}
 
     def run(self, inputs: Sequence[np.ndarray]) -> np.ndarray:
+        n, _, h, w = inputs[0].shape
         if self.slots is None:
-            n, _, h, w = inputs[0].shape
             y, in_place = empty_aligned((n, h, w, sum(a.shape[1] for a in inputs))), {}
         else:
-            y, in_place = self.slots.take(), self.slots.in_place
+            y, in_place = self.slots.take((n, h, w)), self.slots.in_place
         at = 0
         for k, a in enumerate(inputs):
             c = a.shape[1]
@@ -219,7 +237,7 @@ class ChannelConcat:
 
     def describe(self) -> str:
         if self.slots is None:
-            return "channel concat in NHWC (a dynamic shape: every input copied)"
-        n, h, w, c = self.slots.shape
+            return "channel concat in NHWC (every input copied)"
+        n, h, w, c = ("?" if d is None else d for d in self.slots.shape)
         return (f"channel concat C{c} {h}x{w} N{n} (NHWC): {len(self.slots.in_place)} inputs written in place by "
                 f"their producers, the others copied")

@@ -121,9 +121,11 @@ class ConvPlan:
         return ConvThenPool(ex, GlobalPool(out, self.global_pool, num_threads=num_threads, alloc=alloc), why)
 
     def dynamic_executor(self, stand_in: tuple[int, ...], num_threads: int, dims: Sequence[int | None],
-                         alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> ConvExecutor | ConvThenPool:
+                         alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None, out_pitch: int = 0,
+                         in_pitch: int = 0) -> ConvExecutor | ConvThenPool:
         """The executor of every N, H, W (``for_shape`` makes the others from it), made at ``stand_in``; ``dims``:
-        the input's dims, None where dynamic (the border code of a depthwise or pool walk is sampled along those)."""
+        the input's dims, None where dynamic (the border code of a depthwise or pool walk is sampled along those);
+        ``out_pitch``, ``in_pitch`` as ``executor``'s (a Concat's channels: static whatever N, H, W)."""
         borders = sampled_borders(dims, self.geometry, stand_in)
         pool_borders = None
         if self.pool is not None:  # a pool kernel after the conv (not its epilogue): its walk's border code
@@ -131,7 +133,7 @@ class ConvPlan:
             pool_borders = sampled_borders(dims, lambda shape: pool_geometry(self.pool, shape)[0],
                                            (g.n, g.m, g.ho, g.wo))
         return self.executor(stand_in, num_threads, dynamic=True, borders=borders, alloc=alloc,
-                             pool_borders=pool_borders)
+                             pool_borders=pool_borders, out_pitch=out_pitch, in_pitch=in_pitch)
 
     def for_shape(self, first: ConvExecutor | ConvThenPool, x_shape: tuple[int, ...]) -> ConvExecutor | ConvThenPool:
         """The executor for ``x_shape`` from ``first``, the one made for another shape (``executor(dynamic=True)``):
@@ -336,10 +338,10 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
     if sg.rt_info.get("SnippetsConcat"):
         from snippets_x86_64.conv_concat import ChannelConcat, slots_for
 
-        # its producers, compiled before it, have bound their slices; a dynamic shape: a new array per call, copied
-        # with numpy (the JIT row copy is made per shape)
+        # its producers, compiled before it, have bound their slices (a dynamic N, H, W too: the pitch is the
+        # channels); a dynamic shape copies the others with numpy (the JIT row copy is made per shape)
         static = sg.outputs[0].shape.is_static
-        cat = ChannelConcat(slots_for(sg) if static else None, config.num_threads if static else 1)
+        cat = ChannelConcat(slots_for(sg), config.num_threads if static else 1)
         sg.rt_info["SnippetsConvKernel"] = cat.describe()
 
         def run_concat(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -467,9 +469,16 @@ class DynamicConv(ShapeCache):
     kind = "one conv kernel for every N, H, W (a depthwise walk: one per border-tap pattern)"
 
     def __init__(self, sg: Subgraph, plan: ConvPlan, num_threads: int) -> None:
+        from snippets_x86_64.conv_concat import output_pitch
+
         dims = sg.body.parameters[0].outputs[0].shape.dims or (None,) * 4
         stand_in = stand_in_shape(sg, plan.w.shape[2:], plan.conv._geometry(plan.w.shape[2:]))
-        super().__init__(lambda shape, first: plan.dynamic_executor(shape, num_threads, dims)
+        # a channel slice of a Concat's output (as a static conv: no residual, no global pool), and an input that
+        # is one (DenseNet's chain: the input copy reads the pitch)
+        self.into = into = _concat_slice(sg) if plan.residual is None and plan.global_pool is None else None
+        out_pitch, in_pitch = into.pitch if into else 0, output_pitch(sg.inputs[0].source)
+        super().__init__(lambda shape, first: plan.dynamic_executor(shape, num_threads, dims, out_pitch=out_pitch,
+                                                                    in_pitch=in_pitch)
                          if first is None else plan.for_shape(first, shape))
         self.sg, self.plan, self.num_threads = sg, plan, num_threads
         self.flat = sg.outputs[0].shape.rank_is_static and sg.outputs[0].shape.rank == 2
@@ -478,6 +487,10 @@ class DynamicConv(ShapeCache):
         #: the pool after the conv: its kernel's epilogue, or its own kernel and why (describe() says which)
         self.epilogue = _describe_epilogue(self._first)
         sg.rt_info["SnippetsConvKernel"] = f"conv on runtime row geometry: one kernel for every N, H, W{self.epilogue}"
+        if into is not None:
+            into.claim()
+            self.epilogue += into.describe()
+            sg.rt_info["SnippetsConvKernel"] += into.describe()
         release_constants(sg, "packed into the conv kernel's weights")
         # the plan keeps the weight's shape only (a zero-stride placeholder): the packed copy is the one held
         w = plan.w
@@ -498,9 +511,17 @@ class DynamicConv(ShapeCache):
             except ValueError:
                 raise InputError(f"convolution '{self.plan.conv.name}': its residual of shape {list(res.shape)} "
                                  f"does not broadcast to its output's {list(out)}") from None
+        if self.into is not None:
+            return [ex.run(x, None, self.into.out(_out_dims(ex)))]
         y = ex.run(x, res)
         # a global pool's [N, M, 1, 1] as the body's Reshape may have it ([N, M]): the same memory
         return [y.reshape(y.shape[:2]) if self.flat else y]
+
+
+def _out_dims(ex: ConvExecutor | ConvThenPool) -> tuple[int, int, int]:
+    """The N, H, W of what ``ex`` stores (the pooled map with a pool)."""
+    g = ex.pool.geo if isinstance(ex, ConvThenPool) else ex.geo
+    return g.n, g.out_h, g.out_w
 
 
 def _describe_epilogue(ex: ConvExecutor | ConvThenPool) -> str:
@@ -533,22 +554,31 @@ class DynamicPool(ShapeCache):
         stand_in = stand_in_shape(sg, window, pool._geometry(window) if windowed else None)
         dims = sg.body.parameters[0].outputs[0].shape.dims or (None,) * 4
         borders = sampled_borders(dims, lambda shape: pool_geometry(pool, shape)[0], stand_in) if windowed else None
+        #: a MaxPool/AvgPool writing its channels into a Concat's output (the pitch: the Concat's channels)
+        self.into = into = _concat_slice(sg) if windowed else None
 
         def make(shape: tuple[int, ...], first: Any) -> Any:
             out = (shape[0], shape[1]) if flat else None
-            return build_pool_executor(pool, shape, num_threads, out, dynamic=True, prepared=first, borders=borders)
+            return build_pool_executor(pool, shape, num_threads, out, dynamic=True, prepared=first, borders=borders,
+                                       out_pitch=into.pitch if into else 0)
 
         super().__init__(make)
         self.sg = sg
         sg.rt_info["SnippetsConvKernel"] = f"{pool.type_name} on runtime geometry (dynamic N, H, W)"
         self._first = self.make(stand_in, None)  # the kernels made now
+        if into is not None:
+            into.claim()
+            sg.rt_info["SnippetsConvKernel"] += into.describe()
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if inputs[0].size == 0:  # an empty batch or image: nothing for a kernel to do, the reference says what it is
             from snippets_core.ir.evaluate import evaluate_node
 
             return list(evaluate_node(self.sg, list(inputs)))
-        return [self.executor(inputs[0].shape).run(inputs[0])]
+        ex = self.executor(inputs[0].shape)
+        if self.into is not None:
+            return [ex.run(inputs[0], None, self.into.out(_out_dims(ex)))]
+        return [ex.run(inputs[0])]
 
 
 def stand_in_shape(sg: Subgraph, window: Sequence[int], geo: Any) -> tuple[int, ...]:

@@ -280,3 +280,145 @@ def test_a_conv_with_its_pool_writes_into_the_concat_output(pool: dict) -> None:
     kernels = [sg.rt_info["SnippetsConvKernel"] for sg in cm.subgraphs if "SnippetsConvKernel" in sg.rt_info]
     assert any(("not fused" in k) == (pool.get("pads") is not None) and k.endswith("0..18 of a concat output of 32")
                for k in kernels)
+
+
+# --- dynamic N, H, W: the slices of a Concat whose pitch (its channels) is static -------------------------------------
+
+
+def _dynamic(model: onnx.ModelProto | bytes) -> bytes:
+    """``model`` with its input's N, H, W and its outputs' dims made dim_params (value_info dropped)."""
+    p = onnx.ModelProto()
+    if isinstance(model, bytes):
+        p.ParseFromString(model)
+    else:
+        p.CopyFrom(model)
+    del p.graph.value_info[:]
+    for axis, name in ((0, "N"), (2, "H"), (3, "W")):
+        p.graph.input[0].type.tensor_type.shape.dim[axis].dim_param = name
+    for vi in p.graph.output:
+        for k, d in enumerate(vi.type.tensor_type.shape.dim):
+            if k != 1:
+                d.dim_param = f"{vi.name}{k}"
+    return p.SerializeToString()
+
+
+def _built(cm) -> int:  # type: ignore[no-untyped-def]
+    from snippets_x86_64.cache import FUNCTION_CACHE
+
+    per_shape = sum(getattr(getattr(st.run, "__self__", st.run), "compiles", 0) for st in cm._steps)
+    return FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"] + per_shape
+
+
+def _against_ort(data: bytes, cm, shapes, c: int) -> None:  # type: ignore[no-untyped-def]
+    """``cm`` against onnxruntime at each (N, H, W) of ``shapes`` (C ``c``), each output; no kernel built."""
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(len(shapes))
+    before = None
+    for n, h, w in shapes:
+        x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+        got = cm({"x": x})
+        for name, want in zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": x})):
+            np.testing.assert_allclose(got[name], want, rtol=1e-4, atol=1e-4 * max(np.abs(want).max(), 1))
+        before = _built(cm) if before is None else before  # (the first shape made the executors' first tables)
+        assert _built(cm) == before
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_dynamic_inception_branches_write_into_the_concat_output(shared: bool) -> None:
+    """The Inception block with dynamic N, H, W: the branches write their slices at every shape (the first write of
+    a call makes that call's array), the Concat copies only the shared branch; describe() says where each goes."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    data = _dynamic(_inception_block(shared))
+    cm = compile_model(data, "x86_64_avx512", {"num_threads": 2})
+    (cat,) = _concats(cm)
+    assert sorted(cat.slots.in_place) == ([0, 2, 3, 4] if shared else [0, 1, 2, 3, 4])
+    _against_ort(data, cm, [(2, 9, 13)], 11)
+
+    @given(st.integers(1, 3), st.integers(5, 24), st.integers(5, 24))
+    @settings(max_examples=8, deadline=None)
+    def shape(n: int, h: int, w: int) -> None:
+        _against_ort(data, cm, [(n, h, w)], 11)
+
+    shape()
+    assert (cat.copies > 0) is shared  # the shared branch, copied at every call; the others never
+    assert ("into channels 17..49 of a concat output of 77" in cm.describe()) is not shared
+    kernels = {sg.name: sg.rt_info["SnippetsConvKernel"] for sg in cm.subgraphs if "SnippetsConvKernel" in sg.rt_info}
+    assert f"{4 if shared else 5} inputs written in place" in kernels["Concat_6"]
+
+
+@pytest.mark.parametrize("bn", [True, False])
+def test_a_dynamic_dense_block_shares_one_concat_output(bn: bool) -> None:
+    """A DenseNet block with dynamic N, H, W: one array of the last Concat's channels per call (its N, H, W the
+    call's), written by the pool and each layer's 3x3 conv; the 1x1 convs read their slices through the pitched
+    input copy; nothing copied, no kernel built for a new shape; against onnxruntime."""
+    data = _dynamic(_dense_block(4, bn))
+    cm = compile_model(data, "x86_64_avx512", {"num_threads": 2})
+    cats = _concats(cm)
+    assert len(cats) == 4 and len({id(c.slots.root) for c in cats}) == 1 and cats[-1].slots.pitch == 27
+    _against_ort(data, cm, [(1, 12, 10), (2, 16, 8), (3, 8, 20), (1, 12, 10), (2, 4, 4)], 7)
+    assert sum(c.copies for c in cats) == 0
+    firsts = [st.run._first for st in cm._steps if type(st.run).__name__ == "DynamicConv"]
+    pitched = [ex.geo.c for ex in firsts if ex.copy is not None and ex.copy_pitch == 27 and ex.geo.c < 27]
+    assert pitched == ([7, 12, 17, 22] if bn else [])
+
+
+@pytest.mark.parametrize("pool", [dict(kernel_shape=[2, 2], strides=[2, 2]),
+                                  dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])], ids=["fused", "after"])
+def test_a_dynamic_conv_with_its_pool_writes_into_the_concat_output(pool: dict) -> None:
+    """Conv-Relu-MaxPool next to a stride-2 conv, concatenated, dynamic N, H, W: the pooled channels (the epilogue's
+    or the pool kernel's after the conv) go straight into the Concat's output at every shape."""
+    rng = np.random.default_rng(11)
+    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], **pool),
+             helper.make_node("Conv", ["x", "wb"], ["b"], strides=[2, 2]),
+             helper.make_node("Concat", ["p", "b"], ["y"], axis=1)]
+    inits = [numpy_helper.from_array(rng.standard_normal((19, 5, 3, 3)).astype(np.float32), "wa"),
+             numpy_helper.from_array(rng.standard_normal((13, 5, 1, 1)).astype(np.float32), "wb")]
+    data = _dynamic(_model(nodes, inits, [1, 5, 12, 14], [1, 32, 6, 7]))
+    cm = compile_model(data, "x86_64_avx512", {"num_threads": 2})
+    (cat,) = _concats(cm)
+    _against_ort(data, cm, [(1, 12, 14), (2, 10, 22), (1, 6, 6), (3, 16, 8)], 5)
+    assert sorted(cat.slots.in_place) == [0, 1] and cat.copies == 0
+    text = cm.describe()
+    assert "0..18 of a concat output of 32" in text and ("not fused" in text) == ("pads" in pool)
+
+
+@pytest.mark.parametrize("case", SLICES, ids=[str(i) for i in range(len(SLICES))])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_dynamic_conv_writes_slices_with_the_concat_pitch_under_guard_pages(case: tuple, at: str) -> None:
+    """One dynamic executor (``ConvPlan.dynamic_executor``) with the Concat's pitch, its shapes made by ``for_shape``:
+    at random N, H, W the stores stay inside the slice (the channels around it keep their values; the last slice ends
+    flush against a PROT_NONE page); against float64."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from snippets_core.ir.ops.io import Constant, Parameter
+    from snippets_core.ir.ops.nn import Convolution
+    from snippets_x86_64.conv_subgraph import ConvPlan
+
+    c, h0, w0, m, k, p, group, offset, total = case
+    offset = total - m if at == "end" else offset
+    rng = np.random.default_rng(c * m + offset)
+    w = rng.standard_normal((m, c // group, k, k)).astype(np.float32)
+    shift = rng.standard_normal(m)
+    conv = Convolution(Parameter("f32", [1, c, h0, w0]), Constant(w), pads=(p, p, p, p), group=group)
+    plan = ConvPlan(conv, w, None, shift, (), (), None, plain_input=True)
+    first = plan.dynamic_executor((1, c, h0, w0), 2, (None, c, None, None), out_pitch=total)
+
+    @given(st.integers(1, 3), st.integers(k, 20), st.integers(k, 20))
+    @settings(max_examples=6, deadline=None)
+    def shape(n: int, h: int, wd: int) -> None:
+        x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+        ex = plan.for_shape(first, x.shape)
+        buf = guarded_array((n, h, wd, total), np.float32, at)
+        buf[...] = -7.0
+        got = ex.run(x, None, buf[..., offset:offset + m])
+        want = _conv_f64(x, w, group, p) + shift[None, :, None, None]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        assert (buf[..., :offset] == -7.0).all() and (buf[..., offset + m:] == -7.0).all()
+
+    shape()
