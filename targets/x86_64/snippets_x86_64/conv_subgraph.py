@@ -422,6 +422,8 @@ def _compile_conv_transpose(sg: Subgraph, plan: ConvPlan, threads: int) -> Any:
         return None
     sg.rt_info["SnippetsConvKernel"] = what
     release_constants(sg, "packed into the ConvTranspose kernel's weights")
+    if isinstance(ex, ShapeCache):  # dynamic N, H, W: one executor per shape from the first one's weights, kernels
+        return ex
     residual = plan.residual
 
     def run(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

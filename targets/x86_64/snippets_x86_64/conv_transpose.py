@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 
 from snippets_x86_64.aligned import empty_aligned
-from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
+from snippets_core.errors import InputError
+from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, ShapeCache
 from snippets_x86_64.conv import ARG_POST, ROW, VEC, ConvGeometry, PostOp, build_conv_kernel, kernel_key, \
-    pack_channels, pack_weights
+    pack_channels, pack_weights, pixels_per_block
 from snippets_x86_64.conv_executor import MIN_FLOPS_PER_THREAD, split_items
 from snippets_x86_64.reorder import run_split
 
@@ -71,99 +72,130 @@ class _Axis:
 class ConvTransposeExecutor:
     """One 2-D ConvTranspose (group 1, dilation 1) with the post-ops of a conv primitive: ``run(x, residual=None)
     -> y``, NCHW views of NHWC arrays in and out (see the module docstring). ``w`` is ``[C, M, KH, KW]``;
-    ``scale``/``shift`` per output channel are folded in, ``channel_data[i]`` is ``PostOp(index=i)``'s vector."""
+    ``scale``/``shift`` per output channel are folded in, ``channel_data[i]`` is ``PostOp(index=i)``'s vector.
+    ``dynamic``: the phase kernels read their row geometry from the tables (``conv.kernel_key``), so ``for_shape``
+    makes another input shape's executor with new tables only (the packed weights and kernels shared)."""
 
     def __init__(self, x_shape: tuple[int, int, int, int], w: np.ndarray, strides: Sequence[int],
                  pads: Sequence[int], out_hw: Sequence[int], scale: np.ndarray | None, shift: np.ndarray | None,
                  post_ops: Sequence[PostOp] = (), channel_data: Sequence[np.ndarray] = (), num_threads: int = 1,
-                 alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> None:
-        n, c, h, wd = x_shape
+                 alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None, dynamic: bool = False) -> None:
         _, m, kh, kw = w.shape
+        c = x_shape[1]
         self.new = alloc or empty_aligned
         self.post_ops = tuple(post_ops)
-        self.rows = _Axis(h, kh, strides[0], pads[0], out_hw[0])
-        self.cols = _Axis(wd, kw, strides[1], pads[1], out_hw[1])
-        self.shape = (n, c, h, wd)
-        self.out_shape = (n, m, out_hw[0], out_hw[1])
-        ax, ay = self.rows, self.cols
-        hp, wp = ax.padded, ay.padded
+        self.num_threads, self.dynamic, self.kernel, self.strides = num_threads, dynamic, (kh, kw), tuple(strides)
+        self.m = m
         wt = np.asarray(w).transpose(1, 0, 2, 3)  # [M, C, KH, KW]
+        sh, sw = self.strides
         panels: list[np.ndarray] = []
-        by_kernel: dict[ConvGeometry, list[np.ndarray]] = {}
+        #: per phase (rh, rw): its taps and its panel's block offsets (elements) in ``packed``; every phase is
+        #: packed (a shape whose output is smaller than the stride skips some, another one does not)
+        self.phases: dict[tuple[int, int], tuple[int, int, list[int]]] = {}
         at = 0
         bias = None
-        for rh in range(ax.s):
-            for rw in range(ay.s):
-                q0h, q1h, q0w, q1w = ax.q0[rh], ax.q1[rh], ay.q0[rw], ay.q1[rw]
-                if q1h < q0h or q1w < q0w:
-                    continue  # an output smaller than the stride: no pixel of this phase
-                th, tw = ax.taps[rh], ay.taps[rw]
+        for rh in range(sh):
+            for rw in range(sw):
+                th, tw = -(-(kh - rh) // sh), -(-(kw - rw) // sw)
                 # tap t of the phase conv reads x[q - (T - 1) + t] with w[r + s (T - 1 - t)]: flipped
-                wph = wt[:, :, rh + ax.s * np.arange(th - 1, -1, -1)][:, :, :, rw + ay.s * np.arange(tw - 1, -1, -1)]
-                geo = ConvGeometry(n, c, hp, wp, m, 1, th, tw, 1, 1, 1, 1, 0, 0, q1h - q0h + 1, q1w - q0w + 1,
-                                   out_pitch=ay.s * m)
+                wph = wt[:, :, rh + sh * np.arange(th - 1, -1, -1)][:, :, :, rw + sw * np.arange(tw - 1, -1, -1)]
+                geo = self._phase_geo(c, m, th, tw)
                 packed, bias, offsets = pack_weights(np.ascontiguousarray(wph), geo, scale, shift)
                 panels.append(packed)
-                by_kernel.setdefault(geo, []).append(self._table(geo, rh, rw, [at + o for o in offsets]))
+                self.phases[(rh, rw)] = (th, tw, [at + o for o in offsets])
                 at += packed.size
         self.packed = self._keep(np.concatenate(panels))
         self.bias = self._keep(bias)  # type: ignore[arg-type]
-        geo0 = next(iter(by_kernel))
-        self.channel_data = [self._keep(pack_channels(v, geo0)) for v in channel_data]
+        self.channel_data = [self._keep(pack_channels(v, self._phase_geo(c, m, 1, 1))) for v in channel_data]
+        self.has_residual = any(op.kind == "residual" for op in self.post_ops)
+        #: the phase kernels by key (``conv.kernel_key``): made once, each shape's tables index them
+        self.kernels: dict[tuple, Any] = {}
+        self._set_shape(tuple(x_shape), pads, out_hw)  # type: ignore[arg-type]
+
+    def _phase_geo(self, c: int, m: int, th: int, tw: int, n: int = 0, hp: int = 0, wp: int = 0, ho: int = 0,
+                   wo: int = 0) -> ConvGeometry:
+        """The stride-1 conv of one phase over the padded input, storing every ``s``-th output pixel."""
+        return ConvGeometry(n, c, hp, wp, m, 1, th, tw, 1, 1, 1, 1, 0, 0, ho, wo, out_pitch=self.strides[1] * m)
+
+    def _set_shape(self, x_shape: tuple[int, int, int, int], pads: Sequence[int], out_hw: Sequence[int]) -> None:
+        """The fields of one input shape: the axes, each phase's work table, the kernels' dispatch parts."""
+        n, c, h, wd = x_shape
+        m, (kh, kw) = self.m, self.kernel
+        self.rows = _Axis(h, kh, self.strides[0], pads[0], out_hw[0])
+        self.cols = _Axis(wd, kw, self.strides[1], pads[1], out_hw[1])
+        self.shape = (n, c, h, wd)
+        self.out_shape = (n, m, out_hw[0], out_hw[1])
+        ax, ay = self.rows, self.cols
+        by_kernel: dict[tuple, list[np.ndarray]] = {}
+        geos: dict[tuple, ConvGeometry] = {}
+        for (rh, rw), (th, tw, offsets) in self.phases.items():
+            q0h, q1h, q0w, q1w = ax.q0[rh], ax.q1[rh], ay.q0[rw], ay.q1[rw]
+            if q1h < q0h or q1w < q0w:
+                continue  # an output smaller than the stride: no pixel of this phase
+            geo = self._phase_geo(c, m, th, tw, n, ax.padded, ay.padded, q1h - q0h + 1, q1w - q0w + 1)
+            key = kernel_key(geo, self.dynamic)  # the conv primitives' kernels: one per geometry but the batch,
+            by_kernel.setdefault(key, []).append(self._table(geo, rh, rw, offsets))  # (dynamic: but the image)
+            geos.setdefault(key, geo)
         flops = 2 * n * m * out_hw[0] * out_hw[1] * c * kh * kw // (ax.s * ay.s)
-        threads = num_threads if flops >= MIN_FLOPS_PER_THREAD * num_threads else 1
+        threads = self.num_threads if flops >= MIN_FLOPS_PER_THREAD * self.num_threads else 1
         #: per distinct phase kernel: (kernel, its phases' work table, the thread chunks)
         self.parts = []
-        for geo, tables in by_kernel.items():
-            table = self._keep_table(np.concatenate(tables))
-            key = kernel_key(geo, False)  # the conv primitives' kernels: one per geometry but the batch
-            kernel = FUNCTION_CACHE.get("conv", (key, self.post_ops),
-                                        lambda g=key[0]: build_conv_kernel(g, self.post_ops), HARNESS_ARGTYPES)
+        for key, tables in by_kernel.items():
+            table = np.ascontiguousarray(np.concatenate(tables), dtype=np.int64)
+            kernel = self.kernels.get(key)
+            if kernel is None:
+                dynamic, post_ops = self.dynamic, self.post_ops
+                kernel = self.kernels[key] = FUNCTION_CACHE.get(
+                    "conv", (key, post_ops), lambda g=key[0]: build_conv_kernel(g, post_ops, dynamic), HARNESS_ARGTYPES)
             self.parts.append((kernel, table, split_items(len(table), threads)))
-        self.geos = list(by_kernel)
-        self.has_residual = any(op.kind == "residual" for op in self.post_ops)
+        self.geos = list(geos.values())
         #: no window reaches past the image (a kernel the size of the stride, no pads: UNet's 2x2): the phases read
         #: an NHWC input in place, no padded copy
-        self.unpadded = (hp, wp) == (h, wd)
-        self.xp = None if self.unpadded else self._padded_buffer()
+        self.unpadded = (ax.padded, ay.padded) == (h, wd)
+        #: the padded input copy, made on the shape's first call that needs one (its border zero)
+        self.xp: np.ndarray | None = None
         self._xp_lock = threading.Lock()
         self.flops = flops
+
+    def for_shape(self, x_shape: tuple[int, int, int, int], pads: Sequence[int], out_hw: Sequence[int],
+                  ) -> ConvTransposeExecutor:
+        """This ConvTranspose for another input shape: the packed weights and (dynamic) kernels are this one's; only
+        the axes, the work tables and the padded input copy are new."""
+        ex = ConvTransposeExecutor.__new__(ConvTransposeExecutor)
+        ex.__dict__.update(self.__dict__)
+        ex._set_shape(x_shape, pads, out_hw)
+        return ex
 
     def _keep(self, a: np.ndarray) -> np.ndarray:
         out = self.new(a.shape) if a.size * 4 >= 1 << 14 else np.empty(a.shape, np.float32)
         out[...] = a
         return out
 
-    @staticmethod
-    def _keep_table(t: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(t, dtype=np.int64)
-
     def _table(self, geo: ConvGeometry, rh: int, rw: int, offsets: list[int]) -> np.ndarray:
         """The conv work table of phase (rh, rw): one row per (image, channel block, phase output row), the source
-        at the phase's first window in the padded input, the destination at output pixel ``(s q + r - pad)``."""
+        at the phase's first window in the padded input, the destination at output pixel ``(s q + r - pad)``, and
+        the row geometry a dynamic kernel reads (``conv.ROW``: the padded row's bytes, the row's pixel blocks)."""
         ax, ay = self.rows, self.cols
-        n, _, _, _ = self.shape
-        m = self.out_shape[1]
+        n, m = geo.n, geo.m
         ho, wo = self.out_shape[2:]
         c4 = geo.c * 4
         blocks = geo.blocks()
-        rows = []
         col0 = ay.q0[rw] - (ay.taps[rw] - 1) + ay.before  # padded column of the first window
         out_col = ay.s * ay.q0[rw] + rw - ay.pad
-        for img in range(n):
-            for b, (v0, nv) in enumerate(blocks):
-                rem = m - (geo.nvp - 1) * VEC
-                mask = (1 << rem) - 1 if v0 + nv == geo.nvp else 0xFFFF
-                variant = 0 if nv == blocks[0][1] else 1
-                for q in range(ax.q0[rh], ax.q1[rh] + 1):
-                    src_row = q - (ax.taps[rh] - 1) + ax.before
-                    src = ((img * geo.h + src_row) * geo.w + col0) * c4
-                    o = ax.s * q + rh - ax.pad
-                    dst = ((img * ho + o) * wo + out_col) * m * 4 + v0 * VEC * 4
-                    rows.append((src, offsets[b] * 4, dst, v0 * VEC * 4, mask, variant))
-        table = np.zeros((len(rows), ROW), np.int64)  # the static kernel reads the first six fields
-        table[:, :6] = np.asarray(rows, dtype=np.int64).reshape(-1, 6)
-        return table
+        q = np.arange(ax.q0[rh], ax.q1[rh] + 1, dtype=np.int64)
+        src_q = ((q - (ax.taps[rh] - 1) + ax.before) * geo.w + col0) * c4
+        dst_q = ((ax.s * q + rh - ax.pad) * wo + out_col) * m * 4
+        rem = m - (geo.nvp - 1) * VEC
+        table = np.zeros((n, len(blocks), len(q), ROW), np.int64)
+        for b, (v0, nv) in enumerate(blocks):
+            r = pixels_per_block(nv, geo.wo)
+            table[:, b, :, 1:] = (offsets[b] * 4, v0 * VEC * 4, v0 * VEC * 4, (1 << rem) - 1 if v0 + nv == geo.nvp
+                                  else 0xFFFF, 0 if nv == blocks[0][1] else 1, geo.w * c4, geo.wo // r, r, geo.wo % r,
+                                  4, 0)
+        img = np.arange(n, dtype=np.int64)[:, None, None]
+        table[..., 0] = img * (geo.h * geo.w * c4) + src_q[None, None, :]
+        table[..., 2] += img * (ho * wo * m * 4) + dst_q[None, None, :]
+        return table.reshape(-1, ROW)
 
     def run(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
         """``x`` [N, C, H, W] -> [N, M, Ho, Wo] (an NCHW view of a new NHWC array); ``residual`` has the output's
@@ -173,7 +205,7 @@ class ConvTransposeExecutor:
             return self._run(xt, residual)
         if self._xp_lock.acquire(blocking=False):  # a concurrent call (another Python thread) pads its own copy
             try:
-                if self.xp is None:  # an input that is not NHWC: copied, as into a padded buffer with no border
+                if self.xp is None:  # (an unpadded one's input that is not NHWC: copied into a buffer with no border)
                     self.xp = self._padded_buffer()
                 return self._run(self._pad(xt, self.xp), residual)
             finally:
@@ -195,6 +227,8 @@ class ConvTransposeExecutor:
     def _run(self, src: np.ndarray, residual: np.ndarray | None) -> np.ndarray:
         n = self.shape[0]
         y = self.new((n, *self.out_shape[2:], self.out_shape[1]))
+        if y.size == 0:  # an empty batch or output: no rows for the kernels
+            return y.transpose(0, 3, 1, 2)
         res = y
         if self.has_residual:
             res = np.ascontiguousarray(residual.transpose(0, 2, 3, 1))  # type: ignore[union-attr]
@@ -215,14 +249,67 @@ class ConvTransposeExecutor:
                 f"{self.flops / 1e9:.3f} GFLOP)")
 
 
-def compile_conv_transpose(sg: Any, plan: Any, num_threads: int) -> tuple[ConvTransposeExecutor | None, str]:
+class DynamicConvTranspose(ShapeCache):
+    """A ConvTranspose primitive with a dynamic N, H or W: its phase convolutions are the conv primitives' dynamic
+    dense kernels (row geometry from the tables), made once with the packed weights at a stand-in shape; a new input
+    shape resolves the output size and pads (the IR's ``_resolve``) and makes its work tables only."""
+
+    kind = "one kernel per phase-conv shape for every N, H, W"
+
+    def __init__(self, op: Any, plan: Any, stand_in: tuple[int, ...], num_threads: int) -> None:
+        kernel = plan.w.shape[2:]
+        strides = op._geometry(kernel).strides
+
+        def make(shape: tuple[int, ...], first: ConvTransposeExecutor | None) -> ConvTransposeExecutor:
+            if shape[1] != plan.w.shape[0]:
+                raise InputError(f"ConvTranspose '{op.name}' takes {plan.w.shape[0]} input channels, the input has "
+                                 f"shape {list(shape)}")
+            outs, pbs, _ = op._resolve(shape[2:], kernel)
+            if first is not None:
+                return first.for_shape(shape, pbs, outs)  # type: ignore[arg-type]
+            return ConvTransposeExecutor(shape, plan.w, strides, pbs, outs, plan.scale, plan.shift,  # type: ignore
+                                         plan.post_ops, plan.channel_data, num_threads=num_threads, dynamic=True)
+
+        super().__init__(make)
+        self.residual = plan.residual
+        self._first = self.make(stand_in, None)
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        ex = self.executor(inputs[0].shape)
+        res = None if self.residual is None else inputs[self.residual]
+        if res is not None and res.shape != ex.out_shape:
+            try:
+                res = np.broadcast_to(res, ex.out_shape)  # (made whole by the NHWC copy in ``run``)
+            except ValueError:
+                raise InputError(f"ConvTranspose: its residual of shape {list(res.shape)} does not broadcast to its "
+                                 f"output's {list(ex.out_shape)}") from None
+        return [ex.run(inputs[0], res)]
+
+
+def compile_conv_transpose(sg: Any, plan: Any, num_threads: int) -> tuple[Any, str]:
     """The executor of a conv-primitive Subgraph whose body holds a ConvolutionBackpropData (``plan``: its
-    :class:`~snippets_x86_64.conv_subgraph.ConvPlan`), or None and the reason it runs on its reference."""
+    :class:`~snippets_x86_64.conv_subgraph.ConvPlan`), or None and the reason it runs on its reference. A dynamic
+    N, H or W: a :class:`DynamicConvTranspose` (``run(inputs) -> [y]``)."""
+    from snippets_x86_64.conv_subgraph import stand_in_shape
+
     x_port = sg.body.parameters[0].outputs[0].shape
-    if not x_port.is_static:
-        return None, f"its input shape {x_port} is dynamic; the JIT ConvTranspose is specialized per shape"
-    x_shape = x_port.to_tuple()
     op = plan.conv
+    if not x_port.is_static:
+        if not x_port.rank_is_static or x_port.rank != 4 or x_port[1] is None:
+            return None, f"its input shape {x_port} has no static channel count"
+        if op.output_shape:
+            return None, "an output_shape with a dynamic input: its pads depend on the input size"
+        stand_in = stand_in_shape(sg, plan.w.shape[2:], op._geometry(plan.w.shape[2:]))
+        why = transpose_reject_reason(op, stand_in)
+        if why is not None:
+            return None, why
+        dyn = DynamicConvTranspose(op, plan, stand_in, num_threads)
+        kh, kw = plan.w.shape[2:]
+        sh, sw = op._geometry((kh, kw)).strides
+        return dyn, (f"convtranspose {kh}x{kw} s{sh}x{sw} {plan.w.shape[0]}->{plan.w.shape[1]} on runtime row "
+                     f"geometry (NHWC, {sh * sw} phase convs on kernels "
+                     f"{', '.join(f'{g.kh}x{g.kw}' for g in dyn._first.geos)}: one set for every N, H, W)")
+    x_shape = x_port.to_tuple()
     why = transpose_reject_reason(op, x_shape)
     if why is not None:
         return None, why

@@ -131,13 +131,131 @@ def test_uncovered_conv_transpose_runs_on_the_reference_with_the_reason(attrs: d
     assert why in cm.describe()
 
 
-def test_dynamic_batch_conv_transpose_runs_on_the_reference_with_the_reason() -> None:
-    data = _model(8, 4, 5, 8, {"k": (2, 2), "strides": [2, 2]}, dynamic=True)
+def _built() -> int:
+    from snippets_x86_64.cache import FUNCTION_CACHE
+
+    return FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"]
+
+
+@pytest.mark.parametrize("case", SWEEP, ids=[str(i) for i in range(len(SWEEP))])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_dynamic_conv_transpose_at_random_shapes_guarded(case: tuple, at: str) -> None:
+    """One executor on runtime row geometry (``dynamic``), then random input shapes (``for_shape``: new tables, the
+    packed weights and phase kernels shared): each against float64 under guard pages, with a residual and Relu; no
+    kernel built after the first shape."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    _, c, h0, w0, m, k, s, pads, opad = case
+    rng = np.random.default_rng(c * m + k[0] + 1)
+    w = rng.standard_normal((c, m, *k)).astype(np.float32)
+    shift = rng.standard_normal(m)
+    alloc = lambda shape: guarded_array(shape, np.float32, at)  # noqa: E731
+
+    def out_hw(h: int, wd: int) -> tuple[int, int]:
+        return (s[0] * (h - 1) + k[0] + opad[0] - pads[0] - pads[2], s[1] * (wd - 1) + k[1] + opad[1] - pads[1] - pads[3])
+
+    first = ConvTransposeExecutor((1, c, 9, 9), w, s, pads[:2], out_hw(9, 9), None, shift,
+                                  (PostOp("residual"), PostOp("relu")), num_threads=2, alloc=alloc, dynamic=True)
+    before = _built()
+
+    @given(st.integers(0, 3), st.integers(1, 12), st.integers(1, 12))
+    @settings(max_examples=8, deadline=None)
+    def shape(n: int, h: int, wd: int) -> None:
+        x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+        want = conv_transpose_f64(x, w, s, pads, opad) + shift[None, :, None, None]
+        res = rng.standard_normal(want.shape).astype(np.float32)
+        want = np.maximum(want + res, 0)
+        ex = first.for_shape((n, c, h, wd), pads[:2], want.shape[2:])
+        xg = alloc((n, h, wd, c))
+        xg[...] = x.transpose(0, 2, 3, 1)
+        rg = alloc((n, *want.shape[2:], m))
+        rg[...] = res.transpose(0, 2, 3, 1)
+        got = ex.run(xg.transpose(0, 3, 1, 2), rg.transpose(0, 3, 1, 2))
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max() if n else 1.0))
+
+    shape()
+    assert _built() == before
+
+
+@pytest.mark.parametrize("case", ONNX_CASES[:4], ids=[str(i) for i in range(4)])
+def test_dynamic_conv_transpose_model_matches_onnxruntime(case: tuple) -> None:
+    """ConvTranspose + bias + Relu with dynamic N, H, W: the JIT phase convolutions at every shape (an empty batch
+    too), no kernel built for a new shape; describe() says it runs on runtime row geometry."""
+    ort = pytest.importorskip("onnxruntime")
+    c, h, w, m, attrs = case
+    data = _model(c, "H", "W", m, dict(attrs), dynamic=True)  # type: ignore[arg-type]
+    cm = compile_model(data, "x86_64_avx512", {"num_threads": 2})
+    (sg,) = [sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsConvolution")]
+    assert "on runtime row geometry" in sg.rt_info["SnippetsConvKernel"]
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(4)
+    before = None
+    for shape in [(1, c, h, w), (2, c, 7, 3), (3, c, 1, 9), (0, c, 4, 4), (1, c, 12, 11)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        want = sess.run(None, {"x": x})[0]
+        got = cm({"x": x})["y"]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(np.abs(want).max(initial=1.0), 1.0))
+        before = _built() if before is None else before
+        assert _built() == before
+    assert all(where == "x86_64_avx512" for _, _, where in cm.placement())
+    assert "0 kernel(s) built after the first shape" in cm.describe()
+
+
+def test_a_dynamic_output_shape_runs_on_the_reference_with_the_reason() -> None:
+    data = _model(8, "H", "W", 8, {"k": (3, 3), "strides": [2, 2], "output_shape": [11, 13]},  # type: ignore[arg-type]
+                  dynamic=True)
     cm = compile_model(data, "x86_64_avx512")
-    x = np.random.default_rng(4).standard_normal((2, 8, 4, 5)).astype(np.float32)
+    x = np.random.default_rng(4).standard_normal((2, 8, 5, 6)).astype(np.float32)
     np.testing.assert_allclose(cm({"x": x})["y"], compile_model(data, "reference")({"x": x})["y"], rtol=1e-5,
                                atol=1e-5)
-    assert "the JIT ConvTranspose is specialized per shape" in cm.describe()
+    assert "an output_shape with a dynamic input" in cm.describe()
+
+
+def test_a_dynamic_unet_decoder_matches_onnxruntime() -> None:
+    """bench/model_zoo.py's UNet decoder (ConvTranspose 2x2, 4x4 pad 1, 2x2, each with a 3x3 conv), narrowed to 16
+    channels, with dynamic N, H, W: every step a JIT primitive, random shapes against onnxruntime, no kernel built."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    ort = pytest.importorskip("onnxruntime")
+    path = Path(__file__).resolve().parents[3] / "bench" / "model_zoo.py"
+    spec = importlib.util.spec_from_file_location("snippets_bench_model_zoo", path)
+    assert spec is not None and spec.loader is not None
+    zoo = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = zoo  # its dataclasses look their module up
+    spec.loader.exec_module(zoo)
+    proto = zoo.unet_decoder(hw=6, channels=16).proto
+    for vi in (proto.graph.input[0], proto.graph.output[0]):
+        for axis, name in ((0, "N"), (2, "H"), (3, "W")):
+            vi.type.tensor_type.shape.dim[axis].dim_param = f"{vi.name}{name}"
+    del proto.graph.value_info[:]
+    data = proto.SerializeToString()
+    cm = compile_model(data, "x86_64_avx512", {"num_threads": 2})
+    assert all(where == "x86_64_avx512" or where == "view" for _, _, where in cm.placement()), cm.describe()
+    assert sum("ConvolutionBackpropData" in [op.type_name for op in sg.body_ops] for sg in cm.subgraphs) == 3
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    name = proto.graph.input[0].name
+    cm({name: rng.standard_normal((1, 16, 6, 6)).astype(np.float32)})
+    before = _built()
+
+    @given(st.integers(1, 2), st.integers(2, 9), st.integers(2, 9))
+    @settings(max_examples=6, deadline=None)
+    def shape(n: int, h: int, w: int) -> None:
+        x = rng.standard_normal((n, 16, h, w)).astype(np.float32)
+        want = sess.run(None, {name: x})[0]
+        np.testing.assert_allclose(next(iter(cm({name: x}).values())), want, rtol=1e-4,
+                                   atol=1e-4 * np.abs(want).max())
+
+    shape()
+    assert _built() == before
 
 
 def test_concurrent_calls_from_python_threads() -> None:
