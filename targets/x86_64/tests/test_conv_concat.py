@@ -4,6 +4,7 @@ checked against onnxruntime, float64 numpy and, for the kernel's strided stores,
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,9 @@ from snippets_core.runtime.compiled_model import compile_model
 from snippets_x86_64.conv import ConvGeometry
 from snippets_x86_64.conv_executor import ConvExecutor
 from snippets_x86_64.guarded import guarded_array
+
+sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: make the sibling module importable
+from test_conv_kernel import dynamic_nhw  # noqa: E402
 
 pytestmark = pytest.mark.avx512
 LIGHT = Path(onnx.__file__).resolve().parent / "backend" / "test" / "data" / "light"
@@ -256,12 +260,8 @@ def test_the_input_copy_reads_a_channel_slice_under_guard_pages(at: str) -> None
     assert ex.reorders == 0
 
 
-@pytest.mark.parametrize("pool", [dict(kernel_shape=[2, 2], strides=[2, 2]),
-                                  dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])], ids=["fused", "after"])
-def test_a_conv_with_its_pool_writes_into_the_concat_output(pool: dict) -> None:
-    """Conv-Relu-MaxPool (the pool the kernel's epilogue, or its own kernel after the conv in the same step) next to
-    a stride-2 conv, concatenated: the pooled channels go straight into the Concat's output."""
-    ort = pytest.importorskip("onnxruntime")
+def _conv_pool_concat(pool: dict) -> bytes:
+    """Conv-Relu-``pool`` next to a stride-2 conv, concatenated: [1, 5, 12, 14] -> [1, 32, 6, 7]."""
     rng = np.random.default_rng(11)
     nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["a"], ["r"]),
@@ -270,10 +270,19 @@ def test_a_conv_with_its_pool_writes_into_the_concat_output(pool: dict) -> None:
              helper.make_node("Concat", ["p", "b"], ["y"], axis=1)]
     inits = [numpy_helper.from_array(rng.standard_normal((19, 5, 3, 3)).astype(np.float32), "wa"),
              numpy_helper.from_array(rng.standard_normal((13, 5, 1, 1)).astype(np.float32), "wb")]
-    data = _model(nodes, inits, [1, 5, 12, 14], [1, 32, 6, 7])
+    return _model(nodes, inits, [1, 5, 12, 14], [1, 32, 6, 7])
+
+
+@pytest.mark.parametrize("pool", [dict(kernel_shape=[2, 2], strides=[2, 2]),
+                                  dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])], ids=["fused", "after"])
+def test_a_conv_with_its_pool_writes_into_the_concat_output(pool: dict) -> None:
+    """Conv-Relu-MaxPool (the pool the kernel's epilogue, or its own kernel after the conv in the same step) next to
+    a stride-2 conv, concatenated: the pooled channels go straight into the Concat's output."""
+    ort = pytest.importorskip("onnxruntime")
+    data = _conv_pool_concat(pool)
     cm = compile_model(data, "x86_64_avx512", {"num_threads": 2})
     (cat,) = _concats(cm)
-    x = rng.standard_normal((1, 5, 12, 14)).astype(np.float32)
+    x = np.random.default_rng(12).standard_normal((1, 5, 12, 14)).astype(np.float32)
     (want,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_allclose(cm({"x": x})["y"], want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
     assert sorted(cat.slots.in_place) == [0, 1] and cat.copies == 0
@@ -283,23 +292,6 @@ def test_a_conv_with_its_pool_writes_into_the_concat_output(pool: dict) -> None:
 
 
 # --- dynamic N, H, W: the slices of a Concat whose pitch (its channels) is static -------------------------------------
-
-
-def _dynamic(model: onnx.ModelProto | bytes) -> bytes:
-    """``model`` with its input's N, H, W and its outputs' dims made dim_params (value_info dropped)."""
-    p = onnx.ModelProto()
-    if isinstance(model, bytes):
-        p.ParseFromString(model)
-    else:
-        p.CopyFrom(model)
-    del p.graph.value_info[:]
-    for axis, name in ((0, "N"), (2, "H"), (3, "W")):
-        p.graph.input[0].type.tensor_type.shape.dim[axis].dim_param = name
-    for vi in p.graph.output:
-        for k, d in enumerate(vi.type.tensor_type.shape.dim):
-            if k != 1:
-                d.dim_param = f"{vi.name}{k}"
-    return p.SerializeToString()
 
 
 def _built(cm) -> int:  # type: ignore[no-untyped-def]
@@ -331,7 +323,7 @@ def test_dynamic_inception_branches_write_into_the_concat_output(shared: bool) -
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    data = _dynamic(_inception_block(shared))
+    data = dynamic_nhw(_inception_block(shared))
     cm = compile_model(data, "x86_64_avx512", {"num_threads": 2})
     (cat,) = _concats(cm)
     assert sorted(cat.slots.in_place) == ([0, 2, 3, 4] if shared else [0, 1, 2, 3, 4])
@@ -354,7 +346,7 @@ def test_a_dynamic_dense_block_shares_one_concat_output(bn: bool) -> None:
     """A DenseNet block with dynamic N, H, W: one array of the last Concat's channels per call (its N, H, W the
     call's), written by the pool and each layer's 3x3 conv; the 1x1 convs read their slices through the pitched
     input copy; nothing copied, no kernel built for a new shape; against onnxruntime."""
-    data = _dynamic(_dense_block(4, bn))
+    data = dynamic_nhw(_dense_block(4, bn))
     cm = compile_model(data, "x86_64_avx512", {"num_threads": 2})
     cats = _concats(cm)
     assert len(cats) == 4 and len({id(c.slots.root) for c in cats}) == 1 and cats[-1].slots.pitch == 27
@@ -370,15 +362,7 @@ def test_a_dynamic_dense_block_shares_one_concat_output(bn: bool) -> None:
 def test_a_dynamic_conv_with_its_pool_writes_into_the_concat_output(pool: dict) -> None:
     """Conv-Relu-MaxPool next to a stride-2 conv, concatenated, dynamic N, H, W: the pooled channels (the epilogue's
     or the pool kernel's after the conv) go straight into the Concat's output at every shape."""
-    rng = np.random.default_rng(11)
-    nodes = [helper.make_node("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["a"], ["r"]),
-             helper.make_node("MaxPool", ["r"], ["p"], **pool),
-             helper.make_node("Conv", ["x", "wb"], ["b"], strides=[2, 2]),
-             helper.make_node("Concat", ["p", "b"], ["y"], axis=1)]
-    inits = [numpy_helper.from_array(rng.standard_normal((19, 5, 3, 3)).astype(np.float32), "wa"),
-             numpy_helper.from_array(rng.standard_normal((13, 5, 1, 1)).astype(np.float32), "wb")]
-    data = _dynamic(_model(nodes, inits, [1, 5, 12, 14], [1, 32, 6, 7]))
+    data = dynamic_nhw(_conv_pool_concat(pool))
     cm = compile_model(data, "x86_64_avx512", {"num_threads": 2})
     (cat,) = _concats(cm)
     _against_ort(data, cm, [(1, 12, 14), (2, 10, 22), (1, 6, 6), (3, 16, 8)], 5)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import onnx
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -196,6 +197,24 @@ def guarded_nhwc(x: np.ndarray, at: str) -> np.ndarray:
 
 def guarded(at: str):  # type: ignore[no-untyped-def]
     return lambda shape: guarded_array(shape, np.float32, at)
+
+
+def dynamic_nhw(model: onnx.ModelProto | bytes) -> bytes:
+    """``model`` with its input's N, H, W and its outputs' dims but the channels made dim_params, value_info dropped
+    (as an exporter with dynamic axes writes them)."""
+    p = onnx.ModelProto()
+    if isinstance(model, bytes):
+        p.ParseFromString(model)
+    else:
+        p.CopyFrom(model)
+    del p.graph.value_info[:]
+    for axis, name in ((0, "N"), (2, "H"), (3, "W")):
+        p.graph.input[0].type.tensor_type.shape.dim[axis].dim_param = name
+    for vi in p.graph.output:
+        for k, d in enumerate(vi.type.tensor_type.shape.dim):
+            if k != 1:
+                d.dim_param = f"{vi.name}{k}"
+    return p.SerializeToString()
 
 
 DEPTHWISE = [

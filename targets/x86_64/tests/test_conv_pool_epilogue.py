@@ -25,7 +25,7 @@ from snippets_x86_64.guarded import guarded_array
 from snippets_x86_64.pool import pool_geometry
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: make the sibling module importable
-from test_conv_kernel import conv_f64, guarded, guarded_nhwc, pool_f64  # noqa: E402
+from test_conv_kernel import conv_f64, dynamic_nhw, guarded, guarded_nhwc, pool_f64  # noqa: E402
 
 pytestmark = pytest.mark.avx512
 
@@ -192,6 +192,20 @@ GLOBAL_CASES = [
 ]
 
 
+def _global_oracle(x: np.ndarray, w: np.ndarray, shift: np.ndarray, s: tuple[int, int], pads: tuple[int, ...],
+                   post: str | None, mode: str, residual_rng: np.random.Generator | None,
+                   ) -> tuple[np.ndarray, np.ndarray | None]:
+    """float64 conv + shift [+ a random residual, drawn from ``residual_rng``] + post-op, then the global mean or max:
+    ([N, M], the residual or None)."""
+    y = conv_f64(x, w, 1, s, (1, 1), pads) + shift.reshape(1, -1, 1, 1)
+    res = residual_rng.standard_normal(y.shape).astype(np.float32) if residual_rng is not None else None
+    if res is not None:
+        y = y + res
+    if post is not None:
+        y = POST[post](y)
+    return (y.mean(axis=(2, 3)) if mode == "mean" else y.max(axis=(2, 3))), res
+
+
 @pytest.mark.parametrize("case", GLOBAL_CASES, ids=[str(i) for i in range(len(GLOBAL_CASES))])
 @pytest.mark.parametrize("at", ["end", "start"])
 @pytest.mark.parametrize("threads", [1, 2])
@@ -202,15 +216,9 @@ def test_global_pool_epilogue_matches_float64(case: tuple, at: str, threads: int
     x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
     w = (rng.standard_normal((m, c, *k)) / np.sqrt(c * k[0] * k[1])).astype(np.float32)
     shift = rng.standard_normal(m) * 0.1
-    y = conv_f64(x, w, 1, s, (1, 1), pads) + shift.reshape(1, -1, 1, 1)
-    ho, wo = y.shape[2:]
     post_ops = ([PostOp("residual")] if with_res else []) + ([] if post is None else [POST_OPS[post]])
-    res = rng.standard_normal(y.shape).astype(np.float32) if with_res else None
-    if res is not None:
-        y = y + res
-    if post is not None:
-        y = POST[post](y)
-    want = y.mean(axis=(2, 3)) if mode == "mean" else y.max(axis=(2, 3))
+    want, res = _global_oracle(x, w, shift, s, pads, post, mode, rng if with_res else None)
+    ho, wo = (h + pads[0] + pads[2] - k[0]) // s[0] + 1, (wd + pads[1] + pads[3] - k[1]) // s[1] + 1
     geo = ConvGeometry(n, c, h, wd, m, 1, *k, *s, 1, 1, pads[0], pads[1], ho, wo, global_pool=mode)
     ex = ConvExecutor(geo, w, None, shift, tuple(post_ops), num_threads=threads, alloc=guarded(at))
     for _ in range(2):  # the second call reuses the output and argument blocks
@@ -352,13 +360,7 @@ def test_dynamic_global_pool_epilogue_matches_float64(case: tuple, at: str) -> N
     @settings(max_examples=8, deadline=None)
     def shape(n: int, h: int, wd: int) -> None:
         x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
-        y = conv_f64(x, w, 1, s, (1, 1), pads) + shift.reshape(1, -1, 1, 1)
-        res = rng.standard_normal(y.shape).astype(np.float32) if with_res else None
-        if res is not None:
-            y = y + res
-        if post is not None:
-            y = POST[post](y)
-        want = y.mean(axis=(2, 3)) if mode == "mean" else y.max(axis=(2, 3))
+        want, res = _global_oracle(x, w, shift, s, pads, post, mode, rng if with_res else None)
         ex = plan.for_shape(first, x.shape)
         got = ex.run(guarded_nhwc(x, at), None if res is None else guarded_nhwc(res, at))
         assert got.shape == (n, m, 1, 1)
@@ -366,19 +368,6 @@ def test_dynamic_global_pool_epilogue_matches_float64(case: tuple, at: str) -> N
 
     shape()
     assert _built() == before
-
-
-def _dynamic(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with its input's N, H, W and its output's dims made dim_params (value_info dropped)."""
-    p = onnx.ModelProto()
-    p.CopyFrom(model)
-    del p.graph.value_info[:]
-    for axis, name in ((0, "N"), (2, "H"), (3, "W")):
-        p.graph.input[0].type.tensor_type.shape.dim[axis].dim_param = name
-    for vi in p.graph.output:
-        for k, d in enumerate(vi.type.tensor_type.shape.dim):
-            d.dim_param = f"o{k}"
-    return p
 
 
 def test_a_dynamic_cnn_block_fuses_what_the_static_one_does() -> None:
@@ -390,16 +379,16 @@ def test_a_dynamic_cnn_block_fuses_what_the_static_one_does() -> None:
 
     ort = pytest.importorskip("onnxruntime")
     static = onnx.load(str(Path(__file__).resolve().parents[3] / "examples" / "cnn_block.onnx"))
-    model = _dynamic(static)
-    name = model.graph.input[0].name
-    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
+    data = dynamic_nhw(static)
+    name = static.graph.input[0].name
+    cm = compile_model(data, "x86_64_avx512", {"num_threads": 2})
     cs = compile_model(static.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
     assert [[op.type_name for op in sg.body_ops] for sg in cm.subgraphs] == \
         [[op.type_name for op in sg.body_ops] for sg in cs.subgraphs]
     text = cm.describe()
     assert "maxpool 2x2 epilogue on the pooled rows" in text and "global mean pool epilogue" in text
     assert "not fused" not in text
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(11)
     cm({name: rng.standard_normal((1, 3, 64, 64)).astype(np.float32)})
     before = _built()
@@ -425,8 +414,9 @@ def test_a_dynamic_cnn_block_fuses_what_the_static_one_does() -> None:
 def test_a_dynamic_model_pool_runs_in_the_conv_step(pool: onnx.NodeProto, fused: bool) -> None:
     """A conv + Relu + pool with dynamic N, H, W: one step, the pool fused or its kernel after the conv's (with the
     reason), against onnx's reference evaluator at a few shapes."""
-    model = _dynamic(_cnn_model(pool))
-    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
+    data = dynamic_nhw(_cnn_model(pool))
+    model = onnx.load_from_string(data)
+    cm = compile_model(data, "x86_64_avx512", {"num_threads": 2})
     (sg,) = [sg for sg in cm.subgraphs if sg.rt_info.get("SnippetsConvolution")]
     assert [op.type_name for op in sg.body_ops][-1] in ("MaxPool", "AvgPool")
     rng = np.random.default_rng(6)

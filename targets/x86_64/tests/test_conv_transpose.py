@@ -217,21 +217,17 @@ def test_a_dynamic_output_shape_runs_on_the_reference_with_the_reason() -> None:
 def test_a_dynamic_unet_decoder_matches_onnxruntime() -> None:
     """bench/model_zoo.py's UNet decoder (ConvTranspose 2x2, 4x4 pad 1, 2x2, each with a 3x3 conv), narrowed to 16
     channels, with dynamic N, H, W: every step a JIT primitive, random shapes against onnxruntime, no kernel built."""
-    import importlib.util
     import sys
     from pathlib import Path
 
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
+    sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: make the sibling module importable
+    from test_dynamic_mha import _model_zoo
+
     ort = pytest.importorskip("onnxruntime")
-    path = Path(__file__).resolve().parents[3] / "bench" / "model_zoo.py"
-    spec = importlib.util.spec_from_file_location("snippets_bench_model_zoo", path)
-    assert spec is not None and spec.loader is not None
-    zoo = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = zoo  # its dataclasses look their module up
-    spec.loader.exec_module(zoo)
-    proto = zoo.unet_decoder(hw=6, channels=16).proto
+    proto = _model_zoo().unet_decoder(hw=6, channels=16).proto
     for vi in (proto.graph.input[0], proto.graph.output[0]):
         for axis, name in ((0, "N"), (2, "H"), (3, "W")):
             vi.type.tensor_type.shape.dim[axis].dim_param = f"{vi.name}{name}"
