@@ -20,6 +20,7 @@ from snippets_core.config import CompileConfig
 from snippets_core.errors import InputError
 from snippets_core.ir.layout import INPUT_LAYOUTS, PLAIN
 from snippets_core.ir.ops.subgraph import Subgraph, release_constants
+from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.cache import ShapeCache
 from snippets_x86_64.conv import ConvGeometry, PostOp, global_epilogue, merge_borders, planar_fits, \
     pool_epilogue, with_dims
@@ -503,6 +504,9 @@ class DynamicConv(ShapeCache):
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
+        if x.shape[0] == 0 and self.plan.global_pool is not None:  # an empty batch: no pixel for a global pool
+            m = self.plan.w.shape[0]
+            return [empty_aligned((0, m) if self.flat else (0, m, 1, 1))]
         ex = self.executor(x.shape)
         res = None if self.plan.residual is None else inputs[self.plan.residual]
         g = ex.geo

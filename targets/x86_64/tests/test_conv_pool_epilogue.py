@@ -427,3 +427,23 @@ def test_a_dynamic_model_pool_runs_in_the_conv_step(pool: onnx.NodeProto, fused:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     text = cm.describe()
     assert ("epilogue on the pooled rows" in text) is fused and ("not fused" in text) is not fused
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_a_dynamic_depthwise_conv_runs_its_global_pool_kernel_after_it(op: str) -> None:
+    """Dynamic N, H, W: the depthwise conv's walk and the global pool kernel after it, in one step (describe() says
+    why), at a few shapes against onnx's reference evaluator, and an empty batch gives an empty [0, C, 1, 1]."""
+    rng = np.random.default_rng(9)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], group=20),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node(op, ["r"], ["y"])]
+    g = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 20, 7, 9])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 20, 1, 1])],
+                          [numpy_helper.from_array(rng.standard_normal((20, 1, 3, 3)).astype(np.float32), "w")])
+    data = dynamic_nhw(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    cm = compile_model(data, "x86_64_avx512", {"num_threads": 2})
+    ref = ReferenceEvaluator(onnx.load_from_string(data))
+    for shape in [(2, 20, 7, 9), (1, 20, 13, 5), (3, 20, 2, 30)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(cm({"x": x})["y"], ref.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    assert cm({"x": np.zeros((0, 20, 5, 5), np.float32)})["y"].shape == (0, 20, 1, 1)
+    assert "not fused: a depthwise convolution's walk has no global pool epilogue" in cm.describe()
