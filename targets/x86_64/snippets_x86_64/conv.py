@@ -271,22 +271,26 @@ class ConvGeometry(ConvDims):
 @functools.lru_cache(maxsize=1024)
 def _row_variant_index(ho: int, h: int, sh: int, pt: int, kh: int, dh: int) -> tuple[tuple[tuple[int, int], ...],
                                                                                     np.ndarray]:
-    """``ConvGeometry.row_variant_index`` of these dims (a depthwise walk's table, its key and its borders each ask)."""
-    rows = np.arange(ho)[:, None] * sh - pt + np.arange(kh)[None, :] * dh
-    inside = (rows >= 0) & (rows < h)
-    lo = np.argmax(inside, axis=1)
-    hi = kh - np.argmax(inside[:, ::-1], axis=1)
-    empty = ~inside.any(axis=1)
-    lo[empty], hi[empty] = 0, 0
-    code = lo * (kh + 1) + hi
-    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    order = np.argsort(first)  # variants in order of first use
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    variants = tuple((int(lo[first[k]]), int(hi[first[k]])) for k in order)
-    index = rank[inverse.reshape(-1)]
+    """``ConvGeometry.row_variant_index`` of these dims (a depthwise walk's table, its key and its borders each ask).
+    Only the border rows (a tap above or below the image) are worked out one by one: every row between them has all
+    ``kh`` taps, so a new shape costs a few rows of Python and one array, whatever its height."""
+    top = min(ho, -(-pt // sh))  # rows whose first tap lies above the image
+    last = h - 1 + pt - (kh - 1) * dh  # the last input start whose last tap is inside
+    bottom = max(top, min(ho, last // sh + 1 if last >= 0 else 0))  # rows from here on reach below it
+
+    def taps(oh: int) -> tuple[int, int]:
+        rows = [i for i in range(kh) if 0 <= oh * sh - pt + i * dh < h]
+        return (rows[0], rows[-1] + 1) if rows else (0, 0)
+
+    order: dict[tuple[int, int], int] = {}
+    head = [order.setdefault(taps(oh), len(order)) for oh in range(top)]
+    full = order.setdefault((0, kh), len(order)) if bottom > top else 0
+    tail = [order.setdefault(taps(oh), len(order)) for oh in range(bottom, ho)]
+    index = np.full(ho, full, np.int64)
+    index[:top] = head
+    index[bottom:] = tail
     index.flags.writeable = False
-    return variants, index
+    return tuple(order), index
 
 
 @functools.lru_cache(maxsize=1024)
@@ -593,11 +597,11 @@ def kernel_key(geo: ConvGeometry, dynamic: bool, borders: tuple | None = None) -
     stride: one kernel for all but images narrower than the window)."""
     if dynamic and not geo.depthwise:
         pool = None if geo.pool is None else replace(geo.pool, ho=0, wo=0)  # the pooled rows come from the table
-        return replace(geo, n=0, h=0, w=0, ho=0, wo=0, pt=0, pl=0, pool=pool), ()
+        return with_dims(geo, n=0, h=0, w=0, ho=0, wo=0, pt=0, pl=0, pool=pool), ()
     if dynamic:  # ``borders`` (merge_borders: every size's) when they cover this size, else its own
-        return replace(geo, n=0, h=0, w=0, ho=0, wo=0), borders if borders and covers(borders, geo) \
+        return with_dims(geo, n=0, h=0, w=0, ho=0, wo=0), borders if borders and covers(borders, geo) \
             else dw_borders(geo)
-    return replace(geo, n=0), ()
+    return with_dims(geo, n=0), ()
 
 
 def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...], dynamic: bool = False,
@@ -811,10 +815,12 @@ def _advance_dw(fn: Function, geo: ConvGeometry, pixels: int) -> None:
 
 
 @functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=1024)
 def dw_borders(geo: ConvGeometry) -> tuple:
     """What a dynamic depthwise/pool kernel's code depends on beyond the windows: the row-tap variants (top, middle,
     bottom), the column taps of the left border columns and the right border patterns it has code for (here one:
-    ``geo``'s). An image too small for an interior column has all its columns in its left border."""
+    ``geo``'s). An image too small for an interior column has all its columns in its left border. Cached: a new
+    shape's kernel key (``covers``) and its table each ask."""
     a, b = interior_columns(geo)
     return (tuple(geo.row_variants()), tuple(geo.col_taps(o) for o in range(a)),
             (tuple(geo.col_taps(o) for o in range(b, geo.wo)),))

@@ -120,19 +120,17 @@ class ConvExecutor:
 
     def _set_shape(self, geo: ConvGeometry, prepared: ConvExecutor | None) -> None:
         """The fields that depend on the input's N, H, W: the work table, the kernel when a shape needs another
-        one, the copy table, the thread split (a new shape makes only these: ``for_shape``)."""
+        one, the copy table, the thread split (a new shape makes only these: ``for_shape``). What depends on the
+        geometry alone (``ShapeFields``) is made once per process for every primitive of that geometry."""
         self.geo = geo
-        #: the geometry the kernel walks: ``geo``, or a pointwise conv's pixels re-cut into even rows
-        self.kernel_geo = kgeo = flat_pixels(geo)
         dynamic, num_threads = self.dynamic, self.num_threads
-        if dynamic and not kgeo.depthwise and prepared is not None:
-            key = prepared.kernel_key  # a dynamic dense kernel's key holds no dim of the image's
-        else:
-            key = kernel_key(kgeo, dynamic, self.borders)
-        # the table's per-block template depends on the channels only (but a planar buffer's plane)
-        spec = getattr(prepared, "table_spec", None) if prepared is not None and not kgeo.planar else None
-        self.table_spec = spec or table_spec(kgeo, self.offsets)
-        self.table = work_table(kgeo, self.offsets, key[1] if dynamic and kgeo.depthwise else None, self.table_spec)
+        fields = shape_fields(self, geo, prepared)
+        #: the geometry the kernel walks: ``geo``, or a pointwise conv's pixels re-cut into even rows
+        self.kernel_geo = kgeo = fields.kernel_geo
+        self.table_spec = fields.table_spec
+        self.table = fields.table
+        # a dynamic dense kernel's key holds no dim of the image's: the one it was made with (no comparison)
+        key = prepared.kernel_key if dynamic and not kgeo.depthwise and prepared is not None else fields.kernel_key
         if prepared is not None and key == prepared.kernel_key:
             self.kernel = prepared.kernel
         elif key != self.kernel_key:
@@ -145,7 +143,7 @@ class ConvExecutor:
                 HARNESS_ARGTYPES)
         self.kernel_key = key
         #: the input can be read in place (NHWC, no padding): no copy when the producer wrote NHWC
-        self.unpadded = geo.hp == geo.h and geo.wp == geo.w and not self.pre_ops and not geo.planar
+        self.unpadded = fields.unpadded and not self.pre_ops
         #: this shape's view of the shared padded buffer (``PaddedBuffer.take`` makes it on the shape's first run,
         #: an unpadded conv's only if an input ever needs a copy)
         self.xp: np.ndarray | None = None
@@ -154,28 +152,23 @@ class ConvExecutor:
         #: [N, M, 1, 1] output
         self.finish = None
         self._rows: np.ndarray | None = None
-        self.out_shape = (geo.n, geo.out_h, geo.out_w, geo.m)
+        self.out_shape = fields.out_shape
         if geo.global_pool is not None:  # a dynamic finish reads Ho, Wo from its args: one for every shape
             spec = ("dynamic", kgeo.m, kgeo.global_pool) if dynamic else kgeo
             self.finish = FUNCTION_CACHE.get("conv_gpool_finish", spec,
                                              lambda: build_global_finish_kernel(kgeo, dynamic), HARNESS_ARGTYPES)
             self.finish_words = tuple(finish_args(kgeo, 0, 0))[2:]
             self._rows = self.new((geo.n, geo.out_h, geo.out_w, geo.m))
-            self.out_shape = (geo.n, geo.m, 1, 1)
         #: layout changes (NCHW -> NHWC copies) made by the calls so far: the reorders at this primitive's edges
         self.reorders = 0
         if prepared is not None and prepared.packed is self.packed:  # (the addresses of what is shared: known)
             wei, bias, _, extra = prepared.fixed_args
-            self.fixed_args = (wei, bias, data_address(self.table), extra)
+            self.fixed_args = (wei, bias, fields.table_address, extra)
         else:
-            self.fixed_args = (data_address(self.packed), data_address(self.bias), data_address(self.table),
+            self.fixed_args = (data_address(self.packed), data_address(self.bias), fields.table_address,
                                [data_address(a) for a in self.channel_data])
-        # split when each thread gets PARALLEL_MIN_NS of estimated work: a hand-over to a spinning worker costs
-        # 1-2 us, so a depthwise conv of 15 us gains from a second thread, where the flops alone (half a dense
-        # conv's rate) kept it on one
-        self.work_ns = estimated_ns(geo, self.packed.nbytes if geo.mode == "conv" else 0)
-        threads = max(1, min(num_threads, int(self.work_ns // PARALLEL_MIN_NS)))
-        self.chunks = split_items(len(self.table), threads)
+        self.work_ns = fields.work_ns
+        self.chunks = fields.chunks
         self.call = self._split_call(self.kernel, ARG_POST + len(self.channel_data), self.chunks)
         #: the JIT copy of a contiguous NCHW input into a planar padded buffer (a stem's) when its rows split over
         #: the threads (None: numpy's strided copy, as fast on one thread; and for a dynamic conv, whose shapes
@@ -196,11 +189,9 @@ class ConvExecutor:
                                  if v is not None]
             spec = (copy_key(geo, self.copy_pitch), tuple((name, v is not None) for name, v in self.pre_op_spec))
             self.copy = FUNCTION_CACHE.get("conv_copy", spec, lambda: build_copy_kernel(*spec), HARNESS_ARGTYPES)
-        self.copy_table = copy_table(geo, self.copy_pitch)
-        # a copy is a memory-bound pass: both threads only when it is large
-        self.copy_chunks = split_items(geo.n * geo.h, num_threads if geo.n * geo.h * geo.w * geo.c >= 1 << 14 else 1)
+        self.copy_table, table_address, self.copy_chunks = fields.copy(self.copy_pitch)
         self.copy_call = self._split_call(self.copy, 3 + len(self.copy_vectors), self.copy_chunks)
-        self.copy_words = [0, 0, data_address(self.copy_table), *(data_address(v) for v in self.copy_vectors)]
+        self.copy_words = [0, 0, table_address, *(data_address(v) for v in self.copy_vectors)]
 
     def _split_call(self, kernel: JitFunction, n_words: int, chunks: list[tuple[int, int]]) -> SplitCall:
         """The primitive's dispatch call for ``kernel`` over this many chunks (made on the first shape that needs
@@ -324,6 +315,75 @@ class ConvExecutor:
         dst = data_address(y)  # (0.15 us; an ndarray's .ctypes costs ~1 us)
         self.call.run_chunks(self.chunks, [data_address(src), wei, dst, bias, dst if res is None else data_address(res),
                                            table, *extra])
+
+
+#: geometries whose ``ShapeFields`` the process keeps (the oldest dropped first): a few hundred image sizes of a
+#: model's few dozen geometries
+SHAPE_FIELDS_ENTRIES = 4096
+_SHAPE_FIELDS: dict[tuple, ShapeFields] = {}
+_SHAPE_FIELDS_LOCK = threading.Lock()
+
+
+class ShapeFields:
+    """What a conv or pool executor needs for one geometry that depends on nothing of the primitive's own (weights,
+    post-ops, buffers): the geometry the kernel walks, which kernel (``kernel_key``), the work table (read-only: the
+    primitives of this geometry share it), the thread split and, per input pitch, the copy table. Made once per
+    process for each geometry: ResNet-50's 53 convolutions have 20-odd geometries, so a new image size makes 20-odd
+    tables, and a size seen by another primitive (the blocks of a stage) makes none."""
+
+    __slots__ = ("kernel_geo", "kernel_key", "table_spec", "table", "table_address", "unpadded", "out_shape",
+                 "work_ns", "chunks", "_copies", "_threads", "_geo")
+
+    def __init__(self, ex: ConvExecutor, geo: ConvGeometry, prepared: ConvExecutor | None, weight_bytes: int) -> None:
+        self.kernel_geo = kgeo = flat_pixels(geo)
+        dynamic, threads = ex.dynamic, ex.num_threads
+        # a dynamic dense kernel's key holds no dim of the image's: the first shape's (then not compared, see
+        # ``_set_shape``)
+        reuse = dynamic and not kgeo.depthwise and prepared is not None
+        self.kernel_key = key = prepared.kernel_key if reuse else kernel_key(kgeo, dynamic, ex.borders)
+        # the table's per-block template depends on the channels only (but a planar buffer's plane)
+        spec = getattr(prepared, "table_spec", None) if prepared is not None and not kgeo.planar else None
+        self.table_spec = spec or table_spec(kgeo, ex.offsets)
+        table = work_table(kgeo, ex.offsets, key[1] if dynamic and kgeo.depthwise else None, self.table_spec)
+        table.flags.writeable = False  # shared by the primitives of this geometry
+        self.table, self.table_address = table, data_address(table)
+        self.unpadded = geo.hp == geo.h and geo.wp == geo.w and not geo.planar
+        self.out_shape = (geo.n, geo.m, 1, 1) if geo.global_pool is not None else (geo.n, geo.out_h, geo.out_w, geo.m)
+        # split when each thread gets PARALLEL_MIN_NS of estimated work: a hand-over to a spinning worker costs
+        # 1-2 us, so a depthwise conv of 15 us gains from a second thread, where the flops alone (half a dense
+        # conv's rate) kept it on one
+        self.work_ns = estimated_ns(geo, weight_bytes)
+        self.chunks = split_items(len(table), max(1, min(threads, int(self.work_ns // PARALLEL_MIN_NS))))
+        self._copies: dict[int, tuple[np.ndarray, int, list[tuple[int, int]]]] = {}
+        self._threads, self._geo = threads, geo
+
+    def copy(self, pitch: int) -> tuple[np.ndarray, int, list[tuple[int, int]]]:
+        """The copy table of an input whose pixels are ``pitch`` channels apart, its address and the copy's chunks
+        (a memory-bound pass: both threads only when it is large)."""
+        made = self._copies.get(pitch)
+        if made is None:
+            geo = self._geo
+            table = copy_table(geo, pitch)
+            table.flags.writeable = False
+            big = geo.n * geo.h * geo.w * geo.c >= 1 << 14
+            made = self._copies[pitch] = (table, data_address(table), split_items(geo.n * geo.h,
+                                                                                   self._threads if big else 1))
+        return made
+
+
+def shape_fields(ex: ConvExecutor, geo: ConvGeometry, prepared: ConvExecutor | None) -> ShapeFields:
+    """``ex``'s ``ShapeFields`` for ``geo``: made on the first call for this geometry in the process (by any
+    primitive), then shared."""
+    weight_bytes = ex.packed.nbytes if geo.mode == "conv" else 0
+    key = (geo, ex.num_threads, ex.dynamic, ex.borders if ex.dynamic and geo.depthwise else None, weight_bytes)
+    fields = _SHAPE_FIELDS.get(key)
+    if fields is None:
+        fields = ShapeFields(ex, geo, prepared, weight_bytes)
+        with _SHAPE_FIELDS_LOCK:
+            _SHAPE_FIELDS[key] = fields
+            while len(_SHAPE_FIELDS) > SHAPE_FIELDS_ENTRIES:
+                del _SHAPE_FIELDS[next(iter(_SHAPE_FIELDS))]
+    return fields
 
 
 class PaddedBuffer:
