@@ -24,10 +24,10 @@ import numpy as np
 from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.asm import Function, k1, qword, r9, r14, rbx, word, zword
 from snippets_x86_64.asm.registers import K, ZMM
-from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
+from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, ShapeCache
 from snippets_x86_64.conv_executor import data_address, split_items
 from snippets_x86_64.jit import JitFunction
-from snippets_x86_64.native_pool import SplitCall
+from snippets_x86_64.native_pool import SplitCalls
 from snippets_x86_64.runtime import PARALLEL_MIN_NS
 
 LANES = 16
@@ -120,22 +120,30 @@ class ChannelPermute:
     destination (tests pass guarded memory)."""
 
     def __init__(self, perm: Sequence[int], shape: tuple[int, ...], num_threads: int = 1,
-                 alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> None:
+                 alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
+                 prepared: ChannelPermute | None = None) -> None:
+        """``prepared``: the same permutation made for another shape, whose kernel and dispatch calls this one
+        shares (a new shape makes only its thread split: the kernel walks pixels)."""
         n, c, h, w = shape
-        if sorted(perm) != list(range(c)):
-            raise ValueError(f"{list(perm)} is not a permutation of {c} channels")
-        self.perm, self.shape = tuple(int(p) for p in perm), tuple(shape)
+        if prepared is not None:
+            self.perm, self.kernel, self.calls = prepared.perm, prepared.kernel, prepared.calls
+        else:
+            if sorted(perm) != list(range(c)):
+                raise ValueError(f"{list(perm)} is not a permutation of {c} channels")
+            self.perm = tuple(int(p) for p in perm)
+            self.kernel = FUNCTION_CACHE.get("channel_permute", self.perm, lambda: build_permute_kernel(self.perm),
+                                             HARNESS_ARGTYPES)
+            self.calls = SplitCalls()
+        self.shape = tuple(shape)
         self.new = alloc or empty_aligned
         self.reorders = 0
         pixels = n * h * w
         self.empty = pixels * c == 0
         if self.empty:
             return
-        self.kernel = FUNCTION_CACHE.get("channel_permute", self.perm, lambda: build_permute_kernel(self.perm),
-                                         HARNESS_ARGTYPES)
         threads = max(1, min(num_threads, int(pixels * c / PERMUTED_PER_NS // PARALLEL_MIN_NS)))
         self.chunks = split_items(pixels, threads)
-        self.call = SplitCall(self.kernel, 2, self.chunks)
+        self.call = self.calls.get(self.kernel, 2, self.chunks)
 
     def run(self, x: np.ndarray) -> np.ndarray:
         n, c, h, w = self.shape
@@ -146,7 +154,7 @@ class ChannelPermute:
         if not mem.flags.c_contiguous or mem.dtype != np.float32:
             self.reorders += 1
             mem = np.ascontiguousarray(mem, dtype=np.float32)
-        self.call.run([data_address(mem), data_address(y)])
+        self.call.run_chunks(self.chunks, [data_address(mem), data_address(y)])
         return y.transpose(0, 3, 1, 2)
 
     def describe(self) -> str:
@@ -154,4 +162,18 @@ class ChannelPermute:
         return f"channel permute of {c} channels over {n}x{h}x{w} pixels (NHWC, JIT vpermps)"
 
 
-__all__ = ["ChannelPermute", "build_permute_kernel", "shuffle_permutation"]
+class DynamicPermute(ShapeCache):
+    """A channel permutation of a dynamic N, H or W: one kernel (it walks pixels, its code depends on the channels
+    alone), a new shape makes only its thread split and shares the first shape's dispatch calls."""
+
+    kind = "one channel permute kernel for every N, H, W"
+
+    def __init__(self, perm: Sequence[int], stand_in: tuple[int, ...], num_threads: int) -> None:
+        super().__init__(lambda shape, first: ChannelPermute(perm, shape, num_threads, prepared=first))
+        self._first = self.make(stand_in, None)  # the kernel made now, as a static shape's is
+
+    def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return [self.executor(inputs[0].shape).run(inputs[0])]
+
+
+__all__ = ["ChannelPermute", "DynamicPermute", "build_permute_kernel", "shuffle_permutation"]

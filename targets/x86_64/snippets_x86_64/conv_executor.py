@@ -22,7 +22,7 @@ from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
     build_global_finish_kernel, choose_planar, copy_key, copy_table, finish_args, flat_pixels, kernel_key, \
     pack_channels, table_spec, with_dims, work_table
-from snippets_x86_64.native_pool import SplitCall, split_items
+from snippets_x86_64.native_pool import SplitCalls, split_items
 from snippets_x86_64.row_copy import planar_copy
 from snippets_x86_64.runtime import PARALLEL_MIN_NS
 from snippets_x86_64.runtime import _address as data_address
@@ -113,7 +113,7 @@ class ConvExecutor:
         self.kernel_key: tuple = ()
         #: the dispatch calls of every shape, by (kernel, argument words, chunk count): a new shape reuses one (its
         #: chunks rewritten in place) instead of making a Job and, on its second call, a JIT dispatch thunk
-        self.calls: dict[tuple[int, int, int], SplitCall] = prepared.calls if prepared is not None else {}
+        self.calls = prepared.calls if prepared is not None else SplitCalls()
         self.copy: JitFunction | None = None
         self.copy_vectors: list[np.ndarray] = []
         self._set_shape(geo, prepared)
@@ -169,7 +169,7 @@ class ConvExecutor:
                                [data_address(a) for a in self.channel_data])
         self.work_ns = fields.work_ns
         self.chunks = fields.chunks
-        self.call = self._split_call(self.kernel, ARG_POST + len(self.channel_data), self.chunks)
+        self.call = self.calls.get(self.kernel, ARG_POST + len(self.channel_data), self.chunks)
         #: the JIT copy of a contiguous NCHW input into a planar padded buffer (a stem's) when its rows split over
         #: the threads (None: numpy's strided copy, as fast on one thread; and for a dynamic conv, whose shapes
         #: build no kernels)
@@ -190,17 +190,8 @@ class ConvExecutor:
             spec = (copy_key(geo, self.copy_pitch), tuple((name, v is not None) for name, v in self.pre_op_spec))
             self.copy = FUNCTION_CACHE.get("conv_copy", spec, lambda: build_copy_kernel(*spec), HARNESS_ARGTYPES)
         self.copy_table, table_address, self.copy_chunks = fields.copy(self.copy_pitch)
-        self.copy_call = self._split_call(self.copy, 3 + len(self.copy_vectors), self.copy_chunks)
+        self.copy_call = self.calls.get(self.copy, 3 + len(self.copy_vectors), self.copy_chunks)
         self.copy_words = [0, 0, table_address, *(data_address(v) for v in self.copy_vectors)]
-
-    def _split_call(self, kernel: JitFunction, n_words: int, chunks: list[tuple[int, int]]) -> SplitCall:
-        """The primitive's dispatch call for ``kernel`` over this many chunks (made on the first shape that needs
-        it; ``run_chunks`` gives it each shape's chunks)."""
-        key = (kernel.address, n_words, len(chunks))
-        call = self.calls.get(key)
-        if call is None:
-            call = self.calls[key] = SplitCall(kernel, n_words, chunks)
-        return call
 
     def _keep(self, a: np.ndarray) -> np.ndarray:
         """``a`` in memory made once: aligned whatever its size (a depthwise panel is small); a freshly packed array

@@ -446,12 +446,16 @@ def _compile_channel_shuffle(sg: Subgraph, config: CompileConfig) -> Any:
     """``run(inputs) -> [y]`` for a channel shuffle (TokenizeConvSnippets): a JIT permutation within each NHWC
     pixel."""
     from snippets_core.tokenization.tokenize_conv_snippets import channel_permutation
-    from snippets_x86_64.channel_shuffle import ChannelPermute
+    from snippets_x86_64.channel_shuffle import ChannelPermute, DynamicPermute
 
     perm = channel_permutation(list(sg.body_ops))
     if perm is None:
         raise ConvUnsupported(f"{sg.name}: its body is not a channel permutation")
-    ex = ChannelPermute(perm, sg.body.parameters[0].outputs[0].shape.to_tuple(), config.num_threads)
+    x = sg.body.parameters[0].outputs[0].shape
+    if not x.is_static:  # one kernel for every N, H, W (it walks pixels)
+        sg.rt_info["SnippetsConvKernel"] = f"channel permute of {len(perm)} channels (dynamic N, H, W)"
+        return DynamicPermute(perm, stand_in_shape(sg, (1, 1), None), config.num_threads)
+    ex = ChannelPermute(perm, x.to_tuple(), config.num_threads)
     sg.rt_info["SnippetsConvKernel"] = ex.describe()
 
     def run_shuffle(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:

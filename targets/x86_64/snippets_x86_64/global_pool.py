@@ -12,6 +12,8 @@ NHWC, so the classifier after it reads it with no reorder. Signature: the native
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -22,7 +24,7 @@ from snippets_x86_64.asm.registers import ZMM
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
 from snippets_x86_64.conv_executor import data_address, split_items
 from snippets_x86_64.jit import JitFunction
-from snippets_x86_64.native_pool import SplitCall
+from snippets_x86_64.native_pool import SplitCalls
 
 LANES = 16
 CHAINS = 4  # independent accumulators per vector (the add latency over its throughput)
@@ -113,6 +115,23 @@ def build_global_pool_kernel(channels: int, mode: str) -> JitFunction:
     return fn.finalize(None, HARNESS_ARGTYPES)
 
 
+@functools.lru_cache(maxsize=1024)
+def pool_table(n: int, c: int, h: int, w: int, num_threads: int) -> tuple[np.ndarray, int, list[tuple[int, int]]]:
+    """The work table of a global pool of an [N, C, H, W] input (read-only: the pools of that shape share it), its
+    address and the thread split."""
+    vectors = -(-c // LANES)
+    table = np.empty((n, vectors, ROW), np.int64)
+    table[..., 0] = np.arange(n)[:, None] * (h * w * c * 4) + np.arange(vectors)[None, :] * (LANES * 4)
+    table[..., 1] = np.arange(n)[:, None] * (c * 4) + np.arange(vectors)[None, :] * (LANES * 4)
+    table[..., 2] = np.arange(vectors)[None, :] * LANES + LANES > c
+    table[..., 3:] = ((h * w - 1) // CHAINS, (h * w - 1) % CHAINS,
+                      int(np.array([1.0 / (h * w)], np.float32).view(np.uint32)[0]))
+    table = table.reshape(-1, ROW)
+    table.flags.writeable = False
+    chunks = split_items(len(table), 1 if n * c * h * w < MIN_PARALLEL_ELEMENTS else num_threads)
+    return table, data_address(table), chunks
+
+
 class GlobalPool:
     """``run(x) -> y``: ``x`` [N, C, H, W] lying in NHWC, ``y`` of ``out_shape`` ([N, C, 1, 1] by default, or any
     shape of N * C elements: [N, C]), the mean or the maximum over each image's pixels. ``reorders`` counts the
@@ -121,29 +140,25 @@ class GlobalPool:
     def __init__(self, shape: tuple[int, ...], mode: str, out_shape: tuple[int, ...] | None = None,
                  num_threads: int = 1, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
                  prepared: GlobalPool | None = None) -> None:
-        """``prepared``: the same pool made for another shape, whose kernel this one shares."""
+        """``prepared``: the same pool made for another shape, whose kernel and dispatch calls this one shares (a
+        new shape makes its table only: ``pool_table``, shared by every pool of that shape)."""
         n, c, h, w = shape
         self.shape, self.mode = tuple(shape), mode
         self.out_shape = tuple(out_shape) if out_shape is not None else (n, c, 1, 1)
-        if int(np.prod(self.out_shape)) != n * c:
+        if math.prod(self.out_shape) != n * c:
             raise ValueError(f"a global pool of {list(shape)} has {n * c} values, not {list(self.out_shape)}")
         self.new = alloc or empty_aligned
         self.reorders = 0
         if n * c * h * w == 0:
             raise ValueError(f"a global pool of an empty {list(shape)} tensor")
-        self.kernel = prepared.kernel if prepared is not None else FUNCTION_CACHE.get(
-            "global_pool", (c, mode), lambda: build_global_pool_kernel(c, mode), HARNESS_ARGTYPES)
-        vectors = -(-c // LANES)
-        table = np.empty((n, vectors, ROW), np.int64)
-        table[..., 0] = np.arange(n)[:, None] * (h * w * c * 4) + np.arange(vectors)[None, :] * (LANES * 4)
-        table[..., 1] = np.arange(n)[:, None] * (c * 4) + np.arange(vectors)[None, :] * (LANES * 4)
-        table[..., 2] = np.arange(vectors)[None, :] * LANES + LANES > c
-        table[..., 3:] = ((h * w - 1) // CHAINS, (h * w - 1) % CHAINS,
-                          int(np.array([1.0 / (h * w)], np.float32).view(np.uint32)[0]))
-        self.table = table.reshape(-1, ROW)
-        self.chunks = split_items(len(self.table), 1 if n * c * h * w < MIN_PARALLEL_ELEMENTS else num_threads)
-        self.call = SplitCall(self.kernel, 3, self.chunks)
-        self._table_address = data_address(self.table)
+        if prepared is not None:
+            self.kernel, self.calls = prepared.kernel, prepared.calls
+        else:
+            self.kernel = FUNCTION_CACHE.get("global_pool", (c, mode), lambda: build_global_pool_kernel(c, mode),
+                                             HARNESS_ARGTYPES)
+            self.calls = SplitCalls()
+        self.table, self._table_address, self.chunks = pool_table(n, c, h, w, num_threads)
+        self.call = self.calls.get(self.kernel, 3, self.chunks)
 
     def run(self, x: np.ndarray) -> np.ndarray:
         y = self.new(self.out_shape)
@@ -151,7 +166,7 @@ class GlobalPool:
         if not mem.flags.c_contiguous or mem.dtype != np.float32:
             self.reorders += 1
             mem = np.ascontiguousarray(mem, dtype=np.float32)
-        self.call.run([data_address(mem), data_address(y), self._table_address])
+        self.call.run_chunks(self.chunks, [data_address(mem), data_address(y), self._table_address])
         return y
 
     def describe(self) -> str:

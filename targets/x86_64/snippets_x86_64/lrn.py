@@ -23,11 +23,11 @@ from snippets_x86_64.asm import Function, bcst, eax, k1, k2, k3, qword, r9, r12,
 from snippets_x86_64.asm.registers import ZMM
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
 from snippets_x86_64.conv import VEC
-from snippets_x86_64.conv_executor import MIN_FLOPS_PER_THREAD, split_items
+from snippets_x86_64.conv_executor import MIN_FLOPS_PER_THREAD, data_address, split_items
 from snippets_x86_64.emitters.base import Aux
 from snippets_x86_64.emitters.math import emit_exp, emit_log
 from snippets_x86_64.jit import JitFunction
-from snippets_x86_64.reorder import run_split
+from snippets_x86_64.native_pool import SplitCalls
 
 FULL = 0xFFFF
 
@@ -107,17 +107,25 @@ class LRNExecutor:
     NHWC array, like the conv primitives' (see docs/conv.md)."""
 
     def __init__(self, shape: tuple[int, int, int, int], size: int, alpha: float, beta: float, bias: float,
-                 num_threads: int = 1, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> None:
+                 num_threads: int = 1, alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
+                 prepared: LRNExecutor | None = None) -> None:
+        """``prepared``: the same LRN made for another shape, whose kernel and dispatch calls this one shares (a
+        new shape makes only its thread split)."""
         self.shape = shape
         self.size, self.alpha, self.beta, self.bias = size, alpha, beta, bias
         n, c, h, w = shape
         self.new = alloc or empty_aligned
-        # the items are pixels (rows of one pixel): the kernel depends on the channels, not on N, H, W, so a model
-        # with a dynamic image size builds it once
-        spec = (c, 1, size, alpha, beta, bias)
-        self.kernel = FUNCTION_CACHE.get("lrn", spec, lambda: build_lrn_kernel(*spec), HARNESS_ARGTYPES)
+        if prepared is not None:
+            self.kernel, self.calls = prepared.kernel, prepared.calls
+        else:
+            # the items are pixels (rows of one pixel): the kernel depends on the channels, not on N, H, W, so a
+            # model with a dynamic image size builds it once
+            spec = (c, 1, size, alpha, beta, bias)
+            self.kernel = FUNCTION_CACHE.get("lrn", spec, lambda: build_lrn_kernel(*spec), HARNESS_ARGTYPES)
+            self.calls = SplitCalls()
         work = n * c * h * w * (size + 8)
         self.chunks = split_items(n * h * w, num_threads if work >= MIN_FLOPS_PER_THREAD * num_threads else 1)
+        self.call = self.calls.get(self.kernel, 2, self.chunks)
         #: layout changes (NCHW -> NHWC copies) made by the calls so far
         self.reorders = 0
 
@@ -130,8 +138,7 @@ class LRNExecutor:
             src[...] = xt
             xt = src
         y = self.new((n, h, w, c))
-        args = (ctypes.c_uint64 * 2)(xt.ctypes.data, y.ctypes.data)
-        run_split(self.kernel, ctypes.addressof(args), self.chunks)
+        self.call.run_chunks(self.chunks, [data_address(xt), data_address(y)])
         return y.transpose(0, 3, 1, 2)
 
     def describe(self) -> str:

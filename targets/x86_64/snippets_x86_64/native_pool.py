@@ -522,6 +522,29 @@ class SplitCall:
             pool.run_job(job)
 
 
+class SplitCalls:
+    """The dispatch calls of one primitive's executors of every input shape, by (kernel, argument words, chunk
+    count): a new shape reuses the call (its chunks rewritten in place by :meth:`SplitCall.run_chunks`) instead of
+    making an argument block, a :class:`Job` and, on its second call, a JIT dispatch thunk."""
+
+    def __init__(self) -> None:
+        self.calls: dict[tuple[int, int, int], SplitCall] = {}
+
+    def get(self, kernel: JitFunction, n_words: int, chunks: list[tuple[int, int]]) -> SplitCall:
+        """The call of ``kernel`` with ``n_words`` argument words over as many chunks as ``chunks``."""
+        key = (kernel.address, n_words, len(chunks))
+        call = self.calls.get(key)
+        if call is None:
+            call = self.calls[key] = SplitCall(kernel, n_words, chunks)
+        return call
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    def __getitem__(self, key: tuple[int, int, int]) -> SplitCall:
+        return self.calls[key]
+
+
 class NativePool:
     """Native worker threads (see the module docstring). ``run(chunks, own)`` runs ``own()`` on the caller and the
     chunks on workers; ``run_job(job)`` runs a :class:`Job` (chunk 0 on the caller) in one native call. Each chunk

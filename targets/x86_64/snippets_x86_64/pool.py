@@ -51,7 +51,7 @@ def reciprocal_counts(geo: ConvGeometry, pads: tuple[int, int, int, int], includ
 
 def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
                         out_shape: tuple[int, ...] | None = None, dynamic: bool = False,
-                        prepared: ConvExecutor | GlobalPool | None = None, borders: tuple | None = None,
+                        prepared: ConvExecutor | GlobalPool | LRNExecutor | None = None, borders: tuple | None = None,
                         alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None, out_pitch: int = 0,
                         ) -> ConvExecutor | LRNExecutor | GlobalPool:
     """The kernel of a pooling primitive (MaxPool, AvgPool, LRN, or a ReduceMean/ReduceMax over H and W: a global
@@ -65,7 +65,7 @@ def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
                           prepared=prepared if isinstance(prepared, GlobalPool) else None)
     if node.type_name == "LRN":
         return LRNExecutor(x_shape, node.size, node.alpha, node.beta, node.bias,  # type: ignore[attr-defined,arg-type]
-                           num_threads=num_threads)
+                           num_threads=num_threads, prepared=prepared if isinstance(prepared, LRNExecutor) else None)
     geo, pads = pool_geometry(node, x_shape)
     if geo.mode == "avg":
         divisor = reciprocal_counts(geo, pads, bool(node.count_include_pad))  # type: ignore[attr-defined]
