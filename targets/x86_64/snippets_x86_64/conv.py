@@ -469,89 +469,72 @@ def table_spec(geo: ConvGeometry, offsets: Sequence[int]) -> tuple:
 def work_table(geo: ConvGeometry, offsets: Sequence[int], borders: tuple | None = None, spec: tuple | None = None,
                ) -> np.ndarray:
     """One row per (image, group, output-channel block, output row), output rows innermost (depthwise and
-    pools: per (image, output row, channel block)). A dynamic shape makes its table on its first call: a per-block
-    template (cached: it depends on the channels only) plus one offset per (image, output row), a few numpy
-    operations. ``spec``: ``table_spec(geo, offsets)`` when the caller kept it."""
-    c4, m4 = geo.cp * 4, geo.mo * 4
-    spec = spec or table_spec(geo, offsets)
+    pools: per (image, output row, channel block)). A dynamic shape makes its table on its first call: each block's
+    row (its template fields, cached: they depend on the channels only, plus the row geometry, in Python ints) plus
+    one source and one destination offset per (image, output row) (``_fill_table``: a new shape's cost is the count
+    of numpy operations). ``spec``: ``table_spec(geo, offsets)`` when the caller kept it."""
+    template_rows, nvs = _block_rows(*(spec or table_spec(geo, offsets)))
+    n, out_h, wo, ch = geo.n, geo.out_h, geo.wo, geo.ch_bytes
     if not geo.depthwise:
-        return _dense_table(geo, *_block_rows(*spec))
-    template = _block_template(*spec)
-    nv = template[:, RT_RFULL]  # the template holds each block's vector count there
-    n = np.arange(geo.n)[:, None]
-    # a pool epilogue: one item per pooled row, which reads the conv rows of its windows (pool.sh conv rows apart)
-    oh = np.arange(geo.out_h)[None, :]
-    step = 1 if geo.pool is None else geo.pool.sh
-    if geo.depthwise:  # the unpadded input: (oh*sh - pt, -pl) may lie outside, never read
-        row_vars, var_of_oh = geo.row_variant_index()
-        right = 0
-        if borders is not None:  # indexes into the kernel's lists
-            var_of_oh = np.asarray([borders[0].index(v) for v in row_vars], np.int64)[var_of_oh]
-            row_vars, right = list(borders[0]), borders[2].index(dw_borders(geo)[2][0])
-        src = ((n * geo.h + oh * geo.sh - geo.pt) * geo.w - geo.pl) * c4
-        pitch = geo.dh * geo.w * c4
-        a, b = interior_columns(geo)  # a dynamic walk's interior columns: loops of the widest block, the rest by bits
-        cols = b - a
-    else:
-        src = n * geo.c * geo.hp * geo.wp * 4 + oh * step * geo.sh * geo.wp * geo.px_bytes
-        pitch = geo.dh * geo.wp * geo.px_bytes
-        cols = geo.wo
-    # pixels_per_block (dense) or max_pixels_per_block (a depthwise walk's loop) of each block, vectorized
-    most = np.maximum(1, np.minimum((ZMM_COUNT - nv - 3) // nv, 14))
-    if not geo.depthwise and geo.wo > 0:
-        most = np.minimum(most, geo.wo)
-        most = -(-geo.wo // -(-geo.wo // most))
-    r_full = most
-    head = template.copy()
-    head[:, RT_PITCH] = pitch
-    head[:, RT_NFULL] = cols // r_full
-    head[:, RT_RFULL] = r_full
-    head[:, RT_RTAIL] = cols % r_full
-    head[:, RT_CH] = geo.ch_bytes
-    head[:, RT_RIGHT] = 0
-    if geo.depthwise:
-        head[:, 5] *= len(row_vars)
-        head[:, RT_RIGHT] = right
-    table = np.empty((geo.n, len(head), geo.out_h, ROW), np.int64)
-    table[...] = head[None, :, None, :]
-    table[..., 0] += src[:, None, :]
-    table[..., 2] += ((n * geo.out_h + oh) * geo.out_w * m4)[:, None, :]
+        # with a pool epilogue a stored row is a pooled row, which reads the conv rows of its windows (pool.sh conv
+        # rows apart)
+        step = 1 if geo.pool is None else geo.pool.sh
+        wp, px = geo.wp, geo.px_bytes
+        # a row's units (pixels; pooled windows with a pool epilogue) in blocks: a dynamic kernel reads their counts
+        units, sizes, conv_rows = wo, _block_pixels(nvs, wo), 0
+        if geo.pool is not None:
+            units, conv_rows = geo.pool.wo, geo.sh * wp * px
+            sizes = tuple(pooled_per_block(nv, geo.pool) or 1 for nv in nvs)
+        elif geo.global_pool is not None:  # every block sums its pixels in one order (the widest block: ``_emit_row``)
+            sizes = _block_pixels(nvs[:1], wo) * len(nvs)
+        pitch = geo.dh * wp * px
+        rows = [(*t, pitch, units // r, r, units % r, ch, conv_rows) for t, r in zip(template_rows, sizes)]
+        return _fill_table(rows, n, out_h, geo.c * geo.hp * wp * 4, step * geo.sh * wp * px, geo.out_w * geo.mo * 4,
+                           False)
+    # depthwise and pools read the unpadded input: (oh*sh - pt, -pl) may lie outside, never read
+    row_vars, var_of_oh = geo.row_variant_index()
+    right = 0
+    if borders is not None:  # indexes into the kernel's lists
+        var_of_oh = np.asarray([borders[0].index(v) for v in row_vars], np.int64)[var_of_oh]
+        row_vars, right = list(borders[0]), borders[2].index(dw_borders(geo)[2][0])
+    c4 = geo.cp * 4
+    a, b = interior_columns(geo)  # a dynamic walk's interior columns: loops of the widest block, the rest by bits
+    cols, pitch, variants, src0 = b - a, geo.dh * geo.w * c4, len(row_vars), -(geo.pt * geo.w + geo.pl) * c4
+    rows = []
+    for t, nv in zip(template_rows, nvs):
+        r = max_pixels_per_block(nv)  # a depthwise walk's loop block
+        rows.append((t[0] + src0, *t[1:5], t[5] * variants, pitch, cols // r, r, cols % r, ch, right))
+    # channel blocks innermost: the input rows a row of outputs reads stay in L1/L2 (the weights are a few KiB,
+    # unlike a dense conv's, whose weight block is what must stay in cache)
+    table = _fill_table(rows, n, out_h, geo.h * geo.w * c4, geo.sh * geo.w * c4, geo.out_w * geo.mo * 4, True)
+    rows_view = table.reshape(n, out_h, len(rows), ROW)
+    col = rows_view[..., 5]
+    col += var_of_oh[:, None]
     if geo.mode != "conv":  # pools: the row of reciprocal counts
-        table[..., 1] = (oh * geo.wo * 4)[:, None, :]
-    if geo.depthwise:
-        table[..., 5] += var_of_oh[None, None, :]
-        # channel blocks innermost: the input rows a row of outputs reads stay in L1/L2 (the weights are a few KiB,
-        # unlike a dense conv's, whose weight block is what must stay in cache)
-        table = table.transpose(0, 2, 1, 3)
-    return np.ascontiguousarray(table.reshape(-1, ROW))
+        rows_view[..., 1] = (np.arange(out_h, dtype=np.int64) * (wo * 4))[:, None]
+    return table
 
 
-def _dense_table(geo: ConvGeometry, template_rows: tuple[tuple[int, ...], ...], nvs: tuple[int, ...]) -> np.ndarray:
-    """``work_table`` of a dense convolution: each block's row (its template fields plus the row geometry) plus one
-    offset per (image, stored row), an outer sum (the fewest numpy operations: a new shape's cost is their count).
-    With a pool epilogue a stored row is a pooled row, which reads the conv rows of its windows (pool.sh conv rows
-    apart)."""
-    wo, px, out_h = geo.wo, geo.px_bytes, geo.out_h
-    step = 1 if geo.pool is None else geo.pool.sh
-    # a row's units (pixels; pooled windows with a pool epilogue) in blocks: a dynamic kernel reads their counts
-    units, sizes, conv_rows = wo, _block_pixels(nvs, wo), 0
-    if geo.pool is not None:
-        units, conv_rows = geo.pool.wo, geo.sh * geo.wp * px
-        sizes = tuple(pooled_per_block(nv, geo.pool) or 1 for nv in nvs)
-    elif geo.global_pool is not None:  # every block sums its pixels in one order, the widest block's (``_emit_row``)
-        sizes = _block_pixels(nvs[:1], wo) * len(nvs)
-    rows = [(*t, geo.dh * geo.wp * px, units // r, r, units % r, geo.ch_bytes, conv_rows)
-            for t, r in zip(template_rows, sizes)]
+def _fill_table(rows: list[tuple[int, ...]], n: int, out_h: int, image_src: int, row_src: int, row_dst: int,
+                blocks_inner: bool) -> np.ndarray:
+    """A work table of ``rows`` (one per channel block) for every (image, stored row): each row's source moves
+    ``row_src`` bytes per stored row and ``image_src`` per image, its destination ``row_dst`` per stored row (the
+    images' outputs are contiguous). Blocks outside the rows (a dense conv: each block walks the image) or inside
+    (``blocks_inner``: depthwise and pools)."""
     head = np.array(rows, np.int64)
-    # per stored row: the source moves step * sh rows down, the destination a row of outputs; per image: an image
-    out_row = geo.out_w * geo.mo * 4
-    step_oh = np.array([step * geo.sh * geo.wp * px, 0, out_row] + [0] * (ROW - 3), np.int64)
-    offs = np.multiply.outer(np.arange(out_h, dtype=np.int64), step_oh)
-    table = np.empty((geo.n, len(rows), out_h, ROW), np.int64)
-    np.add(head[None, :, None, :], offs[None, None], out=table)
-    if geo.n > 1:
-        step_n = np.array([geo.c * geo.hp * geo.wp * 4, 0, out_h * out_row] + [0] * (ROW - 3), np.int64)
-        table += np.multiply.outer(np.arange(geo.n, dtype=np.int64), step_n)[:, None, None, :]
+    table = np.empty((n, out_h, len(rows), ROW) if blocks_inner else (n, len(rows), out_h, ROW), np.int64)
+    table[...] = head if blocks_inner else head[:, None, :]
+    k = np.arange(n * out_h, dtype=np.int64)  # the stored rows of every image, in order
+    view = (n, out_h, 1) if blocks_inner else (n, 1, out_h)
+    if n == 1 or image_src == out_h * row_src:  # the rows of every image evenly spaced (no rows between images)
+        src = k * row_src
+    else:
+        src = (np.arange(0, n * image_src, image_src, dtype=np.int64)[:, None] + k[:out_h] * row_src) if n else k
+    # in place through views (``table[..., 0] += x`` would also assign the view back: a copy more)
+    col = table[..., 0]
+    col += src.reshape(view)
+    col = table[..., 2]
+    col += (k * row_dst).reshape(view)
     return table.reshape(-1, ROW)
 
 
