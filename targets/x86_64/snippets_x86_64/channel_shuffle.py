@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -145,6 +146,11 @@ class ChannelPermute:
         self.chunks = split_items(pixels, threads)
         self.call = self.calls.get(self.kernel, 2, self.chunks)
 
+    @property
+    def result_shape(self) -> tuple[int, ...]:
+        """The shape of what ``run`` returns."""
+        return self.shape
+
     def run(self, x: np.ndarray) -> np.ndarray:
         n, c, h, w = self.shape
         y = self.new((n, h, w, c))
@@ -171,6 +177,9 @@ class DynamicPermute(ShapeCache):
     def __init__(self, perm: Sequence[int], stand_in: tuple[int, ...], num_threads: int) -> None:
         super().__init__(lambda shape, first: ChannelPermute(perm, shape, num_threads, prepared=first))
         self._first = self.make(stand_in, None)  # the kernel made now, as a static shape's is
+
+    def output_shape(self, shape: tuple[int, ...], ex: Any) -> tuple[int, ...] | None:
+        return shape
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         return [self.executor(inputs[0].shape).run(inputs[0])]

@@ -217,6 +217,12 @@ class ConvExecutor:
         ex._set_shape(choose_planar(geo) if self.plain_input else geo, self)
         return ex
 
+    @property
+    def result_shape(self) -> tuple[int, ...]:
+        """The shape of what ``run`` returns (NCHW: an [N, M, Ho, Wo] view, [N, M, 1, 1] with a global pool)."""
+        g = self.geo
+        return (g.n, g.m, 1, 1) if g.global_pool is not None else (g.n, g.m, g.out_h, g.out_w)
+
     def _padded_buffer(self) -> np.ndarray:
         """A padded input buffer of this shape's own, with its border (a call from a second Python thread while
         another holds the shared one)."""

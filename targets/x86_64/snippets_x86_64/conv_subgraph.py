@@ -454,7 +454,9 @@ def _compile_channel_shuffle(sg: Subgraph, config: CompileConfig) -> Any:
     x = sg.body.parameters[0].outputs[0].shape
     if not x.is_static:  # one kernel for every N, H, W (it walks pixels)
         sg.rt_info["SnippetsConvKernel"] = f"channel permute of {len(perm)} channels (dynamic N, H, W)"
-        return DynamicPermute(perm, stand_in_shape(sg, (1, 1), None), config.num_threads)
+        permute = DynamicPermute(perm, stand_in_shape(sg, (1, 1), None), config.num_threads)
+        permute.follow(sg)
+        return permute
     ex = ChannelPermute(perm, x.to_tuple(), config.num_threads)
     sg.rt_info["SnippetsConvKernel"] = ex.describe()
 
@@ -498,6 +500,7 @@ class DynamicConv(ShapeCache):
             into.claim()
             self.epilogue += into.describe()
             sg.rt_info["SnippetsConvKernel"] += into.describe()
+        self.follow(sg)
         release_constants(sg, "packed into the conv kernel's weights")
         # the plan keeps the weight's shape only (a zero-stride placeholder): the packed copy is the one held
         w = plan.w
@@ -505,6 +508,12 @@ class DynamicConv(ShapeCache):
 
     def describe(self) -> str:
         return super().describe() + self.epilogue
+
+    def output_shape(self, shape: tuple[int, ...], ex: Any) -> tuple[int, ...] | None:
+        if self.into is not None:  # a slice of a Concat's output: what reads it reads the Concat's
+            return None
+        y = (ex.pool if isinstance(ex, ConvThenPool) else ex).result_shape
+        return y[:2] if self.flat else y
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         x = inputs[0]
@@ -579,6 +588,10 @@ class DynamicPool(ShapeCache):
         if into is not None:
             into.claim()
             sg.rt_info["SnippetsConvKernel"] += into.describe()
+        self.follow(sg)
+
+    def output_shape(self, shape: tuple[int, ...], ex: Any) -> tuple[int, ...] | None:
+        return None if self.into is not None else ex.result_shape
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         if inputs[0].size == 0:  # an empty batch or image: nothing for a kernel to do, the reference says what it is

@@ -160,6 +160,11 @@ class GlobalPool:
         self.table, self._table_address, self.chunks = pool_table(n, c, h, w, num_threads)
         self.call = self.calls.get(self.kernel, 3, self.chunks)
 
+    @property
+    def result_shape(self) -> tuple[int, ...]:
+        """The shape of what ``run`` returns."""
+        return self.out_shape
+
     def run(self, x: np.ndarray) -> np.ndarray:
         y = self.new(self.out_shape)
         mem = x.transpose(0, 2, 3, 1)

@@ -129,6 +129,11 @@ class LRNExecutor:
         #: layout changes (NCHW -> NHWC copies) made by the calls so far
         self.reorders = 0
 
+    @property
+    def result_shape(self) -> tuple[int, ...]:
+        """The shape of what ``run`` returns."""
+        return self.shape
+
     def run(self, x: np.ndarray) -> np.ndarray:
         n, c, h, w = self.shape
         xt = x.transpose(0, 2, 3, 1)

@@ -200,7 +200,9 @@ def compile_reorder_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.ndar
     dtype, threads = x.element_type.numpy, config.num_threads
     if not x.shape.is_static:
         sg.rt_info["SnippetsConvKernel"] = f"reorder {src} -> {dst} (the JIT Transpose's shape-agnostic tiles)"
-        return DynamicReorder(src, dst, dtype, threads)
+        reorder = DynamicReorder(src, dst, dtype, threads)
+        reorder.follow(sg)
+        return reorder
     executors: dict[tuple[int, ...], ReorderExecutor] = {}
     if x.shape.is_static:
         shape = x.shape.to_tuple()
@@ -239,6 +241,9 @@ class DynamicReorder(ShapeCache):
 
         super().__init__(make)
         self.src, self.dst = src, dst
+
+    def output_shape(self, shape: tuple[int, ...], ex: Any) -> tuple[int, ...] | None:
+        return shape  # the same logical shape in the other layout
 
     def __call__(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         a = inputs[0]

@@ -113,3 +113,23 @@ def test_dynamic_channel_permute_one_kernel_for_every_shape() -> None:
         np.testing.assert_array_equal(y, x[:, list(perm)])
     assert FUNCTION_CACHE.stats["miss"] == built and dp.compiles == 0
     assert all(ex.calls is dp._first.calls for ex in dp.executors.values())
+
+
+def test_a_new_shape_makes_the_chains_executors_at_its_first_primitive() -> None:
+    """The first primitive that meets a new shape makes the executors of every primitive down its chain (through
+    the residual Add's Subgraph too): the call's later primitives find theirs made, and the result is right."""
+    model = cnn(("n", "h", "w"))
+    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
+    caches = [getattr(st.run, "__self__", st.run) for st in cm._steps]
+    caches = [c for c in caches if isinstance(c, ShapeCache)]
+    assert len(caches) >= 8
+    made: list[int] = []
+    for i, c in enumerate(caches):
+        c.make = (lambda make, i: lambda *a: made.append(i) or make(*a))(c.make, i)
+    x = np.random.default_rng(2).standard_normal((2, 3, 35, 38)).astype(np.float32)
+    caches[0].executor(x.shape)
+    assert sorted(made) == list(range(len(caches)))  # every primitive's executor for this shape, made ahead
+    y = cm({"x": x})["y"]
+    assert len(made) == len(caches)  # the call made nothing more
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(y, sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
