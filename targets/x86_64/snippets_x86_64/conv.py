@@ -324,7 +324,7 @@ def flat_pixels(geo: ConvGeometry) -> ConvGeometry:
     return with_dims(geo, h=rows, w=chunk, ho=rows, wo=chunk)
 
 
-def with_dims(geo: ConvGeometry, **dims: int) -> ConvGeometry:
+def with_dims(geo: ConvGeometry, **dims: Any) -> ConvGeometry:
     """``dataclasses.replace(geo, **dims)`` without the per-field construction (a few us less on a new shape's path:
     the fields are plain ints, nothing to validate)."""
     out = object.__new__(ConvGeometry)
@@ -355,7 +355,7 @@ def planar_fits(c: int, group: int, kh: int, kw: int) -> bool:
 def choose_planar(geo: ConvGeometry) -> ConvGeometry:
     """``geo`` with a planar input copy when it has few input channels (see ``ConvGeometry.planar``)."""
     if geo.mode == "conv" and planar_fits(geo.c, geo.group, geo.kh, geo.kw):
-        return replace(geo, planar=True)
+        return with_dims(geo, planar=True)  # (a new shape's stem: no dataclass construction)
     return geo
 
 

@@ -80,6 +80,8 @@ class ConvExecutor:
         self.pre_ops = [(getattr(np, name), v) for name, v in pre_ops]
         pre_ops = tuple(pre_ops)
         self.pre_op_spec, self.plain_input, self.num_threads, self.alloc = pre_ops, plain_input, num_threads, alloc
+        #: more vector pre-ops than the JIT copy has pointer registers: numpy copies the input
+        self.numpy_copy = sum(v is not None for _, v in pre_ops) > COPY_MAX_VECTORS
         geo = choose_planar(geo) if plain_input else geo
         geo = replace(geo, out_pitch=out_pitch) if out_pitch else geo
         self.geo = geo
@@ -179,7 +181,7 @@ class ConvExecutor:
             self.planar_copy = None
         #: the JIT copy of a contiguous NHWC input into the padded buffer, through the pre-ops (None: read in
         #: place, or more vector pre-ops than the kernel has pointer registers: numpy copies)
-        if self.unpadded or geo.planar or sum(v is not None for _, v in self.pre_op_spec) > COPY_MAX_VECTORS:
+        if self.unpadded or geo.planar or self.numpy_copy:
             self.copy = None
             return
         if prepared is not None and prepared.copy is not None and prepared.copy_pitch == self.copy_pitch:
