@@ -18,33 +18,32 @@ def _init(name: str, a: np.ndarray) -> onnx.TensorProto:
     return numpy_helper.from_array(a.astype(np.float32), name)
 
 
-def cnn(dims: tuple, c: int = 3, m: int = 24, seed: int = 4) -> onnx.ModelProto:
+PAD = {"pads": [1, 1, 1, 1]}
+POOL = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+#: the layers of ``cnn``: (op, inputs, output, attributes)
+LAYERS = [("Conv", ["x", "w0", "b0"], "c0", PAD), ("Relu", ["c0"], "r0", {}), ("MaxPool", ["r0"], "p0", POOL),
+          ("Conv", ["p0", "wd"], "d0", {**PAD, "group": 24}), ("Relu", ["d0"], "d1", {}),
+          ("Conv", ["d1", "w1"], "e0", {}), ("Add", ["e0", "p0"], "s0", {}),
+          ("Conv", ["s0", "wa"], "a0", PAD), ("Relu", ["a0"], "a1", {}), ("Conv", ["a1", "wb"], "b1", PAD),
+          ("Conv", ["b1", "w2"], "f0", {**PAD, "strides": [2, 2]}), ("MaxPool", ["f0"], "q0", POOL),
+          ("LRN", ["q0"], "l0", {"size": 3, "alpha": 1e-3, "beta": 0.75, "bias": 1.0}),
+          ("GlobalAveragePool", ["l0"], "y", {})]
+#: weight name -> (shape, scale)
+WEIGHTS = {"w0": ((24, 3, 3, 3), 0.3), "b0": ((24,), 1.0), "wd": ((24, 1, 3, 3), 0.3), "w1": ((24, 24, 1, 1), 0.2),
+           "wa": ((24, 24, 3, 3), 0.1), "wb": ((24, 24, 3, 3), 0.1), "w2": ((48, 24, 3, 3), 0.1)}
+
+
+def cnn(dims: tuple, seed: int = 4) -> onnx.ModelProto:
     """An RGB stem (planar copy) + MaxPool 3x3 s2 (overlapping: two kernels in a static compile too), a depthwise
     3x3, a 1x1 with a residual, two 3x3 convs of one geometry (a table shared by both), a strided 3x3 + MaxPool,
-    an LRN, a GlobalAveragePool (after a pool: no conv epilogue in either compile), every dim of ``dims`` (N, H, W:
-    names make them dynamic) on the input."""
+    an LRN, a GlobalAveragePool (after a pool: no conv epilogue in either compile); ``dims`` the input's N, H, W
+    (names make them dynamic)."""
     rng = np.random.default_rng(seed)
-    inits = [_init("w0", rng.standard_normal((m, c, 3, 3)) * 0.3), _init("b0", rng.standard_normal(m)),
-             _init("wd", rng.standard_normal((m, 1, 3, 3)) * 0.3), _init("w1", rng.standard_normal((m, m, 1, 1)) * 0.2),
-             _init("wa", rng.standard_normal((m, m, 3, 3)) * 0.1), _init("wb", rng.standard_normal((m, m, 3, 3)) * 0.1),
-             _init("w2", rng.standard_normal((2 * m, m, 3, 3)) * 0.1)]
-    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c0"], ["r0"]),
-             helper.make_node("MaxPool", ["r0"], ["p0"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
-             helper.make_node("Conv", ["p0", "wd"], ["d0"], pads=[1, 1, 1, 1], group=m),
-             helper.make_node("Relu", ["d0"], ["d1"]),
-             helper.make_node("Conv", ["d1", "w1"], ["e0"]),
-             helper.make_node("Add", ["e0", "p0"], ["s0"]),
-             helper.make_node("Conv", ["s0", "wa"], ["a0"], pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["a0"], ["a1"]),
-             helper.make_node("Conv", ["a1", "wb"], ["b1"], pads=[1, 1, 1, 1]),
-             helper.make_node("Conv", ["b1", "w2"], ["f0"], pads=[1, 1, 1, 1], strides=[2, 2]),
-             helper.make_node("MaxPool", ["f0"], ["q0"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
-             helper.make_node("LRN", ["q0"], ["l0"], size=3, alpha=1e-3, beta=0.75, bias=1.0),
-             helper.make_node("GlobalAveragePool", ["l0"], ["y"])]
+    inits = [_init(name, rng.standard_normal(shape) * scale) for name, (shape, scale) in WEIGHTS.items()]
+    nodes = [helper.make_node(op, ins, [out], **attrs) for op, ins, out, attrs in LAYERS]
     n, h, w = dims
-    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, h, w])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, 2 * m, 1, 1])], inits)
+    g = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, 3, h, w])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, 48, 1, 1])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
 
