@@ -315,8 +315,8 @@ class ShapeCache:
     A new shape's executors are made ahead along the chain of primitives (``follow``): the primitive that meets a
     new shape first makes its executor, works out the shape of its output (``output_shape``) and makes the
     executors of the primitives that read it as their first input (directly, or through an element-wise Subgraph
-    such as a residual Add), and so on. A CNN's new shape then makes its tables in one burst, with the code and
-    data of the table making warm in the caches, instead of one primitive at a time between kernels that evict
+    such as a residual Add), and so on. A CNN's new shape then makes its tables in one burst, the table-making code
+    and data warm in the caches, instead of one primitive at a time between kernels that evict
     them (measured: a make costs about twice as much between kernels)."""
 
     def __init__(self, make: Callable[[tuple[int, ...], Any], Any]) -> None:
