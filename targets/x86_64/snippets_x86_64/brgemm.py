@@ -218,10 +218,12 @@ class BrgemmEmitter(JitEmitter):
     def _init_dynamic(self) -> None:
         """Checks and register tiles of a block with runtime extents (see :class:`_DynamicEmission`)."""
         g, name = self.g, self.expr.name
-        if self.kernel != "f32" or self.panel:
-            raise DynamicShapeError(f"Brgemm '{name}': the runtime-extent micro-kernel computes f32 with B read in "
-                                    f"place (got {self.kernel}{', a packed B' if self.panel else ''}); it is "
-                                    "compiled per shape")
+        if self.kernel != "f32":
+            raise DynamicShapeError(f"Brgemm '{name}': the runtime-extent micro-kernel computes f32 (got "
+                                    f"{self.kernel}); it is compiled per shape")
+        if self.panel and any(is_dynamic(v) for v in (g.n, g.k, g.b.row_stride, g.b.offset_bytes)):
+            # a packed weight's panels are laid out for its static N and K: only the rows (M) may vary
+            raise DynamicShapeError(f"Brgemm '{name}': a packed B needs a static N and K (got N {g.n}, K {g.k})")
         if is_dynamic(g.a.col_stride) or g.b.col_stride != 1:
             raise DynamicShapeError(f"Brgemm '{name}': A's column stride {g.a.col_stride} (B's {g.b.col_stride}) "
                                     "must be static (B's 1) for the runtime-extent micro-kernel")
@@ -449,6 +451,10 @@ class _DynamicEmission:
         self.vecs = [v.zmm for v in aux.vecs]
         self.mask = aux.masks[0] if aux.masks else None
         self.slot = {k: qword[a.stack_slot(8)] for k in ("a", "b", "c", "n", "ta", "tc", "mt")}
+        #: elements between rows of B: the geometry's, or a packed panel's width (set per panel)
+        self.b_row: Any = self.g.b.row_stride
+        #: per K-loop iteration, offsets from the B pointer to prefetch into L2 (a packed panel's next chunk)
+        self.prefetch: list[int] = []
 
     def rt(self, what: str, value: Any) -> Any:
         """An int, or the stack slot of a dynamic value (registered in the runtime-parameter block)."""
@@ -495,6 +501,9 @@ class _DynamicEmission:
         for key, base, acc in (("a", self.ins[0], g.a), ("b", self.ins[1], g.b), ("c", self.outs[0], g.c)):
             lea_runtime(a, self.h, self.t, base, acc.offset_bytes, f"{self.name}.{key}_offset")
             a.mov(s[key], self.t)
+        if self.em.panel:
+            self.emit_packed()
+            return
         if not is_dynamic(g.n):
             nvec = -(-g.n // LANES)
             if self.em.tail:
@@ -523,14 +532,45 @@ class _DynamicEmission:
         self.dispatch((rest + LANES - 1) // LANES, {nv: (lambda nv=nv: self.panel(nv, self.mask, 0))
                                                     for nv in range(1, nr + 1)}, f"n_vectors{width}")
 
+    def emit_packed(self) -> None:
+        """A B packed in panels (a FullyConnected weight, static N and K) for a runtime M (the tail block of a
+        dynamic-M FC's row loop, or all of M below one block): a counted loop over the full panels (the B and C
+        slots advance by one panel), the narrower last panel after it, as the static packed kernel walks them;
+        each panel runs the runtime row tiles of :meth:`panel`, its next K chunk prefetched into L2."""
+        a, g, s, width = self.a, self.g, self.slot, self.em.panel
+        full, tail = divmod(int(g.n), width)
+        if full:
+            a.mov(self.t, full)
+            top = a.label(f"brgemm.{self.name}.panels")
+            a.mov(s["n"], self.t)
+            self.b_row = width
+            self.panel(width // LANES, None, 0)
+            a.add(s["b"], int(g.k) * width * 4)
+            a.add(s["c"], width * 4)
+            a.mov(self.t, s["n"])
+            a.dec(self.t)
+            a.jnz(top)  # t holds the panels left: the loop head stores it
+        if tail:
+            mask = None
+            if tail % LANES:
+                mask = self.mask
+                a.kmovw(mask, word[a.const_data(((1 << tail % LANES) - 1).to_bytes(2, "little"), 2)])
+            self.b_row = tail
+            self.panel(-(-tail // LANES), mask, 0)
+
     def panel(self, nv: int, mask: Any, col_bytes: int) -> None:
         """Every K chunk and row tile of one panel of ``nv`` vectors starting ``col_bytes`` into B's and C's rows
         (``mask``: the op-mask of its last vector, or None)."""
         g, a, s = self.g, self.a, self.slot
         masks = [mask if j == nv - 1 else None for j in range(nv)]
         mr = self.em.rows_for(nv)
-        chunks: list[tuple[int, Any]] = [(0, g.k)] if is_dynamic(g.k) else k_chunks(g.k, nv * LANES * 4, False)
+        packed = self.em.panel
+        row_bytes = self.b_row * 4 if packed else nv * LANES * 4
+        chunks: list[tuple[int, Any]] = [(0, g.k)] if is_dynamic(g.k) else k_chunks(g.k, row_bytes, False)
         for k0, kc in chunks:
+            if packed and PANEL_PREFETCH:  # the next K chunk (the next panel's first after the last): consecutive
+                self.prefetch = [kc * row_bytes + off
+                                 for off in range(0, K_UNROLL * row_bytes, CACHE_LINE)]
             first = not (g.beta or k0)  # the first K chunk of a beta-0 block writes C, the others add to it
 
             def tile(rows: int, k0: int = k0, kc: Any = kc, first: bool = first) -> None:
@@ -619,7 +659,7 @@ class _DynamicEmission:
             a.add(self.pa3, self.sa)
         if self.b_dyn:
             a.mov(self.sb, self.rt("b_row_bytes", g.b.row_stride * 4))
-        self.set_ptr(self.pb, self.slot["b"], k0 * g.b.row_stride * 4 + col_bytes, f"b_k{k0}")
+        self.set_ptr(self.pb, self.slot["b"], k0 * self.b_row * 4 + col_bytes, f"b_k{k0}")
         self.k_loop(acc, bvec, a_regs, masks, k)
 
         def store(r: int, j: int, addr: Any) -> None:
@@ -639,7 +679,7 @@ class _DynamicEmission:
     def b_addr(self, step: int, j: int) -> Any:
         if self.b_dyn:
             return (self.pb + self.sb + j * LANES * 4) if step else (self.pb + j * LANES * 4)
-        return self.pb + (step * self.g.b.row_stride + j * LANES) * 4
+        return self.pb + (step * self.b_row + j * LANES) * 4
 
     def k_step(self, acc: list, bvec: list, a_regs: list, masks: list, step: int) -> None:
         a = self.a
@@ -663,6 +703,8 @@ class _DynamicEmission:
         else:
             a.mov(self.cnt, k // unroll)
         top = a.label(f"brgemm.{self.name}.k")
+        for offset in self.prefetch:
+            a.prefetcht1(byte[self.pb + offset])
         for st in range(unroll):
             self.k_step(acc, bvec, a_regs, masks, st)
         a_step = unroll * g.a.col_stride * 4
@@ -672,7 +714,7 @@ class _DynamicEmission:
         if self.b_dyn:
             a.lea(self.pb, self.pb + self.sb * unroll)
         else:
-            a.add(self.pb, unroll * g.b.row_stride * 4)
+            a.add(self.pb, unroll * self.b_row * 4)
         a.dec(self.cnt)
         a.jnz(top)
         a.bind(skip)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, ClassVar
 from snippets_core.lowered.brgemm_utils import BRGEMM_OPS, planar_dims
 from snippets_core.lowered.passes.brgemm_blocking import BRGEMM_BLOCKED, BrgemmBlocking, set_brgemm_block
 from snippets_core.lowered.passes.pass_base import LoweredPass
+from snippets_core.lowered.symbolic import is_dynamic
 from snippets_x86_64.brgemm_copy_b import PACKED_B
 
 if TYPE_CHECKING:
@@ -22,8 +23,11 @@ def fc_m_block(m: int, requested: int = 0) -> int:
     Every call streams the whole packed weight once (panel by panel, each panel reused by all the rows of the
     block while it is in L1/L2). A model's weights do not stay in L3 between calls (BERT's layer has 28 MB), so
     each block reads them from DRAM: the default covers the whole 128-row block of a dynamic-M FC (one weight
-    pass per call; 64 rows read it twice, 10% slower on BERT), at the price of a taller post-op Buffer."""
-    return max(1, min(m, requested or DEFAULT_FC_M_BLOCK))
+    pass per call; 64 rows read it twice, 10% slower on BERT), at the price of a taller post-op Buffer. A dynamic
+    M (known only at run time) always gets the block: its loop runs ``M // block`` full blocks and one tail block
+    of ``M % block`` rows (the runtime-extent micro-kernel), whatever M turns out to be."""
+    block = requested or DEFAULT_FC_M_BLOCK
+    return max(1, block if is_dynamic(m) else min(m, block))
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ class BrgemmFCBlocking(LoweredPass):
             expr.node.rt_info[BRGEMM_BLOCKED] = True
             m, _, _ = planar_dims(expr)
             block = fc_m_block(m, self.m_block)
-            if block < m:
+            if is_dynamic(m) or block < m:
                 set_brgemm_block(expr, "m", block)
                 BrgemmBlocking._mark_loop(ir, expr, "m", m, block, len(expr.loop_ids))
             changed = True
