@@ -18,9 +18,10 @@ import numpy as np
 from snippets_core.config import CompileConfig, ConfigError, int_option
 from snippets_core.errors import InputError, SnippetsError, UnsupportedByTarget
 from snippets_core.ir.ops.subgraph import Subgraph, release_input_constants
-from snippets_core.ir.shape import Shape
+from snippets_core.ir.shape import SDim, Shape, SymDim
 from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, PANEL, packed_weight_body_inputs, packed_weights
 from snippets_core.runtime.placement import Placement, fallback_reason
+from snippets_x86_64.passes.brgemm_fc_blocking import DEFAULT_FC_M_BLOCK
 from snippets_x86_64.runtime import POOL, TARGET_NAME, _address, _output_specs, fixed_subgraph
 
 
@@ -224,14 +225,12 @@ def split_n(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np
     return SplitNExecutor(parts, packed, sliced, [s for _, s in full_outs], [t for t, _ in full_outs], width)
 
 
-def _column_parts(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np.ndarray], n: int, suffix: str,
-                  roles: list[str] | None = None, rows: int = 0) -> tuple[list[Any], set[int], int] | None:
-    """The single-thread KernelExecutors of ``sg`` compiled for ``N / T`` columns, one per thread (``T`` the
-    threads, at most one per panel, N whole panels per thread), the body inputs cut along N (bias, residual) and
-    the width; with ``roles``, the row-indexed inputs folded to ``rows`` rows. None when N does not split so, or x
-    also feeds a post-op (``x + x @ W``: its columns are not the output's)."""
-    from snippets_x86_64.runtime import KernelExecutor, _executor_options, _kernel_for, _specs
-
+def _column_body(sg: Subgraph, config: CompileConfig, packed: dict[int, np.ndarray], n: int, suffix: str,
+                 roles: list[str] | None = None, rows: SDim = 1) -> tuple[Subgraph, set[int], int, int] | None:
+    """``sg`` cut to ``N / T`` columns (``T`` the threads, at most one per panel, N whole panels per thread): the
+    Subgraph, the body inputs cut along N (bias, residual), the width and ``T``; with ``roles``, the row-indexed
+    inputs folded to ``[rows, C]`` (``rows`` may be the runtime dim M). None when N does not split so, or x also
+    feeds a post-op (``x + x @ W``: its columns are not the output's)."""
     threads = min(config.num_threads, n // PANEL)
     a_index = _a_input(sg)
     if (threads < 2 or n % (threads * PANEL) or len(packed) != 1 or a_index is None
@@ -250,9 +249,21 @@ def _column_parts(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[i
             dims[-1] = width
             sliced.add(i)
         if roles is not None and roles[i] == ROW:
-            dims = [1] * (len(dims) - 2) + [rows, dims[-1]]
+            dims = [rows, dims[-1]]
         p.shape = Shape(dims)
-    part = fixed_subgraph(sg, body, suffix)
+    return fixed_subgraph(sg, body, suffix), sliced, width, threads
+
+
+def _column_parts(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np.ndarray], n: int, suffix: str
+                  ) -> tuple[list[Any], set[int], int] | None:
+    """The single-thread KernelExecutors of the static ``sg`` cut to ``N / T`` columns (:func:`_column_body`), one
+    per thread, the inputs cut along N and the width; None when N does not split so."""
+    from snippets_x86_64.runtime import KernelExecutor, _executor_options, _kernel_for, _specs
+
+    found = _column_body(sg, config, packed, n, suffix)
+    if found is None:
+        return None
+    part, sliced, width, threads = found
     kernel = _kernel_for(part, config, host, None)
     ins, outs = _specs(part)
     min_bytes, native = _executor_options(config)
@@ -285,11 +296,12 @@ def row_split_subgraph(sg: Subgraph, config: CompileConfig) -> Subgraph:
     return part if SplitDimensionM(concurrency).run(part) else sg
 
 
-#: rows of the kernel a dynamic-M FC runs on every M (``target_options.fc_row_block``; 0: a kernel per shape)
-DEFAULT_ROW_BLOCK = 128
-#: block counts whose executor a RowBlockFCExecutor keeps (least recently used dropped: recreated, never compiled)
-BLOCK_EXECUTORS = 64
 ROW, WHOLE = "row", "whole"
+#: the runtime dim of the rows (batch x sequence, folded) in the body a dynamic-M FC's one kernel is lowered from
+ROWS = SymDim.of("M")
+#: row counts whose per-thread executors a RuntimeRowsFCExecutor keeps (least recently used dropped: remade from
+#: the configurator's block, never compiled)
+ROW_SHAPES = 64
 
 
 def _row_roles(sg: Subgraph, packed: dict[int, np.ndarray]) -> tuple[list[str], tuple[int, ...]] | str:
@@ -320,142 +332,193 @@ def _row_roles(sg: Subgraph, packed: dict[int, np.ndarray]) -> tuple[list[str], 
     return roles, tuple(1 if isinstance(d, int) else -1 for d in lead)
 
 
-class RowBlockFCExecutor:
-    """A FullyConnected Subgraph of a dynamic M (rows: batch x sequence) on kernels compiled for static blocks of
-    rows: FC rows are independent (the post-ops are per-row eltwise), so for M rows the largest kernel (``rows``
-    rows) runs on consecutive ``rows``-row slices of the row-indexed inputs (x, a residual; viewed as [M, K]: no
-    copy) and of the output, the smaller tail kernels (``rows / 2``, ``rows / 4``, ... rows) on what is left, and
-    the last few rows through a zero-padded scratch block of the smallest kernel that holds them. The weight
-    (packed), the bias and the other one-row inputs are passed whole. No shape compiles anything after compile
-    time."""
+class _ColumnKernel:
+    """The runtime-M kernel of a dynamic FC cut to ``N / T`` columns (:func:`_column_body`), for few rows on ``T``
+    threads: each runs it on its consecutive panels of the packed weight and its columns of the bias and residual,
+    so each streams ``1 / T`` of the weight (an M split gives every thread the whole weight for a few rows)."""
 
-    def __init__(self, kernels: dict[int, Any], packed: dict[int, np.ndarray], roles: list[str],
-                 lead: tuple[int, ...], fallback: Any, blocks: Any = None, columns: ColumnSplitBlock | None = None
-                 ) -> None:
-        #: the KernelExecutor of each block height, largest first
-        self.kernels = dict(sorted(kernels.items(), reverse=True))
-        self.rows = next(iter(self.kernels))
-        self.kernel = self.kernels[self.rows]
+    def __init__(self, kernel: Any, configurator: Any, packed: dict[int, np.ndarray], roles: list[str],
+                 sliced: set[int], width: int, threads: int, in_specs: list[tuple[np.dtype, tuple]],
+                 out_specs: list[tuple[np.dtype, tuple]]) -> None:
+        self.kernel = kernel
+        self.configurator = configurator
+        self.roles = roles
+        #: the inputs cut along N (besides the weight): a bias, a residual
+        self.sliced = sliced
+        self.width = width
+        self.threads = threads
+        self.in_specs, self.out_specs = in_specs, out_specs
+        #: per part, the packed weights' slices (a part's panels are consecutive in the packed copy)
+        self.weights = [{i: w.reshape(-1)[p * w.size // threads : (p + 1) * w.size // threads]
+                         .reshape(in_specs[i][1]) for i, w in packed.items()} for p in range(threads)]
+        #: per part and data position (inputs, then outputs), ``(k, offset)``: the part's address for one row is
+        #: ``k * the array's + offset`` (a weight slice's own address; a column cut's offset into its row)
+        self.one_row: list[list[tuple[int, int]]] = []
+        for p in range(threads):
+            part = []
+            for i, (d, _) in enumerate(in_specs):
+                if i in self.weights[p]:
+                    part.append((0, self.weights[p][i].__array_interface__["data"][0]))
+                else:
+                    part.append((1, p * width * d.itemsize if i in sliced else 0))
+            part += [(1, p * width * d.itemsize) for d, _ in out_specs]
+            self.one_row.append(part)
+        #: the row-indexed inputs cut along N (a residual): with several rows, copied per part
+        self.row_sliced = [i for i in sorted(sliced) if roles[i] == ROW]
+
+
+class _RowsPlan:
+    """What a call of ``m`` rows runs: per part (first row, rows) and its single-chunk KernelExecutor, launched
+    together (one native dispatch); ``columns``: the parts are the column cuts of :class:`_ColumnKernel`."""
+
+    __slots__ = ("starts", "executors", "launcher", "columns")
+
+    def __init__(self, starts: list[int], executors: list[Any], columns: bool) -> None:
+        from snippets_x86_64.runtime import PartsLauncher
+
+        self.starts = starts
+        self.executors = executors
+        self.launcher = PartsLauncher(executors) if len(executors) > 1 else None
+        self.columns = columns
+
+
+class RuntimeRowsFCExecutor:
+    """A FullyConnected Subgraph of a dynamic M (rows: batch x sequence) on **one kernel for every M**: the body is
+    lowered with its row-indexed inputs folded to ``[M, C]`` (M a runtime dim), so the kernel reads M from its
+    runtime-parameter block: ``M // 128`` full row blocks in a runtime loop (the static packed micro-kernel) and
+    one tail block of ``M % 128`` rows on runtime register tiles (whole 6-row tiles in a loop, the rows left on a
+    variant picked at run time). FC rows are independent, so on several threads each runs the kernel on its
+    consecutive rows (the configurator's block for its row count); fewer than ``ROW_SPLIT_MIN`` rows per thread
+    (the one-row FC of a classifier or a decoding step) run split along N instead (:class:`_ColumnKernel`), as the
+    static one-row FC does. The weight (packed), the bias and the other one-row inputs are passed whole; nothing
+    is compiled after compile time: a new M costs the runtime-parameter block and the call states of its parts."""
+
+    def __init__(self, kernel: Any, configurator: Any, packed: dict[int, np.ndarray], roles: list[str],
+                 lead: tuple[int, ...], fallback: Any, config: CompileConfig, estimate: Any,
+                 in_specs: list[tuple[np.dtype, tuple]], out_specs: list[tuple[np.dtype, tuple]],
+                 columns: _ColumnKernel | None = None) -> None:
+        from snippets_x86_64.runtime import _executor_options, _parallel_min_ns
+
+        self.kernel = kernel
+        self.configurator = configurator
         self.packed = packed
         self.roles = roles
         #: leading-dim template of x (-1: a dynamic dim); a row-indexed array must have x's leading dims
         self.lead = lead
         #: the per-shape executor for calls whose row inputs do not share x's leading dims (run-time broadcasting)
         self.fallback = fallback
+        self.threads = config.num_threads
+        #: rows per block of the kernel's row loop
+        self.m_block = int_option(dict(config.target_options), "fc_m_block", 0, minimum=0) or DEFAULT_FC_M_BLOCK
+        self._min_bytes, self._native = _executor_options(config)
+        self._min_ns = _parallel_min_ns(config)
+        #: the estimated single-thread time (ns) of the kernel for given part shapes
+        self._estimate = estimate
+        #: per body input/output, (dtype, shape) with the rows of a row-indexed one as ``-1``
+        self.in_specs, self.out_specs = in_specs, out_specs
+        self.columns = columns
         self._on_target = Placement(TARGET_NAME)
         #: where the last call ran (the snippets_core.runtime.placement protocol)
         self.last_placement = self._on_target
-        self._scratch_lock = threading.Lock()
-        #: padded blocks by height, made on first use (inputs, outputs)
-        self._scratch: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
         #: calls that went to ``fallback``
         self.calls_per_shape = 0
+        #: row counts planned (each cost one runtime-parameter block per part and its call states)
+        self.new_shapes = 0
         self.a_index = roles.index(ROW)
-        #: the KernelExecutor that runs ``rows``-row blocks, one per parallel-domain index (see _block_kernel), or
-        #: None; its executors per block count (the domain is the call's, the kernel is the same)
-        self.blocks = blocks
-        self._by_blocks: OrderedDict[int, Any] = OrderedDict()
-        self.threads = blocks.num_threads if blocks is not None else 1
-        self._in_types = [d for d, _ in self.kernel.input_specs]
-        self._out_types = [d for d, _ in self.kernel.output_specs]
+        self._in_types = [d for d, _ in in_specs]
+        self._out_types = [d for d, _ in out_specs]
         #: per data position (inputs, then outputs), the bytes of one row (0: passed whole)
-        self._row_bytes = [d.itemsize * s[-1] if r == ROW else 0 for (d, s), r in zip(self.kernel.input_specs, roles)]
-        self._row_bytes += [d.itemsize * s[-1] for d, s in self.kernel.output_specs]
-        #: per set of input shapes, what a call runs (see _shape_plan), least recently used first
-        self._plans: OrderedDict[tuple, Any] = OrderedDict()
-        #: the smallest block height split along N between the threads (see ColumnSplitBlock), or None
-        self.columns = columns
-        self._column_rows = columns.rows if columns is not None else 0
+        self._row_bytes = [d.itemsize * s[-1] if r == ROW else 0 for (d, s), r in zip(in_specs, roles)]
+        self._row_bytes += [d.itemsize * s[-1] for d, s in out_specs]
+        self._packed_items = tuple(packed.items())
+        #: per row count, its parts (see plan); per set of input shapes, M and the output shapes (see _check)
+        self._plans: OrderedDict[int, _RowsPlan] = OrderedDict()
+        self._shapes: OrderedDict[tuple, tuple[int, list[tuple[int, ...]]] | None] = OrderedDict()
+        self._lock = threading.Lock()
 
-    def _blocks_executor(self, nb: int) -> Any:
-        """The executor of ``nb`` full blocks on the block kernel: the harness runs domain indices ``0..nb-1``
-        (its outermost index never wraps, the kernel offsets each block by its index), split between the threads
-        in contiguous runs of blocks: one dispatch per FC call, one weight pass per ``rows`` rows per thread."""
-        ex = self._by_blocks.get(nb)
-        if ex is None:
-            from snippets_core.lowered.runtime_configurator import RuntimeConfig
-            from snippets_x86_64.runtime import KernelExecutor
+    def _part(self, kernel: Any, configurator: Any, in_specs: list, out_specs: list, rows: int) -> Any:
+        """A single-chunk KernelExecutor of ``kernel`` for ``rows`` rows (its runtime-parameter block)."""
+        from snippets_x86_64.runtime import KernelExecutor
 
-            b = self.blocks
-            ins = [(d, (*s[:-3], nb, *s[-2:]) if r == ROW else s) for (d, s), r in zip(b.input_specs, self.roles)]
-            outs = [(d, (*s[:-3], nb, *s[-2:])) for d, s in b.output_specs]
-            cfg = RuntimeConfig((), (nb,), tuple(s for _, s in outs))
-            ex = KernelExecutor(b.kernel, ins, outs, b.num_threads, 0, b.native_threads, cfg)
-            self._by_blocks[nb] = ex
-            if len(self._by_blocks) > BLOCK_EXECUTORS:
-                self._by_blocks.popitem(last=False)
-        return ex
+        ins = [(d, (rows, s[-1]) if r == ROW else s) for (d, s), r in zip(in_specs, self.roles)]
+        outs = [(d, (rows, s[-1])) for d, s in out_specs]
+        cfg = configurator.configure(tuple(s for _, s in ins))
+        return KernelExecutor(kernel, ins, outs, 1, 0, self._native, cfg)
 
-    def _new_scratch(self, rows: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        run = self.kernels[rows]
-        ins = [np.zeros(s, d) for (d, s), r in zip(run.input_specs, self.roles) if r == ROW]
-        return ins, [np.zeros(s, d) for d, s in run.output_specs]
+    def _parts(self, m: int) -> int:
+        """Threads a call of ``m`` rows splits its rows between: each gets ``ROW_SPLIT_MIN`` rows and, as a static
+        kernel's split asks, enough bytes or enough estimated work."""
+        parts = min(self.threads, m // ROW_SPLIT_MIN)
+        if parts < 2:
+            return 1
+        shapes = tuple((m, s[-1]) if r == ROW else s for (_, s), r in zip(self.in_specs, self.roles))
+        nbytes = sum(d.itemsize * math.prod(s) for d, s in zip(self._in_types, shapes))
+        nbytes += sum(d.itemsize * m * s[-1] for d, s in self.out_specs)
+        by_size = nbytes // self._min_bytes if self._min_bytes > 0 else parts
+        by_work = int(self._estimate(shapes) // self._min_ns) if self._min_ns > 0 else parts
+        return max(1, min(parts, max(by_size, by_work)))
 
-    def plan(self, m: int) -> list[tuple[int, int, int]]:
-        """(first row, rows, kernel height) of each call for M rows: full blocks of the largest kernel, then
-        greedily the smaller ones; what is left (fewer rows than the smallest kernel, or a remainder that fills
-        a kernel to within 1/8) goes padded into the smallest kernel that holds it."""
-        calls, at = [], 0
-        sizes = list(self.kernels)
-        while at < m:
-            left = m - at
-            fits = [s for s in sizes if s >= left]
-            if fits and (fits[-1] - left) * 8 <= fits[-1] or left < sizes[-1]:
-                calls.append((at, left, fits[-1]))
-                break
-            size = next(s for s in sizes if s <= left)
-            calls.append((at, size, size))
-            at += size
-        return calls
+    def plan(self, m: int) -> _RowsPlan:
+        """The parts of a call of ``m`` rows (made once per row count, kept in a bounded LRU)."""
+        plan = self._plans.get(m)
+        if plan is not None:
+            return plan
+        with self._lock:
+            cols = self.columns
+            if cols is not None and m < self.threads * ROW_SPLIT_MIN:
+                part = self._part(cols.kernel, cols.configurator, cols.in_specs, cols.out_specs, m)
+                executors = [part] + [self._part(cols.kernel, cols.configurator, cols.in_specs, cols.out_specs, m)
+                                      for _ in range(cols.threads - 1)]
+                plan = _RowsPlan([0] * cols.threads, executors, True)
+            else:
+                from snippets_x86_64.runtime import _split
 
-    def _shape_plan(self, arrays: list[np.ndarray]) -> tuple[int, list[tuple[int, ...]], list[tuple]] | None:
-        """What a call with these input shapes runs, checked once per shape: M, the outputs' shapes and the calls
-        (executor or None for a padded block, first row, rows, kernel height); None when the row inputs do not
-        share x's leading dims (run-time broadcasting: the per-shape executor)."""
-        shapes = tuple(a.shape for a in arrays)
-        entry = self._plans.get(shapes, _MISSING)
-        if entry is not _MISSING:
-            return entry
-        lead = arrays[self.a_index].shape[:-1]
+                chunks = _split(m, self._parts(m))
+                executors = [self._part(self.kernel, self.configurator, self.in_specs, self.out_specs, n)
+                             for _, n in chunks]
+                plan = _RowsPlan([start for start, _ in chunks], executors, False)
+            self.new_shapes += 1
+            self._plans[m] = plan
+            if len(self._plans) > ROW_SHAPES:
+                self._plans.popitem(last=False)
+        return plan
+
+    def _check(self, arrays: list[np.ndarray], shapes: tuple) -> tuple[int, list[tuple[int, ...]]] | None:
+        """M and the outputs' shapes of a call with these input shapes (checked once per set of shapes); None when
+        the row inputs do not share x's leading dims (run-time broadcasting: the per-shape executor)."""
+        lead = shapes[self.a_index][:-1]
         if len(lead) != len(self.lead) or any(t == 1 and d != 1 for t, d in zip(self.lead, lead)) or any(
-            r == ROW and a.shape[:-1] != lead for a, r in zip(arrays, self.roles)
+            r == ROW and s[:-1] != lead for s, r in zip(shapes, self.roles)
         ):  # a row input broadcast along a dynamic dim at run time (or a bad shape: the per-shape path says)
             entry = None
         else:
-            for i, (a, (_, shape)) in enumerate(zip(arrays, self.kernel.input_specs)):
-                if self.roles[i] == WHOLE and i not in self.packed and a.shape != shape:
-                    raise InputError(f"Subgraph input {i} must have shape {list(shape)}, got {list(a.shape)}")
-            m = math.prod(lead)
-            calls: list[tuple] = []
-            rows = self.rows
-            nb = (m // rows // self.threads) * self.threads if self.blocks is not None else 0
-            if nb > 1:
-                calls.append((self._blocks_executor(nb), 0, nb * rows, rows))
-            done = nb * rows if nb > 1 else 0
-            for at, n, size in self.plan(m - done):
-                # None: through scratch blocks (padded rows, or the smallest height split along N)
-                whole = n == size and size != self._column_rows
-                calls.append((self.kernels[size] if whole else None, done + at, n, size))
-            entry = (m, [lead + shape[-1:] for _, shape in self.kernel.output_specs], calls)
-        self._plans[shapes] = entry
-        if len(self._plans) > BLOCK_EXECUTORS:
-            self._plans.popitem(last=False)
+            for i, (s, (_, shape), r) in enumerate(zip(shapes, self.in_specs, self.roles)):
+                if s[-1:] != shape[-1:] or (r == WHOLE and i not in self.packed and s != shape):
+                    want = [*lead, shape[-1]] if r == ROW else list(shape)
+                    raise InputError(f"Subgraph input {i} must have shape {want}, got {list(s)}")
+            entry = (math.prod(lead), [(*lead, shape[-1]) for _, shape in self.out_specs])
+        self._shapes[shapes] = entry
+        if len(self._shapes) > ROW_SHAPES:
+            self._shapes.popitem(last=False)
         return entry
 
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
-        arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in args]
+        arrays = [a if type(a) is np.ndarray else np.asarray(a) for a in args]
         if len(arrays) != len(self.roles):
             raise InputError(f"the Subgraph takes {len(self.roles)} inputs, got {len(arrays)}")
         for i, (a, dtype) in enumerate(zip(arrays, self._in_types)):
             if a.dtype != dtype:
                 raise InputError(f"Subgraph input {i} must be {dtype}, got {a.dtype}")
-        entry = self._shape_plan(arrays)
+        shapes = tuple(a.shape for a in arrays)
+        entry = self._shapes.get(shapes, _MISSING)
+        if entry is _MISSING:
+            entry = self._check(arrays, shapes)
         if entry is None:
             self.calls_per_shape += 1
             results = self.fallback(arrays, outs)
             self.last_placement = self.fallback.last_placement
             return results
-        m, fulls, calls = entry
+        m, fulls = entry
         results = []
         for j, (full, dtype) in enumerate(zip(fulls, self._out_types)):
             o = outs[j] if outs is not None and outs[j] is not None else None
@@ -465,234 +528,134 @@ class RowBlockFCExecutor:
                       and o.flags.writeable):
                 raise InputError(f"output array {j} must be a writeable C-contiguous {dtype}{list(full)}")
             results.append(o)
-        # the row inputs C-contiguous (no copy when they are): the kernels read row slices of them, each call's
-        # addresses are the arrays' plus its first row times the row's bytes (no view to make and check per call)
-        data = [(a if a.flags.c_contiguous else np.ascontiguousarray(a)) if r == ROW else self.packed.get(i, a)
-                for i, (a, r) in enumerate(zip(arrays, self.roles))]
-        data += results
-        addrs = [_address(a) for a in data]
-        steps = self._row_bytes
-        for run, at, n, size in calls:
-            if run is not None:
-                run.launch([p + at * b for p, b in zip(addrs, steps)])
-            else:
-                flat = [f.reshape(m, f.shape[-1]) if r == ROW else f for f, r in zip(data, self.roles)]
-                flat_outs = [o.reshape(m, o.shape[-1]) for o in results]
-                if size == self._column_rows:
-                    self.columns.run(flat, flat_outs, at, n)  # type: ignore[union-attr]
-                else:
-                    self._run_padded(self.kernels[size], size, flat, flat_outs, at, n)
         self.last_placement = self._on_target
+        if m == 0:  # no rows: nothing to compute
+            return results
+        plan = self._plans.get(m) or self.plan(m)
+        # C-contiguous inputs (no copy when they are): each part's addresses are the arrays' plus its first row
+        # times the row's bytes (no view to make and check per part)
+        data = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
+        if plan.columns:
+            self._run_columns(plan, m, data, results)
+            return results
+        for i, w in self._packed_items:
+            data[i] = w
+        addrs = [_address(a) for a in (*data, *results)]
+        if plan.launcher is None:
+            plan.executors[0].launch(addrs)
+        else:
+            steps = self._row_bytes
+            plan.launcher.launch([[p + at * b for p, b in zip(addrs, steps)] for at in plan.starts])
         return results
 
-    def _run_padded(self, run: Any, size: int, flat: list[np.ndarray], flat_outs: list[np.ndarray], at: int,
-                    n: int) -> None:
-        """Rows ``at:at+n`` (fewer than ``size``) through the zero-padded scratch block of the ``size`` kernel."""
-        own = self._scratch_lock.acquire(blocking=False)
-        try:  # a concurrent call gets scratch of its own
-            if own:
-                s_ins, s_outs = self._scratch.get(size) or self._scratch.setdefault(size, self._new_scratch(size))
-            else:
-                s_ins, s_outs = self._new_scratch(size)
-            ins, k = [], 0
-            for f, r in zip(flat, self.roles):
-                if r == ROW:
-                    pad = s_ins[k]
-                    k += 1
-                    pad.reshape(size, -1)[:n] = f[at : at + n]
-                    ins.append(pad)
-                else:
-                    ins.append(f)
-            run(ins, s_outs)
-            for o, so in zip(flat_outs, s_outs):
-                o[at : at + n] = so.reshape(size, -1)[:n]
-        finally:
-            if own:
-                self._scratch_lock.release()
+    def _run_columns(self, plan: _RowsPlan, m: int, data: list[np.ndarray], results: list[np.ndarray]) -> None:
+        """``m`` rows split along N: part ``p`` reads x in place, its panels of the packed weight and its columns of
+        the bias and residual, and writes its columns of the output: in place for one row (contiguous), else
+        through a block of its own (its columns are strided in the output) copied out after."""
+        cols = self.columns
+        assert cols is not None and plan.launcher is not None
+        addrs = [_address(a) for a in (*data, *results)]
+        if m == 1:  # every cut is contiguous: the part's address is the array's plus its offset
+            plan.launcher.launch([[a * k + off for a, (k, off) in zip(addrs, part)] for part in cols.one_row])
+            return
+        c, n_in = cols.width, len(data)
+        blocks = []  # alive until the parts have run
+        part_outs = []
+        ptrs = []
+        for p, part in enumerate(cols.one_row):
+            ptr = [a * k + off for a, (k, off) in zip(addrs, part)]
+            for i in cols.row_sliced:  # a residual's columns: strided, copied into a block of the part's own
+                block = np.ascontiguousarray(data[i].reshape(m, -1)[:, p * c : (p + 1) * c])
+                blocks.append(block)
+                ptr[i] = _address(block)
+            outs = [np.empty((m, c), d) for d in self._out_types]
+            part_outs.append(outs)
+            ptr[n_in:] = [_address(o) for o in outs]
+            ptrs.append(ptr)
+        plan.launcher.launch(ptrs)
+        for p, outs in enumerate(part_outs):
+            for o, so in zip(results, outs):
+                o.reshape(m, -1)[:, p * c : (p + 1) * c] = so
 
     run = __call__
 
     def describe(self) -> str:
-        sizes = ", ".join(map(str, self.kernels))
-        text = (f"kernels of {sizes} rows for every M (full blocks of {self.rows}, the tail on the smaller ones, "
-                f"the last rows padded)")
+        n = len(self.kernel.info.runtime_params)
+        text = (f"one kernel for every M ({n} runtime parameters: {self.m_block}-row blocks in a runtime loop, "
+                f"the tail rows on runtime register tiles), {self.new_shapes} row count(s) configured")
+        if self.threads > 1:
+            text += f"; rows split between up to {self.threads} threads"
         if self.columns is not None:
-            text += f"; {self.columns.rows} rows split along N into {len(self.columns.parts)} parts"
+            text += (f"; fewer than {self.threads * ROW_SPLIT_MIN} rows split along N into {self.columns.threads} "
+                     "parts")
         if self.calls_per_shape:
             text += f"; {self.calls_per_shape} call(s) with run-time broadcasting: {self.fallback.describe()}"
         return text
 
 
-class ColumnSplitBlock:
-    """``rows`` rows of an FC on ``T`` threads split along N: each thread runs the kernel compiled for ``N / T``
-    columns on its consecutive panels of the packed weight and its slices of the inputs that vary along N (bias,
-    residual), all started in one dispatch (:class:`~snippets_x86_64.runtime.PartsLauncher`). A part's output
-    columns are strided in the output, so its kernel writes a contiguous scratch block that is copied out after;
-    x's rows are read in place (through one zero-padded scratch block when fewer than ``rows``), a residual's
-    columns are copied into the part's scratch. So each thread streams ``1 / T`` of the weight for all the rows,
-    where the M split of a small block gives each thread a few rows and the whole weight (ViT's last 5 of 197
-    rows, padded to 8: 4 rows per thread, each reading every panel from L3)."""
-
-    def __init__(self, parts: list[Any], packed: dict[int, np.ndarray], roles: list[str], sliced: set[int],
-                 width: int, rows: int) -> None:
-        from snippets_x86_64.runtime import PartsLauncher
-
-        self.parts = parts
-        self.launcher = PartsLauncher(parts)
-        self.roles = roles
-        #: the inputs cut along N (besides the weight): a bias, a residual
-        self.sliced = sliced
-        self.width = width
-        self.rows = rows
-        #: per part, the packed weights' slices
-        self.weights = _weight_slices(packed, parts)
-        self._lock = threading.Lock()
-        self._scratch: tuple[dict[int, np.ndarray], list[dict[int, np.ndarray]], list[list[np.ndarray]]] | None = None
-
-    def _new_scratch(self) -> tuple[dict[int, np.ndarray], list[dict[int, np.ndarray]], list[list[np.ndarray]]]:
-        """Zero-padded blocks: the shared ones of the whole-row inputs (x), per part those of the inputs cut along
-        N and the outputs."""
-        specs = self.parts[0].input_specs
-        rows_in = [i for i, r in enumerate(self.roles) if r == ROW]
-        shared = {i: np.zeros(specs[i][1], specs[i][0]) for i in rows_in if i not in self.sliced}
-        per_part = [{i: np.zeros(specs[i][1], specs[i][0]) for i in rows_in if i in self.sliced} for _ in self.parts]
-        outs = [[np.zeros(s, d) for d, s in ex.output_specs] for ex in self.parts]
-        return shared, per_part, outs
-
-    def run(self, flat: list[np.ndarray], flat_outs: list[np.ndarray], at: int, n: int) -> None:
-        """Rows ``at:at+n`` (at most ``rows``) of the [M, C]-viewed row inputs ``flat`` (C-contiguous) into
-        ``flat_outs``."""
-        own = self._lock.acquire(blocking=False)
-        try:  # a concurrent call gets scratch of its own
-            if not own:
-                scratch = self._new_scratch()
-            else:
-                if self._scratch is None:
-                    self._scratch = self._new_scratch()
-                scratch = self._scratch
-            shared, per_part, part_outs = scratch
-            c, rows = self.width, self.rows
-            base: list[int] = []  # per input, the address part 0 reads; the cut ones move by c elements per part
-            for i, (f, r) in enumerate(zip(flat, self.roles)):
-                if r == ROW and i not in self.sliced:
-                    if n == rows:  # read in place
-                        base.append(_address(f) + at * f.strides[0])
-                    else:
-                        pad = shared[i]
-                        pad.reshape(rows, -1)[:n] = f[at : at + n]
-                        base.append(_address(pad))
-                elif r == ROW:
-                    src = f[at : at + n]
-                    for p, pads in enumerate(per_part):
-                        pads[i].reshape(rows, -1)[:n] = src[:, p * c : (p + 1) * c]
-                    base.append(0)
-                elif i in self.weights[0]:
-                    base.append(0)
-                else:
-                    if not f.flags.c_contiguous:
-                        f = flat[i] = np.ascontiguousarray(f)
-                    base.append(_address(f))
-            ptrs = []
-            for p in range(len(self.parts)):
-                part = [_address(per_part[p][i]) if r == ROW and i in self.sliced
-                        else _address(self.weights[p][i]) if i in self.weights[p]
-                        else a + p * c * flat[i].itemsize if i in self.sliced else a
-                        for i, (a, r) in enumerate(zip(base, self.roles))]
-                ptrs.append(part + [_address(o) for o in part_outs[p]])
-            self.launcher.launch(ptrs)
-            for p, outs in enumerate(part_outs):
-                for o, so in zip(flat_outs, outs):
-                    o[at : at + n, p * c : (p + 1) * c] = so.reshape(rows, -1)[:n]
-        finally:
-            if own:
-                self._lock.release()
-
-
-def _column_block(sg: Subgraph, config: CompileConfig, host: Any, roles: list[str], packed: dict[int, np.ndarray],
-                  rows: int) -> ColumnSplitBlock | None:
-    """A :class:`ColumnSplitBlock` of ``rows`` rows for the dynamic-M FC ``sg`` on several threads whose N splits
-    into whole panels per thread; None otherwise."""
-    out = sg.body.results[0].inputs[0].shape
-    if config.num_threads < 2 or len(sg.body.results) != 1 or not isinstance(out.sym_dims[-1], int):
-        return None
-    n = int(out.sym_dims[-1])
-    columns = _column_parts(sg, config, host, packed, n, f"columns{rows}", roles, rows)
-    if columns is None:
-        return None
-    parts, sliced, width = columns
-    return ColumnSplitBlock(parts, packed, roles, sliced, width, rows)
-
-
-#: the smallest tail kernel of a RowBlockFCExecutor (``target_options.fc_row_tail``): fewer rows are padded
-DEFAULT_ROW_TAIL = 8
-
-
-def _row_block_kernel(sg: Subgraph, config: CompileConfig, host: Any, roles: list[str], lead: tuple[int, ...],
-                      rows: int) -> Any:
-    """The KernelExecutor of ``sg`` with its row-indexed inputs folded to a static block of ``rows`` rows."""
-    from snippets_x86_64.runtime import KernelExecutor, _executor_options, _kernel_for, _specs
-
-    body = sg.body.clone()
-    block_lead = [1] * (len(lead) - 1) + [rows]  # leading dims folded: [B, S, K] runs as [1, rows, K]
-    threads = config.num_threads
-    if threads > 1 and rows % threads == 0:
-        # the block's rows split between the threads as SplitDimensionM splits a static M (it cannot split a
-        # dynamic one at compile time): [T, rows / T, K] has a parallel domain of T, one index per thread
-        block_lead = [1] * (len(lead) - 2) + [threads, rows // threads]
-    for p, r in zip(body.parameters, roles):
-        if r == ROW:
-            p.shape = Shape([*block_lead, p.outputs[0].shape.sym_dims[-1]])
-    part = fixed_subgraph(sg, body, f"row_block{rows}")
-    kernel = _kernel_for(part, config, host, None)
-    ins, outs = _specs(part)
-    return KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
-
-
-def _block_kernel(sg: Subgraph, config: CompileConfig, host: Any, roles: list[str], rows: int) -> Any:
-    """A KernelExecutor of ``sg`` for ``[J, rows, C]`` row inputs whose parallel domain is ``(J,)``: one index is
-    one block of ``rows`` rows on one thread (a whole weight pass per ``rows`` rows, where the row-block kernel
-    splits its block between the threads); None when the lowering gives it another domain."""
-    from snippets_x86_64.runtime import KernelExecutor, _executor_options, _kernel_for, _specs
-
-    j = max(config.num_threads, 2)  # a dim of 1 would be lowered as broadcast (no offset per index)
+def _rows_body(sg: Subgraph, roles: list[str]) -> Subgraph:
+    """``sg`` with its row-indexed inputs folded to ``[M, C]`` (M the runtime dim :data:`ROWS`)."""
     body = sg.body.clone()
     for p, r in zip(body.parameters, roles):
         if r == ROW:
-            dims = p.outputs[0].shape.sym_dims
-            if len(dims) < 3:  # [M, K]: no dim to hold the block index
-                return None
-            p.shape = Shape([*[1] * (len(dims) - 3), j, rows, dims[-1]])
-    part = fixed_subgraph(sg, body, f"blocks{rows}")
-    kernel = _kernel_for(part, config, host, None)
-    if kernel.info.parallel_domain != (j,):
-        return None
-    ins, outs = _specs(part)
-    return KernelExecutor(kernel, ins, outs, config.num_threads, *_executor_options(config))
+            p.shape = Shape([ROWS, p.outputs[0].shape.sym_dims[-1]])
+    return fixed_subgraph(sg, body, "rows")
 
 
-def row_block(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np.ndarray],
-              fallback: Any) -> RowBlockFCExecutor | str:
-    """A :class:`RowBlockFCExecutor` for the dynamic-M FC ``sg``, or why it has none (then a kernel per shape)."""
+def _runtime_kernel(part: Subgraph, config: CompileConfig, host: Any) -> tuple[Any, Any, list, list]:
+    """The kernel of ``part`` lowered for every M, its configurator and its input/output specs (rows as -1)."""
+    from snippets_core.lowered.runtime_configurator import RuntimeConfigurator
+    from snippets_x86_64.runtime import _kernel_for
+
+    kernel = _kernel_for(part, config, host, None, symbolic=True)
+    info = kernel.info
+    configurator = RuntimeConfigurator(info.input_dims, info.output_dims, [c for _, c in info.runtime_params],
+                                       info.domain_codes())
+
+    def spec(t: Any) -> tuple[np.dtype, tuple]:
+        return t.element_type.numpy, tuple(-1 if not isinstance(d, int) else d for d in t.shape.sym_dims)
+
+    ins = [spec(p.outputs[0]) for p in part.body.parameters]
+    outs = [spec(r.inputs[0].source) for r in part.body.results]
+    return kernel, configurator, ins, outs
+
+
+def runtime_rows(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[int, np.ndarray],
+                 fallback: Any) -> RuntimeRowsFCExecutor | str:
+    """A :class:`RuntimeRowsFCExecutor` for the dynamic-M FC ``sg``, or why it has none (then a kernel per shape)."""
+    from snippets_core.errors import ShapeInferenceError
+    from snippets_core.lowered.symbolic import DynamicShapeError
+    from snippets_x86_64.runtime import work_estimator
+
     options = dict(config.target_options)
-    rows = int_option(options, "fc_row_block", DEFAULT_ROW_BLOCK, minimum=0)
-    if rows == 0:
-        return "target_options.fc_row_block is 0"
-    smallest = int_option(options, "fc_row_tail", DEFAULT_ROW_TAIL, minimum=1)
+    enabled = options.get("fc_runtime_m", True)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"target_options.fc_runtime_m must be true or false, got {enabled!r}")
+    if not enabled:
+        return "target_options.fc_runtime_m is false"
     found = _row_roles(sg, packed)
     if isinstance(found, str):
         return found
     roles, lead = found
-    sizes = [rows]
-    while sizes[-1] % 2 == 0 and sizes[-1] // 2 >= smallest:
-        sizes.append(sizes[-1] // 2)
-    kernels = {size: _row_block_kernel(sg, config, host, roles, lead, size) for size in sizes}
+    part = _rows_body(sg, roles)
     try:
-        columns = _column_block(sg, config, host, roles, packed, sizes[-1])
-    except SnippetsError as exc:  # an optimization: the smallest block keeps its M split
-        sg.rt_info[SPLIT_N_SKIPPED] = f"{type(exc).__name__}: {exc}"
-        columns = None
-    return RowBlockFCExecutor(kernels, packed, roles, lead, fallback, _block_kernel(sg, config, host, roles, rows),
-                              columns)
+        kernel, configurator, ins, outs = _runtime_kernel(part, config, host)
+    except (DynamicShapeError, ShapeInferenceError) as exc:  # declared: a kernel per shape
+        return fallback_reason(exc)
+    columns = None
+    split_option = options.get("fc_split_n", True)
+    out = sg.body.results[0].inputs[0].shape
+    if split_option and len(sg.body.results) == 1 and isinstance(out.sym_dims[-1], int):
+        try:
+            cut = _column_body(sg, config, packed, int(out.sym_dims[-1]), "columns", roles, ROWS)
+            if cut is not None:
+                col_part, sliced, width, threads = cut
+                ck, cc, c_ins, c_outs = _runtime_kernel(col_part, config, host)
+                columns = _ColumnKernel(ck, cc, packed, roles, sliced, width, threads, c_ins, c_outs)
+        except SnippetsError as exc:  # an optimization: few rows keep their M split
+            sg.rt_info[SPLIT_N_SKIPPED] = f"{type(exc).__name__}: {exc}"
+    return RuntimeRowsFCExecutor(kernel, configurator, packed, roles, lead, fallback, config, work_estimator(part),
+                                 ins, outs, columns)
 
 
 def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, split: bool = True) -> Any:
@@ -711,11 +674,11 @@ def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, s
         if not split:
             return per_shape
         try:
-            by_rows = row_block(sg, config, host, packed, per_shape)
+            by_rows = runtime_rows(sg, config, host, packed, per_shape)
         except UnsupportedByTarget as exc:  # declared: a kernel per shape (each may still run or fall back)
             by_rows = fallback_reason(exc)
         if isinstance(by_rows, str):
-            executor.why_per_shape = f"no row-block kernel: {by_rows}"
+            executor.why_per_shape = f"no runtime-M kernel: {by_rows}"
             return per_shape
         return by_rows
     split_option = dict(config.target_options).get("fc_split_n", True)
@@ -760,5 +723,5 @@ def row_parts(sg: Subgraph, whole: Any, config: CompileConfig, host: Any, packed
     return split_static_rows(sg, whole, config, host, rows_in, ROW_SPLIT_MIN)
 
 
-__all__ = ["ColumnSplitBlock", "DynamicFCExecutor", "PackedWeightExecutor", "RowBlockFCExecutor", "SplitNExecutor",
-           "fc_executor", "row_block", "row_parts", "row_split_subgraph", "split_n"]
+__all__ = ["DynamicFCExecutor", "PackedWeightExecutor", "RuntimeRowsFCExecutor", "SplitNExecutor", "fc_executor",
+           "row_parts", "row_split_subgraph", "runtime_rows", "split_n"]

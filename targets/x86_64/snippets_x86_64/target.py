@@ -54,7 +54,7 @@ class X86_64Target:
     target_options: ClassVar[frozenset[str]] = frozenset({
         "cache_dir", "parallel_min_bytes", "parallel_min_ns", "thread_pool",  # the runtime
         "inference_precision", "brgemm_m_block", "brgemm_n_block", "brgemm_k_block",  # Brgemm (MHA)
-        "fc_m_block", "fc_split_n", "fc_row_block", "fc_row_tail",  # FullyConnected
+        "fc_m_block", "fc_split_n", "fc_runtime_m",  # FullyConnected
     })
 
     def __init__(self, mark_fused_post_ops: bool | None = None) -> None:
