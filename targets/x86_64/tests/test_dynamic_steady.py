@@ -1,6 +1,6 @@
-"""A dynamic (batch, seq) model runs what the static model of the same shape runs: FullyConnected layers on the
-row-block kernels (full 128-row blocks in one dispatch on the block kernel), Reshapes as views, LayerNorm on one
-kernel for every shape; outputs of both against numpy float64 at several shapes, on 1 and 2 threads. The work
+"""A dynamic (batch, seq) model runs what the static model of the same shape runs: FullyConnected layers on one
+kernel for every M (M read from the runtime-parameter block, the rows split between the threads), Reshapes as
+views, LayerNorm on one kernel for every shape; outputs of both against numpy float64 at several shapes, on 1 and 2 threads. The work
 estimate of a new shape (the thread split) without a body clone equals the one of the shaped body."""
 
 from __future__ import annotations
@@ -67,27 +67,26 @@ def test_dynamic_and_static_models_against_numpy(threads):
     where = {(op, w) for _, op, w in dyn.placement()}
     assert ("Reshape", "view") in where and ("Subgraph", TARGET) in where, where
     text = dyn.describe()
-    assert "kernels of 128" in text and "one kernel for every shape" in text and "a kernel per input shape" not in text
+    assert "one kernel for every M" in text and "one kernel for every shape" in text and "a kernel per input shape" not in text
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_full_blocks_run_on_the_block_kernel(threads):
-    """M = 300 rows on 2 threads: the first 256 as 2 domain indices of the block kernel (one 128-row block per
-    index), the rest on the tail kernels; on 1 thread likewise (one dispatch for the full blocks)."""
-    from snippets_x86_64.fc_executor import RowBlockFCExecutor
+def test_rows_split_between_the_threads_on_one_kernel(threads):
+    """M = 300 rows on 2 threads: two parts of 150 rows, each a call of the one runtime-M kernel (its own
+    runtime-parameter block); on 1 thread one call of 300 rows (two 128-row blocks and a tail of 44)."""
+    from snippets_x86_64.fc_executor import RuntimeRowsFCExecutor
 
     dyn = snippets_core.compile_model(_model("batch", "seq"), target=TARGET, config={"num_threads": threads})
     fcs = [getattr(st.run, "__self__", st.run) for st in dyn._steps if st.node.type_name == "Subgraph"]
-    fcs = [ex for ex in fcs if isinstance(ex, RowBlockFCExecutor)]
-    assert len(fcs) == 2 and all(ex.blocks is not None for ex in fcs)
+    fcs = [ex for ex in fcs if isinstance(ex, RuntimeRowsFCExecutor)]
+    assert len(fcs) == 2
     x = RNG.standard_normal((1, 300, H)).astype(np.float32)
     np.testing.assert_allclose(dyn({"x": x})["y"], _reference64(x), rtol=1e-4, atol=1e-4)
     for ex in fcs:
-        (entry,) = [e for k, e in ex._plans.items() if k[ex.a_index][:-1] == (1, 300)]
-        m, _, calls = entry
-        first, at, n, rows = calls[0]
-        assert (m, at, n, rows) == (300, 0, 256, 128) and first.domain == (2,)
-        assert first.kernel is ex.blocks.kernel
+        plan = ex._plans[300]
+        assert plan.starts == ([0, 150] if threads == 2 else [0]) and not plan.columns
+        assert {e.kernel for e in plan.executors} == {ex.kernel}
+        assert [e.input_specs[ex.a_index][1][0] for e in plan.executors] == [300 // threads] * threads
 
 
 def test_the_work_estimate_of_a_new_shape_equals_the_shaped_bodys():

@@ -366,13 +366,13 @@ def test_dynamic_rows_split_between_threads(threads):
     x = sb.parameter([1, -1, k], "f32", name="x")
     res = sb.parameter([1, -1, n], "f32", name="res")
     model = sb.model([sb.add(sb.relu(sb.add(sb.matmul(x, w), b)), res)], name="fc_dyn_rows")
-    cm = _compile(model, threads=threads, target_options={"fc_row_block": 0})  # the per-shape path
+    cm = _compile(model, threads=threads, target_options={"fc_runtime_m": False})  # the per-shape path
     for s in (1, 31, 33, 100):
         xs = RNG.standard_normal((1, s, k)).astype(np.float32)
         rs = RNG.standard_normal((1, s, n)).astype(np.float32)
         (out,) = cm({"x": xs, "res": rs}).values()
         np.testing.assert_allclose(out, np.maximum(xs.astype(np.float64) @ w + b, 0) + rs, rtol=2e-5, atol=3e-5)
-    cfg = CompileConfig.from_mapping({"num_threads": threads, "target_options": {"fc_row_block": 0}})
+    cfg = CompileConfig.from_mapping({"num_threads": threads, "target_options": {"fc_runtime_m": False}})
     run_tokenization(model, resolve_target(TARGET, cfg), cfg)
     (sg,) = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
     ex = x86_compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
@@ -388,12 +388,12 @@ def test_dynamic_rows_split_between_threads(threads):
 
 def test_dynamic_fc_on_the_reference_gets_the_original_weight():
     """A shape the target declares it does not take runs the body on the reference, which must read the weight as
-    it is, not packed (the per-shape path: a row-block FC falls back to it on run-time broadcasting)."""
+    it is, not packed (the per-shape path: a runtime-M FC falls back to it on run-time broadcasting)."""
     k, n = 16, 130
     w, b = _weights(k, n)
     x = sb.parameter([-1, k], "f32", name="x")
     model = sb.model([sb.add(sb.matmul(x, w), b)], name="fc_ref")
-    cfg = CompileConfig.from_mapping({"num_threads": 1, "target_options": {"fc_row_block": 0}})
+    cfg = CompileConfig.from_mapping({"num_threads": 1, "target_options": {"fc_runtime_m": False}})
     run_tokenization(model, resolve_target(TARGET, cfg), cfg)
     (sg,) = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
     ex = x86_compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)

@@ -1,28 +1,31 @@
-"""A FullyConnected of a dynamic M (batch and sequence) runs every M on kernels compiled for static blocks of rows
-(RowBlockFCExecutor): full blocks on slices of x, of the residual and of the output, the tail on the smaller
-kernels and the last rows through a padded scratch block. Checked against numpy float64, with every array at a
-guard page."""
+"""A FullyConnected of a dynamic M (batch and sequence) runs every M on one kernel that reads M from its
+runtime-parameter block (RuntimeRowsFCExecutor): full 128-row blocks in a runtime loop, the tail rows on runtime
+register tiles, the rows split between the threads from M, few rows split along N. Checked against numpy float64,
+with every array at a guard page, and nothing compiled for a new shape."""
 
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from snippets_core.config import CompileConfig
+from snippets_core.errors import InputError
 from snippets_core.frontends import builder as sb
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.runtime.pipeline import run_tokenization
 from snippets_core.runtime.targets import resolve_target
 from snippets_x86_64 import runtime as x86_runtime
-from snippets_x86_64.fc_executor import DEFAULT_ROW_BLOCK, DynamicFCExecutor, RowBlockFCExecutor
+from snippets_x86_64.fc_executor import ROW_SPLIT_MIN, DynamicFCExecutor, RuntimeRowsFCExecutor
 from snippets_x86_64.guarded import guarded_copy
 
 pytestmark = pytest.mark.avx512
 TARGET = "x86_64_avx512"
 RNG = np.random.default_rng(20261126)
-R = DEFAULT_ROW_BLOCK
 K, N = 40, 150
 
 
@@ -30,16 +33,18 @@ def _gelu_tanh(x):  # type: ignore[no-untyped-def]
     return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
 
 
-def _fc(threads: int, options: dict | None = None):  # type: ignore[no-untyped-def,type-arg]
+def _fc(threads: int, options: dict | None = None, k: int = K, n: int = N):  # type: ignore[no-untyped-def,type-arg]
     """The Subgraph of gelu(x @ w + b) + res, x [B, S, K] and res [B, S, N] with B and S dynamic, and its executor."""
-    w = (RNG.standard_normal((K, N)) / math.sqrt(K)).astype(np.float32)
-    b = RNG.standard_normal(N).astype(np.float32)
-    x = sb.parameter([-1, -1, K], "f32", name="x")
-    res = sb.parameter([-1, -1, N], "f32", name="res")
+    w = (RNG.standard_normal((k, n)) / math.sqrt(k)).astype(np.float32)
+    b = RNG.standard_normal(n).astype(np.float32)
+    x = sb.parameter([-1, -1, k], "f32", name="x")
+    res = sb.parameter([-1, -1, n], "f32", name="res")
     model = sb.model([sb.add(sb.gelu(sb.add(sb.matmul(x, w), b), approximation_mode="tanh"), res)], name="fc_rows")
-    cfg = CompileConfig.from_mapping({"num_threads": threads, "target_options": options or {}})
+    # parallel_min_bytes 0: these small FCs would otherwise stay on the calling thread
+    cfg = CompileConfig.from_mapping({"num_threads": threads,
+                                      "target_options": {"parallel_min_bytes": 0, **(options or {})}})
     run_tokenization(model, resolve_target(TARGET, cfg), cfg)
-    (sg,) = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
+    (sg,) = [nd for nd in model.get_ordered_ops() if isinstance(nd, Subgraph)]
     ex = x86_runtime.compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
     return sg, ex, w, b
 
@@ -49,39 +54,83 @@ def _args(sg, xs, rs, at="end"):  # type: ignore[no-untyped-def]
             else guarded_copy(np.asarray(i.source.node.value), at) for i in sg.inputs]
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("at", ["end", "start"])
-def test_every_m_against_numpy_at_guard_pages(threads, at):
-    sg, ex, w, b = _fc(threads)
-    assert isinstance(ex, RowBlockFCExecutor), ex.describe()
-    assert f"kernels of {R}, {R // 2}, {R // 4}, {R // 8}, {R // 16} rows for every M" in ex.describe()
+def _guard_weights(ex: RuntimeRowsFCExecutor, at: str) -> None:
+    """The packed weight (and the column cuts' slices of it) at a guard page."""
     (i,) = ex.packed
     ex.packed[i] = guarded_copy(ex.packed[i], at)
-    for size in ex.kernels:  # the padded blocks are read and written by the kernels too
-        s_ins, s_outs = ex._new_scratch(size)
-        ex._scratch[size] = ([guarded_copy(a, at) for a in s_ins], [guarded_copy(a, at) for a in s_outs])
-    cases = [(1, 1), (1, 2), (1, 17), (1, R - 1), (1, R), (1, R + 1), (1, 197), (1, 2 * R + 3), (3, 100), (2, 150)]
-    for batch, seq in cases:
-        xs = RNG.standard_normal((batch, seq, K)).astype(np.float32)
-        rs = RNG.standard_normal((batch, seq, N)).astype(np.float32)
-        out = guarded_copy(np.full((batch, seq, N), np.nan, np.float32), at)
-        ex(_args(sg, xs, rs, at), [out])
-        assert ex.last_placement.where == TARGET
-        want = _gelu_tanh(xs.astype(np.float64) @ w + b) + rs
-        np.testing.assert_allclose(out, want, rtol=2e-5, atol=3e-5)
+    ex._packed_items = tuple(ex.packed.items())
+    cols = ex.columns
+    if cols is not None:
+        cols.weights = [{j: guarded_copy(a, at) for j, a in part.items()} for part in cols.weights]
+        for p, part in enumerate(cols.weights):
+            cols.one_row[p][i] = (0, part[i].__array_interface__["data"][0])
 
 
-def test_a_new_shape_compiles_nothing(monkeypatch):
-    sg, ex, w, b = _fc(1)
-    calls = []
+_EXECUTORS: dict = {}  # type: ignore[type-arg]
+
+
+def _guarded_fc(threads: int, n: int, at: str):  # type: ignore[no-untyped-def]
+    """One compiled FC per (threads, N, guard side) for all the hypothesis examples, its weights at a guard page."""
+    key = (threads, n, at)
+    if key not in _EXECUTORS:
+        sg, ex, w, b = _fc(threads, n=n)
+        assert isinstance(ex, RuntimeRowsFCExecutor), ex.describe()
+        _guard_weights(ex, at)
+        _EXECUTORS[key] = (sg, ex, w, b)
+    return _EXECUTORS[key]
+
+
+@settings(max_examples=int(os.environ.get("SNIPPETS_RANDOM_EXAMPLES", "25")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 600), st.sampled_from([1, 2]), st.sampled_from([1, 2, 3]), st.sampled_from([N, 256]),
+       st.sampled_from(["end", "start"]))
+@example(1, 1, 1, N, "end")
+@example(1, 1, 2, 256, "start")
+@example(7, 1, 2, 256, "end")
+@example(128, 1, 2, N, "end")
+@example(0, 2, 2, N, "end")
+@example(600, 1, 2, 256, "end")
+def test_random_m_against_numpy_at_guard_pages_compiles_nothing(m, batch, threads, n, at):
+    """Random M = batch x seq in 0..600 (0: no rows, an empty output), on 1 and 2 threads (N = 256 also splits few
+    rows along N), every array at a guard page: the output matches numpy float64, and no kernel is built."""
+    sg, ex, w, b = _guarded_fc(threads, n, at)
+    seq = -(-m // batch)
+    built = []
     real = x86_runtime.generate_subgraph
-    monkeypatch.setattr(x86_runtime, "generate_subgraph", lambda *a, **k: calls.append(a) or real(*a, **k))
-    for seq in (7, 300):
-        xs = RNG.standard_normal((1, seq, K)).astype(np.float32)
-        rs = RNG.standard_normal((1, seq, N)).astype(np.float32)
-        (out,) = ex(_args(sg, xs, rs))
-        np.testing.assert_allclose(out, _gelu_tanh(xs.astype(np.float64) @ w + b) + rs, rtol=2e-5, atol=3e-5)
-    assert calls == []
+    x86_runtime.generate_subgraph = lambda *a, **k: built.append(a) or real(*a, **k)  # type: ignore[assignment]
+    try:
+        xs = RNG.standard_normal((batch, seq, K)).astype(np.float32)
+        rs = RNG.standard_normal((batch, seq, n)).astype(np.float32)
+        out = guarded_copy(np.full((batch, seq, n), np.nan, np.float32), at)
+        ex(_args(sg, xs, rs, at), [out])
+    finally:
+        x86_runtime.generate_subgraph = real  # type: ignore[assignment]
+    assert built == []
+    assert ex.last_placement.where == TARGET and ex.calls_per_shape == 0
+    want = _gelu_tanh(xs.astype(np.float64) @ w + b) + rs
+    np.testing.assert_allclose(out, want, rtol=2e-5, atol=3e-5)
+
+
+def test_one_kernel_reads_m_from_its_runtime_parameters():
+    """The kernel's runtime-parameter block holds the row loop's count (M // 128) and the tail's tiles."""
+    _, ex, _, _ = _fc(1)
+    exprs = dict(ex.kernel.info.runtime_params)
+    assert "((s_M) // 128)" in exprs.values(), exprs
+    assert any(k.endswith(".m_loop6") for k in exprs), exprs
+    assert "one kernel for every M" in ex.describe()
+
+
+@pytest.mark.parametrize(("threads", "m", "starts", "columns"), [
+    (1, 300, [0], False), (2, 300, [0, 150], False), (2, 1, [0, 0], True),
+    (2, 2 * ROW_SPLIT_MIN - 1, [0, 0], True), (2, 2 * ROW_SPLIT_MIN, [0, ROW_SPLIT_MIN], False),
+])  # fmt: skip
+def test_rows_split_from_m(threads, m, starts, columns):
+    """The parts of a call come from M alone: consecutive rows per thread, or for fewer than ROW_SPLIT_MIN rows per
+    thread a split along N (the one-row FC of a classifier or a decoding step, as the static one runs)."""
+    _, ex, _, _ = _fc(threads, n=256)
+    plan = ex.plan(m)
+    assert plan.starts == starts and plan.columns == columns
+    assert all(e.kernel is (ex.columns.kernel if columns else ex.kernel) for e in plan.executors)
 
 
 def test_run_time_broadcast_goes_per_shape():
@@ -94,86 +143,18 @@ def test_run_time_broadcast_goes_per_shape():
     assert "run-time broadcasting" in ex.describe()
 
 
-def test_row_block_zero_keeps_a_kernel_per_shape():
-    _, ex, _, _ = _fc(1, {"fc_row_block": 0})
+def test_bad_shapes_are_typed_errors():
+    sg, ex, _, _ = _fc(1)
+    xs = RNG.standard_normal((1, 5, K + 1)).astype(np.float32)
+    rs = RNG.standard_normal((1, 5, N)).astype(np.float32)
+    with pytest.raises(InputError, match="input 0 must have shape"):
+        ex(_args(sg, xs, rs))
+    xs = RNG.standard_normal((1, 5, K)).astype(np.float32)
+    with pytest.raises(InputError, match="output array 0"):
+        ex(_args(sg, xs, rs), [np.empty((1, 4, N), np.float32)])
+
+
+def test_runtime_m_off_keeps_a_kernel_per_shape():
+    _, ex, _, _ = _fc(1, {"fc_runtime_m": False})
     assert isinstance(ex, DynamicFCExecutor)
-    assert "fc_row_block is 0" in ex.describe()
-
-
-@pytest.mark.parametrize("rank", [2, 3])
-def test_the_row_block_is_split_between_the_threads(rank):
-    """On two threads the row-block kernel's parallel domain has one index per thread (the block's rows split as
-    SplitDimensionM splits a static M), for x of rank 3 ([B, S, K]) and of rank 2 ([M, K]); every M still matches
-    numpy float64."""
-    w = (RNG.standard_normal((K, N)) / math.sqrt(K)).astype(np.float32)
-    b = RNG.standard_normal(N).astype(np.float32)
-    x = sb.parameter([-1] * (rank - 1) + [K], "f32", name="x")
-    model = sb.model([sb.relu(sb.add(sb.matmul(x, w), b))], name="fc_rows_split")
-    # parallel_min_bytes 0: these small arrays would otherwise stay on the calling thread
-    cfg = CompileConfig.from_mapping({"num_threads": 2, "target_options": {"parallel_min_bytes": 0}})
-    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
-    (sg,) = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
-    ex = x86_runtime.compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
-    assert isinstance(ex, RowBlockFCExecutor), ex.describe()
-    assert math.prod(ex.kernel.kernel.info.parallel_domain) == 2 and ex.kernel.num_threads == 2
-    for m in (1, R - 1, R, 2 * R + 3):
-        xs = RNG.standard_normal((1,) * (rank - 2) + (m, K)).astype(np.float32)
-        args = [guarded_copy(xs) if i.source.node.name == "x" else guarded_copy(np.asarray(i.source.node.value))
-                for i in sg.inputs]
-        (got,) = ex(args)
-        want = np.maximum(xs.astype(np.float64) @ w.astype(np.float64) + b, 0)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize(("m", "calls"), [
-    (1, [(0, 1, 8)]), (16, [(0, 16, 16)]), (17, [(0, 16, 16), (16, 1, 8)]), (120, [(0, 120, 128)]),
-    (128, [(0, 128, 128)]), (197, [(0, 128, 128), (128, 64, 64), (192, 5, 8)]),
-    (300, [(0, 128, 128), (128, 128, 128), (256, 32, 32), (288, 8, 8), (296, 4, 8)]),
-    (60, [(0, 60, 64)]), (54, [(0, 32, 32), (32, 16, 16), (48, 6, 8)]),
-])  # fmt: skip
-def test_the_tail_runs_on_smaller_kernels(m, calls):
-    """The rows after the full blocks go to the tail kernels; only the last few are padded, or a remainder that
-    fills a kernel to within 1/8 (ViT's 197 rows run as 128 + 64 + 8, no longer as 256)."""
-    _, ex, _, _ = _fc(1)
-    assert list(ex.kernels) == [R, R // 2, R // 4, R // 8, R // 16]
-    assert ex.plan(m) == calls
-
-
-def test_row_tail_option_sets_the_smallest_kernel():
-    _, ex, _, _ = _fc(1, {"fc_row_tail": R})
-    assert list(ex.kernels) == [R]
-    assert ex.plan(R + 3) == [(0, R, R), (R, 3, R)]
-
-
-@pytest.mark.parametrize("threads, n", [(2, 256), (3, 192), (2, 128)])
-@pytest.mark.parametrize("at", ["end", "start"])
-def test_smallest_block_split_along_n_at_guard_pages(threads, n, at):
-    """On several threads the smallest row block (the padded tail: ViT's last 5 of 197 rows) is split along N:
-    each thread runs the kernel of N / threads columns on its panels of the weight, its columns of the bias and of
-    the residual, through scratch blocks of its own; every one of those arrays at a guard page."""
-    k = 37
-    w = (RNG.standard_normal((k, n)) / math.sqrt(k)).astype(np.float32)
-    b = RNG.standard_normal(n).astype(np.float32)
-    x = sb.parameter([-1, -1, k], "f32", name="x")
-    res = sb.parameter([-1, -1, n], "f32", name="res")
-    model = sb.model([sb.add(sb.gelu(sb.add(sb.matmul(x, w), b), approximation_mode="tanh"), res)], name="fc_cols")
-    cfg = CompileConfig.from_mapping({"num_threads": threads})
-    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
-    (sg,) = [nd for nd in model.get_ordered_ops() if isinstance(nd, Subgraph)]
-    ex = x86_runtime.compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
-    assert isinstance(ex, RowBlockFCExecutor) and ex.columns is not None, ex.describe()
-    cols = ex.columns
-    assert len(cols.parts) == threads and cols.width == n // threads and cols.rows == R // 16
-    assert f"{R // 16} rows split along N into {threads} parts" in ex.describe()
-    cols.weights = [{i: guarded_copy(a, at) for i, a in part.items()} for part in cols.weights]
-    shared, per_part, outs = cols._new_scratch()
-    cols._scratch = ({i: guarded_copy(a, at) for i, a in shared.items()},
-                     [{i: guarded_copy(a, at) for i, a in pads.items()} for pads in per_part],
-                     [[guarded_copy(a, at) for a in part] for part in outs])
-    for batch, seq in [(1, 1), (1, 5), (1, 8), (1, 197), (2, 3), (1, R + 8)]:
-        xs = RNG.standard_normal((batch, seq, k)).astype(np.float32)
-        rs = RNG.standard_normal((batch, seq, n)).astype(np.float32)
-        out = guarded_copy(np.full((batch, seq, n), np.nan, np.float32), at)
-        ex(_args(sg, xs, rs, at), [out])
-        want = _gelu_tanh(xs.astype(np.float64) @ w + b) + rs
-        np.testing.assert_allclose(out, want, rtol=2e-5, atol=3e-5)
+    assert "fc_runtime_m is false" in ex.describe()
