@@ -158,3 +158,51 @@ def test_runtime_m_off_keeps_a_kernel_per_shape():
     _, ex, _, _ = _fc(1, {"fc_runtime_m": False})
     assert isinstance(ex, DynamicFCExecutor)
     assert "fc_runtime_m is false" in ex.describe()
+
+
+def _torch_like_models():  # type: ignore[no-untyped-def]
+    """tests/onnx/torch_like_models.py (the BERT layer as torch exports it with dynamic axes)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    name = "snippets_torch_like_models"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[3] / "tests" / "onnx" / "torch_like_models.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[name] = module
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return sys.modules[name]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dynamic_bert_layer_against_onnxruntime(threads, monkeypatch):
+    """A BERT encoder layer exported with dynamic batch and sequence: its FullyConnected Subgraphs run on the
+    runtime-M kernels (one row: split along N on 2 threads; more: rows split), the output matches onnxruntime at
+    every (batch, seq), and a new shape builds no FC kernel."""
+    ort = pytest.importorskip("onnxruntime")
+    import snippets_core
+    from snippets_core.tokenization import FULLY_CONNECTED
+
+    tlm = _torch_like_models()
+    proto = tlm.bert_encoder_layer("torchscript", hidden=128, heads=2, ffn=256)
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    cm = snippets_core.compile_model(proto, target=TARGET, config={"num_threads": threads,
+                                                                   "target_options": {"parallel_min_bytes": 0}})
+    fcs = [getattr(st.run, "__self__", st.run) for st in cm._steps if st.node.type_name == "Subgraph"]
+    fcs = [ex for ex in fcs if isinstance(ex, RuntimeRowsFCExecutor)]
+    assert len(fcs) == 6, cm.describe()  # Q, K, V, the attention output, FFN up and down
+    assert all((ex.columns is not None) == (threads == 2) for ex in fcs)
+    built = []  # the FullyConnected Subgraphs a kernel is generated for from here on
+    real = x86_runtime.generate_subgraph
+    monkeypatch.setattr(x86_runtime, "generate_subgraph",
+                        lambda sg, *a, **k: built.append(sg.rt_info.get(FULLY_CONNECTED)) or real(sg, *a, **k))
+    for batch, seq in ((1, 1), (2, 1), (1, 7), (3, 50), (2, 130)):
+        feeds = tlm.random_inputs(proto, batch, seq, seed=batch * 1000 + seq)
+        (want,) = sess.run(None, feeds)
+        (got,) = cm(feeds).values()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"batch {batch}, seq {seq}")
+        assert all(batch * seq in ex._plans for ex in fcs)
+    assert not any(built)
+    assert all(ex.calls_per_shape == 0 for ex in fcs)
