@@ -224,7 +224,7 @@ class BrgemmEmitter(JitEmitter):
         if self.panel and any(is_dynamic(v) for v in (g.n, g.k, g.b.row_stride, g.b.offset_bytes)):
             # a packed weight's panels are laid out for its static N and K: only the rows (M) may vary
             raise DynamicShapeError(f"Brgemm '{name}': a packed B needs a static N and K (got N {g.n}, K {g.k})")
-        if is_dynamic(g.a.col_stride) or g.b.col_stride != 1:
+        if is_dynamic(g.a.col_stride) or (g.b.col_stride != 1 and not self.panel):  # packing applied B's layout
             raise DynamicShapeError(f"Brgemm '{name}': A's column stride {g.a.col_stride} (B's {g.b.col_stride}) "
                                     "must be static (B's 1) for the runtime-extent micro-kernel")
         # the widest panel a static N allows (a dynamic N: NR_MAX vectors); each panel width nv has its row count

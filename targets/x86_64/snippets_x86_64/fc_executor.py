@@ -431,6 +431,7 @@ class RuntimeRowsFCExecutor:
         self._row_bytes = [d.itemsize * s[-1] if r == ROW else 0 for (d, s), r in zip(in_specs, roles)]
         self._row_bytes += [d.itemsize * s[-1] for d, s in out_specs]
         self._packed_items = tuple(packed.items())
+        self._unpacked = [i for i in range(len(roles)) if i not in packed]
         #: per row count, its parts (see plan); per set of input shapes, M and the output shapes (see _check)
         self._plans: OrderedDict[int, _RowsPlan] = OrderedDict()
         self._shapes: OrderedDict[tuple, tuple[int, list[tuple[int, ...]]] | None] = OrderedDict()
@@ -503,13 +504,16 @@ class RuntimeRowsFCExecutor:
         return entry
 
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
-        arrays = [a if type(a) is np.ndarray else np.asarray(a) for a in args]
+        arrays = list(args)
         if len(arrays) != len(self.roles):
             raise InputError(f"the Subgraph takes {len(self.roles)} inputs, got {len(arrays)}")
-        for i, (a, dtype) in enumerate(zip(arrays, self._in_types)):
-            if a.dtype != dtype:
-                raise InputError(f"Subgraph input {i} must be {dtype}, got {a.dtype}")
-        shapes = tuple(a.shape for a in arrays)
+        types = self._in_types
+        for i, a in enumerate(arrays):
+            if type(a) is not np.ndarray:
+                a = arrays[i] = np.asarray(a)
+            if a.dtype is not types[i] and a.dtype != types[i]:
+                raise InputError(f"Subgraph input {i} must be {types[i]}, got {a.dtype}")
+        shapes = tuple([a.shape for a in arrays])
         entry = self._shapes.get(shapes, _MISSING)
         if entry is _MISSING:
             entry = self._check(arrays, shapes)
@@ -532,15 +536,19 @@ class RuntimeRowsFCExecutor:
         if m == 0:  # no rows: nothing to compute
             return results
         plan = self._plans.get(m) or self.plan(m)
-        # C-contiguous inputs (no copy when they are): each part's addresses are the arrays' plus its first row
-        # times the row's bytes (no view to make and check per part)
-        data = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
+        # C-contiguous inputs (no copy when they are) and the packed weights: each part's addresses are the arrays'
+        # plus its first row times the row's bytes (no view to make and check per part)
+        data = arrays
+        for i in self._unpacked:
+            if not data[i].flags.c_contiguous:
+                data[i] = np.ascontiguousarray(data[i])
         if plan.columns:
             self._run_columns(plan, m, data, results)
             return results
         for i, w in self._packed_items:
             data[i] = w
-        addrs = [_address(a) for a in (*data, *results)]
+        addrs = [_address(a) for a in data]
+        addrs += [_address(o) for o in results]
         if plan.launcher is None:
             plan.executors[0].launch(addrs)
         else:
