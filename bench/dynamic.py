@@ -15,7 +15,7 @@ Three measurements:
                overhead (first - second) of us, of the whole call and of the time in Subgraphs only, and the whole
                sequence's time (first calls included) for us, OpenVINO (one dynamic compiled model) and
                onnxruntime; for us also the RuntimeConfigurator's and the new call states' time per new shape and
-               the kernels compiled per new shape (0: one kernel per dynamic Subgraph, row-block FCs).
+               the kernels compiled per new shape (0: one kernel per dynamic Subgraph, runtime-M FCs).
   steady       at each --threads count, at a few of those shapes: us (dynamic model) against us (the same
                layer with static dims compiled for that shape), OpenVINO and onnxruntime; interleaved rounds,
                medians, and the dynamic/static ratio (goal: within 5 %), of the whole call and of the time in
@@ -220,7 +220,7 @@ def _executors(cm: Any) -> list[Any]:
 
 def _kernels_compiled(cm: Any) -> int:
     """Kernels compiled after compile time: the per-shape kernels (``compiles``) of every executor and of those
-    it wraps or falls back to (0 with one kernel per dynamic Subgraph and the row-block FCs)."""
+    it wraps or falls back to (0 with one kernel per dynamic Subgraph and the runtime-M FCs)."""
     seen: dict[int, Any] = {}
     for ex in _executors(cm):
         for part in (ex, getattr(ex, "inner", None), getattr(ex, "fallback", None), getattr(ex, "_per_shape", None)):
@@ -231,7 +231,8 @@ def _kernels_compiled(cm: Any) -> int:
 
 class ConfiguratorClock:
     """Times every RuntimeConfigurator.configure call of a CompiledModel's dynamic Subgraphs (the per-shape runtime
-    parameter blocks), and the call states made for new shapes (DynamicKernelExecutor._prepare as a whole)."""
+    parameter blocks), and the call states made for new shapes (DynamicKernelExecutor._prepare, a runtime-M FC's
+    plan of a new row count, as a whole)."""
 
     def __init__(self, cm: Any) -> None:
         self.configure_s = 0.0
@@ -239,9 +240,13 @@ class ConfiguratorClock:
         #: per new shape (see new_shape), the seconds of configure and of the call states
         self.per_shape: list[list[float]] = []
         for ex in _executors(cm):
-            if hasattr(ex, "configurator") and hasattr(ex, "_prepare"):
+            prepare = "_prepare" if hasattr(ex, "_prepare") else "plan" if hasattr(ex, "plan") else None
+            if hasattr(ex, "configurator") and prepare is not None:
                 ex.configurator.configure = self._timed(ex.configurator.configure, "configure_s")
-                ex._prepare = self._timed(ex._prepare, "prepare_s")
+                setattr(ex, prepare, self._timed(getattr(ex, prepare), "prepare_s"))
+                columns = getattr(ex, "columns", None)  # a runtime-M FC's column cut has a configurator of its own
+                if columns is not None:
+                    columns.configurator.configure = self._timed(columns.configurator.configure, "configure_s")
 
     def new_shape(self) -> None:
         """Start counting the next shape's time."""
