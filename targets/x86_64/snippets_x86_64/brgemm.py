@@ -159,6 +159,7 @@ class BrgemmEmitter(JitEmitter):
         vecs = self.mr * self.nr + self.nr + self.extra
         if self.dynamic:
             gprs = 5 + (2 if is_dynamic(self.g.a.row_stride) else 0) + (1 if is_dynamic(self.g.b.row_stride) else 0)
+            gprs += 1 if self.panel else 0  # a packed panel's prefetch half (see _DynamicEmission.panel)
             vecs = max(self.rows_for(nv) * nv + nv for nv in range(1, self.nr + 1)) + self.extra
             return gprs, vecs, 1 if is_dynamic(self.g.n) or self.tail else 0
         # a packed B needs six more: the panel's B and C pointers and the panel counter, the loop over tiles' C
@@ -448,9 +449,15 @@ class _DynamicEmission:
         self.c_dyn = is_dynamic(self.g.c.row_stride)
         self.pa3, self.sa = (rest.pop(0), rest.pop(0)) if self.a_dyn else (None, None)
         self.sb = rest.pop(0) if self.b_dyn else None
+        #: a packed panel's tiles take turns prefetching the two halves of the next K chunk's lines: this register
+        #: holds the byte offset of the current tile's half
+        self.pf = rest.pop(0) if em.panel else None
+        self.use_pf = False
         self.vecs = [v.zmm for v in aux.vecs]
         self.mask = aux.masks[0] if aux.masks else None
-        self.slot = {k: qword[a.stack_slot(8)] for k in ("a", "b", "c", "n", "ta", "tc", "mt")}
+        self.slot = {k: qword[a.stack_slot(8)] for k in ("a", "b", "c", "n", "ta", "tc", "mt", "ka", "kb", "kn")}
+        #: the slot of B's pointer the tiles start from (a packed panel's K chunk: ``kb``)
+        self.b_base = self.slot["b"]
         #: elements between rows of B: the geometry's, or a packed panel's width (set per panel)
         self.b_row: Any = self.g.b.row_stride
         #: per K-loop iteration, offsets from the B pointer to prefetch into L2 (a packed panel's next chunk)
@@ -564,13 +571,11 @@ class _DynamicEmission:
         g, a, s = self.g, self.a, self.slot
         masks = [mask if j == nv - 1 else None for j in range(nv)]
         mr = self.em.rows_for(nv)
-        packed = self.em.panel
-        row_bytes = self.b_row * 4 if packed else nv * LANES * 4
-        chunks: list[tuple[int, Any]] = [(0, g.k)] if is_dynamic(g.k) else k_chunks(g.k, row_bytes, False)
+        if self.em.panel:
+            self.packed_panel(nv, mr, masks, col_bytes)
+            return
+        chunks: list[tuple[int, Any]] = [(0, g.k)] if is_dynamic(g.k) else k_chunks(g.k, nv * LANES * 4, False)
         for k0, kc in chunks:
-            if packed and PANEL_PREFETCH:  # the next K chunk (the next panel's first after the last): consecutive
-                self.prefetch = [kc * row_bytes + off
-                                 for off in range(0, K_UNROLL * row_bytes, CACHE_LINE)]
             first = not (g.beta or k0)  # the first K chunk of a beta-0 block writes C, the others add to it
 
             def tile(rows: int, k0: int = k0, kc: Any = kc, first: bool = first) -> None:
@@ -614,12 +619,118 @@ class _DynamicEmission:
             variants.update({mr + v: (lambda v=v: pair(v)) for v in range(1, mr)})
             self.dispatch(r + mr * paired, variants, f"m_left{mr}")
 
+    def packed_panel(self, nv: int, mr: int, masks: list, col_bytes: int) -> None:
+        """One packed panel (static K, ``b_row`` columns) for a runtime M: fewer rows than a tile go to
+        :meth:`few_rows`; more run K in chunks whose panel rows fit L1, each chunk over every row tile (whole tiles
+        of ``mr`` rows in a runtime loop, the rows left on the variant picked at run time), the chunks after the
+        first as a runtime loop over one chunk body (the last, shorter one apart): one tile body per variant per
+        chunk body, where a chunk unrolled per K chunk made a 768 x 3072 kernel 112 KB (its tail 3% slower than
+        the static kernel's rows, out of the instruction cache)."""
+        g, a, s = self.g, self.a, self.slot
+        row_bytes = self.b_row * 4
+        chunks = k_chunks(int(g.k), row_bytes, False)
+        done = self.few_rows(nv, mr, masks, chunks[0][1] * row_bytes, row_bytes, col_bytes)
+        kc0 = chunks[0][1]
+        middle = sum(1 for _, kc in chunks[1:] if kc == kc0)
+        last = chunks[-1][1] if len(chunks) > 1 and chunks[-1][1] != kc0 else 0
+        a.mov(self.t, s["a"])
+        a.mov(s["ka"], self.t)
+        a.mov(self.t, s["b"])
+        a.mov(s["kb"], self.t)
+        self.chunk(nv, mr, masks, kc0, not g.beta, row_bytes, col_bytes)
+        if middle:
+            a.mov(self.t, middle)
+            top = a.label(f"brgemm.{self.name}.chunks")
+            a.mov(s["kn"], self.t)
+            a.add(s["ka"], kc0 * g.a.col_stride * 4)
+            a.add(s["kb"], kc0 * row_bytes)
+            self.chunk(nv, mr, masks, kc0, False, row_bytes, col_bytes)
+            a.mov(self.t, s["kn"])
+            a.dec(self.t)
+            a.jnz(top)  # t holds the chunks left: the loop head stores it
+        if last:
+            a.add(s["ka"], kc0 * g.a.col_stride * 4)
+            a.add(s["kb"], kc0 * row_bytes)
+            self.chunk(nv, mr, masks, last, False, row_bytes, col_bytes)
+        a.bind(done)
+
+    def chunk(self, nv: int, mr: int, masks: list, kc: int, first: bool, row_bytes: int, col_bytes: int) -> None:
+        """Every row tile of a packed panel's K chunk of ``kc`` rows at the ``ka``/``kb`` slots (M >= ``mr``):
+        whole tiles of ``mr`` rows in a runtime loop but the last, then the last one alone or with the rows left as
+        two even tiles (a thin last tile, one row after 6-row tiles, made M = 37 8% slower: its accumulator chains
+        are too few to hide the FMA latency). The tiles take turns
+        prefetching the two halves of each K-loop step's share of the next chunk (the next panel's first after
+        the last: panels are consecutive): every tile asking for all of them made the rows 3% slower."""
+        g, a, s = self.g, self.a, self.slot
+        half = -(-K_UNROLL * row_bytes // CACHE_LINE // 2) * CACHE_LINE
+        if PANEL_PREFETCH:
+            self.prefetch = [kc * row_bytes + off for off in range(0, half, CACHE_LINE)]
+            self.use_pf, self.half_bytes = True, half
+            a.xor(self.pf, self.pf)
+        self.b_base = s["kb"]
+
+        def tile(rows: int) -> None:
+            self.tile(rows, mr, nv, masks, first, 0, kc, col_bytes)
+
+        a.mov(self.t, s["ka"])
+        a.mov(s["ta"], self.t)
+        self.set_ptr(self.t, s["c"], col_bytes, "c_col")
+        a.mov(s["tc"], self.t)
+        # whole >= 1 here (few_rows took M < mr): all but the last whole tile in the loop
+        rest = a.new_label(f"brgemm.{self.name}.m_rest")
+        a.mov(self.t, self.rt(f"m_loop{mr}", g.m // mr - 1))
+        a.test(self.t, self.t)
+        a.jz(rest)
+        a.mov(s["mt"], self.t)
+        top = a.label(f"brgemm.{self.name}.m")
+        self.walk_tile(tile, mr)
+        a.mov(self.t, s["mt"])
+        a.dec(self.t)
+        a.mov(s["mt"], self.t)
+        a.jnz(top)
+        a.bind(rest)
+
+        def pair(v: int) -> None:  # the last whole tile and v rows: two even tiles
+            self.walk_tile(tile, (mr + v + 1) // 2)
+            self.walk_tile(tile, (mr + v) // 2, last=True)
+
+        variants = {mr: (lambda: self.walk_tile(tile, mr, last=True))}
+        variants.update({mr + v: (lambda v=v: pair(v)) for v in range(1, mr)})
+        self.dispatch(mr + g.m % mr, variants, f"m_left{mr}")
+        self.use_pf, self.prefetch, self.b_base = False, [], s["b"]
+
+    def few_rows(self, nv: int, mr: int, masks: list, ahead: int, row_bytes: int, col_bytes: int) -> Any:
+        """A packed panel's rows when fewer than one register tile (M < ``mr``: the one-row FC of a classifier or a
+        decoding step): one tile of the rows, picked at run time, over the whole K (a K chunk is reused by the
+        tiles of a block; one tile has nothing to share, so it skips the chunks' reload and store of C), the panel
+        prefetched ``ahead`` bytes in front of the K loop as the chunks do; then a jump to the returned label.
+        More rows fall through to the chunked walk."""
+        g, a, s = self.g, self.a, self.slot
+        many = a.new_label(f"brgemm.{self.name}.m_tiles")
+        done = a.new_label(f"brgemm.{self.name}.m_done")
+        a.mov(self.t, self.rt(f"m_tiles{mr}", g.m // mr))
+        a.test(self.t, self.t)
+        a.jnz(many)
+        self.prefetch = [ahead + off for off in range(0, K_UNROLL * row_bytes, CACHE_LINE)] if PANEL_PREFETCH else []
+
+        def few(v: int) -> None:
+            a.mov(self.pa, s["a"])
+            self.set_ptr(self.pc, s["c"], col_bytes, "c_col")
+            self.tile(v, mr, nv, masks, not g.beta, 0, g.k, col_bytes)
+
+        self.dispatch(g.m % mr, {v: (lambda v=v: few(v)) for v in range(1, mr)}, f"m_few{mr}")
+        a.jmp(done)
+        a.bind(many)
+        return done
+
     def walk_tile(self, tile: Any, rows: int, last: bool = False) -> None:
         """A tile of ``rows`` rows at the walking tile pointers, then the pointers past it (unless ``last``)."""
         g, a, s = self.g, self.a, self.slot
         a.mov(self.pa, s["ta"])
         a.mov(self.pc, s["tc"])
         tile(rows)
+        if self.use_pf:  # the next tile prefetches the other half
+            a.xor(self.pf, self.half_bytes)
         if not last:
             self.add_slot(s["ta"], rows * g.a.row_stride * 4, f"a_rows{rows}")
             self.add_slot(s["tc"], rows * g.c.row_stride * 4, f"c_rows{rows}")
@@ -659,7 +770,7 @@ class _DynamicEmission:
             a.add(self.pa3, self.sa)
         if self.b_dyn:
             a.mov(self.sb, self.rt("b_row_bytes", g.b.row_stride * 4))
-        self.set_ptr(self.pb, self.slot["b"], k0 * self.b_row * 4 + col_bytes, f"b_k{k0}")
+        self.set_ptr(self.pb, self.b_base, k0 * self.b_row * 4 + col_bytes, f"b_k{k0}")
         self.k_loop(acc, bvec, a_regs, masks, k)
 
         def store(r: int, j: int, addr: Any) -> None:
@@ -704,7 +815,7 @@ class _DynamicEmission:
             a.mov(self.cnt, k // unroll)
         top = a.label(f"brgemm.{self.name}.k")
         for offset in self.prefetch:
-            a.prefetcht1(byte[self.pb + offset])
+            a.prefetcht1(byte[self.pb + self.pf + offset] if self.use_pf else byte[self.pb + offset])
         for st in range(unroll):
             self.k_step(acc, bvec, a_regs, masks, st)
         a_step = unroll * g.a.col_stride * 4
