@@ -1,5 +1,7 @@
 """Executors of FullyConnected Subgraphs: the packed weights made once and passed on every call, and a split of N
-between the threads when the FC has one row (M = 1 cannot be split, so the parallel domain has one index).
+between the threads when the FC has one row (M = 1 cannot be split, so the parallel domain has one index). A
+dynamic M (batch x sequence) runs on one kernel that reads M from its runtime-parameter block
+(:class:`RuntimeRowsFCExecutor`).
 
 ``compile_subgraph`` calls :func:`fc_executor` on every Subgraph it compiled; a Subgraph without a packed weight
 keeps its executor.

@@ -463,7 +463,7 @@ def _run_job(job: Job, tasks: list[Callable[[], Any]], native: bool) -> None:
 
 class PartsLauncher:
     """Runs one call of each of several single-chunk KernelExecutors at once, one per thread (the caller runs the
-    first): a call cut into kernels of its own (an FC's columns, see ``fc_executor.ColumnSplitBlock``) costs one
+    first): a call cut into kernels of its own (an FC's columns, see ``fc_executor.SplitNExecutor``) costs one
     native-pool dispatch, as a kernel split over its parallel domain does. The parts' call states are this
     launcher's: the executors are not called otherwise."""
 
@@ -770,8 +770,8 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
     if not _is_static(sg.body):
         sg.rt_info.pop(FALLBACK_KEY, None)
         if packed_weight_body_inputs(sg.body) and MARK_PACKED_PASS not in config.disabled_passes:
-            # a FullyConnected: only M is dynamic; its Brgemm reads the weight packed (once, here) and is
-            # specialized per M (the panel micro-kernel has static row tiles)
+            # a FullyConnected: only M is dynamic; its Brgemm reads the weight packed (once, here), one kernel
+            # reads M from its runtime parameters (fc_executor.runtime_rows), a kernel per shape where it cannot
             return fc_executor(sg, ShapeSpecializingExecutor(sg, config, host), config, host)
         from snippets_core.lowered.symbolic import DynamicShapeError
 
