@@ -250,8 +250,8 @@ def _column_body(sg: Subgraph, config: CompileConfig, packed: dict[int, np.ndarr
         elif i != a_index and dims and dims[-1] == n:
             dims[-1] = width
             sliced.add(i)
-        if roles is not None and roles[i] == ROW:
-            dims = [rows, dims[-1]]
+        if roles is not None:
+            dims = _folded(dims, roles[i], rows)
         p.shape = Shape(dims)
     return fixed_subgraph(sg, body, suffix), sliced, width, threads
 
@@ -398,7 +398,7 @@ class RuntimeRowsFCExecutor:
     def __init__(self, kernel: Any, configurator: Any, packed: dict[int, np.ndarray], roles: list[str],
                  lead: tuple[int, ...], fallback: Any, config: CompileConfig, estimate: Any,
                  in_specs: list[tuple[np.dtype, tuple]], out_specs: list[tuple[np.dtype, tuple]],
-                 columns: _ColumnKernel | None = None) -> None:
+                 shapes: list[tuple[int, ...]], columns: _ColumnKernel | None = None) -> None:
         from snippets_x86_64.runtime import _executor_options, _parallel_min_ns
 
         self.kernel = kernel
@@ -416,8 +416,10 @@ class RuntimeRowsFCExecutor:
         self._min_ns = _parallel_min_ns(config)
         #: the estimated single-thread time (ns) of the kernel for given part shapes
         self._estimate = estimate
-        #: per body input/output, (dtype, shape) with the rows of a row-indexed one as ``-1``
+        #: per kernel input/output, (dtype, shape) with the rows of a row-indexed one as ``-1``
         self.in_specs, self.out_specs = in_specs, out_specs
+        #: per Subgraph input, its shape (a row-indexed one's rows as ``-1``): what a call's arrays must have
+        self.shapes = shapes
         self.columns = columns
         self._on_target = Placement(TARGET_NAME)
         #: where the last call ran (the snippets_core.runtime.placement protocol)
@@ -495,7 +497,7 @@ class RuntimeRowsFCExecutor:
         ):  # a row input broadcast along a dynamic dim at run time (or a bad shape: the per-shape path says)
             entry = None
         else:
-            for i, (s, (_, shape), r) in enumerate(zip(shapes, self.in_specs, self.roles)):
+            for i, (s, shape, r) in enumerate(zip(shapes, self.shapes, self.roles)):
                 if s[-1:] != shape[-1:] or (r == WHOLE and i not in self.packed and s != shape):
                     want = [*lead, shape[-1]] if r == ROW else list(shape)
                     raise InputError(f"Subgraph input {i} must have shape {want}, got {list(s)}")
@@ -603,12 +605,20 @@ class RuntimeRowsFCExecutor:
         return text
 
 
+def _folded(dims: list[SDim], role: str, rows: SDim) -> list[SDim]:
+    """A body input's dims in a runtime-M body: a row-indexed one ``[rows, C]``; a whole one of rank > 2 without
+    its leading 1s (``[1, 1, N]`` -> ``[1, N]``: the same memory; beside rank-2 rows, a rank-3 bias would make the
+    output ``[1, M, N]``, whose runtime dim the lowering does not keep by name)."""
+    if role == ROW:
+        return [rows, dims[-1]]
+    return dims[-2:] if len(dims) > 2 and all(d == 1 for d in dims[:-2]) else dims
+
+
 def _rows_body(sg: Subgraph, roles: list[str]) -> Subgraph:
     """``sg`` with its row-indexed inputs folded to ``[M, C]`` (M the runtime dim :data:`ROWS`)."""
     body = sg.body.clone()
     for p, r in zip(body.parameters, roles):
-        if r == ROW:
-            p.shape = Shape([ROWS, p.outputs[0].shape.sym_dims[-1]])
+        p.shape = Shape(_folded(list(p.outputs[0].shape.sym_dims), r, ROWS))
     return fixed_subgraph(sg, body, "rows")
 
 
@@ -664,8 +674,10 @@ def runtime_rows(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[in
                 columns = _ColumnKernel(ck, cc, packed, roles, sliced, width, threads, c_ins, c_outs)
         except SnippetsError as exc:  # an optimization: few rows keep their M split
             sg.rt_info[SPLIT_N_SKIPPED] = f"{type(exc).__name__}: {exc}"
+    shapes = [tuple(-1 if not isinstance(d, int) else d for d in p.outputs[0].shape.sym_dims)
+              for p in sg.body.parameters]
     return RuntimeRowsFCExecutor(kernel, configurator, packed, roles, lead, fallback, config, work_estimator(part),
-                                 ins, outs, columns)
+                                 ins, outs, shapes, columns)
 
 
 def fc_executor(sg: Subgraph, executor: Any, config: CompileConfig, host: Any, split: bool = True) -> Any:

@@ -206,3 +206,29 @@ def test_dynamic_bert_layer_against_onnxruntime(threads, monkeypatch):
         assert all(batch * seq in ex._plans for ex in fcs)
     assert not any(built)
     assert all(ex.calls_per_shape == 0 for ex in fcs)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("bias_rank", [1, 3])
+def test_transposed_weight_and_a_rank_3_bias(threads, bias_rank):
+    """Gemm's transB weight ([N, K], packed transposed) and a bias of shape [1, 1, N] (rank 3 beside [M, K] rows):
+    one runtime-M kernel, every M against numpy float64 at guard pages (cnn_block's classifier after its global
+    pool is such a Gemm with one row per image)."""
+    k, n = 33, 128
+    w = (RNG.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
+    b = RNG.standard_normal((1,) * (bias_rank - 1) + (n,)).astype(np.float32)
+    x = sb.parameter([-1, -1, k], "f32", name="x")
+    model = sb.model([sb.relu(sb.add(sb.matmul(x, w, transpose_b=True), b))], name="fc_gemm")
+    cfg = CompileConfig.from_mapping({"num_threads": threads, "target_options": {"parallel_min_bytes": 0}})
+    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
+    (sg,) = [nd for nd in model.get_ordered_ops() if isinstance(nd, Subgraph)]
+    ex = x86_runtime.compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
+    assert isinstance(ex, RuntimeRowsFCExecutor), ex.describe()
+    _guard_weights(ex, "end")
+    for batch, seq in ((1, 1), (4, 1), (1, 13), (2, 40), (1, 200)):
+        xs = RNG.standard_normal((batch, seq, k)).astype(np.float32)
+        args = [guarded_copy(xs) if i.source.node.name == "x" else guarded_copy(np.asarray(i.source.node.value))
+                for i in sg.inputs]
+        (out,) = ex(args)
+        want = np.maximum(xs.astype(np.float64) @ w.T.astype(np.float64) + b, 0)
+        np.testing.assert_allclose(out, want, rtol=2e-5, atol=3e-5)
