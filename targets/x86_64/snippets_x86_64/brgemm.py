@@ -595,18 +595,7 @@ class _DynamicEmission:
             a.mov(s["tc"], self.t)
             whole, r = g.m // mr, g.m % mr
             paired = nonzero(r) * nonzero(whole)
-            rest = a.new_label(f"brgemm.{self.name}.m_rest")
-            a.mov(self.t, self.rt(f"m_loop{mr}", whole - paired))
-            a.test(self.t, self.t)
-            a.jz(rest)
-            a.mov(s["mt"], self.t)
-            top = a.label(f"brgemm.{self.name}.m")
-            self.walk_tile(tile, mr)
-            a.mov(self.t, s["mt"])
-            a.dec(self.t)
-            a.mov(s["mt"], self.t)
-            a.jnz(top)
-            a.bind(rest)
+            self.tile_loop(tile, mr, whole - paired)
 
             def alone(v: int) -> None:
                 self.walk_tile(tile, v, last=True)
@@ -676,19 +665,7 @@ class _DynamicEmission:
         a.mov(s["ta"], self.t)
         self.set_ptr(self.t, s["c"], col_bytes, "c_col")
         a.mov(s["tc"], self.t)
-        # whole >= 1 here (few_rows took M < mr): all but the last whole tile in the loop
-        rest = a.new_label(f"brgemm.{self.name}.m_rest")
-        a.mov(self.t, self.rt(f"m_loop{mr}", g.m // mr - 1))
-        a.test(self.t, self.t)
-        a.jz(rest)
-        a.mov(s["mt"], self.t)
-        top = a.label(f"brgemm.{self.name}.m")
-        self.walk_tile(tile, mr)
-        a.mov(self.t, s["mt"])
-        a.dec(self.t)
-        a.mov(s["mt"], self.t)
-        a.jnz(top)
-        a.bind(rest)
+        self.tile_loop(tile, mr, g.m // mr - 1)  # whole >= 1 here (few_rows took M < mr): all but the last
 
         def pair(v: int) -> None:  # the last whole tile and v rows: two even tiles
             self.walk_tile(tile, (mr + v + 1) // 2)
@@ -722,6 +699,22 @@ class _DynamicEmission:
         a.jmp(done)
         a.bind(many)
         return done
+
+    def tile_loop(self, tile: Any, mr: int, count: Any) -> None:
+        """``count`` (a runtime value, maybe 0) tiles of ``mr`` rows down the walking tile pointers."""
+        a, s = self.a, self.slot
+        rest = a.new_label(f"brgemm.{self.name}.m_rest")
+        a.mov(self.t, self.rt(f"m_loop{mr}", count))
+        a.test(self.t, self.t)
+        a.jz(rest)
+        a.mov(s["mt"], self.t)
+        top = a.label(f"brgemm.{self.name}.m")
+        self.walk_tile(tile, mr)
+        a.mov(self.t, s["mt"])
+        a.dec(self.t)
+        a.mov(s["mt"], self.t)
+        a.jnz(top)
+        a.bind(rest)
 
     def walk_tile(self, tile: Any, rows: int, last: bool = False) -> None:
         """A tile of ``rows`` rows at the walking tile pointers, then the pointers past it (unless ``last``)."""
