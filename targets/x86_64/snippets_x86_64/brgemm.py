@@ -159,7 +159,7 @@ class BrgemmEmitter(JitEmitter):
         vecs = self.mr * self.nr + self.nr + self.extra
         if self.dynamic:
             gprs = 5 + (2 if is_dynamic(self.g.a.row_stride) else 0) + (1 if is_dynamic(self.g.b.row_stride) else 0)
-            gprs += 1 if self.panel else 0  # a packed panel's prefetch half (see _DynamicEmission.panel)
+            gprs += 1 if self.panel else 0  # a packed panel's prefetch half (_DynamicEmission.chunk)
             vecs = max(self.rows_for(nv) * nv + nv for nv in range(1, self.nr + 1)) + self.extra
             return gprs, vecs, 1 if is_dynamic(self.g.n) or self.tail else 0
         # a packed B needs six more: the panel's B and C pointers and the panel counter, the loop over tiles' C
@@ -452,7 +452,7 @@ class _DynamicEmission:
         #: a packed panel's tiles take turns prefetching the two halves of the next K chunk's lines: this register
         #: holds the byte offset of the current tile's half
         self.pf = rest.pop(0) if em.panel else None
-        self.use_pf = False
+        self.use_pf, self.half_bytes = False, 0
         self.vecs = [v.zmm for v in aux.vecs]
         self.mask = aux.masks[0] if aux.masks else None
         self.slot = {k: qword[a.stack_slot(8)] for k in ("a", "b", "c", "n", "ta", "tc", "mt", "ka", "kb", "kn")}
@@ -647,9 +647,9 @@ class _DynamicEmission:
         """Every row tile of a packed panel's K chunk of ``kc`` rows at the ``ka``/``kb`` slots (M >= ``mr``):
         whole tiles of ``mr`` rows in a runtime loop but the last, then the last one alone or with the rows left as
         two even tiles (a thin last tile, one row after 6-row tiles, made M = 37 8% slower: its accumulator chains
-        are too few to hide the FMA latency). The tiles take turns
-        prefetching the two halves of each K-loop step's share of the next chunk (the next panel's first after
-        the last: panels are consecutive): every tile asking for all of them made the rows 3% slower."""
+        are too few to hide the FMA latency). The tiles take turns prefetching the two halves of each K-loop step's
+        share of the next chunk (the next panel's first after the last: panels are consecutive): every tile asking
+        for all of them made the rows 3% slower."""
         g, a, s = self.g, self.a, self.slot
         half = -(-K_UNROLL * row_bytes // CACHE_LINE // 2) * CACHE_LINE
         if PANEL_PREFETCH:

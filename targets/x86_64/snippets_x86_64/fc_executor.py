@@ -69,7 +69,7 @@ class SplitNExecutor:
         self.launcher = PartsLauncher(parts)
         self.width = width
         #: per part, the packed weights' slices
-        self.weights = _weight_slices(packed, parts)
+        self.weights = _weight_slices(packed, len(parts), parts[0].input_specs)
         self.sliced = sliced
         self.out_shapes, self.out_types = out_shapes, out_types
         self.num_threads = len(parts)
@@ -272,10 +272,12 @@ def _column_parts(sg: Subgraph, config: CompileConfig, host: Any, packed: dict[i
     return [KernelExecutor(kernel, ins, outs, 1, min_bytes, native) for _ in range(threads)], sliced, width
 
 
-def _weight_slices(packed: dict[int, np.ndarray], parts: list[Any]) -> list[dict[int, np.ndarray]]:
-    """Per part, its slice of each packed weight: a part's panels are consecutive in the packed copy."""
-    return [{i: w.reshape(-1)[p * w.size // len(parts) : (p + 1) * w.size // len(parts)]
-             .reshape(parts[0].input_specs[i][1]) for i, w in packed.items()} for p in range(len(parts))]
+def _weight_slices(packed: dict[int, np.ndarray], parts: int, specs: list[tuple[np.dtype, tuple]]
+                   ) -> list[dict[int, np.ndarray]]:
+    """Per part, its slice of each packed weight (of a part's shape in ``specs``): a part's panels are consecutive
+    in the packed copy."""
+    return [{i: w.reshape(-1)[p * w.size // parts : (p + 1) * w.size // parts].reshape(specs[i][1])
+             for i, w in packed.items()} for p in range(parts)]
 
 
 def row_split_subgraph(sg: Subgraph, config: CompileConfig) -> Subgraph:
@@ -351,8 +353,7 @@ class _ColumnKernel:
         self.threads = threads
         self.in_specs, self.out_specs = in_specs, out_specs
         #: per part, the packed weights' slices (a part's panels are consecutive in the packed copy)
-        self.weights = [{i: w.reshape(-1)[p * w.size // threads : (p + 1) * w.size // threads]
-                         .reshape(in_specs[i][1]) for i, w in packed.items()} for p in range(threads)]
+        self.weights = _weight_slices(packed, threads, in_specs)
         #: per part and data position (inputs, then outputs), ``(k, offset)``: the part's address for one row is
         #: ``k * the array's + offset`` (a weight slice's own address; a column cut's offset into its row)
         self.one_row: list[list[tuple[int, int]]] = []
