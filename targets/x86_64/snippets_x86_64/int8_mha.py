@@ -45,8 +45,7 @@ from snippets_x86_64.asm import (ZMM, Function, dword, k1, k2, k3, k5, k6, k7, q
                                 rax, rbp, rbx, word)
 from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, N_BLOCK, S8_SHIFT
 from snippets_x86_64.brgemm_int8 import VEC_BUDGET, BrgemmInt8Kernel, Int8Geometry, Int8Regs
-from snippets_x86_64.emitters.base import Aux, f32, i32
-from snippets_x86_64.emitters.math import emit_exp
+from snippets_x86_64.emitters.base import f32, i32
 
 #: rows of Q per block: the scores of a block (MB x S s32) stay in L2 between the Brgemm and the softmax
 MB = 32
@@ -334,7 +333,7 @@ def integer_tail(ops: tuple[RowOp, ...], grid: QuantGrid) -> tuple[tuple[RowOp, 
         y = _f32_op(op, y)
     qmin, qmax = (-128, 127) if grid.qtype.name == "i8" else (0, 255)
     with np.errstate(all="ignore"):
-        q = np.rint((y * np.float32(1.0 / np.float64(grid.scale))).astype(np.float32)) + grid.zero_point
+        q = np.rint((y / np.float32(grid.scale)).astype(np.float32)) + grid.zero_point  # as the kernel
     if not np.all(np.isfinite(q)):
         return ops, None
     offset = int(q[_TAIL_RANGE])  # the integer r = 0 lands on
@@ -468,6 +467,67 @@ class MHAGeometry:
         return np.array([v[name] for name in PARAMS], np.int64)
 
 
+def emit_divide(a, x, t, c: float, bounded: bool = True) -> bool:  # type: ignore[no-untyped-def]
+    """``x = x / c`` correctly rounded (as ``vdivps``, which QuantizeLinear uses) without a divide: ``q = x * r``
+    with ``r = RN(1 / c)``, the exact residual ``x - q c`` (an FMA), ``q + residual * r`` (Markstein's correction:
+    with ``r`` correctly rounded and ``q`` within an ulp, the result is the correctly rounded quotient; checked
+    against ``vdivps`` on every tie of the tests' grids and their neighbours). Three multiply-adds pipeline where a
+    divide holds the divider ~5x as long. ``t`` is clobbered. An ``x`` that may be infinite or huge (a mask of
+    -inf or float_min added, ``bounded`` False) is first clamped to +-fmax/4 (times c below 1), so that ``q``
+    and the residual stay finite: what lies beyond divides to beyond fmax/4 all the same. False (nothing
+    emitted) for a ``c`` whose reciprocal is not a normal float32 (the caller divides)."""
+    c32 = np.float32(c)
+    with np.errstate(all="ignore"):
+        r = np.float32(1.0) / c32
+    tiny = np.finfo(np.float32).tiny
+    if c32 == 0 or not np.isfinite(c32) or not np.isfinite(r) or abs(r) < tiny or abs(c32) < tiny:
+        return False
+    if not bounded:
+        big = float(np.float32(np.finfo(np.float32).max / 4 * min(1.0, abs(float(c32)))))
+        a.vminps(x, x, f32(a, big))
+        a.vmaxps(x, x, f32(a, -big))
+    a.vmulps(t, x, f32(a, float(r)))
+    a.vfnmadd231ps(x, t, f32(a, float(c32)))  # x - q c, exact
+    a.vfmadd132ps(x, t, f32(a, float(r)))  # residual * r + q
+    return True
+
+
+#: onnxruntime's softmax exp (MLAS, ``MlasComputeSumExpF32Kernel`` on AVX-512): x clamped below, m = round(x / ln2)
+#: by the 1.5 * 2^23 bias, x - m ln2 in two FMAs, a degree-6 polynomial whose last two coefficients are 1, then
+#: ``vscalefps``; the same constants and order, so every exp and every probability is onnxruntime's bit for bit
+MLAS_EXP = {"lower": -88.3762626647949, "bias": 12582912.0, "log2e": 1.44269504088896341, "ln2_hi": -6.93145752e-1,
+            "ln2_lo": -1.42860677e-6}
+MLAS_EXP_POLY = (float.fromhex("0x1.694000p-10"), float.fromhex("0x1.125edcp-7"), float.fromhex("0x1.555b5ap-5"),
+                 float.fromhex("0x1.555450p-3"), float.fromhex("0x1.fffff6p-2"), 1.0, 1.0)
+
+
+def emit_softmax_exp(a, x, m, p) -> None:  # type: ignore[no-untyped-def]
+    """``x = exp(x)`` for ``x = score - max <= 0`` as onnxruntime's softmax computes it (:data:`MLAS_EXP`);
+    ``m`` and ``p`` are clobbered."""
+    k = MLAS_EXP
+    a.vmaxps(x, x, f32(a, k["lower"]))
+    a.vbroadcastss(m, a.const_f32(k["log2e"]))
+    a.vfmadd213ps(m, x, f32(a, k["bias"]))  # x / ln2 + bias: rounded to an integer by the bias
+    a.vsubps(m, m, f32(a, k["bias"]))
+    a.vfmadd231ps(x, m, f32(a, k["ln2_hi"]))
+    a.vfmadd231ps(x, m, f32(a, k["ln2_lo"]))
+    a.vbroadcastss(p, a.const_f32(MLAS_EXP_POLY[0]))
+    for c in MLAS_EXP_POLY[1:]:
+        a.vfmadd213ps(p, x, f32(a, c))
+    a.vscalefps(x, p, m)
+
+
+def _hsum_mlas(a: Function, v, t) -> None:  # type: ignore[no-untyped-def]
+    """Every lane of ``v`` = the sum of its 16 lanes in MLAS's order (its softmax sum: the two 256-bit halves
+    added, then ``vhaddps`` twice, then the two 128-bit lanes), so the sum and 1 / sum are onnxruntime's."""
+    for ins, imm in (("vshuff32x4", 0x4E), ("vpermilps", 0xB1), ("vpermilps", 0x4E), ("vshuff32x4", 0xB1)):
+        if ins == "vshuff32x4":
+            a.emit(ins, t, v, v, imm)
+        else:
+            a.emit(ins, t, v, imm)
+        a.vaddps(v, v, t)
+
+
 def _hreduce(a: Function, op: str, v, t) -> None:  # type: ignore[no-untyped-def]
     """Every lane of ``v`` = ``op`` over its 16 lanes (``op``: vmaxps, vaddps, vpaddd)."""
     for ins, imm in (("vshuff32x4", 0x4E), ("vshuff32x4", 0xB1)):
@@ -559,10 +619,14 @@ class Int8MHAKernel:
     def _chain(self, a: Function, ops: tuple[RowOp, ...], x, t, side, j: int) -> None:  # type: ignore[no-untyped-def]
         """Apply ``ops`` to the vector ``x`` (vector ``j`` of a group of 64 columns; ``side``: the group's side
         vectors); ``t`` is a free register."""
+        bounded = True  # the values are finite integer sums times constants until a side vector (a mask) joins
         for op in ops:
             if op.op == "Round":
                 a.vrndscaleps(x, x, 0x08)
                 continue
+            if op.op == "Divide" and op.side < 0 and not op.swapped and emit_divide(a, x, t, op.const, bounded):
+                continue
+            bounded = bounded and op.side < 0
             ins = CHAIN_OPS[op.op]
             if op.side >= 0:
                 operand = side + (op.side * COLS + j * LANES) * 4
@@ -791,7 +855,6 @@ class Int8MHAKernel:
         scale_qk = float(np.float32(p.q.scale) * np.float32(p.k.scale))
         scale_pv = float(np.float32(p.p_grid.scale) * np.float32(p.v.scale))
         xmax, xsum, rrow, t = z[28], z[29], z[30], z[27]
-        inv_p = float(1.0 / np.float64(p.p_grid.scale))
 
         def scores(last: int):  # type: ignore[no-untyped-def]
             def body(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
@@ -809,7 +872,7 @@ class Int8MHAKernel:
                 masked = j == last
                 a.vmovups(x, r13 + j * 64)
                 a.vsubps(x, x, xmax)
-                emit_exp(a, x, x, aux=Aux(aux))
+                emit_softmax_exp(a, x, *aux)
                 if masked:
                     a.vmovaps(x.mask(k3).z, x)
                 a.vaddps(xsum, xsum, x)
@@ -821,8 +884,9 @@ class Int8MHAKernel:
                 masked = j == last
                 a.vmulps(x, xsum, r13 + j * 64)
                 self._chain(a, p.probs, x, tj, r14, j)
-                if p.p_tail is None:
-                    a.vmulps(x, x, f32(a, inv_p))
+                if p.p_tail is None:  # QuantizeLinear: x / scale, rounded half to even
+                    if not emit_divide(a, x, tj, p.p_grid.scale):
+                        a.vdivps(x, x, f32(a, p.p_grid.scale))
                     a.emit("vcvtps2dq", x, x, rc="rn")
                     a.vpaddd(x, x, i32(a, p.p_grid.zero_point))
                 else:  # the chain ended on a Round: its integers, moved and clamped
@@ -897,7 +961,7 @@ class Int8MHAKernel:
         _hreduce(fn, "vmaxps", xmax, t)
         fn.vxorps(xsum, xsum, xsum)
         groups(exps, "exps", False, False)
-        _hreduce(fn, "vaddps", xsum, t)
+        _hsum_mlas(fn, xsum, t)
         fn.vbroadcastss(t, fn.const_f32(1.0))
         fn.vdivps(xsum, t, xsum)
         fn.vpxord(rrow, rrow, rrow)  # the row sum of the probabilities' integers

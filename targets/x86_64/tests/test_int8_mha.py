@@ -76,12 +76,14 @@ def attention_model(d: int, grids: dict[str, tuple[bool, float, int]], heads: in
 
 
 def _q(x: np.ndarray, grid: tuple[bool, float, int]) -> np.ndarray:
-    """QuantizeLinear then DequantizeLinear in float64 (round half to even, saturate), stored as the float32
-    tensor the graph holds."""
+    """QuantizeLinear then DequantizeLinear (round half to even, saturate), stored as the float32 tensor the
+    graph holds: ``x / scale`` in float32 as the operator computes it (onnxruntime, onnx's reference), the rest in
+    float64."""
     signed, scale, zp = grid
     lo, hi = (-128, 127) if signed else (0, 255)
     s = np.float64(np.float32(scale))
-    return ((np.clip(np.rint(x.astype(np.float64) / s) + zp, lo, hi) - zp) * s).astype(np.float32)
+    q = np.rint((np.asarray(x, np.float32) / np.float32(scale)).astype(np.float64))
+    return ((np.clip(q + zp, lo, hi) - zp) * s).astype(np.float32)
 
 
 def _f32(x: np.ndarray) -> np.ndarray:
@@ -365,3 +367,65 @@ def test_query_rows_and_sequence_differ(m: int, s: int) -> None:
     assert got.shape == (1, 2, m, 16)
     assert_steps(got, want_float64(f, GRIDS, False), GRIDS["o"][1])
     assert_steps(got, _ort(model, f), GRIDS["o"][1])
+
+
+def _divide_function(c: float, corrected: bool, bounded: bool = True) -> Any:
+    """f(x, y, vectors): y = x / c on 16-float vectors, by the chain's corrected multiply or by vdivps."""
+    import ctypes
+
+    from snippets_x86_64.asm import Function, zmm0, zmm1
+    from snippets_x86_64.emitters.base import f32
+    from snippets_x86_64.int8_mha import emit_divide
+
+    fn = Function("divide", args=("x", "y", "n"))
+    x, y, n = fn.args
+    top = fn.label("divide.top")
+    fn.vmovups(zmm0, x + 0)
+    if not corrected or not emit_divide(fn, zmm0, zmm1, c, bounded):
+        fn.vdivps(zmm0, zmm0, f32(fn, c))
+    fn.vmovups(y + 0, zmm0)
+    fn.add(x, 64)
+    fn.add(y, 64)
+    fn.dec(n)
+    fn.jnz(top)
+    return fn.finalize(None, (ctypes.c_void_p,) * 3)
+
+
+def _divide(c: float, x: np.ndarray, corrected: bool, bounded: bool = True) -> np.ndarray:
+    x = np.ascontiguousarray(x, np.float32)
+    y = np.empty_like(x)
+    _divide_function(c, corrected, bounded)(x.ctypes.data, y.ctypes.data, x.size // 16)
+    return y
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_corrected_multiply_divides_as_vdivps_on_every_tie(bounded: bool) -> None:
+    """The chain's ``x / c`` (a multiply by 1/c and Markstein's FMA correction, in place of vdivps) is the
+    correctly rounded quotient, bit for bit vdivps's, on the values where it matters: each tie ``(k + 0.5) c`` of
+    the grids (k in [-600, 600]) and its 8 float neighbours each side, for the tests' scales, onnxruntime-like
+    calibration scales and random ones, plus random values of every magnitude. Unbounded (after a mask), +-inf and
+    float_min divide to values beyond any grid, as vdivps's do."""
+    rng = np.random.default_rng(0)
+    scales = [g[1] for g in GRIDS.values()] + [g[1] for g in SIGNED.values()] + [1 / 255, 0.1, 0.3, 3.0, 1 / 3]
+    scales += list(rng.uniform(1e-4, 1.0, 40)) + list(np.exp(rng.uniform(-12, 8, 40)))
+    k = np.arange(-600, 601, dtype=np.float64) + 0.5
+    for c in scales:
+        c = float(np.float32(c))
+        ties = (k * c).astype(np.float32)
+        near = [ties]
+        up, down = ties, ties
+        for _ in range(8):
+            up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
+            near += [up, down]
+        near.append((rng.standard_normal(4096) * np.exp(rng.uniform(-20, 20, 4096))).astype(np.float32))
+        x = np.concatenate(near)
+        x = np.concatenate([x, np.zeros(-x.size % 16, np.float32)])
+        want = _divide(c, x, corrected=False)
+        np.testing.assert_array_equal(_divide(c, x, True, bounded).view(np.int32), want.view(np.int32),
+                                      err_msg=f"scale {c!r}")
+    if not bounded:
+        x = np.array([-np.inf, np.inf, np.finfo(np.float32).min, np.finfo(np.float32).max] * 4, np.float32)
+        for c in (0.05, 1 / 255, 40.0):
+            got = _divide(c, x, True, False)
+            assert np.all(np.isfinite(got)) and np.all(np.abs(got) >= np.finfo(np.float32).max / 4 * min(1, c) / c
+                                                       * (1 - 1e-6)) and np.array_equal(np.sign(got), np.sign(x))
