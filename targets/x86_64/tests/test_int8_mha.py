@@ -125,14 +125,24 @@ def compile_int8(model: bytes, threads: int = 1) -> Any:
     return cm
 
 
-def assert_steps(got: np.ndarray, want: np.ndarray, step: float) -> None:
-    """Within the quantization tolerance: at most 1% of the elements off, by at most 2 output steps. The chain
-    requantizes five times; a value within float32 rounding of a step boundary (~1e-5 of a step: the FakeQuantize
-    decomposition multiplies by 1/scale where onnxruntime divides) lands on the other step and moves its row of
-    probabilities by one step, its row of outputs by up to 2 (our f32 MHA kernel lands on the same values)."""
+def assert_steps(got: np.ndarray, want: np.ndarray, step: float, max_steps: int = 1) -> None:
+    """Within the quantization tolerance (issue 13): at most 1% of the elements one output step off, none more.
+
+    Against onnxruntime the kernel computes what onnxruntime computes, rounding where it rounds: QuantizeLinear's
+    ``x / scale`` (a multiply with an exact FMA correction, bit for bit a divide), DequantizeLinear's
+    ``(q - zp) * scale``, MLAS's softmax (its exp polynomial and its summation order, so every probability is
+    onnxruntime's bit for bit). What cannot be matched: onnxruntime's two MatMuls sum float32 products in
+    float32 (MLAS's SGEMM order), the kernel sums the integers exactly; where a score or an output lies within
+    that float32 error (~1e-6 relative) of a rounding tie of the next requantization the two land on
+    neighbouring steps (a score one step off moves its row of probabilities by at most a step, an output one step
+    off is one step). Measured: no output differs on this file's attentions, seeds and lengths.
+
+    ``max_steps=2`` is for the float64 model of the graph, which is not what any float32 runtime computes
+    (float64 sums, an exact exp): onnxruntime itself is up to 2 steps off it on ~0.1% of the outputs, and so is
+    the kernel, on the same elements."""
     assert got.shape == want.shape
     steps = np.abs(np.rint(got.astype(np.float64) / step) - np.rint(want.astype(np.float64) / step))
-    assert steps.max() <= 2, f"{int(steps.max())} steps off"
+    assert steps.max() <= max_steps, f"{int(steps.max())} steps off"
     assert (steps > 0).mean() <= 0.01, f"{int((steps > 0).sum())} of {steps.size} off"
 
 
@@ -151,7 +161,7 @@ def test_grids_match_float64_and_onnxruntime(d: int, signed: str) -> None:
     for s, masked in ((1, 0), (17, 3), (128, 16)):
         f = feeds(s, d, seed=s + d, masked=masked)
         got = cm(f)["y"]
-        assert_steps(got, want_float64(f, grids, False), grids["o"][1])
+        assert_steps(got, want_float64(f, grids, False), grids["o"][1], 2)
         assert_steps(got, _ort(model, f), grids["o"][1])
 
 
@@ -164,7 +174,7 @@ def test_odd_sequence_lengths_and_output_transpose(s: int) -> None:
     f = feeds(s, 16, heads=3, seed=s, masked=s // 3)
     got = cm(f)["y"]
     assert got.shape == (1, s, 3, 16)
-    assert_steps(got, want_float64(f, GRIDS, True), GRIDS["o"][1])
+    assert_steps(got, want_float64(f, GRIDS, True), GRIDS["o"][1], 2)
     assert_steps(got, _ort(model, f), GRIDS["o"][1])
 
 
@@ -178,7 +188,7 @@ def test_batch_of_sentences_with_their_own_masks(threads: int) -> None:
         f = feeds(s, 32, heads=3, seed=s, masked=5, batch=3)
         got = cm(f)["y"]
         assert got.shape == (3, 3, s, 32)
-        assert_steps(got, want_float64(f, GRIDS, False), GRIDS["o"][1])
+        assert_steps(got, want_float64(f, GRIDS, False), GRIDS["o"][1], 2)
         assert_steps(got, _ort(model, f), GRIDS["o"][1])
 
 
@@ -188,7 +198,25 @@ def test_mask_changes_between_calls_and_two_threads() -> None:
     cm = compile_int8(model, threads=2)
     for masked in (0, 40, 5):
         f = feeds(128, 64, heads=4, seed=masked, masked=masked)
-        assert_steps(cm(f)["y"], want_float64(f, GRIDS, False), GRIDS["o"][1])
+        got = cm(f)["y"]
+        assert_steps(got, want_float64(f, GRIDS, False), GRIDS["o"][1], 2)
+        assert_steps(got, _ort(model, f), GRIDS["o"][1])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_matches_onnxruntime_at_every_length_batch_and_thread_count(threads: int) -> None:
+    """One compiled model (dynamic batch and sequence) against onnxruntime on the same QDQ file: lengths from 1
+    to 384 (blocks of 32 rows, groups of 64 columns and their tails), batch 1 and 2 (a mask per sentence), heads
+    split between 1 or 2 threads, u8 and s8 grids: at most 1% one step off, none more (measured: none off)."""
+    for grids in (GRIDS, {**GRIDS, **SIGNED}):
+        model = attention_model(64, grids, heads=4)
+        cm = compile_int8(model, threads=threads)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+        for s, batch in ((1, 2), (7, 1), (64, 2), (77, 2), (128, 1), (129, 2), (384, 2)):
+            f = feeds(s, 64, heads=4, seed=s + batch, masked=s // 5, batch=batch)
+            assert_steps(cm(f)["y"], sess.run(None, f)[0], grids["o"][1])
 
 
 def test_off_by_config_and_unquantized_v_stays_f32_with_reason() -> None:
@@ -245,7 +273,7 @@ def test_executor_stays_inside_its_arrays(at: str, s: int, d: int) -> None:
     out = guarded_array((1, 2, s, d), np.float32, at)
     (got,) = ex([guarded_copy(a, at) for a in seen[0]], [out])
     assert got is out
-    assert_steps(out, want_float64(f, GRIDS, False), GRIDS["o"][1])
+    assert_steps(out, want_float64(f, GRIDS, False), GRIDS["o"][1], 2)
 
 
 def test_chain_simplification_is_bit_exact() -> None:
@@ -365,7 +393,7 @@ def test_query_rows_and_sequence_differ(m: int, s: int) -> None:
     f["q"] = np.random.default_rng(m).standard_normal((1, m, 2, 16)).astype(np.float32)
     got = cm(f)["y"]
     assert got.shape == (1, 2, m, 16)
-    assert_steps(got, want_float64(f, GRIDS, False), GRIDS["o"][1])
+    assert_steps(got, want_float64(f, GRIDS, False), GRIDS["o"][1], 2)
     assert_steps(got, _ort(model, f), GRIDS["o"][1])
 
 
