@@ -45,7 +45,7 @@ from snippets_x86_64.asm import (ZMM, Function, dword, k1, k2, k3, k5, k6, k7, q
                                 rax, rbp, rbx, word)
 from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, N_BLOCK, S8_SHIFT
 from snippets_x86_64.brgemm_int8 import VEC_BUDGET, BrgemmInt8Kernel, Int8Geometry, Int8Regs
-from snippets_x86_64.emitters.base import f32, i32
+from snippets_x86_64.emitters.base import INPUT, f32, fixup_table, i32
 
 #: rows of Q per block: the scores of a block (MB x S s32) stay in L2 between the Brgemm and the softmax
 MB = 32
@@ -271,6 +271,12 @@ def _monotone(op: RowOp) -> bool:
     return op.op == "Divide" and not op.swapped and op.const > 0
 
 
+def _pow2(c: float) -> bool:
+    """Whether ``c`` is a power of two (a multiply by it is exact where nothing under- or overflows)."""
+    m, _ = np.frexp(np.float32(c))
+    return bool(np.isfinite(c) and abs(float(m)) == 0.5)
+
+
 def _exact_reciprocal(op: RowOp) -> RowOp:
     """``x / c`` as ``x * (1 / c)`` when ``c`` is a power of two (both are the correctly rounded x 2^-k; a divide
     costs the vector unit ~5 multiplies)."""
@@ -299,6 +305,14 @@ def simplify(ops: tuple[RowOp, ...]) -> tuple[RowOp, ...]:
                     out[i : i + 2] = [b, RowOp(a.op, const=c)]
                     changed = True
                     break
+            if (a.op, b.op) == ("Multiply", "Multiply") and i and out[i - 1].op == "Round" and a.side < 0 \
+                    and b.side < 0 and _pow2(b.const) and 2.0**-60 < abs(a.const * b.const) < 2.0**60 \
+                    and 2.0**-60 < abs(a.const) < 2.0**60:
+                # integers r: (r a) 2^k = r (a 2^k), both exact scalings of the one rounding (DequantizeLinear's
+                # * scale, then the attention's / sqrt(d) made * 2^-k)
+                out[i : i + 2] = [RowOp("Multiply", const=float(np.float32(a.const) * np.float32(b.const)))]
+                changed = True
+                break
             if a.op == b.op and a.op in ("Maximum", "Minimum") and a.side < 0 and b.side < 0:
                 pick = max if a.op == "Maximum" else min
                 out[i : i + 2] = [RowOp(a.op, const=pick(a.const, b.const))]
@@ -472,23 +486,21 @@ def emit_divide(a, x, t, c: float, bounded: bool = True) -> bool:  # type: ignor
     with ``r = RN(1 / c)``, the exact residual ``x - q c`` (an FMA), ``q + residual * r`` (Markstein's correction:
     with ``r`` correctly rounded and ``q`` within an ulp, the result is the correctly rounded quotient; checked
     against ``vdivps`` on every tie of the tests' grids and their neighbours). Three multiply-adds pipeline where a
-    divide holds the divider ~5x as long. ``t`` is clobbered. An ``x`` that may be infinite or huge (a mask of
-    -inf or float_min added, ``bounded`` False) is first clamped to +-fmax/4 (times c below 1), so that ``q``
-    and the residual stay finite: what lies beyond divides to beyond fmax/4 all the same. False (nothing
-    emitted) for a ``c`` whose reciprocal is not a normal float32 (the caller divides)."""
+    divide holds the divider ~5x as long. ``t`` is clobbered. Where ``x`` may be infinite or huge (a mask of -inf
+    or float_min added, ``bounded`` False), ``q`` overflows to +-inf and the residual is NaN: a ``vfixupimmps``
+    then takes ``q`` (the quotient vdivps gives). False (nothing emitted) for a ``c`` whose reciprocal is not a
+    normal float32 (the caller divides)."""
     c32 = np.float32(c)
     with np.errstate(all="ignore"):
         r = np.float32(1.0) / c32
     tiny = np.finfo(np.float32).tiny
     if c32 == 0 or not np.isfinite(c32) or not np.isfinite(r) or abs(r) < tiny or abs(c32) < tiny:
         return False
-    if not bounded:
-        big = float(np.float32(np.finfo(np.float32).max / 4 * min(1.0, abs(float(c32)))))
-        a.vminps(x, x, f32(a, big))
-        a.vmaxps(x, x, f32(a, -big))
     a.vmulps(t, x, f32(a, float(r)))
     a.vfnmadd231ps(x, t, f32(a, float(c32)))  # x - q c, exact
     a.vfmadd132ps(x, t, f32(a, float(r)))  # residual * r + q
+    if not bounded:  # q infinite: the residual was NaN, the quotient is q
+        a.vfixupimmps(x, t, i32(a, fixup_table(ninf=INPUT, pinf=INPUT)), 0)
     return True
 
 
