@@ -20,10 +20,16 @@ out in groups of 64 columns so that no stride depends on S:
    comes repacked with one more column of ones, so column S of the scores is ``sum_d (q - q_zp)``: the row term of
    K's zero point. Q's zero point is the compensation ``q_zp * colsum(K')``, itself a Brgemm of a row of ``q_zp``
    bytes by ``K'``, once per head;
-2. per row: the row term added, dequantized, chain0 applied (max kept), ``exp``, the sum, chain1, the
-   probabilities requantized to their integers in registers (``vcvtps2dq``), stored as bytes, their row sum kept;
+2. per row: the row term added, dequantized, chain0 applied (max kept), ``exp``, the sum (onnxruntime's MLAS
+   exp and summation order: :func:`emit_softmax_exp`, :func:`_hsum_mlas`), chain1, the probabilities requantized
+   to their integers in registers (``vcvtps2dq``), stored as bytes, their row sum kept;
 3. ``P_blk x V'`` on the int8 Brgemm (V' = v - 128), then per row the row term of V's zero point
    (``(128 - v_zp) * sum_s (p - p_zp)``), dequantized, chain2, stored f32 where the output's layout wants it.
+
+Every f32 step rounds where onnxruntime's kernels round on the same QDQ file: the chains' Q->DQ pairs arrive as
+QuantizeLinear's ``x / s``, round, clamp, ``* s`` (FakeQuantizeDecomposition), the divides are a multiply with an
+exact FMA correction (:func:`emit_divide`, bit for bit ``vdivps``), so the outputs are onnxruntime's but where its
+float32 MatMul sums put a value across a rounding tie that the exact integer sums do not.
 
 The Brgemms are :class:`~snippets_x86_64.brgemm_int8.BrgemmInt8Kernel` (``vpdpbusd``, u8 x s8; an s8 A is shifted
 by 128 and compensated); K' and V' are repacked per call by :mod:`~snippets_x86_64.int8_mha_executor`.

@@ -4,7 +4,8 @@ Per call: Q, K and V (f32 values on their grids) are quantized whole by the JIT 
 the grid), K and V straight to the s8 bytes the Brgemm reads (``k - 128`` for a u8 K: the quantizer's zero point
 moved by -128), the rows split between threads; the mask branch is evaluated once per distinct mask (the side
 vectors); then the kernel runs head by head (it repacks the head's K^T and V itself, the int8 copy-B), the heads
-split between threads, each thread with its own scratch. One kernel per head dims and strides serves every
+split between threads, each thread with its own scratch. Both phases are call tables (:func:`build_call_table`)
+run on the native pool: no Python per head, no Python thread woken. One kernel per head dims and strides serves every
 sequence length and batch: the rows of Q and the sequence are in a runtime-parameter block at the start of each
 thread's scratch (``MHAGeometry.params``), rewritten only when the shape changes.
 """
