@@ -51,7 +51,8 @@ from snippets_x86_64.asm import (ZMM, Function, dword, k1, k2, k3, k5, k6, k7, q
                                 rax, rbp, rbx, word)
 from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, N_BLOCK, S8_SHIFT
 from snippets_x86_64.brgemm_int8 import VEC_BUDGET, BrgemmInt8Kernel, Int8Geometry, Int8Regs
-from snippets_x86_64.emitters.base import INPUT, f32, fixup_table, i32
+from snippets_x86_64.emitters.base import f32, i32
+from snippets_x86_64.emitters.math import emit_divide
 
 #: rows of Q per block: the scores of a block (MB x S s32) stay in L2 between the Brgemm and the softmax
 MB = 32
@@ -485,29 +486,6 @@ class MHAGeometry:
             v[name] = at
             at += pad(size, 64)
         return np.array([v[name] for name in PARAMS], np.int64)
-
-
-def emit_divide(a, x, t, c: float, bounded: bool = True) -> bool:  # type: ignore[no-untyped-def]
-    """``x = x / c`` correctly rounded (as ``vdivps``, which QuantizeLinear uses) without a divide: ``q = x * r``
-    with ``r = RN(1 / c)``, the exact residual ``x - q c`` (an FMA), ``q + residual * r`` (Markstein's correction:
-    with ``r`` correctly rounded and ``q`` within an ulp, the result is the correctly rounded quotient; checked
-    against ``vdivps`` on every tie of the tests' grids and their neighbours). Three multiply-adds pipeline where a
-    divide holds the divider ~5x as long. ``t`` is clobbered. Where ``x`` may be infinite or huge (a mask of -inf
-    or float_min added, ``bounded`` False), ``q`` overflows to +-inf and the residual is NaN: a ``vfixupimmps``
-    then takes ``q`` (the quotient vdivps gives). False (nothing emitted) for a ``c`` whose reciprocal is not a
-    normal float32 (the caller divides)."""
-    c32 = np.float32(c)
-    with np.errstate(all="ignore"):
-        r = np.float32(1.0) / c32
-    tiny = np.finfo(np.float32).tiny
-    if c32 == 0 or not np.isfinite(c32) or not np.isfinite(r) or abs(r) < tiny or abs(c32) < tiny:
-        return False
-    a.vmulps(t, x, f32(a, float(r)))
-    a.vfnmadd231ps(x, t, f32(a, float(c32)))  # x - q c, exact
-    a.vfmadd132ps(x, t, f32(a, float(r)))  # residual * r + q
-    if not bounded:  # q infinite: the residual was NaN, the quotient is q
-        a.vfixupimmps(x, t, i32(a, fixup_table(ninf=INPUT, pinf=INPUT)), 0)
-    return True
 
 
 #: onnxruntime's softmax exp (MLAS, ``MlasComputeSumExpF32Kernel`` on AVX-512): x clamped below, m = round(x / ln2)

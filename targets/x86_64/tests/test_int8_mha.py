@@ -403,7 +403,7 @@ def _divide_function(c: float, corrected: bool, bounded: bool = True) -> Any:
 
     from snippets_x86_64.asm import Function, zmm0, zmm1
     from snippets_x86_64.emitters.base import f32
-    from snippets_x86_64.int8_mha import emit_divide
+    from snippets_x86_64.emitters.math import emit_divide
 
     fn = Function("divide", args=("x", "y", "n"))
     x, y, n = fn.args
