@@ -365,6 +365,19 @@ def integer_tail(ops: tuple[RowOp, ...], grid: QuantGrid) -> tuple[tuple[RowOp, 
     return head, (offset, int(expect.min()), int(expect.max()))
 
 
+def probabilities_in_range(ops: tuple[RowOp, ...], tail: tuple[int, int, int]) -> bool:
+    """Whether the probabilities' integers need no clamp: ``ops`` (ending on the Round) non-decreasing and mapping
+    every probability ``e * (1 / sum)`` in [0, 1 + 2^-23] (the f32 product of an exp and the rounded reciprocal of a
+    sum that holds it) into [lo - offset, hi - offset]."""
+    if not all(_monotone(op) for op in ops):
+        return False
+    y = np.array([0.0, np.nextafter(np.float32(1.0), np.float32(2.0))], np.float32)
+    for op in ops:
+        y = _f32_op(op, y)
+    offset, lo, hi = tail
+    return bool(np.all(np.isfinite(y)) and lo <= y[0] + offset and y[1] + offset <= hi)
+
+
 def _reaches_only_operands(node: Node, qkv: set[int]) -> bool:
     """Whether ``node`` is computed from Q/K/V (their Transposes), not from the mask branch."""
     stack, seen = [node], set()
@@ -875,22 +888,26 @@ class Int8MHAKernel:
                 a.vmovups(r13 + j * 64, x)
             return body
 
+        p_in_range = p.p_tail is not None and probabilities_in_range(p.probs, p.p_tail)
+
         def probs(last: int):  # type: ignore[no-untyped-def]
             def body(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
                 masked = j == last
                 a.vmulps(x, xsum, r13 + j * 64)
-                self._chain(a, p.probs, x, tj, r14, j)
+                self._chain(a, p.probs if p.p_tail is None else p.probs[:-1], x, tj, r14, j)
                 if p.p_tail is None:  # QuantizeLinear: x / scale, rounded half to even
                     if not emit_divide(a, x, tj, p.p_grid.scale):
                         a.vdivps(x, x, f32(a, p.p_grid.scale))
                     a.emit("vcvtps2dq", x, x, rc="rn")
                     a.vpaddd(x, x, i32(a, p.p_grid.zero_point))
-                else:  # the chain ended on a Round: its integers, moved and clamped
+                else:  # the chain ended on a Round (vcvtps2dq {rn} is that Round): its integers, moved, clamped
                     offset, lo, hi = p.p_tail
                     a.emit("vcvtps2dq", x, x, rc="rn")
-                    a.vpaddd(x, x, i32(a, offset))
-                    a.vpmaxsd(x, x, i32(a, lo))
-                    a.vpminsd(x, x, i32(a, hi))
+                    if offset:
+                        a.vpaddd(x, x, i32(a, offset))
+                    if not p_in_range:
+                        a.vpmaxsd(x, x, i32(a, lo))
+                        a.vpminsd(x, x, i32(a, hi))
                 if masked:  # zero bytes past S: the P x V Brgemm reads whole groups of 4
                     a.vmovdqa32(x.mask(k3).z, x)
                 a.vpaddd(rrow, rrow, x)

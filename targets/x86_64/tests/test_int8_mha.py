@@ -455,3 +455,17 @@ def test_corrected_multiply_divides_as_vdivps_on_every_tie(bounded: bool) -> Non
         x = np.array([-np.inf, np.inf, np.finfo(np.float32).min, np.finfo(np.float32).max] * 4, np.float32)
         for c in (0.05, 1 / 255, 40.0, 1.0000001):
             np.testing.assert_array_equal(_divide(c, x, True, False), _divide(c, x, False))
+
+
+def test_probabilities_skip_their_clamp_only_when_every_probability_lands_inside_the_grid() -> None:
+    """The kernel drops the u8/s8 clamp of the probabilities' integers when [0, 1 + 2^-23] maps inside the grid
+    (1/255 u8 and s8: 0..255, -128..127), and keeps it for a scale that would wrap in vpmovdb (1/300) or a grid
+    whose zero point pushes 1.0 past its top."""
+    from snippets_x86_64.int8_mha import RowOp, probabilities_in_range
+
+    chain = (RowOp("Divide", const=float(np.float32(1 / 255))), RowOp("Round"))
+    assert probabilities_in_range(chain, (0, 0, 255)) and probabilities_in_range(chain, (-128, -128, 127))
+    assert not probabilities_in_range((RowOp("Divide", const=float(np.float32(1 / 300))), RowOp("Round")),
+                                      (0, 0, 255))
+    assert not probabilities_in_range(chain, (10, 0, 255))
+    assert not probabilities_in_range((RowOp("Multiply", const=-1.0), RowOp("Round")), (0, -255, 255))
