@@ -249,7 +249,7 @@ def plan_int8_mha(body: Model, grids: tuple[QuantGrid | None, ...]) -> Int8MHAPl
     if len(body.results) != 1:
         raise Int8MHAReject("the body has more than one output")
     probs, p_tail = integer_tail(simplify(probs), p_grid)
-    return Int8MHAPlan(q, k, v, simplify(scores), probs, p_grid, simplify(out), out_perm, side_nodes,
+    return Int8MHAPlan(q, k, v, fold_requantize(simplify(scores)), probs, p_grid, simplify(out), out_perm, side_nodes,
                        tuple(side_values), index, p_tail)
 
 
@@ -333,6 +333,65 @@ def simplify(ops: tuple[RowOp, ...]) -> tuple[RowOp, ...]:
                     out[i : i + 3] = [RowOp("Maximum", const=max(a.const, c3.const)), b]
                     changed = True
                     break
+    return tuple(out)
+
+
+#: the integers a requantization between two Rounds is checked on (beyond, both sides are saturated)
+_FOLD_RANGE = 1 << 16
+
+
+def fold_requantize(ops: tuple[RowOp, ...]) -> tuple[RowOp, ...]:
+    """The chain with each requantization between two Rounds, ``Round, * a, / b, Round`` (a dequantize, the
+    attention's scale and the next QuantizeLinear), made ``Round, * k, Round`` where one float32 ``k`` gives the
+    same result, checked on every integer the first Round can give that the clamp after the second does not
+    saturate: the ops from the second Round to the next side op or Round, applied to ``rint(r a / b)`` and to
+    ``rint(r k)`` for r in [-2^16, 2^16], equal, and saturated at both ends (both sides are non-decreasing in r, so
+    they stay saturated beyond). Candidates: ``k`` = a / b rounded, and its 4 float neighbours each side."""
+    out = list(ops)
+    i = 0
+    while i < len(out):
+        j = next((n for n in range(i + 1, len(out)) if out[n].op == "Round"), None)
+        if out[i].op != "Round" or j is None or j - i < 3:
+            i += 1
+            continue
+        mid = out[i + 1 : j]
+        if not all(op.side < 0 and not op.swapped and op.op in ("Multiply", "Divide") and op.const > 0
+                   for op in mid):
+            i += 1
+            continue
+        end = next((n for n in range(j + 1, len(out)) if out[n].side >= 0 or out[n].op == "Round"), len(out))
+        after = out[j + 1 : end]
+        if not all(_monotone(op) or (op.op in ("Maximum", "Minimum") and op.side < 0) for op in after):
+            i += 1
+            continue
+        r = np.arange(-_FOLD_RANGE, _FOLD_RANGE + 1).astype(np.float32)
+        ends = np.array([-(1 << 24), 1 << 24], np.float32)
+
+        def value(head: tuple[RowOp, ...], x: np.ndarray) -> np.ndarray:
+            for op in (*head, RowOp("Round"), *after):
+                x = _f32_op(op, x)
+            return x
+
+        want, want_ends = value(mid, r), value(mid, ends)
+        if not (want[0] == want_ends[0] and want[-1] == want_ends[1]):  # not saturated within the range
+            i += 1
+            continue
+        ratio = np.float32(np.float64(1.0))
+        for op in mid:
+            ratio = np.float64(ratio) * op.const if op.op == "Multiply" else np.float64(ratio) / op.const
+        k0 = np.float32(ratio)
+        cands = [k0]
+        up = down = k0
+        for _ in range(4):
+            up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(0))
+            cands += [up, down]
+        for k in cands:
+            fold = (RowOp("Multiply", const=float(k)),)
+            got, got_ends = value(fold, r), value(fold, ends)
+            if np.array_equal(got, want) and np.array_equal(got_ends, want_ends):
+                out[i + 1 : j] = list(fold)
+                break
+        i += 1
     return tuple(out)
 
 
