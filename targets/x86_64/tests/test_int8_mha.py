@@ -274,10 +274,22 @@ def test_executor_stays_inside_its_arrays(at: str, s: int, d: int) -> None:
     assert_steps(out, want_float64(f, GRIDS, False), GRIDS["o"][1])
 
 
+def assert_same_bits(chain: tuple[Any, ...], short: tuple[Any, ...], x: np.ndarray) -> None:
+    """Two row-op chains give the same float32 bits on ``x`` (as the kernel computes each op)."""
+    from snippets_x86_64.int8_mha import _f32_op
+
+    a, b = x, x
+    for op in chain:
+        a = _f32_op(op, a)
+    for op in short:
+        b = _f32_op(op, b)
+    np.testing.assert_array_equal(a.view(np.int32), b.view(np.int32))
+
+
 def test_chain_simplification_is_bit_exact() -> None:
     """The clamps moved and merged, the power-of-two divide made a multiply: the same float32 bits as the chain
     as written (three decomposed FakeQuantizes, a divide by 8), on values across and beyond the grids."""
-    from snippets_x86_64.int8_mha import RowOp, _f32_op, simplify
+    from snippets_x86_64.int8_mha import RowOp, simplify
 
     def fq(lo: float, hi: float, levels: int = 256) -> list[RowOp]:
         scale = (levels - 1) / (hi - lo)
@@ -290,12 +302,7 @@ def test_chain_simplification_is_bit_exact() -> None:
     assert len(short) < len(chain) and not any(op.op == "Divide" for op in short)
     x = np.concatenate([np.linspace(-60, 60, 200_001), np.random.default_rng(0).standard_normal(10_000) * 30]
                        ).astype(np.float32)
-    a, b = x, x
-    for op in chain:
-        a = _f32_op(op, a)
-    for op in short:
-        b = _f32_op(op, b)
-    np.testing.assert_array_equal(a.view(np.int32), b.view(np.int32))
+    assert_same_bits(chain, short, x)
 
 
 class _Calibration:
@@ -474,7 +481,7 @@ def test_requantization_between_rounds_folds_bit_exactly(d: int) -> None:
     """fold_requantize makes ``Round, * s0, (/ sqrt(d)), / s1, Round`` one multiply: the scores chain up to the mask,
     folded and not, give the same float32 bits on values across and far beyond the grids (the first Round's
     integers from -2^20 to 2^20 and between)."""
-    from snippets_x86_64.int8_mha import RowOp, _f32_op, fold_requantize, plan_int8_mha, simplify
+    from snippets_x86_64.int8_mha import RowOp, fold_requantize, plan_int8_mha, simplify
 
     cm = compile_int8(attention_model(d, GRIDS))
     (sg,) = [sg for sg in cm.subgraphs if "SnippetsInt8MHAInputGrids" in sg.rt_info]
@@ -497,9 +504,4 @@ def test_requantization_between_rounds_folds_bit_exactly(d: int) -> None:
     rng = np.random.default_rng(d)
     x = np.concatenate([np.linspace(-300, 300, 400_001), rng.standard_normal(100_000) * 50,
                         np.arange(-(1 << 20), 1 << 20, 7) * np.float64(GRIDS["s0"][1])]).astype(np.float32)
-    a, b = x, x
-    for op in unfolded_t:
-        a = _f32_op(op, a)
-    for op in head:
-        b = _f32_op(op, b)
-    np.testing.assert_array_equal(a.view(np.int32), b.view(np.int32))
+    assert_same_bits(unfolded_t, tuple(head), x)
