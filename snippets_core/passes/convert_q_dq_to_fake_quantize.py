@@ -13,7 +13,7 @@ from snippets_core.ir.node import Node, Output, replace_node
 from snippets_core.ir.ops.fake_quantize import FakeQuantize
 from snippets_core.ir.ops.binary import Maximum, Minimum
 from snippets_core.ir.ops.io import Constant
-from snippets_core.ir.ops.quantize import QUANT_RANGES, QUANTIZATION_GRID, QuantGrid
+from snippets_core.ir.ops.quantize import QDQ_FORM, QUANT_RANGES, QUANTIZATION_GRID, QDQForm, QuantGrid
 from snippets_core.ir.pass_manager import Pass
 from snippets_core.ir.shape import normalize_axis
 from snippets_core.passes.graph_utils import nodes_of_type
@@ -51,11 +51,11 @@ class ConvertQDQToFakeQuantize(Pass):
     per-tensor pair whose input already is on the same grid (an earlier pair's output, through Reshape,
     Transpose, Squeeze, Unsqueeze or MaxPool) is the identity on its values and is removed.
 
-    Numerics: with power-of-two scales every step is exact and the result is Q then DQ's bit for bit, ties and
-    saturated ends included. Otherwise the FakeQuantize computes ``x * ((levels - 1) / (ih - il)) - shift``
-    rather than ``x / s``: where ``x / s`` falls within a float rounding of a tie (``k + 0.5``) the rounding
-    may go to the other neighbour (one quantization step, the issue's tolerance), and a dequantized value may
-    differ from ``(q - z) * s`` in its last bit.
+    Numerics: the FakeQuantize carries the pair's scale and zero point (``rt_info[QDQ_FORM]``), and
+    FakeQuantizeDecomposition lowers it to QuantizeLinear's and DequantizeLinear's own f32 arithmetic
+    (``clamp(rint(x / s), qmin - z, qmax - z) * s``): the result is Q then DQ's bit for bit, ties included. (The
+    FakeQuantize's own decomposition, ``x * ((levels - 1) / (ih - il)) - shift``, lands on the other step where
+    ``x / s`` is within a float rounding of a tie.)
     """
 
     name: ClassVar[str] = "convert-q-dq-to-fake-quantize"
@@ -129,8 +129,10 @@ class _Grid:
         if odd.any():
             levels += 1
             fq_il, fq_ih = np.where(odd, il - s64, il), np.where(odd, ih, ih + s64)
+            qmin, qmax = np.where(odd, lo - 1, lo), np.where(odd, hi, hi + 1)
         else:
             fq_il, fq_ih = il, ih
+            qmin, qmax = np.asarray(lo), np.asarray(hi)
         il, ih, fq_il, fq_ih = (np.clip(v, -fmax, fmax) for v in (il, ih, fq_il, fq_ih))
 
         def const(v: np.ndarray, tag: str) -> Constant:
@@ -138,6 +140,9 @@ class _Grid:
 
         fq = FakeQuantize(self.x, const(fq_il, "input_low"), const(fq_ih, "input_high"), const(fq_il, "output_low"),
                           const(fq_ih, "output_high"), levels=levels, name=name if not odd.any() else f"{name}/fq")
+        fq.rt_info[QDQ_FORM] = QDQForm(self.scale.astype(et.numpy), self.zero_point.astype(np.int64),
+                                       np.broadcast_to(qmin, self.scale.shape).astype(np.int64),
+                                       np.broadcast_to(qmax, self.scale.shape).astype(np.int64))
         if not odd.any():
             return fq
         low = Maximum(fq, const(il, "saturate_low"), name=f"{name}/saturate_low")

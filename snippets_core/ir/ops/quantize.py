@@ -49,6 +49,24 @@ class QuantGrid:
     zero_point: int
 
 
+#: rt_info key on a FakeQuantize made from a Q->DQ pair: its QDQForm (FakeQuantizeDecomposition then computes
+#: QuantizeLinear's own f32 arithmetic)
+QDQ_FORM = "SnippetsQDQForm"
+
+
+@dataclass(frozen=True, eq=False)
+class QDQForm:
+    """The Q->DQ pair a FakeQuantize stands for: ``scale`` and ``zero_point`` broadcast to the data (per tensor:
+    0-d), and the FakeQuantize's integer range ``[qmin, qmax]`` (per channel when an odd zero point extends
+    the grid by a step). Its value is ``clamp(rint(x / scale), qmin - zero_point, qmax - zero_point) * scale``,
+    rounded where QuantizeLinear and DequantizeLinear round."""
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    qmin: np.ndarray
+    qmax: np.ndarray
+
+
 #: Integer types a quantized tensor may have, with their [min, max]. int4/uint4 have no snippets element type.
 QUANT_RANGES: dict[ElementType, tuple[int, int]] = {
     ElementType.u8: (0, 255), ElementType.i8: (-128, 127),

@@ -20,10 +20,16 @@ out in groups of 64 columns so that no stride depends on S:
    comes repacked with one more column of ones, so column S of the scores is ``sum_d (q - q_zp)``: the row term of
    K's zero point. Q's zero point is the compensation ``q_zp * colsum(K')``, itself a Brgemm of a row of ``q_zp``
    bytes by ``K'``, once per head;
-2. per row: the row term added, dequantized, chain0 applied (max kept), ``exp``, the sum, chain1, the
-   probabilities requantized to their integers in registers (``vcvtps2dq``), stored as bytes, their row sum kept;
+2. per row: the row term added, dequantized, chain0 applied (max kept), ``exp``, the sum (onnxruntime's MLAS
+   exp and summation order: :func:`emit_softmax_exp`, :func:`_hsum_mlas`), chain1, the probabilities requantized
+   to their integers in registers (``vcvtps2dq``), stored as bytes, their row sum kept;
 3. ``P_blk x V'`` on the int8 Brgemm (V' = v - 128), then per row the row term of V's zero point
    (``(128 - v_zp) * sum_s (p - p_zp)``), dequantized, chain2, stored f32 where the output's layout wants it.
+
+Every f32 step rounds where onnxruntime's kernels round on the same QDQ file: the chains' Q->DQ pairs arrive as
+QuantizeLinear's ``x / s``, round, clamp, ``* s`` (FakeQuantizeDecomposition), the divides are a multiply with an
+exact FMA correction (:func:`emit_divide`, bit for bit ``vdivps``), so the outputs are onnxruntime's but where its
+float32 MatMul sums put a value across a rounding tie that the exact integer sums do not.
 
 The Brgemms are :class:`~snippets_x86_64.brgemm_int8.BrgemmInt8Kernel` (``vpdpbusd``, u8 x s8; an s8 A is shifted
 by 128 and compensated); K' and V' are repacked per call by :mod:`~snippets_x86_64.int8_mha_executor`.
@@ -45,8 +51,8 @@ from snippets_x86_64.asm import (ZMM, Function, dword, k1, k2, k3, k5, k6, k7, q
                                 rax, rbp, rbx, word)
 from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, N_BLOCK, S8_SHIFT
 from snippets_x86_64.brgemm_int8 import VEC_BUDGET, BrgemmInt8Kernel, Int8Geometry, Int8Regs
-from snippets_x86_64.emitters.base import Aux, f32, i32
-from snippets_x86_64.emitters.math import emit_exp
+from snippets_x86_64.emitters.base import f32, i32
+from snippets_x86_64.emitters.math import emit_divide
 
 #: rows of Q per block: the scores of a block (MB x S s32) stay in L2 between the Brgemm and the softmax
 MB = 32
@@ -243,7 +249,7 @@ def plan_int8_mha(body: Model, grids: tuple[QuantGrid | None, ...]) -> Int8MHAPl
     if len(body.results) != 1:
         raise Int8MHAReject("the body has more than one output")
     probs, p_tail = integer_tail(simplify(probs), p_grid)
-    return Int8MHAPlan(q, k, v, simplify(scores), probs, p_grid, simplify(out), out_perm, side_nodes,
+    return Int8MHAPlan(q, k, v, fold_requantize(simplify(scores)), probs, p_grid, simplify(out), out_perm, side_nodes,
                        tuple(side_values), index, p_tail)
 
 
@@ -270,6 +276,12 @@ def _monotone(op: RowOp) -> bool:
     if op.op == "Multiply":
         return op.const > 0
     return op.op == "Divide" and not op.swapped and op.const > 0
+
+
+def _pow2(c: float) -> bool:
+    """Whether ``c`` is a power of two (a multiply by it is exact where nothing under- or overflows)."""
+    m, _ = np.frexp(np.float32(c))
+    return bool(np.isfinite(c) and abs(float(m)) == 0.5)
 
 
 def _exact_reciprocal(op: RowOp) -> RowOp:
@@ -300,6 +312,14 @@ def simplify(ops: tuple[RowOp, ...]) -> tuple[RowOp, ...]:
                     out[i : i + 2] = [b, RowOp(a.op, const=c)]
                     changed = True
                     break
+            if (a.op, b.op) == ("Multiply", "Multiply") and i and out[i - 1].op == "Round" and a.side < 0 \
+                    and b.side < 0 and _pow2(b.const) and 2.0**-60 < abs(a.const * b.const) < 2.0**60 \
+                    and 2.0**-60 < abs(a.const) < 2.0**60:
+                # integers r: (r a) 2^k = r (a 2^k), both exact scalings of the one rounding (DequantizeLinear's
+                # * scale, then the attention's / sqrt(d) made * 2^-k)
+                out[i : i + 2] = [RowOp("Multiply", const=float(np.float32(a.const) * np.float32(b.const)))]
+                changed = True
+                break
             if a.op == b.op and a.op in ("Maximum", "Minimum") and a.side < 0 and b.side < 0:
                 pick = max if a.op == "Maximum" else min
                 out[i : i + 2] = [RowOp(a.op, const=pick(a.const, b.const))]
@@ -313,6 +333,65 @@ def simplify(ops: tuple[RowOp, ...]) -> tuple[RowOp, ...]:
                     out[i : i + 3] = [RowOp("Maximum", const=max(a.const, c3.const)), b]
                     changed = True
                     break
+    return tuple(out)
+
+
+#: the integers a requantization between two Rounds is checked on (beyond, both sides are saturated)
+_FOLD_RANGE = 1 << 16
+
+
+def fold_requantize(ops: tuple[RowOp, ...]) -> tuple[RowOp, ...]:
+    """The chain with each requantization between two Rounds, ``Round, * a, / b, Round`` (a dequantize, the
+    attention's scale and the next QuantizeLinear), made ``Round, * k, Round`` where one float32 ``k`` gives the
+    same result, checked on every integer the first Round can give that the clamp after the second does not
+    saturate: the ops from the second Round to the next side op or Round, applied to ``rint(r a / b)`` and to
+    ``rint(r k)`` for r in [-2^16, 2^16], equal, and saturated at both ends (both sides are non-decreasing in r, so
+    they stay saturated beyond). Candidates: ``k`` = a / b rounded, and its 4 float neighbours each side."""
+    out = list(ops)
+    i = 0
+    while i < len(out):
+        j = next((n for n in range(i + 1, len(out)) if out[n].op == "Round"), None)
+        if out[i].op != "Round" or j is None or j - i < 3:
+            i += 1
+            continue
+        mid = out[i + 1 : j]
+        if not all(op.side < 0 and not op.swapped and op.op in ("Multiply", "Divide") and op.const > 0
+                   for op in mid):
+            i += 1
+            continue
+        end = next((n for n in range(j + 1, len(out)) if out[n].side >= 0 or out[n].op == "Round"), len(out))
+        after = out[j + 1 : end]
+        if not all(_monotone(op) or (op.op in ("Maximum", "Minimum") and op.side < 0) for op in after):
+            i += 1
+            continue
+        r = np.arange(-_FOLD_RANGE, _FOLD_RANGE + 1).astype(np.float32)
+        ends = np.array([-(1 << 24), 1 << 24], np.float32)
+
+        def value(head: tuple[RowOp, ...], x: np.ndarray) -> np.ndarray:
+            for op in (*head, RowOp("Round"), *after):
+                x = _f32_op(op, x)
+            return x
+
+        want, want_ends = value(mid, r), value(mid, ends)
+        if not (want[0] == want_ends[0] and want[-1] == want_ends[1]):  # not saturated within the range
+            i += 1
+            continue
+        ratio = np.float32(np.float64(1.0))
+        for op in mid:
+            ratio = np.float64(ratio) * op.const if op.op == "Multiply" else np.float64(ratio) / op.const
+        k0 = np.float32(ratio)
+        cands = [k0]
+        up = down = k0
+        for _ in range(4):
+            up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(0))
+            cands += [up, down]
+        for k in cands:
+            fold = (RowOp("Multiply", const=float(k)),)
+            got, got_ends = value(fold, r), value(fold, ends)
+            if np.array_equal(got, want) and np.array_equal(got_ends, want_ends):
+                out[i + 1 : j] = list(fold)
+                break
+        i += 1
     return tuple(out)
 
 
@@ -334,7 +413,7 @@ def integer_tail(ops: tuple[RowOp, ...], grid: QuantGrid) -> tuple[tuple[RowOp, 
         y = _f32_op(op, y)
     qmin, qmax = (-128, 127) if grid.qtype.name == "i8" else (0, 255)
     with np.errstate(all="ignore"):
-        q = np.rint((y * np.float32(1.0 / np.float64(grid.scale))).astype(np.float32)) + grid.zero_point
+        q = np.rint((y / np.float32(grid.scale)).astype(np.float32)) + grid.zero_point  # as the kernel
     if not np.all(np.isfinite(q)):
         return ops, None
     offset = int(q[_TAIL_RANGE])  # the integer r = 0 lands on
@@ -343,6 +422,19 @@ def integer_tail(ops: tuple[RowOp, ...], grid: QuantGrid) -> tuple[tuple[RowOp, 
     if not np.array_equal(q, expect):
         return ops, None
     return head, (offset, int(expect.min()), int(expect.max()))
+
+
+def probabilities_in_range(ops: tuple[RowOp, ...], tail: tuple[int, int, int]) -> bool:
+    """Whether the probabilities' integers need no clamp: ``ops`` (ending on the Round) non-decreasing and mapping
+    every probability ``e * (1 / sum)`` in [0, 1 + 2^-23] (the f32 product of an exp and the rounded reciprocal of a
+    sum that holds it) into [lo - offset, hi - offset]."""
+    if not all(_monotone(op) for op in ops):
+        return False
+    y = np.array([0.0, np.nextafter(np.float32(1.0), np.float32(2.0))], np.float32)
+    for op in ops:
+        y = _f32_op(op, y)
+    offset, lo, hi = tail
+    return bool(np.all(np.isfinite(y)) and lo <= y[0] + offset and y[1] + offset <= hi)
 
 
 def _reaches_only_operands(node: Node, qkv: set[int]) -> bool:
@@ -468,6 +560,42 @@ class MHAGeometry:
         return np.array([v[name] for name in PARAMS], np.int64)
 
 
+#: onnxruntime's softmax exp (MLAS, ``MlasComputeSumExpF32Kernel`` on AVX-512): x clamped below, m = round(x / ln2)
+#: by the 1.5 * 2^23 bias, x - m ln2 in two FMAs, a degree-6 polynomial whose last two coefficients are 1, then
+#: ``vscalefps``; the same constants and order, so every exp and every probability is onnxruntime's bit for bit
+MLAS_EXP = {"lower": -88.3762626647949, "bias": 12582912.0, "log2e": 1.44269504088896341, "ln2_hi": -6.93145752e-1,
+            "ln2_lo": -1.42860677e-6}
+MLAS_EXP_POLY = (float.fromhex("0x1.694000p-10"), float.fromhex("0x1.125edcp-7"), float.fromhex("0x1.555b5ap-5"),
+                 float.fromhex("0x1.555450p-3"), float.fromhex("0x1.fffff6p-2"), 1.0, 1.0)
+
+
+def emit_softmax_exp(a, x, m, p) -> None:  # type: ignore[no-untyped-def]
+    """``x = exp(x)`` for ``x = score - max <= 0`` as onnxruntime's softmax computes it (:data:`MLAS_EXP`);
+    ``m`` and ``p`` are clobbered."""
+    k = MLAS_EXP
+    a.vmaxps(x, x, f32(a, k["lower"]))
+    a.vbroadcastss(m, a.const_f32(k["log2e"]))
+    a.vfmadd213ps(m, x, f32(a, k["bias"]))  # x / ln2 + bias: rounded to an integer by the bias
+    a.vsubps(m, m, f32(a, k["bias"]))
+    a.vfmadd231ps(x, m, f32(a, k["ln2_hi"]))
+    a.vfmadd231ps(x, m, f32(a, k["ln2_lo"]))
+    a.vbroadcastss(p, a.const_f32(MLAS_EXP_POLY[0]))
+    for c in MLAS_EXP_POLY[1:]:
+        a.vfmadd213ps(p, x, f32(a, c))
+    a.vscalefps(x, p, m)
+
+
+def _hsum_mlas(a: Function, v, t) -> None:  # type: ignore[no-untyped-def]
+    """Every lane of ``v`` = the sum of its 16 lanes in MLAS's order (its softmax sum: the two 256-bit halves
+    added, then ``vhaddps`` twice, then the two 128-bit lanes), so the sum and 1 / sum are onnxruntime's."""
+    for ins, imm in (("vshuff32x4", 0x4E), ("vpermilps", 0xB1), ("vpermilps", 0x4E), ("vshuff32x4", 0xB1)):
+        if ins == "vshuff32x4":
+            a.emit(ins, t, v, v, imm)
+        else:
+            a.emit(ins, t, v, imm)
+        a.vaddps(v, v, t)
+
+
 def _hreduce(a: Function, op: str, v, t) -> None:  # type: ignore[no-untyped-def]
     """Every lane of ``v`` = ``op`` over its 16 lanes (``op``: vmaxps, vaddps, vpaddd)."""
     for ins, imm in (("vshuff32x4", 0x4E), ("vshuff32x4", 0xB1)):
@@ -559,10 +687,14 @@ class Int8MHAKernel:
     def _chain(self, a: Function, ops: tuple[RowOp, ...], x, t, side, j: int) -> None:  # type: ignore[no-untyped-def]
         """Apply ``ops`` to the vector ``x`` (vector ``j`` of a group of 64 columns; ``side``: the group's side
         vectors); ``t`` is a free register."""
+        bounded = True  # the values are finite integer sums times constants until a side vector (a mask) joins
         for op in ops:
             if op.op == "Round":
                 a.vrndscaleps(x, x, 0x08)
                 continue
+            if op.op == "Divide" and op.side < 0 and not op.swapped and emit_divide(a, x, t, op.const, bounded):
+                continue
+            bounded = bounded and op.side < 0
             ins = CHAIN_OPS[op.op]
             if op.side >= 0:
                 operand = side + (op.side * COLS + j * LANES) * 4
@@ -791,7 +923,6 @@ class Int8MHAKernel:
         scale_qk = float(np.float32(p.q.scale) * np.float32(p.k.scale))
         scale_pv = float(np.float32(p.p_grid.scale) * np.float32(p.v.scale))
         xmax, xsum, rrow, t = z[28], z[29], z[30], z[27]
-        inv_p = float(1.0 / np.float64(p.p_grid.scale))
 
         def scores(last: int):  # type: ignore[no-untyped-def]
             def body(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
@@ -809,28 +940,33 @@ class Int8MHAKernel:
                 masked = j == last
                 a.vmovups(x, r13 + j * 64)
                 a.vsubps(x, x, xmax)
-                emit_exp(a, x, x, aux=Aux(aux))
+                emit_softmax_exp(a, x, *aux)
                 if masked:
                     a.vmovaps(x.mask(k3).z, x)
                 a.vaddps(xsum, xsum, x)
                 a.vmovups(r13 + j * 64, x)
             return body
 
+        p_in_range = p.p_tail is not None and probabilities_in_range(p.probs, p.p_tail)
+
         def probs(last: int):  # type: ignore[no-untyped-def]
             def body(a, j: int, x, tj, aux) -> None:  # type: ignore[no-untyped-def]
                 masked = j == last
                 a.vmulps(x, xsum, r13 + j * 64)
-                self._chain(a, p.probs, x, tj, r14, j)
-                if p.p_tail is None:
-                    a.vmulps(x, x, f32(a, inv_p))
+                self._chain(a, p.probs if p.p_tail is None else p.probs[:-1], x, tj, r14, j)
+                if p.p_tail is None:  # QuantizeLinear: x / scale, rounded half to even
+                    if not emit_divide(a, x, tj, p.p_grid.scale):
+                        a.vdivps(x, x, f32(a, p.p_grid.scale))
                     a.emit("vcvtps2dq", x, x, rc="rn")
                     a.vpaddd(x, x, i32(a, p.p_grid.zero_point))
-                else:  # the chain ended on a Round: its integers, moved and clamped
+                else:  # the chain ended on a Round (vcvtps2dq {rn} is that Round): its integers, moved, clamped
                     offset, lo, hi = p.p_tail
                     a.emit("vcvtps2dq", x, x, rc="rn")
-                    a.vpaddd(x, x, i32(a, offset))
-                    a.vpmaxsd(x, x, i32(a, lo))
-                    a.vpminsd(x, x, i32(a, hi))
+                    if offset:
+                        a.vpaddd(x, x, i32(a, offset))
+                    if not p_in_range:
+                        a.vpmaxsd(x, x, i32(a, lo))
+                        a.vpminsd(x, x, i32(a, hi))
                 if masked:  # zero bytes past S: the P x V Brgemm reads whole groups of 4
                     a.vmovdqa32(x.mask(k3).z, x)
                 a.vpaddd(rrow, rrow, x)
@@ -897,7 +1033,7 @@ class Int8MHAKernel:
         _hreduce(fn, "vmaxps", xmax, t)
         fn.vxorps(xsum, xsum, xsum)
         groups(exps, "exps", False, False)
-        _hreduce(fn, "vaddps", xsum, t)
+        _hsum_mlas(fn, xsum, t)
         fn.vbroadcastss(t, fn.const_f32(1.0))
         fn.vdivps(xsum, t, xsum)
         fn.vpxord(rrow, rrow, rrow)  # the row sum of the probabilities' integers

@@ -4,7 +4,8 @@ Per call: Q, K and V (f32 values on their grids) are quantized whole by the JIT 
 the grid), K and V straight to the s8 bytes the Brgemm reads (``k - 128`` for a u8 K: the quantizer's zero point
 moved by -128), the rows split between threads; the mask branch is evaluated once per distinct mask (the side
 vectors); then the kernel runs head by head (it repacks the head's K^T and V itself, the int8 copy-B), the heads
-split between threads, each thread with its own scratch. One kernel per head dims and strides serves every
+split between threads, each thread with its own scratch. Both phases are call tables (:func:`build_call_table`)
+run on the native pool: no Python per head, no Python thread woken. One kernel per head dims and strides serves every
 sequence length and batch: the rows of Q and the sequence are in a runtime-parameter block at the start of each
 thread's scratch (``MHAGeometry.params``), rewritten only when the shape changes.
 """
@@ -22,8 +23,56 @@ from snippets_core.runtime.placement import Placement
 from snippets_x86_64.brgemm_copy_b_int8 import S8_SHIFT
 from snippets_x86_64.int8_matmul_executor import INT8_MACS_PER_NS
 from snippets_x86_64.int8_mha import COLS, Int8MHAPlan, MHAGeometry, evaluate_side, int8_mha_function
+from snippets_x86_64.asm import Function, qword, r8, r9, r12, rax, rbx, rcx, rdi, rdx, rsi
+from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
+from snippets_x86_64.jit import JitFunction
+from snippets_x86_64.native_pool import SplitCall, split_items
 from snippets_x86_64.quantize_int8 import quantize_function, quantize_params
-from snippets_x86_64.runtime import POOL, TARGET_NAME
+from snippets_x86_64.runtime import TARGET_NAME
+from snippets_x86_64.runtime import _address
+
+#: qwords of one call record of a call table: the function, its six integer arguments, padding
+RECORD = 8
+
+
+def build_call_table(records: int) -> JitFunction:
+    """``calls(unused, args, start, count)``, a native-pool harness: items ``start .. start + count`` of the call
+    table at ``args[0]``, each ``records`` records ``[f, a0, .., a5, 0]``, calling ``f(a0, .., a5)`` (a record
+    whose ``f`` is 0 is skipped: a thread with no rows of a tensor to quantize)."""
+    fn = Function("int8_mha_calls", args=("unused", "args", "start", "count"))
+    fn.imul(rbx, fn.arg("start"), records * RECORD * 8)
+    fn.add(rbx, qword[fn.arg("args")])
+    fn.mov(r12, fn.arg("count"))
+    fn.test(r12, r12)
+    fn.jz(fn.exit)
+    top = fn.label("int8_mha_calls.item")
+    for r in range(records):
+        skip = fn.new_label(f"int8_mha_calls.skip{r}")
+        fn.mov(rax, qword[rbx])
+        fn.test(rax, rax)
+        fn.jz(skip)
+        for i, reg in enumerate((rdi, rsi, rdx, rcx, r8, r9)):
+            fn.mov(reg, qword[rbx + 8 * (i + 1)])
+        fn.call(rax)
+        fn.bind(skip)
+        fn.add(rbx, RECORD * 8)
+    fn.dec(r12)
+    fn.jnz(top)
+    return fn.finalize(None, HARNESS_ARGTYPES)
+
+
+class _CallTable:
+    """A call table run over fixed chunks of items on the native pool (chunk 0 on the caller): one native call
+    per phase, no Python per head, no thread pool hand-over through Python (a sleeping Python worker takes
+    20-60 us to wake on a VM, more than the quantizing it would do)."""
+
+    def __init__(self, records: int, chunks: list[tuple[int, int]]) -> None:
+        kernel = FUNCTION_CACHE.get("int8_mha_calls", records, lambda: build_call_table(records), HARNESS_ARGTYPES)
+        self.split = SplitCall(kernel, 1, chunks)
+
+    def run_chunks_to(self, chunks: list[tuple[int, int]], table: np.ndarray) -> None:
+        self.split.run_chunks(chunks if chunks != self.split.chunks else self.split.chunks, [_address(table)])
+
 
 class Int8MHAExecutor:
     """Runs one int8 MHA Subgraph (see the module docstring); ``threads`` split its heads."""
@@ -50,6 +99,11 @@ class Int8MHAExecutor:
         self._side_version = 0
         self._sides: np.ndarray | None = None
         self._sides_key: tuple[int, int, int] | None = None
+        #: the call-table runners, per (phase, thread count)
+        self._runners: dict[tuple[int, int], _CallTable] = {}
+        #: the call tables' offsets for the last shape (and scratch addresses)
+        self._tables_key: tuple[Any, ...] | None = None
+        self._tables: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.uint64), np.zeros(0, np.uint64))
 
     def _check(self, x: np.ndarray, what: str) -> np.ndarray:
         if x.dtype != np.float32 or x.ndim != 4:
@@ -102,31 +156,57 @@ class Int8MHAExecutor:
         nb = b * h
         sides = self.side_vectors(side, b, s)
         fn = int8_mha_function(p, g)
-        qs, ks, vs, os_ = qv.strides, kt.strides, vv.strides, ov.strides
         parts = self.parts(nb, m, s, d + e)
         scratch = [self.scratch(g, t, m, s) for t in range(parts)]
-        # the addresses once (``ndarray.ctypes`` costs microseconds per access)
-        q0, k0, v0, o0, s0 = (x.ctypes.data for x in (qb, kb, vb, out, sides))
-        calls = [(q0 + bi * qs[0] + hi_ * qs[1], k0 + bi * ks[0] + hi_ * ks[1], v0 + bi * vs[0] + hi_ * vs[1],
-                  o0 + bi * os_[0] + hi_ * os_[1], s0 + bi * sides.strides[0]) for i in range(nb)
-                 for bi, hi_ in [divmod(i, h)]]
-        scr = [x.ctypes.data for x in scratch]
-        quant = [(quantize_function(x.shape[-1]), x.ctypes.data, q.ctypes.data, x.shape[-1], x.size // x.shape[-1],
-                  prm.ctypes.data) for x, q, prm in zip(xs, (qb, kb, vb), self.params, strict=True)]
-
-        def quantize(t: int) -> None:  # rows of Q, K, V: each thread a share of every tensor
-            for f, x0, y0, k, rows, prm in quant:
-                lo, hi = rows * t // parts, rows * (t + 1) // parts
-                if hi > lo:
-                    f(x0 + lo * k * 4, y0 + lo * k, hi - lo, prm)
-
-        def run(t: int) -> None:  # heads lo..hi: the kernel repacks K^T and V into this thread's scratch
-            for i in range(nb * t // parts, nb * (t + 1) // parts):
-                fn(*calls[i], scr[t])
-
-        POOL.run([lambda t=t: quantize(t) for t in range(parts)])
-        POOL.run([lambda t=t: run(t) for t in range(parts)])
+        q0, k0, v0, o0, s0 = (_address(x) for x in (qb, kb, vb, out, sides))
+        scr = tuple(_address(x) for x in scratch)
+        chunks = split_items(nb, parts)
+        key = (qv.shape, qv.strides, kt.shape, kt.strides, vv.shape, vv.strides, ov.shape, ov.strides, sides.shape,
+               scr, id(fn))
+        if self._tables_key != key:
+            self._tables = self._call_tables(fn, xs, (qv, kt, vv, ov, sides), scr, chunks)
+            self._tables_key = key
+        quant_off, heads_off = self._tables
+        # the call's arrays: their addresses added to the offsets (one add per table)
+        quant = quant_off + np.array([[0, _address(x), y, 0, 0, 0, 0, 0] for x, y in zip(xs, (q0, k0, v0),
+                                                                                        strict=True)], np.uint64)
+        heads = heads_off + np.array([0, q0, k0, v0, o0, s0, 0, 0], np.uint64)
+        self._calls(1, [(t, 1) for t in range(parts)]).run_chunks_to([(t, 1) for t in range(parts)], quant)
+        self._calls(0, chunks).run_chunks_to(chunks, heads)
         return [out]
+
+    def _call_tables(self, fn: JitFunction, xs: list[np.ndarray], views: tuple[np.ndarray, ...],
+                     scr: tuple[int, ...], chunks: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        """The call tables of a shape, with byte offsets where the call's arrays go (added per call): per thread
+        three quantizing records (its rows of Q, K and V), per head the kernel's record."""
+        parts = len(scr)
+        quant = np.zeros((parts, 3, RECORD), np.uint64)
+        for j, (x, prm) in enumerate(zip(xs, self.params, strict=True)):
+            k, rows = x.shape[-1], x.size // x.shape[-1]
+            bounds = np.arange(parts + 1, dtype=np.uint64) * np.uint64(rows) // np.uint64(parts)
+            quant[:, j, 0] = np.where(bounds[1:] > bounds[:-1], quantize_function(k).address, 0)
+            quant[:, j, 1] = bounds[:-1] * np.uint64(k * 4)
+            quant[:, j, 2] = bounds[:-1] * np.uint64(k)
+            quant[:, j, 3] = bounds[1:] - bounds[:-1]
+            quant[:, j, 4] = _address(prm)
+        qv, kt, vv, ov, sides = views
+        nb, h = qv.shape[0] * qv.shape[1], qv.shape[1]
+        heads = np.zeros((nb, RECORD), np.uint64)
+        bi, hi_ = np.divmod(np.arange(nb, dtype=np.uint64), np.uint64(h))
+        heads[:, 0] = fn.address
+        for col, x in enumerate((qv, kt, vv, ov), 1):
+            heads[:, col] = bi * np.uint64(x.strides[0]) + hi_ * np.uint64(x.strides[1])
+        heads[:, 5] = bi * np.uint64(sides.strides[0])
+        for (start, count), at in zip(chunks, scr, strict=True):
+            heads[start : start + count, 6] = at
+        return quant, heads
+
+    def _calls(self, kind: int, chunks: list[tuple[int, int]]) -> _CallTable:
+        """The call-table runner of ``kind`` (0: heads, 1: quantizing) for this split."""
+        runner = self._runners.get((kind, len(chunks)))
+        if runner is None:
+            runner = self._runners[(kind, len(chunks))] = _CallTable(3 if kind else 1, chunks)
+        return runner
 
     def side_vectors(self, side: list[np.ndarray], b: int, s: int) -> np.ndarray:
         """The side vectors in groups of 64 columns, as the kernel walks them: [batch, group, side, 64]; rebuilt

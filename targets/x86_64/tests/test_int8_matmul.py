@@ -65,10 +65,11 @@ def pv_model(d: int, gb: str, heads: int = 3) -> bytes:
 
 
 def _q(x: np.ndarray, grid: tuple[bool, float, int]) -> np.ndarray:
-    """QuantizeLinear then DequantizeLinear in float64 (round half to even, saturate)."""
+    """QuantizeLinear then DequantizeLinear (round half to even, saturate): ``x / scale`` in float32 as the
+    operator computes it (onnxruntime, onnx's reference), the rest in float64."""
     signed, scale, zp = grid
     lo, hi = (-128, 127) if signed else (0, 255)
-    q = np.clip(np.rint(x.astype(np.float64) / np.float64(np.float32(scale))) + zp, lo, hi)
+    q = np.clip(np.rint((x.astype(np.float32) / np.float32(scale)).astype(np.float64)) + zp, lo, hi)
     return (q - zp) * np.float64(np.float32(scale))
 
 

@@ -76,12 +76,14 @@ def attention_model(d: int, grids: dict[str, tuple[bool, float, int]], heads: in
 
 
 def _q(x: np.ndarray, grid: tuple[bool, float, int]) -> np.ndarray:
-    """QuantizeLinear then DequantizeLinear in float64 (round half to even, saturate), stored as the float32
-    tensor the graph holds."""
+    """QuantizeLinear then DequantizeLinear (round half to even, saturate), stored as the float32 tensor the
+    graph holds: ``x / scale`` in float32 as the operator computes it (onnxruntime, onnx's reference), the rest in
+    float64."""
     signed, scale, zp = grid
     lo, hi = (-128, 127) if signed else (0, 255)
     s = np.float64(np.float32(scale))
-    return ((np.clip(np.rint(x.astype(np.float64) / s) + zp, lo, hi) - zp) * s).astype(np.float32)
+    q = np.rint((np.asarray(x, np.float32) / np.float32(scale)).astype(np.float64))
+    return ((np.clip(q + zp, lo, hi) - zp) * s).astype(np.float32)
 
 
 def _f32(x: np.ndarray) -> np.ndarray:
@@ -124,13 +126,21 @@ def compile_int8(model: bytes, threads: int = 1) -> Any:
 
 
 def assert_steps(got: np.ndarray, want: np.ndarray, step: float) -> None:
-    """Within the quantization tolerance: at most 1% of the elements off, by at most 2 output steps. The chain
-    requantizes five times; a value within float32 rounding of a step boundary (~1e-5 of a step: the FakeQuantize
-    decomposition multiplies by 1/scale where onnxruntime divides) lands on the other step and moves its row of
-    probabilities by one step, its row of outputs by up to 2 (our f32 MHA kernel lands on the same values)."""
+    """Within the quantization tolerance (issue 13): at most 1% of the elements one output step off, none more.
+
+    Against onnxruntime the kernel computes what onnxruntime computes, rounding where it rounds: QuantizeLinear's
+    ``x / scale`` (a multiply with an exact FMA correction, bit for bit a divide), DequantizeLinear's
+    ``(q - zp) * scale``, MLAS's softmax (its exp polynomial and its summation order, so every probability is
+    onnxruntime's bit for bit). What cannot be matched: onnxruntime's two MatMuls sum float32 products in
+    float32 (MLAS's SGEMM order), the kernel sums the integers exactly; where a score or an output lies within
+    that float32 error (~1e-6 relative) of a rounding tie of the next requantization the two land on
+    neighbouring steps (a score one step off moves its row of probabilities by at most a step, an output one step
+    off is one step). Measured: no output differs from onnxruntime on this file's attentions, seeds and lengths
+    (1.9 million outputs), nor from the float64 model (float64 sums and exp; x / scale in float32, as the
+    operator defines it)."""
     assert got.shape == want.shape
     steps = np.abs(np.rint(got.astype(np.float64) / step) - np.rint(want.astype(np.float64) / step))
-    assert steps.max() <= 2, f"{int(steps.max())} steps off"
+    assert steps.max() <= 1, f"{int(steps.max())} steps off"
     assert (steps > 0).mean() <= 0.01, f"{int((steps > 0).sum())} of {steps.size} off"
 
 
@@ -186,7 +196,25 @@ def test_mask_changes_between_calls_and_two_threads() -> None:
     cm = compile_int8(model, threads=2)
     for masked in (0, 40, 5):
         f = feeds(128, 64, heads=4, seed=masked, masked=masked)
-        assert_steps(cm(f)["y"], want_float64(f, GRIDS, False), GRIDS["o"][1])
+        got = cm(f)["y"]
+        assert_steps(got, want_float64(f, GRIDS, False), GRIDS["o"][1])
+        assert_steps(got, _ort(model, f), GRIDS["o"][1])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_matches_onnxruntime_at_every_length_batch_and_thread_count(threads: int) -> None:
+    """One compiled model (dynamic batch and sequence) against onnxruntime on the same QDQ file: lengths from 1
+    to 384 (blocks of 32 rows, groups of 64 columns and their tails), batch 1 and 2 (a mask per sentence), heads
+    split between 1 or 2 threads, u8 and s8 grids: at most 1% one step off, none more (measured: none off)."""
+    for grids in (GRIDS, {**GRIDS, **SIGNED}):
+        model = attention_model(64, grids, heads=4)
+        cm = compile_int8(model, threads=threads)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+        for s, batch in ((1, 2), (7, 1), (64, 2), (77, 2), (128, 1), (129, 2), (384, 2)):
+            f = feeds(s, 64, heads=4, seed=s + batch, masked=s // 5, batch=batch)
+            assert_steps(cm(f)["y"], sess.run(None, f)[0], grids["o"][1])
 
 
 def test_off_by_config_and_unquantized_v_stays_f32_with_reason() -> None:
@@ -246,10 +274,22 @@ def test_executor_stays_inside_its_arrays(at: str, s: int, d: int) -> None:
     assert_steps(out, want_float64(f, GRIDS, False), GRIDS["o"][1])
 
 
+def assert_same_bits(chain: tuple[Any, ...], short: tuple[Any, ...], x: np.ndarray) -> None:
+    """Two row-op chains give the same float32 bits on ``x`` (as the kernel computes each op)."""
+    from snippets_x86_64.int8_mha import _f32_op
+
+    a, b = x, x
+    for op in chain:
+        a = _f32_op(op, a)
+    for op in short:
+        b = _f32_op(op, b)
+    np.testing.assert_array_equal(a.view(np.int32), b.view(np.int32))
+
+
 def test_chain_simplification_is_bit_exact() -> None:
     """The clamps moved and merged, the power-of-two divide made a multiply: the same float32 bits as the chain
     as written (three decomposed FakeQuantizes, a divide by 8), on values across and beyond the grids."""
-    from snippets_x86_64.int8_mha import RowOp, _f32_op, simplify
+    from snippets_x86_64.int8_mha import RowOp, simplify
 
     def fq(lo: float, hi: float, levels: int = 256) -> list[RowOp]:
         scale = (levels - 1) / (hi - lo)
@@ -262,12 +302,7 @@ def test_chain_simplification_is_bit_exact() -> None:
     assert len(short) < len(chain) and not any(op.op == "Divide" for op in short)
     x = np.concatenate([np.linspace(-60, 60, 200_001), np.random.default_rng(0).standard_normal(10_000) * 30]
                        ).astype(np.float32)
-    a, b = x, x
-    for op in chain:
-        a = _f32_op(op, a)
-    for op in short:
-        b = _f32_op(op, b)
-    np.testing.assert_array_equal(a.view(np.int32), b.view(np.int32))
+    assert_same_bits(chain, short, x)
 
 
 class _Calibration:
@@ -365,3 +400,108 @@ def test_query_rows_and_sequence_differ(m: int, s: int) -> None:
     assert got.shape == (1, 2, m, 16)
     assert_steps(got, want_float64(f, GRIDS, False), GRIDS["o"][1])
     assert_steps(got, _ort(model, f), GRIDS["o"][1])
+
+
+def _divide_function(c: float, corrected: bool, bounded: bool = True) -> Any:
+    """f(x, y, vectors): y = x / c on 16-float vectors, by the chain's corrected multiply or by vdivps."""
+    import ctypes
+
+    from snippets_x86_64.asm import Function, zmm0, zmm1
+    from snippets_x86_64.emitters.base import f32
+    from snippets_x86_64.emitters.math import emit_divide
+
+    fn = Function("divide", args=("x", "y", "n"))
+    x, y, n = fn.args
+    top = fn.label("divide.top")
+    fn.vmovups(zmm0, x + 0)
+    if not corrected or not emit_divide(fn, zmm0, zmm1, c, bounded):
+        fn.vdivps(zmm0, zmm0, f32(fn, c))
+    fn.vmovups(y + 0, zmm0)
+    fn.add(x, 64)
+    fn.add(y, 64)
+    fn.dec(n)
+    fn.jnz(top)
+    return fn.finalize(None, (ctypes.c_void_p,) * 3)
+
+
+def _divide(c: float, x: np.ndarray, corrected: bool, bounded: bool = True) -> np.ndarray:
+    x = np.ascontiguousarray(x, np.float32)
+    y = np.empty_like(x)
+    _divide_function(c, corrected, bounded)(x.ctypes.data, y.ctypes.data, x.size // 16)
+    return y
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_corrected_multiply_divides_as_vdivps_on_every_tie(bounded: bool) -> None:
+    """The chain's ``x / c`` (a multiply by 1/c and Markstein's FMA correction, in place of vdivps) is the
+    correctly rounded quotient, bit for bit vdivps's, on the values where it matters: each tie ``(k + 0.5) c`` of
+    the grids (k in [-600, 600]) and its 8 float neighbours each side, for the tests' scales, onnxruntime-like
+    calibration scales and random ones, plus random values of every magnitude; unbounded (after a mask), +-inf
+    and +-float_max too."""
+    rng = np.random.default_rng(0)
+    scales = [g[1] for g in GRIDS.values()] + [g[1] for g in SIGNED.values()] + [1 / 255, 0.1, 0.3, 3.0, 1 / 3]
+    scales += list(rng.uniform(1e-4, 1.0, 40)) + list(np.exp(rng.uniform(-12, 8, 40)))
+    k = np.arange(-600, 601, dtype=np.float64) + 0.5
+    for c in scales:
+        c = float(np.float32(c))
+        ties = (k * c).astype(np.float32)
+        near = [ties]
+        up, down = ties, ties
+        for _ in range(8):
+            up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
+            near += [up, down]
+        near.append((rng.standard_normal(4096) * np.exp(rng.uniform(-20, 20, 4096))).astype(np.float32))
+        x = np.concatenate(near)
+        x = np.concatenate([x, np.zeros(-x.size % 16, np.float32)])
+        want = _divide(c, x, corrected=False)
+        np.testing.assert_array_equal(_divide(c, x, True, bounded).view(np.int32), want.view(np.int32),
+                                      err_msg=f"scale {c!r}")
+    if not bounded:
+        x = np.array([-np.inf, np.inf, np.finfo(np.float32).min, np.finfo(np.float32).max] * 4, np.float32)
+        for c in (0.05, 1 / 255, 40.0, 1.0000001):
+            np.testing.assert_array_equal(_divide(c, x, True, False), _divide(c, x, False))
+
+
+def test_probabilities_skip_their_clamp_only_when_every_probability_lands_inside_the_grid() -> None:
+    """The kernel drops the u8/s8 clamp of the probabilities' integers when [0, 1 + 2^-23] maps inside the grid
+    (1/255 u8 and s8: 0..255, -128..127), and keeps it for a scale that would wrap in vpmovdb (1/300) or a grid
+    whose zero point pushes 1.0 past its top."""
+    from snippets_x86_64.int8_mha import RowOp, probabilities_in_range
+
+    chain = (RowOp("Divide", const=float(np.float32(1 / 255))), RowOp("Round"))
+    assert probabilities_in_range(chain, (0, 0, 255)) and probabilities_in_range(chain, (-128, -128, 127))
+    assert not probabilities_in_range((RowOp("Divide", const=float(np.float32(1 / 300))), RowOp("Round")),
+                                      (0, 0, 255))
+    assert not probabilities_in_range(chain, (10, 0, 255))
+    assert not probabilities_in_range((RowOp("Multiply", const=-1.0), RowOp("Round")), (0, -255, 255))
+
+
+@pytest.mark.parametrize("d", [7, 64])
+def test_requantization_between_rounds_folds_bit_exactly(d: int) -> None:
+    """fold_requantize makes ``Round, * s0, (/ sqrt(d)), / s1, Round`` one multiply: the scores chain up to the mask,
+    folded and not, give the same float32 bits on values across and far beyond the grids (the first Round's
+    integers from -2^20 to 2^20 and between)."""
+    from snippets_x86_64.int8_mha import RowOp, fold_requantize, plan_int8_mha, simplify
+
+    cm = compile_int8(attention_model(d, GRIDS))
+    (sg,) = [sg for sg in cm.subgraphs if "SnippetsInt8MHAInputGrids" in sg.rt_info]
+    plan = plan_int8_mha(sg.body, sg.rt_info["SnippetsInt8MHAInputGrids"])
+    assert sum(op.op == "Divide" for op in plan.scores) == 2  # s1's divide folded away (s0's, s2's remain)
+    # the chain as written, simplified but not folded: s0's QuantizeLinear .. s1's clamp
+    body = [op for op in plan.scores]
+    head = body[: next(i for i, op in enumerate(body) if op.side >= 0)]
+    unfolded: list[RowOp] = []
+    scale_s1 = GRIDS["s1"][1]
+    for op in head:  # rebuild: the folded multiply is * s0 / sqrt(d) / s1 before the fold
+        if op.op == "Multiply" and unfolded and unfolded[-1].op == "Round" and len(unfolded) == 2:
+            unfolded += [RowOp("Multiply", const=float(np.float32(GRIDS["s0"][1]))),
+                         RowOp("Divide", const=float(np.float32(np.sqrt(d)))),
+                         RowOp("Divide", const=float(np.float32(scale_s1)))]
+        else:
+            unfolded.append(op)
+    unfolded_t = simplify(tuple(unfolded))
+    assert fold_requantize(unfolded_t) == tuple(head)
+    rng = np.random.default_rng(d)
+    x = np.concatenate([np.linspace(-300, 300, 400_001), rng.standard_normal(100_000) * 50,
+                        np.arange(-(1 << 20), 1 << 20, 7) * np.float64(GRIDS["s0"][1])]).astype(np.float32)
+    assert_same_bits(unfolded_t, tuple(head), x)

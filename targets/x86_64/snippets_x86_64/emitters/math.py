@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
+
 from snippets_x86_64.asm import CMP_PREDICATES, Assembler, VecReg
 from snippets_x86_64.emitters.base import (
     DEFAULT_NAN,
@@ -493,3 +495,27 @@ def emit_sign(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
         qnan=QNAN, snan=QNAN, zero=INPUT, one=PLUS_ONE, ninf=MINUS_ONE, pinf=PLUS_ONE, neg=MINUS_ONE, pos=PLUS_ONE
     )
     a.vfixupimmps(dst, src, i32(a, table), 0)
+
+
+def emit_divide(a: Assembler, x: VecReg, t: VecReg, c: float, bounded: bool = True) -> bool:
+    """``x = x / c`` correctly rounded (as ``vdivps``, which QuantizeLinear uses) without a divide: ``q = x * r``
+    with ``r = RN(1 / c)``, the exact residual ``x - q c`` (an FMA), ``q + residual * r`` (Markstein's correction:
+    with ``r`` correctly rounded and ``q`` within an ulp, the result is the correctly rounded quotient; checked
+    against ``vdivps`` on every tie of 95 scales and their neighbours in test_int8_mha.py). QuantizeLinear's
+    requantization (``x / y_scale``) through it rounds as onnxruntime's. Three multiply-adds pipeline where a
+    divide holds the divider ~5x as long. ``t`` is clobbered. Where ``x`` may be infinite or huge (a mask of -inf
+    or float_min added, ``bounded`` False), ``q`` overflows to +-inf and the residual is NaN: a ``vfixupimmps``
+    then takes ``q`` (the quotient vdivps gives). False (nothing emitted) for a ``c`` whose reciprocal is not a
+    normal float32 (the caller divides)."""
+    c32 = np.float32(c)
+    with np.errstate(all="ignore"):
+        r = np.float32(1.0) / c32
+    tiny = np.finfo(np.float32).tiny
+    if c32 == 0 or not np.isfinite(c32) or not np.isfinite(r) or abs(r) < tiny or abs(c32) < tiny:
+        return False
+    a.vmulps(t, x, f32(a, float(r)))
+    a.vfnmadd231ps(x, t, f32(a, float(c32)))  # x - q c, exact
+    a.vfmadd132ps(x, t, f32(a, float(r)))  # residual * r + q
+    if not bounded:  # q infinite: the residual was NaN, the quotient is q
+        a.vfixupimmps(x, t, i32(a, fixup_table(ninf=INPUT, pinf=INPUT)), 0)
+    return True
