@@ -76,7 +76,9 @@ class Int8FCSpec:
     #: a convolution's ops after the dequantization (and the bias), in order, each ``(kind, parameters)``:
     #: ``("fq", (scale, lo, hi))`` a Q->DQ pair on a per-tensor grid (``clamp(rint(v / scale), lo, hi) * scale``),
     #: ``("mul_c", m)`` / ``("add_c", m)`` by per-channel f32 vectors, ``("relu", None)``, ``("residual", i)``
-    #: the Add of Subgraph input ``i`` (the output's shape)
+    #: the Add of Subgraph input ``i`` (the output's shape), ``("clamp", (lo, hi))``, ``("prelu", slope)`` /
+    #: ``("prelu_c", m)``, ``("hswish", None)``, ``("sigmoid", None)``, ``("swish", (beta, gate))``: ``x *
+    #: sigmoid(beta x)`` with ``gate`` None or the ``(scale, lo, hi)`` of a Q->DQ pair on the sigmoid
     post_ops: tuple[tuple[str, Any], ...] = ()
 
     @property
@@ -237,15 +239,51 @@ def _channel_constant(node: Node, prev: Node, m: int) -> np.ndarray | None:
 _CHANNEL_OPS = {"Multiply": "mul_c", "Add": "add_c", "Subtract": "add_c"}
 
 
+def _fq_params(grid: Any) -> tuple[float, float, float]:
+    """(scale, lo, hi) of a per-tensor grid: ``clamp(rint(v / scale), lo, hi) * scale`` is its Q->DQ pair."""
+    qmin, qmax = QUANT_RANGES[grid.qtype]
+    return float(grid.scale), float(qmin - grid.zero_point), float(qmax - grid.zero_point)
+
+
+def _swish_gate(last: Node, live: set[int]) -> tuple[list[Node], Any] | None:
+    """``last * Sigmoid(last)``, the gate maybe through a Q->DQ pair (a QDQ model's swish): (the nodes, Sigmoid
+    first and the Multiply last; the gate's (scale, lo, hi) or None), when those are ``last``'s only readers."""
+    ts = _targets(last.outputs[0], live)
+    sig = next((t.node for t in ts if t.node.type_name == "Sigmoid"), None)
+    mul = next((t.node for t in ts if t.node.type_name == "Multiply"), None)
+    if len(ts) != 2 or sig is None or mul is None:
+        return None
+    nodes, gate, grid = [sig], sig, None
+    fq = _sole_consumer(sig.outputs[0], live, "FakeQuantize")
+    if fq is not None:
+        found = _fq_group(fq, live)
+        if found is None:
+            return None
+        nodes += found[0]
+        gate, grid = found[0][-1], _fq_params(found[1])
+    if _sole_consumer(gate.outputs[0], live, "Multiply") is not mul or \
+            {i.source.node.id for i in mul.inputs} != {last.id, gate.id}:
+        return None
+    return [*nodes, mul], grid
+
+
 def _conv_post_ops(last: Node, live: set[int], out_shape: tuple[int, ...]) -> tuple[list[Node], list[tuple[str, Any]]]:
     """The chain after an int8 convolution (and its bias) that its kernel applies in registers, each op the sole
     consumer of the one before: FakeQuantizes on per-tensor grids, per-channel multiplies/adds by constants (a
-    BatchNormalization), Relu, and one residual Add of a tensor of the output's shape. Returns (nodes, post_ops)
-    with the residual as its Output (``_fuse`` turns it into the Subgraph input index)."""
+    BatchNormalization), one residual Add of a tensor of the output's shape, and the f32 convolution's
+    activations (Relu, Clamp, PRelu, HSwish, Sigmoid, Swish and ``x * Sigmoid(x)``, its gate maybe through a
+    Q->DQ pair). Returns (nodes, post_ops) with the residual as its Output (``_fuse`` turns it into the Subgraph
+    input index)."""
     m = out_shape[1]
     nodes: list[Node] = []
     ops: list[tuple[str, Any]] = []
     while True:
+        swish = _swish_gate(last, live)
+        if swish is not None:
+            nodes += swish[0]
+            ops.append(("swish", (1.0, swish[1])))
+            last = swish[0][-1]
+            continue
         ts = _targets(last.outputs[0], live)
         if len(ts) != 1:
             break
@@ -256,13 +294,23 @@ def _conv_post_ops(last: Node, live: set[int], out_shape: tuple[int, ...]) -> tu
             if found is None:
                 break
             group, grid = found
-            qmin, qmax = QUANT_RANGES[grid.qtype]
             nodes += group
-            ops.append(("fq", (float(grid.scale), float(qmin - grid.zero_point), float(qmax - grid.zero_point))))
+            ops.append(("fq", _fq_params(grid)))
             last = group[-1]
             continue
         if t == "Relu":
             ops.append(("relu", None))
+        elif t == "Clamp":
+            ops.append(("clamp", (float(nxt.min), float(nxt.max))))  # type: ignore[attr-defined]
+        elif t in ("HSwish", "Sigmoid"):
+            ops.append((t.lower(), None))
+        elif t == "Swish":
+            beta = _const(nxt.inputs[1].source) if len(nxt.inputs) == 2 else np.ones(1, np.float32)
+            if beta is None or beta.size != 1:
+                break
+            ops.append(("swish", (float(beta.reshape(())), None)))
+        elif t == "PRelu" and nxt.inputs[0].source.node is last and (v := _channel_constant(nxt, last, m)) is not None:
+            ops.append(("prelu", float(v[0])) if np.all(v == v[0]) else ("prelu_c", v))
         elif t in _CHANNEL_OPS and (v := _channel_constant(nxt, last, m)) is not None:
             ops.append((_CHANNEL_OPS[t], -v if t == "Subtract" else v))
         elif t == "Add" and not any(k == "residual" for k, _ in ops):

@@ -34,6 +34,7 @@ from snippets_core.ir.ops.quantize import dynamic_quantization_grid
 from snippets_core.runtime.placement import Placement
 from snippets_core.tokenization.tokenize_int8_fc_snippets import DYNAMIC, F32, QUANTIZED, Int8FCSpec
 from snippets_x86_64.aligned import empty_aligned
+from snippets_x86_64.conv import PostOp
 from snippets_x86_64.conv_executor import split_items
 from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, post_params, \
     requant_params
@@ -79,7 +80,8 @@ class Int8ConvExecutor:
         g = spec.conv
         assert g is not None
         self.spec, self.threads = spec, max(1, threads)
-        self.post_ops = tuple(kind for kind, _ in spec.post_ops)
+        #: the kernel's post-ops (constants compiled in) and the values its post-op block holds
+        self.post_ops, post_values = kernel_post_ops(spec.post_ops)
         self.residual_index = spec.residual_index()
         kh, kw = g.kernel
         cg = spec.k // (kh * kw)
@@ -100,8 +102,7 @@ class Int8ConvExecutor:
             self.qparams = self._qparams(spec.a_scale, spec.a_zero_point)
         self.requant = requant_params(spec.y_scale, spec.y_zero_point, self.output) if self.output != F32 else None
         one = self.shape(1)
-        self.post = post_params(one, [None if k in ("relu", "residual") else v for k, v in spec.post_ops]) \
-            if spec.post_ops else None
+        self.post = post_params(one, post_values) if spec.post_ops else None
         self.copy = quantize_pixels_function(g.spatial[1], c, self.shape(1).cp) if spec.source != QUANTIZED \
             else None
         #: a stem (1..4 channels, one group: 4 bytes a pixel) quantizes its NCHW x straight from the planes, so
@@ -154,7 +155,7 @@ class Int8ConvExecutor:
             raise InputError(f"the int8 convolution takes {np.dtype(self.in_dtype)} [N, {self.channels}, "
                              f"{g.spatial[0]}, {g.spatial[1]}], got {x.dtype} {list(x.shape)}")
         residual = None
-        if "residual" in self.post_ops:
+        if self.residual_index is not None:
             r = np.asarray(args[self.residual_index])
             residual = r.transpose(0, 2, 3, 1)
             if not residual.flags.c_contiguous or residual.dtype != np.float32:
@@ -214,13 +215,34 @@ class Int8ConvExecutor:
         assert g is not None
         how = "copied" if s.source == QUANTIZED else "quantized (JIT) into it" + \
             (" from NCHW planes" if self.planes is not None else "")
-        post = "".join(f", {op}" for op in self.post_ops)
+        post = "".join(f", {kind}" for kind, _ in s.post_ops)
         # the kernel's own count (a small convolution stays on one thread: estimated_ns)
         used = max((b.kernel.threads for b in self._batches.values()), default=self.threads)
         threads = f", items split over {used} threads" if used > 1 else ""
         return (f"int8 convolution (JIT, VNNI): {s.describe()}; the padded NHWC u8 input {how}, vpdpbusd over "
                 f"the taps, dequantized (+ bias{post}){' and requantized' if self.output != F32 else ''} in registers"
                 f"{threads}")
+
+
+def kernel_post_ops(ops: Sequence[tuple[str, Any]]) -> tuple[tuple[PostOp, ...], list[Any]]:
+    """The int8 kernel's post-ops for a spec's ``(kind, parameters)`` chain: ``conv.PostOp`` with the constants the
+    kernel compiles in (a clamp's bounds, a PRelu's slope, a swish's beta; a swish whose gate passes a Q->DQ pair
+    is a ``qswish``), and one value per op for the post-op block (a grid, a per-channel vector, or None)."""
+    kernel: list[PostOp] = []
+    values: list[Any] = []
+    for kind, v in ops:
+        value = None
+        if kind == "clamp":
+            op = PostOp(kind, lo=v[0], hi=v[1])
+        elif kind == "prelu":
+            op = PostOp(kind, alpha=float(v))
+        elif kind == "swish":
+            op, value = PostOp("swish" if v[1] is None else "qswish", alpha=float(v[0])), v[1]
+        else:  # the grid or the vector of an fq, mul_c, add_c, prelu_c; nothing for the others
+            op, value = PostOp(kind), None if kind in ("relu", "residual", "hswish", "sigmoid") else v
+        kernel.append(op)
+        values.append(value)
+    return tuple(kernel), values
 
 
 def reads_planes(spec: Int8FCSpec) -> bool:

@@ -59,12 +59,12 @@ def _output_step(path: str) -> float:
 
 
 def _compare(path: str, name: str, shape: tuple[int, ...], threads: int, inputs: int = 3,
-             most_steps: int = 1) -> sc.CompiledModel:
-    """compile_model against onnxruntime (basic optimizations), stepwise on the output's grid: at most 1% of the
-    outputs off, by at most ``most_steps``."""
+             most_steps: int = 1, level: str = "BASIC") -> sc.CompiledModel:
+    """compile_model against onnxruntime (basic optimizations, or ``level``), stepwise on the output's grid: at
+    most 1% of the outputs off, by at most ``most_steps``."""
     cm = sc.compile_model(path, TARGET, {"num_threads": threads})
     so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, f"ORT_ENABLE_{level}")
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     step = _output_step(path)
     off = total = 0
@@ -120,6 +120,52 @@ def test_quantized_block_matches_onnxruntime(tmp_path: Path, c: int, mid: int, t
     assert "[reference]" not in d, d
     assert "mul_c, add_c" in d and "residual" in d, d  # BatchNormalization and the residual in the kernel
     assert "u8 out" in d and "(quantized x)" in d, d  # the 1x1 hands the dilated 3x3 its bytes
+
+
+def _activations(c: int, mid: int) -> tuple[onnx.ModelProto, tuple[int, ...]]:
+    """Every activation the f32 convolution fuses, after int8 convolutions: a stem with HardSwish, a Clip, a
+    per-channel PRelu, Sigmoid, and a residual Add then swish ``x * Sigmoid(x)`` (cnn_block's tail), global pooling
+    and a Gemm head. onnxruntime's quantizer puts Q->DQ pairs between them (and folds the Clip into its conv's
+    output grid: the kernel's Clamp is tested in test_conv_int8.py)."""
+    rng = np.random.default_rng(mid)
+    inits = [_w(rng, "w0", (mid, c, 3, 3), 0.2), _w(rng, "b0", (mid,), 0.1), _w(rng, "w1", (mid, mid, 3, 3), 0.1),
+             _w(rng, "w2", (mid, mid, 1, 1), 0.2), _w(rng, "w3", (mid, mid, 3, 3), 0.1), _w(rng, "b3", (mid,), 0.1),
+             nh.from_array(rng.uniform(0.05, 0.3, (mid, 1, 1)).astype(np.float32), "slope"),
+             nh.from_array(np.float32(-1.0), "lo"), nh.from_array(np.float32(2.5), "hi"),
+             _w(rng, "fc", (10, mid), 0.2), _w(rng, "fcb", (10,), 0.1)]
+    nodes = [h.make_node("Conv", ["x", "w0", "b0"], ["c0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             h.make_node("HardSwish", ["c0"], ["a0"]),
+             h.make_node("Conv", ["a0", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             h.make_node("Clip", ["c1", "lo", "hi"], ["a1"]),
+             h.make_node("Conv", ["a1", "w2"], ["c2"], kernel_shape=[1, 1]), h.make_node("PRelu", ["c2", "slope"], ["a2"]),
+             h.make_node("Sigmoid", ["a2"], ["a3"]),
+             h.make_node("Conv", ["a3", "w3", "b3"], ["c3"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             h.make_node("Add", ["c3", "a1"], ["s3"]), h.make_node("Sigmoid", ["s3"], ["g3"]),
+             h.make_node("Mul", ["s3", "g3"], ["a4"]),
+             h.make_node("GlobalAveragePool", ["a4"], ["p"]), h.make_node("Flatten", ["p"], ["f"]),
+             h.make_node("Gemm", ["f", "fc", "fcb"], ["y"], transB=1)]
+    shape = (1, c, 19, 22)
+    g = h.make_graph(nodes, "activations", [h.make_tensor_value_info("x", T.FLOAT, shape)],
+                     [h.make_tensor_value_info("y", T.FLOAT, (1, 10))], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), shape
+
+
+@pytest.mark.parametrize("c,mid", [(3, 24), (16, 40)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_every_conv_activation_runs_in_the_int8_epilogue(tmp_path: Path, c: int, mid: int, threads: int) -> None:
+    """The f32 convolution's activations (HardSwish, Clip, PRelu, Sigmoid, x * Sigmoid(x) with its gate's Q->DQ
+    pair) run in the int8 convolution's kernel, between the Q->DQ pairs, and the global pool reads its NHWC output
+    with no reorder: the model matches onnxruntime at both optimization levels."""
+    model, shape = _activations(c, mid)
+    path = _quantize(tmp_path, model, "x", shape)
+    for level in ("BASIC", "ALL"):
+        cm = _compare(path, "x", shape, threads, level=level)
+    d = cm.describe()
+    assert d.count("int8 convolution (JIT, VNNI)") == 4 and "[reference]" not in d, d
+    for op in ("hswish", "prelu_c, fq, sigmoid", "residual, fq, swish, fq"):
+        assert op in d, (op, d)
+    assert d.count("Reorder") == (0 if c <= 4 else 1) and "reorder_plain" not in d, d  # (x to NHWC when not a stem)
+    assert not any(sg.body_ops[0].type_name == "Sigmoid" for sg in cm.subgraphs), d
 
 
 def test_quantized_resnet50_matches_onnxruntime(tmp_path: Path) -> None:
