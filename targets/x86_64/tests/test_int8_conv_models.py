@@ -59,10 +59,10 @@ def _output_step(path: str) -> float:
 
 
 def _compare(path: str, name: str, shape: tuple[int, ...], threads: int, inputs: int = 3,
-             most_steps: int = 1, level: str = "BASIC") -> sc.CompiledModel:
-    """compile_model against onnxruntime (basic optimizations, or ``level``), stepwise on the output's grid: at
-    most 1% of the outputs off, by at most ``most_steps``."""
-    cm = sc.compile_model(path, TARGET, {"num_threads": threads})
+             most_steps: int = 1, level: str = "BASIC", cm: sc.CompiledModel | None = None) -> sc.CompiledModel:
+    """compile_model (or ``cm``) against onnxruntime (basic optimizations, or ``level``), stepwise on the output's
+    grid: at most 1% of the outputs off, by at most ``most_steps``."""
+    cm = cm or sc.compile_model(path, TARGET, {"num_threads": threads})
     so = ort.SessionOptions()
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, f"ORT_ENABLE_{level}")
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
@@ -201,6 +201,11 @@ def test_quantized_resnet50_matches_onnxruntime(tmp_path: Path) -> None:
     # a step in an early activation moves a logit by a few (measured: 2 of 1000 logits 3 steps off, the rest
     # exact; with bench/model_zoo.py's weights all exact)
     cm = _compare(qpath, name, shape, 1, inputs=1, most_steps=4)
+    # at its default level onnxruntime fuses each Q->DQ pair around a Conv into QLinearConv: integer sums as ours,
+    # then one rounding into the next grid; there the issue's tolerance holds (measured on two inputs: 2 of 2000
+    # logits one step off, the rest exact, where the basic level has 2 three steps off; with bench/model_zoo.py's
+    # weights all exact, against 3 one step off)
+    _compare(qpath, name, shape, 1, inputs=1, level="ALL", cm=cm)
     d = cm.describe()
     assert d.count("int8 convolution (JIT, VNNI)") == 53 and "[reference]" not in d, d
     assert d.count("u8 out") >= 30, d
