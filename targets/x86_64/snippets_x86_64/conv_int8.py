@@ -390,17 +390,24 @@ class Int8ConvKernel:
     items split into one range per thread. ``run`` takes the padded input, the per-channel vectors (comp s32,
     scale and bias f32, as :func:`channel_vector` lays them out) and writes the NHWC output."""
 
-    def __init__(self, geo: Int8ConvShape, w: np.ndarray, threads: int = 1) -> None:
+    def __init__(self, geo: Int8ConvShape, w: np.ndarray, threads: int = 1, first: Int8ConvKernel | None = None) -> None:
+        """``first``: this convolution's kernel for another input shape, whose packed weight this one shares (the
+        panels depend on the channels and the taps only)."""
         from snippets_x86_64.aligned import empty_aligned
         from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
         from snippets_x86_64.native_pool import SplitCall, split_items
 
         self.geo = geo
-        packed, offsets = pack_weights_int8(w, geo)
-        self.packed = empty_aligned(packed.shape, np.int8, 0)
-        self.packed[...] = packed
-        self.table = work_table(geo, offsets)
-        self.kernel = FUNCTION_CACHE.get("conv_int8", geo, lambda: build_int8_conv_kernel(geo), HARNESS_ARGTYPES)
+        if first is None:
+            packed, self.offsets = pack_weights_int8(w, geo)
+            self.packed = empty_aligned(packed.shape, np.int8, 0)
+            self.packed[...] = packed
+        else:
+            self.packed, self.offsets = first.packed, first.offsets
+        self.table = work_table(geo, self.offsets)
+        # the code does not depend on the batch (the table walks the images): one kernel for every batch size
+        key = replace(geo, n=1)
+        self.kernel = FUNCTION_CACHE.get("conv_int8", key, lambda: build_int8_conv_kernel(key), HARNESS_ARGTYPES)
         # a small convolution runs on one thread: waking the other costs more than its half (~4 us a hand-off)
         threads = threads if estimated_ns(geo) >= MIN_NS_PER_THREAD * threads else 1
         self.chunks = split_items(len(self.table), threads)

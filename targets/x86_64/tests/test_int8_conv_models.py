@@ -11,6 +11,7 @@ consecutive convolutions.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -271,3 +272,83 @@ def test_a_stem_quantizes_its_nchw_input_without_a_reorder(tmp_path: Path, c: in
     cm = _compare(_quantize(tmp_path, model, "x", shape), "x", shape, threads, inputs=2)
     d = cm.describe()
     assert d.count("from NCHW planes") == 1 and "x/reorder_NHWC" not in d, d
+
+
+def _dynamic(path: str, tmp_path: Path) -> str:
+    """The QDQ file with its input's batch, H and W (and the output's batch) made symbolic."""
+    m = onnx.load(path)
+    for d, name in zip(m.graph.input[0].type.tensor_type.shape.dim, ("N", None, "H", "W")):
+        if name:
+            d.dim_param = name
+    m.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    del m.graph.value_info[:]
+    out = os.fspath(tmp_path / "dynamic.onnx")
+    onnx.save(m, out)
+    return out
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dynamic_batch_and_image_run_on_the_int8_kernel(tmp_path: Path, threads: int) -> None:
+    """A QDQ CNN with a dynamic batch, H and W: every Conv still runs as an int8 convolution (with its residual),
+    a shape per call, against onnxruntime; a new batch size builds no kernel (the code walks the images through the
+    table), a new H, W one per convolution (kept by the ShapeCache)."""
+    model, shape = _block(3, 17)
+    path = _dynamic(_quantize(tmp_path, model, "x", shape), tmp_path)
+    cm = sc.compile_model(path, TARGET, {"num_threads": threads})
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    step = _output_step(path)
+    off = total = 0
+    for i, s in enumerate([(1, 3, 23, 21), (2, 3, 23, 21), (3, 3, 17, 30), (1, 3, 23, 21), (2, 3, 9, 12)]):
+        x = np.random.default_rng(i).standard_normal(s).astype(np.float32)
+        want, got = sess.run(None, {"x": x})[0], cm({"x": x})["y"]
+        assert got.shape == want.shape == (s[0], 10)
+        steps = np.abs(np.rint(got.astype(np.float64) / step) - np.rint(want.astype(np.float64) / step))
+        assert steps.max() <= 1, s
+        off, total = off + int((steps > 0).sum()), total + steps.size
+    assert off <= 0.01 * total, f"{off} of {total} outputs one step off"
+    d = cm.describe()
+    assert d.count("int8 convolution (JIT, VNNI)") == 4 and "[reference]" not in d, d
+    assert d.count("(H, W per input)") == 4 and "residual" in d and "u8 out" in d, d
+    # (fewer when the process-wide function cache has the kernels already: the other thread count's run)
+    built = re.findall(r"int8 convolution .*4 shape\(s\) kept, (\d+) kernel\(s\) built after the first shape", d)
+    assert len(built) == 4 and all(int(k) <= 2 for k in built), d
+
+
+def test_two_threads_give_the_bytes_of_one(tmp_path: Path) -> None:
+    """The int8 convolutions split their rows between two threads; every output is bit-identical to one thread's."""
+    model, shape = _activations(16, 40)
+    path = _quantize(tmp_path, model, "x", shape)
+    one, two = (sc.compile_model(path, TARGET, {"num_threads": t}) for t in (1, 2))
+    assert "split over 2 threads" in two.describe(), two.describe()
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(one({"x": x})["y"], two({"x": x})["y"])
+
+
+def test_a_kept_output_is_never_overwritten(tmp_path: Path) -> None:
+    """The int8 convolution writes its last output again only when nothing holds it (or a view of it) any more: a
+    model output the caller kept survives the next calls; a dropped one's memory is written again."""
+    rng = np.random.default_rng(5)
+    g = h.make_graph([h.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",
+                     [h.make_tensor_value_info("x", T.FLOAT, (1, 8, 9, 10))],
+                     [h.make_tensor_value_info("y", T.FLOAT, (1, 16, 9, 10))], [_w(rng, "w", (16, 8, 3, 3), 0.2)])
+    path = _quantize(tmp_path, h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), "x", (1, 8, 9, 10))
+    cm = sc.compile_model(path, TARGET, {"tokenization": {"int8_conv_min_macs": 0, "int8_conv_min_channels": 1}})
+    assert "int8 convolution (JIT, VNNI)" in cm.describe(), cm.describe()
+    xs = [rng.standard_normal((1, 8, 9, 10)).astype(np.float32) for _ in range(3)]
+    kept = cm({"x": xs[0]})["y"]
+    first = kept.copy()
+    view = cm({"x": xs[1]})["y"][:, 3:]
+    second = view.copy()
+    cm({"x": xs[2]})
+    np.testing.assert_array_equal(kept, first)
+    np.testing.assert_array_equal(view, second)
+    assert not np.array_equal(first[:, 3:], second)
+    sg = next(s for s in cm.subgraphs if "SnippetsInt8FullyConnected" in s.rt_info)
+    ex = next(st for st in cm._steps if st.node is sg).run
+    ex = getattr(ex, "executor", ex)
+    args = [np.ascontiguousarray(xs[0])] + [None] * (len(sg.inputs) - 1)
+    at = ex(args)[0].__array_interface__["data"][0]  # dropped at once: the next call writes the same memory
+    assert ex(args)[0].__array_interface__["data"][0] == at
