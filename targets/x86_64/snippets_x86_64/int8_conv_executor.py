@@ -22,7 +22,6 @@ in ``reorders``).
 
 from __future__ import annotations
 
-import ctypes
 import sys
 import threading
 from collections.abc import Sequence
@@ -41,12 +40,13 @@ from snippets_x86_64.conv_executor import split_items
 from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, post_params, \
     requant_params
 from snippets_x86_64.quantize_int8 import quantize_params, quantize_pixels_function, quantize_planes_function
-from snippets_x86_64.reorder import run_split
+from snippets_x86_64.native_pool import SplitCall
 from snippets_x86_64.runtime import TARGET_NAME
 from snippets_x86_64.runtime import _address as address  # 0.15 us; .ctypes.data ~2
 
-#: input bytes from which the quantizing copy splits its rows between the threads (a memory-bound pass)
-COPY_SPLIT_BYTES = 1 << 18
+#: input bytes from which the quantizing copy splits its rows between the threads (a memory-bound pass; a two-thread
+#: SplitCall costs ~0.5 us to post, the worker's half of a 64 KiB copy saves ~1 us)
+COPY_SPLIT_BYTES = 1 << 16
 DTYPES = {"f32": np.float32, "u8": np.uint8, "s8": np.int8}
 
 
@@ -79,7 +79,10 @@ class _Batch:
         self.table_at = self.table.ctypes.data
         self.planes_table_at = 0 if self.planes_table is None else self.planes_table.ctypes.data
         big = n * h * w * c * 4 >= COPY_SPLIT_BYTES
-        self.copy_chunks = split_items(n * h, ex.threads if big else 1)
+        chunks = split_items(n * h, ex.threads if big else 1)
+        #: the quantizing copies' dispatch (args: src, dst, table, qparams), made once
+        self.copy_call = None if self.copy is None else SplitCall(self.copy, 4, chunks)
+        self.planes_call = None if self.planes is None else SplitCall(self.planes, 4, chunks)
         self.lock = threading.Lock()
 
 
@@ -214,11 +217,9 @@ class Int8ConvExecutor:
                 inner = xp[:, shape.pt : shape.pt + shape.h, shape.pl : shape.pl + shape.w, : shape.c]
                 np.copyto(inner, xt.view(np.uint8) ^ np.uint8(self.shift) if self.shift else xt)
             elif planar and x.size:  # NCHW f32 planes straight into the 4-byte pixels
-                block = (ctypes.c_uint64 * 4)(address(x), address(xp), b.planes_table_at, address(qparams))
-                run_split(b.planes, ctypes.addressof(block), b.copy_chunks)
+                b.planes_call.run([address(x), address(xp), b.planes_table_at, address(qparams)])
             elif xt.size:
-                block = (ctypes.c_uint64 * 4)(address(xt), address(xp), b.table_at, address(qparams))
-                run_split(b.copy, ctypes.addressof(block), b.copy_chunks)
+                b.copy_call.run([address(xt), address(xp), b.table_at, address(qparams)])
             y = self._output(b, own)
             if s.source == DYNAMIC or b.bound is not vectors:  # the vectors checked once (per call if dynamic)
                 b.kernel.run(xp, y, *vectors, residual, self.requant, self.post)
