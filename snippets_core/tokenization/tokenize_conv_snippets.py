@@ -180,7 +180,7 @@ def _after_primitive(out: Output) -> bool:
     BatchNormalization-Relu): the eltwise Subgraph they become runs in the primitive's layout, so a global pool
     reading ``out`` reads that layout too (were they left plain, AssignLayouts would insert the reorder)."""
     node = out.node
-    while not is_primitive(node):
+    while not is_primitive(node) and not _is_int8_conv(node):
         if node.type_name not in CONV_CHANNEL_OPS | CONV_ACTIVATIONS or len(node.outputs) != 1:
             return False
         main = [i.source for i in node.inputs if constant_value(i.source) is None]
@@ -188,6 +188,14 @@ def _after_primitive(out: Output) -> bool:
             return False
         node = main[0].node
     return True
+
+
+def _is_int8_conv(node: Node) -> bool:
+    """An int8 convolution Subgraph (TokenizeInt8FCSnippets, which runs first): its kernel writes NHWC too."""
+    from snippets_core.tokenization.tokenize_int8_fc_snippets import INT8_FULLY_CONNECTED
+
+    spec = node.rt_info.get(INT8_FULLY_CONNECTED)
+    return spec is not None and spec.conv is not None
 
 
 def _reduces(red: Node, axes: list[int]) -> bool:

@@ -33,6 +33,7 @@ from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.quantize import DEQUANTIZED_FROM, QUANT_RANGES, QUANTIZATION_GRID, QuantizedConstant
 from snippets_core.ir.pass_manager import Pass
+from snippets_core.ir.shape import Shape
 from snippets_core.tokenization.config import TokenizationConfig
 from snippets_core.tokenization.tokenize_mha_snippets import LiveNodes, _build_subgraph, _live_ids, _targets
 
@@ -76,7 +77,9 @@ class Int8FCSpec:
     #: a convolution's ops after the dequantization (and the bias), in order, each ``(kind, parameters)``:
     #: ``("fq", (scale, lo, hi))`` a Q->DQ pair on a per-tensor grid (``clamp(rint(v / scale), lo, hi) * scale``),
     #: ``("mul_c", m)`` / ``("add_c", m)`` by per-channel f32 vectors, ``("relu", None)``, ``("residual", i)``
-    #: the Add of Subgraph input ``i`` (the output's shape)
+    #: the Add of Subgraph input ``i`` (the output's shape), ``("clamp", (lo, hi))``, ``("prelu", slope)`` /
+    #: ``("prelu_c", m)``, ``("hswish", None)``, ``("sigmoid", None)``, ``("swish", (beta, gate))``: ``x *
+    #: sigmoid(beta x)`` with ``gate`` None or the ``(scale, lo, hi)`` of a Q->DQ pair on the sigmoid
     post_ops: tuple[tuple[str, Any], ...] = ()
 
     @property
@@ -102,23 +105,38 @@ class Int8FCSpec:
 
 @dataclass(frozen=True)
 class Int8ConvGeometry:
-    """A 2-D convolution of a static NCHW input: kernel, strides, dilations, the pads (begin, and end grown so
-    that every window is inside the padded input), the input and output spatial sizes and the group count (the
-    weight's GEMM rows are then one group's [kh, kw, c])."""
+    """A 2-D convolution of an NCHW input with static channels: kernel, strides, dilations, the pads (begin, and
+    end grown so that every window is inside the padded input), the input and output spatial sizes (None when H or
+    W is dynamic: :meth:`resolved` gives them per input) and the group count (the weight's GEMM rows are then one
+    group's [kh, kw, c])."""
 
     kernel: tuple[int, int]
     strides: tuple[int, int]
     dilations: tuple[int, int]
     pads_begin: tuple[int, int]
     pads_end: tuple[int, int]
-    spatial: tuple[int, int]
-    out: tuple[int, int]
+    spatial: tuple[int, int] | None
+    out: tuple[int, int] | None
     group: int = 1
+    #: the Convolution's window rule (its pads or auto_pad), which resolves an input's H and W
+    window: Any = field(default=None, compare=False, repr=False)
+
+    def resolved(self, spatial: tuple[int, int]) -> Int8ConvGeometry:
+        """This convolution on an input of ``spatial`` H, W (itself when they are its static ones)."""
+        if spatial == self.spatial:
+            return self
+        outs, pbs, pes = self.window.resolve(spatial)
+        # the end pads grown so that the last window is inside the padded input (a stride that skips the end)
+        ends = tuple(max(pe, (o - 1) * st + (k - 1) * d + 1 - sz - pb) for o, st, k, d, sz, pb, pe in
+                     zip(outs, self.strides, self.kernel, self.dilations, spatial, pbs, pes))
+        return replace(self, pads_begin=tuple(pbs), pads_end=ends, spatial=tuple(spatial),  # type: ignore[arg-type]
+                       out=tuple(outs))  # type: ignore[arg-type]
 
     def describe(self) -> str:
         groups = f" group {self.group}" if self.group > 1 else ""
-        return (f"{self.kernel[0]}x{self.kernel[1]} stride {self.strides[0]}x{self.strides[1]} "
-                f"{self.spatial[0]}x{self.spatial[1]} -> {self.out[0]}x{self.out[1]}{groups}")
+        sizes = "(H, W per input)" if self.spatial is None or self.out is None else \
+            f"{self.spatial[0]}x{self.spatial[1]} -> {self.out[0]}x{self.out[1]}"
+        return f"{self.kernel[0]}x{self.kernel[1]} stride {self.strides[0]}x{self.strides[1]} {sizes}{groups}"
 
 
 class Int8Reject(Exception):
@@ -237,15 +255,51 @@ def _channel_constant(node: Node, prev: Node, m: int) -> np.ndarray | None:
 _CHANNEL_OPS = {"Multiply": "mul_c", "Add": "add_c", "Subtract": "add_c"}
 
 
-def _conv_post_ops(last: Node, live: set[int], out_shape: tuple[int, ...]) -> tuple[list[Node], list[tuple[str, Any]]]:
+def _fq_params(grid: Any) -> tuple[float, float, float]:
+    """(scale, lo, hi) of a per-tensor grid: ``clamp(rint(v / scale), lo, hi) * scale`` is its Q->DQ pair."""
+    qmin, qmax = QUANT_RANGES[grid.qtype]
+    return float(grid.scale), float(qmin - grid.zero_point), float(qmax - grid.zero_point)
+
+
+def _swish_gate(last: Node, live: set[int]) -> tuple[list[Node], Any] | None:
+    """``last * Sigmoid(last)``, the gate maybe through a Q->DQ pair (a QDQ model's swish): (the nodes, Sigmoid
+    first and the Multiply last; the gate's (scale, lo, hi) or None), when those are ``last``'s only readers."""
+    ts = _targets(last.outputs[0], live)
+    sig = next((t.node for t in ts if t.node.type_name == "Sigmoid"), None)
+    mul = next((t.node for t in ts if t.node.type_name == "Multiply"), None)
+    if len(ts) != 2 or sig is None or mul is None:
+        return None
+    nodes, gate, grid = [sig], sig, None
+    fq = _sole_consumer(sig.outputs[0], live, "FakeQuantize")
+    if fq is not None:
+        found = _fq_group(fq, live)
+        if found is None:
+            return None
+        nodes += found[0]
+        gate, grid = found[0][-1], _fq_params(found[1])
+    if _sole_consumer(gate.outputs[0], live, "Multiply") is not mul or \
+            {i.source.node.id for i in mul.inputs} != {last.id, gate.id}:
+        return None
+    return [*nodes, mul], grid
+
+
+def _conv_post_ops(last: Node, live: set[int], out_shape: Shape) -> tuple[list[Node], list[tuple[str, Any]]]:
     """The chain after an int8 convolution (and its bias) that its kernel applies in registers, each op the sole
     consumer of the one before: FakeQuantizes on per-tensor grids, per-channel multiplies/adds by constants (a
-    BatchNormalization), Relu, and one residual Add of a tensor of the output's shape. Returns (nodes, post_ops)
-    with the residual as its Output (``_fuse`` turns it into the Subgraph input index)."""
-    m = out_shape[1]
+    BatchNormalization), one residual Add of a tensor of the output's shape, and the f32 convolution's
+    activations (Relu, Clamp, PRelu, HSwish, Sigmoid, Swish and ``x * Sigmoid(x)``, its gate maybe through a
+    Q->DQ pair). Returns (nodes, post_ops) with the residual as its Output (``_fuse`` turns it into the Subgraph
+    input index). ``out_shape``: the convolution's output (static channels)."""
+    m = int(out_shape[1])  # type: ignore[arg-type]
     nodes: list[Node] = []
     ops: list[tuple[str, Any]] = []
     while True:
+        swish = _swish_gate(last, live)
+        if swish is not None:
+            nodes += swish[0]
+            ops.append(("swish", (1.0, swish[1])))
+            last = swish[0][-1]
+            continue
         ts = _targets(last.outputs[0], live)
         if len(ts) != 1:
             break
@@ -256,19 +310,30 @@ def _conv_post_ops(last: Node, live: set[int], out_shape: tuple[int, ...]) -> tu
             if found is None:
                 break
             group, grid = found
-            qmin, qmax = QUANT_RANGES[grid.qtype]
             nodes += group
-            ops.append(("fq", (float(grid.scale), float(qmin - grid.zero_point), float(qmax - grid.zero_point))))
+            ops.append(("fq", _fq_params(grid)))
             last = group[-1]
             continue
         if t == "Relu":
             ops.append(("relu", None))
+        elif t == "Clamp":
+            ops.append(("clamp", (float(nxt.min), float(nxt.max))))  # type: ignore[attr-defined]
+        elif t in ("HSwish", "Sigmoid"):
+            ops.append((t.lower(), None))
+        elif t == "Swish":
+            beta = _const(nxt.inputs[1].source) if len(nxt.inputs) == 2 else np.ones(1, np.float32)
+            if beta is None or beta.size != 1:
+                break
+            ops.append(("swish", (float(beta.reshape(())), None)))
+        elif t == "PRelu" and nxt.inputs[0].source.node is last and (v := _channel_constant(nxt, last, m)) is not None:
+            ops.append(("prelu", float(v[0])) if np.all(v == v[0]) else ("prelu_c", v))
         elif t in _CHANNEL_OPS and (v := _channel_constant(nxt, last, m)) is not None:
             ops.append((_CHANNEL_OPS[t], -v if t == "Subtract" else v))
         elif t == "Add" and not any(k == "residual" for k, _ in ops):
             other = [i.source for i in nxt.inputs if i.source.node is not last]
             if len(other) != 1 or other[0].node.type_name == "Constant" or other[0].element_type is not \
-                    ElementType.f32 or not other[0].shape.is_static or other[0].shape.to_tuple() != out_shape:
+                    ElementType.f32 or not other[0].shape.rank_is_static or other[0].shape.sym_dims != \
+                    out_shape.sym_dims:  # (a dim unknown on both sides: the kernel checks it per call)
                 break
             ops.append(("residual", other[0]))
         else:
@@ -323,28 +388,28 @@ def _quantized_input(node: Node) -> tuple[list[Node], Output, Any]:
 
 def _conv_geometry(conv: Node, w: np.ndarray, x: Output, types: tuple[ElementType, ...],
                    config: TokenizationConfig | None = None) -> tuple[Int8ConvGeometry, np.ndarray]:
-    """The geometry of a 2-D convolution of the static NCHW ``x`` (of one of ``types``) and its int8 weight
-    ``w`` [M, C/group, KH, KW] as the GEMM's [KH*KW*C/group, M] (rows ordered kh, kw, c). Groups are taken when
-    each has a multiple of 4 input channels (whole VNNI groups: the kernel reads the input's own channel layout);
-    a depthwise convolution stays f32 (one input channel per group: 3 of every 4 multiply-adds wasted)."""
+    """The geometry of a 2-D convolution of the NCHW ``x`` (of one of ``types``; static channels, the batch, H and
+    W may be dynamic) and its int8 weight ``w`` [M, C/group, KH, KW] as the GEMM's [KH*KW*C/group, M] (rows ordered
+    kh, kw, c). Groups are taken when each has a multiple of 4 input channels (whole VNNI groups: the kernel reads
+    the input's own channel layout); a depthwise convolution stays f32 (one input channel per group: 3 of every 4
+    multiply-adds wasted)."""
     shape = x.shape
-    if not shape.is_static or shape.rank != 4 or x.element_type not in types:
-        raise Int8Reject(f"its input is {x.element_type} {shape}; the int8 convolution takes static NCHW "
-                         f"{'/'.join(t.value for t in types)}")
+    if not shape.rank_is_static or shape.rank != 4 or shape[1] is None or x.element_type not in types:
+        raise Int8Reject(f"its input is {x.element_type} {shape}; the int8 convolution takes NCHW "
+                         f"{'/'.join(t.value for t in types)} with static channels")
     group = int(conv.group)  # type: ignore[attr-defined]
     if w.ndim != 4 or (group != 1 and w.shape[1] % 4):
         raise Int8Reject(f"it is a {w.ndim - 2}-D convolution of group {group} with {w.shape[1]} input channels "
                          "per group; the int8 kernel takes 2-D, group 1 or groups of 4k channels")
     m, c, kh, kw = w.shape
     geo = conv._geometry((kh, kw))  # type: ignore[attr-defined]
-    spatial = tuple(int(d) for d in shape.to_tuple()[2:])
-    outs, pbs, pes = geo.resolve(spatial)
-    # the end pads grown so that the last window is inside the padded input (a stride that skips the end)
-    ends = tuple(max(pe, (o - 1) * st + (k - 1) * d + 1 - sz - pb) for o, st, k, d, sz, pb, pe in
-                 zip(outs, geo.strides, (kh, kw), geo.dilations, spatial, pbs, pes))
-    g = Int8ConvGeometry((kh, kw), tuple(geo.strides), tuple(geo.dilations), tuple(pbs), ends, spatial,
-                         tuple(outs), group)  # type: ignore[arg-type]
-    macs = shape.to_tuple()[0] * outs[0] * outs[1] * kh * kw * c * m
+    unresolved = Int8ConvGeometry((kh, kw), tuple(geo.strides), tuple(geo.dilations), (0, 0), (0, 0), None, None,
+                                  group, geo)  # type: ignore[arg-type]
+    h, w_ = shape[2], shape[3]
+    g = unresolved if h is None or w_ is None else unresolved.resolved((int(h), int(w_)))
+    # a dynamic dim counts as 1 (a dynamic image: the sizes it is made for are not known, the int8 kernel is kept)
+    outs = g.out or (1, 1)
+    macs = (shape[0] or 1) * outs[0] * outs[1] * kh * kw * c * m
     # ``config``: a static QDQ Conv, which otherwise runs as the target's f32 convolution (the integer forms would
     # run on their int64 references: they always go)
     if config is not None and (c < config.int8_conv_min_channels or macs < config.int8_conv_min_macs):
@@ -447,7 +512,7 @@ class TokenizeInt8FCSnippets(Pass):
         if found is not None:
             chain.append(found[0])
             bias = found[1]
-        post_nodes, post_ops = _conv_post_ops(chain[-1], live, conv.outputs[0].shape.to_tuple())
+        post_nodes, post_ops = _conv_post_ops(chain[-1], live, conv.outputs[0].shape)
         chain += post_nodes
         source = QUANTIZED if x.element_type in _ACTIVATION_TYPES else QUANTIZE  # bytes from an int8 conv
         spec = Int8FCSpec(source, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, weight,
@@ -533,7 +598,7 @@ class TokenizeInt8FCSnippets(Pass):
         if chain is None:
             raise Int8Reject("it is not followed by Cast and the Mul by x_scale * w_scale")
         head, tail, w_scale, bias = chain
-        post_nodes, post_ops = _conv_post_ops(tail[-1], live, ci.outputs[0].shape.to_tuple())
+        post_nodes, post_ops = _conv_post_ops(tail[-1], live, ci.outputs[0].shape)
         return head, [ci, *tail, *post_nodes], Int8FCSpec(DYNAMIC, False, 1.0, 0, weight, w_scale, bias, F32, conv=g,
                                                           post_ops=tuple(post_ops)), x
 

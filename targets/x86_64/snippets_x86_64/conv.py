@@ -1091,21 +1091,23 @@ def _dw_row_base(fn: Function, geo: ConvGeometry, rows: tuple[int, int], dynamic
 
 
 def _emit_post_ops(fn: Function, geo: ConvGeometry, acc: list[list], free: list,
-                   post_ops: tuple[PostOp, ...], at: int = 0) -> None:
+                   post_ops: tuple[PostOp, ...], at: int = 0, bias: bool = True, post_arg: int = ARG_POST) -> None:
     """The post-op chain on every accumulator; the bias (with any folded shift) comes first. ``free``: the
     zmm registers not holding accumulators (the broadcast and weight registers are dead here); ``at``: the
-    block's first pixel past the row pointers (the residual's)."""
+    block's first pixel past the row pointers (the residual's). The int8 kernel (conv_int8.py) runs stretches of
+    its chain here: ``bias`` False (it dequantized already), its per-channel arrays' pointers from arg ``post_arg``."""
     nv = len(acc[0])
     tmp = free[2]
     aux = Aux(tuple(free[:3]), (k2,))
-    fn.mov(rdx, qword[rsi + ARG_BIAS * 8])
-    for j in range(nv):
-        fn.vmovups(tmp, zword[rdx + r10 + j * 64])
-        for row in acc:
-            fn.vaddps(row[j], row[j], tmp)
+    if bias:
+        fn.mov(rdx, qword[rsi + ARG_BIAS * 8])
+        for j in range(nv):
+            fn.vmovups(tmp, zword[rdx + r10 + j * 64])
+            for row in acc:
+                fn.vaddps(row[j], row[j], tmp)
     for op in post_ops:
         if op.kind in ("add_c", "mul_c"):
-            fn.mov(rdx, qword[rsi + (ARG_POST + op.index) * 8])
+            fn.mov(rdx, qword[rsi + (post_arg + op.index) * 8])
             for j in range(nv):
                 fn.vmovups(tmp, zword[rdx + r10 + j * 64])
                 for row in acc:
@@ -1138,7 +1140,7 @@ def _emit_post_ops(fn: Function, geo: ConvGeometry, acc: list[list], free: list,
                     fn.vcmpps(k2, z, tmp, CMP_PREDICATES["lt_oq"])
                     fn.vmulps(z.mask(k2), z, bcst(alpha))
         elif op.kind == "prelu_c":  # a slope per channel: the vector from the per-channel data
-            fn.mov(rdx, qword[rsi + (ARG_POST + op.index) * 8])
+            fn.mov(rdx, qword[rsi + (post_arg + op.index) * 8])
             zero, slope = free[0], free[1]
             fn.vxorps(zero, zero, zero)
             for j in range(nv):

@@ -22,7 +22,7 @@ in ``reorders``).
 
 from __future__ import annotations
 
-import ctypes
+import sys
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -34,27 +34,38 @@ from snippets_core.ir.ops.quantize import dynamic_quantization_grid
 from snippets_core.runtime.placement import Placement
 from snippets_core.tokenization.tokenize_int8_fc_snippets import DYNAMIC, F32, QUANTIZED, Int8FCSpec
 from snippets_x86_64.aligned import empty_aligned
+from snippets_x86_64.cache import ShapeCache
+from snippets_x86_64.conv import PostOp
 from snippets_x86_64.conv_executor import split_items
 from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, post_params, \
     requant_params
 from snippets_x86_64.quantize_int8 import quantize_params, quantize_pixels_function, quantize_planes_function
-from snippets_x86_64.reorder import run_split
+from snippets_x86_64.native_pool import SplitCall
 from snippets_x86_64.runtime import TARGET_NAME
 from snippets_x86_64.runtime import _address as address  # 0.15 us; .ctypes.data ~2
 
-#: input bytes from which the quantizing copy splits its rows between the threads (a memory-bound pass)
-COPY_SPLIT_BYTES = 1 << 18
+#: input bytes from which the quantizing copy splits its rows between the threads (a memory-bound pass; a two-thread
+#: SplitCall costs ~0.5 us to post, the worker's half of a 64 KiB copy saves ~1 us)
+COPY_SPLIT_BYTES = 1 << 16
 DTYPES = {"f32": np.float32, "u8": np.uint8, "s8": np.int8}
 
 
 class _Batch:
-    """What one batch size needs: the kernel, the padded buffer and its border value, the copy's table and split."""
+    """What one input shape (N, H, W) needs: the kernel (the first shape's packed weight; one compiled kernel for
+    every batch size of an H, W), the padded buffer and its border value, the copy's function, table and split, and
+    the output kept for the next call."""
 
-    def __init__(self, ex: Int8ConvExecutor, n: int) -> None:
-        self.shape = shape = ex.shape(n)
-        h, w, c = shape.h, shape.w, shape.c
-        self.kernel = Int8ConvKernel(shape, ex.w, ex.threads)
+    def __init__(self, ex: Int8ConvExecutor, n: int, h: int, w: int, first: _Batch | None = None) -> None:
+        self.shape = shape = ex.shape(n, h, w)
+        c = shape.c
+        self.kernel = Int8ConvKernel(shape, ex.w, ex.threads, None if first is None else first.kernel)
+        self.copy = quantize_pixels_function(w, c, shape.cp) if ex.spec.source != QUANTIZED else None
+        #: a stem (1..4 channels, one group: 4 bytes a pixel) quantizes its NCHW x straight from the planes, so
+        #: the model's input needs no NHWC reorder (the target asks AssignLayouts for a plain x: reads_planes)
+        self.planes = quantize_planes_function(w, c, h * w) if ex.reads_planes else None
         self.xp = empty_aligned((n, shape.hp, shape.wp, shape.cp), np.uint8)
+        #: the output of the last call, written again when nothing else holds it any more (``output``)
+        self.y: np.ndarray | None = None
         self.border: int | None = None
         #: the vectors the kernel was last bound to (checked by its ``run``)
         self.bound: tuple[np.ndarray, ...] | None = None
@@ -64,11 +75,14 @@ class _Batch:
                                  for i in range(n) for r in range(h)], np.int64)
         #: the planar copy's rows (NCHW x of a stem): (byte offset in the first plane, dst byte offset) per row
         self.planes_table = np.asarray([(i * c * h * w * 4 + r * w * 4, self.table[i * h + r]) for i in range(n)
-                                        for r in range(h)], np.int64) if ex.planes is not None else None
+                                        for r in range(h)], np.int64) if self.planes is not None else None
         self.table_at = self.table.ctypes.data
         self.planes_table_at = 0 if self.planes_table is None else self.planes_table.ctypes.data
         big = n * h * w * c * 4 >= COPY_SPLIT_BYTES
-        self.copy_chunks = split_items(n * h, ex.threads if big else 1)
+        chunks = split_items(n * h, ex.threads if big else 1)
+        #: the quantizing copies' dispatch (args: src, dst, table, qparams), made once
+        self.copy_call = None if self.copy is None else SplitCall(self.copy, 4, chunks)
+        self.planes_call = None if self.planes is None else SplitCall(self.planes, 4, chunks)
         self.lock = threading.Lock()
 
 
@@ -79,7 +93,8 @@ class Int8ConvExecutor:
         g = spec.conv
         assert g is not None
         self.spec, self.threads = spec, max(1, threads)
-        self.post_ops = tuple(kind for kind, _ in spec.post_ops)
+        #: the kernel's post-ops (constants compiled in) and the values its post-op block holds
+        self.post_ops, post_values = kernel_post_ops(spec.post_ops)
         self.residual_index = spec.residual_index()
         kh, kw = g.kernel
         cg = spec.k // (kh * kw)
@@ -93,32 +108,40 @@ class Int8ConvExecutor:
         self.in_dtype = (np.int8 if spec.a_signed else np.uint8) if spec.source == QUANTIZED else np.float32
         #: an s8 grid is stored +128 in the buffer: the zero point the kernel sees moves with it
         self.shift = 128 if spec.a_signed else 0
-        self._batches: dict[int, _Batch] = {}
+        #: the per-shape kernels and buffers, by input (N, H, W): the first shape's packed weight serves them all
+        self.shapes = ShapeCache(lambda key, first: _Batch(self, *key, first))
         self._colsum: np.ndarray | None = None
         if spec.source != DYNAMIC:
             self.vectors = self._vectors(spec.a_scale, spec.a_zero_point)
             self.qparams = self._qparams(spec.a_scale, spec.a_zero_point)
         self.requant = requant_params(spec.y_scale, spec.y_zero_point, self.output) if self.output != F32 else None
-        one = self.shape(1)
-        self.post = post_params(one, [None if k in ("relu", "residual") else v for k, v in spec.post_ops]) \
-            if spec.post_ops else None
-        self.copy = quantize_pixels_function(g.spatial[1], c, self.shape(1).cp) if spec.source != QUANTIZED \
-            else None
-        #: a stem (1..4 channels, one group: 4 bytes a pixel) quantizes its NCHW x straight from the planes, so
-        #: the model's input needs no NHWC reorder (the target asks AssignLayouts for a plain x: reads_planes)
-        self.planes = quantize_planes_function(g.spatial[1], c, g.spatial[0] * g.spatial[1]) \
-            if reads_planes(spec) else None
+        self.post = post_params(self.channel_shape, post_values) if spec.post_ops else None
+        self.reads_planes = reads_planes(spec)
         self.reorders = 0
         #: where the last call ran (the snippets_core.runtime.placement protocol): always here
         self.last_placement = Placement(TARGET_NAME)
 
-    def shape(self, n: int) -> Int8ConvShape:
-        """The kernel's geometry for a batch of ``n``."""
+    def shape(self, n: int, h: int | None = None, w: int | None = None) -> Int8ConvShape:
+        """The kernel's geometry for an input [n, C, h, w] (h, w: the static ones when not given)."""
         s, g = self.spec, self.spec.conv
         assert g is not None
+        if h is not None and w is not None:
+            g = g.resolved((h, w))
+        if g.spatial is None or g.out is None:
+            raise InputError(f"the int8 convolution's H and W are dynamic: give them, got {h}, {w}")
         (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilations
         return Int8ConvShape(n, self.channels, g.spatial[0], g.spatial[1], s.n, g.group, kh, kw, sh, sw, dh, dw,
                              g.pads_begin[0], g.pads_begin[1], g.out[0], g.out[1], self.output, self.post_ops)
+
+    @property
+    def channel_shape(self) -> Int8ConvShape:
+        """A geometry of this convolution's channels and post-ops alone (one output pixel): what lays out the
+        per-channel vectors and the post-op block, the same for every input shape."""
+        g = self.spec.conv
+        assert g is not None
+        (kh, kw), (dh, dw) = g.kernel, g.dilations
+        return Int8ConvShape(1, self.channels, (kh - 1) * dh + 1, (kw - 1) * dw + 1, self.spec.n, g.group, kh, kw,
+                             1, 1, dh, dw, 0, 0, 1, 1, self.output, self.post_ops)
 
     def _qparams(self, scale: float, zero_point: int) -> np.ndarray:
         """The quantizer's parameters for a grid: the clamp of the grid's type, the zero point shifted to u8."""
@@ -129,7 +152,7 @@ class Int8ConvExecutor:
     def _vectors(self, a_scale: float, a_zero_point: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(comp s32, scale f32, bias f32) padded to whole vectors for A's grid."""
         s = self.spec
-        shape = self.shape(1)
+        shape = self.channel_shape
         if self._colsum is None:
             self._colsum = compensation(self.w, 1, shape).astype(np.int64)
         comp = (self._colsum * (a_zero_point + self.shift)).astype(np.int32)
@@ -139,30 +162,38 @@ class Int8ConvExecutor:
         bias = s.bias if s.bias is not None else np.zeros(s.n, np.float32)
         return comp, channel_vector(scale, shape, np.float32), channel_vector(bias, shape, np.float32)
 
-    def batch(self, n: int) -> _Batch:
-        """The kernel and buffers of a batch of ``n`` (made on first use, kept)."""
-        b = self._batches.get(n)
-        if b is None:
-            b = self._batches.setdefault(n, _Batch(self, n))
-        return b
+    def batch(self, n: int, h: int | None = None, w: int | None = None) -> _Batch:
+        """The kernel and buffers of an input [n, C, h, w] (made on first use, kept: ``shapes``)."""
+        g = self.spec.conv
+        assert g is not None
+        if h is None or w is None:
+            if g.spatial is None:
+                raise InputError("the int8 convolution's H and W are dynamic: give them")
+            h, w = g.spatial
+        return self.shapes.executor((n, h, w))  # type: ignore[no-any-return]
 
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
         s, g = self.spec, self.spec.conv
         assert g is not None
         x = np.asarray(args[s.a_index])
-        if x.dtype != self.in_dtype or x.ndim != 4 or x.shape[1] != self.channels or x.shape[2:] != g.spatial:
-            raise InputError(f"the int8 convolution takes {np.dtype(self.in_dtype)} [N, {self.channels}, "
-                             f"{g.spatial[0]}, {g.spatial[1]}], got {x.dtype} {list(x.shape)}")
+        if x.dtype != self.in_dtype or x.ndim != 4 or x.shape[1] != self.channels or \
+                (g.spatial is not None and x.shape[2:] != g.spatial):
+            hw = "H, W" if g.spatial is None else f"{g.spatial[0]}, {g.spatial[1]}"
+            raise InputError(f"the int8 convolution takes {np.dtype(self.in_dtype)} [N, {self.channels}, {hw}], got "
+                             f"{x.dtype} {list(x.shape)}")
         residual = None
-        if "residual" in self.post_ops:
+        if self.residual_index is not None:
             r = np.asarray(args[self.residual_index])
             residual = r.transpose(0, 2, 3, 1)
             if not residual.flags.c_contiguous or residual.dtype != np.float32:
                 self.reorders += 1
                 residual = np.ascontiguousarray(residual, np.float32)
-        b = self.batch(x.shape[0])
+        b = self.batch(*x.shape[:1], *x.shape[2:])
         shape = b.shape
-        planar = self.planes is not None and x.flags.c_contiguous
+        if residual is not None and residual.shape != (shape.n, shape.ho, shape.wo, shape.m):
+            raise InputError(f"the int8 convolution's residual must have its output's shape {[shape.n, shape.m, shape.ho, shape.wo]}, "
+                             f"got {list(residual.transpose(0, 3, 1, 2).shape)}")
+        planar = b.planes is not None and x.flags.c_contiguous
         xt = x.transpose(0, 2, 3, 1)
         if not xt.flags.c_contiguous and not planar:
             self.reorders += 1
@@ -180,18 +211,16 @@ class Int8ConvExecutor:
                 xp.fill(zp + self.shift)
                 if own:
                     b.border = zp
-            if self.copy is None and b.in_place and not self.shift:  # unpadded: the kernel reads the bytes as they lie
+            if b.copy is None and b.in_place and not self.shift:  # unpadded: the kernel reads the bytes as they lie
                 xp = xt
-            elif self.copy is None:  # x is already on the grid (QLinearConv, or the bytes of an int8 conv)
+            elif b.copy is None:  # x is already on the grid (QLinearConv, or the bytes of an int8 conv)
                 inner = xp[:, shape.pt : shape.pt + shape.h, shape.pl : shape.pl + shape.w, : shape.c]
                 np.copyto(inner, xt.view(np.uint8) ^ np.uint8(self.shift) if self.shift else xt)
             elif planar and x.size:  # NCHW f32 planes straight into the 4-byte pixels
-                block = (ctypes.c_uint64 * 4)(address(x), address(xp), b.planes_table_at, address(qparams))
-                run_split(self.planes, ctypes.addressof(block), b.copy_chunks)
+                b.planes_call.run([address(x), address(xp), b.planes_table_at, address(qparams)])
             elif xt.size:
-                block = (ctypes.c_uint64 * 4)(address(xt), address(xp), b.table_at, address(qparams))
-                run_split(self.copy, ctypes.addressof(block), b.copy_chunks)
-            y = empty_aligned((shape.n, shape.ho, shape.wo, shape.m), self.out_dtype)
+                b.copy_call.run([address(xt), address(xp), b.table_at, address(qparams)])
+            y = self._output(b, own)
             if s.source == DYNAMIC or b.bound is not vectors:  # the vectors checked once (per call if dynamic)
                 b.kernel.run(xp, y, *vectors, residual, self.requant, self.post)
                 b.bound = vectors
@@ -209,18 +238,57 @@ class Int8ConvExecutor:
             return [outs[0]]
         return [out]
 
+    def _output(self, b: _Batch, own: bool) -> np.ndarray:
+        """The NHWC output array of this call: the last call's again when nothing else holds it any more (the
+        runtime dropped it after its last reader: only ``b.y`` and this frame refer to it, no view of it lives),
+        else a new one (kept for the next call). Saves the allocation and keeps the pages mapped and warm."""
+        shape = b.shape
+        y = b.y
+        if own and y is not None:
+            # a view's base is y, or the buffer y views (an aligned array): no reference past ours on either (y:
+            # b.y, this frame, the argument; its buffer: y's, this frame, the argument)
+            base = y.base
+            if sys.getrefcount(y) == 3 and (base is None or sys.getrefcount(base) == 3):
+                return y
+        y = empty_aligned((shape.n, shape.ho, shape.wo, shape.m), self.out_dtype)
+        if own:
+            b.y = y
+        return y
+
     def describe(self) -> str:
         s, g = self.spec, self.spec.conv
         assert g is not None
         how = "copied" if s.source == QUANTIZED else "quantized (JIT) into it" + \
-            (" from NCHW planes" if self.planes is not None else "")
-        post = "".join(f", {op}" for op in self.post_ops)
+            (" from NCHW planes" if self.reads_planes else "")
+        post = "".join(f", {kind}" for kind, _ in s.post_ops)
         # the kernel's own count (a small convolution stays on one thread: estimated_ns)
-        used = max((b.kernel.threads for b in self._batches.values()), default=self.threads)
+        used = max((b.kernel.threads for b in self.shapes.executors.values()), default=self.threads)
         threads = f", items split over {used} threads" if used > 1 else ""
+        shapes = f"; {self.shapes.describe()}" if s.conv.spatial is None or len(self.shapes.executors) > 1 else ""
         return (f"int8 convolution (JIT, VNNI): {s.describe()}; the padded NHWC u8 input {how}, vpdpbusd over "
                 f"the taps, dequantized (+ bias{post}){' and requantized' if self.output != F32 else ''} in registers"
-                f"{threads}")
+                f"{threads}{shapes}")
+
+
+def kernel_post_ops(ops: Sequence[tuple[str, Any]]) -> tuple[tuple[PostOp, ...], list[Any]]:
+    """The int8 kernel's post-ops for a spec's ``(kind, parameters)`` chain: ``conv.PostOp`` with the constants the
+    kernel compiles in (a clamp's bounds, a PRelu's slope, a swish's beta; a swish whose gate passes a Q->DQ pair
+    is a ``qswish``), and one value per op for the post-op block (a grid, a per-channel vector, or None)."""
+    kernel: list[PostOp] = []
+    values: list[Any] = []
+    for kind, v in ops:
+        value = None
+        if kind == "clamp":
+            op = PostOp(kind, lo=v[0], hi=v[1])
+        elif kind == "prelu":
+            op = PostOp(kind, alpha=float(v))
+        elif kind == "swish":
+            op, value = PostOp("swish" if v[1] is None else "qswish", alpha=float(v[0])), v[1]
+        else:  # the grid or the vector of an fq, mul_c, add_c, prelu_c; nothing for the others
+            op, value = PostOp(kind), None if kind in ("relu", "residual", "hswish", "sigmoid") else v
+        kernel.append(op)
+        values.append(value)
+    return tuple(kernel), values
 
 
 def reads_planes(spec: Int8FCSpec) -> bool:

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from snippets_core.errors import InputError, UnsupportedByTarget
+from snippets_x86_64.conv import PostOp
 from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, post_params, \
     requant_params
 from snippets_x86_64.guarded import guarded_array, guarded_copy
@@ -74,18 +75,21 @@ def run_case(geo: Int8ConvShape, seed: int, at: str = "end", threads: int = 1, y
     bvec = guarded_copy(channel_vector(bias, g, np.float32), at)
     out_dtype = {"f32": np.float32, "u8": np.uint8, "s8": np.int8}[g.output]
     y = guarded_array((g.n, g.ho, g.wo, g.m), out_dtype, at)
-    resg = guarded_copy(res, at) if "residual" in g.post_ops else None
+    resg = guarded_copy(res, at) if "residual" in g.kinds else None
     qp = guarded_copy(requant_params(y_scale, y_zp, g.output), at) if g.output != "f32" else None
     values: list = []
-    for op in g.post_ops:
-        values.append((FQ_SCALE, -3.0, 40.0) if op == "fq" else rng.uniform(0.5, 2.0, g.m).astype(np.float32)
-                      if op == "mul_c" else rng.standard_normal(g.m).astype(np.float32) if op == "add_c" else None)
+    for op in g.kinds:
+        values.append((FQ_SCALE, -3.0, 40.0) if op == "fq" else (GATE_SCALE, 0.0, 255.0) if op == "qswish" else
+                      rng.uniform(0.5, 2.0, g.m).astype(np.float32) if op == "mul_c" else
+                      rng.uniform(-0.5, 0.5, g.m).astype(np.float32) if op == "prelu_c" else
+                      rng.standard_normal(g.m).astype(np.float32) if op == "add_c" else None)
     post = guarded_copy(post_params(g, values), at)
     k.run(xp, y, comp, scale, bvec, resg, qp, post)
 
     v = reference(q, zp, w, g).astype(np.float64) * (np.float64(np.float32(x_scale) * w_scale)) + bias
     slack = 0.0  # an fq may round a value within an f32 rounding of a tie the other way: one step, scaled after
-    for op, p in zip(g.post_ops, values):
+    for post, p in zip(g.post_ops, values):
+        op = post.kind
         if op == "residual":
             v = v + res
         elif op == "relu":
@@ -95,8 +99,22 @@ def run_case(geo: Int8ConvShape, seed: int, at: str = "end", threads: int = 1, y
             slack = p[0]
         elif op == "mul_c":
             v, slack = v * p, slack * float(p.max())
-        else:
+        elif op == "add_c":
             v = v + p
+        elif op == "clamp":
+            v = np.clip(v, post.lo, post.hi)
+        elif op in ("prelu", "prelu_c"):
+            v = np.where(v < 0, v * (post.alpha if op == "prelu" else p.astype(np.float64)), v)
+        elif op == "hswish":
+            v = v * np.clip(v + 3.0, 0.0, 6.0) / 6.0
+        elif op == "sigmoid":
+            v = 1.0 / (1.0 + np.exp(-v))
+        elif op == "swish":
+            v = v / (1.0 + np.exp(-post.alpha * v))
+        else:  # qswish: the gate on its grid, one step of it off where the sigmoid lies at a tie
+            gate = np.clip(np.rint(1.0 / (1.0 + np.exp(-post.alpha * v)) / p[0]), p[1], p[2]) * p[0]
+            slack = max(slack, p[0] * float(np.abs(v).max()))
+            v = v * gate
     tol = 1e-5 * max(1.0, float(np.abs(v).max()))
     if g.output == "f32" and slack:
         off = np.abs(y - v) > tol
@@ -112,8 +130,9 @@ def run_case(geo: Int8ConvShape, seed: int, at: str = "end", threads: int = 1, y
     assert (diff > 0).mean() <= 0.01
 
 
-#: the fq post-op's scale in the tests
-FQ_SCALE = 0.125
+#: the fq post-op's scale in the tests, and the qswish gate's (a sigmoid on a u8 grid, as onnxruntime's quantizer
+#: gives it)
+FQ_SCALE, GATE_SCALE = 0.125, 1.0 / 255
 
 SWEEP = [
     # (c, m, k, stride, pad, dilation, h, w)
@@ -154,6 +173,19 @@ def test_post_ops_and_requantization_under_guard_pages(output: str, post_ops: tu
 def test_fused_quantize_and_channel_post_ops(post_ops: tuple[str, ...], output: str) -> None:
     geo = Int8ConvShape(1, 32, 9, 13, 40, 1, 3, 3, 1, 1, 1, 1, 1, 1, 9, 13, output, post_ops)
     run_case(geo, seed=len(post_ops), at="start", y_scale=0.25, y_zp=100)
+
+
+@pytest.mark.parametrize("post_ops", [
+    (PostOp("clamp", lo=-1.0, hi=2.5), "hswish"), (PostOp("prelu", alpha=0.1), "sigmoid"),
+    ("prelu_c", "mul_c", PostOp("swish", alpha=1.0)), ("fq", PostOp("swish", alpha=1.7), "add_c"),
+    ("residual", "fq", PostOp("qswish", alpha=1.0), "fq"), (PostOp("qswish", alpha=0.5), "residual", "relu")])
+@pytest.mark.parametrize("output", ["f32", "u8"])
+@pytest.mark.parametrize("m", [16, 40, 64])
+def test_any_f32_conv_chain_with_qdq_steps_between(post_ops: tuple, output: str, m: int) -> None:
+    """The f32 conv's eltwise post-ops (conv.py's emitter) run in the int8 epilogue, with fq steps and a swish whose
+    gate is requantized between them, on 1, 3 and 4 output vectors (4 free registers for the swish gate)."""
+    geo = Int8ConvShape(1, 24, 7, 30, m, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7, 30, output, post_ops)
+    run_case(geo, seed=m + len(post_ops), at="start", y_scale=0.25, y_zp=100)
 
 
 @pytest.mark.parametrize("group,c,m", [(2, 8, 32), (4, 16, 20), (3, 6, 9)])

@@ -11,6 +11,7 @@ consecutive convolutions.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -59,12 +60,12 @@ def _output_step(path: str) -> float:
 
 
 def _compare(path: str, name: str, shape: tuple[int, ...], threads: int, inputs: int = 3,
-             most_steps: int = 1) -> sc.CompiledModel:
-    """compile_model against onnxruntime (basic optimizations), stepwise on the output's grid: at most 1% of the
-    outputs off, by at most ``most_steps``."""
-    cm = sc.compile_model(path, TARGET, {"num_threads": threads})
+             most_steps: int = 1, level: str = "BASIC", cm: sc.CompiledModel | None = None) -> sc.CompiledModel:
+    """compile_model (or ``cm``) against onnxruntime (basic optimizations, or ``level``), stepwise on the output's
+    grid: at most 1% of the outputs off, by at most ``most_steps``."""
+    cm = cm or sc.compile_model(path, TARGET, {"num_threads": threads})
     so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, f"ORT_ENABLE_{level}")
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     step = _output_step(path)
     off = total = 0
@@ -122,6 +123,52 @@ def test_quantized_block_matches_onnxruntime(tmp_path: Path, c: int, mid: int, t
     assert "u8 out" in d and "(quantized x)" in d, d  # the 1x1 hands the dilated 3x3 its bytes
 
 
+def _activations(c: int, mid: int) -> tuple[onnx.ModelProto, tuple[int, ...]]:
+    """Every activation the f32 convolution fuses, after int8 convolutions: a stem with HardSwish, a Clip, a
+    per-channel PRelu, Sigmoid, and a residual Add then swish ``x * Sigmoid(x)`` (cnn_block's tail), global pooling
+    and a Gemm head. onnxruntime's quantizer puts Q->DQ pairs between them (and folds the Clip into its conv's
+    output grid: the kernel's Clamp is tested in test_conv_int8.py)."""
+    rng = np.random.default_rng(mid)
+    inits = [_w(rng, "w0", (mid, c, 3, 3), 0.2), _w(rng, "b0", (mid,), 0.1), _w(rng, "w1", (mid, mid, 3, 3), 0.1),
+             _w(rng, "w2", (mid, mid, 1, 1), 0.2), _w(rng, "w3", (mid, mid, 3, 3), 0.1), _w(rng, "b3", (mid,), 0.1),
+             nh.from_array(rng.uniform(0.05, 0.3, (mid, 1, 1)).astype(np.float32), "slope"),
+             nh.from_array(np.float32(-1.0), "lo"), nh.from_array(np.float32(2.5), "hi"),
+             _w(rng, "fc", (10, mid), 0.2), _w(rng, "fcb", (10,), 0.1)]
+    nodes = [h.make_node("Conv", ["x", "w0", "b0"], ["c0"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             h.make_node("HardSwish", ["c0"], ["a0"]),
+             h.make_node("Conv", ["a0", "w1"], ["c1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             h.make_node("Clip", ["c1", "lo", "hi"], ["a1"]),
+             h.make_node("Conv", ["a1", "w2"], ["c2"], kernel_shape=[1, 1]), h.make_node("PRelu", ["c2", "slope"], ["a2"]),
+             h.make_node("Sigmoid", ["a2"], ["a3"]),
+             h.make_node("Conv", ["a3", "w3", "b3"], ["c3"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             h.make_node("Add", ["c3", "a1"], ["s3"]), h.make_node("Sigmoid", ["s3"], ["g3"]),
+             h.make_node("Mul", ["s3", "g3"], ["a4"]),
+             h.make_node("GlobalAveragePool", ["a4"], ["p"]), h.make_node("Flatten", ["p"], ["f"]),
+             h.make_node("Gemm", ["f", "fc", "fcb"], ["y"], transB=1)]
+    shape = (1, c, 19, 22)
+    g = h.make_graph(nodes, "activations", [h.make_tensor_value_info("x", T.FLOAT, shape)],
+                     [h.make_tensor_value_info("y", T.FLOAT, (1, 10))], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), shape
+
+
+@pytest.mark.parametrize("c,mid", [(3, 24), (16, 40)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_every_conv_activation_runs_in_the_int8_epilogue(tmp_path: Path, c: int, mid: int, threads: int) -> None:
+    """The f32 convolution's activations (HardSwish, Clip, PRelu, Sigmoid, x * Sigmoid(x) with its gate's Q->DQ
+    pair) run in the int8 convolution's kernel, between the Q->DQ pairs, and the global pool reads its NHWC output
+    with no reorder: the model matches onnxruntime at both optimization levels."""
+    model, shape = _activations(c, mid)
+    path = _quantize(tmp_path, model, "x", shape)
+    for level in ("BASIC", "ALL"):
+        cm = _compare(path, "x", shape, threads, level=level)
+    d = cm.describe()
+    assert d.count("int8 convolution (JIT, VNNI)") == 4 and "[reference]" not in d, d
+    for op in ("hswish", "prelu_c, fq, sigmoid", "residual, fq, swish, fq"):
+        assert op in d, (op, d)
+    assert d.count("Reorder") == (0 if c <= 4 else 1) and "reorder_plain" not in d, d  # (x to NHWC when not a stem)
+    assert not any(sg.body_ops[0].type_name == "Sigmoid" for sg in cm.subgraphs), d
+
+
 def test_quantized_resnet50_matches_onnxruntime(tmp_path: Path) -> None:
     """onnx's light ResNet-50 (backend test data, random weights), quantized by onnxruntime: every Conv an int8
     convolution, most of them handing the next one u8."""
@@ -155,6 +202,11 @@ def test_quantized_resnet50_matches_onnxruntime(tmp_path: Path) -> None:
     # a step in an early activation moves a logit by a few (measured: 2 of 1000 logits 3 steps off, the rest
     # exact; with bench/model_zoo.py's weights all exact)
     cm = _compare(qpath, name, shape, 1, inputs=1, most_steps=4)
+    # at its default level onnxruntime fuses each Q->DQ pair around a Conv into QLinearConv: integer sums as ours,
+    # then one rounding into the next grid; there the issue's tolerance holds (measured on two inputs: 2 of 2000
+    # logits one step off, the rest exact, where the basic level has 2 three steps off; with bench/model_zoo.py's
+    # weights all exact, against 3 one step off)
+    _compare(qpath, name, shape, 1, inputs=1, level="ALL", cm=cm)
     d = cm.describe()
     assert d.count("int8 convolution (JIT, VNNI)") == 53 and "[reference]" not in d, d
     assert d.count("u8 out") >= 30, d
@@ -220,3 +272,83 @@ def test_a_stem_quantizes_its_nchw_input_without_a_reorder(tmp_path: Path, c: in
     cm = _compare(_quantize(tmp_path, model, "x", shape), "x", shape, threads, inputs=2)
     d = cm.describe()
     assert d.count("from NCHW planes") == 1 and "x/reorder_NHWC" not in d, d
+
+
+def _dynamic(path: str, tmp_path: Path) -> str:
+    """The QDQ file with its input's batch, H and W (and the output's batch) made symbolic."""
+    m = onnx.load(path)
+    for d, name in zip(m.graph.input[0].type.tensor_type.shape.dim, ("N", None, "H", "W")):
+        if name:
+            d.dim_param = name
+    m.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    del m.graph.value_info[:]
+    out = os.fspath(tmp_path / "dynamic.onnx")
+    onnx.save(m, out)
+    return out
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dynamic_batch_and_image_run_on_the_int8_kernel(tmp_path: Path, threads: int) -> None:
+    """A QDQ CNN with a dynamic batch, H and W: every Conv still runs as an int8 convolution (with its residual),
+    a shape per call, against onnxruntime; a new batch size builds no kernel (the code walks the images through the
+    table), a new H, W one per convolution (kept by the ShapeCache)."""
+    model, shape = _block(3, 17)
+    path = _dynamic(_quantize(tmp_path, model, "x", shape), tmp_path)
+    cm = sc.compile_model(path, TARGET, {"num_threads": threads})
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    step = _output_step(path)
+    off = total = 0
+    for i, s in enumerate([(1, 3, 23, 21), (2, 3, 23, 21), (3, 3, 17, 30), (1, 3, 23, 21), (2, 3, 9, 12)]):
+        x = np.random.default_rng(i).standard_normal(s).astype(np.float32)
+        want, got = sess.run(None, {"x": x})[0], cm({"x": x})["y"]
+        assert got.shape == want.shape == (s[0], 10)
+        steps = np.abs(np.rint(got.astype(np.float64) / step) - np.rint(want.astype(np.float64) / step))
+        assert steps.max() <= 1, s
+        off, total = off + int((steps > 0).sum()), total + steps.size
+    assert off <= 0.01 * total, f"{off} of {total} outputs one step off"
+    d = cm.describe()
+    assert d.count("int8 convolution (JIT, VNNI)") == 4 and "[reference]" not in d, d
+    assert d.count("(H, W per input)") == 4 and "residual" in d and "u8 out" in d, d
+    # (fewer when the process-wide function cache has the kernels already: the other thread count's run)
+    built = re.findall(r"int8 convolution .*4 shape\(s\) kept, (\d+) kernel\(s\) built after the first shape", d)
+    assert len(built) == 4 and all(int(k) <= 2 for k in built), d
+
+
+def test_two_threads_give_the_bytes_of_one(tmp_path: Path) -> None:
+    """The int8 convolutions split their rows between two threads; every output is bit-identical to one thread's."""
+    model, shape = _activations(16, 40)
+    path = _quantize(tmp_path, model, "x", shape)
+    one, two = (sc.compile_model(path, TARGET, {"num_threads": t}) for t in (1, 2))
+    assert "split over 2 threads" in two.describe(), two.describe()
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(one({"x": x})["y"], two({"x": x})["y"])
+
+
+def test_a_kept_output_is_never_overwritten(tmp_path: Path) -> None:
+    """The int8 convolution writes its last output again only when nothing holds it (or a view of it) any more: a
+    model output the caller kept survives the next calls; a dropped one's memory is written again."""
+    rng = np.random.default_rng(5)
+    g = h.make_graph([h.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv",
+                     [h.make_tensor_value_info("x", T.FLOAT, (1, 8, 9, 10))],
+                     [h.make_tensor_value_info("y", T.FLOAT, (1, 16, 9, 10))], [_w(rng, "w", (16, 8, 3, 3), 0.2)])
+    path = _quantize(tmp_path, h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), "x", (1, 8, 9, 10))
+    cm = sc.compile_model(path, TARGET, {"tokenization": {"int8_conv_min_macs": 0, "int8_conv_min_channels": 1}})
+    assert "int8 convolution (JIT, VNNI)" in cm.describe(), cm.describe()
+    xs = [rng.standard_normal((1, 8, 9, 10)).astype(np.float32) for _ in range(3)]
+    kept = cm({"x": xs[0]})["y"]
+    first = kept.copy()
+    view = cm({"x": xs[1]})["y"][:, 3:]
+    second = view.copy()
+    cm({"x": xs[2]})
+    np.testing.assert_array_equal(kept, first)
+    np.testing.assert_array_equal(view, second)
+    assert not np.array_equal(first[:, 3:], second)
+    sg = next(s for s in cm.subgraphs if "SnippetsInt8FullyConnected" in s.rt_info)
+    ex = next(st for st in cm._steps if st.node is sg).run
+    ex = getattr(ex, "executor", ex)
+    args = [np.ascontiguousarray(xs[0])] + [None] * (len(sg.inputs) - 1)
+    at = ex(args)[0].__array_interface__["data"][0]  # dropped at once: the next call writes the same memory
+    assert ex(args)[0].__array_interface__["data"][0] == at
