@@ -52,7 +52,7 @@ FC_UNARY_OPS = UNARY_ELTWISE - {"LogicalNot"}
 FC_BINARY_OPS = frozenset({"Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "Power", "PRelu",
                            "SquaredDifference"}) & BINARY_ELTWISE
 #: element types of the weight and the activations the FC takes
-FC_ELEMENT_TYPES = frozenset({ElementType.f32})
+FC_ELEMENT_TYPES = frozenset({ElementType.f32, ElementType.bf16})
 #: at most this many tensors from outside (besides x and W) feed the post-ops: each is a data pointer
 MAX_POST_OP_INPUTS = 6
 

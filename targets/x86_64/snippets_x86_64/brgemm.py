@@ -14,8 +14,9 @@ them (a packed weight's kernel runs the tiles of equal height as a counted loop 
 (a folded Transpose is only a row stride); the columns of B and C must be contiguous. A column tail of N is
 an op-masked load/store, so nothing outside C or B is touched; K is a counted loop.
 
-Supported: f32 x f32 -> f32. Other precisions (bf16, int8) raise CodegenError, so the Subgraph falls back to
-its reference kernel with the reason.
+Supported: f32 x f32 -> f32 and bf16 x bf16 -> f32 (``vdpbf16ps``; a constant bf16 weight packed as k-pair
+panels, :mod:`snippets_x86_64.bf16_pack`). Other precisions (int8 has its own Brgemm) raise UnsupportedByTarget,
+so the Subgraph falls back to its reference kernel with the reason.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from snippets_core.passes.graph_utils import body_of, make, nodes_of_type, repla
 from snippets_core.passes.matmul_to_brgemm import init_brgemm_ports
 from snippets_core.passes.pass_manager import Pass, PassPosition, PositionedPass
 from snippets_x86_64.asm import Assembler, byte, dword, qword, word
+from snippets_x86_64.bf16_pack import emit_packed_bf16
 from snippets_x86_64.brgemm_copy_b import PACKED_B
 from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter, lea_runtime
 
@@ -143,8 +145,8 @@ class BrgemmEmitter(JitEmitter):
         self.kernel = kernel
         #: panel width of a B packed at compile time (a FullyConnected weight), 0 for a B read in place
         self.panel = int(expr.node.rt_info.get(PACKED_B, 0) or 0)
-        if self.panel and (kernel != "f32" or g.beta or self.panel % LANES):
-            raise CodegenError(f"Brgemm '{expr.name}': a packed weight is read by the f32 kernel, whole K, "
+        if self.panel and (g.beta or self.panel % LANES or (kernel == "bf16" and g.a.col_stride != 1)):
+            raise CodegenError(f"Brgemm '{expr.name}': a packed weight is read whole K, contiguous A, "
                                f"panels of whole vectors (got {kernel}, beta {g.beta}, panel {self.panel})")
         #: registers beside the tile: A broadcasts (two for f32, one for bf16), and for bf16 the pair permutation
         #: and the second B row
@@ -169,6 +171,9 @@ class BrgemmEmitter(JitEmitter):
     def emit(self, a: Assembler, ins: list, outs: list, aux: AuxRegs) -> None:
         if self.dynamic:
             _DynamicEmission(self, a, ins, outs, aux).emit()
+            return
+        if self.panel and self.kernel == "bf16":  # k-pair panels (snippets_x86_64.bf16_pack)
+            emit_packed_bf16(self, a, ins, outs, aux)
             return
         if self.panel:
             self._emit_packed(a, ins, outs, aux)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -420,20 +420,30 @@ def _constant_value(src: Node) -> np.ndarray | None:
     return np.asarray(node.value) if isinstance(node, Constant) else None  # type: ignore[attr-defined]
 
 
+def _packers() -> dict[np.dtype, Any]:
+    """Weight dtype -> its panel packing: f32 rows, bf16 k-pairs for ``vdpbf16ps``."""
+    import ml_dtypes
+
+    from snippets_x86_64.bf16_pack import pack_b_pairs
+
+    return {np.dtype(np.float32): pack_b_panels, np.dtype(ml_dtypes.bfloat16): pack_b_pairs}
+
+
 def packed_weights(sg: Subgraph) -> dict[int, np.ndarray]:
     """Subgraph input index -> its packed copy (same shape as the input, panel order inside), for every constant
     FullyConnected weight of ``sg``; computed here, at compile time, with numpy."""
     packed: dict[int, np.ndarray] = {}
+    packers = _packers()
     for i, transposed in packed_weight_body_inputs(sg.body).items():
         value = _constant_value(sg.inputs[i].source.node)
         shape = sg.body.parameters[i].outputs[0].shape
-        if value is None or not shape.is_static or value.dtype != np.float32:
+        if value is None or not shape.is_static or value.dtype not in packers:
             continue
         stored = value.reshape(shape.to_tuple())
         if int(np.prod(stored.shape[:-2], dtype=np.int64)) != 1:
             continue  # one weight matrix per FC (SplitDimensionM only adds unit dims)
         w = stored.reshape(stored.shape[-2:])
-        packed[i] = pack_b_panels(w.T if transposed else w).reshape(stored.shape)
+        packed[i] = packers[value.dtype](w.T if transposed else w, PANEL).reshape(stored.shape)
     return packed
 
 

@@ -123,6 +123,9 @@ def arithmetic_precisions() -> Callable[[Node], Sequence[tuple[ElementType, ...]
 #: ops whose own semantics PropagatePrecision may change the type of: they convert by definition
 _CONVERTS = frozenset({"Convert", "ConvertSaturation", "ConvertTruncation"})
 _WIDE_INT = (ElementType.i32, ElementType.boolean)
+#: reductions ReduceDecomposition lowers into f32 accumulations (they have no emitter of their own)
+_LOWERED_REDUCTIONS = frozenset({"SnippetsReduceMax", "SnippetsReduceSum"})
+_NARROW_FLOATS = (ElementType.bf16, ElementType.f16)
 
 #: narrow integer types the i32 emitters compute on -> (bits, signed). In a register such a value is its i32
 #: form, sign- or zero-extended, so it is always within its type's range; ops that keep that range need nothing
@@ -196,6 +199,9 @@ def propagation_precisions(node: Node) -> Sequence[tuple[ElementType, ...]]:
     it"), so the jitters' own check keeps them off this target and the Subgraph falls back to its reference
     instead of computing something else."""
     supported = arithmetic_precisions()(node)
+    if node.type_name in _LOWERED_REDUCTIONS and node.inputs and node.inputs[0].element_type in _NARROW_FLOATS:
+        # decomposed in the LinearIR into Fill/Maximum/HorizonMax on f32 lanes: a bf16/f16 row reduces in f32
+        return [(ElementType.f32,)]
     if node.type_name in _CONVERTS or not supported:
         return supported
     types = [inp.element_type for inp in node.inputs]

@@ -195,16 +195,20 @@ def mha_callback(matmul0: Node, concurrency: int | None = None, features: frozen
 def fc_callback(matmul: Node, features: frozenset[str] | None = None) -> str | None:
     """The reason to leave the FullyConnected (MatMul with a constant weight) ``matmul`` to the reference
     kernels, or None to fuse it. Dynamic dims are fine (only M can be dynamic: the runtime compiles a kernel per
-    input shape); the weight is repacked at compile time into f32 panels, so only f32 x f32 is taken."""
+    input shape); the weight is repacked at compile time into panels: f32 x f32, or bf16 x bf16 (k-pair panels
+    for ``vdpbf16ps``, :mod:`snippets_x86_64.bf16_pack`) when the CPU has AVX512_BF16."""
     reason = _unsupported_tensors(matmul)
     if reason is not None:
         return reason
-    for port in matmul.inputs:
-        if port.element_type != ElementType.f32:
-            return f"it multiplies {port.element_type.value}: x86_64_avx512 repacks f32 weights only"
+    types = {port.element_type for port in matmul.inputs}
+    if len(types) != 1 or next(iter(types)) not in BRGEMM_PRECISIONS:
+        names = " x ".join(port.element_type.value for port in matmul.inputs)
+        return f"it multiplies {names}: x86_64_avx512 has FullyConnected kernels for f32 x f32 and bf16 x bf16"
+    element_type = next(iter(types))
     features = _cpu_features() if features is None else features
-    if not BRGEMM_PRECISIONS[ElementType.f32] <= features:
-        return "the FullyConnected Brgemm needs avx512f on this CPU"
+    if not BRGEMM_PRECISIONS[element_type] <= features:
+        needed = ", ".join(sorted(BRGEMM_PRECISIONS[element_type] - features))
+        return f"the {element_type.value} FullyConnected Brgemm needs {needed} on this CPU"
     return None
 
 

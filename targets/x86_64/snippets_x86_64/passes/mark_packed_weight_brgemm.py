@@ -15,6 +15,10 @@ from snippets_core.passes.pass_manager import Pass
 from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, PACKED_B, PANEL, packed_weight_body_inputs, weight_source
 
 
+#: weight element types packed at compile time (bf16 as k-pairs: ``snippets_x86_64.bf16_pack``)
+PACKED_TYPES = (ElementType.f32, ElementType.bf16)
+
+
 @dataclass(frozen=True)
 class MarkPackedWeightBrgemm(Pass):
     """Data-flow pass before InsertBrgemmCopyB: a Brgemm whose B is a FullyConnected weight Parameter (a constant,
@@ -31,7 +35,7 @@ class MarkPackedWeightBrgemm(Pass):
         changed = False
         for brgemm in nodes_of_type(body, "Brgemm"):
             src = weight_source(brgemm)
-            if id(src) in weights and src.outputs[0].element_type == ElementType.f32:
+            if id(src) in weights and src.outputs[0].element_type in PACKED_TYPES:
                 shape = src.outputs[0].shape
                 if shape.is_static and int(np.prod(shape.to_tuple()[:-2], dtype=np.int64)) == 1:
                     brgemm.rt_info[PACKED_B] = self.panel

@@ -1,0 +1,280 @@
+"""Models that ask for bf16 (bfloat16 tensors in the ONNX file) on x86-64: FullyConnected on ``vdpbf16ps`` with the
+weight packed once as k-pairs, eltwise/Softmax/LayerNorm Subgraphs that load bf16, compute f32 and store bf16, a
+bf16 transformer block with its MHA, the autocast and bf16-stored-weight patterns.
+
+Oracles: numpy float64 on the bf16 inputs (a product of two bf16 is exact in f32, so the f32-accumulated FC
+differs from float64 only by the f32 sums and the final rounding to bf16), and onnx's reference evaluator, which
+computes bf16 through ml_dtypes. onnxruntime has no CPU kernel for bf16 MatMul/Gemm/Softmax (it raises
+NOT_IMPLEMENTED), so it is not an oracle here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as oh
+
+import snippets_core
+from snippets_core.config import CompileConfig
+from snippets_core.errors import InputError
+from snippets_core.frontends.onnx_bf16 import model_to_bf16
+from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.runtime.pipeline import run_tokenization
+from snippets_core.runtime.targets import resolve_target
+from snippets_core.tokenization import FULLY_CONNECTED
+from snippets_x86_64.bf16_pack import pack_b_pairs
+from snippets_x86_64.cpu import cpu_features
+from snippets_x86_64.fc_executor import PackedWeightExecutor
+from snippets_x86_64.guarded import guarded_copy
+from snippets_x86_64.runtime import FALLBACK_KEY
+from snippets_x86_64.runtime import compile_subgraph as x86_compile_subgraph
+
+pytestmark = [pytest.mark.avx512,
+              pytest.mark.skipif("avx512_bf16" not in cpu_features(), reason="needs AVX512_BF16 (vdpbf16ps)")]
+TARGET = "x86_64_avx512"
+BF16 = ml_dtypes.bfloat16
+RNG = np.random.default_rng(20261126)
+#: one bf16 step relative to the value (8 bits of mantissa): the rounding of an f32 result to bf16 is half of it
+BF16_EPS = 2.0 ** -7
+
+
+def _bf16_init(name: str, value: np.ndarray) -> onnx.TensorProto:
+    v = np.asarray(value).astype(BF16)
+    return oh.make_tensor(name, TP.BFLOAT16, v.shape, v.view(np.uint16).tobytes(), raw=True)
+
+
+def _model(nodes: list, inputs: list, outputs: list, inits: list) -> onnx.ModelProto:
+    graph = oh.make_graph(nodes, "bf16", inputs, outputs, inits)
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)])
+
+
+def _compile(proto: onnx.ModelProto, threads: int = 1, options: dict | None = None):  # type: ignore[no-untyped-def]
+    config = {"num_threads": threads, "target_options": dict(options or {})}
+    return snippets_core.compile_model(snippets_core.read_onnx(proto), target=TARGET, config=config)
+
+
+def _subgraphs(cm) -> list[Subgraph]:  # type: ignore[no-untyped-def]
+    return [n for n in cm.model.get_ordered_ops() if isinstance(n, Subgraph)]
+
+
+def _all_on_target(cm) -> None:  # type: ignore[no-untyped-def]
+    for sg in _subgraphs(cm):
+        assert sg.rt_info.get(FALLBACK_KEY) is None, sg.rt_info.get(FALLBACK_KEY)
+
+
+def _close_to_bf16_rounding(y: np.ndarray, ref: np.ndarray, steps: float = 1.0, atol: float = 0.0) -> None:
+    """``y`` (bf16) within ``steps`` bf16 steps of the float64 ``ref`` (the rounding of the f32 result is half a
+    step; the f32 sums add far less)."""
+    assert y.dtype == BF16
+    err = np.abs(y.astype(np.float64) - ref)
+    bound = steps * BF16_EPS * np.abs(ref) + atol
+    assert np.all(err <= bound), f"max error {err.max()} (worst excess {(err - bound).max()})"
+
+
+def _fc_model(m: int, k: int, n: int, w: np.ndarray, b: np.ndarray, gemm: bool) -> onnx.ModelProto:
+    if gemm:  # torch's Linear: Gemm with transB, the weight stored [N, K]
+        nodes = [oh.make_node("Gemm", ["x", "W", "b"], ["g"], transB=1), oh.make_node("Relu", ["g"], ["y"])]
+        inits = [_bf16_init("W", w.T), _bf16_init("b", b)]
+    else:
+        nodes = [oh.make_node("MatMul", ["x", "W"], ["mm"]), oh.make_node("Add", ["mm", "b"], ["g"]),
+                 oh.make_node("Relu", ["g"], ["y"])]
+        inits = [_bf16_init("W", w), _bf16_init("b", b)]
+    return _model(nodes, [oh.make_tensor_value_info("x", TP.BFLOAT16, [m, k])],
+                  [oh.make_tensor_value_info("y", TP.BFLOAT16, [m, n])], inits)
+
+
+def _weights(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    w = (RNG.standard_normal((k, n)) / math.sqrt(k)).astype(BF16)
+    return w, RNG.standard_normal(n).astype(BF16)
+
+
+def test_pack_b_pairs_layout() -> None:
+    """Panels of 64 columns, rows interleaved in k-pairs, an odd K's last row alone: checked element by element."""
+    k, n = 5, 70
+    w = np.arange(k * n, dtype=np.float32).reshape(k, n).astype(BF16)
+    packed = pack_b_pairs(w, 64)
+    assert packed.size == k * n
+    first = packed[: k * 64]
+    pairs = first[: 2 * 2 * 64].reshape(2, 64, 2)
+    assert (pairs[1, 3] == w[2:4, 3]).all() and (pairs[0, 63] == w[0:2, 63]).all()
+    assert (first[4 * 64:] == w[4, :64]).all()
+    second = packed[k * 64:]
+    assert (second[: 2 * 2 * 6].reshape(2, 6, 2)[1, 5] == w[2:4, 69]).all() and (second[-6:] == w[4, 64:]).all()
+
+
+@pytest.mark.parametrize("m, k, n", [(24, 100, 72), (7, 37, 130), (64, 256, 256), (1, 3, 17), (33, 1, 64)])
+@pytest.mark.parametrize("gemm", [False, True])
+def test_bf16_fc_against_float64(m: int, k: int, n: int, gemm: bool) -> None:
+    """x @ W + b, Relu, all bf16: one FC Subgraph on the packed-weight vdpbf16ps kernel (odd K, N tails, one row,
+    K of 1), within one bf16 step of float64 on the bf16 values, and equal to onnx's reference evaluator's bf16
+    result but for its own roundings."""
+    w, b = _weights(k, n)
+    proto = _fc_model(m, k, n, w, b, gemm)
+    cm = _compile(proto)
+    (sg,) = _subgraphs(cm)
+    assert sg.rt_info.get(FULLY_CONNECTED)
+    _all_on_target(cm)
+    x = RNG.standard_normal((m, k)).astype(BF16)
+    y = cm({"x": x})["y"]
+    ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64), 0)
+    # the MatMul's result is rounded to bf16 before the bias Add (the model's own types), the Add once more
+    _close_to_bf16_rounding(y, ref, steps=2.0, atol=BF16_EPS * np.abs(x.astype(np.float64)) @ np.abs(w.astype(
+        np.float64)))
+    from onnx.reference import ReferenceEvaluator
+
+    ev = ReferenceEvaluator(proto).run(None, {"x": x})[0].astype(np.float64)
+    _close_to_bf16_rounding(y, ev, steps=2.0, atol=1e-2)
+
+
+@pytest.mark.parametrize("at", ["end", "start"])
+@pytest.mark.parametrize("m, k, n", [(9, 37, 75), (20, 64, 130)])
+def test_bf16_fc_against_guard_pages(m: int, k: int, n: int, at: str) -> None:
+    """x, the weight packed once as bf16 k-pairs, the bias and the output flush against a PROT_NONE page: the
+    masked N tail, the lone last row of an odd K and the A pair loads never touch a byte outside."""
+    w, b = _weights(k, n)
+    model = snippets_core.read_onnx(_fc_model(m, k, n, w, b, gemm=False))
+    cfg = CompileConfig.from_mapping({"num_threads": 1})
+    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
+    (sg,) = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
+    ex = x86_compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
+    assert isinstance(ex, PackedWeightExecutor), sg.rt_info.get(FALLBACK_KEY)
+    (i,) = ex.packed
+    assert ex.packed[i].dtype == BF16
+    ex.packed[i] = guarded_copy(ex.packed[i], at)
+    args = [guarded_copy(np.asarray(src.node.value), at) if src.node.type_name == "Constant" else None
+            for src in (inp.source for inp in sg.inputs)]
+    xs = RNG.standard_normal((m, k)).astype(BF16)
+    args = [guarded_copy(xs, at) if a is None else a for a in args]
+    out = guarded_copy(np.zeros((m, n), BF16), at)
+    ex(args, [out])
+    ref = np.maximum(xs.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64), 0)
+    _close_to_bf16_rounding(out, ref, steps=2.0, atol=BF16_EPS * np.abs(xs.astype(np.float64)) @ np.abs(
+        w.astype(np.float64)))
+
+
+def test_bf16_fc_on_two_threads_and_dynamic_rows() -> None:
+    """A dynamic M (batch x sequence) on two threads: the rows run on the bf16 kernel of each shape."""
+    k, n = 96, 160
+    w, b = _weights(k, n)
+    proto = _fc_model(1, k, n, w, b, gemm=False)
+    for vi in (*proto.graph.input, *proto.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_param = "M"
+    cm = _compile(proto, threads=2)
+    for m in (1, 40, 77):
+        x = RNG.standard_normal((m, k)).astype(BF16)
+        y = cm({"x": x})["y"]
+        ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64), 0)
+        _close_to_bf16_rounding(y, ref, steps=2.0, atol=BF16_EPS * np.abs(x.astype(np.float64)) @ np.abs(
+            w.astype(np.float64)))
+
+
+def test_bf16_eltwise_softmax_layernorm() -> None:
+    """bf16 Softmax, LayerNormalization and an eltwise chain: each a Subgraph on x86 (bf16 loads widened to f32,
+    reductions accumulated in f32, stores rounded to bf16), against float64 and the reference evaluator."""
+    rows, cols = 20, 77
+    gamma, beta = RNG.standard_normal(cols).astype(BF16), RNG.standard_normal(cols).astype(BF16)
+    nodes = [oh.make_node("Softmax", ["x"], ["s"], axis=-1),
+             oh.make_node("LayerNormalization", ["x", "g", "b"], ["ln"], axis=-1, epsilon=1e-5),
+             oh.make_node("Sigmoid", ["x"], ["sg"]), oh.make_node("Mul", ["x", "sg"], ["sw"])]
+    outs = [oh.make_tensor_value_info(nm, TP.BFLOAT16, [rows, cols]) for nm in ("s", "ln", "sw")]
+    proto = _model(nodes, [oh.make_tensor_value_info("x", TP.BFLOAT16, [rows, cols])], outs,
+                   [_bf16_init("g", gamma), _bf16_init("b", beta)])
+    cm = _compile(proto)
+    assert len(_subgraphs(cm)) >= 2
+    _all_on_target(cm)
+    assert "[reference]" not in cm.describe()
+    x = (RNG.standard_normal((rows, cols)) * 3).astype(BF16)
+    got = cm({"x": x})
+    xd = x.astype(np.float64)
+    e = np.exp(xd - xd.max(-1, keepdims=True))
+    mu, var = xd.mean(-1, keepdims=True), xd.var(-1, keepdims=True)
+    refs = {"s": e / e.sum(-1, keepdims=True),
+            "ln": (xd - mu) / np.sqrt(var + 1e-5) * gamma.astype(np.float64) + beta.astype(np.float64),
+            "sw": xd / (1 + np.exp(-xd))}
+    from onnx.reference import ReferenceEvaluator
+
+    evs = dict(zip(("s", "ln", "sw"), ReferenceEvaluator(proto).run(None, {"x": x})))
+    for name, ref in refs.items():
+        _close_to_bf16_rounding(got[name], ref, steps=2.0, atol=1e-2)
+        _close_to_bf16_rounding(got[name], evs[name].astype(np.float64), steps=2.0, atol=2e-2)
+
+
+def _transformer_bf16() -> onnx.ModelProto:
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parents[3] / "examples" / "transformer_block.onnx"
+    return model_to_bf16(onnx.load(str(here)))
+
+
+def test_bf16_transformer_block_with_mha() -> None:
+    """examples/transformer_block.onnx in bf16 (what ``model.to(torch.bfloat16)`` exports): every Subgraph,
+    the MHA's included, runs on x86 bf16 kernels; the result is within a few bf16 steps of the f32 model run in
+    float64 on the same (bf16) inputs and weights, as close as onnx's reference evaluator in bf16 is."""
+    proto = _transformer_bf16()
+    cm = _compile(proto, threads=2)
+    _all_on_target(cm)
+    sgs = _subgraphs(cm)
+    assert any(sg.rt_info.get(FULLY_CONNECTED) for sg in sgs)
+    assert any("Softmax" in [n.type_name for n in sg.body.get_ordered_ops()] or
+               "MatMul" in [n.type_name for n in sg.body.get_ordered_ops()] and not sg.rt_info.get(FULLY_CONNECTED)
+               for sg in sgs)
+    shapes = {i.name: [d.dim_value or 1 for d in i.type.tensor_type.shape.dim] for i in proto.graph.input}
+    ins = {"x": RNG.standard_normal(shapes["x"]).astype(BF16)}
+    if "mask" in shapes:
+        ins["mask"] = np.zeros(shapes["mask"], BF16)
+    y = next(iter(cm(ins).values()))
+    assert y.dtype == BF16
+    from onnx.reference import ReferenceEvaluator
+
+    ev = ReferenceEvaluator(proto).run(None, ins)[0].astype(np.float64)
+    # float64 oracle: the f32 model with the bf16-rounded weights, on the same inputs
+    f32 = onnx.load(str(__import__("pathlib").Path(__file__).resolve().parents[3] / "examples" /
+                        "transformer_block.onnx"))
+    for t in f32.graph.initializer:
+        if t.data_type == TP.FLOAT:
+            arr = onnx.numpy_helper.to_array(t).astype(BF16).astype(np.float32)
+            t.CopyFrom(onnx.numpy_helper.from_array(arr, t.name))
+    r64 = ReferenceEvaluator(f32).run(None, {k: v.astype(np.float32) for k, v in ins.items()})[0].astype(np.float64)
+    err, ev_err = np.abs(y.astype(np.float64) - r64).max(), np.abs(ev - r64).max()
+    # a whole block of bf16 roundings: ours must be no worse than the bf16 reference evaluator's (plus a step)
+    assert err <= ev_err + BF16_EPS * np.abs(r64).max(), (err, ev_err)
+
+
+def test_autocast_pattern_and_bf16_stored_weight() -> None:
+    """Cast(f32->bf16) -> MatMul(bf16 weight) -> Cast(bf16->f32) runs the bf16 FC kernel; a bf16 initializer
+    Cast to f32 before an f32 MatMul is folded into an f32 weight (the model computes in f32: rounding the
+    activation to bf16 would change its result), exact against float64."""
+    m, k, n = 24, 100, 72
+    w = RNG.standard_normal((k, n)).astype(BF16)
+    autocast = _model([oh.make_node("Cast", ["x"], ["xb"], to=TP.BFLOAT16), oh.make_node("MatMul", ["xb", "W"], ["yb"]),
+                       oh.make_node("Cast", ["yb"], ["y"], to=TP.FLOAT)],
+                      [oh.make_tensor_value_info("x", TP.FLOAT, [m, k])],
+                      [oh.make_tensor_value_info("y", TP.FLOAT, [m, n])], [_bf16_init("W", w)])
+    stored = _model([oh.make_node("Cast", ["W"], ["Wf"], to=TP.FLOAT), oh.make_node("MatMul", ["x", "Wf"], ["y"])],
+                    [oh.make_tensor_value_info("x", TP.FLOAT, [m, k])],
+                    [oh.make_tensor_value_info("y", TP.FLOAT, [m, n])], [_bf16_init("W", w)])
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    wd = w.astype(np.float64)
+    cm = _compile(autocast)
+    _all_on_target(cm)
+    fcs = [sg for sg in _subgraphs(cm) if sg.rt_info.get(FULLY_CONNECTED)]
+    assert fcs and fcs[0].inputs[0].element_type.value == "bf16"
+    y = cm({"x": x})["y"]
+    ref = x.astype(BF16).astype(np.float64) @ wd
+    np.testing.assert_allclose(y, ref.astype(np.float32).astype(BF16).astype(np.float32), rtol=BF16_EPS,
+                               atol=1e-6 * np.abs(ref).max())
+    cm = _compile(stored)
+    _all_on_target(cm)
+    np.testing.assert_allclose(cm({"x": x})["y"], x.astype(np.float64) @ wd, rtol=1e-5, atol=1e-4)
+
+
+def test_bf16_model_fed_f32_is_a_typed_error() -> None:
+    w, b = _weights(16, 32)
+    cm = _compile(_fc_model(4, 16, 32, w, b, gemm=False))
+    with pytest.raises(InputError, match="'x'.*bf16"):
+        cm({"x": np.zeros((4, 16), np.float32)})
