@@ -429,10 +429,29 @@ class CompiledModel:
         # why a heavy op was left to its reference kernel (e.g. a 3-D Convolution: TokenizeConvSnippets)
         for st in self._steps:
             why = st.node.rt_info.get("SnippetsConvRejectReason") or (
-                st.where == "reference" and st.node.rt_info.get("SnippetsFallbackReason"))
+                st.where == "reference" and (st.node.rt_info.get("SnippetsFallbackReason")
+                                             or _low_precision_reason(st.node)))
             if why:
                 lines.append(f"  [{st.where}] {st.node.type_name} '{st.node.name}': {why}")
         return "\n".join(lines)
+
+
+#: rt_info keys where the Tokenizers leave why a node did not start a Subgraph, in the order they are asked
+_REJECT_KEYS = ("SnippetsFCRejectReason", "SnippetsRejectReason", "SnippetsTransposeRejectReason")
+_LOW_PRECISION = frozenset({"bf16", "f16"})
+
+
+def _low_precision_reason(node: Node) -> str | None:
+    """Why a node on bf16/f16 tensors (a model that asks for that precision) runs on its numpy reference: the
+    Tokenizer's reason, or that none takes it; None for other nodes (f32 ops outside Subgraphs are expected)."""
+    types = {p.element_type.value for p in (*node.inputs, *node.outputs)}
+    low = sorted(types & _LOW_PRECISION)
+    if not low or isinstance(node, Subgraph):
+        return None
+    for key in _REJECT_KEYS:
+        if node.rt_info.get(key):
+            return f"{low[0]} {node.type_name} left to numpy: {node.rt_info[key]}"
+    return f"{low[0]} {node.type_name} left to numpy: no Tokenizer of this target takes it"
 
 
 def _desc(a: Any) -> str:

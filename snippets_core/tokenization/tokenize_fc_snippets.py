@@ -5,12 +5,12 @@ Constant of rank 2 (``[K, N]``, or ``[N, K]`` with ``transpose_b``, as Gemm's ``
 
                   x [.., M, K]     W Constant [K, N]
                           \\        /
-                            MatMul                  no transpose_a, f32 x f32, K and N static
+                            MatMul                  no transpose_a, f32 x f32 or bf16 x bf16, K and N static
                               |
         post-ops: a DAG of eltwise ops fed only by the MatMul's result, Constants and other tensors that
         broadcast to the MatMul's output shape (bias Add, Gemm's alpha/beta Multiply, Relu, Gelu, the Erf
         form x*0.5*(1+erf(x/sqrt2)) and the tanh form as exported, Sigmoid, Swish, Mul by a scalar,
-        residual Add, ...)
+        residual Add, ...; a bf16 FC's Convert to f32, autocast's Cast after the MatMul, ends the region)
 
 The post-op region grows in topological order while every op's inputs are inside the region or outside
 tensors that cannot depend on it; it is cut back to the largest prefix that has exactly one output (the
@@ -51,7 +51,7 @@ FC_WEIGHT = "SnippetsFCWeight"
 FC_UNARY_OPS = UNARY_ELTWISE - {"LogicalNot"}
 FC_BINARY_OPS = frozenset({"Add", "Subtract", "Multiply", "Divide", "Maximum", "Minimum", "Power", "PRelu",
                            "SquaredDifference"}) & BINARY_ELTWISE
-#: element types of the weight and the activations the FC takes
+#: element types of the weight and the activations the FC takes (both the same; bf16 when the model asks for it)
 FC_ELEMENT_TYPES = frozenset({ElementType.f32, ElementType.bf16})
 #: at most this many tensors from outside (besides x and W) feed the post-ops: each is a data pointer
 MAX_POST_OP_INPUTS = 6
@@ -86,13 +86,23 @@ def is_fc_matmul(matmul: Node) -> str | None:
         return f"its input's last dim {x.shape[-1]} is not the weight's K {k}"
     for port in (x, w):
         if port.element_type not in FC_ELEMENT_TYPES:
-            return f"it multiplies {port.element_type.value}; FullyConnected takes f32"
+            return (f"it multiplies {port.element_type.value}; FullyConnected takes "
+                    f"{' or '.join(sorted(t.value for t in FC_ELEMENT_TYPES))}")
+    if x.element_type != w.element_type:
+        return f"it multiplies {x.element_type.value} by {w.element_type.value}; FullyConnected takes one type"
     return None
 
 
+def _is_widening(node: Node) -> bool:
+    """A Convert of a bf16/f16 result to f32: the end of torch's autocast pattern, Cast(bf16 -> f32) after the
+    MatMul. It ends the post-op region (what follows is f32, not the FC's type)."""
+    return (node.type_name == "Convert" and node.inputs[0].element_type in (ElementType.bf16, ElementType.f16)
+            and node.outputs[0].element_type == ElementType.f32)
+
+
 def _is_post_op(node: Node) -> bool:
-    return (node.type_name in FC_UNARY_OPS or node.type_name in FC_BINARY_OPS) and appropriate_for_subgraph(node) \
-        and not is_skipped_by_plugin(node) and len(node.outputs) == 1
+    return (node.type_name in FC_UNARY_OPS or node.type_name in FC_BINARY_OPS or _is_widening(node)) \
+        and appropriate_for_subgraph(node) and not is_skipped_by_plugin(node) and len(node.outputs) == 1
 
 
 def _descendants(start: Node, live: set[int]) -> set[int]:
@@ -170,7 +180,8 @@ class TokenizeFCSnippets(Pass):
             for cand in frontier:
                 if cand.id in region or not _is_post_op(cand) or isinstance(cand, Subgraph) or is_completed(cand):
                     continue
-                if cand.outputs[0].shape != out_shape or cand.outputs[0].element_type != matmul.outputs[0].element_type:
+                if cand.outputs[0].shape != out_shape or (
+                        cand.outputs[0].element_type != matmul.outputs[0].element_type and not _is_widening(cand)):
                     continue  # the post-ops keep the FC's iteration domain: no broadcasting of the main path
                 extra = set()
                 ok = True

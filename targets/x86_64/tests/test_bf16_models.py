@@ -246,7 +246,8 @@ def test_bf16_transformer_block_with_mha() -> None:
 
 
 def test_autocast_pattern_and_bf16_stored_weight() -> None:
-    """Cast(f32->bf16) -> MatMul(bf16 weight) -> Cast(bf16->f32) runs the bf16 FC kernel; a bf16 initializer
+    """Cast(f32->bf16) -> MatMul(bf16 weight) -> Cast(bf16->f32) runs the bf16 FC kernel, the Cast back to f32 in
+    it (the Cast to bf16 is an eltwise Subgraph of its own: the Brgemm reads A from memory); a bf16 initializer
     Cast to f32 before an f32 MatMul is folded into an f32 weight (the model computes in f32: rounding the
     activation to bf16 would change its result), exact against float64."""
     m, k, n = 24, 100, 72
@@ -262,8 +263,9 @@ def test_autocast_pattern_and_bf16_stored_weight() -> None:
     wd = w.astype(np.float64)
     cm = _compile(autocast)
     _all_on_target(cm)
-    fcs = [sg for sg in _subgraphs(cm) if sg.rt_info.get(FULLY_CONNECTED)]
-    assert fcs and fcs[0].inputs[0].element_type.value == "bf16"
+    (fc,) = [sg for sg in _subgraphs(cm) if sg.rt_info.get(FULLY_CONNECTED)]
+    assert fc.inputs[0].element_type.value == "bf16" and fc.outputs[0].element_type.value == "f32"
+    assert [n.type_name for n in fc.body_ops] == ["MatMul", "Convert"]  # the Cast back to f32 is a post-op
     y = cm({"x": x})["y"]
     ref = x.astype(BF16).astype(np.float64) @ wd
     np.testing.assert_allclose(y, ref.astype(np.float32).astype(BF16).astype(np.float32), rtol=BF16_EPS,
@@ -278,3 +280,18 @@ def test_bf16_model_fed_f32_is_a_typed_error() -> None:
     cm = _compile(_fc_model(4, 16, 32, w, b, gemm=False))
     with pytest.raises(InputError, match="'x'.*bf16"):
         cm({"x": np.zeros((4, 16), np.float32)})
+
+
+def test_low_precision_op_left_to_numpy_says_why() -> None:
+    """An f16 FC (no f16 kernel) and a bf16 MatMul of two activations run on numpy; describe() names each and
+    the reason, never silently."""
+    w = np.ones((64, 32), np.float16)
+    f16 = _model([oh.make_node("MatMul", ["x", "W"], ["y"])], [oh.make_tensor_value_info("x", TP.FLOAT16, [8, 64])],
+                 [oh.make_tensor_value_info("y", TP.FLOAT16, [8, 32])], [onnx.numpy_helper.from_array(w, "W")])
+    text = _compile(f16).describe()
+    assert "[reference] MatMul 'MatMul_0': f16 MatMul left to numpy: it multiplies f16; FullyConnected takes" in text
+    two = _model([oh.make_node("MatMul", ["x", "w"], ["y"])],
+                 [oh.make_tensor_value_info("x", TP.BFLOAT16, [8, 64]),
+                  oh.make_tensor_value_info("w", TP.BFLOAT16, [64, 32])],
+                 [oh.make_tensor_value_info("y", TP.BFLOAT16, [8, 32])], [])
+    assert "bf16 MatMul left to numpy: its weight (input 1) comes from Parameter 'w'" in _compile(two).describe()
