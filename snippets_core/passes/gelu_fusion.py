@@ -17,17 +17,32 @@ from snippets_core.passes.pass_manager import Pass
 _RTOL = 1e-3
 
 
+#: a bf16 constant is the formula's rounded to 8 significant bits: within one bf16 step
+_RTOL_BF16 = 2.0**-8
+
+
+class _Scalar(float):
+    """A constant's value with the tolerance its element type allows."""
+
+    rtol: float = _RTOL
+
+
 def _scalar(out: Output) -> float | None:
-    """The value of a one-element Constant, else None."""
+    """The value of a one-element float Constant (f32, f16, bf16), else None."""
     node = out.node
     if node.type_name != "Constant":
         return None
     value = np.asarray(node.value)  # type: ignore[attr-defined]
-    return float(value.reshape(-1)[0]) if value.size == 1 and value.dtype.kind == "f" else None
+    bf16 = value.dtype.name == "bfloat16"  # ml_dtypes' kind is 'V', not 'f'
+    if value.size != 1 or not (value.dtype.kind == "f" or bf16):
+        return None
+    scalar = _Scalar(float(value.reshape(-1)[0]))
+    scalar.rtol = _RTOL_BF16 if bf16 else _RTOL
+    return scalar
 
 
 def _near(value: float | None, want: float) -> bool:
-    return value is not None and abs(value - want) <= _RTOL * abs(want)
+    return value is not None and abs(value - want) <= getattr(value, "rtol", _RTOL) * abs(want)
 
 
 def _only_consumer(out: Output) -> Node | None:
