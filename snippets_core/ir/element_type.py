@@ -14,6 +14,11 @@ except ImportError:  # pragma: no cover - ml_dtypes comes with onnx
     _BF16 = None
 
 
+def is_float_dtype(dtype: np.dtype) -> bool:
+    """A floating-point numpy dtype, bf16 included (ml_dtypes' bfloat16 has kind 'V', not 'f')."""
+    return dtype.kind == "f" or (_BF16 is not None and dtype == _BF16)
+
+
 class ElementType(Enum):
     """The element type of a tensor; ``value`` is the short name used in dumps."""
 

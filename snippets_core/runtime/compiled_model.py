@@ -31,6 +31,7 @@ from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node
 from snippets_core.ir.ops.io import Constant, Parameter, Result
 from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.passes.widen_bf16_convolution import PRECISION_NOTE
 from snippets_core.ir.shape import Shape, SymDim
 from snippets_core.runtime.gc_pause import paused_gc
 from snippets_core.runtime.inputs import as_input_array, expect_output_arrays
@@ -418,6 +419,8 @@ class CompiledModel:
                 ops = ", ".join(op.type_name for op in st.node.body_ops)
                 why = f" (fallback: {p.reason})" if p.reason else ""
                 lines.append(f"  [{p.where}] Subgraph {st.node.name}: {ops}{why}")
+                notes = [op.rt_info[PRECISION_NOTE] for op in st.node.body_ops if op.rt_info.get(PRECISION_NOTE)]
+                lines += [f"      {note}" for note in notes]  # computed wider than the model asked, and why
                 how = getattr(st.run, "describe", None)  # a dynamic Subgraph's executor: one kernel, or one per shape
                 if callable(how):
                     lines.append(f"      {how()}")

@@ -19,6 +19,7 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
     from snippets_core.passes.group_norm_to_rows import GroupNormToRows
     from snippets_core.passes.move_reduction_axes_last import MoveReductionAxesLast
     from snippets_core.passes.move_softmax_axis_last import MoveSoftmaxAxisLast
+    from snippets_core.passes.widen_bf16_convolution import WidenBF16Convolution
     from snippets_core.tokenization import TokenizationConfig, TokenizeFCSnippets, TokenizeMHASnippets, TokenizeSnippets
     from snippets_core.tokenization.config import SnippetsMode
     from snippets_core.tokenization.tokenize_int8_fc_snippets import TokenizeInt8FCSnippets
@@ -29,11 +30,14 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
     if ConvertQDQToFakeQuantize.name not in disabled:  # Q->DQ pairs fuse as FakeQuantize (OpenVINO's frontend)
         ConvertQDQToFakeQuantize().run(model)
     host = target.host
-    host.mark_skipped(model, target.name)
     knobs = {**target.tokenization_defaults(), **dict(config.tokenization)}
     knobs.setdefault("concurrency", config.num_threads)
     tcfg = TokenizationConfig.from_dict(knobs)
     tcfg = replace(tcfg, callback=lambda node: host.tokenization_callback(node, target.name))
+    if tcfg.enabled and tcfg.conv_primitives and WidenBF16Convolution.name not in disabled:
+        # the conv primitive computes f32: a bf16 conv runs on it between Converts (before the target marks nodes)
+        WidenBF16Convolution().run(model)
+    host.mark_skipped(model, target.name)
     if tcfg.enabled:
         if ExtractReshapesFromMHA.name not in disabled:
             ExtractReshapesFromMHA().run(model)

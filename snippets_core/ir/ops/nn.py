@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from snippets_core.errors import ShapeInferenceError
-from snippets_core.ir.element_type import ElementType
+from snippets_core.ir.element_type import ElementType, is_float_dtype
 from snippets_core.ir.node import Node, Output
 from snippets_core.ir.shape import Dim, Shape
 
@@ -351,7 +351,7 @@ class MaxPool(_Pool):
     def evaluate(self, x: np.ndarray) -> list[np.ndarray]:
         geo = self._geometry(self.kernel)
         outs, pbs, pes = geo.resolve(x.shape[2:])
-        low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+        low = -np.inf if is_float_dtype(x.dtype) else np.iinfo(x.dtype).min
         xp = _padded(x, pbs, pes, outs, geo, low)
         y = None
         best_pos: np.ndarray | None = None

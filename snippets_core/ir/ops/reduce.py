@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from snippets_core.ir.element_type import ElementType
+from snippets_core.ir.element_type import ElementType, is_float_dtype
 from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.base import check_input_count, check_kind, known_ints, normalize_axes, same_dtype, upcast
 from snippets_core.ir.shape import Shape, SymValue, sdim_prod
@@ -58,7 +58,7 @@ class Reduce(Node):
 
 
 def _extreme(dtype: np.dtype, lowest: bool) -> np.ndarray:
-    if dtype.kind == "f":
+    if is_float_dtype(dtype):
         return np.asarray(-np.inf if lowest else np.inf, dtype)
     info = np.iinfo(dtype)
     return np.asarray(info.min if lowest else info.max, dtype)

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from snippets_core.errors import ShapeInferenceError
-from snippets_core.ir.element_type import ElementType
+from snippets_core.ir.element_type import ElementType, is_float_dtype
 from snippets_core.ir.node import Node, Output
 from snippets_core.ir.ops.base import UnaryEltwise, check_input_count, check_kind, same_dtype, upcast
 from snippets_core.ir.shape import Shape
@@ -49,7 +49,7 @@ class Ceiling(UnaryEltwise):
     INPUT_KIND = "numeric"
 
     def compute(self, x: np.ndarray) -> np.ndarray:
-        return np.ceil(x) if x.dtype.kind == "f" else x
+        return np.ceil(x) if is_float_dtype(x.dtype) else x
 
 
 class Floor(UnaryEltwise):
@@ -58,7 +58,7 @@ class Floor(UnaryEltwise):
     INPUT_KIND = "numeric"
 
     def compute(self, x: np.ndarray) -> np.ndarray:
-        return np.floor(x) if x.dtype.kind == "f" else x
+        return np.floor(x) if is_float_dtype(x.dtype) else x
 
 
 class Clamp(UnaryEltwise):
@@ -78,7 +78,7 @@ class Clamp(UnaryEltwise):
         return super().infer()
 
     def compute(self, x: np.ndarray) -> np.ndarray:
-        if x.dtype.kind == "f":
+        if is_float_dtype(x.dtype):
             return np.clip(x, np.asarray(self.min, x.dtype), np.asarray(self.max, x.dtype))
         info = np.iinfo(x.dtype)
         lo = max(math.ceil(self.min), info.min)
@@ -250,7 +250,7 @@ class Round(UnaryEltwise):
         return super().infer()
 
     def compute(self, x: np.ndarray) -> np.ndarray:
-        if x.dtype.kind != "f":
+        if not is_float_dtype(x.dtype):
             return x
         if self.mode == "half_to_even":
             return np.rint(x)

@@ -11,6 +11,7 @@ NOT_IMPLEMENTED), so it is not an oracle here.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -41,6 +42,7 @@ BF16 = ml_dtypes.bfloat16
 RNG = np.random.default_rng(20261126)
 #: one bf16 step relative to the value (8 bits of mantissa): the rounding of an f32 result to bf16 is half of it
 BF16_EPS = 2.0 ** -7
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def _bf16_init(name: str, value: np.ndarray) -> onnx.TensorProto:
@@ -204,11 +206,19 @@ def test_bf16_eltwise_softmax_layernorm() -> None:
         _close_to_bf16_rounding(got[name], evs[name].astype(np.float64), steps=2.0, atol=2e-2)
 
 
-def _transformer_bf16() -> onnx.ModelProto:
-    from pathlib import Path
+def _rounded_f32(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The f32 model with its float initializers rounded to bf16: the values the bf16 copy holds, in f32."""
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    for t in out.graph.initializer:
+        if t.data_type == TP.FLOAT:
+            arr = onnx.numpy_helper.to_array(t).astype(BF16).astype(np.float32)
+            t.CopyFrom(onnx.numpy_helper.from_array(arr, t.name))
+    return out
 
-    here = Path(__file__).resolve().parents[3] / "examples" / "transformer_block.onnx"
-    return model_to_bf16(onnx.load(str(here)))
+
+def _transformer_bf16() -> onnx.ModelProto:
+    return model_to_bf16(onnx.load(str(EXAMPLES / "transformer_block.onnx")))
 
 
 def test_bf16_transformer_block_with_mha() -> None:
@@ -232,13 +242,8 @@ def test_bf16_transformer_block_with_mha() -> None:
     from onnx.reference import ReferenceEvaluator
 
     ev = ReferenceEvaluator(proto).run(None, ins)[0].astype(np.float64)
-    # float64 oracle: the f32 model with the bf16-rounded weights, on the same inputs
-    f32 = onnx.load(str(__import__("pathlib").Path(__file__).resolve().parents[3] / "examples" /
-                        "transformer_block.onnx"))
-    for t in f32.graph.initializer:
-        if t.data_type == TP.FLOAT:
-            arr = onnx.numpy_helper.to_array(t).astype(BF16).astype(np.float32)
-            t.CopyFrom(onnx.numpy_helper.from_array(arr, t.name))
+    # the oracle: the f32 model with the bf16-rounded weights, on the same inputs
+    f32 = _rounded_f32(onnx.load(str(EXAMPLES / "transformer_block.onnx")))
     r64 = ReferenceEvaluator(f32).run(None, {k: v.astype(np.float32) for k, v in ins.items()})[0].astype(np.float64)
     err, ev_err = np.abs(y.astype(np.float64) - r64).max(), np.abs(ev - r64).max()
     # a whole block of bf16 roundings: ours must be no worse than the bf16 reference evaluator's (plus a step)
@@ -295,3 +300,26 @@ def test_low_precision_op_left_to_numpy_says_why() -> None:
                   oh.make_tensor_value_info("w", TP.BFLOAT16, [64, 32])],
                  [oh.make_tensor_value_info("y", TP.BFLOAT16, [8, 32])], [])
     assert "bf16 MatMul left to numpy: its weight (input 1) comes from Parameter 'w'" in _compile(two).describe()
+
+
+def test_bf16_cnn_convolutions_in_f32_say_so() -> None:
+    """examples/cnn_block.onnx in bf16: each Conv runs on the f32 conv primitive between Converts (its weight
+    converted at compile time) and describe() says so; what stays on numpy (the bf16 MaxPool, a bf16 Reorder) says
+    why. Checked against the f32 model on the same bf16 values (onnx's reference evaluator in bf16 is no oracle
+    here: its GlobalAveragePool sums 1024 values in bf16 and is off by ~1)."""
+    from onnx.reference import ReferenceEvaluator
+
+    f32 = onnx.load(str(EXAMPLES / "cnn_block.onnx"))
+    proto = model_to_bf16(f32)
+    cm = _compile(proto)
+    text = cm.describe()
+    assert text.count("bf16 Convolution computed in f32") == 2, text
+    assert "MaxPool 'pool1': it pools bf16" in text
+    convs = [sg for sg in _subgraphs(cm) if "Convolution" in [n.type_name for n in sg.body_ops]]
+    assert len(convs) == 2 and all(sg.rt_info.get(FALLBACK_KEY) is None for sg in convs)
+    x = RNG.standard_normal((1, 3, 64, 64)).astype(BF16)
+    y = next(iter(cm({"x": x}).values()))
+    assert y.dtype == BF16
+    want = ReferenceEvaluator(_rounded_f32(f32)).run(None, {"x": x.astype(np.float32)})[0].astype(np.float64)
+    # every op of the block rounds to bf16 once: a few steps of the largest logit
+    assert np.abs(y.astype(np.float64) - want).max() <= 4 * BF16_EPS * np.abs(want).max()
