@@ -17,7 +17,7 @@ Contenders (outputs preallocated where the runner allows):
   ort f32      onnxruntime on the f32 model: its CPU provider has no bf16 MatMul/Gemm/Softmax kernels (the bf16
                model fails with NOT_IMPLEMENTED, reported as a note)
 
-Columns: ms per call, GFLOP/s (2·M·K·N for an FC, the block's MatMul flops), % bf16 peak = of the JIT loop of
+Columns: ms per call (median, or the fastest with --stat best), GFLOP/s (2·M·K·N for an FC, the block's MatMul flops), % bf16 peak = of the JIT loop of
 independent ``vdpbf16ps`` measured in this run (2x the f32 FMA rate: 64 flops per instruction), x us f32 = our f32
 time over this contender's, max abs err against numpy float64 on the bf16-rounded inputs and weights (the bf16
 contenders round their results to bf16: errors of ~1e-2 relative are the format's, not a bug).
@@ -224,14 +224,15 @@ def main(argv: list[str] | None = None) -> int:
             for label, t in timings.items():
                 g = gflop / picks[label]
                 err = H.max_abs_error(np.asarray(results_of[label]()).astype(np.float32), want)
-                table.append([name, n, label, H.fmt_ms(t), H.fmt_spread(t), f"{g:.0f}",
+                table.append([name, n, label, H.fmt_best(t) if args.stat == "best" else H.fmt_ms(t),
+                              H.fmt_spread(t), f"{g:.0f}",
                               f"{100 * g / peaks[n]:.0f}%" if peaks.get(n) else "-",
                               f"{picks['us f32'] / picks[label]:.2f}" if "us f32" in picks else "-",
                               H.fmt_err(err, tol)])
                 results.append({"case": name, "threads": n, "contender": label, "gflop_s": g, "max_abs_err": err,
                                 **t.to_json()})
     print()
-    H.print_table(["case", "thr", "contender", "median ms", "iqr", "GFLOP/s", "% bf16 peak", "x us f32",
+    H.print_table(["case", "thr", "contender", f"{args.stat} ms", "iqr", "GFLOP/s", "% bf16 peak", "x us f32",
                    "max abs err"], table, "lrlrrrrrr")
     print()
     for note in notes:
