@@ -26,7 +26,6 @@ contenders round their results to bf16: errors of ~1e-2 relative are the format'
 from __future__ import annotations
 
 import argparse
-import ctypes
 import sys
 import time
 from collections.abc import Callable
@@ -38,32 +37,22 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H  # the shared modules sit beside this script
 import fc  # the FC layers
+import mha  # the JIT peak loop
 
 SEED = 20261126
 ROWS = (128, 384)
-ACCUMULATORS = 24  # independent vdpbf16ps chains
 BLOCK = Path(__file__).resolve().parents[1] / "examples" / "transformer_block.onnx"
 
 
 def jit_bf16_loop() -> tuple[Callable[[int], None] | None, str | None]:
-    """A JIT loop of ACCUMULATORS independent ``vdpbf16ps zmm`` per iteration; (None, why) without AVX512_BF16."""
+    """bench/mha.py's JIT peak loop on ``vdpbf16ps``; (None, why) without AVX512_BF16."""
     try:
-        from snippets_x86_64.asm import ZMM, Function
         from snippets_x86_64.cpu import cpu_features
     except ImportError as e:
         return None, f"JIT bf16 loop skipped: {e} (pip install -e targets/x86_64)"
     if "avx512_bf16" not in cpu_features():
         return None, "JIT bf16 loop skipped: this CPU has no AVX512_BF16"
-    fn = Function("bf16_peak", args=("n",))
-    (n,) = fn.args
-    for r in list(ZMM[:ACCUMULATORS]) + [ZMM[30], ZMM[31]]:
-        fn.vxorps(r, r, r)
-    loop = fn.label("loop")
-    for r in ZMM[:ACCUMULATORS]:
-        fn.vdpbf16ps(r, ZMM[30], ZMM[31])
-    fn.dec(n)
-    fn.jnz(loop)
-    return fn.finalize(None, (ctypes.c_int64,)), None
+    return mha.jit_fma_loop("vdpbf16ps")
 
 
 def measure_bf16_peak(threads: list[int], budget: float, notes: list[str]) -> dict[int, float | None]:
@@ -79,7 +68,7 @@ def measure_bf16_peak(threads: list[int], budget: float, notes: list[str]) -> di
         parts = [lambda: loop(iters)] * n
         t = H.time_round_robin({"bf16": lambda: par.run(parts)}, budget, rounds=3, min_repeat=3)
         par.close()
-        peaks[n] = ACCUMULATORS * 16 * 4 * iters * n / min(t["bf16"].samples) / 1e9
+        peaks[n] = mha.ACCUMULATORS * 16 * 4 * iters * n / min(t["bf16"].samples) / 1e9
     return peaks
 
 

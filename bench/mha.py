@@ -170,9 +170,10 @@ class TorchSDPA:
 ACCUMULATORS = 24  # independent FMA chains: enough to cover 2 pipes x 4+ cycles latency
 
 
-def jit_fma_loop() -> tuple[Callable[[int], None] | None, str | None]:
-    """A JIT loop of ACCUMULATORS independent ``vfmadd231ps zmm`` per iteration, written with the x86-64
-    target's assembly DSL; (None, reason) when that package or AVX-512 is not there."""
+def jit_fma_loop(op: str = "vfmadd231ps") -> tuple[Callable[[int], None] | None, str | None]:
+    """A JIT loop of ACCUMULATORS independent ``op zmm`` (``vfmadd231ps``; bench/bf16.py: ``vdpbf16ps``) per
+    iteration, written with the x86-64 target's assembly DSL; (None, reason) when that package or AVX-512 is not
+    there."""
     from snippets_core.errors import SnippetsError
 
     try:
@@ -190,7 +191,7 @@ def jit_fma_loop() -> tuple[Callable[[int], None] | None, str | None]:
         fn.vxorps(r, r, r)
     loop = fn.label("loop")
     for r in ZMM[:ACCUMULATORS]:
-        fn.vfmadd231ps(r, ZMM[30], ZMM[31])
+        getattr(fn, op)(r, ZMM[30], ZMM[31])
     fn.dec(n)
     fn.jnz(loop)
     return fn.finalize(None, (ctypes.c_int64,)), None
