@@ -323,3 +323,41 @@ def test_bf16_cnn_convolutions_in_f32_say_so() -> None:
     want = ReferenceEvaluator(_rounded_f32(f32)).run(None, {"x": x.astype(np.float32)})[0].astype(np.float64)
     # every op of the block rounds to bf16 once: a few steps of the largest logit
     assert np.abs(y.astype(np.float64) - want).max() <= 4 * BF16_EPS * np.abs(want).max()
+
+
+def _round_bf16(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float32).astype(BF16).astype(np.float64)
+
+
+@pytest.mark.parametrize("x_shape, k, n, threads", [
+    ([2, 64, 96], 96, 128, 2),      # batch dims, rows split between the threads
+    ([1, 1, 768], 768, 768, 2),     # one row: N split into panels per thread (SplitNExecutor)
+    ([1, 200, 64], 64, 256, 2),     # rows SplitDimensionM cannot split evenly
+    ([3, 7, 33], 33, 64, 1),        # odd K, N one whole panel
+])
+def test_bf16_fc_matches_the_bf16_rounding_chain(x_shape: list[int], k: int, n: int, threads: int) -> None:
+    """x @ W + b + residual in bf16 is the float64 result rounded to bf16 after each op (the model's types):
+    our kernel rounds the f32 sum of exact bf16 products after the MatMul, then after each Add. Matches it
+    element for element but where the f32 summation order decides a tie (at most 0.1% of the elements, by one step
+    of the intermediate that rounded the other way)."""
+    w = (RNG.standard_normal((k, n)) / math.sqrt(k)).astype(BF16)
+    b = RNG.standard_normal(n).astype(BF16)
+    out_shape = [*x_shape[:-1], n]
+    nodes = [oh.make_node("MatMul", ["x", "W"], ["mm"]), oh.make_node("Add", ["mm", "b"], ["a"]),
+             oh.make_node("Add", ["a", "r"], ["y"])]
+    proto = _model(nodes, [oh.make_tensor_value_info("x", TP.BFLOAT16, x_shape),
+                           oh.make_tensor_value_info("r", TP.BFLOAT16, out_shape)],
+                   [oh.make_tensor_value_info("y", TP.BFLOAT16, out_shape)], [_bf16_init("W", w), _bf16_init("b", b)])
+    cm = _compile(proto, threads=threads)
+    _all_on_target(cm)
+    x = RNG.standard_normal(x_shape).astype(BF16)
+    r = RNG.standard_normal(out_shape).astype(BF16)
+    y = cm({"x": x, "r": r})["y"].astype(np.float64)
+    mm = _round_bf16(x.astype(np.float64) @ w.astype(np.float64))
+    a = _round_bf16(mm + b.astype(np.float64))
+    want = _round_bf16(a + r.astype(np.float64))
+    off = y != want
+    assert off.sum() <= max(2, y.size // 1000), off.sum()
+    # a tie decided the other way moves an intermediate by one step of its own size, which the Adds carry on
+    scale = np.maximum(np.abs(mm), np.maximum(np.abs(a), np.abs(want)))
+    assert np.all(np.abs(y - want)[off] <= 2.0**-7 * scale[off])
