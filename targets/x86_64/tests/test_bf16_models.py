@@ -338,8 +338,8 @@ def _round_bf16(a: np.ndarray) -> np.ndarray:
 def test_bf16_fc_matches_the_bf16_rounding_chain(x_shape: list[int], k: int, n: int, threads: int) -> None:
     """x @ W + b + residual in bf16 is the float64 result rounded to bf16 after each op (the model's types):
     our kernel rounds the f32 sum of exact bf16 products after the MatMul, then after each Add. Matches it
-    element for element but where the f32 summation order decides a tie (at most 0.1% of the elements, by one step
-    of the intermediate that rounded the other way)."""
+    element for element but where the f32 summation order decides a tie (at most 0.1% of the elements, by a step or
+    two of the intermediates)."""
     w = (RNG.standard_normal((k, n)) / math.sqrt(k)).astype(BF16)
     b = RNG.standard_normal(n).astype(BF16)
     out_shape = [*x_shape[:-1], n]
@@ -358,6 +358,7 @@ def test_bf16_fc_matches_the_bf16_rounding_chain(x_shape: list[int], k: int, n: 
     want = _round_bf16(a + r.astype(np.float64))
     off = y != want
     assert off.sum() <= max(2, y.size // 1000), off.sum()
-    # a tie decided the other way moves an intermediate by one step of its own size, which the Adds carry on
+    # a tie decided the other way moves an intermediate by one step, and the next rounding can meet a tie again
+    # (seen: mm 164.49999 steps -> f32 sum 164.5 -> even, then a at 128.5 steps -> even: two steps at the end)
     scale = np.maximum(np.abs(mm), np.maximum(np.abs(a), np.abs(want)))
-    assert np.all(np.abs(y - want)[off] <= 2.0**-7 * scale[off])
+    assert np.all(np.abs(y - want)[off] <= 2.0**-6 * scale[off])
