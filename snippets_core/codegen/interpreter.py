@@ -155,6 +155,10 @@ class VectorBufferEmitter(InterpreterEmitter):
 class FillEmitter(InterpreterEmitter):
     def step(self) -> Step:
         node = self.expr.node
+        et = node.inputs[0].element_type
+        if et.size != 4:  # a reduction over bf16/f16 lanes: the 32-bit identity pattern does not fit them
+            raise UnsupportedByTarget(f"Fill '{self.expr.name}' writes a 32-bit pattern; the interpreter keeps "
+                                      f"{et.value} lanes as {et.value}")
         i, o, offset_of = self.in_regs[0], self.out_regs[0], self.value(f"{self.expr.name}.offset", node.offset)
         pattern = np.asarray(node.fill_value, dtype=np.uint32)
 
