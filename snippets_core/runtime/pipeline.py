@@ -13,6 +13,7 @@ from snippets_core.runtime.targets import ResolvedTarget
 
 def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig) -> None:
     """Mark nodes the target fuses elsewhere, then replace fusable regions by Subgraph nodes."""
+    from snippets_core.passes.convert_fc_to_bf16 import ConvertFCToBF16
     from snippets_core.passes.convert_q_dq_to_fake_quantize import ConvertQDQToFakeQuantize
     from snippets_core.passes.extract_reshapes_from_mha import ExtractReshapesFromMHA
     from snippets_core.passes.gelu_fusion import GeluFusion
@@ -32,8 +33,12 @@ def run_tokenization(model: Model, target: ResolvedTarget, config: CompileConfig
     host = target.host
     knobs = {**target.tokenization_defaults(), **dict(config.tokenization)}
     knobs.setdefault("concurrency", config.num_threads)
+    # OpenVINO's INFERENCE_PRECISION_HINT: the targets' common option name for "compute in bf16 where it pays"
+    knobs.setdefault("fc_bf16", str(config.target_options.get("inference_precision", "f32")).lower() == "bf16")
     tcfg = TokenizationConfig.from_dict(knobs)
     tcfg = replace(tcfg, callback=lambda node: host.tokenization_callback(node, target.name))
+    if tcfg.enabled and tcfg.fc_bf16 and ConvertFCToBF16.name not in disabled:
+        ConvertFCToBF16(accept=lambda node: host.tokenization_callback(node, target.name, "fc") is None).run(model)
     if tcfg.enabled and tcfg.conv_primitives and WidenBF16Convolution.name not in disabled:
         # the conv primitive computes f32: a bf16 conv runs on it between Converts (before the target marks nodes)
         WidenBF16Convolution().run(model)

@@ -64,6 +64,9 @@ class TokenizationConfig:
     #: GeluFusion before tokenization: the Gelu exporters write out (Erf or Tanh and four to eight eltwise ops) as one
     #: Gelu op, for a target whose kernels compute Gelu in one emitter
     gelu_fusion: bool = False
+    #: ConvertFCToBF16 before tokenization: f32 MatMuls with constant weights become bf16 FullyConnected Subgraphs
+    #: where the target's FC callback takes them (set from ``target_options.inference_precision: bf16``)
+    fc_bf16: bool = False
     mha_token_enable_transpose_on_output: bool = True
     is_dynamic_mha_token_enabled: bool = True
     mha_supported_transpose_ranks: tuple[int, ...] = (3, 4)
@@ -103,7 +106,7 @@ class TokenizationConfig:
         v = self.int8_conv_min_macs
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise TokenizationConfigError(f"tokenization config 'int8_conv_min_macs' must be an integer >= 0, got {v!r}")
-        for name in ("split_m_dimension", "fc_split_m_dimension", "gelu_fusion",
+        for name in ("split_m_dimension", "fc_split_m_dimension", "gelu_fusion", "fc_bf16",
                      "mha_token_enable_transpose_on_output", "is_dynamic_mha_token_enabled",
                      "mha_transposed_b_in_subgraph", "conv_primitives", "int8_fc", "int8_matmul", "int8_mha",
                      "transpose_primitives"):

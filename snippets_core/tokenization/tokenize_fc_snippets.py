@@ -10,7 +10,7 @@ Constant of rank 2 (``[K, N]``, or ``[N, K]`` with ``transpose_b``, as Gemm's ``
         post-ops: a DAG of eltwise ops fed only by the MatMul's result, Constants and other tensors that
         broadcast to the MatMul's output shape (bias Add, Gemm's alpha/beta Multiply, Relu, Gelu, the Erf
         form x*0.5*(1+erf(x/sqrt2)) and the tanh form as exported, Sigmoid, Swish, Mul by a scalar,
-        residual Add, ...; a bf16 FC's Convert to f32, autocast's Cast after the MatMul, ends the region)
+        residual Add, ...; a bf16 FC's Convert to f32, autocast's Cast after the MatMul, and f32 ops after it)
 
 The post-op region grows in topological order while every op's inputs are inside the region or outside
 tensors that cannot depend on it; it is cut back to the largest prefix that has exactly one output (the
@@ -94,7 +94,7 @@ def is_fc_matmul(matmul: Node) -> str | None:
 
 def _is_widening(node: Node) -> bool:
     """A Convert of a bf16/f16 result to f32: the end of torch's autocast pattern, Cast(bf16 -> f32) after the
-    MatMul. It ends the post-op region (what follows is f32, not the FC's type)."""
+    MatMul (and of ConvertFCToBF16's rewrite). The post-ops after it are f32."""
     return (node.type_name == "Convert" and node.inputs[0].element_type in (ElementType.bf16, ElementType.f16)
             and node.outputs[0].element_type == ElementType.f32)
 
@@ -170,6 +170,7 @@ class TokenizeFCSnippets(Pass):
         region: dict[int, Node] = {matmul.id: matmul}
         downstream = _descendants(matmul, live)
         added: list[Node] = []
+        types = {matmul.outputs[0].element_type}  # the element types a post-op may produce
         outside: set[tuple[int, int]] = set()
         best = 0
         grew = True
@@ -180,7 +181,7 @@ class TokenizeFCSnippets(Pass):
                 if cand.id in region or not _is_post_op(cand) or isinstance(cand, Subgraph) or is_completed(cand):
                     continue
                 if cand.outputs[0].shape != out_shape or (
-                        cand.outputs[0].element_type != matmul.outputs[0].element_type and not _is_widening(cand)):
+                        cand.outputs[0].element_type not in types and not _is_widening(cand)):
                     continue  # the post-ops keep the FC's iteration domain: no broadcasting of the main path
                 extra = set()
                 ok = True
@@ -197,6 +198,8 @@ class TokenizeFCSnippets(Pass):
                     continue
                 region[cand.id] = cand
                 added.append(cand)
+                if _is_widening(cand):  # after the Convert to f32, f32 post-ops (a bf16 FC's bias in f32)
+                    types = {ElementType.f32}
                 outside |= extra
                 grew = True
                 if self._single_output(matmul, added, region, live):

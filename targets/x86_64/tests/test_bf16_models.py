@@ -362,3 +362,40 @@ def test_bf16_fc_matches_the_bf16_rounding_chain(x_shape: list[int], k: int, n: 
     # (seen: mm 164.49999 steps -> f32 sum 164.5 -> even, then a at 128.5 steps -> even: two steps at the end)
     scale = np.maximum(np.abs(mm), np.maximum(np.abs(a), np.abs(want)))
     assert np.all(np.abs(y - want)[off] <= 2.0**-6 * scale[off])
+
+
+def test_inference_precision_bf16_runs_f32_fcs_in_bf16() -> None:
+    """``target_options.inference_precision: bf16`` on an f32 model: each FC is a bf16 FC Subgraph (weight rounded
+    and packed once, activation rounded by a Convert, f32 bias after the Convert back), describe() says so; the
+    result is the float64 product of the bf16-rounded operands, rounded to bf16, plus the f32 bias. A bf16-stored
+    weight Cast to f32 is read back exactly. Without the option the same model stays f32 (exact)."""
+    from snippets_core.passes.convert_fc_to_bf16 import ConvertFCToBF16
+
+    m, k, n = 48, 96, 160
+    w = RNG.standard_normal((k, n)).astype(BF16)
+    b = RNG.standard_normal(n).astype(np.float32)
+    nodes = [oh.make_node("Cast", ["W"], ["Wf"], to=TP.FLOAT), oh.make_node("MatMul", ["x", "Wf"], ["mm"]),
+             oh.make_node("Add", ["mm", "b"], ["y"])]
+    proto = _model(nodes, [oh.make_tensor_value_info("x", TP.FLOAT, [m, k])],
+                   [oh.make_tensor_value_info("y", TP.FLOAT, [m, n])],
+                   [_bf16_init("W", w), onnx.numpy_helper.from_array(b, "b")])
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    cm = _compile(proto, options={"inference_precision": "bf16"})
+    _all_on_target(cm)
+    assert "f32 MatMul computed in bf16" in cm.describe()
+    (fc,) = [sg for sg in _subgraphs(cm) if sg.rt_info.get(FULLY_CONNECTED)]
+    assert [n.type_name for n in fc.body_ops] == ["MatMul", "Convert", "Add"]
+    assert fc.inputs[0].element_type.value == "bf16"
+    got = cm({"x": x})["y"].astype(np.float64)
+    mm = _round_bf16(x) @ w.astype(np.float64)
+    want = _round_bf16(mm) + b
+    # equal but where the f32 sum lands on the other side of a tie: one bf16 step of the product
+    off = np.abs(got - want) > 1e-5 * np.abs(want) + 1e-6
+    assert off.sum() <= max(2, got.size // 1000), off.sum()
+    assert np.all(np.abs(got - want) <= 2.0**-8 * np.abs(mm) + 1e-5)
+    exact = _compile(proto)({"x": x})["y"]
+    np.testing.assert_allclose(exact, x.astype(np.float64) @ w.astype(np.float64) + b, rtol=1e-5, atol=1e-4)
+    # a target that has no bf16 FC kernel vetoes the rewrite: nothing changes
+    model = snippets_core.read_onnx(proto)
+    assert not ConvertFCToBF16(accept=lambda node: False).run(model)
+    assert [n.type_name for n in model.get_ordered_ops() if n.type_name == "MatMul"] == ["MatMul"]
