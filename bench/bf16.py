@@ -12,6 +12,7 @@ Cases (built from fixed seeds):
 Contenders (outputs preallocated where the runner allows):
   us bf16      the bf16 model on x86_64_avx512 (bf16 inputs and outputs)
   us f32       the f32 model on x86_64_avx512
+  us bf16 hint the f32 model with target_options.inference_precision bf16 (its FCs and MHA Brgemms on vdpbf16ps)
   ov bf16      OpenVINO, the f32 model, INFERENCE_PRECISION_HINT bf16 (its default on AVX512_BF16 CPUs)
   ov bf16 in   OpenVINO, the bf16 model (bf16 inputs and outputs), bf16 hint
   ort f32      onnxruntime on the f32 model: its CPU provider has no bf16 MatMul/Gemm/Softmax kernels (the bf16
@@ -179,8 +180,11 @@ def main(argv: list[str] | None = None) -> int:
         for n in threads:
             fns: dict[str, Callable[[], Any]] = {}
             results_of: dict[str, Callable[[], np.ndarray]] = {}
-            for label, path, ins in (("us bf16", bf16_path, bf16_inputs), ("us f32", f32_path, inputs)):
-                cm = snippets_core.compile_model(str(path), target="x86_64_avx512", config={"num_threads": n})
+            for label, path, ins, precision in (("us bf16", bf16_path, bf16_inputs, "f32"),
+                                                ("us f32", f32_path, inputs, "f32"),
+                                                ("us bf16 hint", f32_path, inputs, "bf16")):
+                cm = snippets_core.compile_model(str(path), target="x86_64_avx512", config={
+                    "num_threads": n, "target_options": {"inference_precision": precision}})
                 if "[reference]" in cm.describe():
                     notes.append(f"{name} {label}: part on numpy: {cm.describe().splitlines()[1].strip()}")
                 box: dict[str, Any] = {}
