@@ -120,58 +120,56 @@ class ConvExecutor:
         self.copy_vectors: list[np.ndarray] = []
         self._set_shape(geo, prepared)
 
-    def _set_shape(self, geo: ConvGeometry, prepared: ConvExecutor | None) -> None:
+    def _set_shape(self, geo: ConvGeometry, prepared: ConvExecutor | None, fields: ShapeFields | None = None) -> None:
         """The fields that depend on the input's N, H, W: the work table, the kernel when a shape needs another
         one, the copy table, the thread split (a new shape makes only these: ``for_shape``). What depends on the
-        geometry alone (``ShapeFields``) is made once per process for every primitive of that geometry."""
+        geometry alone (``ShapeFields``, ``fields`` when the caller found it) is made once per process for every
+        primitive of that geometry; a new shape of a primitive pairs it with the primitive's own state (weights,
+        kernels, dispatch calls): a few attribute stores, no table, no kernel lookup."""
+        if fields is None:
+            fields = shape_fields(self, geo, prepared)
+        #: the geometry's shared fields (``ShapeFields``)
+        self.fields = fields
+        d = self.__dict__
+        d.update(fields.record)  # the geometry's (shared, read-only) fields and the per-shape resets
         self.geo = geo
         dynamic, num_threads = self.dynamic, self.num_threads
-        fields = shape_fields(self, geo, prepared)
-        #: the geometry the kernel walks: ``geo``, or a pointwise conv's pixels re-cut into even rows
-        self.kernel_geo = kgeo = fields.kernel_geo
-        self.table_spec = fields.table_spec
-        self.table = fields.table
+        kgeo = fields.kernel_geo
         # a dynamic dense kernel's key holds no dim of the image's: the one it was made with (no comparison)
-        key = prepared.kernel_key if dynamic and not kgeo.depthwise and prepared is not None else fields.kernel_key
-        if prepared is not None and key == prepared.kernel_key:
-            self.kernel = prepared.kernel
-        elif key != self.kernel_key:
-            # built from the key's geometry (no N, nor H, W for a dynamic dense conv: the code cannot depend on
-            # them); a dynamic depthwise walk from this shape's, whose borders the key holds
-            code_geo = kgeo if dynamic and kgeo.depthwise else key[0]
-            post_ops = self.post_ops
-            self.kernel = FUNCTION_CACHE.get(
-                "conv", (key, post_ops), lambda: build_conv_kernel(code_geo, post_ops, dynamic, key[1] or None),
-                HARNESS_ARGTYPES)
-        self.kernel_key = key
+        if prepared is not None and (dynamic and not kgeo.depthwise or fields.kernel_key == prepared.kernel_key):
+            self.kernel, self.kernel_key = prepared.kernel, prepared.kernel_key
+        else:
+            key = fields.kernel_key
+            if key != self.kernel_key:
+                # built from the key's geometry (no N, nor H, W for a dynamic dense conv: the code cannot depend on
+                # them); a dynamic depthwise walk from this shape's, whose borders the key holds
+                code_geo = kgeo if dynamic and kgeo.depthwise else key[0]
+                post_ops = self.post_ops
+                self.kernel = FUNCTION_CACHE.get(
+                    "conv", (key, post_ops), lambda: build_conv_kernel(code_geo, post_ops, dynamic, key[1] or None),
+                    HARNESS_ARGTYPES)
+            self.kernel_key = key
         #: the input can be read in place (NHWC, no padding): no copy when the producer wrote NHWC
         self.unpadded = fields.unpadded and not self.pre_ops
-        #: this shape's view of the shared padded buffer (``PaddedBuffer.take`` makes it on the shape's first run,
-        #: an unpadded conv's only if an input ever needs a copy)
-        self.xp: np.ndarray | None = None
-        #: a global pool epilogue (``geo.global_pool``): the kernel reduces each output row into the row's first
-        #: pixel of ``_rows`` (made once, used by the ``pad.lock`` holder), ``finish`` reduces the rows into the
-        #: [N, M, 1, 1] output
-        self.finish = None
-        self._rows: np.ndarray | None = None
-        self.out_shape = fields.out_shape
         if geo.global_pool is not None:  # a dynamic finish reads Ho, Wo from its args: one for every shape
+            #: a global pool epilogue: the kernel reduces each output row into the row's first pixel of ``_rows``
+            #: (made once, used by the ``pad.lock`` holder), ``finish`` reduces the rows into the [N, M, 1, 1] output
             spec = ("dynamic", kgeo.m, kgeo.global_pool) if dynamic else kgeo
             self.finish = FUNCTION_CACHE.get("conv_gpool_finish", spec,
                                              lambda: build_global_finish_kernel(kgeo, dynamic), HARNESS_ARGTYPES)
             self.finish_words = tuple(finish_args(kgeo, 0, 0))[2:]
             self._rows = self.new((geo.n, geo.out_h, geo.out_w, geo.m))
-        #: layout changes (NCHW -> NHWC copies) made by the calls so far: the reorders at this primitive's edges
-        self.reorders = 0
         if prepared is not None and prepared.packed is self.packed:  # (the addresses of what is shared: known)
             wei, bias, _, extra = prepared.fixed_args
             self.fixed_args = (wei, bias, fields.table_address, extra)
         else:
             self.fixed_args = (data_address(self.packed), data_address(self.bias), fields.table_address,
                                [data_address(a) for a in self.channel_data])
-        self.work_ns = fields.work_ns
-        self.chunks = fields.chunks
-        self.call = self.calls.get(self.kernel, ARG_POST + len(self.channel_data), self.chunks)
+        chunks = fields.chunks
+        if prepared is not None and self.kernel is prepared.kernel and len(chunks) == len(prepared.chunks):
+            self.call = prepared.call  # (``SplitCalls``' key: the kernel, the words, the chunk count)
+        else:
+            self.call = self.calls.get(self.kernel, ARG_POST + len(self.channel_data), chunks)
         #: the JIT copy of a contiguous NCHW input into a planar padded buffer (a stem's) when its rows split over
         #: the threads (None: numpy's strided copy, as fast on one thread; and for a dynamic conv, whose shapes
         #: build no kernels)
@@ -191,8 +189,12 @@ class ConvExecutor:
                                  if v is not None]
             spec = (copy_key(geo, self.copy_pitch), tuple((name, v is not None) for name, v in self.pre_op_spec))
             self.copy = FUNCTION_CACHE.get("conv_copy", spec, lambda: build_copy_kernel(*spec), HARNESS_ARGTYPES)
-        self.copy_table, table_address, self.copy_chunks = fields.copy(self.copy_pitch)
-        self.copy_call = self.calls.get(self.copy, 3 + len(self.copy_vectors), self.copy_chunks)
+        self.copy_table, table_address, copy_chunks = fields.copy(self.copy_pitch)
+        if prepared is not None and prepared.copy is self.copy and len(copy_chunks) == len(prepared.copy_chunks):
+            self.copy_call = prepared.copy_call
+        else:
+            self.copy_call = self.calls.get(self.copy, 3 + len(self.copy_vectors), copy_chunks)
+        self.copy_chunks = copy_chunks
         self.copy_words = [0, 0, table_address, *(data_address(v) for v in self.copy_vectors)]
 
     def _keep(self, a: np.ndarray) -> np.ndarray:
@@ -209,14 +211,21 @@ class ConvExecutor:
         """This convolution for another input shape ``geo``: the packed weights and, for a dynamic one, the kernels
         are this one's; only the work table, the copy table and the padded buffer are new (an average pool's
         ``divisor``, its reciprocal window counts per output pixel, too)."""
+        if self.geo.out_pitch and not geo.out_pitch:  # a Concat's slice at every shape: the pitch is its channels
+            geo = with_dims(geo, out_pitch=self.geo.out_pitch)
+        return self.with_fields(choose_planar(geo) if self.plain_input else geo, None, divisor)
+
+    def with_fields(self, geo: ConvGeometry, fields: ShapeFields | None, divisor: np.ndarray | None = None,
+                    ) -> ConvExecutor:
+        """This convolution for the final geometry ``geo`` (its planar choice and output pitch made) whose
+        ``ShapeFields`` are ``fields`` (None: looked up): the primitive's state (weights, kernels, dispatch calls,
+        padded buffer) with the geometry's, which other primitives of that geometry share."""
         # a copy of this executor with the shape's fields replaced: no per-field construction on a new shape's path
         ex = ConvExecutor.__new__(ConvExecutor)
         ex.__dict__.update(self.__dict__)
         if divisor is not None:
             ex.w, ex.packed = divisor, self._keep(divisor.ravel())
-        if self.geo.out_pitch and not geo.out_pitch:  # a Concat's slice at every shape: the pitch is its channels
-            geo = with_dims(geo, out_pitch=self.geo.out_pitch)
-        ex._set_shape(choose_planar(geo) if self.plain_input else geo, self)
+        ex._set_shape(geo, self, fields)
         return ex
 
     @property
@@ -331,7 +340,7 @@ class ShapeFields:
     tables, and a size seen by another primitive (the blocks of a stage) makes none."""
 
     __slots__ = ("kernel_geo", "kernel_key", "table_spec", "table", "table_address", "unpadded", "out_shape",
-                 "work_ns", "chunks", "_copies", "_threads", "_geo")
+                 "work_ns", "chunks", "_copies", "_threads", "_geo", "record")
 
     def __init__(self, ex: ConvExecutor, geo: ConvGeometry, prepared: ConvExecutor | None, weight_bytes: int) -> None:
         self.kernel_geo = kgeo = flat_pixels(geo)
@@ -355,6 +364,15 @@ class ShapeFields:
         self.chunks = split_items(len(table), max(1, min(threads, int(self.work_ns // PARALLEL_MIN_NS))))
         self._copies: dict[int, tuple[np.ndarray, int, list[tuple[int, int]]]] = {}
         self._threads, self._geo = threads, geo
+        #: what an executor of this geometry takes as it is (one ``dict.update`` on a new shape): ``kernel_geo``, the
+        #: geometry the kernel walks (``geo``, or a pointwise conv's pixels re-cut into even rows); the table, its
+        #: template, the output's shape, the work estimate and split; and the per-shape state a new executor starts
+        #: from: ``xp``, its view of the shared padded buffer (``PaddedBuffer.take`` makes it on the shape's first
+        #: run), no global pool finish (set after), ``reorders``, the layout changes (NCHW -> NHWC copies) its calls
+        #: made, the reorders at this primitive's edges
+        self.record = {"kernel_geo": kgeo, "table_spec": self.table_spec, "table": table, "out_shape": self.out_shape,
+                       "work_ns": self.work_ns, "chunks": self.chunks, "xp": None, "finish": None, "_rows": None,
+                       "reorders": 0}
 
     def copy(self, pitch: int) -> tuple[np.ndarray, int, list[tuple[int, int]]]:
         """The copy table of an input whose pixels are ``pitch`` channels apart, its address and the copy's chunks
@@ -383,6 +401,36 @@ def shape_fields(ex: ConvExecutor, geo: ConvGeometry, prepared: ConvExecutor | N
             while len(_SHAPE_FIELDS) > SHAPE_FIELDS_ENTRIES:
                 del _SHAPE_FIELDS[next(iter(_SHAPE_FIELDS))]
     return fields
+
+
+#: (primitive signature, input shape) -> the final geometry and its ``ShapeFields``: a primitive meeting a shape that
+#: another of its signature met (the blocks of a stage) resolves no window and hashes no geometry
+_SHAPES: dict[tuple[int, tuple[int, ...]], tuple[ConvGeometry, ShapeFields]] = {}
+#: primitive signatures (everything but the input shape that its geometry and ``ShapeFields`` depend on) -> small ints
+_SIGNATURES: dict[tuple, int] = {}
+
+
+def signature(spec: tuple) -> int:
+    """A small int for ``spec``, the same for equal specs: a key part that hashes in no time."""
+    sig = _SIGNATURES.get(spec)
+    if sig is None:
+        with _SHAPE_FIELDS_LOCK:
+            sig = _SIGNATURES.setdefault(spec, len(_SIGNATURES))
+    return sig
+
+
+def shared_shape(key: tuple[int, tuple[int, ...]]) -> tuple[ConvGeometry, ShapeFields] | None:
+    """The geometry and ``ShapeFields`` a primitive of signature ``key[0]`` has for the input shape ``key[1]``, when
+    one was made (``keep_shape``)."""
+    return _SHAPES.get(key)
+
+
+def keep_shape(key: tuple[int, tuple[int, ...]], ex: ConvExecutor) -> None:
+    """Remember ``ex``'s geometry and ``ShapeFields`` for the primitives of ``key``'s signature and input shape."""
+    with _SHAPE_FIELDS_LOCK:
+        _SHAPES[key] = (ex.geo, ex.fields)
+        while len(_SHAPES) > SHAPE_FIELDS_ENTRIES:
+            del _SHAPES[next(iter(_SHAPES))]
 
 
 class PaddedBuffer:

@@ -24,7 +24,7 @@ from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.cache import ShapeCache
 from snippets_x86_64.conv import ConvGeometry, PostOp, global_epilogue, merge_borders, planar_fits, \
     pool_epilogue, with_dims
-from snippets_x86_64.conv_executor import ConvExecutor
+from snippets_x86_64.conv_executor import ConvExecutor, keep_shape, shared_shape, signature
 from snippets_x86_64.global_pool import MODES as GLOBAL_MODES
 from snippets_x86_64.global_pool import GlobalPool
 from snippets_x86_64.pool import build_pool_executor, pool_geometry
@@ -138,7 +138,19 @@ class ConvPlan:
 
     def for_shape(self, first: ConvExecutor | ConvThenPool, x_shape: tuple[int, ...]) -> ConvExecutor | ConvThenPool:
         """The executor for ``x_shape`` from ``first``, the one made for another shape (``executor(dynamic=True)``):
-        its kernels and packed weights, this shape's tables; its pool fused or not as in ``first``."""
+        its kernels and packed weights, this shape's tables; its pool fused or not as in ``first``. The geometry and
+        tables are found by the primitive's signature (``_signature``) when another primitive of it met the shape."""
+        if not isinstance(first, ConvThenPool):
+            sig = first.__dict__.get("shape_sig")
+            if sig is None:
+                sig = first.shape_sig = self._signature(first)
+            key = (sig, x_shape)
+            made = shared_shape(key)
+            if made is not None:
+                return first.with_fields(*made)
+            ex = first.for_shape(self._epilogue_geometry(first, self.geometry(x_shape)))
+            keep_shape(key, ex)
+            return ex
         geo = self.geometry(x_shape)
         if isinstance(first, ConvThenPool):
             conv = first.conv.for_shape(geo)
@@ -148,13 +160,30 @@ class ConvPlan:
             else:
                 pool = GlobalPool(out, self.global_pool, num_threads=first.conv.num_threads, prepared=first.pool)
             return ConvThenPool(conv, pool, first.reason)
+        return first.for_shape(self._epilogue_geometry(first, geo))
+
+    @staticmethod
+    def _epilogue_geometry(first: ConvExecutor, geo: ConvGeometry) -> ConvGeometry:
+        """``geo`` with ``first``'s pool or global pool epilogue."""
         if first.geo.pool is not None:  # disjoint whole windows, no padding (``dynamic_pool_reason``)
             pk = first.geo.pool
-            geo = with_dims(geo, pool=replace(pk, ho=max(0, (geo.ho - pk.kh) // pk.sh + 1),
-                                              wo=max(0, (geo.wo - pk.kw) // pk.sw + 1)))
-        elif first.geo.global_pool is not None:
-            geo = with_dims(geo, global_pool=first.geo.global_pool)
-        return first.for_shape(geo)
+            return with_dims(geo, pool=replace(pk, ho=max(0, (geo.ho - pk.kh) // pk.sh + 1),
+                                               wo=max(0, (geo.wo - pk.kw) // pk.sw + 1)))
+        if first.geo.global_pool is not None:
+            return with_dims(geo, global_pool=first.geo.global_pool)
+        return geo
+
+    def _signature(self, first: ConvExecutor) -> int:
+        """What, besides the input shape, ``first``'s geometry and ``ShapeFields`` for a shape depend on: the window
+        (pads included), the geometry without its dims, the epilogue, the input's layout and the output's pitch, the
+        threads, the walk's border code and the packed weight's size and blocks."""
+        geo_w, base = self._window
+        g = first.geo
+        spec = ((geo_w.kernel, geo_w.strides, geo_w.dilations, geo_w.pads_begin, geo_w.pads_end, geo_w.auto_pad,
+                 geo_w.ceil_mode), base, None if g.pool is None else replace(g.pool, ho=0, wo=0), g.global_pool,
+                g.planar, g.out_pitch, first.num_threads, first.dynamic, first.borders if g.depthwise else None,
+                first.packed.nbytes, tuple(first.offsets))
+        return signature(spec)
 
 
 def dynamic_pool_reason(pool: Any) -> str:
