@@ -473,7 +473,8 @@ def work_table(geo: ConvGeometry, offsets: Sequence[int], borders: tuple | None 
     row (its template fields, cached: they depend on the channels only, plus the row geometry, in Python ints) plus
     one source and one destination offset per (image, output row) (``_fill_table``: a new shape's cost is the count
     of numpy operations). ``spec``: ``table_spec(geo, offsets)`` when the caller kept it."""
-    template_rows, nvs = _block_rows(*(spec or table_spec(geo, offsets)))
+    spec = spec or table_spec(geo, offsets)
+    template_rows, nvs = _block_rows(*spec)
     n, out_h, wo, ch = geo.n, geo.out_h, geo.wo, geo.ch_bytes
     if not geo.depthwise:
         # with a pool epilogue a stored row is a pooled row, which reads the conv rows of its windows (pool.sh conv
@@ -500,14 +501,20 @@ def work_table(geo: ConvGeometry, offsets: Sequence[int], borders: tuple | None 
     c4 = geo.cp * 4
     a, b = interior_columns(geo)  # a dynamic walk's interior columns: loops of the widest block, the rest by bits
     cols, pitch, variants, src0 = b - a, geo.dh * geo.w * c4, len(row_vars), -(geo.pt * geo.w + geo.pl) * c4
-    rows = []
-    for t, nv in zip(template_rows, nvs):
-        r = max_pixels_per_block(nv)  # a depthwise walk's loop block
-        rows.append((t[0] + src0, *t[1:5], t[5] * variants, pitch, cols // r, r, cols % r, ch, right))
+    # the blocks' rows from their template in a few numpy operations (a walk has a block per channel vector: 60
+    # for 960 channels, a Python loop over them cost a new shape 10-20 us per walk)
+    head, loop = _dw_template(*spec)
+    head = head.copy()
+    head[:, 0] += src0
+    head[:, 5] *= variants
+    head[:, RT_PITCH:] = (pitch, 0, 0, 0, ch, right)
+    head[:, RT_NFULL] = cols // loop
+    head[:, RT_RFULL] = loop
+    head[:, RT_RTAIL] = cols % loop
     # channel blocks innermost: the input rows a row of outputs reads stay in L1/L2 (the weights are a few KiB,
     # unlike a dense conv's, whose weight block is what must stay in cache)
-    table = _fill_table(rows, n, out_h, geo.h * geo.w * c4, geo.sh * geo.w * c4, geo.out_w * geo.mo * 4, True)
-    rows_view = table.reshape(n, out_h, len(rows), ROW)
+    table = _fill_table(head, n, out_h, geo.h * geo.w * c4, geo.sh * geo.w * c4, geo.out_w * geo.mo * 4, True)
+    rows_view = table.reshape(n, out_h, len(head), ROW)
     col = rows_view[..., 5]
     col += var_of_oh[:, None]
     if geo.mode != "conv":  # pools: the row of reciprocal counts
@@ -515,13 +522,13 @@ def work_table(geo: ConvGeometry, offsets: Sequence[int], borders: tuple | None 
     return table
 
 
-def _fill_table(rows: list[tuple[int, ...]], n: int, out_h: int, image_src: int, row_src: int, row_dst: int,
+def _fill_table(rows: list[tuple[int, ...]] | np.ndarray, n: int, out_h: int, image_src: int, row_src: int, row_dst: int,
                 blocks_inner: bool) -> np.ndarray:
     """A work table of ``rows`` (one per channel block) for every (image, stored row): each row's source moves
     ``row_src`` bytes per stored row and ``image_src`` per image, its destination ``row_dst`` per stored row (the
     images' outputs are contiguous). Blocks outside the rows (a dense conv: each block walks the image) or inside
     (``blocks_inner``: depthwise and pools)."""
-    head = np.array(rows, np.int64)
+    head = np.asarray(rows, np.int64)
     table = np.empty((n, out_h, len(rows), ROW) if blocks_inner else (n, len(rows), out_h, ROW), np.int64)
     table[...] = head if blocks_inner else head[:, None, :]
     k = np.arange(n * out_h, dtype=np.int64)  # the stored rows of every image, in order
@@ -544,6 +551,16 @@ def _block_rows(*spec: Any) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...
     template = _block_template(*spec)
     return (tuple(tuple(int(v) for v in row[:RT_PITCH]) for row in template),
             tuple(int(v) for v in template[:, RT_RFULL]))
+
+
+@functools.lru_cache(maxsize=512)
+def _dw_template(*spec: Any) -> tuple[np.ndarray, np.ndarray]:
+    """A depthwise or pool walk's blocks: ``_block_template(*spec)`` (read-only) and each block's loop block (the
+    widest register block of its vector count, ``max_pixels_per_block``)."""
+    template = _block_template(*spec)
+    loop = np.array([max_pixels_per_block(int(nv)) for nv in template[:, RT_RFULL]], np.int64)
+    loop.flags.writeable = False
+    return template, loop
 
 
 @functools.lru_cache(maxsize=4096)
