@@ -522,26 +522,23 @@ def work_table(geo: ConvGeometry, offsets: Sequence[int], borders: tuple | None 
     return table
 
 
-def _fill_table(rows: list[tuple[int, ...]] | np.ndarray, n: int, out_h: int, image_src: int, row_src: int, row_dst: int,
-                blocks_inner: bool) -> np.ndarray:
+def _fill_table(rows: list[tuple[int, ...]] | np.ndarray, n: int, out_h: int, image_src: int, row_src: int,
+                row_dst: int, blocks_inner: bool) -> np.ndarray:
     """A work table of ``rows`` (one per channel block) for every (image, stored row): each row's source moves
     ``row_src`` bytes per stored row and ``image_src`` per image, its destination ``row_dst`` per stored row (the
     images' outputs are contiguous). Blocks outside the rows (a dense conv: each block walks the image) or inside
     (``blocks_inner``: depthwise and pools)."""
     head = np.asarray(rows, np.int64)
-    table = np.empty((n, out_h, len(rows), ROW) if blocks_inner else (n, len(rows), out_h, ROW), np.int64)
-    table[...] = head if blocks_inner else head[:, None, :]
     k = np.arange(n * out_h, dtype=np.int64)  # the stored rows of every image, in order
-    view = (n, out_h, 1) if blocks_inner else (n, 1, out_h)
-    if n == 1 or image_src == out_h * row_src:  # the rows of every image evenly spaced (no rows between images)
-        src = k * row_src
+    # each stored row's source and destination offsets as one outer product (a new shape's cost is the count of
+    # numpy operations), then one broadcast add of the blocks' rows
+    off = np.multiply.outer(k, np.array((row_src, 0, row_dst) + (0,) * (ROW - 3), np.int64))
+    if n > 1 and image_src != out_h * row_src:  # rows between images: each image's rows start image_src apart
+        off[:, 0] += (k // out_h) * (image_src - out_h * row_src)
+    if blocks_inner:
+        table = off.reshape(n, out_h, 1, ROW) + head
     else:
-        src = (np.arange(0, n * image_src, image_src, dtype=np.int64)[:, None] + k[:out_h] * row_src) if n else k
-    # in place through views (``table[..., 0] += x`` would also assign the view back: a copy more)
-    col = table[..., 0]
-    col += src.reshape(view)
-    col = table[..., 2]
-    col += (k * row_dst).reshape(view)
+        table = off.reshape(n, 1, out_h, ROW) + head[:, None, :]
     return table.reshape(-1, ROW)
 
 
