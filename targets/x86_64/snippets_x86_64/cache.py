@@ -328,17 +328,24 @@ class ShapeCache:
         self._lock = threading.Lock()  # calls from several Python threads: the order's moves and drops
         self._node: Any = None
         self._next: list[ShapeCache] | None = None
+        #: (shape, executor) of the last call, one attribute (read and written whole by concurrent calls)
+        self._last: tuple[Any, Any] = (None, None)
 
     def executor(self, shape: tuple[int, ...]) -> Any:
         """The executor for inputs of ``shape`` (None is one too: nothing to run): made on its first call, then
         kept."""
+        last = self._last
+        if last[0] == shape:  # the shape of the last call (most calls): already the most recently used
+            return last[1]
         ex = self.executors.get(shape, _MISSING)
         if ex is not _MISSING:
             with self._lock:
                 if shape in self.executors:
                     self.executors.move_to_end(shape)
+            self._last = (shape, ex)
             return ex
         ex = self._made(shape)
+        self._last = (shape, ex)
         if self._node is not None:
             self.ahead(shape, ex)
         return ex
@@ -355,7 +362,8 @@ class ShapeCache:
         with self._lock:
             self.executors[shape] = ex
             while len(self.executors) > SHAPE_CACHE:
-                self.executors.popitem(last=False)
+                if self.executors.popitem(last=False)[0] == self._last[0]:
+                    self._last = (None, None)
         return ex
 
     def output_shape(self, shape: tuple[int, ...], ex: Any) -> tuple[int, ...] | None:

@@ -337,9 +337,13 @@ def with_dims(geo: ConvGeometry, **dims: Any) -> ConvGeometry:
 def _flat_chunk(pixels: int, items_per_row: int) -> int:
     """``flat_pixels``' row length: the largest divisor of ``pixels`` up to ``FLAT_CHUNK`` that still cuts the
     work into ``FLAT_MIN_ITEMS`` items (``items_per_row`` per row of pixels), else the largest divisor."""
-    divisors = [d for d in range(1, min(pixels, FLAT_CHUNK) + 1) if pixels % d == 0]
-    good = [d for d in divisors if items_per_row * (pixels // d) >= FLAT_MIN_ITEMS]
-    return max(good or divisors)
+    largest = 0
+    for d in range(min(pixels, FLAT_CHUNK), 0, -1):  # from the top: a new image size stops at the first good one
+        if pixels % d == 0:
+            if items_per_row * (pixels // d) >= FLAT_MIN_ITEMS:
+                return d
+            largest = largest or d
+    return largest
 
 
 #: input channels up to which a convolution reads a planar (NCHW) padded copy
