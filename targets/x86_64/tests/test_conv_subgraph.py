@@ -425,6 +425,10 @@ def test_shape_cache_keeps_the_most_recent_shapes(monkeypatch) -> None:  # type:
     for shape in [(1,), (2,), (1,), (3,), (1,), (2,)]:
         assert sc.executor(shape) == shape
     assert made == [(1,), (2,), (3,), (2,)] and list(sc.executors) == [(1,), (2,)]
+    # the last call's shape again: the same executor, nothing made; a dropped one is made again
+    for shape in [(2,), (2,), (3,), (1,)]:
+        assert sc.executor(shape) == shape
+    assert made == [(1,), (2,), (3,), (2,), (3,), (1,)] and list(sc.executors) == [(3,), (1,)]
 
 
 def test_dynamic_conv_holds_its_weights_once() -> None:

@@ -88,6 +88,11 @@ def test_primitives_of_one_geometry_share_their_tables() -> None:
     for (shape_a, ex_a), (shape_b, ex_b) in zip(same[0].executors.items(), same[1].executors.items()):
         assert shape_a == shape_b and ex_a is not ex_b
         assert ex_a.table is ex_b.table and ex_a.chunks is ex_b.chunks and not ex_a.table.flags.writeable
+    # the shapes after the stand-in: one geometry and one ShapeFields for the two (found by the primitives'
+    # signature, ``shared_shape``), each paired with its own primitive's weights and its first executor's kernel
+    for ex_a, ex_b in list(zip(same[0].executors.values(), same[1].executors.values()))[1:]:
+        assert ex_a.geo is ex_b.geo and ex_a.fields is ex_b.fields and ex_a.packed is not ex_b.packed
+        assert ex_a.kernel is same[0]._first.kernel and ex_b.kernel is same[1]._first.kernel
     # the global pool, the LRN and every conv: no dispatch call beyond the first shape's kernels and chunk counts
     for c in caches:
         first = c._first
