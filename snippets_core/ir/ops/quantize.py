@@ -225,8 +225,16 @@ class DynamicQuantizeLinear(Node):
 
 def dynamic_quantization_grid(xf: np.ndarray) -> tuple[np.float32, np.float32]:
     """DynamicQuantizeLinear's (scale, zero point) of the f32 ``xf``: its range extended to 0, over 255 (ONNX)."""
-    hi = np.float32(max(0.0, float(xf.max()))) if xf.size else np.float32(0)
-    lo = np.float32(min(0.0, float(xf.min()))) if xf.size else np.float32(0)
+    if not xf.size:
+        return dynamic_quantization_grid_of_range(0.0, 0.0)
+    return dynamic_quantization_grid_of_range(float(xf.min()), float(xf.max()))
+
+
+def dynamic_quantization_grid_of_range(x_min: float, x_max: float) -> tuple[np.float32, np.float32]:
+    """:func:`dynamic_quantization_grid` of an f32 tensor whose smallest and largest values are given (a kernel
+    that reduced them itself)."""
+    hi = np.float32(max(0.0, x_max))
+    lo = np.float32(min(0.0, x_min))
     scale = np.float32(np.float32(1.0 if hi == lo else hi - lo) / np.float32(255))
     return scale, np.float32(np.rint(np.clip(np.float32(0) - lo / scale, 0, 255)))
 

@@ -747,7 +747,7 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
     if is_int8_fc(sg):  # one int8 kernel on the packed int8 weight, with its own executor
         from snippets_x86_64.int8_fc_executor import int8_fc_executor
 
-        return int8_fc_executor(sg, config.num_threads)
+        return int8_fc_executor(sg, config.num_threads, _parallel_min_ns(config))
     from snippets_core.tokenization.tokenize_int8_matmul_snippets import is_int8_matmul
 
     if is_int8_matmul(sg):  # both operands quantized per call, B repacked per batch, the int8 Brgemm
