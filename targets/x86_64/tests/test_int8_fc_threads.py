@@ -17,7 +17,16 @@ from snippets_core.tokenization.tokenize_int8_fc_snippets import is_int8_fc
 from snippets_x86_64.cpu import cpu_features
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: make the sibling module importable
-from test_int8_fc import _check_steps, _float64_static, _input, _ort, dynamic, integer, qlinear, static_qdq  # noqa: E402
+from test_int8_fc import (  # noqa: E402
+    _check_steps,
+    _float64_static,
+    _input,
+    _ort,
+    dynamic,
+    integer,
+    qlinear,
+    static_qdq,
+)
 
 pytestmark = pytest.mark.skipif("avx512_vnni" not in cpu_features(), reason="the int8 Brgemm needs AVX512_VNNI")
 
