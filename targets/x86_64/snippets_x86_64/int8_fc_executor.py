@@ -13,13 +13,15 @@ multiplies its own); an FC with fewer than :data:`MIN_ROWS_PER_THREAD` rows per 
 64-column blocks of the packed weight (A quantized once, first); one with less than ``parallel_min_ns`` of
 estimated work per thread runs on the caller.
 
-Dynamic quantization (DynamicQuantizeLinear): x's min and max come from a JIT reduce over the same rows and threads
-(:func:`~snippets_x86_64.int8_fc_kernel.minmax_function`), then the grid, the compensation ``zp * colsum[n]`` and
-the scales ``x_scale * w_scale[n]`` are made for this call into buffers kept between calls.
+Dynamic quantization (DynamicQuantizeLinear) is JIT code too: x's min and max come from a reduce over the same rows
+and threads (:func:`~snippets_x86_64.int8_fc_kernel.minmax_function`), then one function makes the grid, the
+compensation ``zp * colsum[n]`` and the scales ``x_scale * w_scale[n]`` of the call
+(:func:`~snippets_x86_64.int8_fc_kernel.dynamic_grid_function`) into buffers kept between calls.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 from collections.abc import Sequence
@@ -28,15 +30,14 @@ from typing import Any
 import numpy as np
 
 from snippets_core.errors import InputError
-from snippets_core.ir.ops.quantize import dynamic_quantization_grid_of_range
 from snippets_core.ir.ops.subgraph import Subgraph, release_constants
 from snippets_core.runtime.placement import Placement
 from snippets_core.tokenization.tokenize_int8_fc_snippets import DYNAMIC, F32, INT8_FULLY_CONNECTED, QUANTIZED, S8, \
     S32, U8, Int8FCSpec
 from snippets_x86_64.brgemm_copy_b_int8 import repack_b_int8
 from snippets_x86_64.brgemm_int8 import C_DTYPE, Int8Output, post_op_vectors
-from snippets_x86_64.int8_fc_kernel import ARGS, COLS, ROW_BLOCK, ROWS, Int8FCKernelKey, int8_fc_function, \
-    minmax_function
+from snippets_x86_64.int8_fc_kernel import ARGS, COLS, GRID_ARGS, ROW_BLOCK, ROWS, Int8FCKernelKey, \
+    dynamic_grid_function, int8_fc_function, minmax_function
 from snippets_x86_64.int8_matmul_executor import INT8_MACS_PER_NS
 from snippets_x86_64.native_pool import SplitCall, split_items
 from snippets_x86_64.quantize_int8 import quantize_function, quantize_params
@@ -74,16 +75,19 @@ class Int8FCExecutor:
         #: per (mode, threads): the native call (its argument block and Job made once)
         self._calls = {(mode, p): SplitCall(fn, len(ARGS), [(0, 0)] * p) for mode, fn in self.functions.items()
                        for p in range(1, self.threads + 1)}
-        self._plans: dict[int, tuple[str, list[tuple[int, int]]]] = {}
+        #: per M: (mode, chunks, the min/max reduce's chunks and their first rows as int64)
+        self._plans: dict[int, tuple[str, list[tuple[int, int]], list[tuple[int, int]], np.ndarray]] = {}
         if spec.source == DYNAMIC:
             self._minmax = {p: SplitCall(minmax_function(spec.k), 2, [(0, 0)] * p)
                             for p in range(1, self.threads + 1)}
+            self._grid = dynamic_grid_function(spec.n)
             self.colsum = self.packed.compensation(255, False) // 255  # checked: 255 * colsum fits int32
-            self.w_scale = np.broadcast_to(np.asarray(spec.w_scale, np.float32), (spec.n,))
+            self.w_scale = np.array(np.broadcast_to(np.asarray(spec.w_scale, np.float32), (spec.n,)))
             self.bias = (spec.bias if spec.bias is not None else np.zeros(spec.n, np.float32)).astype(np.float32)
             self.vectors = (np.empty(spec.n, np.int32), np.empty(spec.n, np.float32), self.bias)
             self.qparams = np.zeros(4, np.float32)
             self._range = np.empty(0, np.float32)
+            self._grid_args = self._grid_block(self.qparams, *self.vectors[:2])
         else:
             y_scale = spec.y_scale if self.output in (Int8Output.U8, Int8Output.S8) else None
             self.vectors = post_op_vectors(self.packed, spec.a_scale, spec.a_zero_point, spec.a_signed,
@@ -100,6 +104,9 @@ class Int8FCExecutor:
     def plan(self, m: int) -> tuple[str, list[tuple[int, int]]]:
         """How ``m`` rows are split: (``rows``, [(first row, rows)] per thread) or (``cols``, [(first N block,
         blocks)] per thread). Plain arithmetic: every function it names is already compiled."""
+        return self._plan(m)[:2]
+
+    def _plan(self, m: int) -> tuple[str, list[tuple[int, int]], list[tuple[int, int]], np.ndarray]:
         found = self._plans.get(m)
         if found is not None:
             return found
@@ -114,10 +121,12 @@ class Int8FCExecutor:
             plan = (COLS, split_items(self.n_blocks, parts))
         else:
             plan = (ROWS, [(0, m)])
+        reduce = plan[1] if plan[0] == ROWS else [(0, m)]  # N split: the rows are whole on each thread
+        full = (*plan, reduce, np.array([r for r, _ in reduce], np.int64))
         if len(self._plans) >= PLANS_KEPT:
             self._plans.clear()
-        self._plans[m] = plan
-        return plan
+        self._plans[m] = full
+        return full
 
     def _static_words(self) -> list[int]:
         """The argument words that do not change between calls (the weight, the constant grid's vectors), read
@@ -158,7 +167,7 @@ class Int8FCExecutor:
         """One call on ``m`` rows; ``own``: this call holds the buffers kept between calls (else it makes its
         own: another thread runs this executor now)."""
         s = self.spec
-        mode, chunks = self.plan(m)
+        mode, chunks, reduce, starts = self._plan(m)
         words = list(self._static_words())
         xa = address(x2)
         words[0], words[2], words[8] = xa, address(out), m
@@ -174,37 +183,37 @@ class Int8FCExecutor:
                 q = self._scratch
             words[1] = address(q)
             if s.source == DYNAMIC:  # (``grid`` holds this call's arrays until the call is done)
-                grid = self._dynamic_grid(xa, m, mode, chunks, own)
+                grid = self._dynamic_grid(xa, m, reduce, starts, own)
                 words[3:6] = [address(a) for a in grid]
             if mode == COLS:  # the threads share every row: quantized once, here
                 self._quantize(xa, words[1], m, words[3])
         self._calls[mode, len(chunks)].run_chunks(chunks, words)
 
-    def _dynamic_grid(self, xa: int, m: int, mode: str, chunks: list[tuple[int, int]], own: bool,
+    def _grid_block(self, params: np.ndarray, comp: np.ndarray, scale: np.ndarray) -> ctypes.Array:
+        """The argument block of the grid function writing into ``params``, ``comp`` and ``scale``."""
+        return (ctypes.c_uint64 * len(GRID_ARGS))(0, 0, 0, address(self.colsum), address(self.w_scale),
+                                                  address(params), address(comp), address(scale))
+
+    def _dynamic_grid(self, xa: int, m: int, parts: list[tuple[int, int]], starts: np.ndarray, own: bool,
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """DynamicQuantizeLinear's grid of the ``m`` rows at ``xa`` (min and max reduced by the JIT function on
-        the call's threads): this call's (params, comp, scale)."""
+        """DynamicQuantizeLinear's grid of the ``m`` rows at ``xa`` and the call's post-op vectors, in JIT code: the
+        min and max reduced over ``parts`` on the call's threads, then the grid function. Returns this call's
+        (params, comp, scale): the executor's own, or (``own`` False: another thread runs this executor now) new."""
         s = self.spec
-        parts = chunks if mode == ROWS else [(0, m)]
-        if not own or self._range.size < 2 * m:
-            rng = np.empty(2 * m, np.float32)
-            if own:
-                self._range = rng
-        else:
-            rng = self._range
-        self._minmax[len(parts)].run_chunks(parts, [xa, address(rng)])
-        lo = min(float(rng[2 * r]) for r, _ in parts)
-        hi = max(float(rng[2 * r + 1]) for r, _ in parts)
-        scale, zp = dynamic_quantization_grid_of_range(lo, hi)
-        params = quantize_params(float(scale), int(zp), False)
-        comp, sc, _ = self.vectors if own else (np.empty(s.n, np.int32), np.empty(s.n, np.float32), None)
-        # the graph computes Cast(acc) * (x_scale * w_scale) in f32: the same product, rounded the same way
-        np.multiply(self.colsum, np.int32(zp), out=comp)
-        np.multiply(scale, self.w_scale, out=sc)
         if own:
-            self.qparams[:] = params
-            params = self.qparams
-        return params, comp, sc
+            if self._range.size < 2 * m:
+                self._range = np.empty(2 * m, np.float32)
+            rng, block = self._range, self._grid_args
+            arrays = (self.qparams, *self.vectors[:2])
+        else:
+            rng = np.empty(2 * m, np.float32)
+            arrays = (np.empty(4, np.float32), np.empty(s.n, np.int32), np.empty(s.n, np.float32))
+            block = self._grid_block(*arrays)
+        ra = address(rng)
+        self._minmax[len(parts)].run_chunks(parts, [xa, ra])
+        block[0], block[1], block[2] = ra, len(parts), address(starts)
+        self._grid(ctypes.addressof(block))
+        return arrays
 
     def describe(self) -> str:
         threads = (f", rows or N blocks split over {self.threads} threads" if self.threads > 1 else "")

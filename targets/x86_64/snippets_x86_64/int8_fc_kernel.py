@@ -30,8 +30,8 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from snippets_core.errors import InputError
-from snippets_x86_64.asm import ZMM, Function, k1, k2, k3, qword, r8, r9, r10, r11, r12, r13, r14, r15, rax, rbp, \
-    rbx, rcx, rdi, rdx, rsi, word, zmm0, zmm1, zmm2, zmm3
+from snippets_x86_64.asm import ZMM, Function, dword, eax, k1, k2, k3, qword, r8, r9, r10, r11, r12, r13, r14, r15, \
+    rax, rbp, rbx, rcx, rdi, rdx, rsi, word, zmm0, zmm1, zmm2, zmm3
 from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, N_BLOCK
 from snippets_x86_64.brgemm_int8 import C_SIZE, VEC_BUDGET, BrgemmInt8Kernel, Int8Geometry, Int8Output, Int8Regs, \
     tile_rows
@@ -256,7 +256,8 @@ def _advance(fn: Function, regs: Int8Regs, key: Int8FCKernelKey, rows: int) -> N
 def minmax_function(k: int) -> JitFunction:
     """The harness ``f(unused, args, start, count)``: the min and max of rows ``start .. start + count`` of ``k``
     f32 (``args`` = [x, out]) written as two f32 at ``out + 8 * start`` (min, then max). One pass, two
-    accumulators of each; a K tail is read under a lane mask and merged under it (lanes past K keep their value)."""
+    accumulators of each; a K tail is read under a lane mask and merged under it (lanes past K keep their value).
+    A NaN is skipped (the accumulator is the operand ``vminps`` returns when the other is a NaN)."""
     if k <= 0:
         raise InputError(f"the min/max reduce needs a positive row length, got {k}")
     fn = Function("minmax_f32", args=("unused", "args", "start", "count"))
@@ -284,22 +285,22 @@ def minmax_function(k: int) -> JitFunction:
             top = fn.label("minmax.k")
             fn.vmovups(v, x + 0)
             fn.vmovups(w, x + LANES * 4)
-            fn.vminps(lo, lo, v)
-            fn.vmaxps(hi, hi, v)
-            fn.vminps(lo2, lo2, w)
-            fn.vmaxps(hi2, hi2, w)
+            fn.vminps(lo, v, lo)
+            fn.vmaxps(hi, v, hi)
+            fn.vminps(lo2, w, lo2)
+            fn.vmaxps(hi2, w, hi2)
             fn.add(x, 2 * LANES * 4)
             fn.dec(cnt)
             fn.jnz(top)
         if odd:
             fn.vmovups(v, x + 0)
-            fn.vminps(lo, lo, v)
-            fn.vmaxps(hi, hi, v)
+            fn.vminps(lo, v, lo)
+            fn.vmaxps(hi, v, hi)
             fn.add(x, LANES * 4)
     if tail:
         fn.vmovups(v.mask(k1).z, x + 0)
-        fn.vminps(lo.mask(k1), lo, v)
-        fn.vmaxps(hi.mask(k1), hi, v)
+        fn.vminps(lo.mask(k1), v, lo)
+        fn.vmaxps(hi.mask(k1), v, hi)
         fn.add(x, tail * 4)
     fn.dec(count)
     fn.jnz(row)
@@ -321,4 +322,84 @@ def minmax_function(k: int) -> JitFunction:
     return fn.finalize(None, _HARNESS_TYPES)
 
 
-__all__ = ["ARGS", "COLS", "ROWS", "ROW_BLOCK", "Int8FCKernelKey", "int8_fc_function", "minmax_function"]
+#: the argument block of :func:`dynamic_grid_function`, 64-bit words in order: the (min, max) pairs, how many
+#: parts, the parts' first rows (int64; pair ``r`` is at ``8 * r``), the weight's column sums (s32), its scales
+#: (f32), and the outputs: the quantizer's parameters, the compensation (s32) and the scales (f32) of the call
+GRID_ARGS = ("range", "parts", "starts", "colsum", "w_scale", "params", "comp", "scale")
+
+
+@cache
+def dynamic_grid_function(n: int) -> JitFunction:
+    """``f(args)``: DynamicQuantizeLinear's grid from the parts' (min, max) (:func:`minmax_function`) and the post-op
+    vectors of the call (``args``: :data:`GRID_ARGS`). The range is extended to 0; ``scale = (hi - lo) / 255`` (1
+    when hi = lo), ``zp = rint(clamp(-lo / scale, 0, 255))``, each one f32 operation as ONNX's reference computes
+    it; the parameters ``(scale, -zp, 255 - zp, zp)`` of :func:`~snippets_x86_64.quantize_int8.quantize_params`;
+    ``comp[j] = zp * colsum[j]``, ``scale[j] = scale * w_scale[j]`` over ``n`` columns (the tail under a mask)."""
+    if n <= 0:
+        raise InputError(f"the dynamic quantization grid needs a positive N, got {n}")
+    fn = Function("dynamic_grid", args=("args",))
+    (args,) = fn.args
+    lo, hi, span, t, one, zero = (ZMM[i].xmm for i in range(6))
+    fn.vxorps(lo, lo, lo)
+    fn.vxorps(hi, hi, hi)
+    fn.vxorps(zero, zero, zero)
+    fn.mov(r8, qword[args])
+    fn.mov(r9, qword[args + 8])
+    fn.mov(r10, qword[args + 16])
+    parts = fn.label("grid.parts")
+    fn.mov(rax, qword[r10])
+    fn.vmovss(t, r8 + rax * 8)
+    fn.vminss(lo, t, lo)  # a NaN is skipped, as Python's min(0.0, nan)
+    fn.vmovss(t, r8 + rax * 8 + 4)
+    fn.vmaxss(hi, t, hi)
+    fn.add(r10, 8)
+    fn.dec(r9)
+    fn.jnz(parts)
+    fn.vsubss(span, hi, lo)
+    fn.vbroadcastss(one, fn.const_f32(1.0))
+    fn.vcmpps(k1, span, zero, 0)  # hi - lo == 0 exactly when hi == lo
+    fn.vblendmps(span.mask(k1), span, one)
+    fn.vdivss(span, span, fn.const_f32(255.0))  # the scale
+    fn.vdivss(t, lo, span)
+    fn.vsubss(t, zero, t)  # 0 - lo / scale
+    fn.vmaxss(t, t, zero)
+    fn.vminss(t, t, fn.const_f32(255.0))
+    fn.vrndscaleps(t, t, 0)  # to nearest, ties to even
+    fn.vcvttps2dq(one, t)  # exact: an integer 0..255
+    fn.vmovd(eax, one)
+    fn.mov(r8, qword[args + 40])
+    fn.vmovss(r8 + 0, span)
+    fn.vsubss(one, zero, t)
+    fn.vmovss(r8 + 4, one)
+    fn.vsubss(one, t, fn.const_f32(255.0))
+    fn.vsubss(one, zero, one)  # 255 - zp, as (0 - (zp - 255)): exact for an integer zp
+    fn.vmovss(r8 + 8, one)
+    fn.mov(dword[r8 + 12], eax)
+    zp, sc, v = ZMM[6], ZMM[7], ZMM[8]
+    fn.vpbroadcastd(zp, eax)
+    fn.vbroadcastss(sc, span)
+    full, tail = divmod(n, LANES)
+    if tail:
+        fn.kmovw(k1, word[fn.const_data(((1 << tail) - 1).to_bytes(2, "little"), 2)])
+    for src, dst, op, factor in ((24, 48, "vpmulld", zp), (32, 56, "vmulps", sc)):
+        fn.mov(r8, qword[args + src])
+        fn.mov(r9, qword[args + dst])
+        if full:
+            fn.mov(r10, full)
+            top = fn.label(f"grid.{op}")
+            fn.vmovdqu32(v, r8 + 0)
+            fn.emit(op, v, v, factor)
+            fn.vmovdqu32(r9 + 0, v)
+            fn.add(r8, 64)
+            fn.add(r9, 64)
+            fn.dec(r10)
+            fn.jnz(top)
+        if tail:
+            fn.vmovdqu32(v.mask(k1).z, r8 + 0)
+            fn.emit(op, v, v, factor)
+            fn.vmovdqu32((r9 + 0).mask(k1), v)
+    return fn.finalize(None, (ctypes.c_void_p,))
+
+
+__all__ = ["ARGS", "COLS", "GRID_ARGS", "ROWS", "ROW_BLOCK", "Int8FCKernelKey", "dynamic_grid_function",
+           "int8_fc_function", "minmax_function"]

@@ -106,6 +106,38 @@ def test_minmax_reduces_each_range(at: str, rows: int, k: int) -> None:
         assert (out[2 * start], out[2 * start + 1]) == (part.min(), part.max())
 
 
+@pytest.mark.parametrize("n", [1, 16, 37, 768])
+def test_dynamic_grid_function_matches_onnx_grid(n: int) -> None:
+    """The JIT grid from two parts' (min, max): the bytes of quantize_params on DynamicQuantizeLinear's (scale, zero
+    point) as the core computes them (ONNX's formula, numpy f32), zp * colsum and scale * w_scale, for ranges of
+    both signs, all zeros, tiny and huge magnitudes; the post-op vectors' N tail under a guard page."""
+    from snippets_core.ir.ops.quantize import dynamic_quantization_grid
+    from snippets_x86_64.guarded import guarded_array, guarded_copy
+    from snippets_x86_64.int8_fc_kernel import dynamic_grid_function, minmax_function
+    from snippets_x86_64.quantize_int8 import quantize_params
+
+    rng = np.random.default_rng(n)
+    m, k = 10, 33
+    starts = np.array([0, 4], np.int64)
+    colsum = guarded_copy(rng.integers(-5000, 5000, n).astype(np.int32))
+    ws = guarded_copy(rng.uniform(0.001, 0.01, n).astype(np.float32))
+    params, comp, sc = guarded_array((4,), np.float32), guarded_array((n,), np.int32), guarded_array((n,), np.float32)
+    for trial in range(60):
+        x = (rng.standard_normal((m, k)) * 10.0 ** rng.integers(-30, 30)).astype(np.float32)
+        x = {1: np.abs(x), 2: -np.abs(x), 3: np.zeros_like(x)}.get(trial % 5, x)
+        pairs = np.zeros(2 * m, np.float32)
+        block = _words(x.ctypes.data, pairs.ctypes.data)
+        for start, count in ((0, 4), (4, 6)):
+            minmax_function(k)(0, ctypes.addressof(block), start, count)
+        args = _words(pairs.ctypes.data, 2, starts.ctypes.data, colsum.ctypes.data, ws.ctypes.data,
+                      params.ctypes.data, comp.ctypes.data, sc.ctypes.data)
+        dynamic_grid_function(n)(ctypes.addressof(args))
+        scale, zp = dynamic_quantization_grid(x)
+        assert params.tobytes() == quantize_params(float(scale), int(zp), False).tobytes()
+        np.testing.assert_array_equal(comp, colsum * np.int32(zp))
+        np.testing.assert_array_equal(sc, scale * ws)
+
+
 def _two_threads(model: bytes) -> sc.CompiledModel:  # type: ignore[name-defined]
     """A 2-thread model that splits every int8 FC however small (no work threshold)."""
     return sc.compile_model(model, TARGET, {"num_threads": 2, "target_options": {"parallel_min_ns": 0}})
