@@ -74,7 +74,8 @@ class Int8FCSpec:
     a_index: int = 0
     #: a 2-D convolution (NCHW x, the weight's rows ordered [kh, kw, c]): run as this GEMM over its windows
     conv: Int8ConvGeometry | None = None
-    #: a convolution's ops after the dequantization (and the bias), in order, each ``(kind, parameters)``:
+    #: the ops after the dequantization (and the bias), in order, each ``(kind, parameters)`` (an FC takes fq,
+    #: mul_c, add_c (per column) and relu; a convolution all):
     #: ``("fq", (scale, lo, hi))`` a Q->DQ pair on a per-tensor grid (``clamp(rint(v / scale), lo, hi) * scale``),
     #: ``("mul_c", m)`` / ``("add_c", m)`` by per-channel f32 vectors, ``("relu", None)``, ``("residual", i)``
     #: the Add of Subgraph input ``i`` (the output's shape), ``("clamp", (lo, hi))``, ``("prelu", slope)`` /
@@ -343,6 +344,52 @@ def _conv_post_ops(last: Node, live: set[int], out_shape: Shape) -> tuple[list[N
     return nodes, ops
 
 
+def _column_constant(node: Node, prev: Node, n: int) -> np.ndarray | None:
+    """The f32 vector [N] of a binary op of ``prev``'s [.., N] output by a constant that varies along N only (a
+    scalar, [N], [1, N], ...), the constant second for a Subtract."""
+    other = [(j, i.source) for j, i in enumerate(node.inputs) if i.source.node is not prev]
+    if len(other) != 1 or (node.type_name == "Subtract" and other[0][0] != 1):
+        return None
+    c = _const(other[0][1])
+    rank = prev.outputs[0].shape.rank if prev.outputs[0].shape.rank_is_static else 0
+    if c is None or c.dtype != np.float32 or c.ndim > rank or not (c.size == 1 or c.shape[-1:] == (n,) == (c.size,)):
+        return None
+    return np.broadcast_to(c.reshape(-1), (n,)).astype(np.float32)
+
+
+def _fc_post_ops(last: Node, live: set[int], n: int) -> tuple[list[Node], list[tuple[str, Any]]]:
+    """The chain after an f32-output int8 FullyConnected (and its bias) that its kernel applies in registers, each op
+    the sole consumer of the one before: FakeQuantizes on per-tensor grids (static QDQ puts a Q->DQ pair after the
+    MatMul, then the bias Add, then another pair), Adds, Subtracts and Multiplies by constants along N, Relu."""
+    nodes: list[Node] = []
+    ops: list[tuple[str, Any]] = []
+    while True:
+        ts = _targets(last.outputs[0], live)
+        if len(ts) != 1:
+            break
+        nxt = ts[0].node
+        t = nxt.type_name
+        if t == "FakeQuantize":
+            found = _fq_group(nxt, live)
+            if found is None:
+                break
+            group, grid = found
+            qmin, qmax = QUANT_RANGES[grid.qtype]
+            nodes += group
+            ops.append(("fq", (float(grid.scale), float(qmin - grid.zero_point), float(qmax - grid.zero_point))))
+            last = group[-1]
+            continue
+        if t == "Relu":
+            ops.append(("relu", None))
+        elif t in _CHANNEL_OPS and (v := _column_constant(nxt, last, n)) is not None:
+            ops.append((_CHANNEL_OPS[t], -v if t == "Subtract" else v))
+        else:
+            break
+        nodes.append(nxt)
+        last = nxt
+    return nodes, ops
+
+
 def _activation(x: Output, k: int, float_input: bool = False) -> None:
     if float_input and x.element_type is not ElementType.f32:
         raise Int8Reject(f"its input is {x.element_type}; the int8 kernel quantizes f32")
@@ -488,8 +535,10 @@ class TokenizeInt8FCSnippets(Pass):
         if found is not None:
             chain.append(found[0])
             bias = found[1]
-        spec = Int8FCSpec(QUANTIZE, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, w, w_scale, bias, F32)
-        return head, chain, spec, x
+        post_nodes, post_ops = _fc_post_ops(chain[-1], live, w.shape[1])
+        spec = Int8FCSpec(QUANTIZE, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, w, w_scale, bias, F32,
+                          post_ops=tuple(post_ops))
+        return head, [*chain, *post_nodes], spec, x
 
     def _conv(self, conv: Node, live: set[int], handoff: bool = True,
               ) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
@@ -611,8 +660,9 @@ class TokenizeInt8FCSnippets(Pass):
                 head, tail, w_scale, bias = chain
                 x = dql.inputs[0].source
                 _activation(x, w.shape[0], float_input=True)
-                spec = Int8FCSpec(DYNAMIC, False, 1.0, 0, w, w_scale, bias, F32)
-                return head, [mmi, *tail], spec, x
+                post_nodes, post_ops = _fc_post_ops(tail[-1], live, w.shape[1])
+                spec = Int8FCSpec(DYNAMIC, False, 1.0, 0, w, w_scale, bias, F32, post_ops=tuple(post_ops))
+                return head, [mmi, *tail, *post_nodes], spec, x
         if a.element_type not in _ACTIVATION_TYPES:
             raise Int8Reject(f"its A is {a.element_type}")
         zp = int(_scalar(mmi.inputs[2].source, "its A zero point"))

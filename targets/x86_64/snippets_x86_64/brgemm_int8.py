@@ -26,7 +26,7 @@ The accumulation wraps at 2^32 like the hardware; with |A|, |B| <= 255, 128 it h
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import cache
@@ -135,6 +135,9 @@ class BrgemmInt8Kernel:
 
     def __init__(self, g: Int8Geometry) -> None:
         self.g = g
+        #: more f32 post-ops, emitted after the dequantization and before the stores (f32 output): a function of the
+        #: Assembler and the tile (its accumulators, and its B vectors and A broadcasts, free by then)
+        self.epilogue: Callable[[Assembler, _Tile], None] | None = None
         #: two A broadcasts, and for an s8 A the 0x80 bytes it is xor-ed with
         self.extra = 2 + (1 if g.a_signed else 0)
         self.kp = -(-g.k // K_GROUP) * K_GROUP
@@ -271,6 +274,8 @@ class BrgemmInt8Kernel:
                         a.vfmadd213ps(t.dst(v, j, zero=True), t.bvec[j], t.vec_at(r.bias, j))
                     else:
                         a.vmulps(v, v, t.bvec[j])
+            if self.epilogue is not None:
+                self.epilogue(a, t)
         if g.output in SATURATION:
             lo, hi = SATURATION[g.output]
             lo_reg, hi_reg = t.a_regs  # the A broadcasts are free after the K loop

@@ -25,6 +25,7 @@ import ctypes
 import math
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -64,12 +65,21 @@ class Int8FCExecutor:
         self.output = OUTPUTS[spec.output]
         self.has_bias = self.output in (Int8Output.U8, Int8Output.S8) or spec.bias is not None
         quantize = spec.source != QUANTIZED
-        key = Int8FCKernelKey(spec.k, spec.n, spec.a_signed, self.output, self.has_bias, quantize, ROWS)
+        # the chain after the dequantization (Q->DQ pairs, the bias after one, ...): its vectors in one [count, N]
+        # array the kernel reads, each op named by its row there
+        post, rows = [], []
+        for kind, p in spec.post_ops:
+            if kind in ("add_c", "mul_c"):
+                post.append((kind, len(rows)))
+                rows.append(np.asarray(p, np.float32).reshape(spec.n))
+            else:
+                post.append((kind, p))
+        self.post_vectors = np.array(rows, np.float32).reshape(len(rows), spec.n)
+        key = Int8FCKernelKey(spec.k, spec.n, spec.a_signed, self.output, self.has_bias, quantize, ROWS, tuple(post))
         #: every function a call may use, compiled now: a new M compiles nothing
         self.functions = {ROWS: int8_fc_function(key)}
         if self.threads > 1 and key.blocks > 1:
-            self.functions[COLS] = int8_fc_function(Int8FCKernelKey(spec.k, spec.n, spec.a_signed, self.output,
-                                                                    self.has_bias, False, COLS))
+            self.functions[COLS] = int8_fc_function(replace(key, quantize=False, mode=COLS))
         self._quantize = quantize_function(spec.k) if quantize else None
         self.n_blocks = key.blocks
         #: per (mode, threads): the native call (its argument block and Job made once)
@@ -135,7 +145,9 @@ class Int8FCExecutor:
         if not bound or bound[0] is not self.packed or bound[1] is not self.vectors or bound[2] is not self.qparams:
             comp, scale, bias = (address(v) for v in self.vectors)
             params = address(self.qparams) if self._quantize is not None else 0
-            self._words = [0, 0, 0, params, comp, scale, bias if self.has_bias else 0, address(self.packed.data), 0]
+            post = address(self.post_vectors) if self.post_vectors.size else 0
+            self._words = [0, 0, 0, params, comp, scale, bias if self.has_bias else 0, address(self.packed.data), 0,
+                           post]
             self._bound = (self.packed, self.vectors, self.qparams)
         return self._words
 

@@ -27,11 +27,13 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from snippets_core.errors import InputError
-from snippets_x86_64.asm import ZMM, Function, dword, eax, k1, k2, k3, qword, r8, r9, r10, r11, r12, r13, r14, r15, \
-    rax, rbp, rbx, rcx, rdi, rdx, rsi, word, zmm0, zmm1, zmm2, zmm3
+from snippets_x86_64.asm import ZMM, Assembler, Function, bcst, dword, eax, k1, k2, k3, qword, r8, r9, r10, r11, r12, \
+    r13, r14, r15, rax, rbp, rbx, rcx, rdi, rdx, rsi, word, zmm0, zmm1, zmm2, zmm3
 from snippets_x86_64.brgemm_copy_b_int8 import K_GROUP, LANES, N_BLOCK
 from snippets_x86_64.brgemm_int8 import C_SIZE, VEC_BUDGET, BrgemmInt8Kernel, Int8Geometry, Int8Output, Int8Regs, \
     tile_rows
@@ -45,9 +47,13 @@ if TYPE_CHECKING:
 ROW_BLOCK = 128
 #: the argument block's words, in order: f32 x (or the int8 A), the byte scratch the quantized rows go to (= x when
 #: A comes quantized), C, the quantizer's parameters, the post-op vectors (comp s32, scale f32, bias f32), the
-#: packed weight, the row count (``cols`` mode)
-ARGS = ("x", "q", "c", "params", "comp", "scale", "bias", "b", "m")
-X, Q, C, PARAMS, COMP, SCALE, BIAS, B, M = range(len(ARGS))
+#: packed weight, the row count (``cols`` mode), the post-op vectors
+ARGS = ("x", "q", "c", "params", "comp", "scale", "bias", "b", "m", "post")
+X, Q, C, PARAMS, COMP, SCALE, BIAS, B, M, POST = range(len(ARGS))
+#: the f32 post-ops after the dequantization: ``("fq", (s, lo, hi))`` onto a grid (``clamp(rint(v * (1 / s)), lo,
+#: hi) * s``), ``("add_c", i)`` / ``("mul_c", i)`` by row ``i`` of the post vectors ([count, N] f32 at ``args[POST]``),
+#: ``("relu", None)``
+POST_OPS = ("fq", "add_c", "mul_c", "relu")
 ROWS, COLS = "rows", "cols"
 _HARNESS_TYPES = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
@@ -55,7 +61,8 @@ _HARNESS_TYPES = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 @dataclass(frozen=True)
 class Int8FCKernelKey:
     """What one int8 FC function is compiled for: K, N, A's signedness, what it stores, whether a bias vector is
-    read, whether it quantizes f32 rows (``rows`` mode only) and how ``start, count`` are read (rows or N blocks)."""
+    read, whether it quantizes f32 rows (``rows`` mode only), how ``start, count`` are read (rows or N blocks) and
+    the f32 post-ops (:data:`POST_OPS`) after the dequantization."""
 
     k: int
     n: int
@@ -64,12 +71,18 @@ class Int8FCKernelKey:
     bias: bool
     quantize: bool
     mode: str = ROWS
+    post_ops: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.k <= 0 or self.n <= 0:
             raise InputError(f"the int8 FullyConnected needs positive K and N, got {self.k} x {self.n}")
         if self.mode not in (ROWS, COLS) or (self.quantize and self.mode == COLS):
             raise InputError(f"int8 FC mode {self.mode!r} (quantize {self.quantize}): rows, or cols without quantize")
+        if self.post_ops and self.output != Int8Output.F32:
+            raise InputError(f"int8 FC post-ops {[k for k, _ in self.post_ops]} need an f32 output, not {self.output}")
+        for kind, p in self.post_ops:
+            if kind not in POST_OPS or (kind == "fq" and not (p[0] > 0 and p[1] <= p[2])):
+                raise InputError(f"int8 FC post-op {kind} {p}: one of {POST_OPS}, an fq with a positive scale")
 
     @property
     def full_blocks(self) -> int:
@@ -107,9 +120,9 @@ def int8_fc_function(key: Int8FCKernelKey) -> JitFunction:
     cs = C_SIZE[key.output]
     # the tile's registers: pointers to the current N block of B and of the post-op vectors (caller-saved: reloaded
     # after the quantizer's call), the tile's scratch; rbx / rbp hold the row block's A and C (callee-saved)
-    regs = Int8Regs(a=rdi, b=rsi, c=rdi, comp=rdx, scale=rcx, bias=r8, pa=rax, pb=r10, cnt=r11, arow=r12, crow=r13,
+    regs = Int8Regs(a=rbx, b=rsi, c=rbp, comp=rdx, scale=rcx, bias=r8, pa=rax, pb=r10, cnt=r11, arow=r12, crow=r13,
                     mcnt=r14, vecs=ZMM[:VEC_BUDGET], n_mask=k2, k_mask=k3)  # fmt: skip
-    abase, cbase, cblk, nleft = rbx, rbp, r9, r15
+    abase, cbase, cblk, nleft, post = rbx, rbp, r9, r15, rdi
 
     fn.mov(s_args, args)
     fn.test(count, count)
@@ -181,6 +194,9 @@ def int8_fc_function(key: Int8FCKernelKey) -> JitFunction:
     for reg, word_ in ((regs.comp, COMP), (regs.scale, SCALE)):
         fn.mov(reg, qword[r8 + word_ * 8])
         fn.add(reg, r10)
+    if _vector_ops(key):
+        fn.mov(post, qword[r8 + POST * 8])
+        fn.add(post, r10)
     fn.mov(r11, qword[r8 + BIAS * 8])
     fn.add(r11, r10)
     fn.mov(regs.bias, r11)  # r8 (bias) last: it held the argument block
@@ -191,6 +207,8 @@ def int8_fc_function(key: Int8FCKernelKey) -> JitFunction:
     def rows_of_block(width: int) -> None:
         """Every row of the block against the N block at ``regs.b`` (``width`` columns): full tiles, then tails."""
         kernel = BrgemmInt8Kernel(_geometry(key, width))
+        if key.post_ops:
+            kernel.epilogue = lambda a, t: _post_ops(a, t, key, post)
         nv = -(-width // LANES)
         mr = min(ROW_BLOCK, tile_rows(nv, kernel.extra))
         fn.mov(regs.arow, abase)
@@ -222,7 +240,7 @@ def int8_fc_function(key: Int8FCKernelKey) -> JitFunction:
         blocks = fn.label("int8_fc.n_blocks")
         rows_of_block(N_BLOCK)
         fn.add(regs.b, N_BLOCK * kp)
-        for reg in (regs.comp, regs.scale, regs.bias):
+        for reg in (regs.comp, regs.scale, regs.bias, *([post] if _vector_ops(key) else [])):
             fn.add(reg, N_BLOCK * 4)
         fn.add(cblk, N_BLOCK * cs)
         fn.dec(nleft)
@@ -245,6 +263,36 @@ def int8_fc_function(key: Int8FCKernelKey) -> JitFunction:
     fn.sub(s_left, rax)
     fn.jnz(row_block)
     return fn.finalize(None, _HARNESS_TYPES)
+
+
+def _vector_ops(key: Int8FCKernelKey) -> bool:
+    return any(kind in ("add_c", "mul_c") for kind, _ in key.post_ops)
+
+
+def _post_ops(a: Assembler, t: Any, key: Int8FCKernelKey, post: GpReg) -> None:
+    """The key's f32 post-ops on a dequantized tile (the brgemm tile's epilogue): grid constants broadcast from the
+    constant pool, a vector post-op's columns loaded into the tile's free B registers (the N tail under its mask)."""
+    for kind, p in key.post_ops:
+        if kind == "fq":  # onto the grid, kept in f32 (as the int8 convolution's fq)
+            s, lo, hi = (float(v) for v in p)
+            inv = float(np.float32(1.0) / np.float32(s))
+            for row in t.acc:
+                for v in row:
+                    a.vmulps(v, v, bcst(a.const_f32(inv)))
+                    a.vmaxps(v, v, bcst(a.const_f32(lo)))
+                    a.vminps(v, v, bcst(a.const_f32(hi)))
+                    a.vrndscaleps(v, v, 0)  # to nearest, ties to even
+                    a.vmulps(v, v, bcst(a.const_f32(s)))
+        elif kind == "relu":
+            for row in t.acc:
+                for v in row:
+                    a.vmaxps(v, v, bcst(a.const_f32(0.0)))
+        else:
+            for j, b in enumerate(t.bvec):
+                a.vmovups(t.dst(b, j, zero=True), post + (p * key.n * 4 + j * LANES * 4))
+            for row in t.acc:
+                for j, v in enumerate(row):
+                    a.emit("vaddps" if kind == "add_c" else "vmulps", v, v, t.bvec[j])
 
 
 def _advance(fn: Function, regs: Int8Regs, key: Int8FCKernelKey, rows: int) -> None:
@@ -401,5 +449,5 @@ def dynamic_grid_function(n: int) -> JitFunction:
     return fn.finalize(None, (ctypes.c_void_p,))
 
 
-__all__ = ["ARGS", "COLS", "GRID_ARGS", "ROWS", "ROW_BLOCK", "Int8FCKernelKey", "dynamic_grid_function",
+__all__ = ["ARGS", "COLS", "GRID_ARGS", "POST_OPS", "ROWS", "ROW_BLOCK", "Int8FCKernelKey", "dynamic_grid_function",
            "int8_fc_function", "minmax_function"]
