@@ -9,6 +9,10 @@ scale per tensor or per output column ``n``; the activation quantized per tensor
     QLinearMatMul   q (u8/i8), constant scales and zero points                                             u8/i8 out
     MatMulInteger   q (u8/i8), constant zero point, not followed by the dynamic chain                       i32 out
 
+After an f32 output (static QDQ, dynamic) the Subgraph also takes the chain its kernel applies in registers
+(``Int8FCSpec.post_ops``): Q->DQ pairs (onnxruntime's static quantizer puts one after the MatMul, then the bias Add,
+then another), Adds, Subtracts and Multiplies by constants along N, Relu; each op the sole reader of the one before.
+
 The FakeQuantize's grid comes from ``rt_info[QUANTIZATION_GRID]`` (set by ConvertQDQToFakeQuantize) and the
 weight's int8 values from ``rt_info[DEQUANTIZED_FROM]`` on the folded f32 Constant (set by the ONNX reader). A
 FakeQuantize or DynamicQuantizeLinear that feeds several MatMuls (Q, K and V) is cloned into each Subgraph: each

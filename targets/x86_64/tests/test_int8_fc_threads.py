@@ -6,14 +6,18 @@ that compiles nothing new (checked against float64 math and onnxruntime), and 2-
 from __future__ import annotations
 
 import ctypes
+import math
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
 
 import snippets_core as sc
-from snippets_core.tokenization.tokenize_int8_fc_snippets import is_int8_fc
+from snippets_core.tokenization.tokenize_int8_fc_snippets import INT8_FULLY_CONNECTED, is_int8_fc
 from snippets_x86_64.cpu import cpu_features
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: make the sibling module importable
@@ -197,3 +201,56 @@ def test_two_threads_are_bit_identical_to_one(pattern: str) -> None:
         np.testing.assert_array_equal(a, b)
         if a.dtype != np.float32:
             _check_steps(b, _ort(model, x))
+
+
+def qdq_chain(k: int, n: int, x_shape: list, tail: str = "bias", seed: int = 0) -> bytes:
+    """onnxruntime's static QDQ layer: x -> Q/DQ -> MatMul(DQ(W)) -> Q/DQ -> Add bias -> Q/DQ, then ``tail``: nothing
+    ("bias"), Relu, or a Multiply by a per-column constant and Subtract of a scalar."""
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    ws = (rng.uniform(0.5, 2.0, n) / 128).astype(np.float32)
+    inits = [nh.from_array(w, "wq"), nh.from_array(ws, "ws"), nh.from_array(np.zeros(n, np.int8), "wz"),
+             nh.from_array(np.float32(0.037), "xs"), nh.from_array(np.uint8(121), "xz"),
+             nh.from_array(np.float32(0.02 * math.sqrt(k)), "ms"), nh.from_array(np.uint8(131), "mz"),
+             nh.from_array(np.float32(0.025 * math.sqrt(k)), "ys"), nh.from_array(np.uint8(118), "yz"),
+             nh.from_array(rng.standard_normal(n).astype(np.float32), "b"),
+             nh.from_array(rng.uniform(0.5, 1.5, (1, n)).astype(np.float32), "g"), nh.from_array(np.float32(0.3), "c")]
+    nodes = [h.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+             h.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+             h.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=1),
+             h.make_node("MatMul", ["xd", "wd"], ["mm"]),
+             h.make_node("QuantizeLinear", ["mm", "ms", "mz"], ["mq"]),
+             h.make_node("DequantizeLinear", ["mq", "ms", "mz"], ["md"]),
+             h.make_node("Add", ["md", "b"], ["a"]),
+             h.make_node("QuantizeLinear", ["a", "ys", "yz"], ["aq"]),
+             h.make_node("DequantizeLinear", ["aq", "ys", "yz"], ["y" if tail == "bias" else "ad"])]
+    if tail == "relu":
+        nodes.append(h.make_node("Relu", ["ad"], ["y"]))
+    elif tail == "scale":
+        nodes += [h.make_node("Mul", ["ad", "g"], ["gd"]), h.make_node("Sub", ["gd", "c"], ["y"])]
+    g = h.make_graph(nodes, "int8_fc_chain", [h.make_tensor_value_info("x", T.FLOAT, x_shape)],
+                     [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 19)]).SerializeToString()
+
+
+@pytest.mark.parametrize("tail", ["bias", "relu", "scale"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_chain_after_the_matmul_runs_in_the_epilogue(tail: str, threads: int) -> None:
+    """MatMul -> Q/DQ -> bias Add -> Q/DQ (-> Relu / Multiply, Subtract by constants) is one int8 FC Subgraph with
+    the chain as post-ops; its output is onnxruntime's within one output step on at most 1% of the elements, and
+    2 threads give the bytes of 1."""
+    k, n = 80, 150
+    model = qdq_chain(k, n, ["m", k], tail)
+    cm = sc.compile_model(model, TARGET, {"num_threads": threads, "target_options": {"parallel_min_ns": 0}})
+    (sg,) = cm.subgraphs
+    assert is_int8_fc(sg)
+    kinds = [kind for kind, _ in sg.rt_info[INT8_FULLY_CONNECTED].post_ops]
+    assert kinds == ["fq", "add_c", "fq", *{"bias": [], "relu": ["relu"], "scale": ["mul_c", "add_c"]}[tail]]
+    one = sc.compile_model(model, TARGET, {"num_threads": 1})
+    step = 0.025 * math.sqrt(k) * (1.5 if tail == "scale" else 1.0)
+    for m in (1, 5, 37, 130):
+        x = _input(model, (m, k), m)
+        got, want = cm({"x": x})["y"], _ort(model, x)
+        off = np.abs(got.astype(np.float64) - want) > 1e-5 * (1 + np.abs(want))
+        assert np.abs(got - want).max(initial=0) <= step * 1.001 and off.sum() <= max(1, 0.01 * off.size)
+        np.testing.assert_array_equal(got, one({"x": x})["y"])
