@@ -254,3 +254,32 @@ def test_the_chain_after_the_matmul_runs_in_the_epilogue(tail: str, threads: int
         off = np.abs(got.astype(np.float64) - want) > 1e-5 * (1 + np.abs(want))
         assert np.abs(got - want).max(initial=0) <= step * 1.001 and off.sum() <= max(1, 0.01 * off.size)
         np.testing.assert_array_equal(got, one({"x": x})["y"])
+
+
+@pytest.mark.parametrize("pattern", ["static_u8", "dynamic"])
+def test_concurrent_calls_keep_their_own_buffers(pattern: str) -> None:
+    """Two Python threads calling one compiled model at once (the kept scratch, range and grid buffers are taken by
+    one call, the other makes its own): each gets the result of its own input."""
+    import threading
+
+    k, n = 64, 130
+    model = PATTERNS[pattern](k, n)
+    cm = _two_threads(model)
+    one = sc.compile_model(model, TARGET, {"num_threads": 1})
+    xs = [_input(model, (m, k), m) for m in (40, 41, 1, 90)]
+    wants = [one({"x": x})["y"] for x in xs]
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            for _ in range(30):
+                np.testing.assert_array_equal(cm({"x": xs[i]})["y"], wants[i])
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(xs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
