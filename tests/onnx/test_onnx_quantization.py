@@ -141,6 +141,17 @@ def test_integer_ops_match_onnx_reference(op: str) -> None:
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("op", ["MatMulInteger", "QLinearMatMul"])
+def test_integer_matmuls_keep_symbolic_dims(op: str) -> None:
+    """A [batch, seq, K] input gives a [batch, seq, N] output (the symbols kept, as MatMul's inference does), so a
+    dynamically quantized layer's Reshapes stay views and its shape chains fold."""
+    x, xt, _, yt, nodes, inits = _integer_op_model(op, np.random.default_rng(3))
+    m = _model(nodes, [h.make_tensor_value_info("x", xt, ["batch", "seq", x.shape[-1]])],
+               [h.make_tensor_value_info("y", yt, None)], inits)
+    (node,) = [n for n in read_onnx(m.SerializeToString()).get_ordered_ops() if n.type_name == op]
+    assert str(node.outputs[0].shape) == "[batch,seq,4]"
+
+
 def test_dynamic_quantize_linear_matches_onnx_reference() -> None:
     m = _model([h.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])],
                [h.make_tensor_value_info("x", T.FLOAT, [64])],

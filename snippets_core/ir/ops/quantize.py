@@ -260,12 +260,14 @@ def _matmul_shape(a: Shape, b: Shape) -> Shape:
         return Shape(None)
     if a.rank < 1 or b.rank < 1:
         raise ShapeInferenceError(f"matmul inputs must have rank >= 1, got {a} and {b}")
-    ad = list(a.dims) if a.rank >= 2 else [1, *a.dims]
-    bd = list(b.dims) if b.rank >= 2 else [*b.dims, 1]
-    if ad[-1] is not None and bd[-2] is not None and ad[-1] != bd[-2]:
+    # the symbolic dims (as MatMul's inference): a dynamic quantized layer keeps [batch, sequence, N], so the
+    # Reshapes after it stay views and its consumers keep their symbols
+    ad = list(a.sym_dims) if a.rank >= 2 else [1, *a.sym_dims]
+    bd = list(b.sym_dims) if b.rank >= 2 else [*b.sym_dims, 1]
+    if isinstance(ad[-1], int) and isinstance(bd[-2], int) and ad[-1] != bd[-2]:
         raise ShapeInferenceError(f"matmul inner dimensions differ: {a} x {b}")
     batch = broadcast_shapes(Shape(ad[:-2]), Shape(bd[:-2]))
-    out = [*batch.dims, ad[-2], bd[-1]]
+    out = [*batch.sym_dims, ad[-2], bd[-1]]
     if b.rank < 2:
         out.pop(-1)
     if a.rank < 2:
