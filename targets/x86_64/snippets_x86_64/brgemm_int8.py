@@ -181,6 +181,12 @@ class BrgemmInt8Kernel:
             if rest:  # the M tail: one smaller tile
                 self._tile(a, r, blk, n0, nv, rest)
 
+    def tile(self, a: Assembler, r: Int8Regs, mv: int) -> None:
+        """One register tile of ``mv`` rows at ``r.arow`` / ``r.crow`` against the block at ``r.b`` (as wide as the
+        geometry's N, at most 64 columns) and the post-op vectors at ``r.comp``, ``r.scale``, ``r.bias``: for a harness
+        that runs its own row and N-block loops on runtime counts (int8_fc_kernel.py)."""
+        self._tile(a, r, 0, 0, self.blocks()[0][1], mv)
+
     def _tile(self, a: Assembler, r: Int8Regs, blk: int, n0: int, nv: int, mv: int) -> None:
         """Rows ``arow .. arow + mv`` x vectors ``n0 .. n0 + 16 nv`` of C: zero (or load), K loop, post-ops, store."""
         g = self.g

@@ -218,7 +218,7 @@ def int8_fc_function(key: Int8FCKernelKey) -> JitFunction:
         fn.cmp(regs.mcnt, mr)
         fn.jb(tails)
         top = fn.label("int8_fc.tiles")
-        kernel._tile(fn, regs, 0, 0, nv, mr)
+        kernel.tile(fn, regs, mr)
         _advance(fn, regs, key, mr)
         fn.sub(regs.mcnt, mr)
         fn.cmp(regs.mcnt, mr)
@@ -228,7 +228,7 @@ def int8_fc_function(key: Int8FCKernelKey) -> JitFunction:
             skip = fn.new_label(f"int8_fc.tail{rows}.skip")
             fn.test(regs.mcnt, rows)
             fn.jz(skip)
-            kernel._tile(fn, regs, 0, 0, nv, rows)
+            kernel.tile(fn, regs, rows)
             _advance(fn, regs, key, rows)
             fn.bind(skip)
 
