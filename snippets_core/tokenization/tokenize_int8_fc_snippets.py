@@ -367,30 +367,21 @@ def _fc_post_ops(last: Node, live: set[int], n: int) -> tuple[list[Node], list[t
     MatMul, then the bias Add, then another pair), Adds, Subtracts and Multiplies by constants along N, Relu."""
     nodes: list[Node] = []
     ops: list[tuple[str, Any]] = []
-    while True:
-        ts = _targets(last.outputs[0], live)
-        if len(ts) != 1:
-            break
+    while len(ts := _targets(last.outputs[0], live)) == 1:
         nxt = ts[0].node
         t = nxt.type_name
-        if t == "FakeQuantize":
-            found = _fq_group(nxt, live)
-            if found is None:
-                break
-            group, grid = found
-            qmin, qmax = QUANT_RANGES[grid.qtype]
-            nodes += group
-            ops.append(("fq", (float(grid.scale), float(qmin - grid.zero_point), float(qmax - grid.zero_point))))
-            last = group[-1]
-            continue
-        if t == "Relu":
-            ops.append(("relu", None))
+        found = _fq_group(nxt, live) if t == "FakeQuantize" else None
+        if found is not None:
+            step, op = found[0], ("fq", _fq_params(found[1]))
+        elif t == "Relu":
+            step, op = [nxt], ("relu", None)
         elif t in _CHANNEL_OPS and (v := _column_constant(nxt, last, n)) is not None:
-            ops.append((_CHANNEL_OPS[t], -v if t == "Subtract" else v))
+            step, op = [nxt], (_CHANNEL_OPS[t], -v if t == "Subtract" else v)
         else:
             break
-        nodes.append(nxt)
-        last = nxt
+        nodes += step
+        ops.append(op)
+        last = step[-1]
     return nodes, ops
 
 
