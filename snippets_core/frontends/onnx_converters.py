@@ -633,6 +633,16 @@ def _split(ctx: NodeContext) -> Outputs:
             chunk = -(-dim // num)
             lengths = [chunk] * (num - 1) + [dim - chunk * (num - 1)]
             return list(ctx.make("VariadicSplit", x, axis_c, ctx.i64(lengths)).outputs)
+        if dim is None and ctx.attr("num_outputs") is not None and num > 1:
+            # Opset 18 on a dynamic dim: chunks of ceil(dim / num), the last one smaller, as torch's chunk; the
+            # lengths are computed from the shape (symbolic: [floor((S+1)/2), S-floor((S+1)/2)])
+            size = ctx.make("Gather", ctx.make("ShapeOf", x).output, ctx.i64(np.array([axis % x.shape.rank])),
+                            ctx.const(np.int64(0), ElementType.i64)).output
+            chunk = ctx.make("Divide", ctx.make("Add", size, ctx.i64(np.array([num - 1]))).output,
+                             ctx.i64(np.array([num]))).output
+            last = ctx.make("Subtract", size, ctx.make("Multiply", chunk, ctx.i64(np.array([num - 1]))).output).output
+            lengths_out = ctx.make("Concat", *([chunk] * (num - 1)), last, axis=0).output
+            return list(ctx.make("VariadicSplit", x, axis_c, lengths_out).outputs)
     return list(ctx.make("Split", x, axis_c, num_splits=num).outputs)
 
 

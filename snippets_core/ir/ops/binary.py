@@ -122,6 +122,12 @@ class FloorMod(BinaryEltwise):
     def compute(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.mod(a, b)
 
+    def sym_rule(self, a: SDim, b: SDim) -> SDim:
+        # a - b * floor(a / b) for a positive int b: ``(8 - W % 8) % 8`` pads W to a multiple of 8
+        if not isinstance(b, int) or b <= 0 or a is None:
+            return None
+        return sdim_add(a, sdim_mul(sdim_floordiv(a, b), -b))
+
 
 class Mod(BinaryEltwise):
     """a - trunc(a / b) * b: the result has the sign of the dividend (C fmod)."""
@@ -130,6 +136,12 @@ class Mod(BinaryEltwise):
 
     def compute(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.fmod(a, b)
+
+    def sym_rule(self, a: SDim, b: SDim) -> SDim:
+        # truncation is floor for a dim sum with no negative term: FloorMod's rule
+        if isinstance(a, SymDim) and not all(c > 0 for _, c in a.terms):
+            return None
+        return FloorMod.sym_rule(self, a, b)  # type: ignore[arg-type]
 
 
 class PRelu(BinaryEltwise):

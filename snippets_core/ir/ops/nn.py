@@ -562,11 +562,26 @@ class Interpolate(Node):
 
         target = constant_value(self.inputs[1].source)
         if target is None:
-            return [(et, Shape.dynamic(x.rank))]
+            return [(et, self._symbolic_sizes(x))]
         if not x.is_static:
             return [(et, self._dynamic_out(x, target))]
         out, _, _ = self._plan(x.to_tuple(), target)
         return [(et, Shape(out))]
+
+    def _symbolic_sizes(self, x: Shape) -> Shape:
+        """The output when ``sizes`` is a shape vector read from other tensors (``F.interpolate(x,
+        size=skip.shape[2:])``): the sizes as they are, symbolic; unknown for scales or a kept aspect ratio."""
+        from snippets_core.ir.const_eval import shape_value
+
+        sizes = shape_value(self.inputs[1].source) if self.shape_calculation_mode == "sizes" else None
+        rank = x.rank
+        axes = list(range(rank)) if self.axes is None else [a + rank if a < 0 else a for a in self.axes]
+        if sizes is None or len(sizes) != len(axes) or self.keep_aspect_ratio_policy != "stretch":
+            return Shape.dynamic(rank)
+        dims = list(x.sym_dims)
+        for a, v in zip(axes, sizes):
+            dims[a] = v
+        return Shape(dims)
 
     def _dynamic_out(self, x: Shape, target: np.ndarray) -> Shape:
         """Per axis when some input dims are dynamic: axes not resized (or scaled by 1) keep their dims,
