@@ -16,6 +16,7 @@ from snippets_core.errors import UnsupportedOpError
 from snippets_core.frontends.onnx_types import element_type_of
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.node import Output
+from snippets_core.ir.shape import SymDim
 
 if TYPE_CHECKING:
     from snippets_core.frontends.onnx import NodeContext
@@ -568,7 +569,33 @@ def _reshape(ctx: NodeContext) -> Outputs:
     else:
         target = ctx.input(1)
     allowzero = bool(ctx.attr("allowzero", 0))
+    if not allowzero and target.node.type_name != "Constant":
+        copied = copy_target(x, target)
+        if copied is not None:
+            target = ctx.i64(copied)
     return [ctx.make("Reshape", x, target, special_zero=not allowzero).output]
+
+
+def copy_target(x: Output, target: Output) -> list[int] | None:
+    """A constant target for a Reshape whose target is computed from shapes at run time, when the symbolic value
+    allows it: entry ``i`` a static dim, or the input's own dim ``i`` (a 0: copied). ``Reshape(x, Concat(
+    Shape(x)[0:2], [12, 64]))`` of ``x: [B, S, 768]`` becomes ``Reshape(x, [0, 0, 12, 64])``, and the ShapeOf chain
+    that computed it is gone. None when some entry is another symbol or unknown."""
+    from snippets_core.ir.const_eval import shape_value
+
+    value = shape_value(target)
+    if value is None or not x.shape.rank_is_static:
+        return None
+    dims = x.shape.sym_dims
+    out: list[int] = []
+    for i, t in enumerate(value):
+        if isinstance(t, int) and t != 0:  # a literal 0 would mean "copy" here: left as computed
+            out.append(t)
+        elif isinstance(t, SymDim) and i < len(dims) and dims[i] == t:
+            out.append(0)
+        else:
+            return None
+    return out
 
 
 @_register("Transpose")
