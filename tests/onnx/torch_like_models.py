@@ -255,8 +255,9 @@ def _view_target(g: _Graph, x: str, target: list[int], in_rank: int) -> str:
             c = g.scalar_dim(x, 1)
             parts = [g.dim(x, 0), g.i64(groups), u(_floor_divide(g, c, g.const(groups, np.int64))),
                      g.dim(x, 2), g.dim(x, 3)]
-    elif in_rank == 5 and len(target) == 4:  # channel shuffle: merge the groups back
-        parts = [g.dim(x, 0), g.i64(target[1] if g.exporter == "dynamo" else -1), g.dim(x, 3), g.dim(x, 4)]
+    elif in_rank == 5 and len(target) == 4:  # channel shuffle: merge the groups back; b, h, w are the Python
+        # variables read from the shuffle's input before its first view (``x`` here), not sizes of the 5-D tensor
+        parts = [g.dim(x, 0), g.i64(target[1] if g.exporter == "dynamo" else -1), g.dim(x, 2), g.dim(x, 3)]
     elif len(target) == 2:  # flatten for the classifier
         parts = [g.dim(x, 0), g.i64(-1)]
     else:
@@ -276,12 +277,18 @@ def dynamic_cnn(proto: onnx.ModelProto, exporter: str = "torchscript") -> onnx.M
     static = shape_inference.infer_shapes(proto)
     ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in [*static.graph.value_info, *static.graph.input]}
     consts = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    shuffled: dict[str, str] = {}  # a channel shuffle's 5-D tensors -> the 4-D tensor it started from
     for node in proto.graph.node:
+        if node.op_type == "Transpose" and node.input[0] in shuffled:
+            shuffled[node.output[0]] = shuffled[node.input[0]]
         if node.op_type == "Reshape" and node.input[1] in consts and node.input[0] not in consts:
             target = [int(v) for v in consts[node.input[1]]]
+            rank = ranks[node.input[0]]
+            if rank == 4 and len(target) == 5:
+                shuffled[node.output[0]] = node.input[0]
             new = onnx.NodeProto()
             new.CopyFrom(node)
-            new.input[1] = _view_target(g, node.input[0], target, ranks[node.input[0]])
+            new.input[1] = _view_target(g, shuffled.get(node.input[0], node.input[0]), target, rank)
             g.nodes.append(new)
         else:
             g.nodes.append(node)

@@ -127,7 +127,7 @@ def _resolve_reshape(in_dims: Sequence[SDim] | None, target: Sequence[SDim], spe
         rest = [d for j, d in enumerate(out) if j != k and j not in copied]
         denom = sdim_prod(rest)
         if not (isinstance(in_size, int) and isinstance(denom, int)):
-            out[k] = sdim_div(in_size, denom) if denom != 0 else None
+            out[k] = _quotient(in_rest, rest) if denom != 0 else None
         else:
             if denom == 0:
                 # -1 next to a zero dim is ambiguous; only an empty input makes it meaningful
@@ -143,6 +143,19 @@ def _resolve_reshape(in_dims: Sequence[SDim] | None, target: Sequence[SDim], spe
         if isinstance(in_size, int) and isinstance(rest_size, int) and rest_size != in_size:
             raise ShapeInferenceError(f"cannot reshape {shown} to {list(target)}")
     return out
+
+
+def _quotient(num: Sequence[SDim], den: Sequence[SDim]) -> SDim:
+    """``prod(num) / prod(den)`` for Reshape's -1: symbolic factors on both sides cancel first, so dims that are
+    sums (``floor((H+31)/32)-6``) divide out of a product as a single name would; then exact division."""
+    left = list(num)
+    rest: list[SDim] = []
+    for d in den:
+        if isinstance(d, SymDim) and d in left:
+            left.remove(d)
+        else:
+            rest.append(d)
+    return sdim_div(sdim_prod(left), sdim_prod(rest))
 
 
 class Reshape(Node):
