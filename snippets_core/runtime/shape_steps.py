@@ -116,8 +116,8 @@ def _symbolic_view(node: Node) -> Executor | None:
             exprs[k] = d
         else:
             return None
-    if len(exprs) > 1 and not all(n in names or SymDim.of(n).base_names <= names.keys()
-                                  for e in exprs.values() for n in e.names):
+    named = all(n in names or SymDim.of(n).base_names <= names.keys() for e in exprs.values() for n in e.names)
+    if len(exprs) > 1 and not named:
         return None  # several expressions, not all of plain input names: not worth a reference run's saving
     reference = _reference(node)
     rank = len(src.sym_dims)
@@ -138,8 +138,9 @@ def _symbolic_view(node: Node) -> Executor | None:
             if x.ndim != rank:
                 return ref(args)
             env = {n: x.shape[j] for n, j in names.items()}
-            # one expression of the input's dims is what numpy infers for a -1 ([N, C*H*W] of [N, C, H, W])
-            shape = tuple((-1 if len(exprs) == 1 else exprs[k].evaluate(env)) if k in exprs else
+            # evaluated from the input's named dims; else one expression of its dims is what numpy infers for a -1
+            # ([N, C*H*W] of [N, C, floor((H+31)/32)-6, ...]; not for an empty input, where -1 is ambiguous)
+            shape = tuple((exprs[k].evaluate(env) if named else -1) if k in exprs else
                           d if d >= 0 else x.shape[-1 - d] for k, d in enumerate(plan))
             try:
                 return (x.reshape(shape),)
