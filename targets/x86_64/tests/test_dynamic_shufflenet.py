@@ -62,8 +62,8 @@ def test_dynamic_shufflenet_v2_runs_on_kernels_and_matches_onnxruntime(exporter:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{exporter} at {(n, 3, h, w)}")
     # the permutes build no kernel for a later shape (a depthwise conv may: one kernel per border-tap pattern,
     # which odd and even sizes differ in)
-    permutes = [line for line in cm.describe().splitlines() if "one permute kernel for every N, H, W" in line]
-    assert permutes == [f"      one permute kernel for every N, H, W: {len(set(shapes))} shape(s) kept, 0 kernel(s) "
+    permutes = [line for line in cm.describe().splitlines() if "one channel permute kernel for every N, H, W" in line]
+    assert permutes == [f"      one channel permute kernel for every N, H, W: {len(set(shapes))} shape(s) kept, 0 kernel(s) "
                         "built after the first shape"] * 4
 
 
