@@ -16,6 +16,7 @@ from snippets_core.errors import UnsupportedOpError
 from snippets_core.frontends.onnx_types import element_type_of
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.node import Output
+from snippets_core.ir.shape import SymDim
 
 if TYPE_CHECKING:
     from snippets_core.frontends.onnx import NodeContext
@@ -568,7 +569,33 @@ def _reshape(ctx: NodeContext) -> Outputs:
     else:
         target = ctx.input(1)
     allowzero = bool(ctx.attr("allowzero", 0))
+    if not allowzero and target.node.type_name != "Constant":
+        copied = copy_target(x, target)
+        if copied is not None:
+            target = ctx.i64(copied)
     return [ctx.make("Reshape", x, target, special_zero=not allowzero).output]
+
+
+def copy_target(x: Output, target: Output) -> list[int] | None:
+    """A constant target for a Reshape whose target is computed from shapes at run time, when the symbolic value
+    allows it: entry ``i`` a static dim, or the input's own dim ``i`` (a 0: copied). ``Reshape(x, Concat(
+    Shape(x)[0:2], [12, 64]))`` of ``x: [B, S, 768]`` becomes ``Reshape(x, [0, 0, 12, 64])``, and the ShapeOf chain
+    that computed it is gone. None when some entry is another symbol or unknown."""
+    from snippets_core.ir.const_eval import shape_value
+
+    value = shape_value(target)
+    if value is None or not x.shape.rank_is_static:
+        return None
+    dims = x.shape.sym_dims
+    out: list[int] = []
+    for i, t in enumerate(value):
+        if isinstance(t, int) and t != 0:  # a literal 0 would mean "copy" here: left as computed
+            out.append(t)
+        elif isinstance(t, SymDim) and i < len(dims) and dims[i] == t:
+            out.append(0)
+        else:
+            return None
+    return out
 
 
 @_register("Transpose")
@@ -633,6 +660,16 @@ def _split(ctx: NodeContext) -> Outputs:
             chunk = -(-dim // num)
             lengths = [chunk] * (num - 1) + [dim - chunk * (num - 1)]
             return list(ctx.make("VariadicSplit", x, axis_c, ctx.i64(lengths)).outputs)
+        if dim is None and ctx.attr("num_outputs") is not None and num > 1:
+            # Opset 18 on a dynamic dim: chunks of ceil(dim / num), the last one smaller, as torch's chunk; the
+            # lengths are computed from the shape (symbolic: [floor((S+1)/2), S-floor((S+1)/2)])
+            size = ctx.make("Gather", ctx.make("ShapeOf", x).output, ctx.i64(np.array([axis % x.shape.rank])),
+                            ctx.const(np.int64(0), ElementType.i64)).output
+            chunk = ctx.make("Divide", ctx.make("Add", size, ctx.i64(np.array([num - 1]))).output,
+                             ctx.i64(np.array([num]))).output
+            last = ctx.make("Subtract", size, ctx.make("Multiply", chunk, ctx.i64(np.array([num - 1]))).output).output
+            lengths_out = ctx.make("Concat", *([chunk] * (num - 1)), last, axis=0).output
+            return list(ctx.make("VariadicSplit", x, axis_c, lengths_out).outputs)
     return list(ctx.make("Split", x, axis_c, num_splits=num).outputs)
 
 

@@ -5,6 +5,12 @@ carry a :class:`SymDim` (a name such as ``S``, or a polynomial of names: ``S+1``
 the ``None`` in ``Shape.dims``: ``Shape.syms``. Code that only knows static/dynamic reads ``dims`` as
 before; shape inference that relates dims (broadcast, MatMul, Reshape, Concat, ...) reads ``sym_dims``,
 where each dim is an int, a SymDim or ``None`` (unknown and unrelated to anything).
+
+Strided windows (a stride-2 Conv or pool, a ceil-mode pool) and Reshape's integer quotients give dims that are
+not polynomials: ``floor((H+1)/2)``. :func:`sdim_floordiv` makes such a dim a *floor atom*, a name of its own
+whose value :meth:`SymDim.evaluate` computes from the names inside, so a stride-2 output stays a plain symbol
+(a lowering can bind it from a kernel input like any name), equal paths give equal atoms
+(``floor((floor((H+1)/2)+1)/2)`` is ``floor((H+3)/4)``), and a ResNet's Add of two such branches keeps it.
 """
 
 from __future__ import annotations
@@ -48,6 +54,11 @@ class SymDim:
         if len(self.terms) == 1 and self.terms[0][0] == ():
             return self.terms[0][1]
         return None
+
+    @property
+    def constant_term(self) -> int:
+        """The coefficient of the term without names (``S+1`` gives 1)."""
+        return dict(self.terms).get((), 0)
 
     @property
     def name(self) -> str | None:
@@ -105,16 +116,29 @@ class SymDim:
         return SymDim._make(t)
 
     def evaluate(self, env: Mapping[str, int]) -> int | None:
-        """The value for the given name values, or None when a name is missing."""
+        """The value for the given name values, or None when a name is missing (a floor atom is computed from
+        the names inside it when ``env`` does not give it)."""
         total = 0
         for m, c in self.terms:
             v = c
             for n in m:
-                if n not in env:
-                    return None
-                v *= env[n]
+                x = env.get(n)
+                if x is None:
+                    x = _floor_atom_value(n, env)
+                    if x is None:
+                        return None
+                v *= x
             total += v
         return total
+
+    @property
+    def base_names(self) -> frozenset[str]:
+        """The names the value depends on, with floor atoms opened: ``floor((H+1)/2)*W`` gives ``{H, W}``."""
+        out: set[str] = set()
+        for n in self.names:
+            atom = _FLOOR_ATOMS.get(n)
+            out |= atom[0].base_names if atom is not None else {n}
+        return frozenset(out)
 
     def __str__(self) -> str:
         parts = []
@@ -132,6 +156,19 @@ class SymDim:
 
     def __repr__(self) -> str:
         return f"SymDim({self})"
+
+
+#: floor atom name -> (numerator, positive denominator); a name is made from its parts only (:func:`sdim_floordiv`),
+#: so one name always means one value, and the table is the same whatever order models are loaded in.
+_FLOOR_ATOMS: dict[str, tuple[SymDim, int]] = {}
+
+
+def _floor_atom_value(name: str, env: Mapping[str, int]) -> int | None:
+    atom = _FLOOR_ATOMS.get(name)
+    if atom is None:
+        return None
+    v = atom[0].evaluate(env)
+    return None if v is None else v // atom[1]
 
 
 def _as_sym(x: SymDim | int) -> SymDim:
@@ -180,6 +217,38 @@ def sdim_div(a: SDim, b: SDim) -> SDim:
     if isinstance(a, int) and isinstance(b, int):
         return a // b if b and a % b == 0 else None
     return sdim(_as_sym(a).exact_div(b))  # type: ignore[arg-type]
+
+
+def sdim_floordiv(a: SDim, k: int) -> SDim:
+    """``floor(a / k)`` for an int ``k > 0``: exact where it divides, else the multiples of ``k`` are taken out
+    (``floor((2*H+3)/2)`` is ``H + floor(3/2)`` = ``H+1``) and the rest becomes a floor atom (module docstring);
+    a floor of a floor atom plus a constant folds into one atom. None when ``a`` is unknown."""
+    if a is None:
+        return None
+    if k <= 0:
+        raise ShapeInferenceError(f"floor division by {k}")
+    if isinstance(a, int):
+        return a // k
+    quot: dict[_Monomial, int] = {}
+    rest: dict[_Monomial, int] = {}
+    for m, c in a.terms:
+        quot[m], rest[m] = c // k, c % k  # python's floor division: 0 <= c % k < k
+    q, r = SymDim._make(quot), SymDim._make(rest)
+    if r.constant is not None:
+        return sdim(q + r.constant // k)
+    inner = [(m, c) for m, c in r.terms if m]
+    if len(inner) == 1 and inner[0][1] == 1 and len(inner[0][0]) == 1 and inner[0][0][0] in _FLOOR_ATOMS:
+        # floor((floor(x/m) + n) / k) == floor((x + n*m) / (m*k)) for integers: one atom, not nested ones
+        x, m = _FLOOR_ATOMS[inner[0][0][0]]
+        return sdim(q + sdim_floordiv(x + (r.constant_term * m), m * k))
+    name = f"floor(({r})/{k})" if len(r.terms) > 1 else f"floor({r}/{k})"
+    _FLOOR_ATOMS.setdefault(name, (r, k))
+    return sdim(q + SymDim.of(name))
+
+
+def sdim_ceildiv(a: SDim, k: int) -> SDim:
+    """``ceil(a / k)`` for an int ``k > 0`` (see :func:`sdim_floordiv`)."""
+    return None if a is None else sdim_floordiv(sdim_add(a, k - 1), k)
 
 
 def sdim_str(d: SDim) -> str:

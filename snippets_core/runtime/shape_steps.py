@@ -19,6 +19,7 @@ from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.evaluate import evaluate_node
 from snippets_core.ir.layout import INPUT_LAYOUTS, PLAIN, layout_named, physical
 from snippets_core.ir.node import Node
+from snippets_core.ir.shape import SymDim
 
 #: ops whose output is their data input with another shape
 VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten"})
@@ -96,19 +97,28 @@ def _symbolic_view(node: Node) -> Executor | None:
     """A reshape for a shape-only op with dynamic dims whose output dims are each static or a dim symbol that
     the input has (``[B, S, 768] -> [B, S, 12, 64]``): the output shape is read from the input's per call, a
     view as in the static case (the reference would run the op's shape inputs through its evaluator, ~15 us a
-    step). None when an output dim is unknown or an expression of the input dims."""
+    step). An output dim that is an expression of the input's symbols (a classifier's flatten ``[N, C*H*W]``) is
+    evaluated from them per call. None when an output dim is unknown or depends on other symbols."""
     src, out = node.inputs[0].shape, node.outputs[0].shape
     if not src.rank_is_static or not out.rank_is_static:
         return None
     where = {d: j for j, d in enumerate(src.sym_dims) if d is not None and not isinstance(d, int)}
+    names = {d.name: j for d, j in where.items() if d.name is not None}  # type: ignore[union-attr]
     plan: list[int] = []  # per output dim: its static size, or -1 - (the input dim it copies)
-    for d in out.sym_dims:
+    exprs: dict[int, SymDim] = {}  # output dim -> its expression of the input's named dims
+    for k, d in enumerate(out.sym_dims):
         if isinstance(d, int):
             plan.append(d)
         elif d is not None and d in where:
             plan.append(-1 - where[d])
+        elif isinstance(d, SymDim) and d.names <= {n for e in where for n in e.names}:  # type: ignore[union-attr]
+            plan.append(0)
+            exprs[k] = d
         else:
             return None
+    named = all(n in names or SymDim.of(n).base_names <= names.keys() for e in exprs.values() for n in e.names)
+    if len(exprs) > 1 and not named:
+        return None  # several expressions, not all of plain input names: not worth a reference run's saving
     reference = _reference(node)
     rank = len(src.sym_dims)
 
@@ -119,6 +129,25 @@ def _symbolic_view(node: Node) -> Executor | None:
             raise ShapeInferenceError(f"{node.type_name} '{node.name}': input of shape {list(args[0].shape)} "
                                       f"contradicts the model's {src} -> {out}")
         return reference(args)
+
+    if exprs and not layout_named(node.rt_info.get(INPUT_LAYOUTS, (PLAIN.name,))[0]).is_plain:
+        return None
+    if exprs:
+        def run_expr(args: list[np.ndarray]) -> Sequence[np.ndarray]:
+            x = args[0]
+            if x.ndim != rank:
+                return ref(args)
+            env = {n: x.shape[j] for n, j in names.items()}
+            # evaluated from the input's named dims; else one expression of its dims is what numpy infers for a -1
+            # ([N, C*H*W] of [N, C, floor((H+31)/32)-6, ...]; not for an empty input, where -1 is ambiguous)
+            shape = tuple((exprs[k].evaluate(env) if named else -1) if k in exprs else
+                          d if d >= 0 else x.shape[-1 - d] for k, d in enumerate(plan))
+            try:
+                return (x.reshape(shape),)
+            except (ValueError, TypeError):
+                return ref(args)
+
+        return run_expr
 
     dynamic = [j for j, d in enumerate(plan) if d < 0]
     if len(dynamic) == 1:  # one dim from the input (a batch): numpy infers it, one compare checks it (~0.6 us)

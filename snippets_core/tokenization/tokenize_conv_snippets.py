@@ -59,6 +59,8 @@ CONCAT = "SnippetsConcat"
 #: rt_info key on a channel shuffle after a primitive (Reshape, Transpose, Reshape permuting the channels; value
 #: True): a permutation within each pixel in NHWC, so it keeps the primitives' layout
 CHANNEL_SHUFFLE = "SnippetsChannelShuffle"
+#: rt_info of a CHANNEL_SHUFFLE Subgraph: the source channel of each output channel (:func:`channel_permutation`)
+CHANNEL_PERMUTATION = "SnippetsChannelPermutation"
 #: rt_info key on a Convolution left to its reference kernel: why
 CONV_REJECT_REASON_KEY = "SnippetsConvRejectReason"
 #: per-channel ops (with a Constant) and the element-wise activations a conv primitive applies
@@ -101,11 +103,15 @@ def is_channel_concat_of_primitives(node: Node) -> bool:
 
 
 def channel_shuffle_chain(node: Node) -> list[Node] | None:
-    """``[Reshape, Transpose, Reshape]`` from ``node`` when they only permute the channels of a static f32
+    """``[Reshape, Transpose, Reshape]`` from ``node`` when they only permute the channels of an f32
     ``[N, C, H, W]`` made by a primitive (ShuffleNet: split C into groups, swap the group axes, merge them back),
-    each read only by the next; else None. :func:`channel_permutation` gives the permutation."""
+    each read only by the next; else None. C must be static; N, H and W may be symbolic (a model exported with
+    dynamic axes: the Reshape targets read them from ``Shape(x)``). :func:`channel_permutation` gives the
+    permutation."""
     x = node.inputs[0] if node.type_name == "Reshape" else None
-    if x is None or not x.shape.is_static or x.shape.rank != 4 or x.element_type is not ElementType.f32:
+    if x is None or not x.shape.rank_is_static or x.shape.rank != 4 or x.element_type is not ElementType.f32:
+        return None
+    if not isinstance(x.shape[1], int) or any(d is None for d in x.shape.sym_dims):
         return None
     if not is_primitive(x.source.node):
         return None
@@ -115,7 +121,7 @@ def channel_shuffle_chain(node: Node) -> list[Node] | None:
         if len(out.targets) != 1 or out.targets[0].node.type_name != want:
             return None
         chain.append(out.targets[0].node)
-    if chain[2].outputs[0].shape != x.shape or constant_value(chain[1].inputs[1].source) is None:
+    if chain[2].outputs[0].shape.sym_dims != x.shape.sym_dims or constant_value(chain[1].inputs[1].source) is None:
         return None
     return chain if channel_permutation(chain) is not None else None
 
@@ -124,19 +130,44 @@ def channel_permutation(chain: list[Node]) -> tuple[int, ...] | None:
     """The source channel of each output channel of a Reshape-Transpose-Reshape ``chain`` on ``[N, C, H, W]``,
     or None when it is not a permutation within each pixel (the Reshape must split only C, the Transpose must
     keep N, H and W in place)."""
-    n, c, h, w = chain[0].inputs[0].shape.to_tuple()
+    n, c, h, w = chain[0].inputs[0].shape.sym_dims  # N, H, W: ints or the same symbols on both sides
     split = chain[0].outputs[0].shape
-    if not split.is_static:
+    if not split.rank_is_static:
         return None
-    dims = split.to_tuple()
-    if len(dims) < 4 or dims[0] != n or dims[-2:] != (h, w) or int(np.prod(dims[1:-2])) != c:
+    dims = split.sym_dims
+    groups = dims[1:-2]
+    if len(dims) < 4 or dims[0] != n or dims[-2:] != (h, w) or not all(isinstance(d, int) for d in groups) or \
+            int(np.prod(groups)) != c or n is None or h is None or w is None:
         return None
     order = [int(a) % len(dims) for a in constant_value(chain[1].inputs[1].source).reshape(-1)]
     last = len(dims) - 1
     if order[0] != 0 or order[-2:] != [last - 1, last]:
         return None
     mid = [a - 1 for a in order[1:-2]]
-    return tuple(int(s) for s in np.arange(c).reshape(dims[1:-2]).transpose(mid).reshape(-1))
+    return tuple(int(s) for s in np.arange(c).reshape(groups).transpose(mid).reshape(-1))
+
+
+def _targets_from_input(chain: list[Node]) -> list[Node]:
+    """The ops to wrap for a channel shuffle ``chain``: the chain itself when its Reshape targets are Constants;
+    with a dynamic N, H or W (targets computed from ``Shape(x)`` by the exporter), targets read from the shuffle's
+    own input (``Concat(Gather(ShapeOf(x), [0]), [g, C/g], Gather(ShapeOf(x), [2, 3]))`` and ``ShapeOf(x)``) and
+    wrapped with it, so the body keeps N, H and W symbolic and the Subgraph's output shape is its input's."""
+    from snippets_core.ir.ops.io import Constant
+    from snippets_core.ir.ops.misc import ShapeOf
+    from snippets_core.ir.ops.shape_ops import Concat, Gather
+
+    split, _, merge = chain
+    if all(r.inputs[1].source.node.type_name == "Constant" for r in (split, merge)):
+        return chain
+    x = split.inputs[0].source
+    shape = ShapeOf(x, name=f"{split.name}/shape")
+    axis = Constant(np.array(0, np.int64))
+    groups = [d for d in split.outputs[0].shape.dims[1:-2]]  # type: ignore[index]
+    target = Concat(Gather(shape, Constant(np.array([0], np.int64)), axis), Constant(np.array(groups, np.int64)),
+                    Gather(shape, Constant(np.array([2, 3], np.int64)), axis), axis=0, name=f"{split.name}/target")
+    split.inputs[1].replace_source(target.outputs[0])
+    merge.inputs[1].replace_source(shape.outputs[0])
+    return [shape, *(t.source.node for t in target.inputs if t.source.node.type_name == "Gather"), target, *chain]
 
 
 GLOBAL_REDUCTIONS = ("ReduceMean", "ReduceMax")
@@ -264,7 +295,8 @@ class TokenizeConvSnippets(Pass):
                 continue
             shuffle = channel_shuffle_chain(node) if node.type_name == "Reshape" else None
             if shuffle is not None:
-                _wrap(shuffle, CHANNEL_SHUFFLE)
+                perm = channel_permutation(shuffle)
+                _wrap(_targets_from_input(shuffle), CHANNEL_SHUFFLE).rt_info[CHANNEL_PERMUTATION] = perm
                 changed = True
                 continue
             global_pool = global_pool_chain(node)
@@ -409,11 +441,14 @@ def _wrap(ordered: list[Node], kind: str) -> Subgraph:
                 new_inputs.append(mapping[(src.node.id, src.index)])
             elif src.node.type_name == "Constant":
                 new_inputs.append(_copy_constant(src.node).outputs[0])
+            elif (src.node.id, src.index) in mapping:  # read twice (a channel shuffle's data and its ShapeOf)
+                new_inputs.append(mapping[(src.node.id, src.index)])
             else:
                 p = Parameter(src.element_type, src.shape, name=_input_name(src))
                 params.append(p)
                 sg_inputs.append(src)
                 new_inputs.append(p.outputs[0])
+                mapping[(src.node.id, src.index)] = p.outputs[0]
         clone = op.clone_with_new_inputs(new_inputs)
         clone.rt_info.pop(SNIPPETS_NODE_TYPE, None)
         mapping[(op.id, 0)] = clone.outputs[0]
@@ -442,7 +477,7 @@ def _wrap(ordered: list[Node], kind: str) -> Subgraph:
 
 
 __all__ = [
-    "CHANNEL_SHUFFLE", "CONCAT", "CONVOLUTION", "CONV_ACTIVATIONS", "CONV_CHANNEL_OPS", "CONV_REJECT_REASON_KEY",
+    "CHANNEL_PERMUTATION", "CHANNEL_SHUFFLE", "CONCAT", "CONVOLUTION", "CONV_ACTIVATIONS", "CONV_CHANNEL_OPS", "CONV_REJECT_REASON_KEY",
     "POOLING",
     "TokenizeConvSnippets", "channel_permutation", "channel_shuffle_chain", "conv_reject_reason",
     "global_pool_chain", "is_channel_concat_of_primitives", "is_primitive", "per_channel",

@@ -182,7 +182,52 @@ def test_cnn_ops_keep_a_symbolic_batch() -> None:
     assert shape_str(Interpolate(x, sizes, shape_calculation_mode="sizes", axes=(2, 3),
                                  keep_aspect_ratio_policy="not_larger")) == "[B,3,30,30]"
     hw = Parameter("f32", Shape([B, 3, S, S]))
-    assert shape_str(Interpolate(hw, Constant(np.array([1, 1, 2, 2], np.float32)))) == "[B,3,?,?]"
+    assert shape_str(Interpolate(hw, Constant(np.array([1, 1, 2, 2], np.float32)))) == "[B,3,2*S,2*S]"
+    assert shape_str(Interpolate(hw, Constant(np.array([1, 1, 0.5, 1.5], np.float32)))) == \
+        "[B,3,floor(S/2),S+floor(S/2)]"
+
+
+def test_floor_atoms_are_canonical_and_evaluate() -> None:
+    from snippets_core.ir.shape import sdim_ceildiv, sdim_floordiv
+
+    h = SymDim.of("H")
+    half = sdim_floordiv(h + 1, 2)
+    assert str(half) == "floor((H+1)/2)" and half.name == "floor((H+1)/2)"  # a plain symbol of its own
+    assert sdim_floordiv(2 * h + 3, 2) == h + 1  # multiples of the divisor come out
+    assert sdim_floordiv(4 * h, 2) == 2 * h
+    assert sdim_floordiv(half + 1, 2) == sdim_floordiv(h + 3, 4)  # a floor of a floor is one atom
+    assert sdim_ceildiv(h, 2) == half
+    assert str(sdim_floordiv(h - 1, 2) + 1) == "floor((H+1)/2)"  # (H-1)//2 + 1 == (H+1)//2
+    assert half.base_names == {"H"} and (half * SymDim.of("W")).base_names == {"H", "W"}
+    for v in range(0, 40):
+        assert half.evaluate({"H": v}) == (v + 1) // 2
+        assert sdim_floordiv(half + 1, 2).evaluate({"H": v}) == ((v + 1) // 2 + 1) // 2  # type: ignore[union-attr]
+    assert half.evaluate({}) is None
+
+
+@pytest.mark.parametrize(("kernel", "stride", "pad", "ceil"), [
+    (3, 2, 1, False), (7, 2, 3, False), (3, 1, 1, False), (2, 2, 0, False), (3, 2, 0, True), (3, 2, 1, True),
+    (1, 2, 0, False), (5, 3, 2, False)])
+def test_window_ops_on_symbolic_spatial_dims(kernel: int, stride: int, pad: int, ceil: bool) -> None:
+    """Conv and pool outputs over [B, C, H, W] are expressions of H and W whose value is the static inference's
+    for every size."""
+    from snippets_core.ir.ops.nn import Convolution, MaxPool
+
+    x = Parameter("f32", Shape([B, 3, SymDim.of("H"), SymDim.of("W")]))
+    pool = MaxPool(x, kernel=[kernel, kernel], strides=[stride, stride], pads=[pad] * 4, ceil_mode=ceil)
+    conv = Convolution(x, Constant(np.zeros((4, 3, kernel, kernel), np.float32)), strides=[stride, stride],
+                       pads=[pad] * 4)
+    for node in (pool, conv):
+        h, w = node.outputs[0].shape.sym_dims[2:]
+        if ceil and pad + stride > kernel:
+            assert h is None  # may drop its last window depending on H: unknown, not wrong
+            continue
+        for size in range(kernel, kernel + 12):
+            static = type(node)(Parameter("f32", Shape([1, 3, size, size + 1])), *(
+                [node.inputs[1].source] if node is conv else []), **{a: getattr(node, a) for a in node.ATTRS})
+            want = static.outputs[0].shape.dims[2:]
+            got = tuple(d if isinstance(d, int) else d.evaluate({"H": size, "W": size + 1}) for d in (h, w))
+            assert got == want, (node.type_name, size)
 
 
 def test_split_heads_dump_after_folding() -> None:

@@ -85,18 +85,37 @@ def test_gpt2_masks_and_positions_are_symbolic(protos) -> None:  # type: ignore[
 
 
 def test_static_parts_of_shape_subgraphs_fold() -> None:
-    """With the hidden size static, dims read from it are Constants after loading; only the dynamic ones stay."""
+    """With the hidden size static, each Reshape target Concat(dim(x, 0), dim(x, 1), [2, 16]) copies the input's
+    own batch and sequence dims: it folds to the Constant [0, 0, 2, 16] while loading, and no ShapeOf chain is left
+    to run."""
     proto = tlm.bert_encoder_layer("torchscript")
     m = read_onnx(proto)
     ops = m.get_ordered_ops()
-    for n in ops:
-        if n.type_name == "Concat" and n.inputs[0].source.node.type_name != "Constant":
-            # Concat(Unsqueeze(Gather(Shape, 0)), Unsqueeze(Gather(Shape, 1)), [2, 16]): the static part is
-            # a Constant input, the dynamic parts stay computed
-            assert n.inputs[-1].source.node.type_name == "Constant"
-    gathered = [n for n in ops if n.type_name == "Gather" and n.inputs[0].source.node.type_name == "ShapeOf"]
-    # only dims 0 and 1 (batch, sequence) are read at run time; nothing reads the static hidden dim
-    assert {int(n.inputs[1].source.node.value) for n in gathered} == {0, 1}
+    targets = [n.inputs[1].source.node for n in ops if n.type_name == "Reshape"]
+    assert all(t.type_name == "Constant" for t in targets)
+    assert sorted(tuple(t.value.tolist()) for t in targets) == [(0, 0, 2, 16)] * 3 + [(0, 0, 32)]
+    assert not [n for n in ops if n.type_name in ("ShapeOf", "Gather", "Concat")]
+
+
+def test_reshape_targets_of_other_symbols_stay_computed() -> None:
+    """A target that is not a copy of the input's own dims ([S, B, 32] from [B, S, 32]) is not folded."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "idx"], ["sb"], axis=0),
+             helper.make_node("Concat", ["sb", "hidden"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    inits = [helper.make_tensor("idx", TensorProto.INT64, [2], [1, 0]), helper.make_tensor("hidden", TensorProto.INT64,
+                                                                                          [1], [32])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    m = read_onnx(proto)
+    reshape = next(n for n in m.get_ordered_ops() if n.type_name == "Reshape")
+    assert str(reshape.outputs[0].shape) == "[S,B,32]" and reshape.inputs[1].source.node.type_name == "Concat"
+    x = np.random.default_rng(0).standard_normal((2, 3, 32)).astype(np.float32)
+    (y,) = compile_model(proto, "reference")({"x": x}).values()
+    np.testing.assert_array_equal(y, x.reshape(3, 2, 32))
 
 
 def test_shape_of_static_dims_folds_to_constants() -> None:
@@ -123,7 +142,9 @@ def test_shape_of_static_dims_folds_to_constants() -> None:
     reshape = next(n for n in m.get_ordered_ops() if n.type_name == "Reshape")
     assert str(reshape.outputs[0].shape) == "[B,6,4,8]"
     kinds = sorted(n.type_name for n in m.get_ordered_ops())
-    assert kinds.count("Gather") == 1 and kinds.count("Divide") == 0  # hidden // heads became the Constant 8
+    # hidden // heads became the Constant 8, and the batch read from Shape(x) a copy (0) of the input's own dim
+    assert kinds.count("Gather") == 0 and kinds.count("Divide") == 0
+    assert reshape.inputs[1].source.node.value.tolist() == [0, -1, 4, 8]
     x = np.random.default_rng(0).standard_normal((3, 6, 32)).astype(np.float32)
     (y,) = compile_model(proto, "reference")({"x": x}).values()
     np.testing.assert_array_equal(y, x.reshape(3, 6, 4, 8))

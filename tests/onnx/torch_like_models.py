@@ -222,3 +222,153 @@ def random_inputs(model: onnx.ModelProto, batch: int, seq: int, seed: int = 0,
 
 
 BUILDERS = {"bert": bert_encoder_layer, "gpt2": gpt2_block}
+
+
+# --- CNNs with dynamic N, H, W ------------------------------------------------------------------------------
+#: dim_params each exporter writes for a CNN's batch, height and width
+CNN_DIM_NAMES = {"torchscript": ("batch_size", "height", "width"), "dynamo": ("s0", "s1", "s2")}
+CNN_OPSETS = {"torchscript": 17, "dynamo": 18}
+
+
+def _floor_divide(g: _Graph, a: str, b: str) -> str:
+    """``a // b`` on int64 scalars as the TorchScript exporter writes ``aten::floor_divide`` (opset >= 11): a
+    truncating Div, then one less where the signs differ and the division is not exact."""
+    div = g.op("Div", a, b)
+    zero = g.const(0, np.int64)
+    negative = g.op("Xor", g.op("Less", a, zero), g.op("Less", b, zero))
+    mod = g.op("Mod", a, b, fmod=0)
+    fixup_mask = g.op("And", negative, g.op("Not", g.op("Equal", mod, zero)))
+    return g.op("Where", fixup_mask, g.op("Sub", div, g.const(1, np.int64)), div)
+
+
+def _view_target(g: _Graph, x: str, target: list[int], in_rank: int) -> str:
+    """The shape vector each exporter computes for a ``view`` in a CNN's forward, from the static export's constant
+    ``target``: ShuffleNet's ``x.view(b, g, c // g, h, w)`` (4-D in, 5-D out) and ``x.view(b, -1, h, w)`` (back),
+    and the classifier's ``x.view(b, -1)``. TorchScript reads every size from ``x.size()`` (c // g through
+    floor_divide); dynamo writes the sizes it knows statically as constants."""
+    u = lambda v: g.op("Unsqueeze", v, g.i64(0))  # noqa: E731
+    if in_rank == 4 and len(target) == 5:  # channel shuffle: split C into groups
+        groups, per_group = target[1], target[2]
+        if g.exporter == "dynamo":
+            parts = [g.dim(x, 0), g.i64(groups, per_group), g.dim(x, 2), g.dim(x, 3)]
+        else:
+            c = g.scalar_dim(x, 1)
+            parts = [g.dim(x, 0), g.i64(groups), u(_floor_divide(g, c, g.const(groups, np.int64))),
+                     g.dim(x, 2), g.dim(x, 3)]
+    elif in_rank == 5 and len(target) == 4:  # channel shuffle: merge the groups back; b, h, w are the Python
+        # variables read from the shuffle's input before its first view (``x`` here), not sizes of the 5-D tensor
+        parts = [g.dim(x, 0), g.i64(target[1] if g.exporter == "dynamo" else -1), g.dim(x, 2), g.dim(x, 3)]
+    elif len(target) == 2:  # flatten for the classifier
+        parts = [g.dim(x, 0), g.i64(-1)]
+    else:
+        raise ValueError(f"no torch view idiom for a rank-{in_rank} input reshaped to {target}")
+    return g.op("Concat", *parts, axis=0)
+
+
+def dynamic_cnn(proto: onnx.ModelProto, exporter: str = "torchscript") -> onnx.ModelProto:
+    """A static CNN export (onnx's light models) as torch exports the same module with dynamic N, H and W: the
+    input and output dims named, every Reshape's constant target replaced by the shape vector the exporter
+    computes for that ``view`` (:func:`_view_target`), at the exporter's opset (onnx's version converter moves the
+    rest of the graph there)."""
+    from onnx import shape_inference, version_converter
+
+    proto = version_converter.convert_version(proto, CNN_OPSETS[exporter])
+    g = _Graph(exporter, 0)
+    static = shape_inference.infer_shapes(proto)
+    ranks = {vi.name: len(vi.type.tensor_type.shape.dim) for vi in [*static.graph.value_info, *static.graph.input]}
+    consts = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    shuffled: dict[str, str] = {}  # a channel shuffle's 5-D tensors -> the 4-D tensor it started from
+    for node in proto.graph.node:
+        if node.op_type == "Transpose" and node.input[0] in shuffled:
+            shuffled[node.output[0]] = shuffled[node.input[0]]
+        if node.op_type == "Reshape" and node.input[1] in consts and node.input[0] not in consts:
+            target = [int(v) for v in consts[node.input[1]]]
+            rank = ranks[node.input[0]]
+            if rank == 4 and len(target) == 5:
+                shuffled[node.output[0]] = node.input[0]
+            new = onnx.NodeProto()
+            new.CopyFrom(node)
+            new.input[1] = _view_target(g, shuffled.get(node.input[0], node.input[0]), target, rank)
+            g.nodes.append(new)
+        else:
+            g.nodes.append(node)
+    n, h, w = CNN_DIM_NAMES[exporter]
+    inputs = [onnx.ValueInfoProto() for _ in proto.graph.input]
+    for new, old in zip(inputs, proto.graph.input):
+        new.CopyFrom(old)
+        for d, name in zip(new.type.tensor_type.shape.dim, (n, None, h, w)):
+            if name is not None:
+                d.dim_param = name
+    outputs = [helper.make_tensor_value_info(o.name, o.type.tensor_type.elem_type, None) for o in proto.graph.output]
+    graph = helper.make_graph(g.nodes, proto.graph.name, inputs, outputs, [*proto.graph.initializer, *g.inits])
+    m = helper.make_model(graph, opset_imports=proto.opset_import, producer_name=f"torch-like-{exporter}")
+    m.ir_version = proto.ir_version
+    return m
+
+
+def shufflenet_v2(exporter: str = "torchscript", width: tuple[int, ...] = (16, 32, 64), classes: int = 10,
+                  seed: int = 0) -> onnx.ModelProto:
+    """torchvision's ShuffleNetV2 at small widths, exported with dynamic N, H, W: a 3x3 stride-2 stem and a
+    3x3 stride-2 MaxPool, then per stage a stride-2 block (two branches, concatenated) and a stride-1 block
+    (``x.chunk(2, dim=1)``, one half through the branch), each ending in ``channel_shuffle(out, 2)``
+    (Shape/Gather/floor_divide/Concat -> Reshape, Transpose, Reshape), a 1x1 conv, ``x.mean([2, 3])`` and the
+    classifier. BatchNorm is folded into the convs' biases, as eval-mode exports write it."""
+    g = _Graph(exporter, seed)
+    u = lambda v: g.op("Unsqueeze", v, g.i64(0))  # noqa: E731
+
+    def conv(x: str, c_in: int, c_out: int, k: int = 1, stride: int = 1, depthwise: bool = False,
+             relu: bool = True) -> str:
+        group = c_in if depthwise else 1
+        w = g.weight(c_out, c_in // group, k, k, scale=float(np.sqrt(2.0 / (c_in // group * k * k))))
+        y = g.op("Conv", x, w, g.weight(c_out, scale=0.05), kernel_shape=[k, k], strides=[stride, stride],
+                 pads=[k // 2] * 4, group=group)
+        return g.op("Relu", y) if relu else y
+
+    def shuffle(x: str, c: int) -> str:
+        if exporter == "dynamo":
+            parts = [g.dim(x, 0), g.i64(2, c // 2), g.dim(x, 2), g.dim(x, 3)]
+            back = [g.dim(x, 0), g.i64(c), g.dim(x, 2), g.dim(x, 3)]
+        else:  # batchsize, num_channels, height, width = x.size(); channels_per_group = num_channels // 2
+            b, ch, hh, ww = (g.scalar_dim(x, i) for i in range(4))
+            parts = [u(b), g.i64(2), u(_floor_divide(g, ch, g.const(2, np.int64))), u(hh), u(ww)]
+            back = [u(b), u(ch), u(hh), u(ww)]  # x.view(batchsize, num_channels, height, width)
+        y = g.op("Reshape", x, g.op("Concat", *parts, axis=0))
+        y = g.op("Transpose", y, perm=[0, 2, 1, 3, 4])
+        return g.op("Reshape", y, g.op("Concat", *back, axis=0))
+
+    def block(x: str, c_in: int, c_out: int, stride: int) -> str:
+        half = c_out // 2
+        if stride == 1:  # x1, x2 = x.chunk(2, dim=1)
+            if exporter == "dynamo":
+                x1, x2 = g.op("Split", x, axis=1, num_outputs=2, n_out=2)
+            else:
+                x1, x2 = g.op("Split", x, g.i64(half, half), axis=1, n_out=2)
+            b_in = half
+        else:
+            x1 = conv(conv(x, c_in, c_in, 3, stride, depthwise=True, relu=False), c_in, half)
+            x2, b_in = x, c_in
+        b2 = conv(conv(conv(x2, b_in, half), half, half, 3, stride, depthwise=True, relu=False), half, half)
+        return shuffle(g.op("Concat", x1, b2, axis=1), c_out)
+
+    x = g.op("MaxPool", conv("input", 3, width[0], 3, 2), kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)
+    c = width[0]
+    for c_out in width[1:]:
+        x = block(block(x, c, c_out, 2), c_out, c_out, 1)
+        c = c_out
+    x = conv(x, c, 2 * c)
+    if exporter == "dynamo":
+        x = g.op("ReduceMean", x, g.i64(2, 3), keepdims=0)
+    else:
+        x = g.op("ReduceMean", x, axes=[2, 3], keepdims=0)
+    x = g.op("Gemm", x, g.weight(classes, 2 * c, scale=float(1 / np.sqrt(2 * c))), g.weight(classes, scale=0.1),
+             transB=1)
+    g.nodes.append(helper.make_node("Identity", [x], ["logits"]))
+    n, h, w = CNN_DIM_NAMES[exporter]
+    graph = helper.make_graph(g.nodes, f"shufflenet_v2_{exporter}",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [n, 3, h, w])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [n, classes])], g.inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", CNN_OPSETS[exporter])],
+                          producer_name=f"torch-like-{exporter}")
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m

@@ -7,7 +7,7 @@ import numpy as np
 from snippets_core.errors import ShapeInferenceError
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.ops.base import BinaryEltwise
-from snippets_core.ir.shape import SDim, Shape, SymDim, sdim_add, sdim_div, sdim_mul
+from snippets_core.ir.shape import SDim, Shape, SymDim, sdim_add, sdim_div, sdim_floordiv, sdim_mul
 
 
 def _int_div_trunc(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -68,7 +68,11 @@ class Divide(BinaryEltwise):
         return a / b
 
     def sym_rule(self, a: SDim, b: SDim) -> SDim:
-        return sdim_div(a, b)
+        exact = sdim_div(a, b)
+        if exact is not None or not isinstance(b, int) or b <= 0 or not isinstance(a, SymDim):
+            return exact
+        # a dim sum with no negative term is >= 0, where truncation is floor: ``C // groups``, ``H // 2``
+        return sdim_floordiv(a, b) if all(c > 0 for _, c in a.terms) else None
 
 
 class Maximum(BinaryEltwise):
@@ -118,6 +122,12 @@ class FloorMod(BinaryEltwise):
     def compute(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.mod(a, b)
 
+    def sym_rule(self, a: SDim, b: SDim) -> SDim:
+        # a - b * floor(a / b) for a positive int b: ``(8 - W % 8) % 8`` pads W to a multiple of 8
+        if not isinstance(b, int) or b <= 0 or a is None:
+            return None
+        return sdim_add(a, sdim_mul(sdim_floordiv(a, b), -b))
+
 
 class Mod(BinaryEltwise):
     """a - trunc(a / b) * b: the result has the sign of the dividend (C fmod)."""
@@ -126,6 +136,12 @@ class Mod(BinaryEltwise):
 
     def compute(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.fmod(a, b)
+
+    def sym_rule(self, a: SDim, b: SDim) -> SDim:
+        # truncation is floor for a dim sum with no negative term: FloorMod's rule
+        if isinstance(a, SymDim) and not all(c > 0 for _, c in a.terms):
+            return None
+        return FloorMod.sym_rule(self, a, b)  # type: ignore[arg-type]
 
 
 class PRelu(BinaryEltwise):

@@ -217,8 +217,22 @@ class Pad(Node):
             return [(et, x)]
         pads = constant_input(self, 1)
         axes = constant_input(self, 3) if len(self.inputs) == 4 else None
-        if pads is None or (len(self.inputs) == 4 and axes is None):
+        if len(self.inputs) == 4 and axes is None:
             return [(et, Shape.dynamic(x.rank))]
+        if pads is None:  # pads computed from dims (``(8 - W % 8) % 8``): symbolic widths
+            from snippets_core.ir.const_eval import shape_value
+
+            sym = shape_value(self.inputs[1].source)
+            if sym is None:
+                return [(et, Shape.dynamic(x.rank))]
+            axes_list = list(range(x.rank)) if axes is None else [normalize_axis(int(a), x.rank)
+                                                                   for a in axes.reshape(-1)]
+            if len(sym) != 2 * len(axes_list):
+                raise ShapeInferenceError(f"pads has {len(sym)} values, expected {2 * len(axes_list)}")
+            dims = list(x.sym_dims)
+            for j, ax in enumerate(axes_list):
+                dims[ax] = sdim_add(sdim_add(dims[ax], sym[j]), sym[len(axes_list) + j])
+            return [(et, Shape(dims))]
         widths = self._widths(x.dims, pads, axes)  # type: ignore[arg-type]
         dims = [sdim_add(d, b + e) for d, (b, e) in zip(x.sym_dims, widths)]
         if any(isinstance(d, int) and d < 0 for d in dims):
@@ -323,8 +337,13 @@ class Tile(Node):
         reps = constant_input(self, 1)
         if not x.rank_is_static:
             return [(et, Shape.dynamic())]
-        if reps is None:
-            return [(et, Shape.dynamic(x.rank))]
+        if reps is None:  # ``x.repeat(b, 1, 1)``: repeats read from a shape
+            from snippets_core.ir.const_eval import shape_value
+
+            sym = shape_value(self.inputs[1].source)
+            if sym is None or len(sym) != x.rank:
+                return [(et, Shape.dynamic(x.rank))]
+            return [(et, Shape([sdim_mul(d, r) for d, r in zip(x.sym_dims, sym)]))]
         reps = reps.reshape(-1)
         if len(reps) != x.rank:
             raise ShapeInferenceError(f"repeats has {len(reps)} values for a rank-{x.rank} input")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 from collections.abc import Sequence
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from snippets_core.errors import ShapeInferenceError
 from snippets_core.ir.element_type import ElementType, is_float_dtype
 from snippets_core.ir.node import Node, Output
-from snippets_core.ir.shape import Dim, Shape
+from snippets_core.ir.shape import Dim, SDim, Shape, SymDim, sdim_add, sdim_ceildiv, sdim_floordiv, sdim_mul
 
 AUTO_PADS = ("explicit", "same_upper", "same_lower", "valid")
 
@@ -44,6 +45,26 @@ class WindowGeometry:
         self.pads_end = tuple(pads_end)
         self.auto_pad = auto_pad
         self.ceil_mode = ceil_mode
+
+    def sym_out(self, i: int, size: SDim) -> SDim:
+        """The output size of spatial axis ``i`` for an input size that may be symbolic (``H`` gives
+        ``floor((H+1)/2)`` for a 3x3 stride-2 pad-1 window); None when unknown, or when a ceil-mode window
+        would need the value of ``H`` to drop its last window."""
+        if not isinstance(size, SymDim):
+            return self.axis(i, size)[0]
+        k, s, d = self.kernel[i], self.strides[i], self.dilations[i]
+        extent = (k - 1) * d + 1
+        if self.auto_pad in ("same_upper", "same_lower"):
+            return sdim_ceildiv(size, s)
+        pb, pe = (0, 0) if self.auto_pad == "valid" else (self.pads_begin[i], self.pads_end[i])
+        span = sdim_add(size, pb + pe - extent)
+        if not self.ceil_mode:
+            return sdim_add(sdim_floordiv(span, s), 1)
+        # ceil((span)/s)+1, less one when the last window starts past the input and begin pad; it never does
+        # when the end pad is shorter than the window's reach past the last stride: (out-1)*s < span+s <= size+pb
+        if pe + s > extent:
+            return None
+        return sdim_add(sdim_ceildiv(span, s), 1)
 
     def axis(self, i: int, size: Dim) -> tuple[Dim, int, int]:
         """(output size, pad begin, pad end) for spatial axis ``i`` of input size ``size``."""
@@ -125,9 +146,9 @@ class _WindowOp(Node):
             if v is not None and len(v) not in (0, n):
                 raise ShapeInferenceError(f"{attr} has {len(v)} values, expected {n}")
 
-    def _spatial_out(self, x: Shape, kernel: Sequence[int]) -> list[Dim]:
+    def _spatial_out(self, x: Shape, kernel: Sequence[int]) -> list[SDim]:
         geo = self._geometry(kernel)
-        return [geo.axis(i, d)[0] for i, d in enumerate(x.dims[2:])]  # type: ignore[index]
+        return [geo.sym_out(i, d) for i, d in enumerate(x.sym_dims[2:])]
 
 
 class Convolution(_WindowOp):
@@ -214,13 +235,13 @@ class ConvolutionBackpropData(_WindowOp):
         self.output_shape = None if output_shape is None else tuple(int(v) for v in output_shape)
         super().__init__(x, w, name=name)
 
-    def _resolve(self, spatial: Sequence[Dim], kernel: Sequence[int]) -> tuple[list[Dim], list[int], list[int]]:
+    def _resolve(self, spatial: Sequence[SDim], kernel: Sequence[int]) -> tuple[list[SDim], list[int], list[int]]:
         n = len(kernel)
         s = _tuple(self.strides, n, 1)
         d = _tuple(self.dilations, n, 1)
         op = _tuple(self.output_padding, n, 0)
         pads = _tuple(self.pads, 2 * n, 0)
-        outs: list[Dim] = []
+        outs: list[SDim] = []
         pbs: list[int] = []
         pes: list[int] = []
         for i, size in enumerate(spatial):
@@ -237,8 +258,8 @@ class ConvolutionBackpropData(_WindowOp):
                 # ONNX: total = s * (in - 1) + output_padding + extent - out; SAME_UPPER puts total // 2 at the
                 # beginning, SAME_LOWER the rest. A negative total (an output larger than the full result)
                 # reads zeros.
-                if size is None:
-                    outs.append(self.output_shape[-n + i] if self.output_shape else None)
+                if not isinstance(size, int):
+                    outs.append(self.output_shape[-n + i] if self.output_shape else sdim_mul(size, s[i]))
                     pbs.append(0)
                     pes.append(0)
                     continue
@@ -249,7 +270,7 @@ class ConvolutionBackpropData(_WindowOp):
                 outs.append(target)
             else:
                 pb, pe = (0, 0) if self.auto_pad == "valid" else (pads[i], pads[n + i])
-                outs.append(None if size is None else s[i] * (size - 1) + op[i] + extent - pb - pe)
+                outs.append(sdim_add(sdim_mul(size, s[i]), op[i] + extent - pb - pe - s[i]))
             pbs.append(pb)
             pes.append(pe)
         return outs, pbs, pes
@@ -266,7 +287,7 @@ class ConvolutionBackpropData(_WindowOp):
             return [(et, Shape.dynamic(w.rank))]
         if x[1] is not None and x[1] != w[0]:
             raise ShapeInferenceError(f"data has {x[1]} channels but weights have {w[0]}")
-        outs, _, _ = self._resolve(x.dims[2:], w.dims[2:])  # type: ignore[index]
+        outs, _, _ = self._resolve(x.sym_dims[2:], w.dims[2:])  # type: ignore[arg-type]
         return [(et, Shape([x.sym(0), w[1] * self.group, *outs]))]
 
     def evaluate(self, x: np.ndarray, w: np.ndarray) -> list[np.ndarray]:
@@ -455,6 +476,15 @@ NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 INTERPOLATE_MODES = ("nearest", "linear", "cubic")
 
 
+def _scaled(dim: SDim, scale: float) -> SDim:
+    """``floor(dim * scale)`` of a symbolic dim where the scale is a short binary fraction (2, 0.5, 1.5: what
+    exporters write), exactly as the float product rounds; None for other scales."""
+    ratio = Fraction(scale)
+    if dim is None or ratio.denominator > 1024:
+        return None
+    return sdim_floordiv(sdim_mul(dim, ratio.numerator), ratio.denominator)
+
+
 class Interpolate(Node):
     """ONNX Resize: resample the axes of ``x`` to ``target`` sizes (``shape_calculation_mode='sizes'``, i64)
     or by ``target`` scales (``'scales'``, f32), one entry per axis of ``axes`` (all axes when ``axes`` is
@@ -532,11 +562,26 @@ class Interpolate(Node):
 
         target = constant_value(self.inputs[1].source)
         if target is None:
-            return [(et, Shape.dynamic(x.rank))]
+            return [(et, self._symbolic_sizes(x))]
         if not x.is_static:
             return [(et, self._dynamic_out(x, target))]
         out, _, _ = self._plan(x.to_tuple(), target)
         return [(et, Shape(out))]
+
+    def _symbolic_sizes(self, x: Shape) -> Shape:
+        """The output when ``sizes`` is a shape vector read from other tensors (``F.interpolate(x,
+        size=skip.shape[2:])``): the sizes as they are, symbolic; unknown for scales or a kept aspect ratio."""
+        from snippets_core.ir.const_eval import shape_value
+
+        sizes = shape_value(self.inputs[1].source) if self.shape_calculation_mode == "sizes" else None
+        rank = x.rank
+        axes = list(range(rank)) if self.axes is None else [a + rank if a < 0 else a for a in self.axes]
+        if sizes is None or len(sizes) != len(axes) or self.keep_aspect_ratio_policy != "stretch":
+            return Shape.dynamic(rank)
+        dims = list(x.sym_dims)
+        for a, v in zip(axes, sizes):
+            dims[a] = v
+        return Shape(dims)
 
     def _dynamic_out(self, x: Shape, target: np.ndarray) -> Shape:
         """Per axis when some input dims are dynamic: axes not resized (or scaled by 1) keep their dims,
@@ -560,7 +605,7 @@ class Interpolate(Node):
             if self.shape_calculation_mode == "sizes":
                 dims[a] = int(v)
             elif float(v) != 1.0:
-                dims[a] = int(dims[a] * float(v)) if isinstance(dims[a], int) else None
+                dims[a] = int(dims[a] * float(v)) if isinstance(dims[a], int) else _scaled(dims[a], float(v))
         return Shape(dims)
 
     def _x_original(self, y: np.ndarray, scale: float, size_in: int, size_out: int,

@@ -8,7 +8,7 @@ tensors) they also carry the symbolic values (``sym_value``), as torch exports c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -34,8 +34,17 @@ from snippets_core.ir.shape import (
     normalize_axis,
     sdim_add,
     sdim_div,
+    sdim_floordiv,
+    sdim_mul,
     sdim_prod,
 )
+
+
+def sdim_sum(dims: Iterable[SDim]) -> SDim:
+    out: SDim = 0
+    for d in dims:
+        out = sdim_add(out, d)
+    return out
 
 
 def _vector_length(node: Node, i: int) -> int | None:
@@ -118,7 +127,7 @@ def _resolve_reshape(in_dims: Sequence[SDim] | None, target: Sequence[SDim], spe
         rest = [d for j, d in enumerate(out) if j != k and j not in copied]
         denom = sdim_prod(rest)
         if not (isinstance(in_size, int) and isinstance(denom, int)):
-            out[k] = sdim_div(in_size, denom) if denom != 0 else None
+            out[k] = _quotient(in_rest, rest) if denom != 0 else None
         else:
             if denom == 0:
                 # -1 next to a zero dim is ambiguous; only an empty input makes it meaningful
@@ -134,6 +143,19 @@ def _resolve_reshape(in_dims: Sequence[SDim] | None, target: Sequence[SDim], spe
         if isinstance(in_size, int) and isinstance(rest_size, int) and rest_size != in_size:
             raise ShapeInferenceError(f"cannot reshape {shown} to {list(target)}")
     return out
+
+
+def _quotient(num: Sequence[SDim], den: Sequence[SDim]) -> SDim:
+    """``prod(num) / prod(den)`` for Reshape's -1: symbolic factors on both sides cancel first, so dims that are
+    sums (``floor((H+31)/32)-6``) divide out of a product as a single name would; then exact division."""
+    left = list(num)
+    rest: list[SDim] = []
+    for d in den:
+        if isinstance(d, SymDim) and d in left:
+            left.remove(d)
+        else:
+            rest.append(d)
+    return sdim_div(sdim_prod(left), sdim_prod(rest))
 
 
 class Reshape(Node):
@@ -289,6 +311,16 @@ class Broadcast(Node):
             return [(et, Shape(_numpy_broadcast_to(shape.sym_dims, target)))]
         return [(et, broadcast_shapes(shape, Shape(target)))]
 
+    def sym_value(self, value: Callable[[int], SymValue | None]) -> SymValue | None:
+        # torch's chunk writes its lengths with Expand(chunk_size, [chunks - 1]): a shape vector repeated
+        data, target = value(0), value(1)
+        if data is None or target is None or len(target) != 1 or not isinstance(target[0], int):
+            return None
+        n = max(target[0], len(data)) if self.mode == "bidirectional" else target[0]
+        if len(data) not in (1, n):
+            return None
+        return data * n if len(data) == 1 else data
+
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
         x = np.asarray(args[0])
         target = tuple(int(a) for a in np.asarray(args[1]).reshape(-1))
@@ -371,7 +403,7 @@ class Split(Node):
         if isinstance(d, int) and d % self.num_splits:
             raise ShapeInferenceError(f"dim {axis} of size {d} does not split into {self.num_splits} equal parts")
         dims = list(shape.sym_dims)
-        dims[axis] = sdim_div(d, self.num_splits)
+        dims[axis] = sdim_floordiv(d, self.num_splits)  # the parts are equal: the dim divides at run time
         return [(et, Shape(dims))] * self.num_splits
 
     def evaluate(self, *args: np.ndarray) -> list[np.ndarray]:
@@ -380,13 +412,21 @@ class Split(Node):
         return [np.ascontiguousarray(p) for p in np.split(x, self.num_splits, axis=axis)]
 
 
-def _resolve_lengths(lengths: Sequence[int], dim: Dim) -> list[Dim]:
+def _resolve_lengths(lengths: Sequence[SDim], dim: SDim) -> list[SDim]:
+    """The part lengths: one -1 is the rest of the dim. Lengths and dim may be symbolic (torch's ``chunk`` on a
+    symbolic dim splits by ``[floor((S+1)/2), S-floor((S+1)/2)]``)."""
     if sum(1 for n in lengths if n == -1) > 1:
         raise ShapeInferenceError(f"split_lengths {list(lengths)} has more than one -1")
-    if any(n < -1 for n in lengths):
+    if any(isinstance(n, int) and n < -1 for n in lengths):
         raise ShapeInferenceError(f"split_lengths {list(lengths)} has a negative length other than -1")
-    known = sum(n for n in lengths if n != -1)
-    out: list[Dim] = list(lengths)
+    if not all(isinstance(n, int) for n in lengths) or isinstance(dim, SymDim):
+        out_s: list[SDim] = list(lengths)
+        if -1 in lengths:
+            rest = sdim_add(dim, sdim_mul(sdim_sum(n for n in lengths if n != -1), -1))
+            out_s[list(lengths).index(-1)] = rest
+        return out_s
+    known = sum(n for n in lengths if n != -1)  # type: ignore[misc]
+    out: list[Dim] = list(lengths)  # type: ignore[arg-type]
     if dim is not None:
         if -1 in lengths:
             if known > dim:
@@ -410,7 +450,7 @@ class VariadicSplit(Node):
         check_input_count(self, 3)
         et, shape = self.input_type(0), self.input_shape(0)
         axis = _scalar_int(self, 1, "axis")
-        lengths = known_ints(self, 2, "split_lengths")
+        lengths = known_dims(self, 2, "split_lengths")
         check_rank(self, 2, (1,), "split_lengths")
         n = _vector_length(self, 2)
         if n is None:
@@ -420,7 +460,7 @@ class VariadicSplit(Node):
         if axis is None:
             return [(et, Shape.dynamic(shape.rank))] * n
         axis = normalize_axis(axis, shape.rank)
-        parts = [None] * n if lengths is None else _resolve_lengths(lengths, shape.dims[axis])  # type: ignore[index]
+        parts = [None] * n if lengths is None else _resolve_lengths(lengths, shape.sym(axis))
         outs = []
         for p in parts:
             dims = list(shape.sym_dims)

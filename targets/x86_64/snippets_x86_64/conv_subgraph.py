@@ -474,10 +474,10 @@ def _concat_slice(sg: Subgraph) -> Any:
 def _compile_channel_shuffle(sg: Subgraph, config: CompileConfig) -> Any:
     """``run(inputs) -> [y]`` for a channel shuffle (TokenizeConvSnippets): a JIT permutation within each NHWC
     pixel."""
-    from snippets_core.tokenization.tokenize_conv_snippets import channel_permutation
+    from snippets_core.tokenization.tokenize_conv_snippets import CHANNEL_PERMUTATION, channel_permutation
     from snippets_x86_64.channel_shuffle import ChannelPermute, DynamicPermute
 
-    perm = channel_permutation(list(sg.body_ops))
+    perm = sg.rt_info.get(CHANNEL_PERMUTATION) or channel_permutation(list(sg.body_ops))
     if perm is None:
         raise ConvUnsupported(f"{sg.name}: its body is not a channel permutation")
     x = sg.body.parameters[0].outputs[0].shape
