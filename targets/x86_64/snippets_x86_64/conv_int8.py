@@ -16,14 +16,14 @@ channels) ``nv`` loads of packed weights, ``R`` broadcasts of 4 input bytes (``v
 * **Epilogue** (in registers, per accumulator): ``- comp[m]`` (``zp * sum`` of the channel's weights, made with the
   packing), ``vcvtdq2ps``, ``* scale[m] + bias[m]`` (one FMA: the dequantized f32, ``scale = x_scale *
   w_scale[m]``), then the post-ops in order (:data:`POST_OPS`: the f32 conv's eltwise chain, run by ``conv.py``'s
-  own emitter a stretch at a time, with the Q->DQ pairs between its ops as ``fq`` steps), then the store: f32, or requantized to u8/s8 as QuantizeLinear does (``* (1 / y_scale)``, clamp,
+  own emitter a stretch at a time, with the Q->DQ pairs between its ops as ``fq`` steps), then the store: f32, or requantized to u8/s8 as QuantizeLinear does (``x / y_scale`` correctly rounded without a divide, clamp,
   ``vcvtps2dq`` half to even, ``+ y_zp``, ``vpmovdb``), so a quantized conv hands the next one bytes.
 * **Work table**: one row per item, byte offsets of the input row, weight block, output row, post-op vectors and
   residual row, the store mask (output-channel tail) and the variant (full block or the tail block); the kernel is
   the native pool's harness ``conv_int8(unused, args, start, count)``, items split into one range per thread.
 
 ``args`` = [src, weights, dst, comp, scale, bias, residual, table, qparams, post, chan0, chan1, ..] (qparams:
-``1 / y_scale, lo, hi`` f32 and ``y_zp`` s32, with ``lo = qmin - y_zp``, ``hi = qmax - y_zp``; post: the post-ops'
+``1 / y_scale, lo, hi`` f32, ``y_zp`` s32 and ``y_scale``, with ``lo = qmin - y_zp``, ``hi = qmax - y_zp``; post: the post-ops'
 parameters, :func:`post_params`; chan ``i``: the address of the ``i``-th per-channel vector in it, where the f32
 emitter reads a per-channel post-op's array).
 """
@@ -43,7 +43,7 @@ from snippets_x86_64.asm.registers import ZMM
 from snippets_x86_64.conv import POST_OP_KINDS, UNROLL, ConvDims, PostOp, _emit_post_ops, channel_blocks, \
     emit_pixel_loop, emit_table_kernel, emit_tap_walk
 from snippets_x86_64.emitters.base import Aux
-from snippets_x86_64.emitters.math import emit_sigmoid
+from snippets_x86_64.emitters.math import emit_divide_by, emit_sigmoid
 
 if TYPE_CHECKING:
     from snippets_x86_64.jit import JitFunction
@@ -70,6 +70,8 @@ POST_OPS = (*POST_OP_KINDS, *INT8_POST_OPS)
 CHANNEL_POST_OPS = ("mul_c", "add_c", "prelu_c")
 #: bytes of an fq's parameters in the post-op block (s, lo, hi, 1 / s)
 FQ_BYTES = 16
+#: f32 values of the qparams block of a requantized output (``requant_params``)
+QPARAMS = 8
 
 
 @dataclass(frozen=True)
@@ -209,21 +211,34 @@ def post_params(geo: Int8ConvShape, values: list) -> np.ndarray:
             s, lo, hi = (float(t) for t in v)
             if not s > 0 or lo > hi:
                 raise InputError(f"int8 convolution {op} needs a positive scale and lo <= hi, got {v}")
-            block[at // 4 : at // 4 + 4] = (s, lo, hi, 1.0 / s)
+            r, c = divisor(s, op)
+            block[at // 4 : at // 4 + 4] = (c, lo, hi, r)
         elif op in CHANNEL_POST_OPS:
             vec = channel_vector(np.asarray(v, np.float32), geo, np.float32)
             block[at // 4 : at // 4 + vec.size] = vec
     return block
 
 
+def divisor(scale: float, what: str) -> tuple[np.float32, np.float32]:
+    """``(RN(1 / s), s)`` in float32 for a scale the kernel divides by as QuantizeLinear does (``emit_divide_by``:
+    ``x / s`` correctly rounded, ties to even after it as onnxruntime's); both must be normal floats."""
+    c = np.float32(scale)
+    tiny = np.finfo(np.float32).tiny
+    with np.errstate(all="ignore"):
+        r = np.float32(1.0) / c
+    if not (c > 0 and np.isfinite(c) and np.isfinite(r) and r >= tiny and c >= tiny):
+        raise InputError(f"int8 convolution {what} needs a positive scale whose reciprocal is a normal float32, "
+                         f"got {scale}")
+    return r, c
+
+
 def requant_params(y_scale: float, y_zero_point: int, output: str) -> np.ndarray:
-    """The 16-byte qparams block of a requantized output: ``1 / y_scale, qmin - y_zp, qmax - y_zp`` (f32),
-    ``y_zp``."""
-    if not y_scale > 0:
-        raise InputError(f"int8 convolution requantization needs a positive output scale, got {y_scale}")
+    """The qparams block of a requantized output (:data:`QPARAMS` f32): ``1 / y_scale`` (float32's), ``qmin - y_zp,
+    qmax - y_zp``, ``y_zp`` (s32), ``y_scale``, 3 unused."""
+    r, c = divisor(y_scale, "requantization")
     qmin, qmax = OUT_RANGE.get(output, (0, 255))
-    block = np.zeros(4, np.float32)
-    block[:3] = (1.0 / y_scale, qmin - y_zero_point, qmax - y_zero_point)
+    block = np.zeros(QPARAMS, np.float32)
+    block[:5] = (r, qmin - y_zero_point, qmax - y_zero_point, 0, c)
     block.view(np.int32)[3] = y_zero_point
     return block
 
@@ -342,7 +357,7 @@ def _emit_epilogue(fn: Function, geo: Int8ConvShape, acc: list[list], free: list
         if op.kind == "fq":  # type: ignore[union-attr]
             for row in acc:
                 for z in row:
-                    _emit_fq(fn, z, at)
+                    _emit_fq(fn, z, tmp, at)
             continue
         gate, aux = free[3], Aux(tuple(free[:3]), (k2,))  # qswish: x * fq(sigmoid(alpha x))
         alpha = op.alpha  # type: ignore[union-attr]
@@ -351,7 +366,7 @@ def _emit_epilogue(fn: Function, geo: Int8ConvShape, acc: list[list], free: list
                 if alpha != 1.0:
                     fn.vmulps(gate, z, bcst(fn.const_f32(alpha)))
                 emit_sigmoid(fn, gate, gate if alpha != 1.0 else z, aux)
-                _emit_fq(fn, gate, at)
+                _emit_fq(fn, gate, tmp, at)
                 fn.vmulps(z, z, gate)
     flush()
     osz = OUT_SIZE[geo.output]
@@ -361,13 +376,13 @@ def _emit_epilogue(fn: Function, geo: Int8ConvShape, acc: list[list], free: list
                 dst = zword[r9 + (i * geo.m * 4 + j * 64)]
                 fn.vmovups(dst.mask(k1) if j == nv - 1 else dst, z)
         return
-    # requantized as QuantizeLinear: times 1 / y_scale in f32 (as the FakeQuantize decomposition; a division per
-    # vector cost the small convs a third of their time), clamped first (exact integers after rounding), then
-    # rounded half to even; the low byte of each lane is the u8/s8 value
+    # requantized as QuantizeLinear: x / y_scale correctly rounded (emit_divide_by: three multiply-adds, where a
+    # vdivps per vector cost the small convs a third of their time), clamped first (exact integers after rounding),
+    # then rounded half to even; the low byte of each lane is the u8/s8 value
     fn.mov(rdx, qword[rsi + ARG_QPARAMS * 8])
     for i, row in enumerate(acc):
         for j, z in enumerate(row):
-            fn.vmulps(z, z, bcst(rdx))
+            emit_divide_by(fn, z, tmp, bcst(rdx), bcst(rdx + 16))
             fn.vmaxps(z, z, bcst(rdx + 4))
             fn.vminps(z, z, bcst(rdx + 8))
             fn.vcvtps2dq(z, z, rc="rn")
@@ -376,9 +391,10 @@ def _emit_epilogue(fn: Function, geo: Int8ConvShape, acc: list[list], free: list
             fn.vpmovdb(dst.mask(k1) if j == nv - 1 else dst, z)
 
 
-def _emit_fq(fn: Function, z: ZMM, at: int) -> None:
-    """``z`` onto the per-tensor grid at ``rdx + at`` (s, lo, hi, 1 / s), kept in f32: the step times the scale."""
-    fn.vmulps(z, z, bcst(rdx + (at + 12)))
+def _emit_fq(fn: Function, z: ZMM, t: ZMM, at: int) -> None:
+    """``z`` onto the per-tensor grid at ``rdx + at`` (s, lo, hi, 1 / s), kept in f32: ``z / s`` as QuantizeLinear
+    rounds it (``emit_divide_by``; ``t`` clobbered), the step times the scale."""
+    emit_divide_by(fn, z, t, bcst(rdx + (at + 12)), bcst(rdx + at))
     fn.vmaxps(z, z, bcst(rdx + (at + 4)))
     fn.vminps(z, z, bcst(rdx + (at + 8)))
     fn.vrndscaleps(z, z, 0)  # to nearest, ties to even
@@ -433,7 +449,7 @@ class Int8ConvKernel:
         if "residual" in g.kinds:
             want["residual"] = (residual, np.float32, (g.n, g.ho, g.wo, g.m))
         if g.output != "f32":
-            want["qparams"] = (qparams, np.float32, (4,))
+            want["qparams"] = (qparams, np.float32, (QPARAMS,))
         if any(op in (*INT8_POST_OPS, *CHANNEL_POST_OPS) for op in g.kinds):
             want["post"] = (post, np.float32, (max(post_offsets(g)[-1] // 4, LANES),))
         for name, (a, dtype, shape) in want.items():

@@ -188,6 +188,57 @@ def test_any_f32_conv_chain_with_qdq_steps_between(post_ops: tuple, output: str,
     run_case(geo, seed=m + len(post_ops), at="start", y_scale=0.25, y_zp=100)
 
 
+def _f32_quantize(v: np.ndarray, scale: float, lo: float, hi: float) -> np.ndarray:
+    """QuantizeLinear as the operator defines it (onnxruntime's): ``x / scale`` in float32, then half to even,
+    saturated (``lo``, ``hi``: the grid's range less the zero point)."""
+    q = np.float32(v) / np.float32(scale)
+    return np.clip(np.rint(q), lo, hi)
+
+
+@pytest.mark.parametrize("ratio", [2.0, 4.0, 6.0, 10.0, 12.0])
+@pytest.mark.parametrize("output,post", [("u8", ()), ("s8", ()), ("f32", ("fq",)), ("u8", ("fq",))])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_requantization_rounds_ties_as_quantize_linear(ratio: float, output: str, post: tuple, at: str) -> None:
+    """Values placed exactly on ties (and within an ulp of them): a 1x1 conv of one input channel whose
+    dequantized f32 is ``RN(acc * scale)`` (one FMA with a zero bias: numpy's float32 product), requantized on a
+    grid ``ratio`` times the scale (``acc / ratio`` lands on .5 for many ``acc``). The kernel divides as
+    QuantizeLinear does (correctly rounded ``x / y_scale``, not ``x * (1 / y_scale)``): every output equals the
+    float32 oracle's, no step off."""
+    m, h, w = 48, 5, 37
+    geo = Int8ConvShape(1, 1, h, w, m, 1, 1, 1, 1, 1, 1, 1, 0, 0, h, w, output, post)
+    rng = np.random.default_rng(int(ratio * 10) + len(post))
+    q = rng.integers(0, 256, (1, h, w, 1)).astype(np.uint8)
+    zp = 128
+    wt = rng.integers(-128, 128, (m, 1, 1, 1)).astype(np.int8)
+    wt[0] = 1  # channel 0's accumulators are every integer of the input range: every residue hits the ties
+    scale = rng.uniform(0.001, 0.01, m).astype(np.float32)  # full mantissas: the products are rounded
+    k = _kernel_or_skip(geo, wt)
+    k.packed, k.table = guarded_copy(k.packed, at), guarded_copy(k.table, at)
+    acc = (q.astype(np.int64) - zp) * wt[:, 0, 0, 0].astype(np.int64)  # [1, h, w, m]
+    v = acc.astype(np.float32) * scale  # RN(acc * scale): exact integers times f32, one rounding
+    # one grid for all channels: ratio times the first channel's scale (exact ties there, near ties elsewhere)
+    step = float(np.float32(ratio) * scale[0])
+    fq_lo, fq_hi = -100.0, 100.0
+    values = [(step, fq_lo, fq_hi)] if post else []
+    y_scale, y_zp = (step if not post else step * 2.0), (3 if output == "u8" else -2)
+    out_dtype = {"f32": np.float32, "u8": np.uint8, "s8": np.int8}[output]
+    y = guarded_array((1, h, w, m), out_dtype, at)
+    vec = channel_vector(scale, geo, np.float32)
+    qp = guarded_copy(requant_params(y_scale, y_zp, output), at) if output != "f32" else None
+    k.run(padded_input(q, zp, geo, at), y, guarded_copy(compensation(wt, zp, geo), at), guarded_copy(vec, at),
+          guarded_copy(np.zeros_like(vec), at), None, qp, guarded_copy(post_params(geo, values), at))
+    if post:
+        v = (_f32_quantize(v, step, fq_lo, fq_hi) * np.float32(step)).astype(np.float32)
+    if output == "f32":
+        np.testing.assert_array_equal(y, v)
+        return
+    lo, hi = (0, 255) if output == "u8" else (-128, 127)
+    want = _f32_quantize(v, y_scale, lo - y_zp, hi - y_zp) + y_zp
+    ties = np.abs(np.float32(v[..., 0]) / np.float32(y_scale) % 1 - 0.5) == 0
+    assert ties.sum() >= 5, "the test must place values on ties"
+    np.testing.assert_array_equal(y.astype(np.int64), want.astype(np.int64))
+
+
 @pytest.mark.parametrize("group,c,m", [(2, 8, 32), (4, 16, 20), (3, 6, 9)])
 def test_groups(group: int, c: int, m: int) -> None:
     geo = Int8ConvShape(1, c, 10, 10, m, group, 3, 3, 1, 1, 1, 1, 1, 1, 10, 10)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -513,9 +514,17 @@ def emit_divide(a: Assembler, x: VecReg, t: VecReg, c: float, bounded: bool = Tr
     tiny = np.finfo(np.float32).tiny
     if c32 == 0 or not np.isfinite(c32) or not np.isfinite(r) or abs(r) < tiny or abs(c32) < tiny:
         return False
-    a.vmulps(t, x, f32(a, float(r)))
-    a.vfnmadd231ps(x, t, f32(a, float(c32)))  # x - q c, exact
-    a.vfmadd132ps(x, t, f32(a, float(r)))  # residual * r + q
+    emit_divide_by(a, x, t, f32(a, float(r)), f32(a, float(c32)))
     if not bounded:  # q infinite: the residual was NaN, the quotient is q
         a.vfixupimmps(x, t, i32(a, fixup_table(ninf=INPUT, pinf=INPUT)), 0)
     return True
+
+
+def emit_divide_by(a: Assembler, x: VecReg, t: VecReg, r: Any, c: Any) -> None:
+    """``emit_divide``'s quotient for a divisor that is data (a kernel keyed on its shape reads the scale from a
+    parameter block): ``r`` and ``c`` are operands (constants or broadcast loads) holding ``RN(1 / c)`` (computed
+    in float32) and the float32 ``c``, whose reciprocal and itself are normal floats; ``x`` finite. ``t`` is
+    clobbered."""
+    a.vmulps(t, x, r)
+    a.vfnmadd231ps(x, t, c)  # x - q c, exact
+    a.vfmadd132ps(x, t, r)  # residual * r + q
