@@ -734,16 +734,27 @@ def _emit_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[
 
         def block(q: int) -> None:
             _emit_block(fn, geo, nv, q, post_ops, dynamic=True)
+    emit_pixel_loop_dynamic(fn, range(most, 0, -1), most, block, steps, (RT_NFULL, RT_RFULL, RT_RTAIL))
+
+
+def emit_pixel_loop_dynamic(fn: Function, sizes: Sequence[int], most: int, block: Callable[[int], None],
+                            steps: Sequence[tuple[Any, int]], fields: tuple[int, int, int]) -> None:
+    """``emit_pixel_loop`` on a row read from the table (the f32 and the int8 conv kernels' dynamic rows): the int64
+    fields ``fields`` of the item (r15) hold the count of full blocks, their size (one of ``sizes``, the largest
+    first: the compares fall through to it) and the tail block's size (below ``most``); one loop per size and one
+    tail per size, selected by compares (a few per output row, against thousands of multiply-adds). ``steps``:
+    ``(register, bytes per pixel)``."""
+    n_at, r_at, t_at = (f * 8 for f in fields)
     tail, end = fn.new_label("tail"), fn.new_label("row_end")
-    fulls = {r: fn.new_label(f"full{r}") for r in range(1, most + 1)}
+    fulls = {r: fn.new_label(f"full{r}") for r in sizes}
     tails = {r: fn.new_label(f"tail{r}") for r in range(1, most)}
-    fn.mov(r12, qword[r15 + RT_NFULL * 8])
+    fn.mov(r12, qword[r15 + n_at])
     fn.test(r12, r12)
     fn.jz(tail)
-    for r in range(1, most):
-        fn.cmp(qword[r15 + RT_RFULL * 8], r)
+    for r in sizes[1:]:
+        fn.cmp(qword[r15 + r_at], r)
         fn.je(fulls[r])
-    for r in range(most, 0, -1):  # the largest first: the compares fall through to it
+    for r in sizes:
         fn.bind(fulls[r])
         block(r)
         for reg, step in steps:
@@ -753,7 +764,7 @@ def _emit_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, post_ops: tuple[
         fn.jmp(tail)
     fn.bind(tail)
     for r in range(1, most):
-        fn.cmp(qword[r15 + RT_RTAIL * 8], r)
+        fn.cmp(qword[r15 + t_at], r)
         fn.je(tails[r])
     fn.jmp(end)
     for r in range(1, most):

@@ -41,7 +41,7 @@ from snippets_x86_64.asm import Function, bcst, dword, k1, k2, qword, r8, r9, r1
     rdx, rsi, word, zword
 from snippets_x86_64.asm.registers import ZMM
 from snippets_x86_64.conv import POST_OP_KINDS, UNROLL, ConvDims, PostOp, _emit_post_ops, channel_blocks, \
-    emit_pixel_loop, emit_table_kernel, emit_tap_walk
+    emit_pixel_loop, emit_pixel_loop_dynamic, emit_table_kernel, emit_tap_walk
 from snippets_x86_64.emitters.base import Aux
 from snippets_x86_64.emitters.math import emit_divide_by, emit_sigmoid
 
@@ -53,8 +53,11 @@ LANES, K_GROUP = 16, 4
 #: output pixels per register block at most
 MAX_PIXELS = 28
 ZMM_COUNT = 32
-#: fields of a work-table row (int64): src, weights, dst, vectors, residual offsets in bytes, store mask, variant
-ROW = 7
+#: fields of a work-table row (int64): src, weights, dst, vectors, residual offsets in bytes, store mask, variant,
+#: then the row geometry a shape-agnostic kernel (``Int8ConvShape.dynamic``) reads instead of immediates: the input
+#: bytes between kernel rows, the full pixel blocks of the row, their size, the tail block's size
+ROW = 11
+RT_PITCH, RT_NFULL, RT_RFULL, RT_RTAIL = range(7, 11)
 ARG_SRC, ARG_WEI, ARG_DST, ARG_COMP, ARG_SCALE, ARG_BIAS, ARG_RES, ARG_TAB, ARG_QPARAMS, ARG_POST, ARG_CHAN = range(11)
 #: bytes per output element
 OUT_SIZE = {"f32": 4, "u8": 1, "s8": 1}
@@ -83,6 +86,9 @@ class Int8ConvShape(ConvDims):
 
     output: str = "f32"
     post_ops: tuple[PostOp | str, ...] = ()
+    #: the kernel reads the row geometry (the input's row pitch, the output row's pixel blocks) from the work table:
+    #: one kernel serves every H, W (and batch) of these channels, taps and strides (``kernel_key``)
+    dynamic: bool = False
 
     def __post_init__(self) -> None:
         ops, channel = [], 0
@@ -142,15 +148,29 @@ class Int8ConvShape(ConvDims):
         kernel's blocks: at most ``conv.MAX_NV`` vectors, larger ones first)."""
         return list(channel_blocks(self.nvp, False))
 
+    def kernel_key(self) -> Int8ConvShape:
+        """The geometry the kernel's code depends on: the batch never (the table walks the images); a dynamic one's
+        H, W, pads and output size neither (stand-ins: one window)."""
+        if not self.dynamic:
+            return replace(self, n=1)
+        h, w = (self.kh - 1) * self.dh + 1, (self.kw - 1) * self.dw + 1
+        return replace(self, n=1, h=h, w=w, pt=0, pl=0, ho=1, wo=1)
+
     @property
     def macs(self) -> int:
         return self.n * self.m * self.ho * self.wo * self.cg * self.kh * self.kw
 
 
+def max_pixels(nv: int) -> int:
+    """Output pixels per register block at most: ``R * nv`` accumulators + ``nv`` weights + 2 broadcasts fit the 32
+    zmm."""
+    return max(1, min((ZMM_COUNT - nv - 2) // nv, MAX_PIXELS))
+
+
 def pixels_per_block(nv: int, wo: int) -> int:
-    """Output pixels per register block: ``R * nv`` accumulators + ``nv`` weights + 2 broadcasts fit the 32 zmm;
-    then as even as the row allows with the same block count (the tail block costs a full one's weight loads)."""
-    most = max(1, min((ZMM_COUNT - nv - 2) // nv, MAX_PIXELS, wo))
+    """Output pixels per register block of a row of ``wo``: at most ``max_pixels``, then as even as the row allows
+    with the same block count (the tail block costs a full one's weight loads)."""
+    most = min(max_pixels(nv), wo)
     return -(-wo // -(-wo // most))
 
 
@@ -250,6 +270,7 @@ def work_table(geo: Int8ConvShape, offsets: list[int]) -> np.ndarray:
     osz = OUT_SIZE[geo.output]
     blocks = geo.blocks()
     rem = geo.mg - (geo.nvp - 1) * LANES
+    pitch = geo.dh * geo.wp * geo.cp
     for n in range(geo.n):
         for g in range(geo.group):
             for b, (v0, nv) in enumerate(blocks):
@@ -257,10 +278,13 @@ def work_table(geo: Int8ConvShape, offsets: list[int]) -> np.ndarray:
                 variant = 0 if nv == blocks[0][1] else 1
                 wei = offsets[g * len(blocks) + b]
                 vec = (g * geo.nvp + v0) * LANES * 4
+                # a dynamic kernel's row: full blocks of the most pixels, one tail block (``_emit_row``)
+                r = max_pixels(nv)
+                shape = (pitch, geo.wo // r, r, geo.wo % r)
                 for oh in range(geo.ho):
                     src = (n * geo.hp + oh * geo.sh) * geo.wp * geo.cp + g * geo.cg4
                     px = (n * geo.ho + oh) * geo.wo * geo.m + g * geo.mg + v0 * LANES
-                    rows.append((src, wei, px * osz, vec, px * 4, mask, variant))
+                    rows.append((src, wei, px * osz, vec, px * 4, mask, variant, *shape))
     return np.asarray(rows, dtype=np.int64).reshape(-1, ROW)
 
 
@@ -286,7 +310,15 @@ def build_int8_conv_kernel(geo: Int8ConvShape) -> JitFunction:
 
 
 def _emit_row(fn: Function, geo: Int8ConvShape, nv: int) -> None:
-    """One output row of ``nv`` channel vectors: full pixel blocks in a loop, then the tail block."""
+    """One output row of ``nv`` channel vectors: full pixel blocks in a loop, then the tail block (a dynamic
+    kernel: their count and the tail's size from the table; the full blocks always of ``max_pixels``, so one loop
+    and a tail per size)."""
+    if geo.dynamic:
+        most = max_pixels(nv)
+        steps = [(rbx, geo.sw * geo.cp), (r9, geo.m * OUT_SIZE[geo.output]), (r11, geo.m * 4)]
+        emit_pixel_loop_dynamic(fn, [most], most, lambda r: _emit_block(fn, geo, nv, r), steps,
+                                (RT_NFULL, RT_RFULL, RT_RTAIL))
+        return
     r_full = pixels_per_block(nv, geo.wo)
     steps = [(rbx, r_full * geo.sw * geo.cp), (r9, r_full * geo.m * OUT_SIZE[geo.output]), (r11, r_full * geo.m * 4)]
     emit_pixel_loop(fn, geo.wo, r_full, lambda r: _emit_block(fn, geo, nv, r), steps)
@@ -317,7 +349,7 @@ def _emit_block(fn: Function, geo: Int8ConvShape, nv: int, r: int) -> None:
                     fn.vpdpbusd(acc[i][j], b, wv[j])
 
     emit_tap_walk(fn, geo.kh, geo.kw, body, *divmod(groups, UNROLL), K_GROUP, vbytes, geo.dw * geo.cp,
-                  geo.dh * geo.wp * geo.cp)
+                  qword[r15 + RT_PITCH * 8] if geo.dynamic else geo.dh * geo.wp * geo.cp)
     _emit_epilogue(fn, geo, acc, [*bc, *wv, *ZMM[r * nv + nv + 2 : ZMM_COUNT]])
 
 
@@ -401,6 +433,15 @@ def _emit_fq(fn: Function, z: ZMM, t: ZMM, at: int) -> None:
     fn.vmulps(z, z, bcst(rdx + at))
 
 
+def kernel_function(geo: Int8ConvShape) -> JitFunction:
+    """The compiled kernel for ``geo`` (``Int8ConvShape.kernel_key``: every batch size shares one, and a dynamic
+    geometry's every H, W), from the process-wide function cache."""
+    from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
+
+    key = geo.kernel_key()
+    return FUNCTION_CACHE.get("conv_int8", key, lambda: build_int8_conv_kernel(key), HARNESS_ARGTYPES)
+
+
 class Int8ConvKernel:
     """One int8 convolution ready to run: the packed weight, the work table and the kernel (cached per shape), the
     items split into one range per thread. ``run`` takes the padded input, the per-channel vectors (comp s32,
@@ -410,7 +451,6 @@ class Int8ConvKernel:
         """``first``: this convolution's kernel for another input shape, whose packed weight this one shares (the
         panels depend on the channels and the taps only)."""
         from snippets_x86_64.aligned import empty_aligned
-        from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
         from snippets_x86_64.native_pool import SplitCall, split_items
 
         self.geo = geo
@@ -421,9 +461,9 @@ class Int8ConvKernel:
         else:
             self.packed, self.offsets = first.packed, first.offsets
         self.table = work_table(geo, self.offsets)
-        # the code does not depend on the batch (the table walks the images): one kernel for every batch size
-        key = replace(geo, n=1)
-        self.kernel = FUNCTION_CACHE.get("conv_int8", key, lambda: build_int8_conv_kernel(key), HARNESS_ARGTYPES)
+        # the code does not depend on the batch (the table walks the images): one kernel for every batch size, and
+        # a dynamic one's for every H, W
+        self.kernel = kernel_function(geo)
         # a small convolution runs on one thread: waking the other costs more than its half (~4 us a hand-off)
         threads = threads if estimated_ns(geo) >= MIN_NS_PER_THREAD * threads else 1
         self.chunks = split_items(len(self.table), threads)
@@ -498,4 +538,4 @@ def estimated_ns(geo: Int8ConvShape) -> float:
 
 
 __all__ = ["Int8ConvKernel", "Int8ConvShape", "build_int8_conv_kernel", "channel_vector", "compensation",
-           "estimated_ns", "pack_weights_int8", "post_params", "requant_params", "work_table"]
+           "estimated_ns", "kernel_function", "pack_weights_int8", "post_params", "requant_params", "work_table"]

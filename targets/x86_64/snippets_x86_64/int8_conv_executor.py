@@ -37,8 +37,8 @@ from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.cache import ShapeCache
 from snippets_x86_64.conv import PostOp
 from snippets_x86_64.conv_executor import split_items
-from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, post_params, \
-    requant_params
+from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, \
+    kernel_function, post_params, requant_params
 from snippets_x86_64.quantize_int8 import quantize_params, quantize_pixels_function, quantize_planes_function
 from snippets_x86_64.native_pool import SplitCall
 from snippets_x86_64.runtime import TARGET_NAME
@@ -118,6 +118,9 @@ class Int8ConvExecutor:
         self.post = post_params(self.channel_shape, post_values) if spec.post_ops else None
         self.reads_planes = reads_planes(spec)
         self.reorders = 0
+        if g.spatial is None:  # the shape-agnostic kernel built now, on a stand-in of one window: shapes only table
+            (kh, kw), (dh, dw) = g.kernel, g.dilations
+            kernel_function(self.shape(1, (kh - 1) * dh + 1, (kw - 1) * dw + 1))
         #: where the last call ran (the snippets_core.runtime.placement protocol): always here
         self.last_placement = Placement(TARGET_NAME)
 
@@ -130,8 +133,10 @@ class Int8ConvExecutor:
         if g.spatial is None or g.out is None:
             raise InputError(f"the int8 convolution's H and W are dynamic: give them, got {h}, {w}")
         (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilations
+        # dynamic H, W: one shape-agnostic kernel (the row geometry in the work table) for every input shape
         return Int8ConvShape(n, self.channels, g.spatial[0], g.spatial[1], s.n, g.group, kh, kw, sh, sw, dh, dw,
-                             g.pads_begin[0], g.pads_begin[1], g.out[0], g.out[1], self.output, self.post_ops)
+                             g.pads_begin[0], g.pads_begin[1], g.out[0], g.out[1], self.output, self.post_ops,
+                             dynamic=self.spec.conv.spatial is None)
 
     @property
     def channel_shape(self) -> Int8ConvShape:

@@ -8,8 +8,12 @@ requantized output is the same integer but where v / y_scale lies within an f32 
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from snippets_core.errors import InputError, UnsupportedByTarget
 from snippets_x86_64.conv import PostOp
@@ -237,6 +241,33 @@ def test_requantization_rounds_ties_as_quantize_linear(ratio: float, output: str
     ties = np.abs(np.float32(v[..., 0]) / np.float32(y_scale) % 1 - 0.5) == 0
     assert ties.sum() >= 5, "the test must place values on ties"
     np.testing.assert_array_equal(y.astype(np.int64), want.astype(np.int64))
+
+
+#: shape-agnostic kernels' channels, taps and post-ops: (c, m, k, stride, pad, dilation, output, post-ops)
+DYNAMIC = [(3, 32, 3, 2, 1, 1, "u8", ("relu",)), (17, 40, 3, 1, 1, 2, "f32", ("residual", "fq")),
+           (64, 64, 1, 1, 0, 1, "s8", ()), (24, 130, 5, 1, 2, 1, "u8", (PostOp("qswish", alpha=1.0),))]
+
+
+@settings(max_examples=int(os.environ.get("SNIPPETS_RANDOM_EXAMPLES", "25")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(range(len(DYNAMIC))), st.integers(1, 3), st.integers(1, 40), st.integers(1, 70),
+       st.sampled_from(["end", "start"]), st.integers(0, 2**31 - 1))
+def test_one_dynamic_kernel_serves_every_shape(which: int, n: int, h: int, w: int, at: str, seed: int) -> None:
+    """A shape-agnostic kernel (the row pitch and the pixel blocks from the work table) on random N, H, W against
+    the float64 oracle under guard pages: the first shape of each channel set builds it, every other shape builds
+    nothing (its table only)."""
+    from snippets_x86_64.cache import FUNCTION_CACHE
+
+    c, m, k, s, p, d, output, post = DYNAMIC[which]
+    ho, wo = (h + 2 * p - d * (k - 1) - 1) // s + 1, (w + 2 * p - d * (k - 1) - 1) // s + 1
+    assume(ho > 0 and wo > 0)
+    stand_in = Int8ConvShape(1, c, 9, 9, m, 1, k, k, s, s, d, d, p, p, (9 + 2 * p - d * (k - 1) - 1) // s + 1,
+                             (9 + 2 * p - d * (k - 1) - 1) // s + 1, output, post, dynamic=True)
+    _kernel_or_skip(stand_in, np.zeros((m, c, k, k), np.int8))  # the kernel, built at "compile time"
+    built = FUNCTION_CACHE.stats["miss"]
+    geo = Int8ConvShape(n, c, h, w, m, 1, k, k, s, s, d, d, p, p, ho, wo, output, post, dynamic=True)
+    run_case(geo, seed=seed, at=at, y_scale=0.25, y_zp=3)
+    assert FUNCTION_CACHE.stats["miss"] == built, "a new N, H, W built a kernel"
 
 
 @pytest.mark.parametrize("group,c,m", [(2, 8, 32), (4, 16, 20), (3, 6, 9)])
