@@ -39,7 +39,8 @@ from snippets_x86_64.conv import PostOp
 from snippets_x86_64.conv_executor import split_items
 from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, \
     kernel_function, post_params, requant_params
-from snippets_x86_64.quantize_int8 import quantize_params, quantize_pixels_function, quantize_planes_function
+from snippets_x86_64.quantize_int8 import planes_args, quantize_params, quantize_pixels_function, \
+    quantize_planes_function
 from snippets_x86_64.native_pool import SplitCall
 from snippets_x86_64.runtime import TARGET_NAME
 from snippets_x86_64.runtime import _address as address  # 0.15 us; .ctypes.data ~2
@@ -59,10 +60,16 @@ class _Batch:
         self.shape = shape = ex.shape(n, h, w)
         c = shape.c
         self.kernel = Int8ConvKernel(shape, ex.w, ex.threads, None if first is None else first.kernel)
-        self.copy = quantize_pixels_function(w, c, shape.cp) if ex.spec.source != QUANTIZED else None
+        # a dynamic H, W: the copies' size-agnostic functions, their sizes in the args after the first four
+        dynamic = shape.dynamic
+        self.copy = quantize_pixels_function(None if dynamic else w, c, shape.cp) \
+            if ex.spec.source != QUANTIZED else None
         #: a stem (1..4 channels, one group: 4 bytes a pixel) quantizes its NCHW x straight from the planes, so
         #: the model's input needs no NHWC reorder (the target asks AssignLayouts for a plain x: reads_planes)
-        self.planes = quantize_planes_function(w, c, h * w) if ex.reads_planes else None
+        self.planes = quantize_planes_function(*((None, c, None) if dynamic else (w, c, h * w))) \
+            if ex.reads_planes else None
+        self.copy_sizes = [w] if dynamic else []
+        self.planes_sizes = planes_args(w, h * w) if dynamic else []
         self.xp = empty_aligned((n, shape.hp, shape.wp, shape.cp), np.uint8)
         #: the output of the last call, written again when nothing else holds it any more (``output``)
         self.y: np.ndarray | None = None
@@ -81,8 +88,9 @@ class _Batch:
         big = n * h * w * c * 4 >= COPY_SPLIT_BYTES
         chunks = split_items(n * h, ex.threads if big else 1)
         #: the quantizing copies' dispatch (args: src, dst, table, qparams), made once
-        self.copy_call = None if self.copy is None else SplitCall(self.copy, 4, chunks)
-        self.planes_call = None if self.planes is None else SplitCall(self.planes, 4, chunks)
+        self.copy_call = None if self.copy is None else SplitCall(self.copy, 4 + len(self.copy_sizes), chunks)
+        self.planes_call = None if self.planes is None else \
+            SplitCall(self.planes, 4 + len(self.planes_sizes), chunks)
         self.lock = threading.Lock()
 
 
@@ -222,9 +230,9 @@ class Int8ConvExecutor:
                 inner = xp[:, shape.pt : shape.pt + shape.h, shape.pl : shape.pl + shape.w, : shape.c]
                 np.copyto(inner, xt.view(np.uint8) ^ np.uint8(self.shift) if self.shift else xt)
             elif planar and x.size:  # NCHW f32 planes straight into the 4-byte pixels
-                b.planes_call.run([address(x), address(xp), b.planes_table_at, address(qparams)])
+                b.planes_call.run([address(x), address(xp), b.planes_table_at, address(qparams), *b.planes_sizes])
             elif xt.size:
-                b.copy_call.run([address(xt), address(xp), b.table_at, address(qparams)])
+                b.copy_call.run([address(xt), address(xp), b.table_at, address(qparams), *b.copy_sizes])
             y = self._output(b, own)
             if s.source == DYNAMIC or b.bound is not vectors:  # the vectors checked once (per call if dynamic)
                 b.kernel.run(xp, y, *vectors, residual, self.requant, self.post)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from snippets_core.errors import InputError
-from snippets_x86_64.asm import Function, k1, qword, r8, r9, r10, r11, rax, word, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, \
+from snippets_x86_64.asm import Function, k1, qword, r8, r9, r10, r11, rax, rdi, word, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, \
     zmm6, zmm7, zword
 
 if TYPE_CHECKING:
@@ -109,13 +109,14 @@ def quantize_function(k: int) -> JitFunction:
 
 
 @cache
-def quantize_pixels_function(width: int, c: int, cp: int) -> JitFunction:
+def quantize_pixels_function(width: int | None, c: int, cp: int) -> JitFunction:
     """``f(unused, args, start, count)`` (the native pool's harness): quantize rows ``start .. start+count`` of
     ``width`` NHWC pixels of ``c`` f32 channels each into a padded NHWC byte buffer, ``cp`` bytes per pixel (the
     bytes past ``c`` are left alone). ``args`` = [src, dst, table (int64: the dst byte offset of each row's first
     pixel), params (:func:`quantize_params`)]; row ``r`` is read at ``src + r * width * c * 4``. The int8
-    convolution's input copy: one pass from the f32 activations straight into the buffer its kernel reads."""
-    if min(width, c) <= 0 or cp < c:
+    convolution's input copy: one pass from the f32 activations straight into the buffer its kernel reads. ``width``
+    None: one function for every width (a dynamic W), read from ``args[4]`` (at least 1)."""
+    if (width is not None and width <= 0) or c <= 0 or cp < c:
         raise InputError(f"the int8 pixel quantizer needs positive sizes and cp >= c, got {width}, {c}, {cp}")
     fn = Function("quantize_pixels_int8", args=("unused", "args", "start", "count"))
     _, args, start, count = fn.args
@@ -123,7 +124,12 @@ def quantize_pixels_function(width: int, c: int, cp: int) -> JitFunction:
     fn.mov(r10, qword[args + 24])
     _load_params(fn, r10, c)
     full, tail = divmod(c, LANES)
-    fn.imul(src, start, width * c * 4)
+    if width is None:
+        fn.mov(src, qword[args + 32])
+        fn.imul(src, start)
+        fn.imul(src, src, c * 4)
+    else:
+        fn.imul(src, start, width * c * 4)
     fn.add(src, qword[args])
     fn.mov(table, qword[args + 16])
     fn.lea(table, table + start * 8)
@@ -133,7 +139,7 @@ def quantize_pixels_function(width: int, c: int, cp: int) -> JitFunction:
     rows = fn.label("quantize_pixels_int8.row")
     fn.mov(dst, qword[table])
     fn.add(dst, qword[args + 8])
-    fn.mov(px, width)
+    fn.mov(px, qword[args + 32] if width is None else width)
     pixels = fn.label("quantize_pixels_int8.pixel")
     vectors = [(v, False) for v in range(full)] + ([(full, True)] if tail else [])
     for at in range(0, len(vectors), len(regs)):
@@ -155,7 +161,7 @@ def quantize_pixels_function(width: int, c: int, cp: int) -> JitFunction:
 
 
 @cache
-def quantize_planes_function(width: int, c: int, plane: int) -> JitFunction:
+def quantize_planes_function(width: int | None, c: int, plane: int | None) -> JitFunction:
     """``f(unused, args, start, count)`` (the native pool's harness): the stem's input copy straight from NCHW.
     Quantize rows ``start .. start+count`` of ``width`` pixels of ``c <= 4`` f32 planes into a padded NHWC byte
     buffer of 4 bytes per pixel. ``args`` = [src, dst, table (int64 pairs: the byte offset of the row in the first
@@ -164,26 +170,35 @@ def quantize_planes_function(width: int, c: int, plane: int) -> JitFunction:
     0..255 (the grid's clamp and zero point: u8 or s8 stored +128), shifted into byte ``j`` of the pixel's dword
     and or-ed, one 64-byte store. Bytes past ``c`` get 0 (the weights there are zero: they add nothing). The pixel
     tail loads and stores under a lane mask: nothing outside the rows is touched. This replaces an NCHW -> NHWC
-    reorder of the f32 image and a masked pass per pixel (1 to 4 useful lanes of 16) by a pass at full width."""
-    if min(width, c, plane) <= 0 or c > 4 or plane < width:
+    reorder of the f32 image and a masked pass per pixel (1 to 4 useful lanes of 16) by a pass at full width.
+    ``width`` and ``plane`` None: one function for every image size (a dynamic H, W), which reads ``args[4:7]``:
+    the full vectors of a row, the tail's lane mask (0: none), the bytes between planes (``planes_args``)."""
+    if (width is None) != (plane is None):
+        raise InputError("the planar int8 quantizer takes both the width and the plane, or neither (dynamic)")
+    if width is not None and plane is not None and (min(width, plane) <= 0 or plane < width) or not 0 < c <= 4:
         raise InputError(f"the planar int8 quantizer needs 1..4 channels, positive sizes and plane >= width, got "
                          f"{width}, {c}, {plane}")
     fn = Function("quantize_planes_int8", args=("unused", "args", "start", "count"))
     _, args, start, count = fn.args
     src, table, dst, px = r8, r9, r11, rax
     fn.mov(r10, qword[args + 24])
-    _load_params(fn, r10, width)  # k1: the pixel tail of a row
+    _load_params(fn, r10, 0 if width is None else width)  # k1: the pixel tail of a row
+    if width is None:  # the tail's mask, and the planes' pitches in rdi (the unused argument) and r10 (3 planes)
+        fn.kmovw(k1, word[args + 40])
+        fn.mov(rdi, qword[args + 48])
+        fn.lea(r10, rdi + rdi * 2)
     fn.mov(table, qword[args + 16])
     fn.shl(start, 4)
     fn.add(table, start)
     fn.test(count, count)
     fn.jz(fn.exit)
     regs = [zmm0, zmm1, zmm2, zmm3][:c]
-    full, tail = divmod(width, LANES)
+    full, tail = (1, 1) if width is None else divmod(width, LANES)  # (dynamic: code for both, counts from args)
+    pitches = [src, src + rdi, src + rdi * 2, src + r10]
 
     def vector(masked: bool) -> None:
         for j, reg in enumerate(regs):
-            at = zword[src + j * plane * 4]
+            at = zword[pitches[j]] if plane is None else zword[src + j * plane * 4]
             fn.vmovups(reg.mask(k1).z if masked else reg, at)
         _quantize_regs(fn, regs)
         for j, reg in enumerate(regs[1:], start=1):
@@ -196,20 +211,35 @@ def quantize_planes_function(width: int, c: int, plane: int) -> JitFunction:
     fn.add(src, qword[args])
     fn.mov(dst, qword[table + 8])
     fn.add(dst, qword[args + 8])
+    no_full, no_tail = fn.new_label("quantize_planes_int8.no_full"), fn.new_label("quantize_planes_int8.no_tail")
     if full:
-        fn.mov(px, full)
+        fn.mov(px, qword[args + 32] if width is None else full)
+        if width is None:
+            fn.test(px, px)
+            fn.jz(no_full)
         pixels = fn.label("quantize_planes_int8.pixels")
         vector(False)
         fn.add(src, LANES * 4)
         fn.add(dst, LANES * 4)
         fn.dec(px)
         fn.jnz(pixels)
+    fn.bind(no_full)
     if tail:
+        if width is None:
+            fn.cmp(qword[args + 40], 0)
+            fn.je(no_tail)
         vector(True)
+    fn.bind(no_tail)
     fn.add(table, 16)
     fn.dec(count)
     fn.jnz(rows)
     return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64))
+
+
+def planes_args(width: int, plane: int) -> list[int]:
+    """``args[4:7]`` of the size-agnostic planar quantizer (``quantize_planes_function(None, c, None)``) for rows
+    of ``width`` pixels, planes of ``plane`` f32."""
+    return [width // LANES, (1 << (width % LANES)) - 1, plane * 4]
 
 
 def quantize_params(scale: float, zero_point: int, signed: bool) -> np.ndarray:
@@ -231,5 +261,5 @@ def quantize_rows(x: np.ndarray, out: np.ndarray, params: np.ndarray) -> None:
         quantize_function(x.shape[1])(x.ctypes.data, out.ctypes.data, x.shape[0], params.ctypes.data)
 
 
-__all__ = ["QRANGE", "quantize_function", "quantize_params", "quantize_pixels_function", "quantize_planes_function",
+__all__ = ["QRANGE", "quantize_function", "quantize_params", "quantize_pixels_function", "quantize_planes_function", "planes_args",
            "quantize_rows"]

@@ -310,9 +310,11 @@ def test_bad_input_is_a_typed_error() -> None:
 
 
 @pytest.mark.parametrize("c,signed", [(3, False), (17, True), (33, False), (64, True)])
-def test_the_pixel_quantizer_writes_the_padded_interior_only(c: int, signed: bool) -> None:
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_the_pixel_quantizer_writes_the_padded_interior_only(c: int, signed: bool, dynamic: bool) -> None:
     """quantize_pixels_function: NHWC f32 rows into a padded byte buffer (pixel pitch cp > c), as QuantizeLinear
-    (round half to even, saturation), the bytes past the channels and outside the rows untouched; guard pages."""
+    (round half to even, saturation), the bytes past the channels and outside the rows untouched; guard pages.
+    ``dynamic``: the width-agnostic function, the width in the args."""
     import ctypes
 
     from snippets_x86_64.quantize_int8 import quantize_params, quantize_pixels_function
@@ -328,10 +330,10 @@ def test_the_pixel_quantizer_writes_the_padded_interior_only(c: int, signed: boo
                                     np.int64))
     params = guarded_copy(quantize_params(scale, zp, signed))
     try:
-        fn = quantize_pixels_function(w, c, cp)
+        fn = quantize_pixels_function(None if dynamic else w, c, cp)
     except UnsupportedByTarget as e:
         pytest.skip(str(e))
-    block = (ctypes.c_uint64 * 4)(x.ctypes.data, dst.ctypes.data, table.ctypes.data, params.ctypes.data)
+    block = (ctypes.c_uint64 * 5)(x.ctypes.data, dst.ctypes.data, table.ctypes.data, params.ctypes.data, w)
     run_split(fn, ctypes.addressof(block), [(0, n * h)])
     lo, hi = (-128, 127) if signed else (0, 255)
     want = np.clip(np.rint(x.astype(np.float32) / np.float32(scale)) + zp, lo, hi).astype(np.int64)
@@ -344,13 +346,15 @@ def test_the_pixel_quantizer_writes_the_padded_interior_only(c: int, signed: boo
 
 @pytest.mark.parametrize("c,w,signed", [(1, 16, False), (3, 37, False), (3, 64, True), (4, 5, True), (2, 33, False)])
 @pytest.mark.parametrize("at", ["end", "start"])
-def test_the_planar_quantizer_reads_nchw(c: int, w: int, signed: bool, at: str) -> None:
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_the_planar_quantizer_reads_nchw(c: int, w: int, signed: bool, at: str, dynamic: bool) -> None:
     """quantize_planes_function: an NCHW f32 stem input (1..4 planes) into the padded NHWC byte buffer of 4 bytes a
     pixel, as QuantizeLinear (half to even, saturation; an s8 grid stored +128 as the executor does), against
-    numpy in float64; the bytes outside the rows untouched, the padded channel 0; guard pages either side."""
+    numpy in float64; the bytes outside the rows untouched, the padded channel 0; guard pages either side.
+    ``dynamic``: the size-agnostic function, the sizes in the args (``planes_args``)."""
     import ctypes
 
-    from snippets_x86_64.quantize_int8 import quantize_params, quantize_planes_function
+    from snippets_x86_64.quantize_int8 import planes_args, quantize_params, quantize_planes_function
     from snippets_x86_64.reorder import run_split
 
     n, h, scale, zp = 2, 3, 0.05, (-3 if signed else 130)
@@ -365,10 +369,11 @@ def test_the_planar_quantizer_reads_nchw(c: int, w: int, signed: bool, at: str) 
     params.view(np.int32)[3] = zp + (128 if signed else 0)
     params = guarded_copy(params, at)
     try:
-        fn = quantize_planes_function(w, c, h * w)
+        fn = quantize_planes_function(*((None, c, None) if dynamic else (w, c, h * w)))
     except UnsupportedByTarget as e:
         pytest.skip(str(e))
-    block = (ctypes.c_uint64 * 4)(x.ctypes.data, dst.ctypes.data, table.ctypes.data, params.ctypes.data)
+    block = (ctypes.c_uint64 * 7)(x.ctypes.data, dst.ctypes.data, table.ctypes.data, params.ctypes.data,
+                                  *planes_args(w, h * w))
     run_split(fn, ctypes.addressof(block), [(0, 1), (1, n * h - 1)])
     lo, hi = (-128, 127) if signed else (0, 255)
     # the quotient in f32 as QuantizeLinear defines it (exact in float64 after that)

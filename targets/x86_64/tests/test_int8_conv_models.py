@@ -25,6 +25,7 @@ from onnx import numpy_helper as nh
 import snippets_core as sc
 from snippets_core.errors import InputError
 from snippets_x86_64.cpu import cpu_features
+from snippets_x86_64.quantize_int8 import quantize_pixels_function, quantize_planes_function
 
 ort = pytest.importorskip("onnxruntime")
 quantization = pytest.importorskip("onnxruntime.quantization")
@@ -302,21 +303,22 @@ def test_dynamic_batch_and_image_run_on_the_int8_kernel(tmp_path: Path, threads:
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     step = _output_step(path)
-    off = total = 0
+    copies = (quantize_pixels_function.cache_info().misses, quantize_planes_function.cache_info().misses)
     for i, s in enumerate([(1, 3, 23, 21), (2, 3, 23, 21), (3, 3, 17, 30), (1, 3, 23, 21), (2, 3, 9, 12)]):
         x = np.random.default_rng(i).standard_normal(s).astype(np.float32)
         want, got = sess.run(None, {"x": x})[0], cm({"x": x})["y"]
+        if i == 0:  # the input copies' size-agnostic functions (made with the first shape's executors at the latest)
+            copies = (quantize_pixels_function.cache_info().misses, quantize_planes_function.cache_info().misses)
         assert got.shape == want.shape == (s[0], 10)
         steps = np.abs(np.rint(got.astype(np.float64) / step) - np.rint(want.astype(np.float64) / step))
-        assert steps.max() <= 1, s
-        off, total = off + int((steps > 0).sum()), total + steps.size
-    assert off <= 0.01 * total, f"{off} of {total} outputs one step off"
+        assert steps.max() == 0, s  # every output onnxruntime's (the requantization rounds ties alike)
     d = cm.describe()
     assert d.count("int8 convolution (JIT, VNNI)") == 4 and "[reference]" not in d, d
     assert d.count("(H, W per input)") == 4 and "residual" in d and "u8 out" in d, d
     # (fewer when the process-wide function cache has the kernels already: the other thread count's run)
     built = re.findall(r"int8 convolution .*4 shape\(s\) kept, (\d+) kernel\(s\) built after the first shape", d)
     assert len(built) == 4 and all(int(k) == 0 for k in built), d
+    assert (quantize_pixels_function.cache_info().misses, quantize_planes_function.cache_info().misses) == copies
 
 
 def test_two_threads_give_the_bytes_of_one(tmp_path: Path) -> None:
