@@ -303,7 +303,6 @@ def test_dynamic_batch_and_image_run_on_the_int8_kernel(tmp_path: Path, threads:
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     step = _output_step(path)
-    copies = (quantize_pixels_function.cache_info().misses, quantize_planes_function.cache_info().misses)
     for i, s in enumerate([(1, 3, 23, 21), (2, 3, 23, 21), (3, 3, 17, 30), (1, 3, 23, 21), (2, 3, 9, 12)]):
         x = np.random.default_rng(i).standard_normal(s).astype(np.float32)
         want, got = sess.run(None, {"x": x})[0], cm({"x": x})["y"]
