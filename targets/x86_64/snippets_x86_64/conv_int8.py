@@ -16,16 +16,18 @@ channels) ``nv`` loads of packed weights, ``R`` broadcasts of 4 input bytes (``v
 * **Epilogue** (in registers, per accumulator): ``- comp[m]`` (``zp * sum`` of the channel's weights, made with the
   packing), ``vcvtdq2ps``, ``* scale[m] + bias[m]`` (one FMA: the dequantized f32, ``scale = x_scale *
   w_scale[m]``), then the post-ops in order (:data:`POST_OPS`: the f32 conv's eltwise chain, run by ``conv.py``'s
-  own emitter a stretch at a time, with the Q->DQ pairs between its ops as ``fq`` steps), then the store: f32, or requantized to u8/s8 as QuantizeLinear does (``x / y_scale`` correctly rounded without a divide, clamp,
+  own emitter a stretch at a time, with the Q->DQ pairs between its ops as ``fq`` steps), then the store: f32, or
+  requantized to u8/s8 as QuantizeLinear does (``x / y_scale`` correctly rounded without a divide, clamp,
   ``vcvtps2dq`` half to even, ``+ y_zp``, ``vpmovdb``), so a quantized conv hands the next one bytes.
 * **Work table**: one row per item, byte offsets of the input row, weight block, output row, post-op vectors and
-  residual row, the store mask (output-channel tail) and the variant (full block or the tail block); the kernel is
+  residual row, the store mask (output-channel tail) and the variant (full block or the tail block), and for a
+  dynamic H, W the row geometry (``Int8ConvShape.dynamic``: one kernel for every input shape); the kernel is
   the native pool's harness ``conv_int8(unused, args, start, count)``, items split into one range per thread.
 
 ``args`` = [src, weights, dst, comp, scale, bias, residual, table, qparams, post, chan0, chan1, ..] (qparams:
-``1 / y_scale, lo, hi`` f32, ``y_zp`` s32 and ``y_scale``, with ``lo = qmin - y_zp``, ``hi = qmax - y_zp``; post: the post-ops'
-parameters, :func:`post_params`; chan ``i``: the address of the ``i``-th per-channel vector in it, where the f32
-emitter reads a per-channel post-op's array).
+``1 / y_scale, lo, hi`` f32, ``y_zp`` s32 and ``y_scale``, with ``lo = qmin - y_zp``, ``hi = qmax - y_zp``; post: the
+post-ops' parameters, :func:`post_params`; chan ``i``: the address of the ``i``-th per-channel vector in it, where the
+f32 emitter reads a per-channel post-op's array).
 """
 
 from __future__ import annotations

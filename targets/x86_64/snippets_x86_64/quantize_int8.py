@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from snippets_core.errors import InputError
-from snippets_x86_64.asm import Function, k1, qword, r8, r9, r10, r11, rax, rdi, word, zmm0, zmm1, zmm2, zmm3, zmm4, zmm5, \
-    zmm6, zmm7, zword
+from snippets_x86_64.asm import Function, k1, qword, r8, r9, r10, r11, rax, rdi, word, zmm0, zmm1, zmm2, zmm3, zmm4, \
+    zmm5, zmm6, zmm7, zword
 
 if TYPE_CHECKING:
     from snippets_x86_64.jit import JitFunction
@@ -261,5 +261,5 @@ def quantize_rows(x: np.ndarray, out: np.ndarray, params: np.ndarray) -> None:
         quantize_function(x.shape[1])(x.ctypes.data, out.ctypes.data, x.shape[0], params.ctypes.data)
 
 
-__all__ = ["QRANGE", "quantize_function", "quantize_params", "quantize_pixels_function", "quantize_planes_function", "planes_args",
-           "quantize_rows"]
+__all__ = ["QRANGE", "quantize_function", "quantize_params", "quantize_pixels_function", "quantize_planes_function",
+           "planes_args", "quantize_rows"]

@@ -3,10 +3,10 @@
 Each model is quantized here by ``onnxruntime.quantization.quantize_static`` (QDQ, per-channel s8 weights, u8
 activations, calibrated on random inputs) and run by compile_model on x86_64_avx512 and by onnxruntime at
 ``ORT_ENABLE_BASIC`` (the file's ops as ONNX defines them): the small models' outputs all equal (the requantization
-divides as QuantizeLinear, ties rounded alike), ResNet-50's within issue 13's tolerance (at most 1% of the outputs
-one quantization step off at onnxruntime's default level). describe() must show every Conv as an int8 convolution, the chains fused into
-its kernel (Q->DQ pairs, BatchNormalization's Multiply/Add, Relu, residual Adds) and the u8 hand-offs between
-consecutive convolutions.
+divides as QuantizeLinear, ties rounded alike), ResNet-50's within issue 13's tolerance (at most 1% of the outputs one
+quantization step off at onnxruntime's default level). describe() must show every Conv as an int8 convolution, the
+chains fused into its kernel (Q->DQ pairs, BatchNormalization's Multiply/Add, Relu, residual Adds) and the u8 hand-offs
+between consecutive convolutions.
 """
 
 from __future__ import annotations
