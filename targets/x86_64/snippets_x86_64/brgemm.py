@@ -224,9 +224,9 @@ class BrgemmEmitter(JitEmitter):
     def _init_dynamic(self) -> None:
         """Checks and register tiles of a block with runtime extents (see :class:`_DynamicEmission`)."""
         g, name = self.g, self.expr.name
-        if self.kernel != "f32":
-            raise DynamicShapeError(f"Brgemm '{name}': the runtime-extent micro-kernel computes f32 (got "
-                                    f"{self.kernel}); it is compiled per shape")
+        if self.kernel != "f32" and not self.panel:  # bf16 B read in place: pairs interleaved per step
+            raise DynamicShapeError(f"Brgemm '{name}': the runtime-extent micro-kernel computes f32 or a packed "
+                                    f"bf16 weight (got {self.kernel} read in place); it is compiled per shape")
         if self.panel and any(is_dynamic(v) for v in (g.n, g.k, g.b.row_stride, g.b.offset_bytes)):
             # a packed weight's panels are laid out for its static N and K: only the rows (M) may vary
             raise DynamicShapeError(f"Brgemm '{name}': a packed B needs a static N and K (got N {g.n}, K {g.k})")
@@ -439,6 +439,12 @@ class _DynamicEmission:
     * a dynamic row stride of A is a register (rows ``[pa + sa*s]``, ``[pa3 + sa*s]``, at most 6 rows per tile),
       of B a register (``[pb + sb]``), of C a running pointer at the tile's loads and stores.
 
+    * bf16 (a weight packed in k-pair panels, :mod:`snippets_x86_64.bf16_pack`): a pair row of the panel has the
+      bytes of an f32 panel row and an A pair the bytes of an f32 element, so the walk is the f32 one over
+      ``K // 2`` steps (``vpbroadcastd`` of an A pair, ``vdpbf16ps``); an odd K's lone last row is one more step
+      (``vpmovzxwd``, ``vpbroadcastw``) after the whole K of a one-tile walk, or a pass of its own over the tiles
+      after the chunks.
+
     The register tiles (``mr`` x ``nv`` accumulators) are the static kernel's, so the K loop is the same FMAs;
     only the loop counts, masks, variant choice and pointer steps come from the block."""
 
@@ -467,6 +473,14 @@ class _DynamicEmission:
         self.b_row: Any = self.g.b.row_stride
         #: per K-loop iteration, offsets from the B pointer to prefetch into L2 (a packed panel's next chunk)
         self.prefetch: list[int] = []
+        #: bf16 k-pairs: a K step is a pair (4 bytes of A, a 4 * width-byte pair row of the packed panel)
+        self.bf16 = em.kernel == "bf16"
+        #: bytes of A per K step, bytes between rows of A (an int, or a dynamic value)
+        self.a_step = 4 if self.bf16 else self.g.a.col_stride * 4
+        self.a_row = self.g.a.row_stride * self.g.a.element_type.size
+        #: K steps of a packed panel (bf16: the pairs) and whether a lone last row of an odd K follows them
+        self.k_steps = self.g.k // 2 if self.bf16 else self.g.k
+        self.k_odd = bool(self.bf16 and self.g.k % 2)
 
     def rt(self, what: str, value: Any) -> Any:
         """An int, or the stack slot of a dynamic value (registered in the runtime-parameter block)."""
@@ -557,7 +571,7 @@ class _DynamicEmission:
             a.mov(s["n"], self.t)
             self.b_row = width
             self.panel(width // LANES, None, 0)
-            a.add(s["b"], int(g.k) * width * 4)
+            a.add(s["b"], int(g.k) * width * g.b.element_type.size)
             a.add(s["c"], width * 4)
             a.mov(self.t, s["n"])
             a.dec(self.t)
@@ -588,13 +602,13 @@ class _DynamicEmission:
 
             if not is_dynamic(g.m):
                 for m0, mv in row_tiles(g.m, mr):
-                    self.set_ptr(self.pa, s["a"], m0 * g.a.row_stride * 4 + k0 * g.a.col_stride * 4, f"a_tile{m0}")
+                    self.set_ptr(self.pa, s["a"], m0 * self.a_row + k0 * self.a_step, f"a_tile{m0}")
                     self.set_ptr(self.pc, s["c"], m0 * g.c.row_stride * 4 + col_bytes, f"c_tile{m0}")
                     tile(mv)
                 continue
             # a dynamic M: whole tiles in a runtime loop (all but the last when rows are left and there is one),
             # then the variant of what is left
-            self.set_ptr(self.t, s["a"], k0 * g.a.col_stride * 4, "a_k0")
+            self.set_ptr(self.t, s["a"], k0 * self.a_step, "a_k0")
             a.mov(s["ta"], self.t)
             self.set_ptr(self.t, s["c"], col_bytes, "c_col")
             a.mov(s["tc"], self.t)
@@ -622,7 +636,7 @@ class _DynamicEmission:
         the static kernel's rows, out of the instruction cache)."""
         g, a, s = self.g, self.a, self.slot
         row_bytes = self.b_row * 4
-        chunks = k_chunks(int(g.k), row_bytes, False)
+        chunks = k_chunks(int(self.k_steps), row_bytes, False)
         done = self.few_rows(nv, mr, masks, chunks[0][1] * row_bytes, row_bytes, col_bytes)
         kc0 = chunks[0][1]
         middle = sum(1 for _, kc in chunks[1:] if kc == kc0)
@@ -636,19 +650,25 @@ class _DynamicEmission:
             a.mov(self.t, middle)
             top = a.label(f"brgemm.{self.name}.chunks")
             a.mov(s["kn"], self.t)
-            a.add(s["ka"], kc0 * g.a.col_stride * 4)
+            a.add(s["ka"], kc0 * self.a_step)
             a.add(s["kb"], kc0 * row_bytes)
             self.chunk(nv, mr, masks, kc0, False, row_bytes, col_bytes)
             a.mov(self.t, s["kn"])
             a.dec(self.t)
             a.jnz(top)  # t holds the chunks left: the loop head stores it
         if last:
-            a.add(s["ka"], kc0 * g.a.col_stride * 4)
+            a.add(s["ka"], kc0 * self.a_step)
             a.add(s["kb"], kc0 * row_bytes)
             self.chunk(nv, mr, masks, last, False, row_bytes, col_bytes)
+        if self.k_odd:  # the lone last row of an odd K: one more pass over the tiles, after the last chunk run
+            ran = last or kc0
+            a.add(s["ka"], ran * self.a_step)
+            a.add(s["kb"], ran * row_bytes)
+            self.chunk(nv, mr, masks, 0, False, row_bytes, col_bytes, odd=True)
         a.bind(done)
 
-    def chunk(self, nv: int, mr: int, masks: list, kc: int, first: bool, row_bytes: int, col_bytes: int) -> None:
+    def chunk(self, nv: int, mr: int, masks: list, kc: int, first: bool, row_bytes: int, col_bytes: int,
+              odd: bool = False) -> None:
         """Every row tile of a packed panel's K chunk of ``kc`` rows at the ``ka``/``kb`` slots (M >= ``mr``):
         whole tiles of ``mr`` rows in a runtime loop but the last, then the last one alone or with the rows left as
         two even tiles (a thin last tile, one row after 6-row tiles, made M = 37 8% slower: its accumulator chains
@@ -664,7 +684,7 @@ class _DynamicEmission:
         self.b_base = s["kb"]
 
         def tile(rows: int) -> None:
-            self.tile(rows, mr, nv, masks, first, 0, kc, col_bytes)
+            self.tile(rows, mr, nv, masks, first, 0, kc, col_bytes, odd)
 
         a.mov(self.t, s["ka"])
         a.mov(s["ta"], self.t)
@@ -698,7 +718,7 @@ class _DynamicEmission:
         def few(v: int) -> None:
             a.mov(self.pa, s["a"])
             self.set_ptr(self.pc, s["c"], col_bytes, "c_col")
-            self.tile(v, mr, nv, masks, not g.beta, 0, g.k, col_bytes)
+            self.tile(v, mr, nv, masks, not g.beta, 0, self.k_steps, col_bytes, self.k_odd)
 
         self.dispatch(g.m % mr, {v: (lambda v=v: few(v)) for v in range(1, mr)}, f"m_few{mr}")
         a.jmp(done)
@@ -730,7 +750,7 @@ class _DynamicEmission:
         if self.use_pf:  # the next tile prefetches the other half
             a.xor(self.pf, self.half_bytes)
         if not last:
-            self.add_slot(s["ta"], rows * g.a.row_stride * 4, f"a_rows{rows}")
+            self.add_slot(s["ta"], rows * self.a_row, f"a_rows{rows}")
             self.add_slot(s["tc"], rows * g.c.row_stride * 4, f"c_rows{rows}")
 
     # --- one register tile -----------------------------------------------------------------------------------
@@ -748,8 +768,10 @@ class _DynamicEmission:
             a.mov(self.t, self.rt(f"c_rows_back{mv - 1}", -(mv - 1) * g.c.row_stride * 4))
             a.add(self.pc, self.t)
 
-    def tile(self, mv: int, mr: int, nv: int, masks: list, first: bool, k0: int, k: Any, col_bytes: int) -> None:
-        """``C[mv rows, nv vectors] (+)= A @ B`` with ``pa``/``pc`` at the tile's first A/C element."""
+    def tile(self, mv: int, mr: int, nv: int, masks: list, first: bool, k0: int, k: Any, col_bytes: int,
+             odd: bool = False) -> None:
+        """``C[mv rows, nv vectors] (+)= A @ B`` with ``pa``/``pc`` at the tile's first A/C element over ``k``
+        steps, then (``odd``) the lone last row of a bf16 panel's odd K."""
         g, a = self.g, self.a
         acc = [[self.vecs[r * nv + j] for j in range(nv)] for r in range(mv)]
         bvec = [self.vecs[mr * nv + j] for j in range(nv)]
@@ -763,13 +785,16 @@ class _DynamicEmission:
 
         self.c_rows(mv, nv, init)
         if self.a_dyn:
-            a.mov(self.sa, self.rt("a_row_bytes", g.a.row_stride * 4))
+            a.mov(self.sa, self.rt("a_row_bytes", self.a_row))
             a.lea(self.pa3, self.pa + self.sa * 2)
             a.add(self.pa3, self.sa)
         if self.b_dyn:
             a.mov(self.sb, self.rt("b_row_bytes", g.b.row_stride * 4))
         self.set_ptr(self.pb, self.b_base, k0 * self.b_row * 4 + col_bytes, f"b_k{k0}")
         self.k_loop(acc, bvec, a_regs, masks, k)
+        if odd:  # pairs (B, 0) times (A, A), after the steps the loop left to displacements
+            done = 0 if is_dynamic(k) else k % max(1, min(K_UNROLL, k))
+            self.odd_step(acc, bvec, a_regs, masks, done)
 
         def store(r: int, j: int, addr: Any) -> None:
             a.vmovups(addr.mask(masks[j]) if masks[j] is not None else addr, acc[r][j])
@@ -778,9 +803,9 @@ class _DynamicEmission:
 
     def a_addr(self, r: int, step: int) -> Any:
         g = self.g
-        disp = step * g.a.col_stride * 4
+        disp = step * self.a_step
         if not self.a_dyn:
-            return self.pa + (r * g.a.row_stride * 4 + disp)
+            return self.pa + (r * self.a_row + disp)
         base, scale = _A_ROWS[r]
         reg = self.pa if base == 0 else self.pa3
         return (reg + self.sa * scale + disp) if scale else (reg + disp)
@@ -796,13 +821,33 @@ class _DynamicEmission:
             a.vmovups(b.mask(masks[j]).z if masks[j] is not None else b, self.b_addr(step, j))
         for r, row in enumerate(acc):
             areg = a_regs[r % len(a_regs)]
+            if self.bf16:  # an A pair times the pair row: two K steps per lane
+                a.vpbroadcastd(areg, dword[self.a_addr(r, step)])
+                for j, c in enumerate(row):
+                    a.vdpbf16ps(c, bvec[j], areg)
+                continue
             a.vbroadcastss(areg, dword[self.a_addr(r, step)])
             for j, c in enumerate(row):
                 a.vfmadd231ps(c, bvec[j], areg)
 
+    def odd_step(self, acc: list, bvec: list, a_regs: list, masks: list, step: int) -> None:
+        """The lone last row of a packed bf16 panel's odd K, ``step`` pair rows past ``pb``: its words widened to
+        pairs (B, 0), each A word broadcast into both halves (bf16_pack's layout)."""
+        a = self.a
+        for j, b in enumerate(bvec):
+            src = self.pb + (step * self.b_row * 4 + j * LANES * 2)
+            a.vpmovzxwd(b.mask(masks[j]).z if masks[j] is not None else b, src)
+        for r, row in enumerate(acc):
+            areg = a_regs[r % len(a_regs)]
+            a.vpbroadcastw(areg, word[self.a_addr(r, step)])
+            for j, c in enumerate(row):
+                a.vdpbf16ps(c, bvec[j], areg)
+
     def k_loop(self, acc: list, bvec: list, a_regs: list, masks: list, k: Any) -> None:
         """K steps of the tile, ``K_UNROLL`` per iteration; a dynamic K reads the pair count and the odd step."""
         g, a = self.g, self.a
+        if not is_dynamic(k) and k == 0:  # a bf16 panel's lone last row alone (K = 1, or its own pass)
+            return
         unroll = K_UNROLL if is_dynamic(k) else max(1, min(K_UNROLL, k))
         skip = a.new_label(f"brgemm.{self.name}.k_skip")
         if is_dynamic(k):
@@ -816,7 +861,7 @@ class _DynamicEmission:
             a.prefetcht1(byte[self.pb + self.pf + offset] if self.use_pf else byte[self.pb + offset])
         for st in range(unroll):
             self.k_step(acc, bvec, a_regs, masks, st)
-        a_step = unroll * g.a.col_stride * 4
+        a_step = unroll * self.a_step
         a.add(self.pa, a_step)
         if self.pa3 is not None:
             a.add(self.pa3, a_step)
