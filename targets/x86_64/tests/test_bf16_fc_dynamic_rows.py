@@ -1,0 +1,137 @@
+"""A bf16 FullyConnected of a dynamic M runs every M on the one runtime-M kernel (RuntimeRowsFCExecutor) with its
+weight packed once as bf16 k-pairs (``vdpbf16ps``): full 128-row blocks in a runtime loop, the tail rows on runtime
+register tiles, an odd K's lone last row, the rows split between threads from M, few rows split along N. Checked
+against numpy float64 on the bf16 inputs, every array at a guard page, and no kernel built for a new M."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+
+import snippets_core
+from snippets_core.config import CompileConfig
+from snippets_core.frontends.onnx_bf16 import model_to_bf16
+from snippets_core.ir.ops.subgraph import Subgraph
+from snippets_core.runtime.pipeline import run_tokenization
+from snippets_core.runtime.targets import resolve_target
+from snippets_x86_64 import runtime as x86_runtime
+from snippets_x86_64.cpu import cpu_features
+from snippets_x86_64.fc_executor import RuntimeRowsFCExecutor
+from snippets_x86_64.guarded import guarded_copy
+
+pytestmark = [pytest.mark.avx512,
+              pytest.mark.skipif("avx512_bf16" not in cpu_features(), reason="needs AVX512_BF16 (vdpbf16ps)")]
+TARGET = "x86_64_avx512"
+BF16 = ml_dtypes.bfloat16
+RNG = np.random.default_rng(20261127)
+#: one bf16 step relative to the value
+BF16_EPS = 2.0**-7
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples")
+
+
+def _bf16_init(name: str, value: np.ndarray) -> onnx.TensorProto:
+    v = np.asarray(value).astype(BF16)
+    return oh.make_tensor(name, TP.BFLOAT16, v.shape, v.view(np.uint16).tobytes(), raw=True)
+
+
+def _fc(threads: int, k: int, n: int):  # type: ignore[no-untyped-def]
+    """relu(x @ w + b) + res in bf16, x [B, S, K] and res [B, S, N] with B and S dynamic: its Subgraph and executor,
+    the packed weight at a guard page."""
+    w = (RNG.standard_normal((k, n)) / math.sqrt(k)).astype(BF16)
+    b = RNG.standard_normal(n).astype(BF16)
+    nodes = [oh.make_node("MatMul", ["x", "W"], ["mm"]), oh.make_node("Add", ["mm", "b"], ["g"]),
+             oh.make_node("Relu", ["g"], ["r"]), oh.make_node("Add", ["r", "res"], ["y"])]
+    graph = oh.make_graph(nodes, "bf16_rows", [oh.make_tensor_value_info("x", TP.BFLOAT16, ["B", "S", k]),
+                                               oh.make_tensor_value_info("res", TP.BFLOAT16, ["B", "S", n])],
+                          [oh.make_tensor_value_info("y", TP.BFLOAT16, ["B", "S", n])],
+                          [_bf16_init("W", w), _bf16_init("b", b)])
+    model = snippets_core.read_onnx(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)]))
+    cfg = CompileConfig.from_mapping({"num_threads": threads, "target_options": {"parallel_min_bytes": 0}})
+    run_tokenization(model, resolve_target(TARGET, cfg), cfg)
+    (sg,) = [nd for nd in model.get_ordered_ops() if isinstance(nd, Subgraph)]
+    ex = x86_runtime.compile_subgraph(sg, cfg, resolve_target(TARGET, cfg).host)
+    assert isinstance(ex, RuntimeRowsFCExecutor), ex.describe()
+    (i,) = ex.packed
+    assert ex.packed[i].dtype == BF16
+    return sg, ex, w, b
+
+
+_EXECUTORS: dict = {}  # type: ignore[type-arg]
+
+
+def _guarded_fc(threads: int, k: int, n: int, at: str):  # type: ignore[no-untyped-def]
+    """One compiled FC per (threads, K, N, guard side) for all the examples, its weights at a guard page."""
+    key = (threads, k, n, at)
+    if key not in _EXECUTORS:
+        sg, ex, w, b = _fc(threads, k, n)
+        (i,) = ex.packed
+        ex.packed[i] = guarded_copy(ex.packed[i], at)
+        ex._packed_items = tuple(ex.packed.items())
+        cols = ex.columns
+        if cols is not None:
+            cols.weights = [{j: guarded_copy(a, at) for j, a in part.items()} for part in cols.weights]
+            for p, part in enumerate(cols.weights):
+                cols.one_row[p][i] = (0, part[i].__array_interface__["data"][0])
+        _EXECUTORS[key] = (sg, ex, w, b)
+    return _EXECUTORS[key]
+
+
+@settings(max_examples=int(os.environ.get("SNIPPETS_RANDOM_EXAMPLES", "25")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 600), st.sampled_from([1, 2]), st.sampled_from([1, 2]), st.sampled_from([(37, 150), (96, 256),
+       (767, 80)]), st.sampled_from(["end", "start"]))
+@example(1, 1, 1, (37, 150), "end")
+@example(1, 1, 2, (96, 256), "start")
+@example(5, 1, 2, (767, 80), "end")
+@example(7, 1, 1, (767, 80), "start")
+@example(128, 1, 2, (37, 150), "end")
+@example(0, 2, 2, (37, 150), "end")
+@example(600, 1, 2, (767, 80), "end")
+def test_random_m_against_float64_at_guard_pages_compiles_nothing(m, batch, threads, kn, at):
+    """Random M = batch x seq in 0..600 on 1 and 2 threads, an odd K (37, and 767 in several K chunks), N with a
+    masked tail (150, 80) and one that splits few rows along N (256), every array flush against a guard page: the
+    output is the float64 result on the bf16 inputs within the bf16 rounding, and no kernel is built."""
+    k, n = kn
+    sg, ex, w, b = _guarded_fc(threads, k, n, at)
+    seq = -(-m // batch)
+    xs = RNG.standard_normal((batch, seq, k)).astype(BF16)
+    rs = RNG.standard_normal((batch, seq, n)).astype(BF16)
+    data = {"x": xs, "res": rs}
+    args = [guarded_copy(data[i.source.node.name], at) if i.source.node.name in data
+            else guarded_copy(np.asarray(i.source.node.value), at) for i in sg.inputs]
+    out = guarded_copy(np.full((batch, seq, n), np.nan, BF16), at)
+    built = []
+    real = x86_runtime.generate_subgraph
+    x86_runtime.generate_subgraph = lambda *a, **kw: built.append(a) or real(*a, **kw)  # type: ignore[assignment]
+    try:
+        ex(args, [out])
+    finally:
+        x86_runtime.generate_subgraph = real  # type: ignore[assignment]
+    assert built == []
+    assert ex.last_placement.where == TARGET and ex.calls_per_shape == 0
+    x64, w64 = xs.astype(np.float64), w.astype(np.float64)
+    want = np.maximum(x64 @ w64 + b.astype(np.float64), 0) + rs.astype(np.float64)
+    # three bf16 roundings (the MatMul, the bias Add, the residual Add) of values up to |x| @ |w| + |b| + |res|
+    scale = np.abs(x64) @ np.abs(w64) + np.abs(b.astype(np.float64)) + np.abs(rs.astype(np.float64))
+    err = np.abs(out.astype(np.float64) - want)
+    assert np.all(err <= 2 * BF16_EPS * scale), (err - 2 * BF16_EPS * scale).max()
+
+
+def test_bf16_runtime_m_kernel_reads_m_from_its_runtime_parameters():
+    """The bf16 kernel's runtime-parameter block holds the row loop's count and the tail's tiles; describe()
+    says one kernel for every M."""
+    _, ex, _, _ = _fc(1, 37, 150)
+    exprs = dict(ex.kernel.info.runtime_params)
+    assert "((s_M) // 128)" in exprs.values(), exprs
+    assert any(key.endswith(".m_loop6") for key in exprs), exprs
+    assert "one kernel for every M" in ex.describe()
