@@ -224,9 +224,6 @@ class BrgemmEmitter(JitEmitter):
     def _init_dynamic(self) -> None:
         """Checks and register tiles of a block with runtime extents (see :class:`_DynamicEmission`)."""
         g, name = self.g, self.expr.name
-        if self.kernel != "f32" and not self.panel:  # bf16 B read in place: pairs interleaved per step
-            raise DynamicShapeError(f"Brgemm '{name}': the runtime-extent micro-kernel computes f32 or a packed "
-                                    f"bf16 weight (got {self.kernel} read in place); it is compiled per shape")
         if self.panel and any(is_dynamic(v) for v in (g.n, g.k, g.b.row_stride, g.b.offset_bytes)):
             # a packed weight's panels are laid out for its static N and K: only the rows (M) may vary
             raise DynamicShapeError(f"Brgemm '{name}': a packed B needs a static N and K (got N {g.n}, K {g.k})")
@@ -443,7 +440,8 @@ class _DynamicEmission:
       bytes of an f32 panel row and an A pair the bytes of an f32 element, so the walk is the f32 one over
       ``K // 2`` steps (``vpbroadcastd`` of an A pair, ``vdpbf16ps``); an odd K's lone last row is one more step
       (``vpmovzxwd``, ``vpbroadcastw``) after the whole K of a one-tile walk, or a pass of its own over the tiles
-      after the chunks.
+      after the chunks. A bf16 B read in place (attention) interleaves two rows per pair step (``vpermt2w``, as
+      the static kernel), the pair count and the odd row read from the block for a dynamic K.
 
     The register tiles (``mr`` x ``nv`` accumulators) are the static kernel's, so the K loop is the same FMAs;
     only the loop counts, masks, variant choice and pointer steps come from the block."""
@@ -477,10 +475,14 @@ class _DynamicEmission:
         self.bf16 = em.kernel == "bf16"
         #: bytes of A per K step, bytes between rows of A (an int, or a dynamic value)
         self.a_step = 4 if self.bf16 else self.g.a.col_stride * 4
+        #: bytes of A per element of K (a K chunk's start), of B per element of a row (bf16 read in place: 2)
+        self.a_elem = self.g.a.col_stride * self.g.a.element_type.size
+        self.in_place = self.bf16 and not em.panel
+        self.b_elem = 2 if self.in_place else 4
         self.a_row = self.g.a.row_stride * self.g.a.element_type.size
         #: K steps of a packed panel (bf16: the pairs) and whether a lone last row of an odd K follows them
-        self.k_steps = self.g.k // 2 if self.bf16 else self.g.k
-        self.k_odd = bool(self.bf16 and self.g.k % 2)
+        self.k_steps = self.g.k // 2 if self.bf16 and em.panel else self.g.k
+        self.k_odd = bool(self.bf16 and em.panel and self.g.k % 2)
 
     def rt(self, what: str, value: Any) -> Any:
         """An int, or the stack slot of a dynamic value (registered in the runtime-parameter block)."""
@@ -547,7 +549,7 @@ class _DynamicEmission:
         top = a.label(f"brgemm.{self.name}.n")
         a.mov(s["n"], self.t)
         self.panel(nr, None, 0)
-        a.add(s["b"], width * 4)
+        a.add(s["b"], width * self.b_elem)
         a.add(s["c"], width * 4)
         a.mov(self.t, s["n"])
         a.dec(self.t)
@@ -593,7 +595,8 @@ class _DynamicEmission:
         if self.em.panel:
             self.packed_panel(nv, mr, masks, col_bytes)
             return
-        chunks: list[tuple[int, Any]] = [(0, g.k)] if is_dynamic(g.k) else k_chunks(g.k, nv * LANES * 4, False)
+        chunks: list[tuple[int, Any]] = [(0, g.k)] if is_dynamic(g.k) else k_chunks(g.k, nv * LANES * self.b_elem,
+                                                                                       self.in_place)
         for k0, kc in chunks:
             first = not (g.beta or k0)  # the first K chunk of a beta-0 block writes C, the others add to it
 
@@ -602,13 +605,13 @@ class _DynamicEmission:
 
             if not is_dynamic(g.m):
                 for m0, mv in row_tiles(g.m, mr):
-                    self.set_ptr(self.pa, s["a"], m0 * self.a_row + k0 * self.a_step, f"a_tile{m0}")
+                    self.set_ptr(self.pa, s["a"], m0 * self.a_row + k0 * self.a_elem, f"a_tile{m0}")
                     self.set_ptr(self.pc, s["c"], m0 * g.c.row_stride * 4 + col_bytes, f"c_tile{m0}")
                     tile(mv)
                 continue
             # a dynamic M: whole tiles in a runtime loop (all but the last when rows are left and there is one),
             # then the variant of what is left
-            self.set_ptr(self.t, s["a"], k0 * self.a_step, "a_k0")
+            self.set_ptr(self.t, s["a"], k0 * self.a_elem, "a_k0")
             a.mov(s["ta"], self.t)
             self.set_ptr(self.t, s["c"], col_bytes, "c_col")
             a.mov(s["tc"], self.t)
@@ -789,9 +792,13 @@ class _DynamicEmission:
             a.lea(self.pa3, self.pa + self.sa * 2)
             a.add(self.pa3, self.sa)
         if self.b_dyn:
-            a.mov(self.sb, self.rt("b_row_bytes", g.b.row_stride * 4))
-        self.set_ptr(self.pb, self.b_base, k0 * self.b_row * 4 + col_bytes, f"b_k{k0}")
-        self.k_loop(acc, bvec, a_regs, masks, k)
+            a.mov(self.sb, self.rt("b_row_bytes", g.b.row_stride * self.b_elem))
+        # col_bytes counts f32 columns (C's): a bf16 B's columns are half as wide
+        self.set_ptr(self.pb, self.b_base, (k0 * self.b_row * 4 + col_bytes) * self.b_elem // 4, f"b_k{k0}")
+        if self.in_place:
+            self.k_loop_pairs(acc, bvec, self.vecs[mr * nv + nv:][:3], masks, k)
+        else:
+            self.k_loop(acc, bvec, a_regs, masks, k)
         if odd:  # pairs (B, 0) times (A, A), after the steps the loop left to displacements
             done = 0 if is_dynamic(k) else k % max(1, min(K_UNROLL, k))
             self.odd_step(acc, bvec, a_regs, masks, done)
@@ -842,6 +849,62 @@ class _DynamicEmission:
             a.vpbroadcastw(areg, word[self.a_addr(r, step)])
             for j, c in enumerate(row):
                 a.vdpbf16ps(c, bvec[j], areg)
+
+    def k_loop_pairs(self, acc: list, bvec: list, extra: list, masks: list, k: Any) -> None:
+        """K steps of a tile of a bf16 B read in place, two at a time: rows k and k+1 of B interleaved into pairs
+        (``vpermt2w``), the A pair broadcast as one dword, ``vdpbf16ps``; an odd last k pairs B with zeros and A
+        with itself. A dynamic K reads the pair count and the odd step from the block."""
+        a = self.a
+        areg, index, second = extra
+        a.vmovdqu16(index, a.const_array(PAIR_INDEX))
+
+        def step(full: bool) -> None:
+            for j, b in enumerate(bvec):
+                m = masks[j]
+                a.vmovdqu16(b.ymm.mask(m).z if m is not None else b.ymm, self.pb + j * LANES * 2)
+                if full:
+                    hi = (self.pb + self.sb + j * LANES * 2) if self.b_dyn else self.pb + (self.b_row + j * LANES) * 2
+                    a.vmovdqu16(second.ymm.mask(m).z if m is not None else second.ymm, hi)
+                else:
+                    a.vpxord(second, second, second)
+                a.vpermt2w(b, index, second)
+            for r, row in enumerate(acc):
+                if full:
+                    a.vpbroadcastd(areg, dword[self.a_addr(r, 0)])
+                else:
+                    a.vpbroadcastw(areg, word[self.a_addr(r, 0)])
+                for j, c in enumerate(row):
+                    a.vdpbf16ps(c, bvec[j], areg)
+
+        skip = a.new_label(f"brgemm.{self.name}.k2_skip")
+        if is_dynamic(k):
+            a.mov(self.cnt, self.rt("k_pairs", k // 2))
+            a.test(self.cnt, self.cnt)
+            a.jz(skip)
+        elif k >= 2:
+            a.mov(self.cnt, k // 2)
+        if is_dynamic(k) or k >= 2:
+            top = a.label(f"brgemm.{self.name}.k2")
+            step(True)
+            a.add(self.pa, 4)
+            if self.pa3 is not None:
+                a.add(self.pa3, 4)
+            if self.b_dyn:
+                a.lea(self.pb, self.pb + self.sb * 2)
+            else:
+                a.add(self.pb, self.b_row * 4)
+            a.dec(self.cnt)
+            a.jnz(top)
+        a.bind(skip)
+        if is_dynamic(k):
+            done = a.new_label(f"brgemm.{self.name}.k2_done")
+            a.mov(self.cnt, self.rt("k_odd2", k % 2))
+            a.test(self.cnt, self.cnt)
+            a.jz(done)
+            step(False)
+            a.bind(done)
+        elif k % 2:
+            step(False)
 
     def k_loop(self, acc: list, bvec: list, a_regs: list, masks: list, k: Any) -> None:
         """K steps of the tile, ``K_UNROLL`` per iteration; a dynamic K reads the pair count and the odd step."""

@@ -135,3 +135,62 @@ def test_bf16_runtime_m_kernel_reads_m_from_its_runtime_parameters():
     assert "((s_M) // 128)" in exprs.values(), exprs
     assert any(key.endswith(".m_loop6") for key in exprs), exprs
     assert "one kernel for every M" in ex.describe()
+
+
+def _dynamic_seq(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """examples/transformer_block.onnx with its sequence dynamic: the Reshapes' 128 a -1, the inputs' S a name."""
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    for t in out.graph.initializer:
+        if t.name.startswith("shape"):
+            a = nh.to_array(t).copy()
+            a[1] = -1
+            t.CopyFrom(nh.from_array(a, t.name))
+    for vi in (*out.graph.input, *out.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        for i, d in enumerate(dims):
+            if d.dim_value == 128 and not (vi.name in ("x", "y") and i == 2):  # x/y's last dim is the hidden size
+                d.dim_param = "S"
+    return out
+
+
+def _rounded_f32(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The f32 model with its float initializers rounded to bf16: the values the bf16 copy holds, in f32."""
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    for t in out.graph.initializer:
+        if t.data_type == TP.FLOAT:
+            t.CopyFrom(nh.from_array(nh.to_array(t).astype(BF16).astype(np.float32), t.name))
+    return out
+
+
+def test_dynamic_bf16_transformer_block_builds_nothing_per_shape() -> None:
+    """model_to_bf16 of examples/transformer_block.onnx with a dynamic sequence, on 2 threads: its FCs on the bf16
+    runtime-M kernel, its attention on the runtime-extent bf16 Brgemm (B read in place, an odd sequence an odd K of
+    the PV product); no kernel built for a new sequence length, each result as close to the f32 model on the same
+    bf16 values (float64 reference) as onnx's bf16 reference evaluator is (plus a step)."""
+    from onnx.reference import ReferenceEvaluator
+
+    f32 = _dynamic_seq(onnx.load(os.path.join(EXAMPLES, "transformer_block.onnx")))
+    proto = model_to_bf16(f32)
+    cm = snippets_core.compile_model(snippets_core.read_onnx(proto), target=TARGET, config={"num_threads": 2})
+    text = cm.describe()
+    assert "a kernel per input shape" not in text, text
+    assert text.count("one kernel for every M") == 6, text
+    oracle = ReferenceEvaluator(_rounded_f32(f32))
+    built = []
+    real = x86_runtime.generate_subgraph
+    x86_runtime.generate_subgraph = lambda *a, **kw: built.append(a) or real(*a, **kw)  # type: ignore[assignment]
+    try:
+        for seq in (5, 77, 128, 131):
+            ins = {"x": RNG.standard_normal((1, seq, 128)).astype(BF16),
+                   "mask": np.where(RNG.random((1, 1, seq, seq)) < 0.2, -1e4, 0).astype(BF16)}
+            y = next(iter(cm(ins).values()))
+            assert y.dtype == BF16 and y.shape == (1, seq, 128)
+            r64 = oracle.run(None, {k: v.astype(np.float32) for k, v in ins.items()})[0].astype(np.float64)
+            ev = ReferenceEvaluator(proto).run(None, ins)[0].astype(np.float64)
+            err, ev_err = np.abs(y.astype(np.float64) - r64).max(), np.abs(ev - r64).max()
+            assert err <= ev_err + BF16_EPS * np.abs(r64).max(), (seq, err, ev_err)
+    finally:
+        x86_runtime.generate_subgraph = real  # type: ignore[assignment]
+    assert built == []
