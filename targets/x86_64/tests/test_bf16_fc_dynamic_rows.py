@@ -194,3 +194,39 @@ def test_dynamic_bf16_transformer_block_builds_nothing_per_shape() -> None:
     finally:
         x86_runtime.generate_subgraph = real  # type: ignore[assignment]
     assert built == []
+
+
+@pytest.mark.parametrize("dims", ["MN", "K", "MNK"])
+def test_one_bf16_brgemm_kernel_runs_every_m_n_k_under_guard_pages(dims: str) -> None:
+    """A bf16 MatMul of two activations (attention's, B read in place) with runtime M, N and/or K on one kernel:
+    every row-tile remainder, N tail and odd and even K, at guard pages, against float64 on the bf16 inputs."""
+    from snippets_core.ir.model import Model
+    from snippets_core.ir.ops.io import Parameter, Result
+    from snippets_core.ir.ops.matmul import MatMul
+    from snippets_core.ir.shape import Shape, SymDim
+    from snippets_core.plugins.host import get_host
+    from snippets_x86_64.guarded import guarded_array
+    from snippets_x86_64.runtime import DynamicKernelExecutor
+
+    m_, n_, k_ = (SymDim.of(d) if d in dims else v for d, v in zip("MNK", (37, 70, 101)))
+    shapes = [(2, m_, k_), (2, k_, n_)]
+    outer = [Parameter("bf16", Shape(s), name=f"o{i}") for i, s in enumerate(shapes)]
+    inner = [Parameter("bf16", Shape(s), name=f"p{i}") for i, s in enumerate(shapes)]
+    sg = Subgraph(*outer, body=Model([Result(MatMul(*inner), name="y")], inner))
+    run = x86_runtime.compile_subgraph(sg, CompileConfig.from_mapping({}), get_host())
+    assert isinstance(run, DynamicKernelExecutor), getattr(run, "why_per_shape", run)
+    for i in range(30):
+        m = int(RNG.integers(1, 80)) if "M" in dims else 37
+        n = int(RNG.integers(1, 150)) if "N" in dims else 70
+        k = int(RNG.integers(1, 300)) if "K" in dims else 101
+        a = RNG.standard_normal((2, m, k)).astype(BF16)
+        b = RNG.standard_normal((2, k, n)).astype(BF16)
+        at = "end" if i % 2 else "start"
+        out = guarded_array((2, m, n), BF16, at)
+        run([guarded_copy(a, at), guarded_copy(b, at)], [out])
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        # the f32 sum of exact bf16 products, rounded once to bf16: half a step of |a| @ |b| bounds both
+        bound = BF16_EPS * (np.abs(a64) @ np.abs(b64)) + 1e-6
+        err = np.abs(out.astype(np.float64) - a64 @ b64)
+        assert (err <= bound).all(), f"{m}x{n}x{k}: max error {err.max():.3g}"
+    assert run.per_shape_kernels == 0
