@@ -49,7 +49,8 @@ OWN_KERNEL: dict[str, str] = {
     "Transpose": "Transpose runs as its own JIT transpose kernel (TokenizeTransposeSnippets), not in an eltwise one",
 }
 #: element types the JIT transpose moves (4-byte elements; the kernel never looks at the values)
-TRANSPOSE_ELEMENT_TYPES = frozenset({ElementType.f32, ElementType.i32})
+TRANSPOSE_ELEMENT_TYPES = frozenset({ElementType.f32, ElementType.i32, ElementType.bf16, ElementType.f16,
+                                     ElementType.i16, ElementType.u16})
 MAX_RANK = 6
 
 
@@ -96,7 +97,7 @@ def transpose_callback(node: Node) -> str | None:
     if x.shape.rank > MAX_RANK:
         return f"Transpose of rank {x.shape.rank}, the JIT transpose takes at most rank {MAX_RANK}"
     if x.element_type not in TRANSPOSE_ELEMENT_TYPES or y.element_type != x.element_type:
-        return f"Transpose of {x.element_type.value}, the JIT transpose moves 4-byte f32 and i32"
+        return f"Transpose of {x.element_type.value}, the JIT transpose moves 4-byte f32/i32 and 2-byte elements"
     return None
 
 

@@ -1,4 +1,4 @@
-"""A standalone Transpose (any perm, rank <= 6, 4-byte elements) as a JIT kernel.
+"""A standalone Transpose (any perm, rank <= 6, 4- or 2-byte elements) as a JIT kernel.
 
 The perm is first reduced: axes of size 1 are dropped and input axes that stay adjacent and in order in the output
 are merged (``[1, 128, 12, 64]`` perm ``[0, 2, 1, 3]`` becomes ``[128, 12, 64]`` perm ``[1, 0, 2]``). What is left
@@ -17,6 +17,10 @@ dst, table(, params)] and the items split over the threads in contiguous ranges.
 the run length, and the tile kernel on nothing (pitches, column count and tail masks are read from ``params`` and
 the table), so a dynamic shape never compiles anew; the plan (numpy index arithmetic) is made once per input shape.
 Every access stays inside the two arrays.
+
+2-byte elements (bf16, f16, int16): the copy kernel moves 32 words per vector (``vmovdqu16``, a 32-bit tail mask);
+the tile kernel widens each row of 16 words to dwords (``vpmovzxwd``), transposes the dword tile and narrows the
+rows back (``vpmovdw``), both under the same masks, so it is the 4-byte kernel with half-width memory accesses.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ import numpy as np
 
 from snippets_core.errors import UnsupportedByTarget
 from snippets_x86_64.aligned import empty_aligned
-from snippets_x86_64.asm import Function, k1, k2, qword, r8, r9, r10, r11, r12, r13, r14, r15, rax, rbx, word, zword
+from snippets_x86_64.asm import (Function, dword, k1, k2, qword, r8, r9, r10, r11, r12, r13, r14, r15, rax, rbx, word,
+                                 yword, zword)
 from snippets_x86_64.asm.registers import ZMM
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES
 from snippets_x86_64.jit import JitFunction
@@ -117,13 +122,21 @@ def plan_transpose(shape: Sequence[int], perm: Sequence[int]) -> TransposePlan:
                          dst_pitch=out_strides[last_pos])
 
 
-def build_copy_kernel(run: int) -> JitFunction:
-    """``copy(unused, args, start, count)``: each item copies ``run`` 4-byte elements from src + its source offset
-    to dst + its destination offset (full vectors, then one masked vector)."""
+#: element sizes (bytes) the kernels move
+ELEMENT_SIZES = (2, 4)
+
+
+def build_copy_kernel(run: int, size: int = 4) -> JitFunction:
+    """``copy(unused, args, start, count)``: each item copies ``run`` elements of ``size`` bytes (4 or 2) from src
+    + its source offset to dst + its destination offset (full vectors, then one masked vector)."""
     fn = Function("transpose_copy", args=("unused", "args", "start", "count"))
-    full, tail = divmod(run, TILE)
-    if tail:
+    lanes = 64 // size
+    full, tail = divmod(run, lanes)
+    move = fn.vmovups if size == 4 else fn.vmovdqu16
+    if tail and size == 4:
         fn.kmovw(k1, word[fn.const_data(((1 << tail) - 1).to_bytes(2, "little"), 2)])
+    elif tail:
+        fn.kmovd(k1, dword[fn.const_data(((1 << tail) - 1).to_bytes(4, "little"), 4)])
     fn.imul(r15, fn.arg("start"), COPY_ROW * 8)
     fn.add(r15, qword[fn.arg("args") + ARG_TAB * 8])
     fn.mov(r14, fn.arg("count"))
@@ -144,37 +157,41 @@ def build_copy_kernel(run: int) -> JitFunction:
         fn.bind(loop)
     if loops:
         for v in range(UNROLL):
-            fn.vmovups(ZMM[v], zword[rbx + v * TILE * 4])
+            move(ZMM[v], zword[rbx + v * 64])
         for v in range(UNROLL):
-            fn.vmovups(zword[r9 + v * TILE * 4], ZMM[v])
-        fn.add(rbx, UNROLL * TILE * 4)
-        fn.add(r9, UNROLL * TILE * 4)
+            move(zword[r9 + v * 64], ZMM[v])
+        fn.add(rbx, UNROLL * 64)
+        fn.add(r9, UNROLL * 64)
     if loops > 1:
         fn.dec(fn.arg("unused"))
         fn.jnz(loop)
     for v in range(rest):
-        fn.vmovups(ZMM[v], zword[rbx + v * TILE * 4])
-        fn.vmovups(zword[r9 + v * TILE * 4], ZMM[v])
+        move(ZMM[v], zword[rbx + v * 64])
+        move(zword[r9 + v * 64], ZMM[v])
     if tail:  # the lanes past the run are neither read nor written
-        fn.vmovups(ZMM[UNROLL].mask(k1).z, zword[rbx + rest * TILE * 4])
-        fn.vmovups(zword[r9 + rest * TILE * 4].mask(k1), ZMM[UNROLL])
+        move(ZMM[UNROLL].mask(k1).z, zword[rbx + rest * 64])
+        move(zword[r9 + rest * 64].mask(k1), ZMM[UNROLL])
     fn.add(r15, COPY_ROW * 8)
     fn.dec(r14)
     fn.jnz(top)
     return fn.finalize(None, HARNESS_ARGTYPES)
 
 
-def _tile_rows(fn: Function, partial: bool, tail: bool) -> None:
+def _tile_rows(fn: Function, partial: bool, tail: bool, size: int = 4) -> None:
     """One 16 x 16 tile at [rbx] (row pitch r10) into [r9] (row pitch r11). ``partial``: only the strip's rows
     (r12's bits) are loaded and only their lanes stored (k2); ``tail``: only the tail columns (k1, r13 of them) are
-    loaded and stored as rows."""
+    loaded and stored as rows. ``size`` 2: rows of 16 words widened to dwords and narrowed back."""
     fn.mov(rax, rbx)
     for i in range(TILE):
         skip = fn.new_label("row")
         if partial and i:  # rows past the strip (mask r12 below 2^(i+1) - 1) are never read; k2 masks their lanes
             fn.cmp(r12, (1 << (i + 1)) - 1)
             fn.jb(skip)
-        fn.vmovups(ZMM[i].mask(k1).z if tail else ZMM[i], zword[rax])
+        reg = ZMM[i].mask(k1).z if tail else ZMM[i]
+        if size == 4:
+            fn.vmovups(reg, zword[rax])
+        else:
+            fn.vpmovzxwd(reg, yword[rax])
         if i < TILE - 1:
             fn.add(rax, r10)
         fn.bind(skip)
@@ -185,18 +202,21 @@ def _tile_rows(fn: Function, partial: bool, tail: bool) -> None:
         if tail and j:  # the destination rows past the tail columns do not exist
             fn.cmp(r13, j)
             fn.jbe(done)
-        dst = zword[rax]
-        fn.vmovups(dst.mask(k2) if partial else dst, ZMM[j])
+        dst = zword[rax] if size == 4 else yword[rax]
+        if size == 4:
+            fn.vmovups(dst.mask(k2) if partial else dst, ZMM[j])
+        else:
+            fn.vpmovdw(dst.mask(k2) if partial else dst, ZMM[j])
         if j < TILE - 1:
             fn.add(rax, r11)
     fn.bind(done)
 
 
-def build_tile_kernel() -> JitFunction:
+def build_tile_kernel(size: int = 4) -> JitFunction:
     """``tiles(unused, args, start, count)`` for every shape: each item transposes a strip of up to 16 rows of a
     ``[rows, cols]`` block into the matching columns of its ``[cols, rows]`` result. The pitches, the column tile
     count and the tail columns' mask come from ``args[3]``, each strip's row mask from its table row, so a new
-    shape needs a new table, never a new kernel."""
+    shape needs a new table, never a new kernel. ``size``: the element's bytes (4 or 2)."""
     fn = Function("transpose_tiles", args=("unused", "args", "start", "count"))
     params = r8
     fn.mov(params, qword[fn.arg("args") + ARG_PARAMS * 8])
@@ -229,8 +249,8 @@ def build_tile_kernel() -> JitFunction:
         fn.test(params, params)
         fn.jz(tail)
         fn.bind(cols)
-        _tile_rows(fn, partial, False)
-        fn.add(rbx, TILE * 4)
+        _tile_rows(fn, partial, False, size)
+        fn.add(rbx, TILE * size)
         fn.mov(rax, r11)
         fn.shl(rax, 4)  # 16 destination rows
         fn.add(r9, rax)
@@ -239,7 +259,7 @@ def build_tile_kernel() -> JitFunction:
         fn.bind(tail)
         fn.test(r13, r13)
         fn.jz(nxt)
-        _tile_rows(fn, partial, True)
+        _tile_rows(fn, partial, True, size)
         fn.jmp(nxt)
     fn.bind(nxt)
     fn.add(r15, TILE_ROW * 8)
@@ -250,8 +270,8 @@ def build_tile_kernel() -> JitFunction:
 
 def transpose_supported(shape: Sequence[int], perm: Sequence[int], dtype: np.dtype) -> str | None:
     """None if the JIT Transpose moves ``dtype`` of ``shape`` by ``perm``, else why not."""
-    if np.dtype(dtype).itemsize != 4:
-        return f"the JIT Transpose moves 4-byte elements, not {np.dtype(dtype)}"
+    if np.dtype(dtype).itemsize not in ELEMENT_SIZES:
+        return f"the JIT Transpose moves 4-byte or 2-byte elements, not {np.dtype(dtype)}"
     if sorted(perm) != list(range(len(shape))):
         return f"the order {list(perm)} is not a permutation of rank {len(shape)}"
     return None
@@ -275,11 +295,12 @@ class TransposeExecutor:
         plan = self.plan = plan_transpose(self.shape, self.perm)
         size = self.dtype.itemsize
         if plan.kind == "copy":
-            self.kernel = FUNCTION_CACHE.get("transpose_copy", (plan.run,), lambda: build_copy_kernel(plan.run),
-                                             HARNESS_ARGTYPES)
+            self.kernel = FUNCTION_CACHE.get("transpose_copy", (plan.run, size),
+                                             lambda: build_copy_kernel(plan.run, size), HARNESS_ARGTYPES)
             self.table = np.stack([plan.src * size, plan.dst * size], axis=1).astype(np.int64)
         else:
-            self.kernel = FUNCTION_CACHE.get("transpose_tiles", (), build_tile_kernel, HARNESS_ARGTYPES)
+            self.kernel = FUNCTION_CACHE.get("transpose_tiles", (size,), lambda: build_tile_kernel(size),
+                                             HARNESS_ARGTYPES)
             full, tail = divmod(plan.cols, TILE)
             self.params = np.array([plan.src_pitch * size, plan.dst_pitch * size, full, (1 << tail) - 1, tail],
                                    dtype=np.int64)
@@ -348,7 +369,7 @@ def compile_transpose_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.nd
             sg.rt_info["SnippetsFallbackReason"] = why
             return None
         executor(shape)
-    elif np.dtype(dtype).itemsize != 4:
+    elif np.dtype(dtype).itemsize not in ELEMENT_SIZES:
         sg.rt_info["SnippetsFallbackReason"] = transpose_supported((), (), dtype)
         return None
     sg.rt_info["SnippetsConvKernel"] = f"transpose {order} (JIT strided copies / 16x16 tiles)"

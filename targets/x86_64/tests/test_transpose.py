@@ -77,6 +77,43 @@ def test_a_callers_output_array_is_written_in_place() -> None:
     np.testing.assert_array_equal(out, np.transpose(x, perm))
 
 
+@pytest.mark.parametrize("perm", PERMS, ids=["".join(map(str, p)) for p in PERMS])
+def test_every_perm_of_2_byte_elements_against_numpy_under_guard_pages(perm: tuple[int, ...]) -> None:
+    """bf16 and int16 (bf16 attention's K and context Transposes): the copy kernel's 32-word vectors and word tail
+    mask, the tile kernel's widened rows narrowed back, at guard pages on both sides, 1 and 2 threads; bit-exact."""
+    import ml_dtypes
+
+    for shape in SHAPES[len(perm)]:
+        rng = np.random.default_rng(sum(shape))
+        for dtype in (np.dtype(ml_dtypes.bfloat16), np.dtype(np.int16)):
+            x = rng.integers(-(2**15), 2**15, shape, dtype=np.int64).astype(np.int16).view(dtype)
+            for at, threads in itertools.product(("end", "start"), (1, 2)):
+                src = guarded_array(shape, dtype, at)
+                src[...] = x
+                alloc = lambda s, at=at, dtype=dtype: guarded_array(s, dtype, at)  # noqa: E731
+                ex = TransposeExecutor(shape, perm, dtype, threads, alloc, min_bytes_per_thread=0)
+                y = ex.run(src)
+                assert y.dtype == dtype and y.flags.c_contiguous and ex.copies == 0
+                np.testing.assert_array_equal(y.view(np.int16), np.transpose(x, perm).view(np.int16),
+                                              err_msg=f"{dtype} {shape} {perm} {at} {threads}")
+
+
+def test_a_bf16_transpose_in_a_model_is_a_jit_transpose() -> None:
+    """A bf16 Transpose between bf16 ops is a JIT transpose Subgraph (not a numpy view), equal to numpy's."""
+    import ml_dtypes
+
+    graph = helper.make_graph([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+                               helper.make_node("Relu", ["t"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, (1, 37, 4, 32))],
+                              [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, (1, 4, 32, 37))])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    cm = snippets_core.compile_model(proto, target="x86_64_avx512")
+    assert "JIT transpose [0, 2, 3, 1]" in cm.describe(), cm.describe()
+    x = np.random.default_rng(3).standard_normal((1, 37, 4, 32)).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(cm({"x": x})["y"].astype(np.float32),
+                                  np.maximum(np.transpose(x, (0, 2, 3, 1)).astype(np.float32), 0))
+
+
 def test_what_the_kernels_cannot_move_is_named() -> None:
     assert "4-byte" in transpose_supported((3, 5), (1, 0), np.dtype(np.float64))
     assert "not a permutation" in transpose_supported((3, 5), (0, 0), np.dtype(np.float32))
