@@ -107,11 +107,14 @@ def test_ops_openvino_runs_natively_are_fused_here():
     assert callback(Select(Parameter("boolean", [2, 8]), f32(2, 8), f32(2, 8))) is None
 
 
-def test_the_transpose_tokenizer_takes_4_byte_transposes_of_rank_up_to_6():
+def test_the_transpose_tokenizer_takes_4_and_2_byte_transposes_of_rank_up_to_6():
     order = Constant(np.array([1, 0], np.int64))
     assert callback(Transpose(f32(2, 8), order), "transpose") is None
     assert callback(Transpose(Parameter("i32", [2, 8]), order), "transpose") is None
-    assert "4-byte" in callback(Transpose(Parameter("f16", [2, 8]), order), "transpose")
+    assert callback(Transpose(Parameter("f16", [2, 8]), order), "transpose") is None
+    assert callback(Transpose(Parameter("bf16", [2, 8]), order), "transpose") is None
+    assert "4-byte" in callback(Transpose(Parameter("f64", [2, 8]), order), "transpose")
+    assert "2-byte" in callback(Transpose(Parameter("i8", [2, 8]), order), "transpose")
     big = Transpose(f32(*[1] * 7), Constant(np.arange(7)[::-1].copy()))
     assert "at most rank 6" in callback(big, "transpose")
 
