@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -28,6 +30,9 @@ from snippets_x86_64 import runtime as x86_runtime
 from snippets_x86_64.cpu import cpu_features
 from snippets_x86_64.fc_executor import RuntimeRowsFCExecutor
 from snippets_x86_64.guarded import guarded_copy
+
+sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: make the sibling module importable
+from test_fc_dynamic_rows import _guard_weights  # noqa: E402  (the packed weight and its column cuts guarded)
 
 pytestmark = [pytest.mark.avx512,
               pytest.mark.skipif("avx512_bf16" not in cpu_features(), reason="needs AVX512_BF16 (vdpbf16ps)")]
@@ -74,14 +79,7 @@ def _guarded_fc(threads: int, k: int, n: int, at: str):  # type: ignore[no-untyp
     key = (threads, k, n, at)
     if key not in _EXECUTORS:
         sg, ex, w, b = _fc(threads, k, n)
-        (i,) = ex.packed
-        ex.packed[i] = guarded_copy(ex.packed[i], at)
-        ex._packed_items = tuple(ex.packed.items())
-        cols = ex.columns
-        if cols is not None:
-            cols.weights = [{j: guarded_copy(a, at) for j, a in part.items()} for part in cols.weights]
-            for p, part in enumerate(cols.weights):
-                cols.one_row[p][i] = (0, part[i].__array_interface__["data"][0])
+        _guard_weights(ex, at)
         _EXECUTORS[key] = (sg, ex, w, b)
     return _EXECUTORS[key]
 
