@@ -501,7 +501,7 @@ def work_table(geo: ConvGeometry, offsets: Sequence[int], borders: tuple | None 
     right = 0
     if borders is not None:  # indexes into the kernel's lists
         var_of_oh = np.asarray([borders[0].index(v) for v in row_vars], np.int64)[var_of_oh]
-        row_vars, right = list(borders[0]), borders[2].index(dw_borders(geo)[2][0])
+        row_vars, right = list(borders[0]), border_pattern(borders, geo)
     c4 = geo.cp * 4
     a, b = interior_columns(geo)  # a dynamic walk's interior columns: loops of the widest block, the rest by bits
     cols, pitch, variants, src0 = b - a, geo.dh * geo.w * c4, len(row_vars), -(geo.pt * geo.w + geo.pl) * c4
@@ -594,8 +594,8 @@ def kernel_key(geo: ConvGeometry, dynamic: bool, borders: tuple | None = None) -
     """What ``build_conv_kernel`` specializes on: never the batch (the table holds each image's offsets). With
     ``dynamic`` a dense convolution's code depends on neither the image size nor the pads (the row pitch and the
     row's pixel blocks come from the table, the padding is in the buffer): one kernel serves every N, H, W; a
-    depthwise or pooling walk's on its border taps (``dw_borders``; ``merge_borders`` of every size modulo the
-    stride: one kernel for all but images narrower than the window)."""
+    depthwise or pooling walk's on its border taps (``dw_borders``; ``merge_borders`` of every size a dynamic dim
+    can take, tiny maps included: one kernel for all)."""
     if dynamic and not geo.depthwise:
         pool = None if geo.pool is None else replace(geo.pool, ho=0, wo=0)  # the pooled rows come from the table
         return with_dims(geo, n=0, h=0, w=0, ho=0, wo=0, pt=0, pl=0, pool=pool), ()
@@ -830,37 +830,53 @@ def _advance_dw(fn: Function, geo: ConvGeometry, pixels: int) -> None:
 @functools.lru_cache(maxsize=1024)
 def dw_borders(geo: ConvGeometry) -> tuple:
     """What a dynamic depthwise/pool kernel's code depends on beyond the windows: the row-tap variants (top, middle,
-    bottom), the column taps of the left border columns and the right border patterns it has code for (here one:
-    ``geo``'s). An image too small for an interior column has all its columns in its left border. Cached: a new
-    shape's kernel key (``covers``) and its table each ask."""
+    bottom), the column taps of the left border columns, the right border patterns and the whole-row patterns it has
+    code for (here one: ``geo``'s). An image too small for an interior column (its left and right borders meet) has
+    no left border nor right pattern: its whole row is one straight-line pattern. Cached: a new shape's kernel key
+    (``covers``) and its table each ask."""
     a, b = interior_columns(geo)
+    if a == geo.wo:
+        return tuple(geo.row_variants()), (), (), (tuple(geo.col_taps(o) for o in range(geo.wo)),)
     return (tuple(geo.row_variants()), tuple(geo.col_taps(o) for o in range(a)),
-            (tuple(geo.col_taps(o) for o in range(b, geo.wo)),))
+            (tuple(geo.col_taps(o) for o in range(b, geo.wo)),), ())
 
 
 def merge_borders(geometries: list[ConvGeometry]) -> tuple | None:
-    """One ``dw_borders`` that serves all of ``geometries`` (sizes of one window walk: the bottom and right borders
-    follow the size modulo the stride): the union of their row variants and of their right border patterns, the
-    table selecting each shape's (``RT_RIGHT``), so one kernel serves every size; None when they disagree on the left
-    border (an image narrower than the window)."""
+    """One ``dw_borders`` that serves all of ``geometries`` (sizes of one window walk, ``border_sizes``): the union
+    of their row variants, right border patterns and whole-row patterns, the table selecting each shape's
+    (``RT_RIGHT``), so one kernel serves every size; None when they disagree on the left border (a window whose pads
+    change with the size)."""
     rows: dict[tuple[int, int], None] = {}
     rights: dict[tuple, None] = {}
+    wholes: dict[tuple, None] = {}
     lefts = set()
     for geo in geometries:
-        r, left, (right,) = dw_borders(geo)
+        r, left, right, whole = dw_borders(geo)
         rows.update(dict.fromkeys(r))
-        rights[right] = None
-        lefts.add(left)
-    if len(lefts) != 1 or interior_columns(geometries[0])[0] == geometries[0].wo:
+        rights.update(dict.fromkeys(right))
+        wholes.update(dict.fromkeys(whole))
+        if right:
+            lefts.add(left)
+    if len(lefts) > 1:
         return None
-    return tuple(rows), lefts.pop(), tuple(rights)
+    return tuple(rows), lefts.pop() if lefts else (), tuple(rights), tuple(wholes)
+
+
+def border_pattern(borders: tuple, geo: ConvGeometry) -> int:
+    """The index of ``geo``'s column pattern among ``borders``'s (the table's ``RT_RIGHT``): its right border
+    pattern, or past those its whole-row pattern (an image with no interior column)."""
+    _, _, right, whole = dw_borders(geo)
+    if right:
+        return borders[2].index(right[0])
+    return len(borders[2]) + borders[3].index(whole[0])
 
 
 def covers(borders: tuple, geo: ConvGeometry) -> bool:
     """``borders`` (``merge_borders``) has code for ``geo``'s rows and border columns."""
-    rows, left, (right,) = dw_borders(geo)
-    return set(rows) <= set(borders[0]) and left == borders[1] and right in borders[2] \
-        and interior_columns(geo)[0] < geo.wo
+    rows, left, right, whole = dw_borders(geo)
+    if not set(rows) <= set(borders[0]):
+        return False
+    return whole[0] in borders[3] if whole else left == borders[1] and right[0] in borders[2]
 
 
 def _emit_dw_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int],
@@ -868,18 +884,37 @@ def _emit_dw_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[i
     """``_emit_dw_row`` for every image width ``borders`` (``dw_borders``/``merge_borders``) covers: the left border
     columns straight-line, the interior in a loop of the widest blocks (``RT_NFULL`` of them) and the rest of it in
     blocks of 8, 4, 2, 1 selected by the bits of ``RT_RTAIL``, then the right border columns of the pattern
-    ``RT_RIGHT`` selects; the kernel rows one pitch (``RT_PITCH``) apart."""
+    ``RT_RIGHT`` selects; an ``RT_RIGHT`` past the right patterns selects a whole-row pattern instead (an image
+    with no interior column: every column straight-line). The kernel rows are one pitch (``RT_PITCH``) apart."""
     r_full = max_pixels_per_block(nv)
-    _, left, rights = borders
-    full = [tuple(range(geo.kw))]
+    _, left, rights, wholes = borders
 
     def border(cols: tuple) -> None:
         for at in range(0, len(cols), r_full):
             _emit_dw_block(fn, geo, nv, rows, list(cols[at:at + r_full]), at, post_ops, dynamic=True)
 
+    end = fn.new_label("row_end")
+    whole_labels = [fn.new_label(f"whole{k}") for k in range(len(wholes))]
+    for k, label in enumerate(whole_labels):
+        if rights or k + 1 < len(wholes):  # the last one falls through when there is no interior path
+            fn.cmp(qword[r15 + RT_RIGHT * 8], len(rights) + k)
+            fn.je(label)
+    if rights:
+        _emit_dw_interior(fn, geo, nv, rows, post_ops, left, rights, border, end)
+    for label, cols in zip(whole_labels, wholes):
+        fn.bind(label)
+        border(cols)
+        fn.jmp(end)
+    fn.bind(end)
+
+
+def _emit_dw_interior(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int], post_ops: tuple[PostOp, ...],
+                      left: tuple, rights: tuple, border: Callable[[tuple], None], end: Any) -> None:
+    """A dynamic walk's row with interior columns (``_emit_dw_row_dynamic``): the left border, the interior loop and
+    tail, the right border pattern ``RT_RIGHT`` selects, then a jump to ``end``."""
+    r_full = max_pixels_per_block(nv)
+    full = [tuple(range(geo.kw))]
     border(left)
-    if interior_columns(geo)[0] == geo.wo:
-        return  # no interior column (an image narrower than the window): every column is a left border column
     _advance_dw(fn, geo, len(left))
     loop, rest = fn.new_label("pixels"), fn.new_label("rest")
     fn.mov(r12, qword[r15 + RT_NFULL * 8])
@@ -900,7 +935,6 @@ def _emit_dw_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[i
             _advance_dw(fn, geo, bit)
             fn.bind(skip)
     labels = [fn.new_label(f"right{k}") for k in range(len(rights))]
-    end = fn.new_label("right_end")
     for k in range(1, len(rights)):
         fn.cmp(qword[r15 + RT_RIGHT * 8], k)
         fn.je(labels[k])
@@ -908,7 +942,6 @@ def _emit_dw_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[i
         fn.bind(label)
         border(cols)
         fn.jmp(end)
-    fn.bind(end)
 
 
 def _emit_block(fn: Function, geo: ConvGeometry, nv: int, r: int, post_ops: tuple[PostOp, ...],

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from snippets_core.config import CompileConfig
-from snippets_core.errors import InputError
+from snippets_core.errors import InputError, SnippetsError
 from snippets_core.ir.layout import INPUT_LAYOUTS, PLAIN
 from snippets_core.ir.ops.subgraph import Subgraph, release_constants
 from snippets_x86_64.aligned import empty_aligned
@@ -645,18 +645,32 @@ def stand_in_shape(sg: Subgraph, window: Sequence[int], geo: Any) -> tuple[int, 
 def sampled_borders(dims: Sequence[int | None], geometry: Callable[[tuple[int, ...]], ConvGeometry],
                     stand_in: tuple[int, ...]) -> tuple | None:
     """The border code (``merge_borders``) of a depthwise or pooling walk for every size: its geometry at the
-    stand-in shape and at the next ``2 * stride`` values of each dynamic H, W (``dims[axis]`` None; the bottom and
-    right borders follow the size modulo the stride). None for a dense convolution (no border code) or when they
-    disagree."""
+    stand-in shape and at every size ``border_sizes`` gives each dynamic H, W (``dims[axis]`` None). None for a
+    dense convolution (no border code) or when they disagree."""
     geo = geometry(stand_in)
     if not geo.depthwise:
         return None
     geos = [geo]
-    for axis, stride in ((2, geo.sh), (3, geo.sw)):
+    for axis, extent, stride in ((2, (geo.kh - 1) * geo.dh + 1, geo.sh), (3, (geo.kw - 1) * geo.dw + 1, geo.sw)):
         if dims[axis] is None:
-            geos += [geometry(tuple(d + k if i == axis else d for i, d in enumerate(stand_in)))
-                     for k in range(1, 2 * stride)]
+            for size in border_sizes(extent, stride):
+                try:
+                    g = geometry(tuple(size if i == axis else d for i, d in enumerate(stand_in)))
+                except SnippetsError:  # a size the window does not fit even padded: no output, no code
+                    continue
+                if g.ho > 0 and g.wo > 0:
+                    geos.append(g)
     return merge_borders(geos)
+
+
+def border_sizes(extent: int, stride: int) -> range:
+    """Every size of one axis whose border taps (``dw_borders``) some other size may not repeat: 1 to
+    ``extent + 2 * stride``. Why that covers all: the first output past the leading pads starts inside within
+    ``stride - 1`` pixels, so every size from ``extent + stride - 1`` on has an interior output; from there on, a size
+    ``stride`` larger adds one interior output and leaves the leading and trailing taps (relative to the image's
+    edges) as they were, so the sizes past that repeat one of the ``stride`` before. The smaller sizes are the tiny
+    maps whose leading and trailing borders meet (a whole row or column of its own pattern)."""
+    return range(1, extent + 2 * stride + 1)
 
 
 def describe_geometry(g: ConvGeometry) -> str:

@@ -1,0 +1,149 @@
+"""Dynamic depthwise and pooling walks (``conv.merge_borders``, ``conv_subgraph.sampled_borders``): the border code
+made at compile time covers every size a dynamic H, W can take, tiny maps whose left and right borders meet
+included, so a new shape builds no kernel; each shape against float64 numpy under guard pages."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from snippets_core.runtime.compiled_model import compile_model
+from snippets_x86_64.conv import ConvGeometry, covers, merge_borders
+from snippets_x86_64.conv_executor import ConvExecutor
+from snippets_x86_64.conv_subgraph import border_sizes, sampled_borders
+from snippets_x86_64.pool import reciprocal_counts
+
+from test_conv_kernel import _built, conv_f64, guarded, guarded_nhwc, pool_f64
+
+pytestmark = pytest.mark.avx512
+
+#: every H (at a fixed W) and every W (at a fixed H) from 1 to 40, and the tiny squares
+SIZES = [(h, 9) for h in range(1, 41)] + [(9, w) for w in range(1, 41)] + [(s, s) for s in range(1, 9)]
+
+
+def _out(size: int, lo: int, hi: int, extent: int, stride: int, ceil: bool = False) -> int:
+    span = size + lo + hi - extent
+    return (-(-span // stride) if ceil else span // stride) + 1
+
+
+def _walk(c: int, k: int, s: int, d: int, p: int, mode: str = "conv", ceil: bool = False):  # type: ignore[no-untyped-def]
+    """The geometry of a k x k window (stride s, dilation d, pads p all round) over [N, c, H, W]."""
+    extent = (k - 1) * d + 1
+
+    def geometry(shape: tuple[int, ...]) -> ConvGeometry:
+        n, _, h, w = shape
+        return ConvGeometry(n, c, h, w, c, c, k, k, s, s, d, d, p, p, _out(h, p, p, extent, s, ceil),
+                            _out(w, p, p, extent, s, ceil), mode=mode)
+    return geometry
+
+
+DW = [(k, s, p, d) for k, s, p in itertools.product((3, 5), (1, 2), (0, 1, 2)) for d in (1,)] + [(3, 1, 2, 2),
+                                                                                                 (3, 2, 1, 2)]
+
+
+@pytest.mark.parametrize("case", DW, ids=[f"k{k}s{s}p{p}d{d}" for k, s, p, d in DW])
+def test_depthwise_builds_no_kernel_for_any_size(case: tuple) -> None:
+    """A depthwise k x k on runtime geometry made at a stand-in shape with the sampled border code, then every H, W
+    from 1 to 40 (``for_shape``): no kernel built, each against float64 with the input and buffers under guard pages
+    (at either end)."""
+    k, s, p, d = case
+    c = 17  # a masked last vector
+    geometry = _walk(c, k, s, d, p)
+    stand_in = (1, c, 4 * ((k - 1) * d + 1) + 16, 4 * ((k - 1) * d + 1) + 16)
+    borders = sampled_borders((None, c, None, None), geometry, stand_in)
+    rng = np.random.default_rng(k * 100 + s * 10 + p)
+    w = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    first = ConvExecutor(geometry(stand_in), w, None, None, num_threads=2, alloc=guarded("end"), dynamic=True,
+                         borders=borders)
+    before = _built()
+    for i, (h, wd) in enumerate(SIZES):
+        geo = geometry((1, c, h, wd))
+        if geo.ho < 1 or geo.wo < 1:
+            continue
+        assert covers(borders, geo), (h, wd)
+        x = rng.standard_normal((1, c, h, wd)).astype(np.float32)
+        want = conv_f64(x, w, c, (s, s), (d, d), (p,) * 4)
+        got = first.for_shape(geo).run(guarded_nhwc(x, "end" if i % 2 else "start"))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
+    assert _built() == before
+
+
+POOLS = [(mode, k, s, p, ceil, inc) for mode, (k, s, p) in itertools.product(
+    ("max", "avg"), [(3, 1, 1), (3, 2, 1), (3, 2, 0), (5, 1, 2), (5, 2, 2), (5, 2, 1)])
+    for ceil, inc in ((False, False), (True, True))]
+
+
+@pytest.mark.parametrize("case", POOLS, ids=["-".join(map(str, c)) for c in POOLS])
+def test_pool_builds_no_kernel_for_any_size(case: tuple) -> None:
+    """MaxPool/AveragePool (ceil_mode, count_include_pad) the same way: one kernel, every size right."""
+    mode, k, s, p, ceil, inc = case
+    c = 19
+    geometry = _walk(c, k, s, 1, p, mode, ceil)
+    stand_in = (1, c, 4 * k + 16, 4 * k + 16)
+    borders = sampled_borders((None, c, None, None), geometry, stand_in)
+
+    def divisor(geo: ConvGeometry) -> np.ndarray:
+        return reciprocal_counts(geo, (p,) * 4, inc) if mode == "avg" else np.zeros(1, np.float32)
+
+    first = ConvExecutor(geometry(stand_in), divisor(geometry(stand_in)), None, None, num_threads=2,
+                         alloc=guarded("end"), dynamic=True, borders=borders)
+    before = _built()
+    rng = np.random.default_rng(k + s + p)
+    for i, (h, wd) in enumerate(SIZES):
+        geo = geometry((1, c, h, wd))
+        if geo.ho < 1 or geo.wo < 1:
+            continue
+        assert covers(borders, geo), (h, wd)
+        x = rng.standard_normal((1, c, h, wd)).astype(np.float32)
+        want = pool_f64(x, mode, (k, k), (s, s), (p,) * 4, geo.ho, geo.wo, inc)
+        ex = ConvExecutor(geo, divisor(geo), None, None, num_threads=2, alloc=guarded("end"), dynamic=True,
+                          prepared=first)
+        got = ex.run(guarded_nhwc(x, "end" if i % 2 else "start"))
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert _built() == before
+
+
+def test_border_sizes_cover_every_size() -> None:
+    """``border_sizes``' bound: the border code of the sizes it gives is that of every size up to 80, over
+    kernels, strides, dilations, asymmetric pads and ceil_mode."""
+    for k, s, d, lo, hi, ceil in itertools.product((1, 2, 3, 5, 7), (1, 2, 3, 4), (1, 2), (0, 1, 3), (0, 2),
+                                                   (False, True)):
+        extent = (k - 1) * d + 1
+
+        def geo(w: int) -> ConvGeometry:
+            return ConvGeometry(1, 16, 9, w, 16, 16, 1, k, 1, s, 1, d, 0, lo, 9, _out(w, lo, hi, extent, s, ceil))
+        sampled = [geo(w) for w in border_sizes(extent, s) if geo(w).wo > 0]
+        every = [geo(w) for w in range(1, 81) if geo(w).wo > 0]
+        assert merge_borders(sampled) == merge_borders(every), (k, s, d, lo, hi, ceil)
+
+
+def test_dynamic_model_builds_no_kernel_for_tiny_maps() -> None:
+    """A model with dynamic N, H, W: a depthwise 5x5 (pads 2, stride 2) and a MaxPool 3x3 (pad 1, stride 2) after
+    it, then every H, W from 1 to 12: no kernel built after compile_model (the compile made the border code of
+    every size), each output against onnxruntime."""
+    ort = pytest.importorskip("onnxruntime")
+    c = 24
+    w = (np.random.default_rng(2).standard_normal((c, 1, 5, 5)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["d"], group=c, kernel_shape=[5, 5], strides=[2, 2], pads=[2] * 4),
+             helper.make_node("MaxPool", ["d"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4)]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", c, "h", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w")])
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    cm = compile_model(data, "x86_64_avx512", {"num_threads": 2})
+    assert all(where == "x86_64_avx512" for _, op, where in cm.placement() if op == "Subgraph")
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    per_shape = lambda: sum(getattr(getattr(st.run, "__self__", st.run), "compiles", 0)  # noqa: E731
+                            for st in cm._steps)
+    # a large shape first: the output Reorder's tile kernel (one for every shape, made on the first shape whose
+    # reorder is not a plain copy) is not what this test counts; the large shape's borders are the stand-in's
+    cm({"x": rng.standard_normal((1, c, 20, 20)).astype(np.float32)})
+    before = _built() + per_shape()
+    for h, wd in itertools.product(range(1, 13), range(1, 13)):
+        x = rng.standard_normal((1 + (h + wd) % 2, c, h, wd)).astype(np.float32)
+        np.testing.assert_allclose(cm({"x": x})["y"], sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    assert _built() + per_shape() == before
