@@ -504,7 +504,7 @@ class DynamicConv(ShapeCache):
     as a static conv's are. An empty batch runs the kernel on no rows; a residual whose run-time shape broadcasts to
     the output's (a dynamic dim of 1) is expanded first (the kernel reads the residual with the output's layout)."""
 
-    kind = "one conv kernel for every N, H, W (a depthwise walk: one per border-tap pattern)"
+    kind = "one conv kernel for every N, H, W (a depthwise walk: the border code of every size)"
 
     def __init__(self, sg: Subgraph, plan: ConvPlan, num_threads: int) -> None:
         from snippets_x86_64.conv_concat import output_pitch
@@ -587,10 +587,10 @@ def _describe_epilogue(ex: ConvExecutor | ConvThenPool) -> str:
 
 class DynamicPool(ShapeCache):
     """A pooling primitive with a dynamic N, H or W: a MaxPool/AvgPool walks on runtime geometry like a depthwise
-    convolution (one kernel per border-tap pattern, never per N); a global pool's kernel reads the pixel count from
+    convolution (one kernel with the border code of every size, never one per N); a global pool's kernel reads the pixel count from
     its table, an LRN's walks pixels: one kernel for every shape."""
 
-    kind = "one pooling kernel for every N, H, W (a window walk: one per border-tap pattern)"
+    kind = "one pooling kernel for every N, H, W (a window walk: the border code of every size)"
 
     def __init__(self, sg: Subgraph, pool: Any, num_threads: int) -> None:
         from snippets_x86_64.pool import POOL_MODES, build_pool_executor, pool_geometry
