@@ -5,6 +5,8 @@ included, so a new shape builds no kernel; each shape against float64 numpy unde
 from __future__ import annotations
 
 import itertools
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +18,8 @@ from snippets_x86_64.conv_executor import ConvExecutor
 from snippets_x86_64.conv_subgraph import border_sizes, sampled_borders
 from snippets_x86_64.pool import reciprocal_counts
 
-from test_conv_kernel import _built, conv_f64, guarded, guarded_nhwc, pool_f64
+sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: make the sibling module importable
+from test_conv_kernel import _built, conv_f64, guarded, guarded_nhwc, pool_f64  # noqa: E402
 
 pytestmark = pytest.mark.avx512
 
@@ -40,6 +43,17 @@ def _walk(c: int, k: int, s: int, d: int, p: int, mode: str = "conv", ceil: bool
     return geometry
 
 
+def _every_size(geometry, c: int, borders: tuple, rng: np.random.Generator):  # type: ignore[no-untyped-def]
+    """Each size of ``SIZES`` with an output: its geometry (``borders`` has its code), an input of ``c`` channels,
+    and which end of its guarded copy the guard page is at (alternating)."""
+    for i, (h, wd) in enumerate(SIZES):
+        geo = geometry((1, c, h, wd))
+        if geo.ho < 1 or geo.wo < 1:
+            continue
+        assert covers(borders, geo), (h, wd)
+        yield geo, rng.standard_normal((1, c, h, wd)).astype(np.float32), "end" if i % 2 else "start"
+
+
 DW = [(k, s, p, d) for k, s, p in itertools.product((3, 5), (1, 2), (0, 1, 2)) for d in (1,)] + [(3, 1, 2, 2),
                                                                                                  (3, 2, 1, 2)]
 
@@ -59,14 +73,9 @@ def test_depthwise_builds_no_kernel_for_any_size(case: tuple) -> None:
     first = ConvExecutor(geometry(stand_in), w, None, None, num_threads=2, alloc=guarded("end"), dynamic=True,
                          borders=borders)
     before = _built()
-    for i, (h, wd) in enumerate(SIZES):
-        geo = geometry((1, c, h, wd))
-        if geo.ho < 1 or geo.wo < 1:
-            continue
-        assert covers(borders, geo), (h, wd)
-        x = rng.standard_normal((1, c, h, wd)).astype(np.float32)
+    for geo, x, at in _every_size(geometry, c, borders, rng):
         want = conv_f64(x, w, c, (s, s), (d, d), (p,) * 4)
-        got = first.for_shape(geo).run(guarded_nhwc(x, "end" if i % 2 else "start"))
+        got = first.for_shape(geo).run(guarded_nhwc(x, at))
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
     assert _built() == before
 
@@ -92,16 +101,11 @@ def test_pool_builds_no_kernel_for_any_size(case: tuple) -> None:
                          alloc=guarded("end"), dynamic=True, borders=borders)
     before = _built()
     rng = np.random.default_rng(k + s + p)
-    for i, (h, wd) in enumerate(SIZES):
-        geo = geometry((1, c, h, wd))
-        if geo.ho < 1 or geo.wo < 1:
-            continue
-        assert covers(borders, geo), (h, wd)
-        x = rng.standard_normal((1, c, h, wd)).astype(np.float32)
+    for geo, x, at in _every_size(geometry, c, borders, rng):
         want = pool_f64(x, mode, (k, k), (s, s), (p,) * 4, geo.ho, geo.wo, inc)
         ex = ConvExecutor(geo, divisor(geo), None, None, num_threads=2, alloc=guarded("end"), dynamic=True,
                           prepared=first)
-        got = ex.run(guarded_nhwc(x, "end" if i % 2 else "start"))
+        got = ex.run(guarded_nhwc(x, at))
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert _built() == before
 
