@@ -587,8 +587,8 @@ def _describe_epilogue(ex: ConvExecutor | ConvThenPool) -> str:
 
 class DynamicPool(ShapeCache):
     """A pooling primitive with a dynamic N, H or W: a MaxPool/AvgPool walks on runtime geometry like a depthwise
-    convolution (one kernel with the border code of every size, never one per N); a global pool's kernel reads the pixel count from
-    its table, an LRN's walks pixels: one kernel for every shape."""
+    convolution (one kernel with the border code of every size, never one per N); a global pool's kernel reads the
+    pixel count from its table, an LRN's walks pixels: one kernel for every shape."""
 
     kind = "one pooling kernel for every N, H, W (a window walk: the border code of every size)"
 

@@ -32,7 +32,8 @@ def _out(size: int, lo: int, hi: int, extent: int, stride: int, ceil: bool = Fal
     return (-(-span // stride) if ceil else span // stride) + 1
 
 
-def _walk(c: int, k: int, s: int, d: int, p: int, mode: str = "conv", ceil: bool = False):  # type: ignore[no-untyped-def]
+def _walk(c: int, k: int, s: int, d: int, p: int, mode: str = "conv",
+          ceil: bool = False):  # type: ignore[no-untyped-def]
     """The geometry of a k x k window (stride s, dilation d, pads p all round) over [N, c, H, W]."""
     extent = (k - 1) * d + 1
 
