@@ -841,7 +841,6 @@ def _advance_dw(fn: Function, geo: ConvGeometry, pixels: int) -> None:
             fn.add(r8, pixels * 4)
 
 
-@functools.lru_cache(maxsize=256)
 @functools.lru_cache(maxsize=1024)
 def dw_borders(geo: ConvGeometry) -> tuple:
     """What a dynamic depthwise/pool kernel's code depends on beyond the windows: the row-tap variants (top, middle,
