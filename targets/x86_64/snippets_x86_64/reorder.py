@@ -223,21 +223,25 @@ def compile_reorder_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.ndar
 
 class DynamicReorder(ShapeCache):
     """A reorder of a dynamic shape: the memory transposed by the JIT Transpose's shape-agnostic 16x16 tile kernel
-    (its pitches and tile counts in a parameter block), so a new shape makes a table, not a kernel; a shape whose
-    plan is a strided copy (a dim of 1) builds the copy kernel of its run length, which ``compiles`` counts; a shape
-    that lies the same in both layouts (``same_memory``) is passed on as it is."""
+    (its pitches and tile counts in a parameter block), built when the reorder is compiled, so a new shape makes a
+    table, never a kernel (``compiles`` stays 0); a shape that lies the same in both layouts (``same_memory``: a C
+    or an H*W of 1, the only shapes whose plan would be a strided copy) is passed on as it is."""
 
     kind = "one shape-agnostic 16x16 tile kernel for every shape"
 
     def __init__(self, src: Layout, dst: Layout, dtype: np.dtype, threads: int) -> None:
-        from snippets_x86_64.transpose import TransposeExecutor
+        from snippets_x86_64.transpose import TransposeExecutor, tile_kernel
 
         order = src.order or tuple(range(4))
         perm = [order.index(a) for a in (dst.order or tuple(range(4)))]
+        # built here, at compile time: a shape that is not ``same_memory`` always reduces to a batch of 2-D
+        # transposes (NCHW <-> NHWC with C > 1 and H*W > 1), never to a copy plan, so no shape builds a kernel
+        tiles = tile_kernel(np.dtype(dtype).itemsize)
+
         def make(shape: tuple[int, ...], first: Any) -> TransposeExecutor | None:
             if same_memory(src, dst, shape):  # [N, C, 1, 1] after a pool of a dynamic size: nothing to move
                 return None
-            return TransposeExecutor(tuple(shape[a] for a in order), perm, dtype, threads)
+            return TransposeExecutor(tuple(shape[a] for a in order), perm, dtype, threads, tiles=tiles)
 
         super().__init__(make)
         self.src, self.dst = src, dst

@@ -268,6 +268,13 @@ def build_tile_kernel(size: int = 4) -> JitFunction:
     return fn.finalize(None, HARNESS_ARGTYPES)
 
 
+def tile_kernel(size: int) -> JitFunction:
+    """The shape-agnostic tile kernel for ``size``-byte elements, from the process-wide function cache. A dynamic
+    Transpose or Reorder takes it at compile time and hands it to every shape's executor, so no call builds it
+    (the cache is bounded: asking it again per shape could rebuild an evicted kernel between two calls)."""
+    return FUNCTION_CACHE.get("transpose_tiles", (size,), lambda: build_tile_kernel(size), HARNESS_ARGTYPES)
+
+
 def transpose_supported(shape: Sequence[int], perm: Sequence[int], dtype: np.dtype) -> str | None:
     """None if the JIT Transpose moves ``dtype`` of ``shape`` by ``perm``, else why not."""
     if np.dtype(dtype).itemsize not in ELEMENT_SIZES:
@@ -284,7 +291,7 @@ class TransposeExecutor:
 
     def __init__(self, shape: Sequence[int], perm: Sequence[int], dtype: np.dtype, num_threads: int = 1,
                  alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
-                 min_bytes_per_thread: int = MIN_BYTES_PER_THREAD) -> None:
+                 min_bytes_per_thread: int = MIN_BYTES_PER_THREAD, tiles: JitFunction | None = None) -> None:
         self.shape, self.perm, self.dtype = tuple(int(d) for d in shape), tuple(int(a) for a in perm), np.dtype(dtype)
         self.out_shape = tuple(self.shape[a] for a in self.perm)
         self.new = alloc or (lambda s: empty_aligned(s, self.dtype))
@@ -299,8 +306,7 @@ class TransposeExecutor:
                                              lambda: build_copy_kernel(plan.run, size), HARNESS_ARGTYPES)
             self.table = np.stack([plan.src * size, plan.dst * size], axis=1).astype(np.int64)
         else:
-            self.kernel = FUNCTION_CACHE.get("transpose_tiles", (size,), lambda: build_tile_kernel(size),
-                                             HARNESS_ARGTYPES)
+            self.kernel = tiles or tile_kernel(size)
             full, tail = divmod(plan.cols, TILE)
             self.params = np.array([plan.src_pitch * size, plan.dst_pitch * size, full, (1 << tail) - 1, tail],
                                    dtype=np.int64)
@@ -355,12 +361,13 @@ def compile_transpose_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.nd
         return None
     dtype, threads = et.numpy, config.num_threads
     executors: dict[tuple[int, ...], TransposeExecutor] = {}
+    tiles: JitFunction | None = None
 
     def executor(shape: tuple[int, ...]) -> TransposeExecutor:
         why = transpose_supported(shape, order, dtype)
         if why is not None:
             raise UnsupportedByTarget(f"Transpose '{sg.name}' of shape {list(shape)}: {why}")
-        return executors.setdefault(shape, TransposeExecutor(shape, order, dtype, threads))
+        return executors.setdefault(shape, TransposeExecutor(shape, order, dtype, threads, tiles=tiles))
 
     if x.shape.is_static:
         shape = x.shape.to_tuple()
@@ -372,6 +379,8 @@ def compile_transpose_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.nd
     elif np.dtype(dtype).itemsize not in ELEMENT_SIZES:
         sg.rt_info["SnippetsFallbackReason"] = transpose_supported((), (), dtype)
         return None
+    else:  # a dynamic shape: the tile kernel now, so a new shape whose plan is a 2-D transpose makes only a table
+        tiles = tile_kernel(np.dtype(dtype).itemsize)
     sg.rt_info["SnippetsConvKernel"] = f"transpose {order} (JIT strided copies / 16x16 tiles)"
 
     def run(inputs: Sequence[np.ndarray], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
