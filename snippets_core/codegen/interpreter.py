@@ -532,6 +532,10 @@ def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence
             kernels[key] = (gen.kernel, list(gen.output_shapes))
         return kernels[key]
 
+    def execute(inputs: list[np.ndarray]) -> list[np.ndarray]:
+        kernel, out_shapes = build([tuple(np.shape(a)) for a in inputs])
+        return [o.reshape(s) for o, s in zip(kernel.run(inputs), out_shapes)]
+
     static = [p.shape for p in sg.body.parameters]
     if all(s.is_static for s in static):
         build([s.to_tuple() for s in static])
@@ -551,13 +555,12 @@ def compile_subgraph(sg: Any, vector_size: int = 16, positioned_passes: Sequence
             dynamic_kernel: InterpretedKernel = gen.kernel
 
             def execute_dynamic(inputs: list[np.ndarray]) -> list[np.ndarray]:
-                return dynamic_kernel.run(inputs)
+                try:
+                    return dynamic_kernel.run(inputs)
+                except DynamicShapeError:  # a dim of 1 against the same dim > 1 (the configurator binds first, so
+                    return execute(inputs)  # nothing ran): run-time broadcasting gets a kernel for these shapes
 
             return execute_dynamic
-
-    def execute(inputs: list[np.ndarray]) -> list[np.ndarray]:
-        kernel, out_shapes = build([tuple(np.shape(a)) for a in inputs])
-        return [o.reshape(s) for o, s in zip(kernel.run(inputs), out_shapes)]
 
     return execute
 

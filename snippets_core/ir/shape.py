@@ -11,6 +11,12 @@ not polynomials: ``floor((H+1)/2)``. :func:`sdim_floordiv` makes such a dim a *f
 whose value :meth:`SymDim.evaluate` computes from the names inside, so a stride-2 output stays a plain symbol
 (a lowering can bind it from a kernel input like any name), equal paths give equal atoms
 (``floor((floor((H+1)/2)+1)/2)`` is ``floor((H+3)/4)``), and a ResNet's Add of two such branches keeps it.
+
+Two different symbols meeting in a broadcast (an Add of ``[B, S]`` and ``[B, T]``) give a *broadcast atom*
+(:func:`sdim_broadcast`): ``bcast(S,T)``, the dim that is not 1 at run time (numpy broadcasting allows only ``S ==
+T``, ``S == 1`` or ``T == 1``), so the ops after it keep a named dim related to ``S`` and ``T`` instead of an
+unknown one. :func:`broadcast_constraints` lists the atoms of a set of shapes so that a caller checks at run time
+that their operands do broadcast (``CompiledModel`` does, with an error naming both inputs).
 """
 
 from __future__ import annotations
@@ -124,7 +130,7 @@ class SymDim:
             for n in m:
                 x = env.get(n)
                 if x is None:
-                    x = _floor_atom_value(n, env)
+                    x = _atom_value(n, env)
                     if x is None:
                         return None
                 v *= x
@@ -137,7 +143,13 @@ class SymDim:
         out: set[str] = set()
         for n in self.names:
             atom = _FLOOR_ATOMS.get(n)
-            out |= atom[0].base_names if atom is not None else {n}
+            bcast = _BROADCAST_ATOMS.get(n)
+            if atom is not None:
+                out |= atom[0].base_names
+            elif bcast is not None:
+                out = out.union(*(d.base_names for d in bcast))
+            else:
+                out.add(n)
         return frozenset(out)
 
     def __str__(self) -> str:
@@ -163,12 +175,26 @@ class SymDim:
 _FLOOR_ATOMS: dict[str, tuple[SymDim, int]] = {}
 
 
-def _floor_atom_value(name: str, env: Mapping[str, int]) -> int | None:
+#: broadcast atom name -> its operands (two or more distinct symbolic dims, none a broadcast atom, sorted by text):
+#: made by :func:`sdim_broadcast` only, so one name always means one value, as for floor atoms
+_BROADCAST_ATOMS: dict[str, tuple[SymDim, ...]] = {}
+
+
+def _atom_value(name: str, env: Mapping[str, int]) -> int | None:
+    """The value of a floor or broadcast atom computed from the names inside it; None for another name or when a
+    name inside is missing. A broadcast atom is its operand that is not 1 (all operands 1: 1); operands that
+    disagree (``S`` = 3, ``T`` = 4) give the first one's value: :func:`broadcast_constraints` is what rejects them."""
     atom = _FLOOR_ATOMS.get(name)
-    if atom is None:
+    if atom is not None:
+        v = atom[0].evaluate(env)
+        return None if v is None else v // atom[1]
+    operands = _BROADCAST_ATOMS.get(name)
+    if operands is None:
         return None
-    v = atom[0].evaluate(env)
-    return None if v is None else v // atom[1]
+    values = [d.evaluate(env) for d in operands]
+    if any(v is None for v in values):
+        return None
+    return next((v for v in values if v != 1), 1)
 
 
 def _as_sym(x: SymDim | int) -> SymDim:
@@ -249,6 +275,40 @@ def sdim_floordiv(a: SDim, k: int) -> SDim:
 def sdim_ceildiv(a: SDim, k: int) -> SDim:
     """``ceil(a / k)`` for an int ``k > 0`` (see :func:`sdim_floordiv`)."""
     return None if a is None else sdim_floordiv(sdim_add(a, k - 1), k)
+
+
+def sdim_broadcast(a: SymDim, b: SymDim) -> SymDim:
+    """The result of broadcasting two different symbolic dims together: a broadcast atom (module docstring) named
+    ``bcast(S,T)``, whichever is not 1 at run time. Operands that are themselves broadcast atoms are opened, so
+    ``bcast(bcast(S,T),S)`` is ``bcast(S,T)`` and the order of the meetings does not matter."""
+    operands: set[SymDim] = set()
+    for d in (a, b):
+        inner = _BROADCAST_ATOMS.get(d.name) if d.name is not None else None
+        operands.update(inner if inner is not None else (d,))
+    if len(operands) == 1:
+        return next(iter(operands))
+    ordered = tuple(sorted(operands, key=str))
+    name = f"bcast({','.join(map(str, ordered))})"
+    _BROADCAST_ATOMS.setdefault(name, ordered)
+    return SymDim.of(name)
+
+
+def broadcast_operands(d: SDim) -> tuple[SymDim, ...] | None:
+    """The operands of a broadcast atom (``bcast(S,T)`` gives ``(S, T)``), else None."""
+    name = d.name if isinstance(d, SymDim) else None
+    return _BROADCAST_ATOMS.get(name) if name is not None else None
+
+
+def broadcast_constraints(shapes: Iterable[Shape]) -> list[SymDim]:
+    """The broadcast atoms that the dims of ``shapes`` use (each once, in the order met): at run time the operands
+    of each must be equal or 1, which shape inference assumed and a caller must check."""
+    seen: dict[str, SymDim] = {}
+    for shape in shapes:
+        for sym in shape.syms or ():
+            for n in (sym.names if sym is not None else ()):
+                if n in _BROADCAST_ATOMS:
+                    seen.setdefault(n, SymDim.of(n))
+    return list(seen.values())
 
 
 def sdim_str(d: SDim) -> str:
@@ -376,7 +436,8 @@ def as_shape(s: Shape | Sequence[SDim] | None) -> Shape:
 
 def broadcast_dim(a: SDim, b: SDim) -> SDim:
     """Numpy broadcasting of one pair of dims; raises on a mismatch of two static dims. Two equal symbolic
-    dims give that dim; a symbolic dim and a static dim > 1 give the static one (the symbol must be 1 or it)."""
+    dims give that dim; a symbolic dim and a static dim > 1 give the static one (the symbol must be 1 or it);
+    two different symbolic dims give their broadcast atom (:func:`sdim_broadcast`)."""
     if a == 1:
         return b
     if b == 1:
@@ -387,7 +448,7 @@ def broadcast_dim(a: SDim, b: SDim) -> SDim:
     if isinstance(a, SymDim) or isinstance(b, SymDim):
         if a == b:
             return a
-        return a if isinstance(a, int) else b if isinstance(b, int) else None
+        return a if isinstance(a, int) else b if isinstance(b, int) else sdim_broadcast(a, b)  # type: ignore[arg-type]
     if a != b:
         raise ShapeInferenceError(f"dims {a} and {b} do not broadcast")
     return a

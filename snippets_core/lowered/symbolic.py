@@ -270,7 +270,10 @@ def named_symbol(name: str) -> SymInt:
 
 def dim_names(shape: Shape) -> tuple[str | None, ...] | None:
     """Per dim, the name of a dynamic dim that is one plain symbol (``S``, not ``S+1`` or ``2*B``), None for a
-    static dim; None as a whole when some dynamic dim has no such name."""
+    static dim; None as a whole when some dynamic dim has no such name. A broadcast atom (``bcast(S,T)``) is not
+    such a name: no kernel input gives it, and its value is decided by run-time broadcasting."""
+    from snippets_core.ir.shape import broadcast_operands
+
     if shape.dims is None:
         return None
     syms = shape.syms or (None,) * len(shape.dims)
@@ -279,7 +282,7 @@ def dim_names(shape: Shape) -> tuple[str | None, ...] | None:
         if d is not None:
             names.append(None)
             continue
-        if sym is None or len(sym.terms) != 1 or sym.terms[0][1] != 1 or len(sym.terms[0][0]) != 1:
+        if sym is None or sym.name is None or broadcast_operands(sym) is not None:
             return None
         names.append(sym.terms[0][0][0])
     return tuple(names)

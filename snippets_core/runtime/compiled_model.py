@@ -33,6 +33,7 @@ from snippets_core.ir.ops.io import Constant, Parameter, Result
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.passes.widen_bf16_convolution import PRECISION_NOTE
 from snippets_core.ir.shape import Shape, SymDim
+from snippets_core.runtime.broadcast_checks import BroadcastChecks
 from snippets_core.runtime.gc_pause import paused_gc
 from snippets_core.runtime.inputs import as_input_array, expect_output_arrays
 from snippets_core.runtime.layout_steps import compile_in_layout
@@ -44,6 +45,7 @@ from snippets_core.runtime.placement import (
     fallback_reason,
     subgraph_error,
 )
+from snippets_core.runtime.shape_fold import FOLDED, ShapeFolder, symbol_sources
 from snippets_core.runtime.shape_steps import VIEW_OPS, fold, view_executor
 from snippets_core.runtime.targets import ResolvedTarget, resolve_target
 
@@ -132,6 +134,8 @@ class CompiledModel:
         self._results: list[tuple[str, int, ElementType]] = []
         steps: list[Step] = []
         known: dict[int, np.ndarray] = {}  # slots whose value is known at compile time
+        # values decided by the inputs' shapes only: computed once per new shape (see shape_fold)
+        folder = ShapeFolder(symbol_sources([(p.shape, slot_of[(p.id, 0)]) for p in self.model.parameters]))
         for n in order:
             outs = tuple(slot_of[(n.id, o.index)] for o in n.outputs)
             if isinstance(n, Parameter):
@@ -158,6 +162,9 @@ class CompiledModel:
                         self._constants.append((slot, v))
                         known[slot] = v
                     continue
+                if folder.take(n, args, outs, known):
+                    steps.append(Step(n, (), outs, folder.executor(outs), FOLDED))
+                    continue
                 view = view_executor(n)
                 if view is not None:
                     run, where = view, "view"
@@ -166,7 +173,14 @@ class CompiledModel:
                     reason = n.rt_info.get(FALLBACK_KEY) if isinstance(n, Subgraph) else None
             reporter = run if isinstance(run, ReportsPlacement) else None
             steps.append(Step(n, args, outs, run, where, reporter=reporter, reason=reason))
+        if folder:  # a folded step reads only the inputs that give its symbols: the others leave the plan
+            folder.finish(known)
+            for st in steps:
+                if st.where == FOLDED:
+                    st.args = folder.key_args()
         steps = _live_steps(steps, {s for _, s, _ in self._results})
+        folder.keep(o for st in steps if st.where == FOLDED for o in st.outs)
+        self._shape_folder = folder
         # Free each slot after its last reader (results are read at the end, so they are never freed).
         keep = {s for _, s, _ in self._results} | {s for s, _ in self._constants}
         last_use: dict[int, int] = {}
@@ -231,7 +245,14 @@ class CompiledModel:
             raise InputError(f"unknown input {unknown[0]!r}; the model's inputs are: {', '.join(self._input_names)}")
         if self._symbol_checks:
             self._check_symbols(out)
+        if self._broadcast_checks:
+            self._broadcast_checks.check(out)
         return out
+
+    @cached_property
+    def _broadcast_checks(self) -> BroadcastChecks:
+        """Dims related by a broadcast atom (``bcast(S,T)``) must broadcast at run time (see broadcast_checks)."""
+        return BroadcastChecks(self.model, [spec.name for spec in self._inputs])
 
     @cached_property
     def _symbol_checks(self) -> tuple[tuple[int, int, str | None, SymDim, str], ...]:
@@ -429,6 +450,8 @@ class CompiledModel:
             counts[(st.node.type_name, p.where)] = counts.get((st.node.type_name, p.where), 0) + 1
         for (op, where), c in sorted(counts.items()):
             lines.append(f"  [{where}] {op} x{c}")
+        if self._shape_folder:
+            lines.append(f"  [{FOLDED}] {self._shape_folder.describe()}")
         # why a heavy op was left to its reference kernel (e.g. a 3-D Convolution: TokenizeConvSnippets)
         for st in self._steps:
             why = st.node.rt_info.get("SnippetsConvRejectReason") or (
