@@ -153,6 +153,10 @@ class CompiledModel:
                 self._results.append((n.name, args[0], n.outputs[0].element_type))
                 continue
             reason = None
+            # (a Subgraph too: a Cast of a causal mask tokenized into a kernel would run per call)
+            if folder.take(n, args, outs, known):
+                steps.append(Step(n, (), outs, folder.executor(outs), FOLDED))
+                continue
             if n.id in executors:
                 run, where = executors[n.id]
             else:
@@ -161,9 +165,6 @@ class CompiledModel:
                     for slot, v in zip(outs, folded):
                         self._constants.append((slot, v))
                         known[slot] = v
-                    continue
-                if folder.take(n, args, outs, known):
-                    steps.append(Step(n, (), outs, folder.executor(outs), FOLDED))
                     continue
                 view = view_executor(n)
                 if view is not None:

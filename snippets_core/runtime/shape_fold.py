@@ -19,13 +19,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from snippets_core.ir.const_eval import shape_value
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.evaluate import evaluate_node
 from snippets_core.ir.node import Node
-from snippets_core.ir.shape import Shape, SymDim, broadcast_operands
+from snippets_core.ir.shape import Shape, SymDim, SymValue, broadcast_operands
 from snippets_core.runtime.shape_steps import FOLD_MAX_BYTES, SHAPE_OF_OPS, UNFOLDABLE
 
 #: where a folded step runs (``placement()``, ``describe()``, ``last_run_stats``)
@@ -46,14 +48,20 @@ class ShapeFolder:
         self.sources = dict(sources)
         self.nodes: list[tuple[Node, tuple[int, ...], tuple[int, ...]]] = []  # (node, arg slots, out slots)
         self._slots: set[int] = set()  # the outputs of the nodes taken
-        self._shapes: dict[int, tuple[SymDim | int, ...]] = {}  # a ShapeOf node's id -> its input's symbolic dims
+        #: per folded slot whose value is a shape vector known symbolically (``Shape(x)``, ``Gather(Shape(x), 1)``):
+        #: its entries, evaluated from the symbols without running the node or its producers
+        self._entries: dict[int, SymValue] = {}
+        #: the nodes a call evaluates, in order, and how (:meth:`keep`): "entries" or "reference"
+        self._steps: list[tuple[Node, tuple[int, ...], tuple[int, ...], str]] = []
         self.names: tuple[str, ...] = ()
-        self.key_slots: tuple[int, ...] = ()
         self.key_axes: tuple[tuple[int, int], ...] = ()
         self.kept: frozenset[int] | None = None  # the out slots a live step reads (None: every one)
         self._cache: OrderedDict[tuple[int, ...], dict[int, np.ndarray]] = OrderedDict()
         self._last: tuple[tuple[int, ...] | None, dict[int, np.ndarray]] = (None, {})
         self._known: Mapping[int, np.ndarray] = {}
+        #: per folded slot, the symbols its value depends on (a shape vector's entries say it exactly: the Gather of
+        #: S from ``Shape([B, S, 768])`` depends on S only, so a new batch size computes nothing anew)
+        self._deps: dict[int, frozenset[str]] = {}
         #: symbol-value sets computed (cache misses)
         self.computed = 0
 
@@ -63,48 +71,67 @@ class ShapeFolder:
     # --- plan time ---------------------------------------------------------------------------------------
     def take(self, node: Node, args: tuple[int, ...], outs: tuple[int, ...], known: Mapping[int, np.ndarray]) -> bool:
         """Take ``node`` when its outputs depend only on the inputs' shapes: a ShapeOf of a tensor whose dims the
-        symbols decide, or a node whose inputs are constants or values taken before."""
+        symbols decide, or a node whose inputs are constants or values taken before, with one of the latter at
+        least (a node of constants only is :func:`~snippets_core.runtime.shape_steps.fold`'s). A Subgraph is
+        evaluated on its reference then: once per shape beats its kernel on every call."""
         if (node.type_name in UNFOLDABLE or not node.inputs or any(o.element_type is ElementType.dynamic
                                                                     for o in node.outputs)
-                or any(t.node.type_name == "Result" for o in node.outputs for t in o.targets)
-                or getattr(node, "body", None) is not None):
+                or any(t.node.type_name == "Result" for o in node.outputs for t in o.targets)):
             return False  # (a model output stays a fresh array per call, as in shape_steps.fold)
+        entries = [self._decided(o) for o in node.outputs]
         if node.type_name in SHAPE_OF_OPS:
-            dims = self._decided(node.inputs[0].shape)
-            if dims is None or not all(a in known or a in self._slots for a in args[1:]):
+            if entries[0] is None:  # a dim the symbols do not decide (unknown, or data-dependent)
                 return False
-            self._shapes[node.id] = dims
         elif not all(a in known or a in self._slots for a in args) or not any(a in self._slots for a in args):
             return False
         self.nodes.append((node, args, outs))
         self._slots.update(outs)
+        inherited = frozenset().union(*(self._deps.get(a, frozenset()) for a in args))
+        for slot, value in zip(outs, entries):
+            if value is not None:
+                self._entries[slot] = value
+            self._deps[slot] = _names_of(value) if value is not None else inherited
         return True
 
-    def _decided(self, shape: Shape) -> tuple[SymDim | int, ...] | None:
-        """The dims of ``shape`` when each is static or a symbolic dim of the names the inputs give, else None."""
-        if not shape.rank_is_static:
+    def _decided(self, out: Any) -> SymValue | None:
+        """The entries of ``out`` when it is a shape vector (of a static shape) whose every entry is an int or a
+        symbolic dim of the names the inputs give, else None."""
+        if not out.shape.is_static or out.element_type.numpy is None or out.element_type.numpy.kind not in "iu":
             return None
-        dims = shape.sym_dims
-        for d in dims:
-            if d is None or (isinstance(d, SymDim) and not d.base_names <= self.sources.keys()):
-                return None
-        return dims  # type: ignore[return-value]
+        value = shape_value(out)
+        if value is None or len(value) != max(1, out.shape.size) or any(
+                d is None or (isinstance(d, SymDim) and not d.base_names <= self.sources.keys()) for d in value):
+            return None
+        return value
 
     def finish(self, known: Mapping[int, np.ndarray]) -> None:
         """Called once every node is offered: the symbols the folded values depend on (and so the inputs a folded
         step reads); ``known``: the plan's compile-time values, which the folded nodes may read."""
-        names: set[str] = set()
-        for dims in self._shapes.values():
-            for d in dims:
-                if isinstance(d, SymDim):
-                    names |= d.base_names
-        self.names = tuple(sorted(names))
-        self.key_axes = tuple(self.sources[n] for n in self.names)
         self._known = known
+        self._key_on(frozenset().union(*self._deps.values()))
 
     def keep(self, live_outs: Iterable[int]) -> None:
-        """Only the folded slots that live steps read are cached per shape (the others are computed and dropped)."""
+        """Only the folded slots that live steps read are cached per shape (the others are computed and dropped),
+        and only the symbols those depend on make the cache key."""
         self.kept = frozenset(live_outs)
+        self._key_on(frozenset().union(*(self._deps[s] for s in self.kept)))
+        # backwards from the kept values: a shape vector is evaluated from its entries, any other value by its
+        # node's reference, whose folded inputs are then needed too
+        needed = set(self.kept)
+        steps = []
+        for node, args, outs in reversed(self.nodes):
+            wanted = [s for s in outs if s in needed]
+            if not wanted:
+                continue
+            how = "entries" if all(s in self._entries for s in wanted) else "reference"
+            if how == "reference":
+                needed.update(a for a in args if a in self._slots)
+            steps.append((node, args, outs, how))
+        self._steps = steps[::-1]
+
+    def _key_on(self, names: frozenset[str]) -> None:
+        self.names = tuple(sorted(names))
+        self.key_axes = tuple(self.sources[n] for n in self.names)
 
     def executor(self, outs: tuple[int, ...]) -> Executor:
         """The step of a folded node writing ``outs``: its values for the call's symbol values. It reads the
@@ -143,14 +170,13 @@ class ShapeFolder:
             v = slots.get(slot)
             return self._known[slot] if v is None else v
 
-        for node, args, outs in self.nodes:
-            if node.id in self._shapes:
-                shape = tuple(d if isinstance(d, int) else d.evaluate(env) for d in self._shapes[node.id])
-                # a zero-strided stand-in: the op reads the shape only
-                inputs = [np.broadcast_to(np.zeros((), np.float32), shape)] + [value(a) for a in args[1:]]
-            else:
-                inputs = [value(a) for a in args]
-            for slot, v in zip(outs, evaluate_node(node, inputs)):
+        for node, args, outs, how in self._steps:
+            if how == "entries":
+                for o, slot in zip(node.outputs, outs):
+                    entries = [d if isinstance(d, int) else d.evaluate(env) for d in self._entries[slot]]
+                    slots[slot] = np.asarray(entries, o.element_type.numpy).reshape(o.shape.to_tuple())
+                continue
+            for slot, v in zip(outs, evaluate_node(node, [value(a) for a in args])):
                 slots[slot] = v if v.flags.c_contiguous else v.copy()
         kept = self.kept
         return {s: v for s, v in slots.items() if kept is None or s in kept}
@@ -159,6 +185,13 @@ class ShapeFolder:
         ops = ", ".join(dict.fromkeys(n.type_name for n, _, _ in self.nodes))
         return (f"shape-only ops folded per input shape ({', '.join(self.names) or 'static'}): {ops}; "
                 f"{self.computed} shape(s) computed, {len(self._cache)} cached")
+
+
+def _names_of(value: SymValue | None) -> frozenset[str] | None:
+    """The input symbols a shape vector's entries depend on; None when an entry is unknown (or no vector)."""
+    if value is None or any(d is None for d in value):
+        return None
+    return frozenset().union(*(d.base_names for d in value if isinstance(d, SymDim)))
 
 
 def symbol_sources(parameters: Sequence[tuple[Shape, int]]) -> dict[str, tuple[int, int]]:
