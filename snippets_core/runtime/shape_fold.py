@@ -17,6 +17,7 @@ broadcasts).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -32,8 +33,9 @@ from snippets_core.runtime.shape_steps import FOLD_MAX_BYTES, SHAPE_OF_OPS, UNFO
 
 #: where a folded step runs (``placement()``, ``describe()``, ``last_run_stats``)
 FOLDED = "folded"
-#: symbol-value sets whose folded values are kept (a served model sees a few dozen lengths)
+#: symbol-value sets whose folded values are kept (a served model sees a few dozen lengths), and their bytes at most
 MAX_SHAPES = 64
+MAX_CACHED_BYTES = 256 << 20
 
 Executor = Callable[[list[np.ndarray]], Sequence[np.ndarray]]
 
@@ -64,6 +66,8 @@ class ShapeFolder:
         self._deps: dict[int, frozenset[str]] = {}
         #: symbol-value sets computed (cache misses)
         self.computed = 0
+        self._bytes = 0  # of the cached values
+        self._lock = threading.Lock()  # calls from several Python threads: the LRU's moves and drops
 
     def __bool__(self) -> bool:
         return bool(self.nodes)
@@ -150,17 +154,21 @@ class ShapeFolder:
 
     # --- call time ---------------------------------------------------------------------------------------
     def _values(self, key: tuple[int, ...]) -> dict[int, np.ndarray]:
-        values = self._cache.get(key)
-        if values is not None:
-            self._cache.move_to_end(key)
-        else:
+        with self._lock:
+            values = self._cache.get(key)
+            if values is not None:
+                self._cache.move_to_end(key)
+        if values is None:
             values = self._compute(dict(zip(self.names, key)))
-            self.computed += 1
-            if sum(v.nbytes for v in values.values()) <= FOLD_MAX_BYTES:
-                self._cache[key] = values
-                if len(self._cache) > MAX_SHAPES:
-                    self._cache.popitem(last=False)
-        self._last = (key, values)
+            nbytes = sum(v.nbytes for v in values.values())
+            with self._lock:
+                self.computed += 1
+                if nbytes <= FOLD_MAX_BYTES and key not in self._cache:  # else computed again on the next call
+                    self._cache[key] = values
+                    self._bytes += nbytes
+                    while len(self._cache) > MAX_SHAPES or self._bytes > MAX_CACHED_BYTES:
+                        self._bytes -= sum(v.nbytes for v in self._cache.popitem(last=False)[1].values())
+        self._last = (key, values)  # one attribute, read and written whole by concurrent calls
         return values
 
     def _compute(self, env: dict[str, int]) -> dict[int, np.ndarray]:

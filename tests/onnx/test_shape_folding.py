@@ -110,3 +110,25 @@ def test_a_shape_the_symbols_do_not_decide_is_not_folded() -> None:
     sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     for x in (np.array([0, 1, 2], np.float32), np.array([3, 0, 0, 1, 2], np.float32)):
         np.testing.assert_array_equal(cm({"x": x})["y"], sess.run(None, {"x": x})[0])
+
+
+def test_snippets_run_shows_the_folded_steps(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from snippets_core.cli import main
+
+    path = tmp_path / "mask.onnx"
+    onnx.save(_sliced_mask_model(), str(path))
+    assert main(["run", str(path), "-t", "reference", "--shape", "x=2,2,9,8", "--repeat", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "[folded] Slice x1" in out and "folded per input shape (sequence): ShapeOf, Gather, Unsqueeze, Concat, " \
+                                          "Slice; 1 shape(s) computed, 1 cached" in out, out
+    assert "folded " in out.split("last run by where:")[1]
+
+
+def test_the_cache_is_bounded_and_drops_the_least_recently_used(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from snippets_core.runtime import shape_fold
+
+    monkeypatch.setattr(shape_fold, "MAX_SHAPES", 2)
+    cm = compile_model(_sliced_mask_model(), "reference")
+    for seq in (3, 4, 3, 5, 4):  # 4 is dropped when 5 comes (3 was used more recently)
+        cm({"x": np.zeros((1, 2, seq, 8), np.float32)})
+    assert cm._shape_folder.computed == 4 and list(cm._shape_folder._cache) == [(5,), (4,)]
