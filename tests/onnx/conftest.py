@@ -27,6 +27,7 @@ def _suite():  # type: ignore[no-untyped-def]
 # packages under --import-mode=importlib).
 _suite()
 _load("snippets_torch_like_models", "torch_like_models.py")
+_load("snippets_onnx_targets", "targets.py")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

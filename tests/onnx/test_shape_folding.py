@@ -11,7 +11,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from snippets_core.plugins.targets import load_target, target_names
 from snippets_core.runtime.compiled_model import compile_model
 
 tlm = sys.modules["snippets_torch_like_models"]  # loaded by conftest.py
@@ -21,16 +20,7 @@ ort = pytest.importorskip("onnxruntime")
 SHAPE_ONLY = {"ShapeOf", "Slice", "Concat", "Range", "Trilu", "ConstantOfShape", "Broadcast", "Squeeze", "Select"}
 
 
-def _x86_unavailable() -> str | None:
-    if "x86_64_avx512" not in target_names():
-        return "target x86_64_avx512 is not installed"
-    return load_target("x86_64_avx512").available()
-
-
-TARGETS = ["reference",
-           pytest.param("x86_64_avx512", marks=[pytest.mark.avx512,
-                                                pytest.mark.skipif(_x86_unavailable() is not None,
-                                                                   reason=str(_x86_unavailable()))])]
+TARGETS = ["reference", sys.modules["snippets_onnx_targets"].X86]  # loaded by conftest.py
 
 
 @pytest.mark.parametrize("target", TARGETS)

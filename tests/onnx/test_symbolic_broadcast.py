@@ -6,6 +6,8 @@ typed error naming both inputs."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import onnx
 import pytest
@@ -13,7 +15,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 from snippets_core.errors import InputError
 from snippets_core.frontends.onnx import read_onnx
-from snippets_core.plugins.targets import load_target, target_names
 from snippets_core.runtime.compiled_model import compile_model
 
 ort = pytest.importorskip("onnxruntime")
@@ -21,16 +22,7 @@ ort = pytest.importorskip("onnxruntime")
 HIDDEN, HEADS = 32, 2
 
 
-def _x86_unavailable() -> str | None:
-    if "x86_64_avx512" not in target_names():
-        return "target x86_64_avx512 is not installed"
-    return load_target("x86_64_avx512").available()
-
-
-TARGETS = ["reference", "interpreter",
-           pytest.param("x86_64_avx512", marks=[pytest.mark.avx512,
-                                                pytest.mark.skipif(_x86_unavailable() is not None,
-                                                                   reason=str(_x86_unavailable()))])]
+TARGETS = sys.modules["snippets_onnx_targets"].TARGETS  # loaded by conftest.py
 
 
 def residual_with_bias() -> onnx.ModelProto:

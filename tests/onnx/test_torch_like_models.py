@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from snippets_core.frontends.onnx import read_onnx
-from snippets_core.plugins.targets import load_target, target_names
 from snippets_core.runtime.compiled_model import compile_model
 
 
@@ -20,16 +19,7 @@ MODELS = [(kind, exporter) for kind in ("bert", "gpt2") for exporter in ("torchs
 PAIRS = [(1, 5), (2, 7), (3, 16)]
 
 
-def _x86_unavailable() -> str | None:
-    if "x86_64_avx512" not in target_names():
-        return "target x86_64_avx512 is not installed"
-    return load_target("x86_64_avx512").available()
-
-
-TARGETS = ["reference", "interpreter",
-           pytest.param("x86_64_avx512", marks=[pytest.mark.avx512,
-                                                pytest.mark.skipif(_x86_unavailable() is not None,
-                                                                   reason=str(_x86_unavailable()))])]
+TARGETS = sys.modules["snippets_onnx_targets"].TARGETS  # loaded by conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,8 @@ numpy's transpose and onnxruntime."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from snippets_core.config import CompileConfig
 from snippets_core.ir import ElementType
@@ -65,24 +64,3 @@ def test_a_dynamic_transpose_subgraph_builds_its_tile_kernel_at_compile_time() -
     assert transposes and all(w == "x86_64_avx512" for _, _, w in cm.placement())
     assert _builds() == built
 
-
-def test_a_dynamic_cnn_reorders_with_no_kernel_per_shape() -> None:
-    """conv -> Exp -> conv with dynamic N, H, W: the reorders between the Exp Subgraph and the primitives are
-    dynamic; their outputs match onnxruntime at several shapes and they build no kernel for any of them."""
-    ort = pytest.importorskip("onnxruntime")
-    rng = np.random.default_rng(3)
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
-             helper.make_node("Exp", ["c1"], ["e"]),
-             helper.make_node("Conv", ["e", "w2"], ["y"], pads=[1, 1, 1, 1])]
-    inits = [numpy_helper.from_array((rng.standard_normal((20, 5, 3, 3)) * 0.1).astype(np.float32), "w1"),
-             numpy_helper.from_array((rng.standard_normal((7, 20, 3, 3)) * 0.1).astype(np.float32), "w2")]
-    g = helper.make_graph(nodes, "cec", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5, "H", "W"])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
-    cm = compile_model(model, "x86_64_avx512")
-    reorders = [st.run for st in cm._steps if isinstance(st.run, DynamicReorder)]
-    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    for n, h, w in [(1, 9, 11), (2, 5, 6), (1, 17, 3)]:
-        x = rng.standard_normal((n, 5, h, w)).astype(np.float32)
-        np.testing.assert_allclose(cm({"x": x})["y"], sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
-    assert all(r.compiles == 0 for r in reorders)

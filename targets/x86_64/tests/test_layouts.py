@@ -24,7 +24,7 @@ def _reorders(cm) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
     return [(sg.body_ops[0].src, sg.body_ops[0].dst) for sg in cm.subgraphs if sg.rt_info.get("SnippetsReorder")]
 
 
-def _conv_model() -> onnx.ModelProto:
+def _conv_model(dims: tuple[int | str, ...] = (2, 5, 9, 11)) -> onnx.ModelProto:
     """conv -> Exp -> conv: Exp is no conv post-op, so it is an element-wise Subgraph between two primitives."""
     rng = np.random.default_rng(3)
     nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
@@ -32,9 +32,26 @@ def _conv_model() -> onnx.ModelProto:
              helper.make_node("Conv", ["e", "w2"], ["y"], pads=[1, 1, 1, 1])]
     inits = [numpy_helper.from_array((rng.standard_normal((20, 5, 3, 3)) * 0.1).astype(np.float32), "w1"),
              numpy_helper.from_array((rng.standard_normal((7, 20, 3, 3)) * 0.1).astype(np.float32), "w2")]
-    g = helper.make_graph(nodes, "cec", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 9, 11])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 7, 9, 11])], inits)
+    g = helper.make_graph(nodes, "cec", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [dims[0], 7, *dims[2:]])], inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_dynamic_cnn_reorders_with_no_kernel_per_shape() -> None:
+    """The model above with dynamic N, H, W: its reorders are dynamic (one tile kernel, built at compile time); the
+    outputs match onnxruntime at several shapes and no shape builds a reorder kernel."""
+    from snippets_x86_64.reorder import DynamicReorder
+
+    ort = pytest.importorskip("onnxruntime")
+    model = _conv_model(("N", 5, "H", "W")).SerializeToString()
+    cm = compile_model(model, "x86_64_avx512")
+    reorders = [st.run for st in cm._steps if isinstance(st.run, DynamicReorder)]
+    assert reorders
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for n, h, w in [(1, 9, 11), (2, 5, 6), (1, 17, 3)]:
+        x = np.random.default_rng(h * w).standard_normal((n, 5, h, w)).astype(np.float32)
+        np.testing.assert_allclose(cm({"x": x})["y"], sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    assert all(r.compiles == 0 for r in reorders)
 
 
 def test_resnet50_reorders_nothing() -> None:
