@@ -270,10 +270,8 @@ def named_symbol(name: str) -> SymInt:
 
 def dim_names(shape: Shape) -> tuple[str | None, ...] | None:
     """Per dim, the name of a dynamic dim that is one plain symbol (``S``, not ``S+1`` or ``2*B``), None for a
-    static dim; None as a whole when some dynamic dim has no such name. A broadcast atom (``bcast(S,T)``) is not
-    such a name: no kernel input gives it, and its value is decided by run-time broadcasting."""
-    from snippets_core.ir.shape import broadcast_operands
-
+    static dim; None as a whole when some dynamic dim has no such name. A broadcast atom (``bcast(S,T)``) is a name
+    here (see :func:`dims_named_everywhere` for when a body may use it)."""
     if shape.dims is None:
         return None
     syms = shape.syms or (None,) * len(shape.dims)
@@ -282,7 +280,7 @@ def dim_names(shape: Shape) -> tuple[str | None, ...] | None:
         if d is not None:
             names.append(None)
             continue
-        if sym is None or sym.name is None or broadcast_operands(sym) is not None:
+        if sym is None or sym.name is None:
             return None
         names.append(sym.terms[0][0][0])
     return tuple(names)
@@ -291,15 +289,23 @@ def dim_names(shape: Shape) -> tuple[str | None, ...] | None:
 def dims_named_everywhere(model: Model) -> bool:
     """Whether every dynamic dim of every tensor of ``model`` is a named symbol (:func:`dim_names`), with no two
     names made the same identifier: then a dim keeps its identity through a Transpose or a MatMul, which the
-    positional names (:func:`dim_symbol`) cannot give it. A body with no dynamic dim is not named."""
+    positional names (:func:`dim_symbol`) cannot give it. A body with no dynamic dim is not named. A broadcast atom
+    (``bcast(S,T)``) is a name only where a body input has it as a dim: one made inside the body (an Add of ``S``
+    and ``T``) is broadcasting decided at run time, which no input gives."""
+    from snippets_core.ir.shape import SymDim, broadcast_operands
+
     names: set[str] = set()
+    given: set[str] = set()
     for n in model.get_ordered_ops():
         for o in n.outputs:
             got = dim_names(o.shape)
             if got is None:
                 return False
             names.update(x for x in got if x is not None)
-    return bool(names) and len({named_symbol(x) for x in names}) == len(names)
+            if n.type_name == "Parameter":
+                given.update(x for x in got if x is not None)
+    made_here = {x for x in names - given if broadcast_operands(SymDim.of(x)) is not None}
+    return bool(names) and not made_here and len({named_symbol(x) for x in names}) == len(names)
 
 
 def as_dim(d: Any) -> SymIntLike:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from snippets_core.ir import Shape, broadcast_shapes
-from snippets_core.ir.ops.binary import Add
-from snippets_core.ir.ops.io import Constant, Parameter
+from snippets_core.ir import Model, Shape, broadcast_shapes
+from snippets_core.ir.ops.binary import Add, Multiply
+from snippets_core.ir.ops.io import Constant, Parameter, Result
 from snippets_core.ir.ops.matmul import MatMul
 from snippets_core.ir.ops.misc import ShapeOf
 from snippets_core.ir.ops.select import Select
 from snippets_core.ir.shape import SymDim, broadcast_constraints, broadcast_dim, broadcast_operands
-from snippets_core.lowered.symbolic import dim_names
+from snippets_core.lowered.symbolic import dim_names, dims_named_everywhere
 
 B, S, T, U = SymDim.of("B"), SymDim.of("S"), SymDim.of("T"), SymDim.of("U")
 
@@ -47,6 +47,12 @@ def test_ops_after_a_broadcast_keep_the_atom() -> None:
     assert str(sel.outputs[0].shape) == "[B,bcast(S,T),4]"
     assert str(ShapeOf(sel).outputs[0].shape) == "[3]"
     assert [str(d) for d in broadcast_constraints([sel.outputs[0].shape, a.outputs[0].shape])] == ["bcast(S,T)"]
-    # a kernel input gives no value of an atom: the lowering does not take it for a named dim
-    assert dim_names(add.outputs[0].shape) is None and dim_names(a.outputs[0].shape) == ("B", "S", None)
+    # an atom is a dim name where a body input has it; one made inside the body is run-time broadcasting
+    assert dim_names(add.outputs[0].shape) == ("B", "bcast(S,T)", None)
+    made_inside = Model([Result(Add(Parameter("f32", Shape([B, S]), name="p"), Parameter("f32", Shape([B, T]),
+                                                                                          name="q")))])
+    assert not dims_named_everywhere(made_inside)
+    given = Model([Result(Multiply(Parameter("f32", Shape([B, broadcast_dim(S, T)]), name="p"),
+                                   Parameter("f32", Shape([B, 1]), name="q")))])
+    assert dims_named_everywhere(given)
     assert str(broadcast_shapes(Shape([S]), Shape([1]))) == "[S]"

@@ -119,3 +119,38 @@ def test_a_symbol_meeting_one_is_the_symbol_and_three_symbols_make_one_atom() ->
     with pytest.raises(InputError, match=r"S = 2 \(input 'a' dim 0\) with T = 1 \(input 'b' dim 0\) with U = 3"):
         cm({"a": np.zeros(2, np.float32), "one": np.zeros(1, np.float32), "b": np.zeros(1, np.float32),
             "c": np.zeros(3, np.float32)})
+
+
+def attention_after_broadcast() -> onnx.ModelProto:
+    """``x [B, S, 64] + y [B, T, 64]``, split into 2 heads, then self-attention: the attention's sequence is
+    ``bcast(S,T)``, a dim its Subgraph's input has, so it is lowered once for every shape."""
+    nodes = [helper.make_node("Add", ["x", "y"], ["s"]),
+             helper.make_node("Reshape", ["s", "heads"], ["q"]),
+             helper.make_node("Transpose", ["q"], ["qt"], perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["q"], ["kt"], perm=[0, 2, 3, 1]),
+             helper.make_node("MatMul", ["qt", "kt"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "qt"], ["o"]),
+             helper.make_node("Transpose", ["o"], ["out"], perm=[0, 2, 1, 3])]
+    g = helper.make_graph(nodes, "attention_after_broadcast",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 64]),
+                           helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "T", 64])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(np.array([0, 0, 2, 32], np.int64), "heads")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_attention_after_a_symbolic_broadcast_has_one_kernel(target: str) -> None:
+    proto = attention_after_broadcast()
+    cm = compile_model(proto, target)
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(5)
+    for (b, s), t in [((2, 5), 5), ((1, 1), 7), ((1, 9), 1), ((2, 33), 33), ((1, 70), 1)]:
+        feeds = {"x": rng.standard_normal((b, s, 64)).astype(np.float32),
+                 "y": rng.standard_normal((b, t, 64)).astype(np.float32)}
+        np.testing.assert_allclose(cm(feeds)["out"], sess.run(None, feeds)[0], rtol=1e-4, atol=1e-5)
+    if target == "x86_64_avx512":
+        (mha,) = [line for line in cm.describe().splitlines() if "MatMul, Softmax, MatMul" in line]
+        how = cm.describe().splitlines()[cm.describe().splitlines().index(mha) + 1]
+        assert "one kernel for every shape" in how, cm.describe()
