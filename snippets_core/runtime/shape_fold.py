@@ -56,6 +56,7 @@ class ShapeFolder:
         #: the nodes a call evaluates, in order, and how (:meth:`keep`): "entries" or "reference"
         self._steps: list[tuple[Node, tuple[int, ...], tuple[int, ...], str]] = []
         self.names: tuple[str, ...] = ()
+        self._arg_names: tuple[str, ...] = ()
         self.key_axes: tuple[tuple[int, int], ...] = ()
         self.kept: frozenset[int] | None = None  # the out slots a live step reads (None: every one)
         self._cache: OrderedDict[tuple[int, ...], dict[int, np.ndarray]] = OrderedDict()
@@ -112,7 +113,8 @@ class ShapeFolder:
         """Called once every node is offered: the symbols the folded values depend on (and so the inputs a folded
         step reads); ``known``: the plan's compile-time values, which the folded nodes may read."""
         self._known = known
-        self._key_on(frozenset().union(*self._deps.values()))
+        self._arg_names = tuple(sorted(frozenset().union(*self._deps.values())))
+        self._key_on(frozenset(self._arg_names))
 
     def keep(self, live_outs: Iterable[int]) -> None:
         """Only the folded slots that live steps read are cached per shape (the others are computed and dropped),
@@ -134,14 +136,16 @@ class ShapeFolder:
         self._steps = steps[::-1]
 
     def _key_on(self, names: frozenset[str]) -> None:
+        """Key the cache on ``names`` (a subset of those :meth:`finish` found): per name, the position of the input
+        that gives it among the step's arguments (:meth:`key_args`, fixed at finish) and the axis."""
         self.names = tuple(sorted(names))
-        self.key_axes = tuple(self.sources[n] for n in self.names)
+        self.key_axes = tuple((self._arg_names.index(n), self.sources[n][1]) for n in self.names)
 
     def executor(self, outs: tuple[int, ...]) -> Executor:
         """The step of a folded node writing ``outs``: its values for the call's symbol values. It reads the
         inputs :meth:`key_args` names (known once :meth:`finish` has run)."""
         def run(args: list[np.ndarray]) -> list[np.ndarray]:
-            key = tuple(args[k].shape[axis] for k, (_, axis) in enumerate(self.key_axes))
+            key = tuple(args[k].shape[axis] for k, axis in self.key_axes)
             last = self._last
             values = last[1] if last[0] == key else self._values(key)
             return [values[s] for s in outs]
@@ -149,8 +153,8 @@ class ShapeFolder:
         return run
 
     def key_args(self) -> tuple[int, ...]:
-        """The slots a folded step reads: one per symbol (the input that gives it), in :attr:`names` order."""
-        return tuple(slot for slot, _ in self.key_axes)
+        """The slots a folded step reads: per symbol any folded value depends on, the input that gives it."""
+        return tuple(self.sources[n][0] for n in self._arg_names)
 
     # --- call time ---------------------------------------------------------------------------------------
     def _values(self, key: tuple[int, ...]) -> dict[int, np.ndarray]:

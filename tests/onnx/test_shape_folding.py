@@ -122,3 +122,38 @@ def test_the_cache_is_bounded_and_drops_the_least_recently_used(monkeypatch) -> 
     for seq in (3, 4, 3, 5, 4):  # 4 is dropped when 5 comes (3 was used more recently)
         cm({"x": np.zeros((1, 2, seq, 8), np.float32)})
     assert cm._shape_folder.computed == 4 and list(cm._shape_folder._cache) == [(5,), (4,)]
+
+
+def test_a_value_keyed_on_one_symbol_of_several_inputs_shapes() -> None:
+    """The chain reads the shapes of two inputs (``p [A, 3]`` and ``x [B, 2, S, 8]``) but picks out S only: the
+    cache is keyed on S, read from ``x``, however the inputs and symbols are ordered."""
+    proto = _sliced_mask_model()
+    g = proto.graph
+    g.input.append(helper.make_tensor_value_info("p", TensorProto.FLOAT, ["A", 3]))
+    g.initializer.append(numpy_helper.from_array(np.array(4, np.int64), "four"))
+    (gather,) = [n for n in g.node if n.op_type == "Gather"]
+    gather.input[:] = ["both", "four"]  # S is entry 4 of Concat(Shape(p), Shape(x)) = (A, 3, B, 2, S, 8)
+    g.node.insert(0, helper.make_node("Shape", ["p"], ["pshape"]))
+    g.node.insert(1, helper.make_node("Concat", ["pshape", "shape"], ["both"], axis=0))
+    proto = helper.make_model(helper.make_graph(_topological(g.node), g.name, g.input, g.output, g.initializer),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    cm = compile_model(proto, "reference")
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for a, batch, seq in [(1, 1, 5), (7, 2, 5), (2, 1, 9)]:
+        feeds = {"x": np.random.default_rng(seq).standard_normal((batch, 2, seq, 8)).astype(np.float32),
+                 "p": np.zeros((a, 3), np.float32)}
+        np.testing.assert_allclose(cm(feeds)["y"], sess.run(None, feeds)[0], rtol=1e-5, atol=1e-6)
+    assert cm._shape_folder.names == ("sequence",) and cm._shape_folder.computed == 2
+
+
+def _topological(nodes) -> list:  # type: ignore[no-untyped-def]
+    """``nodes`` reordered so that each comes after the producers of its inputs."""
+    done: set[str] = set()
+    produced = {o for n in nodes for o in n.output}
+    todo, out = list(nodes), []
+    while todo:
+        n = next(n for n in todo if all(i in done or i not in produced for i in n.input))
+        todo.remove(n)
+        out.append(n)
+        done.update(n.output)
+    return out
