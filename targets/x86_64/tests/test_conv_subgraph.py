@@ -459,5 +459,6 @@ def test_dynamic_conv_holds_its_weights_once() -> None:
         got, want = cm(feeds)["y"], sess.run(None, feeds)[0]
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    with pytest.raises(SnippetsError, match="residual"):
+    # batches that do not broadcast: the call's broadcast check names both inputs before the conv runs
+    with pytest.raises(SnippetsError, match=r"broadcasts k = 2 \(input 'r' dim 0\) with n = 3 \(input 'x' dim 0\)"):
         cm({"x": np.zeros((3, 8, 5, 5), np.float32), "r": np.zeros((2, 16, 5, 5), np.float32)})
