@@ -91,6 +91,7 @@ def _origin(nodes: list[Node], atom: SymDim) -> str:
     name = atom.name
     assert name is not None
     for n in nodes:
-        if not isinstance(getattr(n, "body", None), Model) and any(_uses(o.shape, name) for o in n.outputs) and not any(_uses(i.shape, name) for i in n.inputs):
+        made = any(_uses(o.shape, name) for o in n.outputs) and not any(_uses(i.shape, name) for i in n.inputs)
+        if made and not isinstance(getattr(n, "body", None), Model):
             return f"{n.type_name} '{n.name}'"
     return f"the model ({atom})"
