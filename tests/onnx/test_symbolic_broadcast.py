@@ -11,6 +11,8 @@ import sys
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 from snippets_core.errors import InputError
@@ -95,6 +97,35 @@ def test_dims_that_do_not_broadcast_are_an_error_naming_both_inputs(target: str)
     assert "'hidden_states' dim 1" in msg and "'position_bias' dim 1" in msg, msg
     assert "s1 = 3" in msg and "s2 = 4" in msg and "Add" in msg, msg
     cm(_feeds(2, 4, 4))  # the model still runs after the error
+
+
+@pytest.fixture(scope="module")
+def compiled_residual():  # type: ignore[no-untyped-def]
+    proto = residual_with_bias()
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    targets = ["reference"] + (["x86_64_avx512"] if sys.modules["snippets_onnx_targets"].x86_unavailable() is None
+                               else [])
+    return {t: compile_model(proto, t) for t in targets}, sess
+
+
+@settings(max_examples=30, deadline=None)
+@given(batch=st.integers(1, 3), s1=st.integers(0, 40), s2=st.integers(0, 40), which=st.sampled_from("=12x"))
+def test_random_broadcasts_against_onnxruntime(compiled_residual, batch: int, s1: int, s2: int,  # type: ignore
+                                               which: str) -> None:
+    """Random lengths: equal, one of them 1, or whatever hypothesis draws (then they must broadcast or be an
+    InputError, where onnxruntime fails too)."""
+    models, sess = compiled_residual
+    s2 = {"=": s1, "1": 1, "2": s2, "x": s2}[which]
+    s1 = 1 if which == "2" else s1
+    feeds = _feeds(batch, s1, s2)
+    if s1 != s2 and 1 not in (s1, s2):
+        for cm in models.values():
+            with pytest.raises(InputError, match=f"s1 = {s1} .* with s2 = {s2} "):
+                cm(feeds)
+        return
+    want = sess.run(None, feeds)[0]
+    for cm in models.values():
+        np.testing.assert_allclose(cm(feeds)["y"], want, rtol=1e-4, atol=1e-4)
 
 
 def test_a_symbol_meeting_one_is_the_symbol_and_three_symbols_make_one_atom() -> None:
