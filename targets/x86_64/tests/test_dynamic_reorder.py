@@ -64,3 +64,19 @@ def test_a_dynamic_transpose_subgraph_builds_its_tile_kernel_at_compile_time() -
     assert transposes and all(w == "x86_64_avx512" for _, _, w in cm.placement())
     assert _builds() == built
 
+
+
+@pytest.mark.parametrize("src,dst", [(PLAIN, NHWC), (NHWC, PLAIN)])
+def test_no_shape_builds_a_reorder_kernel(src, dst) -> None:  # type: ignore[no-untyped-def]
+    """Every N, C, H, W in {0, 1, 2, 17} (dims of 1 merge axes; C or H*W of 1 lie the same in both layouts): a
+    shape either passes through or is a batch of 2-D transposes on the tile kernel built at compile time."""
+    FUNCTION_CACHE.clear()
+    x = Parameter(ElementType.f32, [None, None, None, None], name="x")
+    run = compile_reorder_subgraph(make_reorder(x.outputs[0], src, dst), CompileConfig())
+    assert isinstance(run, DynamicReorder) and _builds() == 1
+    sizes = (0, 1, 2, 17)
+    for shape in [(n, c, h, w) for n in sizes for c in sizes for h in sizes for w in sizes]:
+        logical = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+        a = logical if src is PLAIN else np.ascontiguousarray(logical.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+        np.testing.assert_array_equal(np.asarray(run([a])[0]), logical)
+    assert _builds() == 1 and run.compiles == 0
