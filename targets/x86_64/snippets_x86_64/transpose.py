@@ -15,7 +15,10 @@ is one of two plans:
 Both kernels take the native pool's harness signature ``kernel(unused, args, start, count)`` with ``args`` = [src,
 dst, table(, params)] and the items split over the threads in contiguous ranges. The copy kernel depends only on
 the run length, and the tile kernel on nothing (pitches, column count and tail masks are read from ``params`` and
-the table), so a dynamic shape never compiles anew; the plan (numpy index arithmetic) is made once per input shape.
+the table); the plan (numpy index arithmetic) is made once per input shape. A dynamic Transpose builds its kernels
+when it is compiled (:func:`generic_plan`): the tile kernel, and the copy kernel of the run its shapes with dynamic
+dims > 1 have; dims of 1 only merge axes, so a longer run is that many runs of it, and a transposing perm whose dims
+of 1 leave a copy plan moves it as [1, run] tiles. Only a run of a dynamic length builds a kernel per length.
 Every access stays inside the two arrays.
 
 2-byte elements (bf16, f16, int16): the copy kernel moves 32 words per vector (``vmovdqu16``, a 32-bit tail mask);
@@ -275,6 +278,15 @@ def tile_kernel(size: int) -> JitFunction:
     return FUNCTION_CACHE.get("transpose_tiles", (size,), lambda: build_tile_kernel(size), HARNESS_ARGTYPES)
 
 
+def generic_plan(dims: Sequence[int | None], perm: Sequence[int]) -> tuple[str, int | None]:
+    """``perm``'s plan kind for every shape of ``dims`` (None: a dynamic dim) whose dynamic dims exceed 1, and for a
+    copy the run length when it is static (the innermost axes kept in place have static sizes), else None. A shape
+    with dynamic dims of 1 merges more axes: its run is a multiple of that one."""
+    plans = [plan_transpose([n if d is None else d for d in dims], perm) for n in (2, 3)]
+    kind = plans[0].kind
+    return kind, (plans[0].run if kind == "copy" and plans[0].run == plans[1].run else None)
+
+
 def transpose_supported(shape: Sequence[int], perm: Sequence[int], dtype: np.dtype) -> str | None:
     """None if the JIT Transpose moves ``dtype`` of ``shape`` by ``perm``, else why not."""
     if np.dtype(dtype).itemsize not in ELEMENT_SIZES:
@@ -291,7 +303,8 @@ class TransposeExecutor:
 
     def __init__(self, shape: Sequence[int], perm: Sequence[int], dtype: np.dtype, num_threads: int = 1,
                  alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
-                 min_bytes_per_thread: int = MIN_BYTES_PER_THREAD, tiles: JitFunction | None = None) -> None:
+                 min_bytes_per_thread: int = MIN_BYTES_PER_THREAD, tiles: JitFunction | None = None,
+                 copy: tuple[int, JitFunction] | None = None, copy_as_tiles: bool = False) -> None:
         self.shape, self.perm, self.dtype = tuple(int(d) for d in shape), tuple(int(a) for a in perm), np.dtype(dtype)
         self.out_shape = tuple(self.shape[a] for a in self.perm)
         self.new = alloc or (lambda s: empty_aligned(s, self.dtype))
@@ -301,7 +314,19 @@ class TransposeExecutor:
             return
         plan = self.plan = plan_transpose(self.shape, self.perm)
         size = self.dtype.itemsize
-        if plan.kind == "copy":
+        if plan.kind == "copy" and copy_as_tiles:
+            # a dynamic transposing perm whose dims of 1 leave the memory as it lies (NCHW -> NHWC of C = 1): its runs
+            # as [1, run] blocks on the tile kernel (each output row one element), not a copy kernel built for them
+            plan = self.plan = TransposePlan("transpose", plan.src, plan.dst, rows=1, cols=plan.run,
+                                             src_pitch=plan.run, dst_pitch=1)
+        if plan.kind == "copy" and copy is not None and plan.run % copy[0] == 0:
+            # a dynamic Transpose's copy kernel of the generic run (:func:`generic_copy_run`): a run that dims of 1
+            # merged into a longer one is that many runs of it, so no shape builds a kernel
+            run, self.kernel = copy
+            parts = np.arange(0, plan.run, run, dtype=np.int64)
+            self.table = np.stack([((plan.src[:, None] + parts) * size).reshape(-1),
+                                   ((plan.dst[:, None] + parts) * size).reshape(-1)], axis=1)
+        elif plan.kind == "copy":
             self.kernel = FUNCTION_CACHE.get("transpose_copy", (plan.run, size),
                                              lambda: build_copy_kernel(plan.run, size), HARNESS_ARGTYPES)
             self.table = np.stack([plan.src * size, plan.dst * size], axis=1).astype(np.int64)
@@ -362,12 +387,15 @@ def compile_transpose_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.nd
     dtype, threads = et.numpy, config.num_threads
     executors: dict[tuple[int, ...], TransposeExecutor] = {}
     tiles: JitFunction | None = None
+    copy: tuple[int, JitFunction] | None = None
+    copy_as_tiles = False
 
     def executor(shape: tuple[int, ...]) -> TransposeExecutor:
         why = transpose_supported(shape, order, dtype)
         if why is not None:
             raise UnsupportedByTarget(f"Transpose '{sg.name}' of shape {list(shape)}: {why}")
-        return executors.setdefault(shape, TransposeExecutor(shape, order, dtype, threads, tiles=tiles))
+        return executors.setdefault(shape, TransposeExecutor(shape, order, dtype, threads, tiles=tiles, copy=copy,
+                                                                 copy_as_tiles=copy_as_tiles))
 
     if x.shape.is_static:
         shape = x.shape.to_tuple()
@@ -379,8 +407,14 @@ def compile_transpose_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.nd
     elif np.dtype(dtype).itemsize not in ELEMENT_SIZES:
         sg.rt_info["SnippetsFallbackReason"] = transpose_supported((), (), dtype)
         return None
-    else:  # a dynamic shape: the tile kernel now, so a new shape whose plan is a 2-D transpose makes only a table
-        tiles = tile_kernel(np.dtype(dtype).itemsize)
+    else:  # a dynamic shape: the kernels now, so a new shape makes only a table (a copy of a dynamic run length
+        size = np.dtype(dtype).itemsize  # builds the kernel of that length)
+        tiles = tile_kernel(size)
+        kind, generic = generic_plan(x.shape.dims, order) if x.shape.rank_is_static else ("", None)
+        copy_as_tiles = kind == "transpose"
+        if generic is not None:
+            copy = (generic, FUNCTION_CACHE.get("transpose_copy", (generic, size),
+                                                lambda: build_copy_kernel(generic, size), HARNESS_ARGTYPES))
     sg.rt_info["SnippetsConvKernel"] = f"transpose {order} (JIT strided copies / 16x16 tiles)"
 
     def run(inputs: Sequence[np.ndarray], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:

@@ -4,6 +4,8 @@ numpy's transpose and onnxruntime."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -80,3 +82,44 @@ def test_no_shape_builds_a_reorder_kernel(src, dst) -> None:  # type: ignore[no-
         a = logical if src is PLAIN else np.ascontiguousarray(logical.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
         np.testing.assert_array_equal(np.asarray(run([a])[0]), logical)
     assert _builds() == 1 and run.compiles == 0
+
+
+@pytest.mark.parametrize(("dims", "perm"), [(("B", "S", 12, 64), (0, 2, 1, 3)), (("B", "S", 3, 5), (1, 0, 2, 3)),
+                                            (("N", 24, "H", "W"), (0, 2, 3, 1))])
+def test_a_dynamic_transpose_builds_no_kernel_for_any_shape(dims, perm) -> None:  # type: ignore[no-untyped-def]
+    """BERT's head split (a copy of runs of 64), a copy of runs of 15, and NCHW -> NHWC (tiles): every shape with
+    dynamic dims in {0, 1, 2, 7}, dims of 1 merging axes into longer runs, on the kernels built at compile time."""
+    g = helper.make_graph([helper.make_node("Transpose", ["x"], ["y"], perm=list(perm))], "t",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    cm = compile_model(model, "x86_64_avx512", {"num_threads": 2})
+    built = _builds()
+    sizes = (0, 1, 2, 7)
+    dynamic = [k for k, d in enumerate(dims) if isinstance(d, str)]
+    for values in itertools.product(sizes, repeat=len(dynamic)):
+        shape = [d for d in dims]
+        for k, v in zip(dynamic, values):
+            shape[k] = v
+        x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+        np.testing.assert_array_equal(cm({"x": x})["y"], np.transpose(x, perm))
+    assert _builds() == built
+    assert all(w == "x86_64_avx512" for _, _, w in cm.placement())
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 5, 7), (3, 1, 4, 33), (2, 24, 1, 1), (1, 17, 1, 1), (5, 1, 1, 1)])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_copies_as_tiles_under_guard_pages(shape: tuple[int, ...], at: str) -> None:
+    """NCHW -> NHWC of C = 1 or H*W = 1 (a copy plan) on the tile kernel as [1, run] blocks: both arrays flush
+    against a PROT_NONE page, so every masked tail stays inside them."""
+    from snippets_x86_64.guarded import guarded_array
+    from snippets_x86_64.transpose import TransposeExecutor, tile_kernel
+
+    x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    src = guarded_array(shape, np.float32, at)
+    src[...] = x
+    for threads in (1, 2):
+        ex = TransposeExecutor(shape, (0, 2, 3, 1), np.float32, threads, lambda s: guarded_array(s, np.float32, at),
+                               min_bytes_per_thread=0, tiles=tile_kernel(4), copy_as_tiles=True)
+        assert ex.plan.kind == "transpose" and ex.plan.rows == 1
+        np.testing.assert_array_equal(ex.run(src), np.transpose(x, (0, 2, 3, 1)))
