@@ -87,6 +87,9 @@ RT_PITCH, RT_NFULL, RT_RFULL, RT_RTAIL, RT_CH, RT_RIGHT = range(6, 12)
 #: a dense conv with a pool epilogue (no right border code) reads there the input bytes between the conv rows of a
 #: pool window (``sh * Wp`` pixels: the image width is a runtime value); its pixel block fields count whole windows
 RT_ROW = RT_RIGHT
+#: a depthwise or pool walk (whose input is never planar: no channel pitch to read) reads there which left border
+#: code runs (``dw_borders``: a window whose pads change with the size, auto_pad SAME at stride 2, has two)
+RT_LEFT = RT_CH
 #: fixed args before the per-channel post-op arrays: src, weights, dst, bias, residual, table
 ARG_SRC, ARG_WEI, ARG_DST, ARG_BIAS, ARG_RES, ARG_TAB, ARG_POST = range(7)
 
@@ -465,118 +468,145 @@ def pack_channels(values: np.ndarray, geo: ConvGeometry) -> np.ndarray:
 
 def table_spec(geo: ConvGeometry, offsets: Sequence[int]) -> tuple:
     """What a work table's per-block template depends on (``_block_template``'s arguments): the channels, groups and
-    blocks, not the image (but a planar buffer's plane, in ``ch_bytes``): an executor keeps it for its next shapes."""
-    return (geo.vec_groups, geo.nvp, geo.vec_channels, tuple(geo.blocks()), geo.cg * geo.ch_bytes, geo.mg,
-            geo.depthwise, tuple(offsets) if geo.mode == "conv" else ())
+    blocks, never the image (a group's input channel offset is read only with several groups, and a planar buffer,
+    whose plane changes with the size, has one): an executor keeps it for its next shapes."""
+    groups = geo.vec_groups
+    return (groups, geo.nvp, geo.vec_channels, channel_blocks(geo.nvp, geo.dw_reuse),
+            geo.cg * geo.ch_bytes if groups > 1 else 0, geo.mg, geo.depthwise,
+            tuple(offsets) if geo.mode == "conv" else ())
 
 
 def work_table(geo: ConvGeometry, offsets: Sequence[int], borders: tuple | None = None, spec: tuple | None = None,
                ) -> np.ndarray:
     """One row per (image, group, output-channel block, output row), output rows innermost (depthwise and
-    pools: per (image, output row, channel block)). A dynamic shape makes its table on its first call: each block's
-    row (its template fields, cached: they depend on the channels only, plus the row geometry, in Python ints) plus
-    one source and one destination offset per (image, output row) (``_fill_table``: a new shape's cost is the count
-    of numpy operations). ``spec``: ``table_spec(geo, offsets)`` when the caller kept it."""
+    pools: per (image, output row, channel block)). A dynamic shape makes its table on its first call: each row is an
+    affine function of its block and its stored row, so the table is one broadcast sum (``_fill_table``) of the
+    blocks' rows (the template fields, cached on the channels, plus the row geometry) and each (image, stored row)'s
+    source and destination offsets: a new shape's cost is a handful of small numpy operations, whatever the blocks
+    and rows. ``spec``: ``table_spec(geo, offsets)`` when the caller kept it."""
     spec = spec or table_spec(geo, offsets)
-    template_rows, nvs = _block_rows(*spec)
     n, out_h, wo, ch = geo.n, geo.out_h, geo.wo, geo.ch_bytes
+    row_dst = geo.out_w * geo.mo * 4
     if not geo.depthwise:
+        head, kinds, kind_of = _block_kinds(*spec)
         # with a pool epilogue a stored row is a pooled row, which reads the conv rows of its windows (pool.sh conv
         # rows apart)
         step = 1 if geo.pool is None else geo.pool.sh
         wp, px = geo.wp, geo.px_bytes
         # a row's units (pixels; pooled windows with a pool epilogue) in blocks: a dynamic kernel reads their counts
-        units, sizes, conv_rows = wo, _block_pixels(nvs, wo), 0
+        units, conv_rows, pitch = wo, 0, geo.dh * wp * px
         if geo.pool is not None:
             units, conv_rows = geo.pool.wo, geo.sh * wp * px
-            sizes = tuple(pooled_per_block(nv, geo.pool) or 1 for nv in nvs)
+            sizes = [pooled_per_block(nv, geo.pool) or 1 for nv in kinds]
         elif geo.global_pool is not None:  # every block sums its pixels in one order (the widest block: ``_emit_row``)
-            sizes = _block_pixels(nvs[:1], wo) * len(nvs)
-        pitch = geo.dh * wp * px
-        rows = [(*t, pitch, units // r, r, units % r, ch, conv_rows) for t, r in zip(template_rows, sizes)]
-        return _fill_table(rows, n, out_h, geo.c * geo.hp * wp * 4, step * geo.sh * wp * px, geo.out_w * geo.mo * 4,
-                           False)
+            sizes = [_block_pixels((spec[3][0][1],), wo)[0]] * len(kinds)
+        else:
+            sizes = _block_pixels(kinds, wo)
+        # each block's row: its template fields, then the row geometry of its vector count (two counts at most)
+        blocks = np.empty((len(head), ROW), np.int64)
+        blocks[:, :RT_PITCH] = head
+        geometry = [(pitch, units // r, r, units % r, ch, conv_rows) for r in sizes]
+        blocks[:, RT_PITCH:] = geometry[0] if kind_of is None else np.array(geometry, np.int64)[kind_of]
+        return _fill_table(blocks, n, out_h, geo.c * geo.hp * wp * 4, step * geo.sh * wp * px, row_dst, False)
     # depthwise and pools read the unpadded input: (oh*sh - pt, -pl) may lie outside, never read
-    row_vars, var_of_oh = geo.row_variant_index()
-    right = 0
+    var_of_oh, variants = _walk_rows(geo.ho, geo.h, geo.sh, geo.pt, geo.kh, geo.dh, borders[0] if borders else None)
+    left = right = 0
     if borders is not None:  # indexes into the kernel's lists
-        var_of_oh = np.asarray([borders[0].index(v) for v in row_vars], np.int64)[var_of_oh]
-        row_vars, right = list(borders[0]), border_pattern(borders, geo)
+        left, right = border_pattern(borders, geo)
     c4 = geo.cp * 4
     a, b = interior_columns(geo)  # a dynamic walk's interior columns: loops of the widest block, the rest by bits
-    cols, pitch, variants, src0 = b - a, geo.dh * geo.w * c4, len(row_vars), -(geo.pt * geo.w + geo.pl) * c4
-    # the blocks' rows from their template in a few numpy operations (a walk has a block per channel vector: 60
-    # for 960 channels, a Python loop over them cost a new shape 10-20 us per walk)
-    head, loop = _dw_template(*spec)
-    head = head.copy()
-    head[:, 0] += src0
-    head[:, 5] *= variants
-    head[:, RT_PITCH:] = (pitch, 0, 0, 0, ch, right)
-    head[:, RT_NFULL] = cols // loop
-    head[:, RT_RFULL] = loop
-    head[:, RT_RTAIL] = cols % loop
-    # channel blocks innermost: the input rows a row of outputs reads stay in L1/L2 (the weights are a few KiB,
-    # unlike a dense conv's, whose weight block is what must stay in cache)
-    table = _fill_table(head, n, out_h, geo.h * geo.w * c4, geo.sh * geo.w * c4, geo.out_w * geo.mo * 4, True)
-    rows_view = table.reshape(n, out_h, len(head), ROW)
-    col = rows_view[..., 5]
-    col += var_of_oh[:, None]
-    if geo.mode != "conv":  # pools: the row of reciprocal counts
-        rows_view[..., 1] = (np.arange(out_h, dtype=np.int64) * (wo * 4))[:, None]
-    return table
-
-
-def _fill_table(rows: list[tuple[int, ...]] | np.ndarray, n: int, out_h: int, image_src: int, row_src: int,
-                row_dst: int, blocks_inner: bool) -> np.ndarray:
-    """A work table of ``rows`` (one per channel block) for every (image, stored row): each row's source moves
-    ``row_src`` bytes per stored row and ``image_src`` per image, its destination ``row_dst`` per stored row (the
-    images' outputs are contiguous). Blocks outside the rows (a dense conv: each block walks the image) or inside
-    (``blocks_inner``: depthwise and pools)."""
-    head = np.asarray(rows, np.int64)
-    if blocks_inner:
-        # blocks innermost (a depthwise walk: 10-60 blocks): the blocks' rows broadcast into the table, then each
-        # stored row's source and destination moved in place by strided adds (measured 6 instead of 8-10 us for one
-        # image, 12-14 instead of 13-18 for two: no (rows, ROW) offset array, no second full-size add)
-        table = np.empty((n, out_h, len(head), ROW), np.int64)
-        table[...] = head
-        k = np.arange(out_h, dtype=np.int64)[:, None]
-        src, dst = table[..., 0], table[..., 2]
-        src += k * row_src
-        dst += k * row_dst
-        if n > 1:  # each image's rows start image_src apart, its outputs out_h rows on
-            img = np.arange(n, dtype=np.int64)[:, None, None]
-            src += img * image_src
-            dst += img * (out_h * row_dst)
-        return table.reshape(-1, ROW)
-    k = np.arange(n * out_h, dtype=np.int64)  # the stored rows of every image, in order
-    # each stored row's source and destination offsets as one outer product (a new shape's cost is the count of
-    # numpy operations), then one broadcast add of the blocks' rows
-    off = np.multiply.outer(k, np.array((row_src, 0, row_dst) + (0,) * (ROW - 3), np.int64))
-    if n > 1 and image_src != out_h * row_src:  # rows between images: each image's rows start image_src apart
-        off[:, 0] += (k // out_h) * (image_src - out_h * row_src)
-    if blocks_inner:
-        table = off.reshape(n, out_h, 1, ROW) + head
+    cols = b - a
+    head, loops = _dw_template(*spec, variants)
+    # the fields every block shares: the source's corner, the kernel-row pitch, which border code runs; the
+    # interior's blocks per vector count (one count, or a divmod per block)
+    shared = [-(geo.pt * geo.w + geo.pl) * c4, 0, 0, 0, 0, 0, geo.dh * geo.w * c4, 0, 0, 0, 0, right]
+    shared[RT_LEFT] = left
+    if len(loops) == 1:
+        shared[RT_NFULL], shared[RT_RTAIL] = divmod(cols, loops[0])
+        blocks = head + np.array(shared, np.int64)
     else:
-        table = off.reshape(n, 1, out_h, ROW) + head[:, None, :]
+        blocks = head + np.array(shared, np.int64)
+        blocks[:, RT_NFULL], blocks[:, RT_RTAIL] = np.divmod(cols, blocks[:, RT_RFULL])
+    # each stored row: its source and destination (a pool's also its reciprocal counts) and its row variant
+    per_row = np.multiply.outer(_arange(out_h), np.array((geo.sh * geo.w * c4, wo * 4 if geo.mode != "conv" else 0,
+                                                           row_dst) + (0,) * (ROW - 3), np.int64))
+    if variants > 1:
+        per_row[:, 5] += var_of_oh
+    return _fill_table(blocks, n, out_h, geo.h * geo.w * c4, geo.sh * geo.w * c4, row_dst, True, per_row)
+
+
+def _fill_table(blocks: np.ndarray, n: int, out_h: int, image_src: int, row_src: int, row_dst: int,
+                blocks_inner: bool, per_row: np.ndarray | None = None) -> np.ndarray:
+    """A work table of ``blocks`` (one row per channel block) for every (image, stored row): each row's source moves
+    ``row_src`` bytes per stored row and ``image_src`` per image, its destination ``row_dst`` per stored row (the
+    images' outputs are contiguous); ``per_row``: each stored row's fields of one image, made by the caller (a walk's
+    row variants and a pool's reciprocal counts too). Blocks outside the rows (a dense conv: each block walks the
+    image) or inside (``blocks_inner``: depthwise and pools). One broadcast add into the table (its only full-size
+    operation) of the blocks' rows and the stored rows'."""
+    if per_row is None:
+        per_row = np.multiply.outer(_arange(out_h), np.array((row_src, 0, row_dst) + (0,) * (ROW - 3), np.int64))
+    if n != 1:  # each image's rows start image_src apart, its outputs out_h rows on (none for an empty batch)
+        image = np.multiply.outer(_arange(n), np.array((image_src, 0, out_h * row_dst) + (0,) * (ROW - 3), np.int64))
+        per_row = (per_row + image[:, None, :]).reshape(n, out_h, ROW)
+    else:
+        per_row = per_row.reshape(1, out_h, ROW)
+    if blocks_inner:
+        table = np.add(per_row[:, :, None, :], blocks)
+    else:
+        table = np.add(per_row[:, None, :, :], blocks[:, None, :])
     return table.reshape(-1, ROW)
 
 
-@functools.lru_cache(maxsize=512)
-def _block_rows(*spec: Any) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
-    """``_block_template(*spec)`` as Python ints: each block's first six fields, and its vector count."""
-    template = _block_template(*spec)
-    return (tuple(tuple(int(v) for v in row[:RT_PITCH]) for row in template),
-            tuple(int(v) for v in template[:, RT_RFULL]))
+@functools.lru_cache(maxsize=64)
+def _arange(count: int) -> np.ndarray:
+    """``np.arange(count)`` as int64, read-only (a table's rows and images: the same few counts at every shape)."""
+    out = np.arange(count, dtype=np.int64)
+    out.flags.writeable = False
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _walk_rows(ho: int, h: int, sh: int, pt: int, kh: int, dh: int, border_rows: tuple | None,
+               ) -> tuple[np.ndarray, int]:
+    """A walk's row variant per output row and the count of variants the kernel has: indexes into ``border_rows``
+    (``dw_borders``' row variants of the kernel) when given, else into this size's own (``row_variant_index``).
+    Cached on the ints it depends on (a pool and the depthwise convs of a stage share them)."""
+    variants, index = _row_variant_index(ho, h, sh, pt, kh, dh)
+    if border_rows is None:
+        return index, len(variants)
+    remap = np.asarray([border_rows.index(v) for v in variants], np.int64)[index]
+    remap.flags.writeable = False
+    return remap, len(border_rows)
 
 
 @functools.lru_cache(maxsize=512)
-def _dw_template(*spec: Any) -> tuple[np.ndarray, np.ndarray]:
-    """A depthwise or pool walk's blocks: ``_block_template(*spec)`` (read-only) and each block's loop block (the
-    widest register block of its vector count, ``max_pixels_per_block``)."""
+def _block_kinds(*spec: Any) -> tuple[np.ndarray, tuple[int, ...], np.ndarray | None]:
+    """A dense table's blocks (``_block_template(*spec)``): their first six fields (read-only), their distinct vector
+    counts (two at most: the blocks are as even as the vectors allow) and each block's index into those (None when
+    all are one)."""
     template = _block_template(*spec)
-    loop = np.array([max_pixels_per_block(int(nv)) for nv in template[:, RT_RFULL]], np.int64)
-    loop.flags.writeable = False
-    return template, loop
+    nvs = [int(v) for v in template[:, RT_RFULL]]
+    kinds = tuple(dict.fromkeys(nvs))
+    head = np.ascontiguousarray(template[:, :RT_PITCH])
+    head.flags.writeable = False
+    kind_of = None if len(kinds) == 1 else np.array([kinds.index(v) for v in nvs], np.intp)
+    return head, kinds, kind_of
+
+
+@functools.lru_cache(maxsize=512)
+def _dw_template(*spec: Any) -> tuple[np.ndarray, tuple[int, ...]]:
+    """A depthwise or pool walk's blocks for a kernel of ``variants`` row variants (the last argument after
+    ``table_spec``'s): ``_block_template`` with each block's variant (its vector count's first) and its loop block
+    (the widest register block of its vector count, ``max_pixels_per_block``, in ``RT_RFULL``), read-only; and the
+    distinct loop blocks."""
+    *spec, variants = spec
+    template = _block_template(*spec)
+    out = np.zeros_like(template)
+    out[:, :RT_PITCH] = template[:, :RT_PITCH]
+    out[:, 5] *= variants
+    out[:, RT_RFULL] = [max_pixels_per_block(int(nv)) for nv in template[:, RT_RFULL]]
+    out.flags.writeable = False
+    return out, tuple(dict.fromkeys(int(v) for v in out[:, RT_RFULL]))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -609,13 +639,15 @@ def kernel_key(geo: ConvGeometry, dynamic: bool, borders: tuple | None = None) -
     """What ``build_conv_kernel`` specializes on: never the batch (the table holds each image's offsets). With
     ``dynamic`` a dense convolution's code depends on neither the image size nor the pads (the row pitch and the
     row's pixel blocks come from the table, the padding is in the buffer): one kernel serves every N, H, W; a
-    depthwise or pooling walk's on its border taps (``dw_borders``; ``merge_borders`` of every size a dynamic dim
-    can take, tiny maps included: one kernel for all)."""
+    depthwise or pooling walk's on its border taps only (``dw_borders``; ``merge_borders`` of every size a dynamic
+    dim can take, tiny maps included: one kernel for all), never on the pads: the table holds the source's corner
+    and picks the row and column border code (auto_pad SAME, whose pads change with the size, builds none per
+    shape)."""
     if dynamic and not geo.depthwise:
         pool = None if geo.pool is None else replace(geo.pool, ho=0, wo=0)  # the pooled rows come from the table
         return with_dims(geo, n=0, h=0, w=0, ho=0, wo=0, pt=0, pl=0, pool=pool), ()
     if dynamic:  # ``borders`` (merge_borders: every size's) when they cover this size, else its own
-        return with_dims(geo, n=0, h=0, w=0, ho=0, wo=0), borders if borders and covers(borders, geo) \
+        return with_dims(geo, n=0, h=0, w=0, ho=0, wo=0, pt=0, pl=0), borders if borders and covers(borders, geo) \
             else dw_borders(geo)
     return with_dims(geo, n=0), ()
 
@@ -841,56 +873,60 @@ def _advance_dw(fn: Function, geo: ConvGeometry, pixels: int) -> None:
             fn.add(r8, pixels * 4)
 
 
-@functools.lru_cache(maxsize=1024)
 def dw_borders(geo: ConvGeometry) -> tuple:
     """What a dynamic depthwise/pool kernel's code depends on beyond the windows: the row-tap variants (top, middle,
-    bottom), the column taps of the left border columns, the right border patterns and the whole-row patterns it has
-    code for (here one: ``geo``'s). An image too small for an interior column (its left and right borders meet) has
-    no left border nor right pattern: its whole row is one straight-line pattern. Cached: a new shape's kernel key
-    (``covers``) and its table each ask."""
-    a, b = interior_columns(geo)
-    if a == geo.wo:
-        return tuple(geo.row_variants()), (), (), (tuple(geo.col_taps(o) for o in range(geo.wo)),)
-    return (tuple(geo.row_variants()), tuple(geo.col_taps(o) for o in range(a)),
-            (tuple(geo.col_taps(o) for o in range(b, geo.wo)),), ())
+    bottom), the left border patterns (the column taps of the left border columns), the right border patterns and
+    the whole-row patterns it has code for (here one: ``geo``'s). An image too small for an interior column (its left
+    and right borders meet) has no left nor right pattern: its whole row is one straight-line pattern. Made from the
+    two axes' ints (cached on those: a new shape's kernel key, ``covers``, and its table each ask)."""
+    return (_row_variant_index(geo.ho, geo.h, geo.sh, geo.pt, geo.kh, geo.dh)[0],
+            *_col_borders(geo.wo, geo.w, geo.sw, geo.pl, geo.kw, geo.dw))
 
 
-def merge_borders(geometries: list[ConvGeometry]) -> tuple | None:
+@functools.lru_cache(maxsize=1024)
+def _col_borders(wo: int, w: int, sw: int, pl: int, kw: int, dw: int) -> tuple[tuple, tuple, tuple]:
+    """``dw_borders``' column patterns of a row of ``wo`` outputs over ``w`` inputs: (left patterns, right patterns,
+    whole-row patterns), one pattern in all."""
+    def taps(ow: int) -> tuple[int, ...]:
+        return tuple(j for j in range(kw) if 0 <= ow * sw - pl + j * dw < w)
+
+    a = min(wo, -(-pl // sw))  # the first column whose first tap is inside (``interior_columns``)
+    last = w + pl - (kw - 1) * dw - 1
+    b = min(wo, last // sw + 1) if last >= 0 else 0
+    if a >= b:
+        return (), (), (tuple(taps(o) for o in range(wo)),)
+    return (tuple(taps(o) for o in range(a)),), (tuple(taps(o) for o in range(b, wo)),), ()
+
+
+def merge_borders(geometries: list[ConvGeometry]) -> tuple:
     """One ``dw_borders`` that serves all of ``geometries`` (sizes of one window walk, ``border_sizes``): the union
-    of their row variants, right border patterns and whole-row patterns, the table selecting each shape's
-    (``RT_RIGHT``), so one kernel serves every size; None when they disagree on the left border (a window whose pads
-    change with the size)."""
-    rows: dict[tuple[int, int], None] = {}
-    rights: dict[tuple, None] = {}
-    wholes: dict[tuple, None] = {}
-    lefts = set()
+    of their row variants, left and right border patterns and whole-row patterns, the table selecting each shape's
+    (``RT_LEFT``, ``RT_RIGHT``), so one kernel serves every size, a window whose pads change with the size included
+    (auto_pad SAME: its left border follows the size's parity at stride 2)."""
+    parts: list[dict] = [{}, {}, {}, {}]
     for geo in geometries:
-        r, left, right, whole = dw_borders(geo)
-        rows.update(dict.fromkeys(r))
-        rights.update(dict.fromkeys(right))
-        wholes.update(dict.fromkeys(whole))
-        if right:
-            lefts.add(left)
-    if len(lefts) > 1:
-        return None
-    return tuple(rows), lefts.pop() if lefts else (), tuple(rights), tuple(wholes)
+        for part, patterns in zip(parts, dw_borders(geo)):
+            part.update(dict.fromkeys(patterns))
+    return tuple(tuple(part) for part in parts)  # type: ignore[return-value]
 
 
-def border_pattern(borders: tuple, geo: ConvGeometry) -> int:
-    """The index of ``geo``'s column pattern among ``borders``'s (the table's ``RT_RIGHT``): its right border
-    pattern, or past those its whole-row pattern (an image with no interior column)."""
-    _, _, right, whole = dw_borders(geo)
+def border_pattern(borders: tuple, geo: ConvGeometry) -> tuple[int, int]:
+    """The indexes of ``geo``'s column patterns among ``borders``'s (the table's ``RT_LEFT``, ``RT_RIGHT``): its
+    left and right border patterns, or (0, past the right ones) its whole-row pattern (an image with no interior
+    column)."""
+    left, right, whole = _col_borders(geo.wo, geo.w, geo.sw, geo.pl, geo.kw, geo.dw)
     if right:
-        return borders[2].index(right[0])
-    return len(borders[2]) + borders[3].index(whole[0])
+        return borders[1].index(left[0]), borders[2].index(right[0])
+    return 0, len(borders[2]) + borders[3].index(whole[0])
 
 
 def covers(borders: tuple, geo: ConvGeometry) -> bool:
     """``borders`` (``merge_borders``) has code for ``geo``'s rows and border columns."""
-    rows, left, right, whole = dw_borders(geo)
-    if not set(rows) <= set(borders[0]):
+    rows, lefts, rights, wholes = dw_borders(geo)
+    kernel_rows = borders[0]
+    if not all(r in kernel_rows for r in rows):
         return False
-    return whole[0] in borders[3] if whole else left == borders[1] and right[0] in borders[2]
+    return wholes[0] in borders[3] if wholes else lefts[0] in borders[1] and rights[0] in borders[2]
 
 
 def _emit_dw_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int],
@@ -899,9 +935,10 @@ def _emit_dw_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[i
     columns straight-line, the interior in a loop of the widest blocks (``RT_NFULL`` of them) and the rest of it in
     blocks of 8, 4, 2, 1 selected by the bits of ``RT_RTAIL``, then the right border columns of the pattern
     ``RT_RIGHT`` selects; an ``RT_RIGHT`` past the right patterns selects a whole-row pattern instead (an image
-    with no interior column: every column straight-line). The kernel rows are one pitch (``RT_PITCH``) apart."""
+    with no interior column: every column straight-line). The left border is the pattern ``RT_LEFT`` selects when
+    there are several (pads that change with the size). The kernel rows are one pitch (``RT_PITCH``) apart."""
     r_full = max_pixels_per_block(nv)
-    _, left, rights, wholes = borders
+    _, lefts, rights, wholes = borders
 
     def border(cols: tuple) -> None:
         for at in range(0, len(cols), r_full):
@@ -914,7 +951,7 @@ def _emit_dw_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[i
             fn.cmp(qword[r15 + RT_RIGHT * 8], len(rights) + k)
             fn.je(label)
     if rights:
-        _emit_dw_interior(fn, geo, nv, rows, post_ops, left, rights, border, end)
+        _emit_dw_interior(fn, geo, nv, rows, post_ops, lefts, rights, border, end)
     for label, cols in zip(whole_labels, wholes):
         fn.bind(label)
         border(cols)
@@ -923,13 +960,23 @@ def _emit_dw_row_dynamic(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[i
 
 
 def _emit_dw_interior(fn: Function, geo: ConvGeometry, nv: int, rows: tuple[int, int], post_ops: tuple[PostOp, ...],
-                      left: tuple, rights: tuple, border: Callable[[tuple], None], end: Any) -> None:
-    """A dynamic walk's row with interior columns (``_emit_dw_row_dynamic``): the left border, the interior loop and
-    tail, the right border pattern ``RT_RIGHT`` selects, then a jump to ``end``."""
+                      lefts: tuple, rights: tuple, border: Callable[[tuple], None], end: Any) -> None:
+    """A dynamic walk's row with interior columns (``_emit_dw_row_dynamic``): the left border pattern ``RT_LEFT``
+    selects, the interior loop and tail, the right border pattern ``RT_RIGHT`` selects, then a jump to ``end``."""
     r_full = max_pixels_per_block(nv)
     full = [tuple(range(geo.kw))]
-    border(left)
-    _advance_dw(fn, geo, len(left))
+    interior = fn.new_label("interior")
+    labels = [fn.new_label(f"left{k}") for k in range(len(lefts))]
+    for k in range(1, len(lefts)):
+        fn.cmp(qword[r15 + RT_LEFT * 8], k)
+        fn.je(labels[k])
+    for k, (label, cols) in enumerate(zip(labels, lefts)):
+        fn.bind(label)
+        border(cols)
+        _advance_dw(fn, geo, len(cols))
+        if k + 1 < len(lefts):  # the last one falls through
+            fn.jmp(interior)
+    fn.bind(interior)
     loop, rest = fn.new_label("pixels"), fn.new_label("rest")
     fn.mov(r12, qword[r15 + RT_NFULL * 8])
     fn.test(r12, r12)
