@@ -646,7 +646,7 @@ def sampled_borders(dims: Sequence[int | None], geometry: Callable[[tuple[int, .
                     stand_in: tuple[int, ...]) -> tuple | None:
     """The border code (``merge_borders``) of a depthwise or pooling walk for every size: its geometry at the
     stand-in shape and at every size ``border_sizes`` gives each dynamic H, W (``dims[axis]`` None). None for a
-    dense convolution (no border code) or when they disagree."""
+    dense convolution (no border code)."""
     geo = geometry(stand_in)
     if not geo.depthwise:
         return None

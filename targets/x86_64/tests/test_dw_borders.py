@@ -152,3 +152,90 @@ def test_dynamic_model_builds_no_kernel_for_tiny_maps() -> None:
         x = rng.standard_normal((1 + (h + wd) % 2, c, h, wd)).astype(np.float32)
         np.testing.assert_allclose(cm({"x": x})["y"], sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
     assert _built() + per_shape() == before
+
+
+def _same_walk(c: int, k: int, s: int, lower: bool, mode: str = "conv"):  # type: ignore[no-untyped-def]
+    """The geometry of a k x k window at stride s with auto_pad SAME_UPPER (SAME_LOWER: ``lower``) over [N, c, H, W]:
+    the pads change with the size (at stride 2, with its parity), as ONNX defines them."""
+    def axis(size: int) -> tuple[int, int, int]:
+        out = -(-size // s)
+        total = max((out - 1) * s + k - size, 0)
+        lo = total - total // 2 if lower else total // 2
+        return out, lo, total - lo
+
+    def geometry(shape: tuple[int, ...]) -> ConvGeometry:
+        n, _, h, w = shape
+        (ho, pt, _), (wo, pl, _) = axis(h), axis(w)
+        return ConvGeometry(n, c, h, w, c, c, k, k, s, s, 1, 1, pt, pl, ho, wo, mode=mode)
+    return geometry, axis
+
+
+SAME = [(k, s, lower, mode) for k, s in ((3, 2), (5, 2), (3, 3)) for lower in (False, True)
+        for mode in ("conv", "max")]
+
+
+@pytest.mark.parametrize("case", SAME, ids=[f"k{k}s{s}{'lower' if lo else 'upper'}-{m}" for k, s, lo, m in SAME])
+def test_auto_pad_same_walk_builds_no_kernel_for_any_size(case: tuple) -> None:
+    """auto_pad SAME at stride > 1: the pads (so the left border columns and the top rows) change with the size, the
+    kernel has the code of each left border (``RT_LEFT``) and row variant and reads the source's corner from the
+    table: every H, W from 1 to 40 against float64 under guard pages, no kernel built after the first."""
+    k, s, lower, mode = case
+    c = 21
+    geometry, axis = _same_walk(c, k, s, lower, mode)
+    stand_in = (1, c, 4 * k + 16, 4 * k + 16)
+    borders = sampled_borders((None, c, None, None), geometry, stand_in)
+    if len({axis(size)[1] for size in range(k, 41)}) > 1:  # the left pad follows the size: so does its border
+        assert len(borders[1]) > 1
+    rng = np.random.default_rng(k * 10 + s + lower)
+    w = rng.standard_normal((c, 1, k, k)).astype(np.float32)
+    weights = w if mode == "conv" else np.zeros(1, np.float32)
+    first = ConvExecutor(geometry(stand_in), weights, None, None, num_threads=2, alloc=guarded("end"), dynamic=True,
+                         borders=borders)
+    before = _built()
+    for geo, x, at in _every_size(geometry, c, borders, rng):
+        (_, pt, pb), (_, pl, pr) = axis(geo.h), axis(geo.w)
+        if mode == "conv":
+            want = conv_f64(x, w, c, (s, s), (1, 1), (pt, pl, pb, pr))
+            ex = first.for_shape(geo)
+        else:
+            want = pool_f64(x, "max", (k, k), (s, s), (pt, pl, pb, pr), geo.ho, geo.wo, False)
+            ex = ConvExecutor(geo, weights, None, None, num_threads=2, alloc=guarded("end"), dynamic=True,
+                              prepared=first)
+        got = ex.run(guarded_nhwc(x, at))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * max(1.0, np.abs(want).max()))
+    assert _built() == before
+
+
+def test_auto_pad_same_model_builds_no_kernel_for_new_sizes() -> None:
+    """A model with dynamic N, H, W: a depthwise 3x3 at stride 2 with auto_pad SAME_UPPER, a MaxPool 3x3 at stride 2
+    with SAME_LOWER after it and a depthwise 5x5 at stride 2 with SAME_LOWER: sizes of either parity build no kernel
+    after the first call, each output against onnxruntime (onnx's reference evaluator gives a SAME_LOWER MaxPool
+    over an odd size one output row too few)."""
+    from snippets_x86_64.cache import FUNCTION_CACHE
+
+    ort = pytest.importorskip("onnxruntime")
+
+    c = 24
+    rng = np.random.default_rng(7)
+    w1 = (rng.standard_normal((c, 1, 3, 3)) * 0.3).astype(np.float32)
+    w2 = (rng.standard_normal((c, 1, 5, 5)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["d"], group=c, kernel_shape=[3, 3], strides=[2, 2],
+                              auto_pad="SAME_UPPER"),
+             helper.make_node("Relu", ["d"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[3, 3], strides=[2, 2], auto_pad="SAME_LOWER"),
+             helper.make_node("Conv", ["p", "w2"], ["y"], group=c, kernel_shape=[5, 5], strides=[2, 2],
+                              auto_pad="SAME_LOWER")]
+    g = helper.make_graph(nodes, "same", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", c, "h", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    cm = compile_model(model.SerializeToString(), "x86_64_avx512", {"num_threads": 2})
+    assert all(where == "x86_64_avx512" for _, op, where in cm.placement() if op == "Subgraph")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    cm({"x": rng.standard_normal((1, c, 40, 40)).astype(np.float32)})  # the first call (a reorder's tile kernel)
+    before = FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"]
+    for n, h, wd in [(1, 33, 40), (2, 34, 41), (1, 17, 18), (1, 64, 63), (3, 9, 10), (1, 50, 51), (2, 35, 36)]:
+        x = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+        want = sess.run(None, {"x": x})[0]
+        np.testing.assert_allclose(cm({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+    assert FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"] == before
