@@ -314,17 +314,25 @@ FLAT_MIN_ITEMS = 8
 def flat_pixels(geo: ConvGeometry) -> ConvGeometry:
     """A 1x1, stride 1, unpadded convolution is a plain Brgemm over the NHWC pixels: the image is re-cut into
     rows of a divisor of H*W pixels (same memory, no copy), so that a 7x7 or 14x14 map is not one short row with
-    a register-block tail per image row, and the work splits into enough items for both threads."""
-    if not (geo.mode == "conv" and geo.kh == geo.kw == geo.sh == geo.sw == 1 and geo.pt == geo.pl == 0
-            and not geo.planar and geo.pool is None
-            and geo.ho == geo.h and geo.wo == geo.w and not geo.depthwise):
+    a register-block tail per image row, and the work splits into enough items for both threads. (Asked per new
+    shape of every primitive: the cheap field tests first, the cut cached on its ints.)"""
+    if geo.kh != 1 or geo.kw != 1 or geo.sh != 1 or geo.sw != 1 or geo.pt or geo.pl or geo.ho != geo.h \
+            or geo.wo != geo.w or geo.mode != "conv" or geo.planar or geo.pool is not None or geo.depthwise:
         return geo
-    pixels = geo.h * geo.w
-    chunk = _flat_chunk(pixels, geo.n * geo.group * len(geo.blocks()))
-    if chunk < min(geo.w, 12):  # a prime-ish pixel count: the image rows are the better cut
+    rows = _flat_rows(geo.h, geo.w, geo.n * geo.group * len(channel_blocks(-(-geo.mg // VEC), False)))
+    if rows is None:
         return geo
-    rows = pixels // chunk
-    return with_dims(geo, h=rows, w=chunk, ho=rows, wo=chunk)
+    return with_dims(geo, h=rows[0], w=rows[1], ho=rows[0], wo=rows[1])
+
+
+@functools.lru_cache(maxsize=1024)
+def _flat_rows(h: int, w: int, items_per_row: int) -> tuple[int, int] | None:
+    """``flat_pixels``' cut of an ``h`` x ``w`` image: (rows, pixels per row), None to keep the image rows."""
+    pixels = h * w
+    chunk = _flat_chunk(pixels, items_per_row)
+    if chunk < min(w, 12):  # a prime-ish pixel count: the image rows are the better cut
+        return None
+    return pixels // chunk, chunk
 
 
 def with_dims(geo: ConvGeometry, **dims: Any) -> ConvGeometry:
@@ -494,7 +502,7 @@ def work_table(geo: ConvGeometry, offsets: Sequence[int], borders: tuple | None 
         step = 1 if geo.pool is None else geo.pool.sh
         wp, px = geo.wp, geo.px_bytes
         # a row's units (pixels; pooled windows with a pool epilogue) in blocks: a dynamic kernel reads their counts
-        units, conv_rows, pitch = wo, 0, geo.dh * wp * px
+        units, conv_rows = wo, 0
         if geo.pool is not None:
             units, conv_rows = geo.pool.wo, geo.sh * wp * px
             sizes = [pooled_per_block(nv, geo.pool) or 1 for nv in kinds]
@@ -502,12 +510,16 @@ def work_table(geo: ConvGeometry, offsets: Sequence[int], borders: tuple | None 
             sizes = [_block_pixels((spec[3][0][1],), wo)[0]] * len(kinds)
         else:
             sizes = _block_pixels(kinds, wo)
-        # each block's row: its template fields, then the row geometry of its vector count (two counts at most)
-        blocks = np.empty((len(head), ROW), np.int64)
-        blocks[:, :RT_PITCH] = head
-        geometry = [(pitch, units // r, r, units % r, ch, conv_rows) for r in sizes]
-        blocks[:, RT_PITCH:] = geometry[0] if kind_of is None else np.array(geometry, np.int64)[kind_of]
-        return _fill_table(blocks, n, out_h, geo.c * geo.hp * wp * 4, step * geo.sh * wp * px, row_dst, False)
+        r = sizes[0]
+        # one array of the fields' steps per stored row and per image, and of what every block adds to its template
+        # (the row geometry of its vector count: two counts at most, the second set per block)
+        steps = np.array(((step * geo.sh * wp * px, 0, row_dst) + (0,) * (ROW - 3),
+                          (geo.c * geo.hp * wp * 4, 0, out_h * row_dst) + (0,) * (ROW - 3),
+                          (0,) * RT_PITCH + (geo.dh * wp * px, units // r, r, units % r, ch, conv_rows)), np.int64)
+        blocks = head + steps[2]
+        if kind_of is not None:
+            blocks[:, RT_NFULL:RT_RTAIL + 1] = np.array([(units // r, r, units % r) for r in sizes], np.int64)[kind_of]
+        return _fill_table(blocks, np.multiply.outer(_arange(out_h), steps[0]), steps[1], n, False)
     # depthwise and pools read the unpadded input: (oh*sh - pt, -pl) may lie outside, never read
     var_of_oh, variants = _walk_rows(geo.ho, geo.h, geo.sh, geo.pt, geo.kh, geo.dh, borders[0] if borders else None)
     left = right = 0
@@ -517,37 +529,34 @@ def work_table(geo: ConvGeometry, offsets: Sequence[int], borders: tuple | None 
     a, b = interior_columns(geo)  # a dynamic walk's interior columns: loops of the widest block, the rest by bits
     cols = b - a
     head, loops = _dw_template(*spec, variants)
-    # the fields every block shares: the source's corner, the kernel-row pitch, which border code runs; the
-    # interior's blocks per vector count (one count, or a divmod per block)
+    # the fields every block adds to its template: the source's corner, the kernel-row pitch, which border code runs,
+    # the interior's blocks (one loop block for all, else a divmod per block); and the fields' steps per stored row
+    # (a pool's reciprocal counts too) and per image
     shared = [-(geo.pt * geo.w + geo.pl) * c4, 0, 0, 0, 0, 0, geo.dh * geo.w * c4, 0, 0, 0, 0, right]
     shared[RT_LEFT] = left
     if len(loops) == 1:
         shared[RT_NFULL], shared[RT_RTAIL] = divmod(cols, loops[0])
-        blocks = head + np.array(shared, np.int64)
-    else:
-        blocks = head + np.array(shared, np.int64)
+    steps = np.array((shared, (geo.sh * geo.w * c4, wo * 4 if geo.mode != "conv" else 0, row_dst) + (0,) * (ROW - 3),
+                      (geo.h * geo.w * c4, 0, out_h * row_dst) + (0,) * (ROW - 3)), np.int64)
+    blocks = head + steps[0]
+    if len(loops) > 1:
         blocks[:, RT_NFULL], blocks[:, RT_RTAIL] = np.divmod(cols, blocks[:, RT_RFULL])
-    # each stored row: its source and destination (a pool's also its reciprocal counts) and its row variant
-    per_row = np.multiply.outer(_arange(out_h), np.array((geo.sh * geo.w * c4, wo * 4 if geo.mode != "conv" else 0,
-                                                           row_dst) + (0,) * (ROW - 3), np.int64))
-    if variants > 1:
+    per_row = np.multiply.outer(_arange(out_h), steps[1])
+    if variants > 1:  # each stored row's row variant
         per_row[:, 5] += var_of_oh
-    return _fill_table(blocks, n, out_h, geo.h * geo.w * c4, geo.sh * geo.w * c4, row_dst, True, per_row)
+    return _fill_table(blocks, per_row, steps[2], n, True)
 
 
-def _fill_table(blocks: np.ndarray, n: int, out_h: int, image_src: int, row_src: int, row_dst: int,
-                blocks_inner: bool, per_row: np.ndarray | None = None) -> np.ndarray:
-    """A work table of ``blocks`` (one row per channel block) for every (image, stored row): each row's source moves
-    ``row_src`` bytes per stored row and ``image_src`` per image, its destination ``row_dst`` per stored row (the
-    images' outputs are contiguous); ``per_row``: each stored row's fields of one image, made by the caller (a walk's
-    row variants and a pool's reciprocal counts too). Blocks outside the rows (a dense conv: each block walks the
-    image) or inside (``blocks_inner``: depthwise and pools). One broadcast add into the table (its only full-size
-    operation) of the blocks' rows and the stored rows'."""
-    if per_row is None:
-        per_row = np.multiply.outer(_arange(out_h), np.array((row_src, 0, row_dst) + (0,) * (ROW - 3), np.int64))
-    if n != 1:  # each image's rows start image_src apart, its outputs out_h rows on (none for an empty batch)
-        image = np.multiply.outer(_arange(n), np.array((image_src, 0, out_h * row_dst) + (0,) * (ROW - 3), np.int64))
-        per_row = (per_row + image[:, None, :]).reshape(n, out_h, ROW)
+def _fill_table(blocks: np.ndarray, per_row: np.ndarray, image: np.ndarray, n: int, blocks_inner: bool,
+                ) -> np.ndarray:
+    """A work table of ``blocks`` (one row per channel block) for every (image, stored row): ``per_row`` holds what
+    each stored row of one image adds to a block's row (its source and destination offsets, ...), ``image`` what
+    each image adds on top (its rows' source ``image_src`` apart, its outputs ``out_h`` rows on). Blocks outside the
+    rows (a dense conv: each block walks the image) or inside (``blocks_inner``: depthwise and pools). One broadcast
+    add into the table (its only full-size operation); an empty batch has no rows."""
+    out_h = len(per_row)
+    if n != 1:
+        per_row = per_row + np.multiply.outer(_arange(n), image)[:, None, :]
     else:
         per_row = per_row.reshape(1, out_h, ROW)
     if blocks_inner:
@@ -581,13 +590,14 @@ def _walk_rows(ho: int, h: int, sh: int, pt: int, kh: int, dh: int, border_rows:
 
 @functools.lru_cache(maxsize=512)
 def _block_kinds(*spec: Any) -> tuple[np.ndarray, tuple[int, ...], np.ndarray | None]:
-    """A dense table's blocks (``_block_template(*spec)``): their first six fields (read-only), their distinct vector
-    counts (two at most: the blocks are as even as the vectors allow) and each block's index into those (None when
-    all are one)."""
+    """A dense table's blocks (``_block_template(*spec)``): their first six fields, the rest 0 (read-only), their
+    distinct vector counts (two at most: the blocks are as even as the vectors allow) and each block's index into
+    those (None when all are one)."""
     template = _block_template(*spec)
     nvs = [int(v) for v in template[:, RT_RFULL]]
     kinds = tuple(dict.fromkeys(nvs))
-    head = np.ascontiguousarray(template[:, :RT_PITCH])
+    head = np.zeros_like(template)
+    head[:, :RT_PITCH] = template[:, :RT_PITCH]
     head.flags.writeable = False
     kind_of = None if len(kinds) == 1 else np.array([kinds.index(v) for v in nvs], np.intp)
     return head, kinds, kind_of
