@@ -583,6 +583,8 @@ def _walk_rows(ho: int, h: int, sh: int, pt: int, kh: int, dh: int, border_rows:
     variants, index = _row_variant_index(ho, h, sh, pt, kh, dh)
     if border_rows is None:
         return index, len(variants)
+    if border_rows[:len(variants)] == variants:  # the kernel numbers them as this size does (the usual case)
+        return index, len(border_rows)
     remap = np.asarray([border_rows.index(v) for v in variants], np.int64)[index]
     remap.flags.writeable = False
     return remap, len(border_rows)
