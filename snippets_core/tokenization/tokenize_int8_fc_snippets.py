@@ -27,6 +27,7 @@ quantized MatMul left alone keeps why in ``rt_info[INT8_FC_REJECT_REASON_KEY]``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -84,7 +85,9 @@ class Int8FCSpec:
     #: ``("mul_c", m)`` / ``("add_c", m)`` by per-channel f32 vectors, ``("relu", None)``, ``("residual", i)``
     #: the Add of Subgraph input ``i`` (the output's shape), ``("clamp", (lo, hi))``, ``("prelu", slope)`` /
     #: ``("prelu_c", m)``, ``("hswish", None)``, ``("sigmoid", None)``, ``("swish", (beta, gate))``: ``x *
-    #: sigmoid(beta x)`` with ``gate`` None or the ``(scale, lo, hi)`` of a Q->DQ pair on the sigmoid
+    #: sigmoid(beta x)`` with ``gate`` None or the ``(scale, lo, hi)`` of a Q->DQ pair on the sigmoid,
+    #: ``("qresidual", (i, scale, zero_point, signed))`` the Add of Subgraph input ``i`` holding the u8/s8 bytes
+    #: another int8 convolution stored (``_hand_off``), dequantized in the kernel as DequantizeLinear does
     post_ops: tuple[tuple[str, Any], ...] = ()
 
     @property
@@ -105,7 +108,8 @@ class Int8FCSpec:
 
     def residual_index(self) -> int | None:
         """The Subgraph input a residual post-op adds (None: no residual)."""
-        return next((int(i) for kind, i in self.post_ops if kind == "residual"), None)
+        return next((int(i) if kind == "residual" else int(i[0]) for kind, i in self.post_ops
+                     if kind in ("residual", "qresidual")), None)
 
 
 @dataclass(frozen=True)
@@ -288,13 +292,15 @@ def _swish_gate(last: Node, live: set[int]) -> tuple[list[Node], Any] | None:
     return [*nodes, mul], grid
 
 
-def _conv_post_ops(last: Node, live: set[int], out_shape: Shape) -> tuple[list[Node], list[tuple[str, Any]]]:
+def _conv_post_ops(last: Node, live: set[int], out_shape: Shape,
+                   stop: Node | None = None) -> tuple[list[Node], list[tuple[str, Any]]]:
     """The chain after an int8 convolution (and its bias) that its kernel applies in registers, each op the sole
     consumer of the one before: FakeQuantizes on per-tensor grids, per-channel multiplies/adds by constants (a
     BatchNormalization), one residual Add of a tensor of the output's shape, and the f32 convolution's
     activations (Relu, Clamp, PRelu, HSwish, Sigmoid, Swish and ``x * Sigmoid(x)``, its gate maybe through a
     Q->DQ pair). Returns (nodes, post_ops) with the residual as its Output (``_fuse`` turns it into the Subgraph
-    input index). ``out_shape``: the convolution's output (static channels)."""
+    input index). ``out_shape``: the convolution's output (static channels); ``stop``: a node the chain ends
+    before."""
     m = int(out_shape[1])  # type: ignore[arg-type]
     nodes: list[Node] = []
     ops: list[tuple[str, Any]] = []
@@ -306,7 +312,7 @@ def _conv_post_ops(last: Node, live: set[int], out_shape: Shape) -> tuple[list[N
             last = swish[0][-1]
             continue
         ts = _targets(last.outputs[0], live)
-        if len(ts) != 1:
+        if len(ts) != 1 or ts[0].node is stop:
             break
         nxt = ts[0].node
         t = nxt.type_name
@@ -383,6 +389,25 @@ def _fc_post_ops(last: Node, live: set[int], n: int) -> tuple[list[Node], list[t
         ops.append(op)
         last = step[-1]
     return nodes, ops
+
+
+#: the ops of a convolution's chain (``_conv_post_ops``) that lead back to it through their non-constant input
+_CHAIN_OPS = ("FakeQuantize", "Maximum", "Minimum", "Multiply", "Add", "Subtract", "Relu", "Clamp", "PRelu")
+
+
+def _chain_conv(node: Node, live: set[int], shared: bool = False) -> Node | None:
+    """The live Convolution whose chain ends at ``node`` (walking up a handful of chain ops, each the sole reader of
+    the one before; ``shared``: ``node``'s own output may have other readers), or None."""
+    for step in range(16):  # a chain is a handful of ops: BatchNormalization's two, Q->DQ pairs, an activation
+        if node.type_name == "Convolution":
+            return node if node.id in live else None
+        if node.type_name not in _CHAIN_OPS or ((step or not shared) and len(_targets(node.outputs[0], live)) != 1):
+            return None
+        sources = [i.source.node for i in node.inputs if i.source.node.type_name != "Constant"]
+        if len(sources) != 1:
+            return None
+        node = sources[0]
+    return None
 
 
 def _activation(x: Output, k: int, float_input: bool = False) -> None:
@@ -473,25 +498,47 @@ class TokenizeInt8FCSnippets(Pass):
         changed = False
         live = LiveNodes(model)
         for node in model.get_ordered_ops():
-            match = {"MatMul": self._static, "MatMulInteger": self._integer, "QLinearMatMul": self._qlinear,
-                     "Convolution": self._conv, "QLinearConv": self._qlinear_conv,
-                     "ConvInteger": self._integer_conv}.get(node.type_name)
-            if match is None:
-                continue
-            if node.id not in live.ids():
-                continue
-            try:
-                head, chain, spec, x = match(node, live.ids())
-            except Int8Reject as e:
-                if node.type_name not in ("MatMul", "Convolution") or \
-                        DEQUANTIZED_FROM in node.inputs[1].source.node.rt_info:
-                    node.rt_info[INT8_FC_REJECT_REASON_KEY] = str(e)
-                continue
-            node.rt_info.pop(INT8_FC_REJECT_REASON_KEY, None)
-            self._fuse(model, head, chain, spec, x)
-            changed = True
-            live.changed()
+            if node.type_name == "Convolution" and node.id in live.ids():
+                # the convolution whose output this one adds (a ResNet's shortcut) first: it then sees the Add
+                # among its readers and stores bytes for it (``_hand_off``), whichever comes first in the order
+                found = self._residual_source(node, live.ids())
+                if found is not None:  # its chain stops before the Add, which this convolution's takes
+                    changed |= self._tokenize(model, found[0], live, stop=found[1])
+            changed |= self._tokenize(model, node, live)
         return changed
+
+    def _tokenize(self, model: Model, node: Node, live: LiveNodes, stop: Node | None = None) -> bool:
+        """Fuse ``node`` (when it is a live quantized MatMul or convolution that matches) with its chain (a
+        convolution's up to ``stop``, excluded)."""
+        match = {"MatMul": self._static, "MatMulInteger": self._integer, "QLinearMatMul": self._qlinear,
+                 "Convolution": functools.partial(self._conv, stop=stop), "QLinearConv": self._qlinear_conv,
+                 "ConvInteger": self._integer_conv}.get(node.type_name)
+        if match is None or node.id not in live.ids():
+            return False
+        try:
+            head, chain, spec, x = match(node, live.ids())
+        except Int8Reject as e:
+            if node.type_name not in ("MatMul", "Convolution") or \
+                    DEQUANTIZED_FROM in node.inputs[1].source.node.rt_info:
+                node.rt_info[INT8_FC_REJECT_REASON_KEY] = str(e)
+            return False
+        node.rt_info.pop(INT8_FC_REJECT_REASON_KEY, None)
+        self._fuse(model, head, chain, spec, x)
+        live.changed()
+        return True
+
+    def _residual_source(self, conv: Node, live: set[int]) -> tuple[Node, Node] | None:
+        """(the live Convolution whose chain makes the tensor ``conv``'s chain adds as its residual, that Add), if
+        any."""
+        try:
+            _, chain, spec, _ = self._conv(conv, live, handoff=False)
+        except Int8Reject:
+            return None
+        residual = next((v for k, v in spec.post_ops if k == "residual"), None)
+        source = None if residual is None else _chain_conv(residual.node, live, shared=True)
+        if source is None:
+            return None
+        return source, next(n for n in chain if n.type_name == "Add" and any(i.source == residual for i in n.inputs))
 
     @staticmethod
     def _fuse(model: Model, head: list[Node], chain: list[Node], spec: Int8FCSpec, x: Output) -> None:
@@ -506,18 +553,35 @@ class TokenizeInt8FCSnippets(Pass):
         # a residual read from the quantizing head's own output stays read from outside (the kernel adds an f32
         # tensor; the head's clone lives in the Subgraph only as the quantizer)
         residuals = [v for k, v in spec.post_ops if k == "residual"]
+        # a residual that is the DequantizeLinear of bytes another int8 convolution stored (``_hand_off``): the
+        # DequantizeLinear is cloned in, the Subgraph reads the bytes and its kernel dequantizes them (qresidual)
+        quantized = {id(v.node): v.node.clone_with_new_inputs([i.source for i in v.node.inputs]) for v in residuals
+                     if v.node.rt_info.get(INT8_HANDOFF) and not any(v.node is h for h in head)}
         for node in chain:
             for inp in node.inputs:
                 if any(inp.source == r for r in residuals):
+                    if id(inp.source.node) in quantized:
+                        inp.replace_source(quantized[id(inp.source.node)].outputs[0])
                     continue
                 new = mapping.get((inp.source.node.id, inp.source.index))
                 if new is not None:
                     inp.replace_source(new)
-        sg = _build_subgraph([*clones, *chain], 0, _live_ids(model))
+        sg = _build_subgraph([*clones, *quantized.values(), *chain], 0, _live_ids(model))
         a_index = next(j for j, i in enumerate(sg.inputs) if i.source == x)
-        post = tuple((k, next(j for j, i in enumerate(sg.inputs) if i.source == v) if k == "residual" else v)
-                     for k, v in spec.post_ops)
-        sg.rt_info[INT8_FULLY_CONNECTED] = replace(spec, a_index=a_index, post_ops=post)
+
+        def index(v: Output) -> int:
+            return next(j for j, i in enumerate(sg.inputs) if i.source == v)
+
+        post: list[tuple[str, Any]] = []
+        for k, v in spec.post_ops:
+            if k == "residual" and id(v.node) in quantized:
+                grid = v.node.rt_info[QUANTIZATION_GRID]
+                k, v = "qresidual", (index(v.node.inputs[0].source), float(grid.scale), int(grid.zero_point),
+                                     _ACTIVATION_TYPES[grid.qtype])
+            elif k == "residual":
+                v = index(v)
+            post.append((k, v))
+        sg.rt_info[INT8_FULLY_CONNECTED] = replace(spec, a_index=a_index, post_ops=tuple(post))
 
     def _static(self, matmul: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
         if matmul.transpose_a:  # type: ignore[attr-defined]
@@ -535,11 +599,12 @@ class TokenizeInt8FCSnippets(Pass):
                           post_ops=tuple(post_ops))
         return head, [*chain, *post_nodes], spec, x
 
-    def _conv(self, conv: Node, live: set[int], handoff: bool = True,
+    def _conv(self, conv: Node, live: set[int], handoff: bool = True, stop: Node | None = None,
               ) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
         """A static QDQ 2-D Convolution (group 1) with an int8 weight quantized per output channel. ``handoff``:
         when its chain ends on a grid that only int8 convolutions read, it stores the quantized bytes for them
-        (:meth:`_hand_off`; False: only check that it matches, the graph is left as it is)."""
+        (:meth:`_hand_off`; False: only check that it matches, the graph is left as it is). ``stop``: a node its
+        chain ends before (the residual Add another convolution's chain takes)."""
         src = conv.inputs[1].source.node
         qc: QuantizedConstant | None = src.rt_info.get(DEQUANTIZED_FROM)
         if qc is None:
@@ -556,7 +621,7 @@ class TokenizeInt8FCSnippets(Pass):
         if found is not None:
             chain.append(found[0])
             bias = found[1]
-        post_nodes, post_ops = _conv_post_ops(chain[-1], live, conv.outputs[0].shape)
+        post_nodes, post_ops = _conv_post_ops(chain[-1], live, conv.outputs[0].shape, stop)
         chain += post_nodes
         source = QUANTIZED if x.element_type in _ACTIVATION_TYPES else QUANTIZE  # bytes from an int8 conv
         spec = Int8FCSpec(source, _ACTIVATION_TYPES[grid.qtype], grid.scale, grid.zero_point, weight,
@@ -583,12 +648,15 @@ class TokenizeInt8FCSnippets(Pass):
 
         grid = last.rt_info.get(QUANTIZATION_GRID)
         readers = _targets(last.outputs[0], live)
-        if grid is None or not readers or any(t.node.type_name != "Convolution" or t.index != 0 for t in readers):
+        if grid is None or not readers:
             return None
         for t in readers:
-            try:
-                self._conv(t.node, live, handoff=False)
-            except Int8Reject:
+            if t.node.type_name == "Convolution" and t.index == 0:
+                try:
+                    self._conv(t.node, live, handoff=False)
+                except Int8Reject:
+                    return None
+            elif not self._residual_add(t.node, last, live):
                 return None
         scale = Constant(np.float32(grid.scale), name=f"{last.name}/handoff_scale")
         zero_point = Constant(np.asarray(grid.zero_point, grid.qtype.numpy), name=f"{last.name}/handoff_zero_point")
@@ -600,6 +668,23 @@ class TokenizeInt8FCSnippets(Pass):
         for t in readers:
             t.replace_source(dq.outputs[0])
         return q
+
+    def _residual_add(self, add: Node, last: Node, live: set[int]) -> bool:
+        """``add`` is the residual Add of another int8 convolution's chain that reads ``last``'s output as the
+        tensor it adds (not as its own x): that convolution can add the bytes ``last``'s stores, dequantized in
+        its kernel (``qresidual``). Its chain is found walking up the Add's other operand, each op the sole reader
+        of the one before, to the Convolution."""
+        if add.type_name != "Add" or len(add.inputs) != 2:
+            return False
+        other = [i.source for i in add.inputs if i.source.node is not last]
+        node = _chain_conv(other[0].node, live) if len(other) == 1 else None
+        if node is None or node.inputs[0].source.node is last:
+            return False
+        try:
+            _, chain, spec, _ = self._conv(node, live, handoff=False)
+        except Int8Reject:
+            return False
+        return add in chain and any(k == "residual" and v == last.outputs[0] for k, v in spec.post_ops)
 
     def _qlinear_conv(self, qlc: Node, live: set[int]) -> tuple[list[Node], list[Node], Int8FCSpec, Output]:
         """QLinearConv (2-D, group 1) with a constant int8 weight: requantized u8/i8 out, its i32 bias a post-op."""

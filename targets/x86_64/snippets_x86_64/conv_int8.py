@@ -68,12 +68,15 @@ OUT_RANGE = {"u8": (0, 255), "s8": (-128, 127)}
 #: the epilogue's steps after the dequantization: every post-op of the f32 conv (``conv.POST_OP_KINDS``: the residual
 #: add, per-channel multiply/add (a BatchNormalization), Relu, Clamp, PRelu, HSwish, Sigmoid, Swish), a FakeQuantize
 #: on a per-tensor grid (``fq``: ``clamp(rint(v * (1 / s)), lo, hi) * s``, a Q->DQ pair between two ops) and a swish
-#: whose gate passes such a pair (``qswish``: ``x * fq(sigmoid(alpha x))``, QDQ's ``x * DQ(Q(Sigmoid(x)))``)
-INT8_POST_OPS = ("fq", "qswish")
+#: whose gate passes such a pair (``qswish``: ``x * fq(sigmoid(alpha x))``, QDQ's ``x * DQ(Q(Sigmoid(x)))``), and
+#: the residual add of u8/s8 bytes another int8 convolution stored (``qresidual_u8``/``_s8``: ``+ (q - zp) * s``,
+#: DequantizeLinear's value: a quarter of an f32 residual's memory, and the producer requantizes in registers)
+QRESIDUAL = {"qresidual_u8": False, "qresidual_s8": True}
+INT8_POST_OPS = ("fq", "qswish", *QRESIDUAL)
 POST_OPS = (*POST_OP_KINDS, *INT8_POST_OPS)
 #: the post-ops reading a per-channel vector (one whole zmm per group's vector, indexed like comp/scale/bias)
 CHANNEL_POST_OPS = ("mul_c", "add_c", "prelu_c")
-#: bytes of an fq's parameters in the post-op block (s, lo, hi, 1 / s)
+#: bytes of an fq's parameters in the post-op block (s, lo, hi, 1 / s; a qresidual's s, zp as s32)
 FQ_BYTES = 16
 #: f32 values of the qparams block of a requantized output (``requant_params``)
 QPARAMS = 8
@@ -124,6 +127,11 @@ class Int8ConvShape(ConvDims):
     def mo(self) -> int:
         """Channels per output pixel (the f32 emitter's residual pitch): the output is dense NHWC."""
         return self.m
+
+    @property
+    def res_size(self) -> int:
+        """Bytes per residual element: f32, or the bytes of a quantized residual."""
+        return 1 if any(k in QRESIDUAL for k in self.kinds) else 4
 
     @property
     def channel_arrays(self) -> int:
@@ -229,7 +237,15 @@ def post_params(geo: Int8ConvShape, values: list) -> np.ndarray:
     offsets = post_offsets(geo)
     block = np.zeros(max(offsets[-1] // 4, LANES), np.float32)
     for op, at, v in zip(geo.kinds, offsets, values):
-        if op in INT8_POST_OPS:
+        if op in QRESIDUAL:
+            s, zp = float(v[0]), int(v[1])
+            lo, hi = (-128, 127) if QRESIDUAL[op] else (0, 255)
+            if not (s > 0 and np.isfinite(np.float32(s))) or not lo <= zp <= hi:
+                raise InputError(f"int8 convolution {op} needs a positive scale and a zero point in [{lo}, {hi}], "
+                                 f"got {v}")
+            block[at // 4] = s
+            block.view(np.int32)[at // 4 + 1] = zp
+        elif op in INT8_POST_OPS:
             s, lo, hi = (float(t) for t in v)
             if not s > 0 or lo > hi:
                 raise InputError(f"int8 convolution {op} needs a positive scale and lo <= hi, got {v}")
@@ -286,7 +302,7 @@ def work_table(geo: Int8ConvShape, offsets: list[int]) -> np.ndarray:
                 for oh in range(geo.ho):
                     src = (n * geo.hp + oh * geo.sh) * geo.wp * geo.cp + g * geo.cg4
                     px = (n * geo.ho + oh) * geo.wo * geo.m + g * geo.mg + v0 * LANES
-                    rows.append((src, wei, px * osz, vec, px * 4, mask, variant, *shape))
+                    rows.append((src, wei, px * osz, vec, px * geo.res_size, mask, variant, *shape))
     return np.asarray(rows, dtype=np.int64).reshape(-1, ROW)
 
 
@@ -317,12 +333,13 @@ def _emit_row(fn: Function, geo: Int8ConvShape, nv: int) -> None:
     and a tail per size)."""
     if geo.dynamic:
         most = max_pixels(nv)
-        steps = [(rbx, geo.sw * geo.cp), (r9, geo.m * OUT_SIZE[geo.output]), (r11, geo.m * 4)]
+        steps = [(rbx, geo.sw * geo.cp), (r9, geo.m * OUT_SIZE[geo.output]), (r11, geo.m * geo.res_size)]
         emit_pixel_loop_dynamic(fn, [most], most, lambda r: _emit_block(fn, geo, nv, r), steps,
                                 (RT_NFULL, RT_RFULL, RT_RTAIL))
         return
     r_full = pixels_per_block(nv, geo.wo)
-    steps = [(rbx, r_full * geo.sw * geo.cp), (r9, r_full * geo.m * OUT_SIZE[geo.output]), (r11, r_full * geo.m * 4)]
+    steps = [(rbx, r_full * geo.sw * geo.cp), (r9, r_full * geo.m * OUT_SIZE[geo.output]),
+             (r11, r_full * geo.m * geo.res_size)]
     emit_pixel_loop(fn, geo.wo, r_full, lambda r: _emit_block(fn, geo, nv, r), steps)
 
 
@@ -392,6 +409,17 @@ def _emit_epilogue(fn: Function, geo: Int8ConvShape, acc: list[list], free: list
             for row in acc:
                 for z in row:
                     _emit_fq(fn, z, tmp, at)
+            continue
+        if op.kind in QRESIDUAL:  # type: ignore[union-attr]
+            widen = fn.vpmovsxbd if QRESIDUAL[op.kind] else fn.vpmovzxbd  # type: ignore[union-attr]
+            for i, row in enumerate(acc):
+                for j, z in enumerate(row):
+                    src = r11 + (i * geo.m + j * LANES)
+                    widen(tmp.mask(k1).z if j == nv - 1 else tmp, src)  # (masked: the group's partial vector)
+                    fn.vpsubd(tmp, tmp, bcst(rdx + (at + 4)))
+                    fn.vcvtdq2ps(tmp, tmp)
+                    fn.vmulps(tmp, tmp, bcst(rdx + at))
+                    fn.vaddps(z, z, tmp)
             continue
         gate, aux = free[3], Aux(tuple(free[:3]), (k2,))  # qswish: x * fq(sigmoid(alpha x))
         alpha = op.alpha  # type: ignore[union-attr]
@@ -490,6 +518,9 @@ class Int8ConvKernel:
                 "bias": (bias, np.float32, (g.group * g.nvp * LANES,))}
         if "residual" in g.kinds:
             want["residual"] = (residual, np.float32, (g.n, g.ho, g.wo, g.m))
+        for kind, signed in QRESIDUAL.items():
+            if kind in g.kinds:
+                want["residual"] = (residual, np.int8 if signed else np.uint8, (g.n, g.ho, g.wo, g.m))
         if g.output != "f32":
             want["qparams"] = (qparams, np.float32, (QPARAMS,))
         if any(op in (*INT8_POST_OPS, *CHANNEL_POST_OPS) for op in g.kinds):

@@ -104,6 +104,9 @@ class Int8ConvExecutor:
         #: the kernel's post-ops (constants compiled in) and the values its post-op block holds
         self.post_ops, post_values = kernel_post_ops(spec.post_ops)
         self.residual_index = spec.residual_index()
+        #: an f32 residual, or the u8/s8 bytes of one another int8 convolution stored (qresidual)
+        self.residual_dtype = next((np.int8 if v[3] else np.uint8 for k, v in spec.post_ops if k == "qresidual"),
+                                   np.float32)
         kh, kw = g.kernel
         cg = spec.k // (kh * kw)
         self.channels = c = cg * g.group
@@ -198,9 +201,12 @@ class Int8ConvExecutor:
         if self.residual_index is not None:
             r = np.asarray(args[self.residual_index])
             residual = r.transpose(0, 2, 3, 1)
-            if not residual.flags.c_contiguous or residual.dtype != np.float32:
+            if residual.dtype != self.residual_dtype:
+                raise InputError(f"the int8 convolution's residual must be {np.dtype(self.residual_dtype)}, got "
+                                 f"{residual.dtype}")
+            if not residual.flags.c_contiguous:
                 self.reorders += 1
-                residual = np.ascontiguousarray(residual, np.float32)
+                residual = np.ascontiguousarray(residual)
         b = self.batch(*x.shape[:1], *x.shape[2:])
         shape = b.shape
         if residual is not None and residual.shape != (shape.n, shape.ho, shape.wo, shape.m):
@@ -297,6 +303,8 @@ def kernel_post_ops(ops: Sequence[tuple[str, Any]]) -> tuple[tuple[PostOp, ...],
             op = PostOp(kind, alpha=float(v))
         elif kind == "swish":
             op, value = PostOp("swish" if v[1] is None else "qswish", alpha=float(v[0])), v[1]
+        elif kind == "qresidual":  # (input, scale, zero point, signed): the kernel reads the bytes
+            op, value = PostOp("qresidual_s8" if v[3] else "qresidual_u8"), (v[1], v[2])
         else:  # the grid or the vector of an fq, mul_c, add_c, prelu_c; nothing for the others
             op, value = PostOp(kind), None if kind in ("relu", "residual", "hswish", "sigmoid") else v
         kernel.append(op)

@@ -124,6 +124,8 @@ def test_quantized_block_matches_onnxruntime(tmp_path: Path, c: int, mid: int, t
     assert "[reference]" not in d, d
     assert "mul_c, add_c" in d and "residual" in d, d  # BatchNormalization and the residual in the kernel
     assert "u8 out" in d and "(quantized x)" in d, d  # the 1x1 hands the dilated 3x3 its bytes
+    # the stem's output feeds the 1x1 and the residual Add: it stores u8 for both (the 3x3 dequantizes it)
+    assert d.count("u8 out") == 3 and "qresidual" in d, d
 
 
 def _activations(c: int, mid: int) -> tuple[onnx.ModelProto, tuple[int, ...]]:
@@ -212,7 +214,10 @@ def test_quantized_resnet50_matches_onnxruntime(tmp_path: Path) -> None:
     _compare(qpath, name, shape, 1, inputs=1, most_steps=1, level="ALL", cm=cm)
     d = cm.describe()
     assert d.count("int8 convolution (JIT, VNNI)") == 53 and "[reference]" not in d, d
-    assert d.count("u8 out") >= 30, d
+    # every convolution but the stem (its MaxPool is f32) and the last (to the pool) hands u8 on, the shortcut's
+    # included: each bottleneck's last convolution adds the bytes of its shortcut, dequantized in its kernel
+    assert d.count("u8 out") == 51 and sum("qresidual" in line for line in d.splitlines()) == 16, d
+    assert d.count("f32 x quantized on a constant grid") == 4, d  # the stem, the two after the MaxPool, the FC
 
 
 def test_the_int8_convolution_refuses_a_wrong_input(tmp_path: Path) -> None:
