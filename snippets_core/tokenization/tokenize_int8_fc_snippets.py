@@ -89,6 +89,8 @@ class Int8FCSpec:
     #: ``("qresidual", (i, scale, zero_point, signed))`` the Add of Subgraph input ``i`` holding the u8/s8 bytes
     #: another int8 convolution stored (``_hand_off``), dequantized in the kernel as DequantizeLinear does
     post_ops: tuple[tuple[str, Any], ...] = ()
+    #: a MaxPool of the requantized output (u8/s8 out only): its window over the convolution's output (``spatial``)
+    pool: Int8ConvGeometry | None = None
 
     @property
     def k(self) -> int:
@@ -103,8 +105,9 @@ class Int8FCSpec:
              QUANTIZED: "quantized x"}[self.source]
         what = f"{self.k}x{self.n}" if self.conv is None else f"Conv {self.conv.describe()} as a {self.k}x{self.n}"
         post = "".join(f", {kind}" for kind, _ in self.post_ops)
+        pool = "" if self.pool is None else f", then MaxPool {self.pool.describe()} of the bytes"
         return (f"{what} {'s8' if self.a_signed else 'u8'} x s8 ({a}), {self.output} out"
-                f"{', bias' if self.bias is not None else ''}{post}")
+                f"{', bias' if self.bias is not None else ''}{post}{pool}")
 
     def residual_index(self) -> int | None:
         """The Subgraph input a residual post-op adds (None: no residual)."""
@@ -391,6 +394,23 @@ def _fc_post_ops(last: Node, live: set[int], n: int) -> tuple[list[Node], list[t
     return nodes, ops
 
 
+def _pool_window(pool: Node, g: Int8ConvGeometry) -> Int8ConvGeometry | None:
+    """The window of a MaxPool over the static output of the convolution ``g`` (2-D, no dilation, no indices
+    output; the end pads grown so that every window is inside the padded input), or None."""
+    if len(pool.outputs) != 1 or len(pool.kernel) != 2 or g.out is None:  # type: ignore[attr-defined]
+        return None
+    geo = pool._geometry(pool.kernel)  # type: ignore[attr-defined]
+    if tuple(geo.dilations) != (1, 1):
+        return None
+    outs, pbs, pes = geo.resolve(g.out)
+    if not all(isinstance(v, int) and v > 0 for v in outs) or min(*pbs, *pes) < 0:
+        return None
+    ends = tuple(max(pe, (o - 1) * st + k - sz - pb) for o, st, k, sz, pb, pe in
+                 zip(outs, geo.strides, pool.kernel, g.out, pbs, pes))  # type: ignore[attr-defined]
+    return Int8ConvGeometry(tuple(pool.kernel), tuple(geo.strides), (1, 1), tuple(pbs), ends,  # type: ignore
+                            tuple(g.out), tuple(outs))  # type: ignore[arg-type]
+
+
 #: the ops of a convolution's chain (``_conv_post_ops``) that lead back to it through their non-constant input
 _CHAIN_OPS = ("FakeQuantize", "Maximum", "Minimum", "Multiply", "Add", "Subtract", "Relu", "Clamp", "PRelu")
 
@@ -628,26 +648,38 @@ class TokenizeInt8FCSnippets(Pass):
                           _column_scale(qc.scale.reshape(-1) if qc.scale.size > 1 else qc.scale, m, "the weight scale"),
                           bias, F32, conv=g, post_ops=tuple(post_ops))
         if handoff and post_ops and post_ops[-1][0] == "fq":
-            quantize = self._hand_off(chain[-1], live)
-            if quantize is not None:
+            found = self._hand_off(chain[-1], live, g)
+            if found is not None:
                 out_grid = chain[-1].rt_info[QUANTIZATION_GRID]
-                chain.append(quantize)
+                chain += found[:2] if found[1] is not None else found[:1]
                 spec = replace(spec, output=S8 if _ACTIVATION_TYPES[out_grid.qtype] else U8, y_scale=out_grid.scale,
-                               y_zero_point=out_grid.zero_point, post_ops=tuple(post_ops[:-1]))
+                               y_zero_point=out_grid.zero_point, post_ops=tuple(post_ops[:-1]), pool=found[2])
         return head, chain, spec, x
 
-    def _hand_off(self, last: Node, live: set[int]) -> Node | None:
+    def _hand_off(self, last: Node, live: set[int], g: Int8ConvGeometry,
+                  ) -> tuple[Node, Node | None, Int8ConvGeometry | None] | None:
         """Keep the activations quantized between two int8 convolutions: when every reader of ``last`` (the
         FakeQuantize ending a convolution's chain, on a per-tensor grid) is an int8 convolution's data input, put
         ``QuantizeLinear -> DequantizeLinear`` on that grid between them (the identity on values already on it) and
         return the QuantizeLinear: the convolution's Subgraph then ends with it and stores u8/i8 (its kernel
         requantizes in registers), the readers start with the DequantizeLinear and read the bytes
-        (``_quantized_input``), with no f32 tensor and no quantizing pass between them."""
+        (``_quantized_input``), with no f32 tensor and no quantizing pass between them. A reader may also be the
+        residual Add of an int8 convolution's chain (``_residual_add``: it adds the bytes, ``qresidual``), or a
+        2-D MaxPool (static sizes, no dilation, no indices) whose readers are such: the MaxPool then pools the
+        bytes (max commutes with the monotonic quantization) in this convolution's Subgraph (``Int8FCSpec.pool``).
+        Returns (the QuantizeLinear, the MaxPool on its bytes or None, its window or None)."""
         from snippets_core.ir.ops.io import Constant
         from snippets_core.ir.ops.quantize import DequantizeLinear, QuantizeLinear
 
         grid = last.rt_info.get(QUANTIZATION_GRID)
         readers = _targets(last.outputs[0], live)
+        pool, window, source = None, None, last
+        if len(readers) == 1 and readers[0].node.type_name == "MaxPool":
+            pool = readers[0].node
+            window = _pool_window(pool, g)
+            if window is None:
+                return None
+            readers, source = _targets(pool.outputs[0], live), pool
         if grid is None or not readers:
             return None
         for t in readers:
@@ -656,18 +688,19 @@ class TokenizeInt8FCSnippets(Pass):
                     self._conv(t.node, live, handoff=False)
                 except Int8Reject:
                     return None
-            elif not self._residual_add(t.node, last, live):
+            elif not self._residual_add(t.node, source, live):
                 return None
         scale = Constant(np.float32(grid.scale), name=f"{last.name}/handoff_scale")
         zero_point = Constant(np.asarray(grid.zero_point, grid.qtype.numpy), name=f"{last.name}/handoff_zero_point")
         q = QuantizeLinear(last.outputs[0], scale, zero_point, output_type=grid.qtype, name=f"{last.name}/quantized")
-        dq = DequantizeLinear(q.outputs[0], scale, zero_point, output_type=ElementType.f32,
-                              name=f"{last.name}/dequantized")
+        pooled = None if pool is None else pool.clone_with_new_inputs([q.outputs[0]])
+        dq = DequantizeLinear((q if pooled is None else pooled).outputs[0], scale, zero_point,
+                              output_type=ElementType.f32, name=f"{source.name}/dequantized")
         dq.rt_info[QUANTIZATION_GRID] = grid
         dq.rt_info[INT8_HANDOFF] = True
         for t in readers:
             t.replace_source(dq.outputs[0])
-        return q
+        return q, pooled, window
 
     def _residual_add(self, add: Node, last: Node, live: set[int]) -> bool:
         """``add`` is the residual Add of another int8 convolution's chain that reads ``last``'s output as the

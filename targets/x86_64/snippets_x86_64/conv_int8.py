@@ -94,6 +94,9 @@ class Int8ConvShape(ConvDims):
     #: the kernel reads the row geometry (the input's row pitch, the output row's pixel blocks) from the work table:
     #: one kernel serves every H, W (and batch) of these channels, taps and strides (``kernel_key``)
     dynamic: bool = False
+    #: the output written into the interior of a larger NHWC buffer (a MaxPool's padded input): its (rows, columns,
+    #: top, left); only the work table's output offsets change (None: the dense [N, Ho, Wo, M])
+    out_frame: tuple[int, int, int, int] | None = None
 
     def __post_init__(self) -> None:
         ops, channel = [], 0
@@ -162,9 +165,16 @@ class Int8ConvShape(ConvDims):
         """The geometry the kernel's code depends on: the batch never (the table walks the images); a dynamic one's
         H, W, pads and output size neither (stand-ins: one window)."""
         if not self.dynamic:
-            return replace(self, n=1)
+            return replace(self, n=1, out_frame=None)
         h, w = (self.kh - 1) * self.dh + 1, (self.kw - 1) * self.dw + 1
-        return replace(self, n=1, h=h, w=w, pt=0, pl=0, ho=1, wo=1)
+        return replace(self, n=1, h=h, w=w, pt=0, pl=0, ho=1, wo=1, out_frame=None)
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        """The NHWC output array: dense, or the frame it is written into."""
+        if self.out_frame is None:
+            return self.n, self.ho, self.wo, self.m
+        return self.n, self.out_frame[0], self.out_frame[1], self.m
 
     @property
     def macs(self) -> int:
@@ -289,6 +299,7 @@ def work_table(geo: Int8ConvShape, offsets: list[int]) -> np.ndarray:
     blocks = geo.blocks()
     rem = geo.mg - (geo.nvp - 1) * LANES
     pitch = geo.dh * geo.wp * geo.cp
+    hq, wq, qt, ql = geo.out_frame or (geo.ho, geo.wo, 0, 0)
     for n in range(geo.n):
         for g in range(geo.group):
             for b, (v0, nv) in enumerate(blocks):
@@ -302,7 +313,8 @@ def work_table(geo: Int8ConvShape, offsets: list[int]) -> np.ndarray:
                 for oh in range(geo.ho):
                     src = (n * geo.hp + oh * geo.sh) * geo.wp * geo.cp + g * geo.cg4
                     px = (n * geo.ho + oh) * geo.wo * geo.m + g * geo.mg + v0 * LANES
-                    rows.append((src, wei, px * osz, vec, px * geo.res_size, mask, variant, *shape))
+                    dst = ((n * hq + oh + qt) * wq + ql) * geo.m + g * geo.mg + v0 * LANES
+                    rows.append((src, wei, dst * osz, vec, px * geo.res_size, mask, variant, *shape))
     return np.asarray(rows, dtype=np.int64).reshape(-1, ROW)
 
 
@@ -512,7 +524,7 @@ class Int8ConvKernel:
         arrays are checked (this runs once per call, not per item)."""
         g = self.geo
         want = {"xp": (xp, np.uint8, (g.n, g.hp, g.wp, g.cp)),
-                "y": (y, {"f32": np.float32, "u8": np.uint8, "s8": np.int8}[g.output], (g.n, g.ho, g.wo, g.m)),
+                "y": (y, {"f32": np.float32, "u8": np.uint8, "s8": np.int8}[g.output], g.out_shape),
                 "comp": (comp, np.int32, (g.group * g.nvp * LANES,)),
                 "scale": (scale, np.float32, (g.group * g.nvp * LANES,)),
                 "bias": (bias, np.float32, (g.group * g.nvp * LANES,))}

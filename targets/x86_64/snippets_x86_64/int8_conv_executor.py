@@ -39,6 +39,7 @@ from snippets_x86_64.conv import PostOp
 from snippets_x86_64.conv_executor import split_items
 from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, \
     kernel_function, post_params, requant_params
+from snippets_x86_64.int8_pool import max_pool_function, pool_table
 from snippets_x86_64.quantize_int8 import planes_args, quantize_params, quantize_pixels_function, \
     quantize_planes_function
 from snippets_x86_64.native_pool import SplitCall
@@ -92,6 +93,18 @@ class _Batch:
         self.planes_call = None if self.planes is None else \
             SplitCall(self.planes, 4 + len(self.planes_sizes), chunks)
         self.lock = threading.Lock()
+        #: the Subgraph's output: the convolution's, or the MaxPool's of its bytes (``Int8FCSpec.pool``)
+        self.out_shape = shape.out_shape
+        self.pool_in: np.ndarray | None = None
+        p = ex.spec.pool
+        if p is not None:  # the convolution writes the interior of the pool's padded input, whose border never wins
+            assert p.out is not None and shape.out_frame is not None
+            self.pool_in = np.full(shape.out_shape, np.iinfo(ex.out_dtype).min, ex.out_dtype)
+            self.out_shape = (n, *p.out, shape.m)
+            fn = max_pool_function(*p.kernel, p.strides[1], shape.m, p.out[1], shape.out_frame[1] * shape.m,
+                                   self.pool_in.dtype == np.int8)
+            self.pool_table = pool_table(n, *p.out, shape.m, p.strides[0], *shape.out_frame[:2])
+            self.pool_call = SplitCall(fn, 3, split_items(n * p.out[0], ex.threads if big else 1))
 
 
 class Int8ConvExecutor:
@@ -144,10 +157,14 @@ class Int8ConvExecutor:
         if g.spatial is None or g.out is None:
             raise InputError(f"the int8 convolution's H and W are dynamic: give them, got {h}, {w}")
         (kh, kw), (sh, sw), (dh, dw) = g.kernel, g.strides, g.dilations
+        # a MaxPool after it: the output written into the pool's padded input
+        p = s.pool
+        frame = None if p is None else (p.pads_begin[0] + g.out[0] + p.pads_end[0],
+                                        p.pads_begin[1] + g.out[1] + p.pads_end[1], *p.pads_begin)
         # dynamic H, W: one shape-agnostic kernel (the row geometry in the work table) for every input shape
         return Int8ConvShape(n, self.channels, g.spatial[0], g.spatial[1], s.n, g.group, kh, kw, sh, sw, dh, dw,
                              g.pads_begin[0], g.pads_begin[1], g.out[0], g.out[1], self.output, self.post_ops,
-                             dynamic=self.spec.conv.spatial is None)
+                             dynamic=self.spec.conv.spatial is None, out_frame=frame)
 
     @property
     def channel_shape(self) -> Int8ConvShape:
@@ -240,11 +257,16 @@ class Int8ConvExecutor:
             elif xt.size:
                 b.copy_call.run([address(xt), address(xp), b.table_at, address(qparams), *b.copy_sizes])
             y = self._output(b, own)
+            conv_y = y
+            if b.pool_in is not None:  # the convolution into the pool's padded input, then the MaxPool into y
+                conv_y = b.pool_in if own else np.full_like(b.pool_in, np.iinfo(b.pool_in.dtype).min)
             if s.source == DYNAMIC or b.bound is not vectors:  # the vectors checked once (per call if dynamic)
-                b.kernel.run(xp, y, *vectors, residual, self.requant, self.post)
+                b.kernel.run(xp, conv_y, *vectors, residual, self.requant, self.post)
                 b.bound = vectors
             else:
-                b.kernel.launch(address(xp), address(y), None if residual is None else address(residual))
+                b.kernel.launch(address(xp), address(conv_y), None if residual is None else address(residual))
+            if b.pool_in is not None:
+                b.pool_call.run([address(conv_y), address(y), b.pool_table.ctypes.data])
         finally:
             if own:
                 b.lock.release()
@@ -269,7 +291,7 @@ class Int8ConvExecutor:
             base = y.base
             if sys.getrefcount(y) == 3 and (base is None or sys.getrefcount(base) == 3):
                 return y
-        y = empty_aligned((shape.n, shape.ho, shape.wo, shape.m), self.out_dtype)
+        y = empty_aligned(b.out_shape, self.out_dtype)
         if own:
             b.y = y
         return y

@@ -214,10 +214,11 @@ def test_quantized_resnet50_matches_onnxruntime(tmp_path: Path) -> None:
     _compare(qpath, name, shape, 1, inputs=1, most_steps=1, level="ALL", cm=cm)
     d = cm.describe()
     assert d.count("int8 convolution (JIT, VNNI)") == 53 and "[reference]" not in d, d
-    # every convolution but the stem (its MaxPool is f32) and the last (to the pool) hands u8 on, the shortcut's
-    # included: each bottleneck's last convolution adds the bytes of its shortcut, dequantized in its kernel
-    assert d.count("u8 out") == 51 and sum("qresidual" in line for line in d.splitlines()) == 16, d
-    assert d.count("f32 x quantized on a constant grid") == 4, d  # the stem, the two after the MaxPool, the FC
+    # every convolution but the last (to the global pool) hands u8 on, the shortcut's included: each bottleneck's
+    # last convolution adds the bytes of its shortcut, dequantized in its kernel; the stem's MaxPool pools its bytes
+    assert d.count("u8 out") == 52 and sum("qresidual" in line for line in d.splitlines()) == 16, d
+    assert "u8 out, fq, mul_c, add_c, then MaxPool 3x3 stride 2x2 112x112 -> 56x56 of the bytes" in d, d
+    assert d.count("f32 x quantized on a constant grid") == 2, d  # the stem and the FC
 
 
 def test_the_int8_convolution_refuses_a_wrong_input(tmp_path: Path) -> None:
