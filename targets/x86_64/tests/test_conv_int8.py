@@ -9,6 +9,7 @@ requantized output is the same integer but where v / y_scale lies within an f32 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,8 +18,8 @@ from hypothesis import strategies as st
 
 from snippets_core.errors import InputError, UnsupportedByTarget
 from snippets_x86_64.conv import PostOp
-from snippets_x86_64.conv_int8 import Int8ConvKernel, Int8ConvShape, channel_vector, compensation, post_params, \
-    requant_params
+from snippets_x86_64.conv_int8 import QRESIDUAL, Int8ConvKernel, Int8ConvShape, channel_vector, compensation, \
+    post_params, requant_params
 from snippets_x86_64.guarded import guarded_array, guarded_copy
 
 
@@ -70,6 +71,10 @@ def run_case(geo: Int8ConvShape, seed: int, at: str = "end", threads: int = 1, y
     w_scale = rng.uniform(0.001, 0.01, g.m).astype(np.float32)
     bias = rng.standard_normal(g.m).astype(np.float32)
     res = rng.standard_normal((g.n, g.ho, g.wo, g.m)).astype(np.float32)
+    qres = next((k for k in g.kinds if k in QRESIDUAL), None)  # the bytes of another int8 convolution's output
+    if qres is not None:
+        res = rng.integers(-128, 128, res.shape).astype(np.int8) if QRESIDUAL[qres] else \
+            rng.integers(0, 256, res.shape).astype(np.uint8)
     k = _kernel_or_skip(g, w, threads)
     k.packed = guarded_copy(k.packed, at)
     k.table = guarded_copy(k.table, at)
@@ -78,17 +83,25 @@ def run_case(geo: Int8ConvShape, seed: int, at: str = "end", threads: int = 1, y
     scale = guarded_copy(channel_vector(np.float32(x_scale) * w_scale, g, np.float32), at)
     bvec = guarded_copy(channel_vector(bias, g, np.float32), at)
     out_dtype = {"f32": np.float32, "u8": np.uint8, "s8": np.int8}[g.output]
-    y = guarded_array((g.n, g.ho, g.wo, g.m), out_dtype, at)
-    resg = guarded_copy(res, at) if "residual" in g.kinds else None
+    frame = guarded_array(g.out_shape, out_dtype, at)  # (a MaxPool's padded input: the border left alone)
+    frame[...] = 77
+    top, left = (0, 0) if g.out_frame is None else g.out_frame[2:]
+    y = frame[:, top : top + g.ho, left : left + g.wo]
+    resg = guarded_copy(res, at) if "residual" in g.kinds or qres is not None else None
     qp = guarded_copy(requant_params(y_scale, y_zp, g.output), at) if g.output != "f32" else None
     values: list = []
     for op in g.kinds:
         values.append((FQ_SCALE, -3.0, 40.0) if op == "fq" else (GATE_SCALE, 0.0, 255.0) if op == "qswish" else
                       rng.uniform(0.5, 2.0, g.m).astype(np.float32) if op == "mul_c" else
                       rng.uniform(-0.5, 0.5, g.m).astype(np.float32) if op == "prelu_c" else
-                      rng.standard_normal(g.m).astype(np.float32) if op == "add_c" else None)
+                      rng.standard_normal(g.m).astype(np.float32) if op == "add_c" else
+                      (RES_SCALE, -5 if QRESIDUAL[op] else 131) if op in QRESIDUAL else None)
     post = guarded_copy(post_params(g, values), at)
-    k.run(xp, y, comp, scale, bvec, resg, qp, post)
+    k.run(xp, frame, comp, scale, bvec, resg, qp, post)
+    if g.out_frame is not None:  # nothing written outside the output's rows and columns
+        inner = np.zeros(frame.shape, bool)
+        inner[:, top : top + g.ho, left : left + g.wo] = True
+        assert np.all(frame[~inner] == 77)
 
     v = reference(q, zp, w, g).astype(np.float64) * (np.float64(np.float32(x_scale) * w_scale)) + bias
     slack = 0.0  # an fq may round a value within an f32 rounding of a tie the other way: one step, scaled after
@@ -96,6 +109,8 @@ def run_case(geo: Int8ConvShape, seed: int, at: str = "end", threads: int = 1, y
         op = post.kind
         if op == "residual":
             v = v + res
+        elif op in QRESIDUAL:  # DequantizeLinear's f32 value
+            v = v + (res.astype(np.int32) - p[1]).astype(np.float32) * np.float32(p[0])
         elif op == "relu":
             v = np.maximum(v, 0.0)
         elif op == "fq":
@@ -137,6 +152,8 @@ def run_case(geo: Int8ConvShape, seed: int, at: str = "end", threads: int = 1, y
 #: the fq post-op's scale in the tests, and the qswish gate's (a sigmoid on a u8 grid, as onnxruntime's quantizer
 #: gives it)
 FQ_SCALE, GATE_SCALE = 0.125, 1.0 / 255
+#: the scale of a quantized residual's grid
+RES_SCALE = 0.0625
 
 SWEEP = [
     # (c, m, k, stride, pad, dilation, h, w)
@@ -172,11 +189,25 @@ def test_post_ops_and_requantization_under_guard_pages(output: str, post_ops: tu
 
 
 @pytest.mark.parametrize("post_ops", [("fq", "mul_c", "add_c", "fq"), ("fq", "residual", "fq", "relu"),
-                                      ("mul_c", "add_c", "relu")])
+                                      ("mul_c", "add_c", "relu"), ("fq", "qresidual_u8", "relu"),
+                                      ("mul_c", "qresidual_s8", "fq")])
 @pytest.mark.parametrize("output", ["f32", "u8"])
-def test_fused_quantize_and_channel_post_ops(post_ops: tuple[str, ...], output: str) -> None:
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_fused_quantize_and_channel_post_ops(post_ops: tuple[str, ...], output: str, at: str) -> None:
+    """The Q->DQ steps, per-channel ops and residuals (f32, or the u8/s8 bytes of another int8 convolution,
+    dequantized in the kernel) in the epilogue, 40 channels (a masked vector), under guard pages."""
     geo = Int8ConvShape(1, 32, 9, 13, 40, 1, 3, 3, 1, 1, 1, 1, 1, 1, 9, 13, output, post_ops)
-    run_case(geo, seed=len(post_ops), at="start", y_scale=0.25, y_zp=100)
+    run_case(geo, seed=len(post_ops), at=at, y_scale=0.25, y_zp=100)
+
+
+@pytest.mark.parametrize("at", ["end", "start"])
+@pytest.mark.parametrize("m", [16, 40])
+def test_the_output_written_into_a_larger_frame(at: str, m: int) -> None:
+    """``out_frame``: the output rows written into the interior of a MaxPool's padded input (the work table's
+    output offsets), the frame's border untouched, on one compiled kernel for both (``kernel_key``)."""
+    geo = Int8ConvShape(2, 8, 9, 7, m, 1, 3, 3, 2, 2, 1, 1, 1, 1, 5, 4, "u8", ("fq",), out_frame=(7, 6, 1, 1))
+    run_case(geo, seed=m, at=at, y_scale=0.25, y_zp=3)
+    assert geo.kernel_key() == replace(geo, out_frame=None).kernel_key()
 
 
 @pytest.mark.parametrize("post_ops", [
