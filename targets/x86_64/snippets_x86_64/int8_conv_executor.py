@@ -116,6 +116,8 @@ class Int8ConvExecutor:
         self.spec, self.threads = spec, max(1, threads)
         #: the kernel's post-ops (constants compiled in) and the values its post-op block holds
         self.post_ops, post_values = kernel_post_ops(spec.post_ops)
+        #: a Relu right before a Q->DQ pair (or the requantization) is that grid's clamp from 0
+        self.post_ops, post_values, relu_last = fold_relu(self.post_ops, post_values, spec.output != F32)
         self.residual_index = spec.residual_index()
         #: an f32 residual, or the u8/s8 bytes of one another int8 convolution stored (qresidual)
         self.residual_dtype = next((np.int8 if v[3] else np.uint8 for k, v in spec.post_ops if k == "qresidual"),
@@ -139,7 +141,9 @@ class Int8ConvExecutor:
             self.vectors = self._vectors(spec.a_scale, spec.a_zero_point)
             self.qparams = self._qparams(spec.a_scale, spec.a_zero_point)
         self.requant = requant_params(spec.y_scale, spec.y_zero_point, self.output) if self.output != F32 else None
-        self.post = post_params(self.channel_shape, post_values) if spec.post_ops else None
+        if relu_last and self.requant is not None:
+            self.requant[1] = max(self.requant[1], 0.0)
+        self.post = post_params(self.channel_shape, post_values) if self.post_ops else None
         self.reads_planes = reads_planes(spec)
         self.reorders = 0
         if g.spatial is None:  # the shape-agnostic kernel built now, on a stand-in of one window: shapes only table
@@ -332,6 +336,26 @@ def kernel_post_ops(ops: Sequence[tuple[str, Any]]) -> tuple[tuple[PostOp, ...],
         kernel.append(op)
         values.append(value)
     return tuple(kernel), values
+
+
+def fold_relu(ops: tuple[PostOp, ...], values: list[Any], requantized: bool,
+              ) -> tuple[tuple[PostOp, ...], list[Any], bool]:
+    """The kernel's chain with each Relu that a Q->DQ pair follows (or, ``requantized``, that ends the chain)
+    dropped into the grid's clamp: ``clamp(rint(max(x, 0) / s), lo, hi) == clamp(rint(x / s), max(lo, 0), hi)``
+    (division by a positive scale keeps the sign; ``lo <= 0 <= hi`` on any grid that holds its zero point), one op
+    per output vector less. Returns (ops, values, whether a final Relu went into the requantization's clamp)."""
+    out_ops: list[PostOp] = []
+    out_values: list[Any] = []
+    for i, (op, v) in enumerate(zip(ops, values)):
+        nxt = ops[i + 1].kind if i + 1 < len(ops) else None
+        if op.kind == "relu" and nxt == "fq":
+            values[i + 1] = (values[i + 1][0], max(float(values[i + 1][1]), 0.0), values[i + 1][2])
+            continue
+        if op.kind == "relu" and nxt is None and requantized:
+            return tuple(out_ops), out_values, True
+        out_ops.append(op)
+        out_values.append(v)
+    return tuple(out_ops), out_values, False
 
 
 def reads_planes(spec: Int8FCSpec) -> bool:

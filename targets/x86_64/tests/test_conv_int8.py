@@ -418,3 +418,21 @@ def test_the_planar_quantizer_reads_nchw(c: int, w: int, signed: bool, at: str, 
     assert (dst[outside] == 7).all()
     with pytest.raises(InputError, match="1..4 channels"):
         quantize_planes_function(w, 5, h * w)
+
+
+def test_a_relu_before_a_grid_folds_into_its_clamp() -> None:
+    """``fold_relu``: a Relu that a Q->DQ pair (or the requantization) follows becomes that grid's clamp from 0; the
+    identity it relies on holds on float32 values around every tie, zeros of both signs included."""
+    from snippets_x86_64.int8_conv_executor import fold_relu
+
+    ops = (PostOp("relu"), PostOp("fq"), PostOp("mul_c"), PostOp("relu"))
+    got, values, last = fold_relu(ops, [None, (0.5, -3.0, 200.0), np.ones(4, np.float32), None], True)
+    assert [op.kind for op in got] == ["fq", "mul_c"] and values[0] == (0.5, 0.0, 200.0) and last
+    got, _, last = fold_relu(ops, [None, (0.5, -3.0, 200.0), None, None], False)
+    assert [op.kind for op in got] == ["fq", "mul_c", "relu"] and not last
+    s = np.float32(0.0371)
+    ties = (np.arange(-300, 300, dtype=np.float32) + np.float32(0.5)) * s
+    x = np.concatenate([np.nextafter(ties, -np.inf), ties, np.nextafter(ties, np.inf), [np.float32(-0.0), 0]])
+    for lo, hi in ((-3.0, 200.0), (0.0, 255.0), (-128.0, 127.0)):
+        relu_first = np.clip(np.rint(np.maximum(x, np.float32(0)) / s), lo, hi)
+        np.testing.assert_array_equal(relu_first, np.clip(np.rint(x / s), max(lo, 0.0), hi))
