@@ -574,9 +574,14 @@ class TokenizeInt8FCSnippets(Pass):
         # tensor; the head's clone lives in the Subgraph only as the quantizer)
         residuals = [v for k, v in spec.post_ops if k == "residual"]
         # a residual that is the DequantizeLinear of bytes another int8 convolution stored (``_hand_off``): the
-        # DequantizeLinear is cloned in, the Subgraph reads the bytes and its kernel dequantizes them (qresidual)
-        quantized = {id(v.node): v.node.clone_with_new_inputs([i.source for i in v.node.inputs]) for v in residuals
-                     if v.node.rt_info.get(INT8_HANDOFF) and not any(v.node is h for h in head)}
+        # DequantizeLinear is cloned in (or is the head's clone: x itself added), the Subgraph reads the bytes and
+        # its kernel dequantizes them (qresidual)
+        quantized: dict[int, Node] = {}
+        for v in residuals:
+            if v.node.rt_info.get(INT8_HANDOFF):
+                same = mapping.get((v.node.id, v.index))
+                quantized[id(v.node)] = same.node if same is not None else \
+                    v.node.clone_with_new_inputs([i.source for i in v.node.inputs])
         for node in chain:
             for inp in node.inputs:
                 if any(inp.source == r for r in residuals):
@@ -586,7 +591,8 @@ class TokenizeInt8FCSnippets(Pass):
                 new = mapping.get((inp.source.node.id, inp.source.index))
                 if new is not None:
                     inp.replace_source(new)
-        sg = _build_subgraph([*clones, *quantized.values(), *chain], 0, _live_ids(model))
+        extra = [n for n in quantized.values() if not any(n is c for c in clones)]
+        sg = _build_subgraph([*clones, *extra, *chain], 0, _live_ids(model))
         a_index = next(j for j, i in enumerate(sg.inputs) if i.source == x)
 
         def index(v: Output) -> int:
@@ -704,14 +710,14 @@ class TokenizeInt8FCSnippets(Pass):
 
     def _residual_add(self, add: Node, last: Node, live: set[int]) -> bool:
         """``add`` is the residual Add of another int8 convolution's chain that reads ``last``'s output as the
-        tensor it adds (not as its own x): that convolution can add the bytes ``last``'s stores, dequantized in
+        tensor it adds (maybe its own x too): that convolution can add the bytes ``last``'s stores, dequantized in
         its kernel (``qresidual``). Its chain is found walking up the Add's other operand, each op the sole reader
         of the one before, to the Convolution."""
         if add.type_name != "Add" or len(add.inputs) != 2:
             return False
         other = [i.source for i in add.inputs if i.source.node is not last]
         node = _chain_conv(other[0].node, live) if len(other) == 1 else None
-        if node is None or node.inputs[0].source.node is last:
+        if node is None:
             return False
         try:
             _, chain, spec, _ = self._conv(node, live, handoff=False)

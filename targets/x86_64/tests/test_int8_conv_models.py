@@ -128,9 +128,10 @@ def test_quantized_block_matches_onnxruntime(tmp_path: Path, c: int, mid: int, t
     assert d.count("u8 out") == 3 and "qresidual" in d, d
 
 
-def _pooled(c: int, mid: int, k: int, s: int, p: int) -> tuple[onnx.ModelProto, tuple[int, ...]]:
+def _pooled(c: int, mid: int, k: int, s: int, p: int, own: bool = False) -> tuple[onnx.ModelProto, tuple[int, ...]]:
     """A stem, a MaxPool, then a bottleneck whose shortcut is the pooled tensor: the pool's bytes feed a 1x1 and
-    the residual Add of the 3x3 after it; global pooling and a Gemm head."""
+    the residual Add of the 3x3 after it (``own``: the 3x3 reads the pooled tensor and adds it, as cnn_block);
+    global pooling and a Gemm head."""
     rng = np.random.default_rng(mid + k)
     inits = [_w(rng, "w0", (mid, c, 3, 3), 0.2), _w(rng, "b0", (mid,), 0.1), _w(rng, "w1", (mid, mid, 1, 1), 0.2),
              _w(rng, "w2", (mid, mid, 3, 3), 0.1), _w(rng, "fc", (10, mid), 0.2), _w(rng, "fcb", (10,), 0.1)]
@@ -138,7 +139,7 @@ def _pooled(c: int, mid: int, k: int, s: int, p: int) -> tuple[onnx.ModelProto, 
              h.make_node("Relu", ["c0"], ["r0"]),
              h.make_node("MaxPool", ["r0"], ["m0"], kernel_shape=[k, k], strides=[s, s], pads=[p, p, p, p]),
              h.make_node("Conv", ["m0", "w1"], ["c1"], kernel_shape=[1, 1]), h.make_node("Relu", ["c1"], ["r1"]),
-             h.make_node("Conv", ["r1", "w2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             h.make_node("Conv", ["m0" if own else "r1", "w2"], ["c2"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
              h.make_node("Add", ["c2", "m0"], ["s2"]), h.make_node("Relu", ["s2"], ["r2"]),
              h.make_node("GlobalAveragePool", ["r2"], ["g"]), h.make_node("Flatten", ["g"], ["f"]),
              h.make_node("Gemm", ["f", "fc", "fcb"], ["y"], transB=1)]
@@ -148,19 +149,21 @@ def _pooled(c: int, mid: int, k: int, s: int, p: int) -> tuple[onnx.ModelProto, 
     return h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), shape
 
 
-@pytest.mark.parametrize("c,mid,k,s,p", [(3, 64, 3, 2, 1), (8, 40, 2, 2, 0), (3, 24, 3, 1, 1)])
+@pytest.mark.parametrize("c,mid,k,s,p,own", [(3, 64, 3, 2, 1, False), (8, 40, 2, 2, 0, False),
+                                             (3, 24, 3, 1, 1, False), (3, 32, 2, 2, 0, True)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_a_max_pool_between_int8_convolutions_pools_the_bytes(tmp_path: Path, c: int, mid: int, k: int, s: int,
-                                                               p: int, threads: int) -> None:
+                                                               p: int, own: bool, threads: int) -> None:
     """The stem stores u8 into the MaxPool's padded input and the pool runs on the bytes in the stem's Subgraph
-    (int8_pool.py); the 1x1 reads the pooled bytes, the 3x3 adds them as its residual (qresidual): the model
-    matches onnxruntime on every output."""
-    model, shape = _pooled(c, mid, k, s, p)
+    (int8_pool.py); the 1x1 reads the pooled bytes, the 3x3 adds them as its residual (qresidual; ``own``: the 3x3
+    reads them as its x too): the model matches onnxruntime on every output."""
+    model, shape = _pooled(c, mid, k, s, p, own)
     path = _quantize(tmp_path, model, "x", shape)
     cm = _compare(path, "x", shape, threads)
     d = cm.describe()
     assert "then MaxPool" in d and "qresidual" in d and "[reference]" not in d, d
-    assert d.count("int8 convolution (JIT, VNNI)") == 3 and d.count("u8 out") == 2, d  # (the last: f32 to the pool)
+    convs = 2 if own else 3  # (own: the 1x1 is read by nothing)
+    assert d.count("int8 convolution (JIT, VNNI)") == convs and d.count("u8 out") == convs - 1, d  # (last: f32)
 
 
 def _activations(c: int, mid: int) -> tuple[onnx.ModelProto, tuple[int, ...]]:
