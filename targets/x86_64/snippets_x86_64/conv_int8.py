@@ -418,9 +418,10 @@ def _emit_epilogue(fn: Function, geo: Int8ConvShape, acc: list[list], free: list
         flush()
         fn.mov(rdx, qword[rsi + ARG_POST * 8])
         if op.kind == "fq":  # type: ignore[union-attr]
+            grid = _load_grid(fn, free, (at + 12, at, at + 4, at + 8))
             for row in acc:
                 for z in row:
-                    _emit_fq(fn, z, tmp, at)
+                    _emit_fq(fn, z, tmp, grid)
             continue
         if op.kind in QRESIDUAL:  # type: ignore[union-attr]
             widen = fn.vpmovsxbd if QRESIDUAL[op.kind] else fn.vpmovzxbd  # type: ignore[union-attr]
@@ -440,7 +441,7 @@ def _emit_epilogue(fn: Function, geo: Int8ConvShape, acc: list[list], free: list
                 if alpha != 1.0:
                     fn.vmulps(gate, z, bcst(fn.const_f32(alpha)))
                 emit_sigmoid(fn, gate, gate if alpha != 1.0 else z, aux)
-                _emit_fq(fn, gate, tmp, at)
+                _emit_fq(fn, gate, tmp, [bcst(rdx + o) for o in (at + 12, at, at + 4, at + 8)])  # (free: aux)
                 fn.vmulps(z, z, gate)
     flush()
     osz = OUT_SIZE[geo.output]
@@ -454,25 +455,39 @@ def _emit_epilogue(fn: Function, geo: Int8ConvShape, acc: list[list], free: list
     # vdivps per vector cost the small convs a third of their time), clamped first (exact integers after rounding),
     # then rounded half to even; the low byte of each lane is the u8/s8 value
     fn.mov(rdx, qword[rsi + ARG_QPARAMS * 8])
+    r, c, lo, hi, zp = _load_grid(fn, free, (0, 16, 4, 8, 12))
     for i, row in enumerate(acc):
         for j, z in enumerate(row):
-            emit_divide_by(fn, z, tmp, bcst(rdx), bcst(rdx + 16))
-            fn.vmaxps(z, z, bcst(rdx + 4))
-            fn.vminps(z, z, bcst(rdx + 8))
+            emit_divide_by(fn, z, tmp, r, c)
+            fn.vmaxps(z, z, lo)
+            fn.vminps(z, z, hi)
             fn.vcvtps2dq(z, z, rc="rn")
-            fn.vpaddd(z, z, bcst(rdx + 12))
+            fn.vpaddd(z, z, zp)
             dst = r9 + (i * geo.m * osz + j * LANES)
             fn.vpmovdb(dst.mask(k1) if j == nv - 1 else dst, z)
 
 
-def _emit_fq(fn: Function, z: ZMM, t: ZMM, at: int) -> None:
-    """``z`` onto the per-tensor grid at ``rdx + at`` (s, lo, hi, 1 / s), kept in f32: ``z / s`` as QuantizeLinear
-    rounds it (``emit_divide_by``; ``t`` clobbered), the step times the scale."""
-    emit_divide_by(fn, z, t, bcst(rdx + (at + 12)), bcst(rdx + at))
-    fn.vmaxps(z, z, bcst(rdx + (at + 4)))
-    fn.vminps(z, z, bcst(rdx + (at + 8)))
+def _load_grid(fn: Function, free: list, offsets: tuple[int, ...]) -> list:
+    """The grid's 32-bit parameters at ``rdx + offsets`` as operands: broadcast once into the free registers past
+    the two temporaries when enough are free (the block's vectors then read registers, not a broadcast load each),
+    else broadcast memory operands."""
+    if len(free) < 2 + len(offsets):
+        return [bcst(rdx + o) for o in offsets]
+    regs = free[2 : 2 + len(offsets)]
+    for reg, o in zip(regs, offsets):
+        fn.vpbroadcastd(reg, dword[rdx + o])
+    return regs
+
+
+def _emit_fq(fn: Function, z: ZMM, t: ZMM, grid: list) -> None:
+    """``z`` onto the per-tensor grid ``(1 / s, s, lo, hi)`` (operands: ``_load_grid``), kept in f32: ``z / s`` as
+    QuantizeLinear rounds it (``emit_divide_by``; ``t`` clobbered), the step times the scale."""
+    r, s, lo, hi = grid
+    emit_divide_by(fn, z, t, r, s)
+    fn.vmaxps(z, z, lo)
+    fn.vminps(z, z, hi)
     fn.vrndscaleps(z, z, 0)  # to nearest, ties to even
-    fn.vmulps(z, z, bcst(rdx + at))
+    fn.vmulps(z, z, s)
 
 
 def kernel_function(geo: Int8ConvShape) -> JitFunction:
