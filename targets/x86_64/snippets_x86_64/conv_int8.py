@@ -425,13 +425,14 @@ def _emit_epilogue(fn: Function, geo: Int8ConvShape, acc: list[list], free: list
             continue
         if op.kind in QRESIDUAL:  # type: ignore[union-attr]
             widen = fn.vpmovsxbd if QRESIDUAL[op.kind] else fn.vpmovzxbd  # type: ignore[union-attr]
+            scale, zp = _load_grid(fn, free, (at, at + 4))
             for i, row in enumerate(acc):
                 for j, z in enumerate(row):
                     src = r11 + (i * geo.m + j * LANES)
                     widen(tmp.mask(k1).z if j == nv - 1 else tmp, src)  # (masked: the group's partial vector)
-                    fn.vpsubd(tmp, tmp, bcst(rdx + (at + 4)))
+                    fn.vpsubd(tmp, tmp, zp)
                     fn.vcvtdq2ps(tmp, tmp)
-                    fn.vmulps(tmp, tmp, bcst(rdx + at))
+                    fn.vmulps(tmp, tmp, scale)
                     fn.vaddps(z, z, tmp)
             continue
         gate, aux = free[3], Aux(tuple(free[:3]), (k2,))  # qswish: x * fq(sigmoid(alpha x))
