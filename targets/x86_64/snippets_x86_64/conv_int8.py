@@ -97,6 +97,10 @@ class Int8ConvShape(ConvDims):
     #: the output written into the interior of a larger NHWC buffer (a MaxPool's padded input): its (rows, columns,
     #: top, left); only the work table's output offsets change (None: the dense [N, Ho, Wo, M])
     out_frame: tuple[int, int, int, int] | None = None
+    #: a stem's taps packed (``packs_taps``): pixels of ``c`` bytes (not rounded up to 4), a kernel row's ``kw * c``
+    #: bytes lie together in the row, so the kernel walks them as ``ceil(kw * c / 4)`` VNNI groups of one tap (a
+    #: 7x7 RGB stem: 6 groups a kernel row instead of 7 of 3 useful bytes); the bytes past them weigh 0
+    packed: bool = False
 
     def __post_init__(self) -> None:
         ops, channel = [], 0
@@ -118,6 +122,9 @@ class Int8ConvShape(ConvDims):
         bad = [p for p in self.kinds if p not in POST_OPS]
         if bad:
             raise InputError(f"int8 convolution post-ops must be among {POST_OPS}, got {bad}")
+        if self.packed and not (self.group == 1 and self.dw == 1 and not self.dynamic):
+            raise InputError(f"int8 convolution: packed taps need one group, no horizontal dilation and static "
+                             f"sizes, got {self}")
         if self.pt >= self.hp or self.pl >= self.wp or (self.ho - 1) * self.sh + (self.kh - 1) * self.dh < 0:
             raise InputError(f"int8 convolution pads {self.pt}, {self.pl} leave no input in the window")
 
@@ -149,7 +156,22 @@ class Int8ConvShape(ConvDims):
     @property
     def cp(self) -> int:
         """Bytes per pixel of the padded input."""
-        return self.group * self.cg4
+        return self.c if self.packed else self.group * self.cg4
+
+    @property
+    def tap_groups(self) -> int:
+        """VNNI groups of 4 bytes per tap the kernel walks (packed: one tap a kernel row)."""
+        return -(-self.kw * self.c // K_GROUP) if self.packed else self.cg4 // K_GROUP
+
+    @property
+    def wp(self) -> int:
+        """Pixels per padded input row (packed: the last window's last VNNI group may read up to 3 bytes past it,
+        whose weights are 0: one or a few more pixels of border)."""
+        wp = super().wp
+        if not self.packed:
+            return wp
+        over = self.tap_groups * K_GROUP - self.kw * self.c  # bytes read past the last window
+        return max(wp, (self.wo - 1) * self.sw + self.kw + -(-over // self.c))
 
     @property
     def nvp(self) -> int:
@@ -201,13 +223,15 @@ def pack_weights_int8(w: np.ndarray, geo: Int8ConvShape) -> tuple[np.ndarray, li
         raise InputError(f"int8 convolution weight must be int8 {[geo.m, geo.cg, geo.kh, geo.kw]}, got {w.dtype} "
                          f"{list(w.shape)}")
     panels, offsets, at = [], [], 0
+    # packed taps: one "tap" a kernel row, its kw * c bytes as the channels
+    kw, cg, cg4 = (1, geo.kw * geo.cg, geo.tap_groups * K_GROUP) if geo.packed else (geo.kw, geo.cg, geo.cg4)
     for g in range(geo.group):
-        wg = w[g * geo.mg : (g + 1) * geo.mg].transpose(2, 3, 1, 0)  # [KH, KW, Cg, Mg]
+        wg = w[g * geo.mg : (g + 1) * geo.mg].transpose(2, 3, 1, 0).reshape(geo.kh, kw, cg, geo.mg)
         for v0, nv in geo.blocks():
             lo, hi = v0 * LANES, min((v0 + nv) * LANES, geo.mg)
-            t = np.zeros((geo.kh, geo.kw, geo.cg4, nv * LANES), np.int8)
-            t[:, :, : geo.cg, : hi - lo] = wg[..., lo:hi]
-            panel = t.reshape(geo.kh, geo.kw, geo.cg4 // K_GROUP, K_GROUP, nv * LANES).transpose(0, 1, 2, 4, 3)
+            t = np.zeros((geo.kh, kw, cg4, nv * LANES), np.int8)
+            t[:, :, :cg, : hi - lo] = wg[..., lo:hi]
+            panel = t.reshape(geo.kh, kw, cg4 // K_GROUP, K_GROUP, nv * LANES).transpose(0, 1, 2, 4, 3)
             panels.append(np.ascontiguousarray(panel).ravel())
             offsets.append(at)
             at += panel.size
@@ -365,7 +389,7 @@ def _emit_block(fn: Function, geo: Int8ConvShape, nv: int, r: int) -> None:
             fn.vpxord(z, z, z)
     pix = geo.sw * geo.cp  # bytes between the input pixels of neighbouring outputs
     vbytes = nv * LANES * K_GROUP  # weight bytes per channel group
-    groups = geo.cg4 // K_GROUP
+    groups = geo.tap_groups
     turn = [0]
 
     def body(count: int) -> None:
@@ -379,7 +403,8 @@ def _emit_block(fn: Function, geo: Int8ConvShape, nv: int, r: int) -> None:
                 for j in range(nv):
                     fn.vpdpbusd(acc[i][j], b, wv[j])
 
-    emit_tap_walk(fn, geo.kh, geo.kw, body, *divmod(groups, UNROLL), K_GROUP, vbytes, geo.dw * geo.cp,
+    emit_tap_walk(fn, geo.kh, 1 if geo.packed else geo.kw, body, *divmod(groups, UNROLL), K_GROUP, vbytes,
+                  geo.dw * geo.cp,
                   qword[r15 + RT_PITCH * 8] if geo.dynamic else geo.dh * geo.wp * geo.cp)
     _emit_epilogue(fn, geo, acc, [*bc, *wv, *ZMM[r * nv + nv + 2 : ZMM_COUNT]])
 

@@ -67,7 +67,7 @@ class _Batch:
             if ex.spec.source != QUANTIZED else None
         #: a stem (1..4 channels, one group: 4 bytes a pixel) quantizes its NCHW x straight from the planes, so
         #: the model's input needs no NHWC reorder (the target asks AssignLayouts for a plain x: reads_planes)
-        self.planes = quantize_planes_function(*((None, c, None) if dynamic else (w, c, h * w))) \
+        self.planes = quantize_planes_function(*((None, c, None) if dynamic else (w, c, h * w)), shape.packed) \
             if ex.reads_planes else None
         self.copy_sizes = [w] if dynamic else []
         self.planes_sizes = planes_args(w, h * w) if dynamic else []
@@ -166,9 +166,11 @@ class Int8ConvExecutor:
         frame = None if p is None else (p.pads_begin[0] + g.out[0] + p.pads_end[0],
                                         p.pads_begin[1] + g.out[1] + p.pads_end[1], *p.pads_begin)
         # dynamic H, W: one shape-agnostic kernel (the row geometry in the work table) for every input shape
+        dynamic = self.spec.conv.spatial is None
         return Int8ConvShape(n, self.channels, g.spatial[0], g.spatial[1], s.n, g.group, kh, kw, sh, sw, dh, dw,
                              g.pads_begin[0], g.pads_begin[1], g.out[0], g.out[1], self.output, self.post_ops,
-                             dynamic=self.spec.conv.spatial is None, out_frame=frame)
+                             dynamic=dynamic, out_frame=frame,
+                             packed=not dynamic and reads_planes(s) and packs_taps(self.channels, kw, dw))
 
     @property
     def channel_shape(self) -> Int8ConvShape:
@@ -365,6 +367,12 @@ def reads_planes(spec: Int8FCSpec) -> bool:
     return g is not None and spec.source != QUANTIZED and g.group == 1 and spec.k // (g.kernel[0] * g.kernel[1]) <= 4
 
 
+def packs_taps(c: int, kw: int, dw: int) -> bool:
+    """A stem of ``c`` < 4 channels packs its taps (``Int8ConvShape.packed``: pixels of ``c`` bytes, a kernel row's
+    ``kw * c`` bytes walked as one tap) when that walks fewer VNNI groups: a 7x7 RGB stem 6 a row instead of 7."""
+    return dw == 1 and c < 4 and -(-kw * c // 4) < kw
+
+
 def int8_conv_executor(spec: Int8FCSpec, threads: int, batch: int | None) -> Int8ConvExecutor:
     """The executor of an int8 convolution Subgraph; with a static batch, its kernels are compiled now."""
     ex = Int8ConvExecutor(spec, threads)
@@ -373,4 +381,4 @@ def int8_conv_executor(spec: Int8FCSpec, threads: int, batch: int | None) -> Int
     return ex
 
 
-__all__ = ["Int8ConvExecutor", "int8_conv_executor", "reads_planes"]
+__all__ = ["Int8ConvExecutor", "fold_relu", "int8_conv_executor", "packs_taps", "reads_planes"]

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from snippets_core.errors import InputError
-from snippets_x86_64.asm import Function, k1, qword, r8, r9, r10, r11, rax, rdi, word, zmm0, zmm1, zmm2, zmm3, zmm4, \
-    zmm5, zmm6, zmm7, zword
+from snippets_x86_64.asm import Function, k1, k2, k3, qword, r8, r9, r10, r11, rax, rdi, word, zmm0, zmm1, zmm2, zmm3, \
+    zmm4, zmm5, zmm6, zmm7, zmm8, zmm9, zword
 
 if TYPE_CHECKING:
     from snippets_x86_64.jit import JitFunction
@@ -161,7 +161,7 @@ def quantize_pixels_function(width: int | None, c: int, cp: int) -> JitFunction:
 
 
 @cache
-def quantize_planes_function(width: int | None, c: int, plane: int | None) -> JitFunction:
+def quantize_planes_function(width: int | None, c: int, plane: int | None, packed: bool = False) -> JitFunction:
     """``f(unused, args, start, count)`` (the native pool's harness): the stem's input copy straight from NCHW.
     Quantize rows ``start .. start+count`` of ``width`` pixels of ``c <= 4`` f32 planes into a padded NHWC byte
     buffer of 4 bytes per pixel. ``args`` = [src, dst, table (int64 pairs: the byte offset of the row in the first
@@ -172,12 +172,17 @@ def quantize_planes_function(width: int | None, c: int, plane: int | None) -> Ji
     tail loads and stores under a lane mask: nothing outside the rows is touched. This replaces an NCHW -> NHWC
     reorder of the f32 image and a masked pass per pixel (1 to 4 useful lanes of 16) by a pass at full width.
     ``width`` and ``plane`` None: one function for every image size (a dynamic H, W), which reads ``args[4:7]``:
-    the full vectors of a row, the tail's lane mask (0: none), the bytes between planes (``planes_args``)."""
+    the full vectors of a row, the tail's lane mask (0: none), the bytes between planes (``planes_args``).
+    ``packed`` (static sizes): pixels of ``c`` bytes, not 4 (the int8 convolution's packed taps): the 16 dwords are
+    compacted to ``16 c`` bytes (``vpshufb`` within the 128-bit lanes, ``vpermd`` across them) and stored under a
+    byte mask."""
     if (width is None) != (plane is None):
         raise InputError("the planar int8 quantizer takes both the width and the plane, or neither (dynamic)")
     if width is not None and plane is not None and (min(width, plane) <= 0 or plane < width) or not 0 < c <= 4:
         raise InputError(f"the planar int8 quantizer needs 1..4 channels, positive sizes and plane >= width, got "
                          f"{width}, {c}, {plane}")
+    if packed and width is None:
+        raise InputError("the planar int8 quantizer packs the pixels of static sizes only")
     fn = Function("quantize_planes_int8", args=("unused", "args", "start", "count"))
     _, args, start, count = fn.args
     src, table, dst, px = r8, r9, r11, rax
@@ -195,6 +200,16 @@ def quantize_planes_function(width: int | None, c: int, plane: int | None) -> Ji
     regs = [zmm0, zmm1, zmm2, zmm3][:c]
     full, tail = (1, 1) if width is None else divmod(width, LANES)  # (dynamic: code for both, counts from args)
     pitches = [src, src + rdi, src + rdi * 2, src + r10]
+    step = LANES * (c if packed else 4)  # bytes of 16 pixels in the buffer
+    if packed:  # the compaction's tables, and the byte masks of 16 pixels and of the tail
+        shuffle = bytes(v for lane in range(4) for v in
+                        [j * 4 + b for j in range(4) for b in range(c)] + [0x80] * (16 - 4 * c))
+        fn.vmovdqu8(zmm8, zword[fn.const_data(shuffle, 64)])
+        order = [lane * 4 + d for lane in range(4) for d in range(c)]
+        order += [i for i in range(16) if i not in order]
+        fn.vmovdqu32(zmm9, zword[fn.const_data(np.asarray(order, np.int32).tobytes(), 64)])
+        fn.kmovq(k2, qword[fn.const_data(((1 << step) - 1).to_bytes(8, "little"), 8)])
+        fn.kmovq(k3, qword[fn.const_data(((1 << (tail * c)) - 1).to_bytes(8, "little"), 8)])
 
     def vector(masked: bool) -> None:
         for j, reg in enumerate(regs):
@@ -204,6 +219,11 @@ def quantize_planes_function(width: int | None, c: int, plane: int | None) -> Ji
         for j, reg in enumerate(regs[1:], start=1):
             fn.vpslld(reg, reg, 8 * j)
             fn.vpord(regs[0], regs[0], reg)
+        if packed:  # 16 pixels of c bytes: compacted in the lanes, the lanes together, a byte-masked store
+            fn.vpshufb(regs[0], regs[0], zmm8)
+            fn.vpermd(regs[0], zmm9, regs[0])
+            fn.vmovdqu8(zword[dst].mask(k3 if masked else k2), regs[0])
+            return
         fn.vmovdqu32(zword[dst].mask(k1) if masked else zword[dst], regs[0])
 
     rows = fn.label("quantize_planes_int8.row")
@@ -220,7 +240,7 @@ def quantize_planes_function(width: int | None, c: int, plane: int | None) -> Ji
         pixels = fn.label("quantize_planes_int8.pixels")
         vector(False)
         fn.add(src, LANES * 4)
-        fn.add(dst, LANES * 4)
+        fn.add(dst, step)
         fn.dec(px)
         fn.jnz(pixels)
     fn.bind(no_full)

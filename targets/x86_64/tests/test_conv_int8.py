@@ -377,12 +377,13 @@ def test_the_pixel_quantizer_writes_the_padded_interior_only(c: int, signed: boo
 
 @pytest.mark.parametrize("c,w,signed", [(1, 16, False), (3, 37, False), (3, 64, True), (4, 5, True), (2, 33, False)])
 @pytest.mark.parametrize("at", ["end", "start"])
-@pytest.mark.parametrize("dynamic", [False, True])
-def test_the_planar_quantizer_reads_nchw(c: int, w: int, signed: bool, at: str, dynamic: bool) -> None:
+@pytest.mark.parametrize("dynamic,packed", [(False, False), (True, False), (False, True)])
+def test_the_planar_quantizer_reads_nchw(c: int, w: int, signed: bool, at: str, dynamic: bool, packed: bool) -> None:
     """quantize_planes_function: an NCHW f32 stem input (1..4 planes) into the padded NHWC byte buffer of 4 bytes a
     pixel, as QuantizeLinear (half to even, saturation; an s8 grid stored +128 as the executor does), against
     numpy in float64; the bytes outside the rows untouched, the padded channel 0; guard pages either side.
-    ``dynamic``: the size-agnostic function, the sizes in the args (``planes_args``)."""
+    ``dynamic``: the size-agnostic function, the sizes in the args (``planes_args``); ``packed``: pixels of c
+    bytes (the packed stem)."""
     import ctypes
 
     from snippets_x86_64.quantize_int8 import planes_args, quantize_params, quantize_planes_function
@@ -392,15 +393,16 @@ def test_the_planar_quantizer_reads_nchw(c: int, w: int, signed: bool, at: str, 
     rng = np.random.default_rng(c * w)
     x = guarded_copy((rng.standard_normal((n, c, h, w)) * 5).astype(np.float32), at)
     x.reshape(-1)[:4] = (0.025, -0.075, 100.0, -100.0)  # ties (to even) and both saturations
-    dst = guarded_array((n, h + 2, w + 1, 4), np.uint8, at)
+    cp = c if packed else 4
+    dst = guarded_array((n, h + 2, w + 1, cp), np.uint8, at)
     dst[...] = 7
-    table = guarded_copy(np.asarray([(((i * c) * h + r) * w * 4, ((i * (h + 2) + 1 + r) * (w + 1) + 1) * 4)
+    table = guarded_copy(np.asarray([(((i * c) * h + r) * w * 4, ((i * (h + 2) + 1 + r) * (w + 1) + 1) * cp)
                                      for i in range(n) for r in range(h)], np.int64), at)
     params = quantize_params(scale, zp, signed)
     params.view(np.int32)[3] = zp + (128 if signed else 0)
     params = guarded_copy(params, at)
     try:
-        fn = quantize_planes_function(*((None, c, None) if dynamic else (w, c, h * w)))
+        fn = quantize_planes_function(*((None, c, None) if dynamic else (w, c, h * w)), packed)
     except UnsupportedByTarget as e:
         pytest.skip(str(e))
     block = (ctypes.c_uint64 * 7)(x.ctypes.data, dst.ctypes.data, table.ctypes.data, params.ctypes.data,
@@ -436,3 +438,21 @@ def test_a_relu_before_a_grid_folds_into_its_clamp() -> None:
     for lo, hi in ((-3.0, 200.0), (0.0, 255.0), (-128.0, 127.0)):
         relu_first = np.clip(np.rint(np.maximum(x, np.float32(0)) / s), lo, hi)
         np.testing.assert_array_equal(relu_first, np.clip(np.rint(x / s), max(lo, 0.0), hi))
+
+
+@pytest.mark.parametrize("c,m,k,s,p,h,w", [(3, 64, 7, 2, 3, 23, 21), (1, 16, 3, 1, 1, 9, 11), (2, 40, 5, 2, 2, 11, 9),
+                                           (3, 32, 7, 2, 3, 30, 31), (3, 17, 5, 1, 0, 8, 12)])
+@pytest.mark.parametrize("output", ["f32", "u8"])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_a_stem_with_packed_taps_against_float64(c: int, m: int, k: int, s: int, p: int, h: int, w: int, output: str,
+                                                 at: str) -> None:
+    """``packed``: pixels of c bytes, a kernel row's k * c bytes walked as ceil(k c / 4) VNNI groups (the last one
+    reading up to 3 bytes past the window, inside the buffer: one more pixel of border), under guard pages."""
+    from snippets_x86_64.int8_conv_executor import packs_taps
+
+    ho, wo = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    geo = Int8ConvShape(2, c, h, w, m, 1, k, k, s, s, 1, 1, p, p, ho, wo, output, ("fq",), packed=True)
+    assert geo.cp == c and geo.tap_groups == -(-k * c // 4) and packs_taps(c, k, 1)
+    run_case(geo, seed=c + k + m, at=at)
+    with pytest.raises(InputError, match="packed taps"):
+        replace(geo, dw=2)

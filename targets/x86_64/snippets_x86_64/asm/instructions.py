@@ -66,6 +66,7 @@ MNEMONICS: tuple[str, ...] = (
     "vpslld", "vpsrld", "vpsrad", "vpsllvd", "vpsrlvd", "vpaddd", "vpsubd", "vpmulld", "vpminsd", "vpmaxsd",
     "vpminud", "vpmaxud", "vpabsd", "vpsravd",
     "vpmaxub", "vpmaxsb",  # byte maxima (the int8 MaxPool)
+    "vpshufb",  # bytes within lanes (the packed stem's 3-byte pixels)
     "vpunpcklbw", "vpunpckhbw", "vpunpcklwd", "vpunpckhwd",  # byte and word interleaves (the int8 copy-B of V)
     # permutes and lane moves
     "vpermps", "vpermd", "vpermt2ps", "vpermi2ps", "vpermt2d", "vpermilps", "vshufps", "vshuff32x4", "vextractf32x4", "vextractf32x8", "vextractf128",
