@@ -429,34 +429,22 @@ class Job:
         self.words = (ctypes.c_uint64 * len(words))(*words)
         self.address = ctypes.addressof(self.words)
         self.chunks = chunks
-        #: (the pool, a thunk calling its dispatch on this job): a pool rebuilt after fork gets a new one
-        self._thunk: tuple[NativePool, JitFunction] | None = None
-        #: the same for a deferred call (``NativePool.run_deferred``: POST and RUN_OWN, no WAIT)
-        self._deferred: tuple[NativePool, JitFunction] | None = None
+        #: per dispatch mode, (the pool, a thunk calling its dispatch on this job): a pool rebuilt after fork gets a
+        #: new one; POST | RUN_OWN | WAIT for a call, POST | RUN_OWN for a deferred one (``NativePool.run_deferred``)
+        self._thunks: dict[int, tuple[NativePool, JitFunction]] = {}
         self._calls = 0
 
-    def entry(self, pool: NativePool) -> Callable[[], int]:
-        """A no-argument callable running this job on ``pool`` (dispatch with every mode bit)."""
-        thunk = self._thunk
+    def entry(self, pool: NativePool, mode: int = POST | RUN_OWN | WAIT) -> Callable[[], int]:
+        """A no-argument callable running this job on ``pool`` (dispatch with the ``mode`` bits: every one by
+        default; without WAIT it returns once chunk 0, the caller's, is done)."""
+        thunk = self._thunks.get(mode)
         if thunk is not None and thunk[0] is pool:
             return thunk[1].cfunc
         self._calls += 1
         if self._calls < THUNK_AFTER:
-            return lambda: pool._call(pool._table_addr, self.address, POST | RUN_OWN | WAIT)
-        made = build_thunk(pool._dispatch.address, (pool._table_addr, self.address, POST | RUN_OWN | WAIT))
-        self._thunk = (pool, made)
-        return made.cfunc
-
-    def entry_deferred(self, pool: NativePool) -> Callable[[], int]:
-        """A no-argument callable posting this job on ``pool`` and running chunk 0 here, without waiting."""
-        thunk = self._deferred
-        if thunk is not None and thunk[0] is pool:
-            return thunk[1].cfunc
-        self._calls += 1
-        if self._calls < THUNK_AFTER:
-            return lambda: pool._call(pool._table_addr, self.address, POST | RUN_OWN)
-        made = build_thunk(pool._dispatch.address, (pool._table_addr, self.address, POST | RUN_OWN))
-        self._deferred = (pool, made)
+            return lambda: pool._call(pool._table_addr, self.address, mode)
+        made = build_thunk(pool._dispatch.address, (pool._table_addr, self.address, mode))
+        self._thunks[mode] = (pool, made)
         return made.cfunc
 
     def run_inline(self) -> None:
@@ -660,7 +648,7 @@ class NativePool:
             return
         if len(self._blocks) < job.n - 1:
             self._grow(job.n - 1)
-        job.entry_deferred(self)()
+        job.entry(self, POST | RUN_OWN)()
         self.pending = (job, keep)
 
     def sync(self) -> None:
