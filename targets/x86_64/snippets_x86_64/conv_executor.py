@@ -22,7 +22,7 @@ from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
     build_global_finish_kernel, choose_planar, copy_key, copy_table, finish_args, flat_pixels, kernel_key, \
     pack_channels, table_spec, with_dims, work_table
-from snippets_x86_64.native_pool import SplitCalls, split_items
+from snippets_x86_64.native_pool import SplitCalls, native_pool, split_items
 from snippets_x86_64.row_copy import planar_copy
 from snippets_x86_64.runtime import PARALLEL_MIN_NS
 from snippets_x86_64.runtime import _address as data_address
@@ -59,6 +59,10 @@ class ConvExecutor:
     ``scale``/``shift`` (per output channel, or None) are folded into the weight and bias: ``y = conv(x, w) *
     scale + shift`` before ``post_ops``; ``channel_data[i]`` is the per-channel vector of ``PostOp(index=i)``.
     """
+
+    #: ``run`` may return before the workers' chunks are done (their output read only by convolutions, which wait
+    #: for them: ``NativePool.run_deferred``); set by the static conv step whose consumers allow it
+    defer = False
 
     def __init__(self, geo: ConvGeometry, w: np.ndarray, scale: np.ndarray | None, shift: np.ndarray | None,
                  post_ops: Sequence[PostOp] = (), channel_data: Sequence[np.ndarray] = (),
@@ -117,6 +121,8 @@ class ConvExecutor:
         #: chunks rewritten in place) instead of making a Job and, on its second call, a JIT dispatch thunk
         self.calls = prepared.calls if prepared is not None else SplitCalls()
         self.copy: JitFunction | None = None
+        #: ``in_place_path``'s fast call path, made on the first call of each shape
+        self._in_place: tuple | None = None
         self.copy_vectors: list[np.ndarray] = []
         self._set_shape(geo, prepared)
 
@@ -245,6 +251,30 @@ class ConvExecutor:
         The result is an NCHW view of a new NHWC array (strides carry the layout): a conv primitive that
         consumes it reads it with no reorder, another consumer sees an ordinary (strided) NCHW array. With
         ``out_pitch``, ``out`` is where it goes: an [N, Ho, Wo, M] slice of an NHWC array of ``out_pitch`` channels."""
+        fast = self._in_place
+        if fast is None or fast[0] is not self.geo:
+            fast = self._in_place = in_place_path(self)
+        # the common case (a primitive's NHWC output read in place by the next): ~2 us of Python less per call
+        if fast[1] is not None and out is None and x.strides == fast[1] and x.dtype == _F32 and (
+                residual is None if fast[2] is None else residual is not None and residual.strides == fast[2]
+                and residual.dtype == _F32):
+            buf = np.empty(fast[3], np.uint8)
+            dst = data_address(buf)
+            skip = -dst % ALIGN
+            y = np.ndarray(fast[4], _F32, buf, skip, fast[5])
+            dst += skip
+            wei, bias, table, extra = self.fixed_args
+            words = [data_address(x), wei, dst, bias, dst if residual is None else data_address(residual), table,
+                     *extra]
+            if self.defer:  # the workers' chunks may still run when this returns (``NativePool.run_deferred``)
+                self.call.run_chunks(fast[6], words, (x, residual, buf))
+            else:
+                self.call.run_chunks(self.chunks, words)
+            return y
+        pool = native_pool()
+        if pool.pending is not None:  # the numpy code below may read an input a deferred call still writes
+            with pool.lock:
+                pool.sync()
         pad = self.pad
         if pad.lock.acquire(blocking=False):
             try:
@@ -486,6 +516,44 @@ def estimated_ns(geo: ConvGeometry, weight_bytes: int) -> float:
     else:
         rate = DEPTHWISE_FLOPS_PER_NS if geo.depthwise else DENSE_FLOPS_PER_NS
     return max(geo.flops / rate, weight_bytes / WEIGHT_BYTES_PER_NS)
+
+
+_F32 = np.dtype(np.float32)
+
+
+def in_place_path(ex: ConvExecutor) -> tuple:
+    """``ex.run``'s path for an NHWC input read in place (no padding, no pre-op, no copy): (the geometry it holds
+    for, the NCHW strides of the contiguous NHWC input it takes, the residual's (None: no residual), the output
+    buffer's bytes with the alignment slack, the output's NCHW shape and strides); the input strides are None when
+    the primitive always needs its ``_run`` (a copy, a planar stem, a global pool finish, a Concat slice, a test's
+    ``alloc``)."""
+    g = ex.geo
+    if not ex.unpadded or g.planar or ex.finish is not None or ex.alloc is not None or g.mo != g.m \
+            or ex.copy_pitch != g.c or g.global_pool is not None:
+        return (g, None)
+    n, oh, ow, m = g.n, g.out_h, g.out_w, g.m
+    out_strides = (oh * ow * m * 4, 4, ow * m * 4, m * 4)
+    return (g, (g.h * g.w * g.c * 4, 4, g.w * g.c * 4, g.c * 4), out_strides if ex.has_residual else None,
+            n * oh * ow * m * 4 + ALIGN, (n, m, oh, ow), out_strides, deferred_chunks(ex.chunks, ex.work_ns))
+
+
+#: the caller's Python time between a deferred call's return and the next kernel's dispatch (ns): the caller's chunk
+#: is that much shorter than a worker's, so both reach the next kernel together
+DEFER_GAP_NS = 1500.0
+
+
+def deferred_chunks(chunks: list[tuple[int, int]], work_ns: float) -> list[tuple[int, int]]:
+    """``chunks`` re-cut for a deferred call: with ``T`` threads and ``W`` ns of work, the caller's chunk takes
+    ``(W - (T - 1) * gap) / T`` so that its chunk plus the gap ends with the workers' (none when the gap is longer)."""
+    threads = len(chunks)
+    if threads < 2 or work_ns <= 0:
+        return chunks
+    items = sum(c for _, c in chunks)
+    own = max(0, round(items * (work_ns - (threads - 1) * DEFER_GAP_NS) / (threads * work_ns)))
+    rest = split_items(items - own, threads - 1)
+    if len(rest) < threads - 1:  # fewer items than workers: keep the even split
+        return chunks
+    return [(0, own), *((own + s, c) for s, c in rest)]
 
 
 def _pitch(xt: np.ndarray) -> int | None:

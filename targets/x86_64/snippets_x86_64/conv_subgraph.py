@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 import dataclasses
 import functools
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -426,20 +427,41 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
         release_constants(sg, "packed into the conv kernel's weights")
         residual = plan.residual
         out_shape = sg.outputs[0].shape.to_tuple()
+        decided: list[bool] = []
 
         def run(inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+            if not decided:  # on the first call: every consumer is compiled by then
+                decided.append(True)
+                if may_defer(sg, ex):
+                    ex.defer = True
             y = ex.run(inputs[0], None if residual is None else inputs[residual])
             # a global pool's [N, M, 1, 1] as the body's Reshape has it ([N, M]): the same memory
             return [y if y.shape == out_shape else y.reshape(out_shape)]
 
         if into is not None:
             run = into.bind(ex)
+        else:
+            WAITING_READERS.add(sg)
 
         run.executor = ex  # type: ignore[attr-defined]
         if plan.pool is not None or plan.global_pool is not None:  # describe() shows whether the pool became the kernel's epilogue, and if not why
             run.describe = lambda: sg.rt_info["SnippetsConvKernel"]  # type: ignore[attr-defined]
         return run
     return DynamicConv(sg, plan, threads)
+
+
+#: static conv primitives whose step reads its inputs only after waiting for a deferred call (``ConvExecutor.run``:
+#: its kernels go through the native pool, its numpy copies wait first)
+WAITING_READERS: weakref.WeakSet[Subgraph] = weakref.WeakSet()
+
+
+def may_defer(sg: Subgraph, ex: ConvExecutor) -> bool:
+    """Whether ``ex``'s calls may return before their workers finish (``NativePool.run_deferred``): it splits over
+    threads and every consumer of its output is a static conv primitive (a model output, a pool, an eltwise kernel
+    or a numpy reference could read the output before it is written)."""
+    consumers = sg.consumers()
+    return isinstance(ex, ConvExecutor) and len(ex.chunks) > 1 and len(sg.outputs) == 1 and bool(consumers) and all(
+        c in WAITING_READERS for c in consumers)
 
 
 def _compile_conv_transpose(sg: Subgraph, plan: ConvPlan, threads: int) -> Any:

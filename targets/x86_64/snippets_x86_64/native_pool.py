@@ -429,20 +429,22 @@ class Job:
         self.words = (ctypes.c_uint64 * len(words))(*words)
         self.address = ctypes.addressof(self.words)
         self.chunks = chunks
-        #: (the pool, a thunk calling its dispatch on this job): a pool rebuilt after fork gets a new one
-        self._thunk: tuple[NativePool, JitFunction] | None = None
+        #: per dispatch mode, (the pool, a thunk calling its dispatch on this job): a pool rebuilt after fork gets a
+        #: new one; POST | RUN_OWN | WAIT for a call, POST | RUN_OWN for a deferred one (``NativePool.run_deferred``)
+        self._thunks: dict[int, tuple[NativePool, JitFunction]] = {}
         self._calls = 0
 
-    def entry(self, pool: NativePool) -> Callable[[], int]:
-        """A no-argument callable running this job on ``pool`` (dispatch with every mode bit)."""
-        thunk = self._thunk
+    def entry(self, pool: NativePool, mode: int = POST | RUN_OWN | WAIT) -> Callable[[], int]:
+        """A no-argument callable running this job on ``pool`` (dispatch with the ``mode`` bits: every one by
+        default; without WAIT it returns once chunk 0, the caller's, is done)."""
+        thunk = self._thunks.get(mode)
         if thunk is not None and thunk[0] is pool:
             return thunk[1].cfunc
         self._calls += 1
         if self._calls < THUNK_AFTER:
-            return lambda: pool._call(pool._table_addr, self.address, POST | RUN_OWN | WAIT)
-        made = build_thunk(pool._dispatch.address, (pool._table_addr, self.address, POST | RUN_OWN | WAIT))
-        self._thunk = (pool, made)
+            return lambda: pool._call(pool._table_addr, self.address, mode)
+        made = build_thunk(pool._dispatch.address, (pool._table_addr, self.address, mode))
+        self._thunks[mode] = (pool, made)
         return made.cfunc
 
     def run_inline(self) -> None:
@@ -478,23 +480,42 @@ class SplitCall:
         addr = ctypes.addressof(block)
         return block, Job([(self.kernel.address, 0, addr, s, c) for s, c in (chunks or self.chunks)])
 
-    def run_chunks(self, chunks: list[tuple[int, int]], words: list[int]) -> None:
+    def run_chunks(self, chunks: list[tuple[int, int]], words: list[int], keep: tuple | None = None) -> None:
         """``run`` over ``chunks`` (as many as this call's): a dynamic primitive's shapes share one call, so one Job
         and one thunk, the chunks rewritten in place in the Job's words when they are not the last call's (the
-        thunk holds the Job's address, the pool reads the words at each dispatch)."""
+        thunk holds the Job's address, the pool reads the words at each dispatch). With ``keep`` (the arrays the
+        kernel reads and writes) the call returns once the caller's chunk is done and the workers' may still run:
+        ``NativePool.run_deferred``; the next use of the pool waits for them."""
+        if keep is not None and len(chunks) > 1 and self._busy.acquire(blocking=False):
+            try:
+                if chunks is not self.chunks:
+                    self._set_chunks(chunks)
+                block, job = self._state
+                pool = native_pool()
+                with pool.lock:
+                    pool.sync()
+                    block[:] = words  # (after the sync: the previous call of this block may be the pending one)
+                    pool.run_deferred(job, keep)
+            finally:
+                self._busy.release()
+            return
         if self._busy.acquire(blocking=False):
             try:
                 if chunks is not self.chunks:
-                    job = self._state[1]
-                    for i, (start, count) in enumerate(chunks):
-                        job.words[1 + 6 * i + 3], job.words[1 + 6 * i + 4] = start, count
-                    job.chunks = [(*c[:3], start, count) for c, (start, count) in zip(job.chunks, chunks)]
-                    self.chunks = chunks
+                    self._set_chunks(chunks)
                 self._run(self._state, words)
             finally:
                 self._busy.release()
         else:
             self._run(self._new_state(chunks), words)
+
+    def _set_chunks(self, chunks: list[tuple[int, int]]) -> None:
+        """Rewrite the Job's chunks in place (the caller holds ``_busy``)."""
+        job = self._state[1]
+        for i, (start, count) in enumerate(chunks):
+            job.words[1 + 6 * i + 3], job.words[1 + 6 * i + 4] = start, count
+        job.chunks = [(*c[:3], start, count) for c, (start, count) in zip(job.chunks, chunks)]
+        self.chunks = chunks
 
     @property
     def threads(self) -> int:
@@ -513,8 +534,11 @@ class SplitCall:
 
     def _run(self, state: tuple[Any, Job], words: list[int]) -> None:
         block, job = state
-        block[:] = words
         pool = native_pool()
+        if pool.pending is not None:  # a deferred call's workers may still read this block or write our input
+            with pool.lock:
+                pool.sync()
+        block[:] = words
         if job.n == 1 and not pool.closed:  # posts nothing: no worker, no lock (the thunk: 0.3 us less than ctypes)
             job.entry(pool)()
             return
@@ -575,6 +599,9 @@ class NativePool:
         self._threads: list[threading.Thread] = []
         self._grow_lock = threading.Lock()
         self._closed = False
+        #: a deferred call whose workers may still run (``run_deferred``): its Job and the arrays it reads and writes
+        #: (kept alive: a step after it may free its input while a worker reads it)
+        self.pending: tuple[Job, tuple] | None = None
 
     @property
     def spin_us(self) -> float:
@@ -609,8 +636,36 @@ class NativePool:
                 self._blocks.append(block)
                 self._threads.append(t)
 
+    def run_deferred(self, job: Job, keep: tuple) -> None:
+        """Post ``job``'s chunks to the workers and run chunk 0 here, then return while the workers may still run
+        theirs: the caller's Python work before the next kernel (its output array, its argument words) overlaps
+        their tail. Every later use of the pool first waits for them (:meth:`sync`), so the caller may hand the
+        output only to code that reads it through the pool's kernels (``conv_subgraph``: a convolution whose
+        consumers are all convolutions). ``keep``: the arrays the job reads and writes, held until then. The caller
+        holds :attr:`lock` and has synced."""
+        if self.closed:
+            job.run_inline()
+            return
+        if len(self._blocks) < job.n - 1:
+            self._grow(job.n - 1)
+        job.entry(self, POST | RUN_OWN)()
+        self.pending = (job, keep)
+
+    def sync(self) -> None:
+        """Wait for the workers of the pending deferred call (the caller holds :attr:`lock`); WAIT also runs a chunk
+        no worker has claimed yet."""
+        pending = self.pending
+        if pending is not None:
+            job = pending[0]
+            busy = self._call(self._table_addr, job.address, WAIT)
+            if busy:
+                self._finish(job, busy)
+            self.pending = None
+
     def run_job(self, job: Job) -> None:
         """Run ``job``: chunk 0 on the caller, chunk i on worker i - 1 (the caller holds :attr:`lock`)."""
+        if self.pending is not None:
+            self.sync()
         if self.closed:  # the workers have left (interpreter exit): the caller runs every chunk
             job.run_inline()
             return
@@ -624,6 +679,8 @@ class NativePool:
         """Post ``chunks`` to workers 0.., run ``own()`` (the caller's chunk, which may raise) meanwhile, wait for
         the workers (also when ``own`` raised: they write into the caller's arrays)."""
         job = Job([(0, 0, 0, 0, 0), *chunks])
+        if self.pending is not None:
+            self.sync()
         if self.closed:
             own()
             job.chunks = chunks
@@ -688,6 +745,8 @@ class NativePool:
         # a caller still in run (a daemon thread at exit) keeps its lock; waiting for it could block exit
         locked = self.lock.acquire(timeout=1.0)
         try:
+            if locked:  # a deferred call's chunks finish before the workers are told to leave
+                self.sync()
             self._closed = True
             for block in self._blocks:
                 ctypes.c_uint64.from_address(block + QUIT).value = 1

@@ -63,3 +63,35 @@ def test_a_model_output_held_by_the_caller_survives_the_next_call() -> None:
     np.testing.assert_allclose(y1, want1, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(y2, np.maximum(conv_f64(x2, w, 1, (1, 1), (1, 1), (1, 1, 1, 1)), 0.0),
                                rtol=1e-4, atol=1e-4)
+
+
+def _chain_model(rng: np.random.Generator) -> tuple[bytes, list[np.ndarray]]:
+    """1x1 (Relu) -> depthwise 3x3 (Relu) -> 1x1 + residual Add of the first conv's output: every conv but the
+    last feeds only convolutions."""
+    c, m = 32, 64
+    ws = [rng.standard_normal(s).astype(np.float32) * 0.2 for s in ((m, c, 1, 1), (m, 1, 3, 3), (m, m, 1, 1))]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a0"]), helper.make_node("Relu", ["a0"], ["a"]),
+             helper.make_node("Conv", ["a", "w1"], ["b0"], group=m, pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["b0"], ["b"]),
+             helper.make_node("Conv", ["b", "w2"], ["d"]), helper.make_node("Add", ["d", "a"], ["y"])]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 28, 28])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, f"w{i}") for i, w in enumerate(ws)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString(), ws
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_conv_chain_with_deferred_joins_matches_float64(threads: int) -> None:
+    """At 2 threads the convs whose consumers are convs return before their workers finish (``run_deferred``); the
+    next conv waits for them. The result (read by the caller) never comes from a deferred call."""
+    rng = np.random.default_rng(8)
+    model, (w0, w1, w2) = _chain_model(rng)
+    cm = compile_model(model, "x86_64_avx512", {"num_threads": threads})
+    for _ in range(3):  # the first call decides; the next ones run deferred
+        x = rng.standard_normal((1, 32, 28, 28)).astype(np.float32)
+        y = cm({"x": x})["y"]
+        a = np.maximum(conv_f64(x, w0, 1, (1, 1), (1, 1), (0, 0, 0, 0)), 0.0)
+        b = np.maximum(conv_f64(a, w1, 64, (1, 1), (1, 1), (1, 1, 1, 1)), 0.0)
+        np.testing.assert_allclose(y, conv_f64(b, w2, 1, (1, 1), (1, 1), (0, 0, 0, 0)) + a, rtol=1e-4, atol=1e-4)
+    deferred = [getattr(s.run, "executor", None).defer for s in cm._steps if hasattr(s.run, "executor")]
+    assert deferred == ([True, True, False] if threads == 2 else [False] * 3)

@@ -271,3 +271,37 @@ def test_several_threads_and_forks_share_the_process_pool() -> None:
     assert not any(t.is_alive() for t in threads), "a caller did not finish"
     assert not errors, errors
     assert calls == [300, 300, 300]
+
+
+def test_a_deferred_call_finishes_at_the_next_use_of_the_pool() -> None:
+    """``run_deferred`` returns after the caller's chunk; ``sync``, a later ``run_job`` or ``close`` waits for the
+    workers' chunks (slowed down here, so they are still running when the call returns)."""
+    pool = NativePool()
+    try:
+        n = 4000
+        first, chunks, _ = _job(n, 2, delay=2000)
+        job = np_mod.Job([(FILL.address, 0, first.ctypes.data, *_split(n, 2)[0]), *chunks])
+        with pool.lock:
+            _in_thread(lambda: pool.run_deferred(job, (first,)))
+            assert pool.pending is not None and pool.pending[1] == (first,)  # held until the workers are done
+            _in_thread(pool.sync)
+        assert pool.pending is None
+        np.testing.assert_array_equal(first, _expected(n))
+        # a deferred call, then an ordinary one: the ordinary one waits for the first's workers
+        first[:] = 0
+        second, more, own = _job(n, 2)
+        with pool.lock:
+            _in_thread(lambda: pool.run_deferred(job, (first,)))
+            _in_thread(lambda: pool.run_job(np_mod.Job([(FILL.address, 0, second.ctypes.data, *_split(n, 2)[0]),
+                                                        *more])))
+        assert pool.pending is None
+        np.testing.assert_array_equal(first, _expected(n))
+        np.testing.assert_array_equal(second, _expected(n))
+        # close() lets a deferred call finish before the workers leave
+        first[:] = 0
+        with pool.lock:
+            _in_thread(lambda: pool.run_deferred(job, (first,)))
+        _in_thread(pool.close)
+        np.testing.assert_array_equal(first, _expected(n))
+    finally:
+        pool.close()
