@@ -1,4 +1,4 @@
-"""The cyclic garbage collector paused for the length of a compile.
+"""The cyclic garbage collector paused for the length of a compile, and its full collection paid there.
 
 A cold compile of ResNet-50 allocates ~100k container objects (IR nodes, LinearIR expressions, the modules it
 imports and their dataclasses): the collector ran ~100 times in it, one of them a full collection over every object
@@ -6,11 +6,19 @@ of the process, ~10 % of the compile's CPU time. What a compile leaves cyclic (d
 dead weight Constants drop their values at once (TokenizeConvSnippets). Reference counting frees everything else at
 once, as always.
 
-When the last compile finishes, the young generations are collected once (``gc.collect(1)``): the compile's objects
-(66k for MobileNet-v2) move to the old generation then, in the compile, instead of being walked by the first
-generation-1 collection after it, which landed in some later call of the model (a 12-16 ms pause measured in a
-dynamic CNN's new-shape calls). Only the objects made since the last collection are walked: the cost is the
-compile's own, never the process's whole heap (a full collection would walk every object of a test session).
+When the last compile finishes, the objects it left (all in the youngest generation: the collector was off) are
+collected once, so that no collection of the model's later calls walks them:
+
+- the young generations (``gc.collect(1)``), which moves them to the old generation: without it the first
+  generation-1 collection after the compile walked them (a 12-16 ms pause in a dynamic CNN's new-shape calls);
+- the whole heap (``gc.collect()``) when they are more than a quarter of the old generation: CPython runs a full
+  collection once the objects moved to the old generation since the last one exceed a quarter of those it kept
+  (``long_lived_pending > long_lived_total / 4``), and a compile's survivors (70k for MobileNet-v2 with the modules
+  it imports) pass that on their own: the full collection then landed ~20 new shapes later, in a call (28 ms in
+  MobileNet-v2's, 33 ms in the BERT layer's, the "RuntimeConfigurator worst 24 ms" of bench/dynamic.py). Paid here,
+  where it is a few percent of the compile, it resets CPython's count, and the next one needs a quarter of the heap
+  in new long-lived objects. A later compile that leaves few objects pays only the young collection, so a process
+  compiling many small models pays full collections as often as CPython would.
 """
 
 from __future__ import annotations
@@ -23,6 +31,11 @@ from contextlib import contextmanager
 _lock = threading.Lock()
 _depth = 0  # compiles running now (nested or on other threads)
 _was_enabled = False  # the collector's state when the first of them started
+#: objects in the old generation after the last full collection made here (0: none yet)
+_old_size = 0
+#: a full collection at the end of a compile when the objects it left exceed this share of the old generation
+#: (CPython's own rule for its full collections)
+FULL_SHARE = 0.25
 
 
 @contextmanager
@@ -42,4 +55,16 @@ def paused_gc() -> Iterator[None]:
             _depth -= 1
             if _depth == 0 and _was_enabled:
                 gc.enable()
-                gc.collect(1)
+                collect_after_compile()
+
+
+def collect_after_compile() -> int:
+    """Collect what a compile left (see the module docstring); returns the oldest generation collected (1 or 2)."""
+    global _old_size
+    left = gc.get_count()[0]  # tracked objects made since the last collection: the compile's, the collector was off
+    if left > FULL_SHARE * _old_size:
+        gc.collect()
+        _old_size = len(gc.get_objects(generation=2))
+        return 2
+    gc.collect(1)
+    return 1

@@ -1,0 +1,73 @@
+"""The collector around a compile: paused, restored, and what the compile left collected at its end."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from snippets_core.runtime import gc_pause
+from snippets_core.runtime.gc_pause import collect_after_compile, paused_gc
+
+
+def _collections() -> list[int]:
+    return [s["collections"] for s in gc.get_stats()]
+
+
+def test_paused_inside_restored_after():
+    assert gc.isenabled()
+    with paused_gc():
+        assert not gc.isenabled()
+        with paused_gc():  # nested: still paused, and the inner exit does not restore
+            pass
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_a_disabled_collector_stays_disabled_and_uncollected():
+    gc.disable()
+    try:
+        before = _collections()
+        with paused_gc():
+            junk = [[i] for i in range(1000)]
+            del junk
+        assert not gc.isenabled()
+        assert _collections() == before
+    finally:
+        gc.enable()
+
+
+def test_many_survivors_pay_the_full_collection_at_the_end(monkeypatch):
+    """A compile that leaves more than a quarter of the old generation: the full collection CPython would run soon
+    after (in some call of the model) runs here, and the young generation is empty afterwards."""
+    monkeypatch.setattr(gc_pause, "_old_size", 1000)
+    kept = []
+    with paused_gc():
+        kept.extend([i] for i in range(2000))
+    after = gc.get_count()
+    assert after[0] < 100  # (a few objects made by the collection's own bookkeeping)
+    assert gc_pause._old_size >= 2000  # measured after the full collection: the survivors are in it
+    del kept
+
+
+def test_few_survivors_pay_only_the_young_collection(monkeypatch):
+    monkeypatch.setattr(gc_pause, "_old_size", 10**9)
+    gc.collect()
+    before = _collections()
+    kept = [[i] for i in range(500)]
+    assert collect_after_compile() == 1
+    now = _collections()
+    assert now[2] == before[2] and now[1] == before[1] + 1
+    del kept
+
+
+@pytest.mark.parametrize("old, left, full", [(0, 10, True), (4000, 1001, True), (4000, 999, False)])
+def test_the_full_collection_rule(monkeypatch, old, left, full):
+    monkeypatch.setattr(gc_pause, "_old_size", old)
+    monkeypatch.setattr(gc_pause.gc, "get_count", lambda: (left, 0, 0))
+    ran = []
+    monkeypatch.setattr(gc_pause.gc, "collect", lambda generation=2: ran.append(generation) or 0)
+    monkeypatch.setattr(gc_pause.gc, "get_objects", lambda generation=None: [None] * 7)
+    assert collect_after_compile() == (2 if full else 1)
+    assert ran == [2 if full else 1]
+    assert gc_pause._old_size == (7 if full else old)
