@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from snippets_x86_64.buffers import BUFFERS, POOL_MIN_BYTES
 from snippets_x86_64.runtime import _address as data_address
 
 #: the boundary: one cache line, one zmm register
@@ -24,11 +25,14 @@ MIN_BYTES = 16384
 
 def empty_aligned(shape: tuple[int, ...], dtype: Any = np.float32, min_bytes: int = MIN_BYTES) -> np.ndarray:
     """An uninitialized C-contiguous array of ``shape``; from ``min_bytes`` on (0: always), its first element lies
-    on a 64-byte boundary."""
+    on a 64-byte boundary. From :data:`~snippets_x86_64.buffers.POOL_MIN_BYTES` on, its memory is a buffer kept
+    between calls (``buffers.BUFFERS``: no fresh pages to fault in per call)."""
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < min_bytes:
         return np.empty(shape, dtype)
+    if nbytes >= POOL_MIN_BYTES:
+        return BUFFERS.empty(shape, dtype)
     buf = np.empty(nbytes + ALIGN, dtype=np.uint8)
     skip = -data_address(buf) % ALIGN  # (the array interface costs ~2 us: a dict per call)
     return np.ndarray(shape, dtype, buf, skip)

@@ -22,6 +22,7 @@ from snippets_core.errors import InputError, SnippetsError, UnsupportedByTarget
 from snippets_core.ir.ops.subgraph import Subgraph, release_input_constants
 from snippets_core.ir.shape import SDim, Shape, SymDim
 from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, PANEL, packed_weight_body_inputs, packed_weights
+from snippets_x86_64.buffers import pooled_empty
 from snippets_core.runtime.placement import Placement, fallback_reason
 from snippets_x86_64.passes.brgemm_fc_blocking import DEFAULT_FC_M_BLOCK
 from snippets_x86_64.runtime import POOL, TARGET_NAME, _address, _output_specs, fixed_subgraph
@@ -532,7 +533,7 @@ class RuntimeRowsFCExecutor:
         for j, (full, dtype) in enumerate(zip(fulls, self._out_types)):
             o = outs[j] if outs is not None and outs[j] is not None else None
             if o is None:
-                o = np.empty(full, dtype)
+                o = pooled_empty(full, dtype)  # a large output in a buffer kept between calls (buffers.py)
             elif not (isinstance(o, np.ndarray) and o.dtype == dtype and o.shape == full and o.flags.c_contiguous
                       and o.flags.writeable):
                 raise InputError(f"output array {j} must be a writeable C-contiguous {dtype}{list(full)}")

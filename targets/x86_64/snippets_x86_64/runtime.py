@@ -46,6 +46,7 @@ import numpy as np
 
 from snippets_core.errors import CodegenError, InputError, ShapeInferenceError, UnsupportedByTarget
 from snippets_core.runtime.placement import FALLBACK_KEY, REFERENCE, Placement, fallback_reason, subgraph_error
+from snippets_x86_64.buffers import POOL_MIN_BYTES, pooled_empty
 from snippets_x86_64.cache import KERNEL_CACHE, cache_dir_from, cache_key
 from snippets_x86_64.native_pool import THUNK_AFTER, Job, build_thunk, native_pool
 
@@ -319,6 +320,9 @@ class KernelExecutor:
         self._in_fast = [(d, s, _c_strides(s, d.itemsize)) for d, s in self.input_specs]
         #: per data position, (weakref to the array of the last call, its address): see _addresses
         self._memo: list[tuple[weakref.ref, int] | None] = [None] * self._n_data
+        #: per output, how a call makes it: large ones from the buffers kept between calls (buffers.BUFFERS)
+        self._new_outputs = [(np.empty if d.itemsize * math.prod(s) < POOL_MIN_BYTES else pooled_empty, s, d)
+                             for d, s in self.output_specs]
 
     def _input(self, i: int, a: Any) -> np.ndarray:
         """The i-th input as a C-contiguous array of the kernel's type and shape (copies if needed)."""
@@ -336,7 +340,7 @@ class KernelExecutor:
     def _output(self, j: int, o: Any) -> np.ndarray:
         dtype, shape = self.output_specs[j]
         if o is None:
-            return np.empty(shape, dtype)
+            return pooled_empty(shape, dtype)
         if (
             not isinstance(o, np.ndarray)
             or o.dtype != dtype
@@ -362,7 +366,7 @@ class KernelExecutor:
             if type(a) is not np.ndarray or a.dtype != dtype or a.shape != shape or not a.flags.c_contiguous:
                 ins[i] = self._input(i, a)
         if outs is None:
-            results = [np.empty(shape, dtype) for dtype, shape in self.output_specs]
+            results = [new(shape, dtype) for new, shape, dtype in self._new_outputs]
         else:
             if len(outs) != len(self.output_specs):
                 raise InputError(f"the kernel has {len(self.output_specs)} outputs, got {len(outs)} arrays")
@@ -380,7 +384,7 @@ class KernelExecutor:
                 if type(a) is not np.ndarray or a.dtype is not dtype or a.shape != shape or a.strides != strides:
                     break
             else:
-                results = [np.empty(shape, dtype) for dtype, shape in self.output_specs]
+                results = [new(shape, dtype) for new, shape, dtype in self._new_outputs]
                 if self._busy.acquire(blocking=False):
                     try:
                         state = self._state
