@@ -423,8 +423,10 @@ class Job:
     """The chunks of one parallel call in the layout ``dispatch`` reads: ``(harness, kernel, args, start, count)``
     per chunk, the caller's first. Made once per call state and reused for every call."""
 
-    def __init__(self, chunks: list[tuple[int, int, int, int, int]]) -> None:
+    def __init__(self, chunks: list[tuple[int, int, int, int, int]], thunk_after: int = THUNK_AFTER) -> None:
         self.n = len(chunks)
+        #: calls before the thunk is made (a call state made per shape waits longer: runtime.DYNAMIC_THUNK_AFTER)
+        self.thunk_after = thunk_after
         words = [self.n] + [v & 0xFFFF_FFFF_FFFF_FFFF for c in chunks for v in (*c, 0)]
         self.words = (ctypes.c_uint64 * len(words))(*words)
         self.address = ctypes.addressof(self.words)
@@ -441,7 +443,7 @@ class Job:
         if thunk is not None and thunk[0] is pool:
             return thunk[1].cfunc
         self._calls += 1
-        if self._calls < THUNK_AFTER:
+        if self._calls < self.thunk_after:
             return lambda: pool._call(pool._table_addr, self.address, mode)
         made = build_thunk(pool._dispatch.address, (pool._table_addr, self.address, mode))
         self._thunks[mode] = (pool, made)

@@ -68,6 +68,11 @@ PARALLEL_MIN_NS = 4000
 FLOPS_PER_NS, ELEMENT_OPS_PER_NS, BYTES_PER_NS = 200.0, 20.0, 40.0
 #: the scratchpad of each thread starts on a cache line
 _ALIGN = 64
+#: calls of one shape's call state (a dynamic kernel's, or a runtime-M FC part's) before it gets a JIT dispatch
+#: thunk: a thunk costs ~46 us to make and saves ~0.8 us per call, and a new shape's second call made one for every
+#: dynamic Subgraph (0.4 ms in the BERT layer's, 0.5 ms in MobileNet-v2's residual Adds): past 64 calls of one
+#: shape it has paid for itself twice over. A static kernel's only call state gets it at the second call (THUNK_AFTER).
+DYNAMIC_THUNK_AFTER = 64
 
 
 # --- the thread pool -------------------------------------------------------------------------------------------
@@ -220,8 +225,9 @@ class _CallState:
     """Per-thread call arguments and scratchpad for one set of threads."""
 
     def __init__(self, kernel: Kernel, chunks: list[tuple[int, int]], domain: tuple[int, ...] | None = None,
-                 params: Sequence[int] = ()) -> None:
+                 params: Sequence[int] = (), thunk_after: int = THUNK_AFTER) -> None:
         info = kernel.info
+        self.thunk_after = thunk_after
         domain = info.parallel_domain if domain is None else domain
         size = params[info.scratchpad_slot] if info.scratchpad_slot >= 0 else info.scratchpad_size
         self.scratch_stride = -(-size // _ALIGN) * _ALIGN
@@ -248,7 +254,7 @@ class _CallState:
                 (kernel.harness.address, kernel.address, ctypes.addressof(ca), ctypes.addressof(idx), count)
             )
         #: the native pool's view of the chunks (the first on the caller)
-        self.job = Job(self.native)
+        self.job = Job(self.native, thunk_after)
         self._single: Callable[[], Any] | None = None
         self._single_calls = 0
         #: the data addresses the call arguments hold (None: unknown, written by someone else)
@@ -259,7 +265,7 @@ class _CallState:
         single = self._single
         if single is None:
             self._single_calls += 1
-            if self._single_calls < THUNK_AFTER:
+            if self._single_calls < self.thunk_after:
                 self.tasks[0]()
                 return
             harness, *args = self.native[0]
@@ -311,7 +317,8 @@ class KernelExecutor:
         by_work = int(self.work_ns // parallel_min_ns) if self.work_ns is not None and parallel_min_ns > 0 else 0
         self.num_threads = max(1, min(num_threads, work, max(by_size, by_work)))
         self.chunks = _split(work, self.num_threads)
-        self._state = _CallState(kernel, self.chunks, self.domain, self.params)
+        self._state = _CallState(kernel, self.chunks, self.domain, self.params,
+                                 THUNK_AFTER if runtime_config is None else DYNAMIC_THUNK_AFTER)
         self._busy = threading.Lock()
         self._n_data = info.n_inputs + info.n_outputs
         self._n_in = info.n_inputs
