@@ -483,6 +483,64 @@ def fmt_spread(t: Timing) -> str:
     return "-" if math.isnan(t.spread) else f"{100 * t.spread:.0f}%"
 
 
+def fmt_dist(values_ms: Sequence[float], digits: int = 2) -> str:
+    """``median / p90 / worst`` of ``values_ms`` (the p90 is the value 90 % of them do not exceed)."""
+    v = sorted(values_ms)
+    p90 = v[min(len(v) - 1, math.ceil(0.9 * len(v)) - 1)]
+    return f"{statistics.median(v):.{digits}f} / {p90:.{digits}f} / {v[-1]:.{digits}f}"
+
+
+class CollectorWatch:
+    """What the process's allocator and garbage collector cost while it is active: every collection's generation
+    and pause (``gc.callbacks``), and the minor page faults (first touches of fresh memory) of the calls bracketed by
+    :meth:`faults`."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []  # (generation, seconds)
+        #: per new shape, the page faults of its first call and of a repeated call (filled by the benchmark)
+        self.call_faults: list[tuple[int, int]] = []
+        self._start = 0.0
+
+    def __enter__(self) -> CollectorWatch:
+        import gc
+
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import gc
+
+        gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.pauses.append((info["generation"], time.perf_counter() - self._start))
+
+    @staticmethod
+    def faults() -> int:
+        """Minor page faults of this process so far."""
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    def summary(self) -> str:
+        """Collections per generation, and the longest pause of each."""
+        parts = []
+        for gen in (0, 1, 2):
+            times = [t for g, t in self.pauses if g == gen]
+            if times:
+                parts.append(f"gen {gen}: {len(times)} (longest {1e3 * max(times):.2f} ms)")
+        return ", ".join(parts) or "none"
+
+    def faults_summary(self) -> str:
+        """Page faults per call of a new shape and of a repeated one: medians and worst."""
+        first, again = [f for f, _ in self.call_faults], [r for _, r in self.call_faults]
+        return (f"page faults per call, first / repeated: median {statistics.median(first):.0f} / "
+                f"{statistics.median(again):.0f}, worst {max(first)} / {max(again)}")
+
+
 def fmt_err(err: float, tol: float) -> str:
     text = "nan" if math.isinf(err) else f"{err:.1e}"
     return text if err <= tol else text + " WRONG"

@@ -9,13 +9,16 @@ FFN: ·W1 + b1, exact GELU (x · 0.5 · (1 + Erf(x / √2))), ·W2 + b2, + resid
 
 Three measurements:
 
-  new shape    50 random (batch 1-8, seq 8-512) pairs, in a fixed order; each is called twice: the first call
-               pays what a new shape costs (the configurator, call states; or compiles where a Subgraph needs a
-               kernel per shape), the second is a repeated shape. Printed: the median and worst first-call
-               overhead (first - second) of us, of the whole call and of the time in Subgraphs only, and the whole
+  new shape    50 random (batch 1-8, seq 8-512) pairs, in a fixed order; each is called three times: the first
+               call pays what a new shape costs (the configurator, call states; or compiles where a Subgraph needs a
+               kernel per shape), the second and third are a repeated shape. Printed (median / p90 / worst): the
+               first-call overhead (first - second) of us, of the whole call and of the time in Subgraphs only,
+               what the second call still costs (second - third: work a new shape defers to it), and the whole
                sequence's time (first calls included) for us, OpenVINO (one dynamic compiled model) and
-               onnxruntime; for us also the RuntimeConfigurator's and the new call states' time per new shape and
-               the kernels compiled per new shape (0: one kernel per dynamic Subgraph, runtime-M FCs).
+               onnxruntime; for us also the RuntimeConfigurator's and the new call states' time per new shape (wall
+               clock and this thread's CPU time: a preempted configurator shows in the first only), the garbage
+               collections and the page faults of first and repeated calls during the sequence, and the kernels
+               compiled per new shape (0: one kernel per dynamic Subgraph, runtime-M FCs).
   steady       at each --threads count, at a few of those shapes: us (dynamic model) against us (the same
                layer with static dims compiled for that shape), OpenVINO and onnxruntime; interleaved rounds,
                medians, and the dynamic/static ratio (goal: within 5 %), of the whole call and of the time in
@@ -186,27 +189,36 @@ def kernel_seconds(cm: Any) -> float:
     return sum(sec for _, op, _, sec in cm.last_run_stats.steps if op == "Subgraph")
 
 
-def _new_shape_overheads(run: Any, pairs: list[tuple[int, int]], cm: Any = None, clock: Any = None
-                         ) -> tuple[list[float], float, list[float]]:
-    """Per pair, first call - second call (seconds); the total time of all the calls; and, for us (``cm``), the same
-    difference counting only the time in Subgraphs (the reference MatMuls' noise left out)."""
+def _new_shape_overheads(run: Any, pairs: list[tuple[int, int]], cm: Any = None, clock: Any = None,
+                         watch: H.CollectorWatch | None = None) -> tuple[list[float], float, list[float], list[float]]:
+    """Per pair, first call - second call (seconds); the total time of the first two calls; for us (``cm``), the same
+    difference counting only the time in Subgraphs (the reference MatMuls' noise left out); and per pair, second call
+    - third call. ``watch`` gets each pair's page faults of the first and of the third call."""
     rng = np.random.default_rng(SEED + 2)
-    overheads, total, in_kernels = [], 0.0, []
+    overheads, total, in_kernels, second = [], 0.0, [], []
     for b, s in pairs:
         inputs = make_inputs(b, s, rng)
         if clock is not None:
             clock.new_shape()
+        f0 = H.CollectorWatch.faults()
         t0 = time.perf_counter()
         run(inputs)
         t1 = time.perf_counter()
+        f1 = H.CollectorWatch.faults()
         first = kernel_seconds(cm) if cm is not None else 0.0
         run(inputs)
         t2 = time.perf_counter()
         if cm is not None:
             in_kernels.append(first - kernel_seconds(cm))
+        f2 = H.CollectorWatch.faults()
+        run(inputs)
+        t3 = time.perf_counter()
+        if watch is not None:
+            watch.call_faults.append((f1 - f0, H.CollectorWatch.faults() - f2))
         overheads.append((t1 - t0) - (t2 - t1))
+        second.append((t2 - t1) - (t3 - t2))
         total += t2 - t0
-    return overheads, total, in_kernels
+    return overheads, total, in_kernels, second
 
 
 def _executors(cm: Any) -> list[Any]:
@@ -237,7 +249,8 @@ class ConfiguratorClock:
     def __init__(self, cm: Any) -> None:
         self.configure_s = 0.0
         self.prepare_s = 0.0
-        #: per new shape (see new_shape), the seconds of configure and of the call states
+        #: per new shape (see new_shape), the seconds of configure and of the call states, by the wall clock, then by
+        #: this thread's CPU time
         self.per_shape: list[list[float]] = []
         for ex in _executors(cm):
             prepare = "_prepare" if hasattr(ex, "_prepare") else "plan" if hasattr(ex, "plan") else None
@@ -250,18 +263,20 @@ class ConfiguratorClock:
 
     def new_shape(self) -> None:
         """Start counting the next shape's time."""
-        self.per_shape.append([0.0, 0.0])
+        self.per_shape.append([0.0, 0.0, 0.0, 0.0])
 
     def _timed(self, fn: Any, field: str) -> Any:
         def run(*args: Any) -> Any:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 return fn(*args)
             finally:
-                dt = time.perf_counter() - t0
+                dt, dc = time.perf_counter() - t0, time.thread_time() - c0
                 setattr(self, field, getattr(self, field) + dt)
                 if self.per_shape:
-                    self.per_shape[-1][0 if field == "configure_s" else 1] += dt
+                    k = 0 if field == "configure_s" else 1
+                    self.per_shape[-1][k] += dt
+                    self.per_shape[-1][k + 2] += dc
         return run
 
 
@@ -308,31 +323,40 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"machine": info, "memory_gb_s": bw, "pairs": pairs, "new_shape": {}, "steady": []}
     clock = ConfiguratorClock(cm)
     compiled_before = _kernels_compiled(cm)
+    watch = H.CollectorWatch()
     for name, run in contenders.items():
         err = H.max_abs_error(np.asarray(run(check)), want)
-        over, total, in_kernels = _new_shape_overheads(run, pairs, *((cm, clock) if name == "us" else ()))
         if name == "us":
-            conf_ms = [1e3 * c for c, _ in clock.per_shape]
-            prep_ms = [1e3 * p for _, p in clock.per_shape]
+            with watch:
+                over, total, in_kernels, second = _new_shape_overheads(run, pairs, cm, clock, watch)
+            per = clock.per_shape
             compiled = _kernels_compiled(cm) - compiled_before
-            results["new_shape_us"] = {"configurator_ms": conf_ms, "call_states_ms": prep_ms,
+            results["new_shape_us"] = {"configurator_ms": [1e3 * p[0] for p in per],
+                                       "call_states_ms": [1e3 * p[1] for p in per],
+                                       "configurator_cpu_ms": [1e3 * p[2] for p in per],
+                                       "call_states_cpu_ms": [1e3 * p[3] for p in per],
+                                       "gc_pauses": [(g, 1e3 * t) for g, t in watch.pauses],
+                                       "page_faults_first_repeated": watch.call_faults,
                                        "kernels_compiled_per_shape": compiled / len(pairs)}
+        else:
+            over, total, in_kernels, second = _new_shape_overheads(run, pairs)
         over_ms = [1e3 * o for o in over]
         kern_ms = [1e3 * o for o in in_kernels]
+        second_ms = [1e3 * o for o in second]
         results["new_shape"][name] = {"overhead_ms": over_ms, "total_s": total, "max_abs_err": err,
-                                      "subgraph_overhead_ms": kern_ms}
-        kern = f"{statistics.median(kern_ms):.2f} / {max(kern_ms):.2f}" if kern_ms else "-"
-        rows.append([name, f"{statistics.median(over_ms):.2f}", f"{max(over_ms):.1f}", kern, f"{total:.2f}",
-                     f"{err:.1e}"])
-    print(f"\n## {len(pairs)} new (batch, seq) shapes, each called twice (first call - second call = new-shape cost)")
-    H.print_table(["contender", "median new-shape ms", "worst ms", "in Subgraphs: median / worst ms",
+                                      "subgraph_overhead_ms": kern_ms, "second_call_overhead_ms": second_ms}
+        rows.append([name, H.fmt_dist(over_ms), H.fmt_dist(kern_ms) if kern_ms else "-", H.fmt_dist(second_ms),
+                     f"{total:.2f}", f"{err:.1e}"])
+    print(f"\n## {len(pairs)} new (batch, seq) shapes, each called three times (first call - second call = new-shape "
+          "cost; median / p90 / worst)")
+    H.print_table(["contender", "new-shape ms", "in Subgraphs ms", "second - third call ms",
                    "whole sequence s", "max abs err (2xS)"], rows)
     ns = results["new_shape_us"]
-    conf, prep = ns["configurator_ms"], ns["call_states_ms"]
-    print(f"# us per new shape (median / worst): RuntimeConfigurator {statistics.median(conf):.3f} / "
-          f"{max(conf):.3f} ms "
-          f"(every dynamic Subgraph), call states {statistics.median(prep):.3f} / {max(prep):.3f} ms (configurator "
+    print(f"# us per new shape (median / p90 / worst), every dynamic Subgraph: RuntimeConfigurator "
+          f"{H.fmt_dist(ns['configurator_ms'], 3)} ms (CPU {H.fmt_dist(ns['configurator_cpu_ms'], 3)}), call states "
+          f"{H.fmt_dist(ns['call_states_ms'], 3)} ms (CPU {H.fmt_dist(ns['call_states_cpu_ms'], 3)}; configurator "
           f"included); kernels compiled per new shape: {ns['kernels_compiled_per_shape']:g}")
+    print(f"# us in the sequence: garbage collections {watch.summary()}; {watch.faults_summary()}")
     if hasattr(cm, "describe"):
         print("\n" + cm.describe())
 

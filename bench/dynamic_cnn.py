@@ -5,14 +5,17 @@ The models: examples/cnn_block.onnx, ResNet-50 (onnx's light backend test data, 
 N, H and W made dim_params (and every output's), the value_info dropped, as an exporter with dynamic axes writes
 them. Two measurements:
 
-  new shape   random (N, H, W) in a fixed order, each called twice: the first call pays what a new shape costs (the
-              work tables, copy tables and padded buffers of the conv primitives, the configurator of the eltwise
-              Subgraphs; a compile where a kernel is still specialized), the second is a repeated shape. Printed per
-              model: the median and worst first-call overhead (first - second), and the kernels built per new shape
-              (the process-wide function cache's builds and the executors' ``compiles``: 0 when every primitive
-              reads its row geometry from its tables), the part of the overhead the primitives' shape caches
-              spend making tables and executors, and the overhead in process CPU time (steadier than the wall
-              clock on a shared machine). The first call apart (the kernels are made at compile time).
+  new shape   random (N, H, W) in a fixed order, each called three times: the first call pays what a new shape costs
+              (the work tables, copy tables and padded buffers of the conv primitives, the configurator of the eltwise
+              Subgraphs; a compile where a kernel is still specialized), the second and third are a repeated shape.
+              Printed per model (median / p90 / worst): the first-call overhead (first - second), and the kernels
+              built per new shape (the process-wide function cache's builds and the executors' ``compiles``: 0 when
+              every primitive reads its row geometry from its tables), the part of the overhead the primitives'
+              shape caches spend making tables and executors, the overhead in process CPU time (steadier than the
+              wall clock on a shared machine), what a new shape's second call still costs (second - third, in CPU
+              time: work deferred to it, such as dispatch thunks), the garbage collections during the sequence and
+              the page faults of first and repeated calls (fresh memory touched). The first call apart (the kernels
+              are made at compile time).
   steady      at a few shapes: the dynamic model against the same model with static dims compiled for that shape,
               interleaved rounds (settled), medians; the dynamic/static ratio (goal: within 5 %).
 """
@@ -136,28 +139,36 @@ def main(argv: list[str] | None = None) -> int:
         first_s = time.perf_counter() - t0
         shapes = [(int(rng.integers(n_lo, n_hi + 1)), int(rng.integers(hw_lo, hw_hi + 1)),
                    int(rng.integers(hw_lo, hw_hi + 1))) for _ in range(args.shapes)]
-        overheads, kernels, tables, cpu = [], [], [], []
+        overheads, kernels, tables, cpu, second = [], [], [], [], []
         clock = TableClock(cm)
-        for shape in shapes:
-            inputs = feed(*shape)
-            b0, s0 = built(cm), clock.seconds
-            c0, t0 = time.process_time(), time.perf_counter()
-            cm(inputs)
-            c1, t1 = time.process_time(), time.perf_counter()
-            cm(inputs)
-            c2, t2 = time.process_time(), time.perf_counter()
-            kernels.append(built(cm) - b0)
-            tables.append(clock.seconds - s0)
-            overheads.append((t1 - t0) - (t2 - t1))
-            cpu.append((c1 - c0) - (c2 - c1))
+        with H.CollectorWatch() as watch:
+            for shape in shapes:
+                inputs = feed(*shape)
+                b0, s0, f0 = built(cm), clock.seconds, watch.faults()
+                c0, t0 = time.process_time(), time.perf_counter()
+                cm(inputs)
+                c1, t1, f1 = time.process_time(), time.perf_counter(), watch.faults()
+                cm(inputs)
+                c2, t2 = time.process_time(), time.perf_counter()
+                f2 = watch.faults()
+                cm(inputs)
+                c3, f3 = time.process_time(), watch.faults()
+                kernels.append(built(cm) - b0)
+                tables.append(clock.seconds - s0)
+                overheads.append((t1 - t0) - (t2 - t1))
+                cpu.append((c1 - c0) - (c2 - c1))
+                second.append((c2 - c1) - (c3 - c2))
+                watch.call_faults.append((f1 - f0, f3 - f2))
+        ms = [1e3 * o for o in overheads]
         print(f"first call: {1e3 * first_s:.1f} ms")
-        print(f"new shape, {len(shapes)} random (N {n_lo}-{n_hi}, H and W {hw_lo}-{hw_hi}): overhead median "
-              f"{1e3 * statistics.median(overheads):.2f} ms, worst {1e3 * max(overheads):.2f} ms; kernels built per "
-              f"new shape: {kernels}")
-        print(f"  of which the primitives' tables and buffers (ShapeCache.make): median "
-              f"{1e3 * statistics.median(tables):.3f} ms, worst {1e3 * max(tables):.3f} ms; the overhead in this "
-              f"process's CPU time (a loaded machine's wall clock blurs it): median "
-              f"{1e3 * statistics.median(cpu):.2f} ms")
+        print(f"new shape, {len(shapes)} random (N {n_lo}-{n_hi}, H and W {hw_lo}-{hw_hi}), median / p90 / worst: "
+              f"overhead {H.fmt_dist(ms)} ms; kernels built per new shape: {kernels}")
+        made = H.fmt_dist([1e3 * t for t in tables], 3)
+        print(f"  of which the primitives' tables and buffers (ShapeCache.make) {made} ms; the overhead in this "
+              f"process's CPU time (a loaded machine's wall clock blurs it) "
+              f"{H.fmt_dist([1e3 * c for c in cpu])} ms; the second call's (second - third, CPU) "
+              f"{H.fmt_dist([1e3 * c for c in second])} ms")
+        print(f"  garbage collections in the sequence: {watch.summary()}; {watch.faults_summary()}")
         rows = []
         for n, h, w in steady:
             st_path = H.save_onnx(with_dims(zm.proto, (n, h, w)), out_dir / f"{name}_{n}x{h}x{w}.onnx")
@@ -175,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
                          "new_shape_overhead_ms": [1e3 * o for o in overheads], "kernels_built": kernels,
                          "primitive_tables_ms": [1e3 * t for t in tables],
                          "new_shape_cpu_overhead_ms": [1e3 * t for t in cpu],
+                         "second_call_cpu_overhead_ms": [1e3 * t for t in second],
+                         "page_faults_first_repeated": watch.call_faults,
+                         "gc_pauses": [(g, 1e3 * t) for g, t in watch.pauses],
                          "steady": rows}
     H.write_json(args.json, {"machine": info, "threads": threads, "results": results})
     return 0

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from snippets_x86_64.buffers import BUFFERS, POOL_MIN_BYTES
+from snippets_x86_64.buffers import BUFFERS, pooled
 from snippets_x86_64.runtime import _address as data_address
 
 #: the boundary: one cache line, one zmm register
@@ -31,7 +31,7 @@ def empty_aligned(shape: tuple[int, ...], dtype: Any = np.float32, min_bytes: in
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes < min_bytes:
         return np.empty(shape, dtype)
-    if nbytes >= POOL_MIN_BYTES:
+    if pooled(nbytes):
         return BUFFERS.empty(shape, dtype)
     buf = np.empty(nbytes + ALIGN, dtype=np.uint8)
     skip = -data_address(buf) % ALIGN  # (the array interface costs ~2 us: a dict per call)

@@ -1,12 +1,11 @@
 """Large arrays handed out from buffers kept between calls, instead of fresh memory on every call.
 
-A kernel's output of 1 MiB or more (a BERT layer's FFN activation at batch 8, sequence 512 is 48 MiB; MobileNet-v2's
-expanded maps 1-12 MiB) was a fresh ``np.empty`` per call. glibc serves an allocation above its mmap threshold
-(dynamic, at most 32 MiB) with a fresh mapping, unmapped again when the array dies, so every call paid the kernel's
-zeroing of every page on first touch: 536 page faults and ~20 ms of system time per call of the BERT layer at 8x512
-(7 % of the call). Below the threshold the heap is reused, but a new largest shape grows it and freeing the largest
-buffer may trim it again. Here the memory of such arrays stays with the process (as OpenVINO's memory manager keeps
-its buffers) and a later request of a size that fits takes it again.
+A kernel's output of :data:`POOL_MIN_BYTES` or more (a BERT layer's FFN activation at batch 8, sequence 512 is
+48 MiB) was a fresh ``np.empty`` per call. glibc serves an allocation above its mmap threshold (dynamic, at most
+32 MiB) with a fresh mapping, unmapped again when the array dies, so every call paid the kernel's zeroing of every
+page on first touch: 536 page faults and ~20 ms of system time per call of the BERT layer at 8x512 (7 % of the
+call). Here the memory of such arrays stays with the process (as OpenVINO's memory manager keeps its buffers) and a
+later request of a size that fits takes it again.
 
 A buffer is free when nothing but the pool references it: every array handed out is a view whose ``base`` is the
 buffer (numpy collapses view chains to the array owning the memory, so a reshape or slice of an output, a model
@@ -27,8 +26,11 @@ from typing import Any
 
 import numpy as np
 
-#: from this many bytes an array comes from the pool (below: numpy's allocator, which reuses small blocks itself)
-POOL_MIN_BYTES = 1 << 20
+#: from this many bytes an array comes from the pool: glibc's largest mmap threshold, above which every allocation is
+#: a fresh mapping. Below it glibc's heap reuses freed memory of any size, better than size classes: pooling from
+#: 1 MiB on made MobileNet-v2's new shapes fault more (median 13 instead of 2 faults per first call, worst 1006
+#: instead of 54), each new size class being fresh memory where the heap had a freed block to split.
+POOL_MIN_BYTES = 32 << 20
 #: the data of an array from the pool starts on this boundary (one cache line, one zmm register)
 ALIGN = 64
 #: a free buffer not handed out in this many takes is released (a few calls of a model)
@@ -120,13 +122,18 @@ _FREE_REFS = _refs([np.empty(1, np.uint8)])
 BUFFERS = BufferPool()
 
 
+def pooled(nbytes: int) -> bool:
+    """Whether an array of ``nbytes`` comes from :data:`BUFFERS`."""
+    return nbytes >= POOL_MIN_BYTES
+
+
 def pooled_empty(shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
     """An uninitialized C-contiguous array: from :data:`BUFFERS` (64-byte aligned) from :data:`POOL_MIN_BYTES` on,
     else numpy's ``np.empty``."""
     dtype = np.dtype(dtype)
-    if math.prod(shape) * dtype.itemsize < POOL_MIN_BYTES:
+    if not pooled(math.prod(shape) * dtype.itemsize):
         return np.empty(shape, dtype)
     return BUFFERS.empty(shape, dtype)
 
 
-__all__ = ["BUFFERS", "POOL_MIN_BYTES", "BufferPool", "pooled_empty"]
+__all__ = ["BUFFERS", "POOL_MIN_BYTES", "BufferPool", "pooled", "pooled_empty"]

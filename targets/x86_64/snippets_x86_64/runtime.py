@@ -46,7 +46,7 @@ import numpy as np
 
 from snippets_core.errors import CodegenError, InputError, ShapeInferenceError, UnsupportedByTarget
 from snippets_core.runtime.placement import FALLBACK_KEY, REFERENCE, Placement, fallback_reason, subgraph_error
-from snippets_x86_64.buffers import POOL_MIN_BYTES, pooled_empty
+from snippets_x86_64.buffers import pooled, pooled_empty
 from snippets_x86_64.cache import KERNEL_CACHE, cache_dir_from, cache_key
 from snippets_x86_64.native_pool import THUNK_AFTER, Job, build_thunk, native_pool
 
@@ -328,7 +328,7 @@ class KernelExecutor:
         #: per data position, (weakref to the array of the last call, its address): see _addresses
         self._memo: list[tuple[weakref.ref, int] | None] = [None] * self._n_data
         #: per output, how a call makes it: large ones from the buffers kept between calls (buffers.BUFFERS)
-        self._new_outputs = [(np.empty if d.itemsize * math.prod(s) < POOL_MIN_BYTES else pooled_empty, s, d)
+        self._new_outputs = [(pooled_empty if pooled(d.itemsize * math.prod(s)) else np.empty, s, d)
                              for d, s in self.output_specs]
 
     def _input(self, i: int, a: Any) -> np.ndarray:

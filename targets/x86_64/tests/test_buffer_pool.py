@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from snippets_core.runtime.compiled_model import compile_model
+from snippets_x86_64 import buffers
 from snippets_x86_64.buffers import BUFFERS, IDLE_TAKES, MAX_BUFFERS, POOL_MIN_BYTES, BufferPool, pooled_empty
 
 MIB = 1 << 20
@@ -150,11 +151,13 @@ def ffn(d: int = 256, f: int = 1024) -> onnx.ModelProto:
     (residual_cnn, [(2, 32, 64, 72), (1, 32, 96, 80)]),
     (ffn, [(2, 160, 256), (3, 300, 256)]),
 ])
-def test_alternating_shapes_keep_held_outputs_intact(make, shapes):
+def test_alternating_shapes_keep_held_outputs_intact(monkeypatch, make, shapes):
     """Two chains of calls interleaved (shape A, shape B, A, B, ...), each call's input the chain's last output:
     every output stays held by the test, some are dropped on the way (their buffers are taken again), and at the
-    end each held output still has the bytes it had when returned, which are onnxruntime's for its input."""
+    end each held output still has the bytes it had when returned, which are onnxruntime's for its input. (Arrays
+    from 1 MiB on come from the pool here, so that small models exercise it.)"""
     ort = pytest.importorskip("onnxruntime")
+    monkeypatch.setattr(buffers, "POOL_MIN_BYTES", MIB)
     proto = make()
     cm = compile_model(proto.SerializeToString(), "x86_64_avx512", {"num_threads": 1})
     assert all(where == "x86_64_avx512" for _, op, where in cm.placement() if op == "Subgraph")
