@@ -40,6 +40,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -245,7 +246,8 @@ class _CallState:
             if params:  # the runtime-parameter block of this call's shapes (two's complement for negative shifts)
                 ca[info.params_base:] = [v & 0xFFFF_FFFF_FFFF_FFFF for v in params]
             # an empty domain (a zero dim) has one chunk of no calls: its start index is never read
-            first = np.unravel_index(start, domain) if domain and count else ()
+            first = () if not (domain and count) else (0,) * len(domain) if start == 0 else np.unravel_index(
+                start, domain)  # (unravel_index costs ~3 us: a new shape makes a call state per dynamic Subgraph)
             idx = (ctypes.c_int64 * max(len(domain), 1))(*first)
             self.args.append(ca)
             self.starts.append(idx)
@@ -253,12 +255,16 @@ class _CallState:
             self.native.append(
                 (kernel.harness.address, kernel.address, ctypes.addressof(ca), ctypes.addressof(idx), count)
             )
-        #: the native pool's view of the chunks (the first on the caller)
-        self.job = Job(self.native, thunk_after)
         self._single: Callable[[], Any] | None = None
         self._single_calls = 0
         #: the data addresses the call arguments hold (None: unknown, written by someone else)
         self.ptrs: list[int] | None = None
+
+    @cached_property
+    def job(self) -> Job:
+        """The native pool's view of the chunks (the first on the caller), made at the first parallel call: a
+        one-chunk call state (most of a new shape's) never needs it."""
+        return Job(self.native, self.thunk_after)
 
     def run_single(self) -> None:
         """Run the one chunk on the calling thread (through a no-argument thunk from the second call on)."""
