@@ -31,8 +31,10 @@ from contextlib import contextmanager
 _lock = threading.Lock()
 _depth = 0  # compiles running now (nested or on other threads)
 _was_enabled = False  # the collector's state when the first of them started
-#: objects in the old generation after the last full collection made here (0: none yet)
+#: objects in the old generation after the last full collection (made here, or by CPython and counted here; 0: none
+#: yet), and how many full collections the process had run then
 _old_size = 0
+_full_seen = -1
 #: a full collection at the end of a compile when the objects it left exceed this share of the old generation
 #: (CPython's own rule for its full collections)
 FULL_SHARE = 0.25
@@ -54,17 +56,22 @@ def paused_gc() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0 and _was_enabled:
+                collect_after_compile()  # still disabled: enabling first lets the next allocation collect on its own
                 gc.enable()
-                collect_after_compile()
 
 
 def collect_after_compile() -> int:
     """Collect what a compile left (see the module docstring); returns the oldest generation collected (1 or 2)."""
-    global _old_size
+    global _old_size, _full_seen
     left = gc.get_count()[0]  # tracked objects made since the last collection: the compile's, the collector was off
+    full = gc.get_stats()[2]["collections"]
+    if full != _full_seen and _full_seen >= 0:
+        # CPython ran a full collection since: its rule now counts from that one's survivors (a test session's heap
+        # grows between compiles, and a stale count here would collect where CPython would not yet)
+        _old_size, _full_seen = len(gc.get_objects(generation=2)), full
     if left > FULL_SHARE * _old_size:
         gc.collect()
-        _old_size = len(gc.get_objects(generation=2))
+        _old_size, _full_seen = len(gc.get_objects(generation=2)), gc.get_stats()[2]["collections"]
         return 2
     gc.collect(1)
     return 1

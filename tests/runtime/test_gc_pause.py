@@ -41,6 +41,7 @@ def test_many_survivors_pay_the_full_collection_at_the_end(monkeypatch):
     """A compile that leaves more than a quarter of the old generation: the full collection CPython would run soon
     after (in some call of the model) runs here, and the young generation is empty afterwards."""
     monkeypatch.setattr(gc_pause, "_old_size", 1000)
+    monkeypatch.setattr(gc_pause, "_full_seen", gc.get_stats()[2]["collections"])
     kept = []
     with paused_gc():
         kept.extend([i] for i in range(2000))
@@ -51,8 +52,9 @@ def test_many_survivors_pay_the_full_collection_at_the_end(monkeypatch):
 
 
 def test_few_survivors_pay_only_the_young_collection(monkeypatch):
-    monkeypatch.setattr(gc_pause, "_old_size", 10**9)
     gc.collect()
+    monkeypatch.setattr(gc_pause, "_old_size", 10**9)
+    monkeypatch.setattr(gc_pause, "_full_seen", gc.get_stats()[2]["collections"])
     before = _collections()
     kept = [[i] for i in range(500)]
     assert collect_after_compile() == 1
@@ -61,13 +63,31 @@ def test_few_survivors_pay_only_the_young_collection(monkeypatch):
     del kept
 
 
+def _fake_gc(monkeypatch, left: int, full_collections: int, old_generation: int) -> list[int]:
+    """gc's counts as a test sets them; returns the list of the generations ``gc.collect`` was asked for."""
+    monkeypatch.setattr(gc_pause.gc, "get_count", lambda: (left, 0, 0))
+    monkeypatch.setattr(gc_pause.gc, "get_stats", lambda: [{}, {}, {"collections": full_collections}])
+    monkeypatch.setattr(gc_pause.gc, "get_objects", lambda generation=None: [None] * old_generation)
+    ran: list[int] = []
+    monkeypatch.setattr(gc_pause.gc, "collect", lambda generation=2: ran.append(generation) or 0)
+    return ran
+
+
 @pytest.mark.parametrize("old, left, full", [(0, 10, True), (4000, 1001, True), (4000, 999, False)])
 def test_the_full_collection_rule(monkeypatch, old, left, full):
     monkeypatch.setattr(gc_pause, "_old_size", old)
-    monkeypatch.setattr(gc_pause.gc, "get_count", lambda: (left, 0, 0))
-    ran = []
-    monkeypatch.setattr(gc_pause.gc, "collect", lambda generation=2: ran.append(generation) or 0)
-    monkeypatch.setattr(gc_pause.gc, "get_objects", lambda generation=None: [None] * 7)
+    monkeypatch.setattr(gc_pause, "_full_seen", 3)
+    ran = _fake_gc(monkeypatch, left, 3, 7)
     assert collect_after_compile() == (2 if full else 1)
     assert ran == [2 if full else 1]
     assert gc_pause._old_size == (7 if full else old)
+
+
+def test_a_full_collection_by_cpython_resets_the_count(monkeypatch):
+    """CPython collected the whole heap since the last compile and the heap grew: the compile's survivors are
+    measured against what that collection left, as CPython's own rule does."""
+    monkeypatch.setattr(gc_pause, "_old_size", 4000)
+    monkeypatch.setattr(gc_pause, "_full_seen", 3)
+    ran = _fake_gc(monkeypatch, 1500, 4, 40000)  # 1500 > 4000 / 4, but not a quarter of 40000
+    assert collect_after_compile() == 1
+    assert ran == [1] and gc_pause._old_size == 40000 and gc_pause._full_seen == 4
