@@ -33,8 +33,8 @@ def is_brgemm_fusable_transpose(transpose: Node) -> bool:
 def is_brgemm_fusable_or_copy_b_transpose(transpose: Node) -> bool:
     """Also keeps a Transpose that a target repacks with a BrgemmCopyB: the B input (port 1) of a MatMul
     without ``transpose_b``, with a Constant order that puts the stored innermost dim on B's rows (K), as
-    ``Transpose(K, [0,1,3,2])`` or ``[0,2,3,1]`` in attention, on f32 or bf16. For targets that set the tokenization knob
-    ``mha_transposed_b_in_subgraph``."""
+    ``Transpose(K, [0,1,3,2])`` or ``[0,2,3,1]`` in attention, on f32 or bf16. For targets that set the
+    tokenization knob ``mha_transposed_b_in_subgraph``."""
     if is_brgemm_fusable_transpose(transpose):
         return True
     order_node = transpose.inputs[1].source.node

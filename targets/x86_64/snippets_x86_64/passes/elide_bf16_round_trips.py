@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from snippets_core.errors import InputError
-
 from snippets_core.ir.element_type import ElementType
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node
@@ -37,10 +36,11 @@ class ElideBF16RoundTrips(Pass):
     f32 rounding per op (seven instructions a vector, three times in a Gelu epilogue, six times in a bf16
     Softmax). A ``-> bf16`` convert (or f16) whose every consumer is a ``-> f32`` convert is dropped together
     with them: the next op reads the f32 value. At least one end must be a pass's ``ConvertSaturation``: a
-    Cast to bf16 and back written in the model (ConvertTruncation or Convert at both ends) is kept. What is stored (a Result, a Buffer, a Brgemm input) keeps its
-    rounding, so every tensor in memory is still the bf16 the model asks for; values between two ops carry
-    more precision than bf16 (closer to the float64 oracle, as OpenVINO computes them). The target
-    option ``bf16_intermediate: "bf16"`` leaves the pass out and keeps the per-op rounding."""
+    Cast to bf16 and back written in the model (ConvertTruncation or Convert at both ends) is kept. What is
+    stored (a Result, a Buffer, a Brgemm input) keeps its rounding, so every tensor in memory is still the bf16
+    the model asks for; values between two ops carry more precision than bf16 (closer to the float64 oracle, as
+    OpenVINO computes them). The target option ``bf16_intermediate: "bf16"`` leaves the pass out and keeps the
+    per-op rounding."""
 
     name: ClassVar[str] = "elide-bf16-round-trips"
 
