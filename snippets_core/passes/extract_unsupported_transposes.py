@@ -15,6 +15,9 @@ from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.passes.graph_utils import make
 from snippets_core.passes.pass_manager import Pass
 
+#: the element types a target's BrgemmCopyB repacks (``is_brgemm_fusable_or_copy_b_transpose``)
+COPY_B_TYPES = (ElementType.f32, ElementType.bf16)
+
 
 def is_brgemm_fusable_transpose(transpose: Node) -> bool:
     """FuseTransposeBrgemm folds it: a Constant order that keeps the innermost dim, feeding a MatMul."""
@@ -30,8 +33,8 @@ def is_brgemm_fusable_transpose(transpose: Node) -> bool:
 def is_brgemm_fusable_or_copy_b_transpose(transpose: Node) -> bool:
     """Also keeps a Transpose that a target repacks with a BrgemmCopyB: the B input (port 1) of a MatMul
     without ``transpose_b``, with a Constant order that puts the stored innermost dim on B's rows (K), as
-    ``Transpose(K, [0,1,3,2])`` or ``[0,2,3,1]`` in attention, on f32. For targets that set the tokenization knob
-    ``mha_transposed_b_in_subgraph``."""
+    ``Transpose(K, [0,1,3,2])`` or ``[0,2,3,1]`` in attention, on f32 or bf16. For targets that set the
+    tokenization knob ``mha_transposed_b_in_subgraph``."""
     if is_brgemm_fusable_transpose(transpose):
         return True
     order_node = transpose.inputs[1].source.node
@@ -41,8 +44,8 @@ def is_brgemm_fusable_or_copy_b_transpose(transpose: Node) -> bool:
     targets = transpose.outputs[0].targets
     if len(targets) != 1 or targets[0].node.type_name != "MatMul" or targets[0].index != 1:
         return False
-    if getattr(targets[0].node, "transpose_b", False) or transpose.inputs[0].element_type != ElementType.f32:
-        return False  # the repacking copies f32
+    if getattr(targets[0].node, "transpose_b", False) or transpose.inputs[0].element_type not in COPY_B_TYPES:
+        return False  # the repacking copies f32 and bf16
     return len(order) >= 2 and order[-2] == len(order) - 1
 
 

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import replace_node
-from snippets_core.ir.ops.snippets import PowerStatic, SnippetsReduceMax, SnippetsReduceSum
+from snippets_core.ir.ops.snippets import MAX_MAY_DROP_NAN, PowerStatic, SnippetsReduceMax, SnippetsReduceSum
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.ir.shape import normalize_axis
 from snippets_core.passes.graph_utils import body_of, make, nodes_of_type, set_reduce_subtensors
@@ -19,7 +19,8 @@ class SoftmaxDecomposition(Pass):
     """``Softmax(x, axis)`` -> ``x -> ReduceMax -> Subtract(x, max) -> Exp -> ReduceSum -> PowerStatic(-1)
     -> Multiply(exp, .)`` (OpenVINO ``SoftmaxDecomposition``); the reductions are the snippets ones over
     ``axis`` (kept as given when the rank is dynamic), with their subtensors recorded for the LinearIR
-    (full dims from ``axis`` on). The final Multiply takes the Softmax's name."""
+    (full dims from ``axis`` on). The final Multiply takes the Softmax's name. The ReduceMax is marked
+    ``MAX_MAY_DROP_NAN``: the row is NaN through the Subtract whenever x has a NaN."""
 
     name: ClassVar[str] = "softmax-decomposition"
 
@@ -33,6 +34,9 @@ class SoftmaxDecomposition(Pass):
                 axis = normalize_axis(axis, x.shape.rank)
             n = sm.name
             reduce_max = SnippetsReduceMax(x, axis=axis, name=f"{n}/reduce_max")
+            # a NaN in x makes x - max NaN, the sum NaN and the whole row NaN whatever the max is: the max may
+            # skip NaN lanes (and +inf - +inf is NaN either way)
+            reduce_max.rt_info[MAX_MAY_DROP_NAN] = True
             sub = make("Subtract", x, reduce_max, name=f"{n}/subtract")
             exp = make("Exp", sub, name=f"{n}/exp")
             reduce_sum = SnippetsReduceSum(exp, axis=axis, name=f"{n}/reduce_sum")

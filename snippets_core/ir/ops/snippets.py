@@ -652,6 +652,12 @@ class _SnippetsReduce(_OneInput):
         return [same_dtype(type(self).REDUCE(x, axis=self.axis, keepdims=True), x)]
 
 
+#: rt_info key on a SnippetsReduceMax whose consumers make a NaN of its input reach the result by another path
+#: (Softmax: ``x - max(x)`` is NaN where x is): its maximum may drop NaN lanes (one ``vmaxps`` a step instead of a
+#: NaN-propagating compare-and-blend), carried by ReduceDecomposition onto the Maximum and HorizonMax it makes
+MAX_MAY_DROP_NAN = "snippets.max_may_drop_nan"
+
+
 class SnippetsReduceMax(_SnippetsReduce):
     """snippets ``ReduceMax`` (OpenVINO ``ov::snippets::op::ReduceMax``)."""
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from snippets_core.errors import UnsupportedOpError
+from snippets_core.ir.ops.snippets import MAX_MAY_DROP_NAN
 from snippets_core.lowered.passes.init_live_ranges import INPLACE_INPUT
 from snippets_core.lowered.passes.pass_base import LoweredPass
 
@@ -62,8 +63,11 @@ class ReduceDecomposition(LoweredPass):
                                        loop_ids=outer, update_loop_ports=False)
             acc_node = OPS[binary](tail_fill.node.outputs[0], init.node.outputs[0])
             acc_node.rt_info[INPLACE_INPUT] = 1
+            hz_node = OPS[horizon](acc_node.outputs[0])
+            if r.node.rt_info.get(MAX_MAY_DROP_NAN):  # a Softmax's max: the emitters may drop NaN lanes
+                acc_node.rt_info[MAX_MAY_DROP_NAN] = hz_node.rt_info[MAX_MAY_DROP_NAN] = True
             acc = ir.insert_node(acc_node, pos + 3, loop_ids=outer, update_loop_ports=False)
-            hz = ir.insert_node(OPS[horizon](acc.node.outputs[0]), pos + 4, loop_ids=outer, update_loop_ports=False)
+            hz = ir.insert_node(hz_node, pos + 4, loop_ids=outer, update_loop_ports=False)
             # the reduction's loop ports move to the new expressions
             ir.loop_manager.replace_port_everywhere(r.get_input_port(0), [tail_fill.get_input_port(0)])
             ir.loop_manager.replace_port_everywhere(r.get_output_port(0), [hz.get_output_port(0)])

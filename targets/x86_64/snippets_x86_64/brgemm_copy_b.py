@@ -39,7 +39,7 @@ from snippets_core.lowered.symbolic import DynamicShapeError, is_dynamic, low_ma
 from snippets_core.passes.graph_utils import body_of, make, nodes_of_type, replace_output
 from snippets_core.passes.matmul_to_brgemm import init_brgemm_ports
 from snippets_core.passes.pass_manager import Pass
-from snippets_x86_64.asm import Assembler, word
+from snippets_x86_64.asm import Assembler, word, yword
 from snippets_x86_64.jit_emitter import AuxRegs, JitEmitter, lea_runtime
 
 if TYPE_CHECKING:
@@ -47,6 +47,9 @@ if TYPE_CHECKING:
     from snippets_x86_64.target_machine import X86_64TargetMachine
 
 LANES = 16
+#: the element types BrgemmCopyB copies: f32, and bf16 (each row of 16 words widened to dwords for the dword
+#: transpose and narrowed back, as the JIT Transpose's 2-byte tile kernel does)
+COPY_TYPES = (ElementType.f32, ElementType.bf16)
 
 
 class BrgemmCopyB(MemoryAccess, Node):
@@ -92,8 +95,9 @@ def _constant_order(node: Node) -> list[int] | None:
 class InsertBrgemmCopyB(Pass):
     """Data-flow pass after FuseTransposeBrgemm: a Brgemm whose B is read with its K dim innermost in memory
     (``layout_b`` or a Transpose on a Parameter that moves the last dim and puts K last) gets a
-    :class:`BrgemmCopyB` that repacks B planar, and reads that copy. Only f32 B on a Parameter: the copy is
-    a transpose of the kernel input, once per batch index."""
+    :class:`BrgemmCopyB` that repacks B planar, and reads that copy. Only an f32 or bf16 B on a Parameter: the
+    copy is a transpose of the kernel input, once per batch index (a bf16 model's Keys: the Transpose is no
+    kernel of its own before the attention)."""
 
     name: ClassVar[str] = "insert-brgemm-copy-b"
 
@@ -112,7 +116,7 @@ class InsertBrgemmCopyB(Pass):
                 layout = _compose(layout, order)
                 src = src.node.inputs[0].source
             rank = src.shape.rank if src.shape.rank_is_static else 0
-            if rank < 2 or src.node.type_name != "Parameter" or src.element_type != ElementType.f32:
+            if rank < 2 or src.node.type_name != "Parameter" or src.element_type not in COPY_TYPES:
                 continue
             # only a B whose stored innermost dim is its K (planar row) dim: N columns are then strided
             if not layout or layout[-2] != rank - 1:
@@ -218,14 +222,19 @@ def emit_transpose_16x16(a: Assembler, regs: list) -> list:
 
 
 class BrgemmCopyBEmitter(JitEmitter):
-    """Writes B planar (``K x N``, rows contiguous) from a stored matrix whose K dim is innermost."""
+    """Writes B planar (``K x N``, rows contiguous) from a stored matrix whose K dim is innermost: f32, or bf16
+    (rows loaded widened to dwords with ``vpmovzxwd``, the same dword transpose, rows stored narrowed with
+    ``vpmovdw``, under the same masks)."""
 
     def __init__(self, expr: Expression, h: X86_64TargetMachine) -> None:
         super().__init__(expr, h)
-        if expr.node.inputs[0].element_type != ElementType.f32:
-            raise UnsupportedByTarget(f"BrgemmCopyB '{expr.name}' copies f32, got {expr.node.inputs[0].element_type}")
-        src = _access(expr.get_input_port(0), ElementType.f32, 0)
-        dst = _access(expr.get_output_port(0), ElementType.f32, 0)
+        et = expr.node.inputs[0].element_type
+        if et not in COPY_TYPES:
+            raise UnsupportedByTarget(f"BrgemmCopyB '{expr.name}' copies f32 or bf16, got {et}")
+        #: bytes per element (f32 4, bf16 2): a register lane is a dword either way
+        self.es = et.size
+        src = _access(expr.get_input_port(0), et, 0)
+        dst = _access(expr.get_output_port(0), et, 0)
         if src.row_stride != 1 or dst.col_stride != 1:
             raise CodegenError(
                 f"BrgemmCopyB '{expr.name}' needs K innermost in its input and a planar output, "
@@ -248,7 +257,7 @@ class BrgemmCopyBEmitter(JitEmitter):
             self.full_slot = rt(f"{name}.n_tiles", self.n // LANES)
             self.tail_slot = rt(f"{name}.n_tail", self.n % LANES)
             self.mask_slot = rt(f"tail_mask({self.n % LANES})", low_mask(self.n % LANES))
-            self.row_slot = rt(f"{name}.dst_row_bytes", self.n * 4)
+            self.row_slot = rt(f"{name}.dst_row_bytes", self.n * self.es)
 
     def aux_needs(self) -> tuple[int, int, int]:
         return 4 if self.dynamic else 3, 17, 2
@@ -270,8 +279,8 @@ class BrgemmCopyBEmitter(JitEmitter):
             a.mov(cnt, full)
             top = a.label(f"copy_b.{self.expr.name}.n")
             self._tile_column(a, ps, pd, vecs, kmask, LANES, None)
-            a.add(ps, LANES * self.src.col_stride * 4)
-            a.add(pd, LANES * 4)
+            a.add(ps, LANES * self.src.col_stride * self.es)
+            a.add(pd, LANES * self.es)
             a.dec(cnt)
             a.jnz(top)
         if n_tail:
@@ -296,8 +305,8 @@ class BrgemmCopyBEmitter(JitEmitter):
         a.jz(tail)
         top = a.label(f"copy_b.{self.expr.name}.n")
         self._tile_column(a, ps, pd, vecs, kmask, LANES, None, pt)
-        a.add(ps, LANES * self.src.col_stride * 4)
-        a.add(pd, LANES * 4)
+        a.add(ps, LANES * self.src.col_stride * self.es)
+        a.add(pd, LANES * self.es)
         a.dec(cnt)
         a.jnz(top)
         a.bind(tail)
@@ -325,11 +334,12 @@ class BrgemmCopyBEmitter(JitEmitter):
                     a.cmp(rows_reg, i)
                     a.jbe(loaded)  # rows past the tail are never loaded (their lanes are never stored)
                 if i < rows:
-                    addr = ps + (i * cs + k0) * 4
-                    if kb < LANES:
-                        a.vmovups(regs[i].mask(kmask).z, addr)
+                    addr = ps + (i * cs + k0) * self.es
+                    reg = regs[i].mask(kmask).z if kb < LANES else regs[i]
+                    if self.es == 4:
+                        a.vmovups(reg, addr)
                     else:
-                        a.vmovups(regs[i], addr)
+                        a.vpmovzxwd(reg, yword[addr])
                 else:
                     a.vxorps(regs[i], regs[i], regs[i])  # rows past the N tail: lanes never stored
             if loaded is not None:
@@ -339,8 +349,14 @@ class BrgemmCopyBEmitter(JitEmitter):
                 if pt is not None:
                     dst = pt + 0
                 else:
-                    dst = pd + ((k0 + j) * n) * 4
-                a.vmovups(dst.mask(nmask) if nmask is not None else dst, regs[TRANSPOSE_SLOT[j]])
+                    dst = pd + ((k0 + j) * n) * self.es
+                if self.es == 2:
+                    dst = yword[dst]
+                dst = dst.mask(nmask) if nmask is not None else dst
+                if self.es == 4:
+                    a.vmovups(dst, regs[TRANSPOSE_SLOT[j]])
+                else:
+                    a.vpmovdw(dst, regs[TRANSPOSE_SLOT[j]])
                 if pt is not None:
                     a.add(pt, self.row_slot)
 

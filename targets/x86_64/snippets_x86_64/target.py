@@ -53,7 +53,8 @@ class X86_64Target:
     #: the target_options this target reads (any other name is a ConfigError listing these; docs/x86_64_math.md)
     target_options: ClassVar[frozenset[str]] = frozenset({
         "cache_dir", "parallel_min_bytes", "parallel_min_ns", "thread_pool",  # the runtime
-        "inference_precision", "brgemm_m_block", "brgemm_n_block", "brgemm_k_block",  # Brgemm (MHA)
+        "inference_precision", "bf16_intermediate",  # bf16
+        "brgemm_m_block", "brgemm_n_block", "brgemm_k_block",  # Brgemm (MHA)
         "fc_m_block", "fc_split_n", "fc_runtime_m",  # FullyConnected
     })
 
@@ -180,8 +181,10 @@ class X86_64Target:
         if target_name != self.name:
             return []
         from snippets_x86_64.brgemm import brgemm_positioned_passes
+        from snippets_x86_64.passes.elide_bf16_round_trips import elide_bf16_positioned_passes
 
-        return brgemm_positioned_passes(dict((config or {}).get("target_options", {}) or {}))
+        options = dict((config or {}).get("target_options", {}) or {})
+        return [*brgemm_positioned_passes(options), *elide_bf16_positioned_passes(options)]
 
     @hookimpl
     def snippets_mark_skipped(self, model: Model, target_name: str) -> None:

@@ -11,10 +11,11 @@ from the LinearIR. A loop qualifies when it has the LoopBegin/LoopEnd shape ``mo
 no branch or label, no general-purpose register written, memory addressed as ``[gpr + disp]`` or
 ``[rip + constant]``. The second copy gets
 
-* every vector and mask register the body writes renamed to one the kernel never touches (so nothing live
-  can be clobbered); a register the body writes must not be live where the loop starts (a loop-carried
-  value, an accumulator) nor where it ends (read after the loop): a liveness analysis over the whole
-  kernel's control flow checks both, and the loop is left alone otherwise;
+* every vector and mask register the body writes renamed to one the body does not touch and that is dead
+  where the body starts and where the loop ends (so nothing live can be clobbered: an FC's epilogue loop
+  takes its Brgemm's dead accumulators); a register the body writes must not be live where the loop starts
+  (a loop-carried value, an accumulator) nor where it ends (read after the loop): a liveness analysis over
+  the whole kernel's control flow checks both, and the loop is left alone otherwise;
 * each memory displacement moved by its pointer's per-iteration increment (pointers the loop does not move,
   such as a per-channel constant, keep theirs).
 
@@ -178,27 +179,17 @@ def _liveness(a: Assembler, memo: _Memo) -> dict[int, int]:
 
 class _KernelFacts:
     """The kernel-wide facts a loop's renaming needs, computed on first use (most loops fail a local check
-    first): the liveness at each instruction and every vector/mask register the kernel touches."""
+    first): the liveness at each basic block."""
 
     def __init__(self, a: Assembler, memo: _Memo) -> None:
         self.a = a
         self.memo = memo
         self._live: dict[int, int] | None = None
-        self._used: set | None = None
 
     def live(self) -> dict[int, int]:
         if self._live is None:
             self._live = _liveness(self.a, self.memo)
         return self._live
-
-    def used(self) -> set:
-        if self._used is None:
-            mask = 0
-            for instr in self.a._instructions:
-                facts = self.memo.facts(instr)
-                mask |= facts.read_mask | facts.write_mask
-            self._used = _keys(mask)
-        return self._used
 
 
 @dataclass
@@ -297,6 +288,7 @@ def _plan(a: Assembler, loop: _Loop, kernel: _KernelFacts) -> dict | None:
         return None
     written: set = set()
     exposed: set = set()
+    touched: set = set()
     for instr in ins[s:t]:
         if instr.flow_control != FlowControl.NEXT:
             return None
@@ -309,15 +301,20 @@ def _plan(a: Assembler, loop: _Loop, kernel: _KernelFacts) -> dict | None:
                 if instr.memory_index != Register.NONE or not (base == Register.RIP or RX.is_gpr64(base)):
                     return None
         exposed |= r - written  # read before the body writes it: live where the body starts
+        touched |= r | w
         written |= w
         written |= r & cond
     if exposed & written:
         return None  # a loop-carried value (an accumulator): live[s] below would say so, at the kernel's cost
-    live, used = kernel.live(), kernel.used()
+    live = kernel.live()
     written_mask = sum(map(_bit, written))
     if written_mask & live[s] or written_mask & live[loop.jnz + 1]:
         return None  # loop-carried or read after the loop
-    free = {kind: [n for n in range(1 if kind == "k" else 0, 8 if kind == "k" else 32) if (kind, n) not in used]
+    # the second copy may take any register the body does not touch and that holds nothing live across the loop
+    # (dead where the body starts and where the loop ends): an FC's epilogue loop after its Brgemm, which used
+    # every register, gets the Brgemm's dead accumulators
+    busy = touched | _keys(live[s] | live[loop.jnz + 1])
+    free = {kind: [n for n in range(1 if kind == "k" else 0, 8 if kind == "k" else 32) if (kind, n) not in busy]
             for kind in ("v", "k")}  # fmt: skip
     # a VEX-encoded instruction (xmm/ymm forms, e.g. a bf16 store) reaches only registers 0..15: its
     # registers are renamed first, to low free ones

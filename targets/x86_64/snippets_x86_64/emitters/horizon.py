@@ -40,6 +40,13 @@ def emit_horizon_max(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
 
 
 @kernel(vecs=1)
+def emit_horizon_max_any(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
+    """The maximum of the 16 f32 lanes, in every lane, NaN lanes possibly dropped (``vmaxps`` alone: a Softmax's
+    max, ``MAX_MAY_DROP_NAN``); half the dependent steps of :func:`emit_horizon_max`."""
+    _fold(a, dst, src, aux.vecs[0], lambda d, x, y: a.vmaxps(d, x, y))
+
+
+@kernel(vecs=1)
 def emit_horizon_sum(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
     """The sum of the 16 f32 lanes (pairwise, as a tree), in every lane."""
     _fold(a, dst, src, aux.vecs[0], lambda d, x, y: a.vaddps(d, x, y))

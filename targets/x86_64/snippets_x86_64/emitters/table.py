@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from snippets_core.codegen.emitter import Emitter
 from snippets_core.errors import CodegenError, UnsupportedByTarget
 from snippets_core.ir.element_type import ElementType
+from snippets_core.ir.ops.snippets import MAX_MAY_DROP_NAN
 from snippets_x86_64.asm import ZMM, Assembler, K, VecReg
 from snippets_x86_64.emitters import eltwise as E
 from snippets_x86_64.emitters import horizon as H
@@ -233,6 +234,12 @@ def _scalar_input(node: Node, i: int) -> float | None:
     return float(src.scalar) if src.type_name == "Scalar" else None  # type: ignore[attr-defined]
 
 
+def _horizon_max(node: Node, form: str) -> Fn | None:
+    if form != "f32":
+        return None
+    return H.emit_horizon_max_any if node.rt_info.get(MAX_MAY_DROP_NAN) else H.emit_horizon_max
+
+
 def _minmax(general: Fn, const_y: Fn, const_x: Fn, i32: Fn) -> OpSpec:
     """Maximum/Minimum: with a Scalar operand that cannot be NaN (as y, nor zero: numpy returns y on a +-0 tie),
     one ``vmaxps``/``vminps`` in the operand order that propagates the other operand's NaN (the general form
@@ -244,8 +251,8 @@ def _minmax(general: Fn, const_y: Fn, const_x: Fn, i32: Fn) -> OpSpec:
         if form != "f32":
             return None
         x, y = _scalar_input(node, 0), _scalar_input(node, 1)
-        if x is not None and not math.isnan(x):
-            return const_x
+        if (x is not None and not math.isnan(x)) or node.rt_info.get(MAX_MAY_DROP_NAN):
+            return const_x  # a Softmax's running max may drop NaN lanes: one vmaxps
         if y is not None and not math.isnan(y) and y != 0.0:
             return const_y
         return general
@@ -318,7 +325,7 @@ SPECS: dict[str, OpSpec] = {
     "ConvertTruncation": _convert("truncation"),
     "ConvertSaturation": _convert("saturation"),
     # across lanes and register setup
-    "HorizonMax": OpSpec(forms={"f32": H.emit_horizon_max}, precisions=lambda node: [(F32,)]),
+    "HorizonMax": OpSpec(choose=_horizon_max, precisions=lambda node: [(F32,)]),
     "HorizonSum": OpSpec(forms={"f32": H.emit_horizon_sum}, precisions=lambda node: [(F32,)]),
     "Fill": OpSpec(
         forms={"f32": H.emit_fill, "i32": H.emit_fill},
