@@ -20,7 +20,7 @@ import numpy as np
 from snippets_x86_64.aligned import ALIGN, empty_aligned, zeros_aligned
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
-    build_global_finish_kernel, choose_planar, copy_key, copy_table, finish_args, flat_pixels, kernel_key, \
+    build_global_finish_kernel, choose_planar, copy_key, covers, copy_table, finish_args, flat_pixels, kernel_key, \
     pack_channels, table_spec, with_dims, work_table
 from snippets_x86_64.native_pool import SplitCalls, native_pool, split_items
 from snippets_x86_64.row_copy import planar_copy
@@ -377,7 +377,7 @@ class ShapeFields:
         dynamic, threads = ex.dynamic, ex.num_threads
         # a dynamic dense kernel's key holds no dim of the image's: the first shape's (then not compared, see
         # ``_set_shape``)
-        reuse = dynamic and not kgeo.depthwise and prepared is not None
+        reuse = dynamic and prepared is not None and (not kgeo.depthwise or _same_walk(kgeo, prepared, ex.borders))
         self.kernel_key = key = prepared.kernel_key if reuse else kernel_key(kgeo, dynamic, ex.borders)
         # the table's per-block template depends on the channels only (but a planar buffer's plane)
         spec = getattr(prepared, "table_spec", None) if prepared is not None and not kgeo.planar else None
@@ -416,6 +416,21 @@ class ShapeFields:
             made = self._copies[pitch] = (table, data_address(table), split_items(geo.n * geo.h,
                                                                                    self._threads if big else 1))
         return made
+
+
+def _same_walk(kgeo: ConvGeometry, prepared: ConvExecutor, borders: tuple | None) -> bool:
+    """A dynamic depthwise or pool walk of ``kgeo`` runs ``prepared``'s kernel (``kernel_key`` would give its key):
+    the same pads (the key's geometry is the dims-free one), ``prepared``'s key holding the walk's border code for
+    every size and that code covering this size's rows and border columns."""
+    pg = prepared.kernel_geo
+    return borders is not None and prepared.kernel_key[1] is borders and kgeo.pt == pg.pt and kgeo.pl == pg.pl \
+        and covers(borders, kgeo)
+
+
+def new_shape_fields(ex: ConvExecutor, geo: ConvGeometry) -> ShapeFields:
+    """The ``ShapeFields`` of ``geo`` for ``ex``'s primitive made now, not looked up by the geometry (the caller keeps
+    them by its own key: ``ConvPlan.for_shape``'s signature and input shape)."""
+    return ShapeFields(ex, geo, ex, ex.packed.nbytes if geo.mode == "conv" else 0)
 
 
 def shape_fields(ex: ConvExecutor, geo: ConvGeometry, prepared: ConvExecutor | None) -> ShapeFields:
