@@ -10,6 +10,7 @@ runs the items split over the threads of the native pool and returns the new NHW
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -375,23 +376,27 @@ class ShapeFields:
     def __init__(self, ex: ConvExecutor, geo: ConvGeometry, prepared: ConvExecutor | None, weight_bytes: int) -> None:
         self.kernel_geo = kgeo = flat_pixels(geo)
         dynamic, threads = ex.dynamic, ex.num_threads
+        depthwise = kgeo.depthwise
         # a dynamic dense kernel's key holds no dim of the image's: the first shape's (then not compared, see
-        # ``_set_shape``)
-        reuse = dynamic and prepared is not None and (not kgeo.depthwise or _same_walk(kgeo, prepared, ex.borders))
+        # ``_set_shape``); a dynamic walk's is the first shape's when its border code covers this size
+        reuse = dynamic and prepared is not None and (not depthwise or _same_walk(kgeo, prepared, ex.borders))
         self.kernel_key = key = prepared.kernel_key if reuse else kernel_key(kgeo, dynamic, ex.borders)
         # the table's per-block template depends on the channels only (but a planar buffer's plane)
-        spec = getattr(prepared, "table_spec", None) if prepared is not None and not kgeo.planar else None
-        self.table_spec = spec or table_spec(kgeo, ex.offsets)
-        table = work_table(kgeo, ex.offsets, key[1] if dynamic and kgeo.depthwise else None, self.table_spec)
+        planar = geo.planar
+        spec = prepared.__dict__.get("table_spec") if prepared is not None and not planar else None
+        self.table_spec = spec = spec or table_spec(kgeo, ex.offsets)
+        table = work_table(kgeo, ex.offsets, key[1] if dynamic and depthwise else None, spec)
         table.flags.writeable = False  # shared by the primitives of this geometry
         self.table, self.table_address = table, data_address(table)
-        self.unpadded = geo.hp == geo.h and geo.wp == geo.w and not geo.planar
-        self.out_shape = (geo.n, geo.m, 1, 1) if geo.global_pool is not None else (geo.n, geo.out_h, geo.out_w, geo.m)
+        self.unpadded = not planar and geo.hp == geo.h and geo.wp == geo.w
+        n, m = geo.n, geo.m
+        self.out_shape = out_shape = (n, m, 1, 1) if geo.global_pool is not None else (n, geo.out_h, geo.out_w, m)
         # split when each thread gets PARALLEL_MIN_NS of estimated work: a hand-over to a spinning worker costs
         # 1-2 us, so a depthwise conv of 15 us gains from a second thread, where the flops alone (half a dense
         # conv's rate) kept it on one
-        self.work_ns = estimated_ns(geo, weight_bytes)
-        self.chunks = split_items(len(table), max(1, min(threads, int(self.work_ns // PARALLEL_MIN_NS))))
+        self.work_ns = work_ns = estimated_ns(geo, weight_bytes)
+        self.chunks = chunks = _split(len(table), 1 if threads == 1 else
+                                      max(1, min(threads, int(work_ns // PARALLEL_MIN_NS))))
         self._copies: dict[int, tuple[np.ndarray, int, list[tuple[int, int]]]] = {}
         self._threads, self._geo = threads, geo
         #: what an executor of this geometry takes as it is (one ``dict.update`` on a new shape): ``kernel_geo``, the
@@ -400,8 +405,8 @@ class ShapeFields:
         #: from: ``xp``, its view of the shared padded buffer (``PaddedBuffer.take`` makes it on the shape's first
         #: run), no global pool finish (set after), ``reorders``, the layout changes (NCHW -> NHWC copies) its calls
         #: made, the reorders at this primitive's edges
-        self.record = {"kernel_geo": kgeo, "table_spec": self.table_spec, "table": table, "out_shape": self.out_shape,
-                       "work_ns": self.work_ns, "chunks": self.chunks, "xp": None, "finish": None, "_rows": None,
+        self.record = {"kernel_geo": kgeo, "table_spec": spec, "table": table, "out_shape": out_shape,
+                       "work_ns": work_ns, "chunks": chunks, "xp": None, "finish": None, "_rows": None,
                        "reorders": 0}
 
     def copy(self, pitch: int) -> tuple[np.ndarray, int, list[tuple[int, int]]]:
@@ -413,9 +418,16 @@ class ShapeFields:
             table = copy_table(geo, pitch)
             table.flags.writeable = False
             big = geo.n * geo.h * geo.w * geo.c >= 1 << 14
-            made = self._copies[pitch] = (table, data_address(table), split_items(geo.n * geo.h,
-                                                                                   self._threads if big else 1))
+            made = self._copies[pitch] = (table, data_address(table), _split(geo.n * geo.h,
+                                                                              self._threads if big else 1))
         return made
+
+
+@functools.lru_cache(maxsize=4096)
+def _split(items: int, num_threads: int) -> list[tuple[int, int]]:
+    """``split_items``, kept per (items, threads): a new shape's tables mostly have a row count seen before. The list
+    is shared: read only (``SplitCall.run_chunks`` compares it by identity)."""
+    return split_items(items, num_threads)
 
 
 def _same_walk(kgeo: ConvGeometry, prepared: ConvExecutor, borders: tuple | None) -> bool:
