@@ -227,9 +227,13 @@ class ConvExecutor:
         """This convolution for the final geometry ``geo`` (its planar choice and output pitch made) whose
         ``ShapeFields`` are ``fields`` (None: looked up): the primitive's state (weights, kernels, dispatch calls,
         padded buffer) with the geometry's, which other primitives of that geometry share."""
-        # a copy of this executor with the shape's fields replaced: no per-field construction on a new shape's path
-        ex = ConvExecutor.__new__(ConvExecutor)
-        ex.__dict__.update(self.__dict__)
+        # an executor of the primitive's own class (``_shape_class``: this one's fields as class attributes) holding
+        # the shape's fields only: no per-field construction, no copy of the shared fields on a new shape's path,
+        # and a dict of a third the size for the collector to walk while the executor lives
+        cls = self.__dict__.get("_shape_class")
+        if cls is None:
+            cls = self._shape_class = _shape_class(self)
+        ex = object.__new__(cls)
         if divisor is not None:
             ex.w, ex.packed = divisor, self._keep(divisor.ravel())
         ex._set_shape(geo, self, fields)
@@ -356,6 +360,13 @@ class ConvExecutor:
                                            table, *extra])
 
 
+def _shape_class(ex: ConvExecutor) -> type:
+    """A subclass of ``ex``'s class whose class attributes are ``ex``'s fields (a function among them, such as ``new``,
+    kept as it is, not bound as a method): the executors of ``ex``'s other shapes read what they share with it there."""
+    fields = {k: staticmethod(v) if hasattr(type(v), "__get__") else v for k, v in ex.__dict__.items()}
+    return type(type(ex).__name__, (type(ex),), fields)
+
+
 #: geometries whose ``ShapeFields`` the process keeps (the oldest dropped first): a few hundred image sizes of a
 #: model's few dozen geometries
 SHAPE_FIELDS_ENTRIES = 4096
@@ -383,7 +394,7 @@ class ShapeFields:
         self.kernel_key = key = prepared.kernel_key if reuse else kernel_key(kgeo, dynamic, ex.borders)
         # the table's per-block template depends on the channels only (but a planar buffer's plane)
         planar = geo.planar
-        spec = prepared.__dict__.get("table_spec") if prepared is not None and not planar else None
+        spec = getattr(prepared, "table_spec", None) if prepared is not None and not planar else None
         self.table_spec = spec = spec or table_spec(kgeo, ex.offsets)
         table = work_table(kgeo, ex.offsets, key[1] if dynamic and depthwise else None, spec)
         table.flags.writeable = False  # shared by the primitives of this geometry
