@@ -167,10 +167,10 @@ class ConvExecutor:
             self.finish_words = tuple(finish_args(kgeo, 0, 0))[2:]
             self._rows = self.new((geo.n, geo.out_h, geo.out_w, geo.m))
         if prepared is not None and prepared.packed is self.packed:  # (the addresses of what is shared: known)
-            wei, bias, _, extra = prepared.fixed_args
-            self.fixed_args = (wei, bias, fields.table_address, extra)
+            self.fixed_args = prepared.fixed_args
         else:
-            self.fixed_args = (data_address(self.packed), data_address(self.bias), fields.table_address,
+            #: the kernel's argument words that no shape changes (the table's address is the shape's, in ``record``)
+            self.fixed_args = (data_address(self.packed), data_address(self.bias),
                                [data_address(a) for a in self.channel_data])
         chunks = fields.chunks
         if prepared is not None and self.kernel is prepared.kernel and len(chunks) == len(prepared.chunks):
@@ -354,10 +354,10 @@ class ConvExecutor:
 
     def run_nhwc(self, src: np.ndarray, y: np.ndarray, res: np.ndarray | None = None) -> None:
         """The kernel on NHWC arrays: ``src`` (the padded input when there is padding), ``y`` written."""
-        wei, bias, table, extra = self.fixed_args
+        wei, bias, extra = self.fixed_args
         dst = data_address(y)  # (0.15 us; an ndarray's .ctypes costs ~1 us)
         self.call.run_chunks(self.chunks, [data_address(src), wei, dst, bias, dst if res is None else data_address(res),
-                                           table, *extra])
+                                           self.table_address, *extra])
 
 
 def _shape_class(ex: ConvExecutor) -> type:
@@ -382,7 +382,7 @@ class ShapeFields:
     tables, and a size seen by another primitive (the blocks of a stage) makes none."""
 
     __slots__ = ("kernel_geo", "kernel_key", "table_spec", "table", "table_address", "unpadded", "out_shape",
-                 "work_ns", "chunks", "_copies", "_threads", "_geo", "record")
+                 "work_ns", "chunks", "_copies", "_threads", "geo", "record")
 
     def __init__(self, ex: ConvExecutor, geo: ConvGeometry, prepared: ConvExecutor | None, weight_bytes: int) -> None:
         self.kernel_geo = kgeo = flat_pixels(geo)
@@ -409,14 +409,16 @@ class ShapeFields:
         self.chunks = chunks = _split(len(table), 1 if threads == 1 else
                                       max(1, min(threads, int(work_ns // PARALLEL_MIN_NS))))
         self._copies: dict[int, tuple[np.ndarray, int, list[tuple[int, int]]]] = {}
-        self._threads, self._geo = threads, geo
+        #: the geometry these fields are of (the executor's ``geo``)
+        self._threads, self.geo = threads, geo
         #: what an executor of this geometry takes as it is (one ``dict.update`` on a new shape): ``kernel_geo``, the
         #: geometry the kernel walks (``geo``, or a pointwise conv's pixels re-cut into even rows); the table, its
         #: template, the output's shape, the work estimate and split; and the per-shape state a new executor starts
         #: from: ``xp``, its view of the shared padded buffer (``PaddedBuffer.take`` makes it on the shape's first
         #: run), no global pool finish (set after), ``reorders``, the layout changes (NCHW -> NHWC copies) its calls
         #: made, the reorders at this primitive's edges
-        self.record = {"kernel_geo": kgeo, "table_spec": spec, "table": table, "out_shape": out_shape,
+        self.record = {"kernel_geo": kgeo, "table_spec": spec, "table": table, "table_address": self.table_address,
+                       "out_shape": out_shape,
                        "work_ns": work_ns, "chunks": chunks, "xp": None, "finish": None, "_rows": None,
                        "reorders": 0}
 
@@ -425,7 +427,7 @@ class ShapeFields:
         (a memory-bound pass: both threads only when it is large)."""
         made = self._copies.get(pitch)
         if made is None:
-            geo = self._geo
+            geo = self.geo
             table = copy_table(geo, pitch)
             table.flags.writeable = False
             big = geo.n * geo.h * geo.w * geo.c >= 1 << 14
@@ -471,9 +473,9 @@ def shape_fields(ex: ConvExecutor, geo: ConvGeometry, prepared: ConvExecutor | N
     return fields
 
 
-#: (primitive signature, input shape) -> the final geometry and its ``ShapeFields``: a primitive meeting a shape that
-#: another of its signature met (the blocks of a stage) resolves no window and hashes no geometry
-_SHAPES: dict[tuple[int, tuple[int, ...]], tuple[ConvGeometry, ShapeFields]] = {}
+#: (primitive signature, input shape) -> the ``ShapeFields`` of its final geometry (``ShapeFields.geo``): a primitive
+#: meeting a shape that another of its signature met (the blocks of a stage) resolves no window and hashes no geometry
+_SHAPES: dict[tuple[int, tuple[int, ...]], ShapeFields] = {}
 #: primitive signatures (everything but the input shape that its geometry and ``ShapeFields`` depend on) -> small ints
 _SIGNATURES: dict[tuple, int] = {}
 
@@ -487,16 +489,16 @@ def signature(spec: tuple) -> int:
     return sig
 
 
-def shared_shape(key: tuple[int, tuple[int, ...]]) -> tuple[ConvGeometry, ShapeFields] | None:
-    """The geometry and ``ShapeFields`` a primitive of signature ``key[0]`` has for the input shape ``key[1]``, when
-    one was made (``keep_shape``)."""
+def shared_shape(key: tuple[int, tuple[int, ...]]) -> ShapeFields | None:
+    """The ``ShapeFields`` (its ``geo`` the final geometry) a primitive of signature ``key[0]`` has for the input shape
+    ``key[1]``, when one was made (``keep_shape``)."""
     return _SHAPES.get(key)
 
 
 def keep_shape(key: tuple[int, tuple[int, ...]], ex: ConvExecutor) -> None:
-    """Remember ``ex``'s geometry and ``ShapeFields`` for the primitives of ``key``'s signature and input shape."""
+    """Remember ``ex``'s ``ShapeFields`` for the primitives of ``key``'s signature and input shape."""
     with _SHAPE_FIELDS_LOCK:
-        _SHAPES[key] = (ex.geo, ex.fields)
+        _SHAPES[key] = ex.fields
         while len(_SHAPES) > SHAPE_FIELDS_ENTRIES:
             del _SHAPES[next(iter(_SHAPES))]
 

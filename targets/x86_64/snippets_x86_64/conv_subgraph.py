@@ -150,7 +150,7 @@ class ConvPlan:
             key = (sig, x_shape)
             made = shared_shape(key)
             if made is not None:
-                return first.with_fields(*made)
+                return first.with_fields(made.geo, made)
             geo = self.shape_geometry(first, x_shape)
             # (``_SHAPES`` is the one cache of this signature's shapes: no second lookup by the geometry's hash)
             ex = first.with_fields(geo, new_shape_fields(first, geo))
