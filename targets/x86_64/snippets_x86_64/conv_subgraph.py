@@ -156,16 +156,16 @@ class ConvPlan:
             ex = first.with_fields(geo, new_shape_fields(first, geo))
             keep_shape(key, ex)
             return ex
-        geo = self.geometry(x_shape)
         if isinstance(first, ConvThenPool):
-            conv = first.conv.for_shape(geo)
+            geo = self.shape_geometry(first.conv, x_shape)  # (its pool is not the conv's epilogue)
+            conv = first.conv.with_fields(geo, None)
             out = (geo.n, geo.m, geo.ho, geo.wo)
             if self.pool is not None:
                 pool = build_pool_executor(self.pool, out, first.conv.num_threads, prepared=first.pool)
             else:
                 pool = GlobalPool(out, self.global_pool, num_threads=first.conv.num_threads, prepared=first.pool)
             return ConvThenPool(conv, pool, first.reason)
-        return first.for_shape(self._epilogue_geometry(first, geo))
+        return first.for_shape(self._epilogue_geometry(first, self.geometry(x_shape)))
 
     def shape_geometry(self, first: ConvExecutor, x_shape: tuple[int, ...]) -> ConvGeometry:
         """The geometry ``first.for_shape`` makes for ``x_shape`` (the window resolved, ``first``'s epilogue, output

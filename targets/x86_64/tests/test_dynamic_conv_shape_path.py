@@ -15,19 +15,22 @@ from snippets_core.errors import SnippetsError
 from snippets_core.runtime.compiled_model import compile_model
 from snippets_x86_64.conv import flat_pixels, kernel_key
 from snippets_x86_64.conv_executor import ConvExecutor, new_shape_fields, shape_fields
-from snippets_x86_64.conv_subgraph import DynamicConv
+from snippets_x86_64.conv_subgraph import DynamicConv, DynamicPool
+from snippets_x86_64.pool import POOL_MODES, _pool_geometry_like, pool_geometry
 
 ort = pytest.importorskip("onnxruntime")
 
 #: (op, inputs, output, attributes): a planar stem, a SAME_UPPER depthwise of stride 2 (pads that change with the
-#: size), a 1x1 pair into a channel Concat (output pitches), a 3x3 + MaxPool 2x2 (a pool epilogue on disjoint
+#: size), a 1x1 pair into a channel Concat (output pitches), an AveragePool with pads and ceil_mode on it (a pool
+#: walk of its own), a 3x3 + MaxPool 2x2 (a pool epilogue on disjoint
 #: windows), a 5x5 dilated conv, a 1x1 + GlobalAveragePool (a global pool epilogue)
 LAYERS = [("Conv", ["x", "w0"], "c0", {"pads": [1, 1, 1, 1], "strides": [2, 2]}), ("Relu", ["c0"], "r0", {}),
           ("Conv", ["r0", "wd"], "d0", {"auto_pad": "SAME_UPPER", "strides": [2, 2], "group": 16}),
           ("Clip", ["d0", "lo", "hi"], "d1", {}),
           ("Conv", ["d1", "wa"], "a0", {}), ("Conv", ["d1", "wb"], "b0", {}),
           ("Concat", ["a0", "b0"], "k0", {"axis": 1}),
-          ("Conv", ["k0", "w3"], "e0", {"pads": [1, 1, 1, 1]}), ("Relu", ["e0"], "e1", {}),
+          ("AveragePool", ["k0"], "k1", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+          ("Conv", ["k1", "w3"], "e0", {"pads": [1, 1, 1, 1]}), ("Relu", ["e0"], "e1", {}),
           ("MaxPool", ["e1"], "p0", {"kernel_shape": [2, 2], "strides": [2, 2]}),
           ("Conv", ["p0", "w5"], "f0", {"pads": [2, 2, 2, 2], "dilations": [2, 2]}),
           ("Conv", ["f0", "w1"], "g0", {}), ("Relu", ["g0"], "g1", {}),
@@ -89,6 +92,27 @@ def test_shape_geometry_is_the_slow_paths_over_random_shapes(dynamic: object) ->
             ref = shape_fields(first, geo, first)
             np.testing.assert_array_equal(fast.table, ref.table)
             assert fast.chunks == ref.chunks and fast.unpadded == ref.unpadded and fast.out_shape == ref.out_shape
+
+
+def test_a_pools_geometry_is_the_slow_paths_over_random_shapes(dynamic: object) -> None:
+    """A dynamic pool's geometry from its per-axis caches (``_pool_geometry_like``) is ``pool_geometry``'s, pads
+    included (the average's divisor reads them), or the same typed error."""
+    runs = [getattr(st.run, "__self__", st.run) for st in dynamic._steps]  # type: ignore[attr-defined]
+    pools = [(r.sg.body_ops, r._first) for r in runs if isinstance(r, DynamicPool) and isinstance(r._first, ConvExecutor)]
+    assert pools
+    rng = np.random.default_rng(6)
+    for ops, first in pools:
+        node = next(op for op in ops if op.type_name in POOL_MODES)
+        for _ in range(150):
+            shape = (int(rng.integers(1, 4)), first.geo.c, int(rng.integers(1, 91)), int(rng.integers(1, 91)))
+            try:
+                geo, pads = pool_geometry(node, shape)
+            except SnippetsError as e:
+                with pytest.raises(type(e)):
+                    _pool_geometry_like(node, first, shape)
+                continue
+            fast, fast_pads = _pool_geometry_like(node, first, shape)
+            assert fast_pads == pads and fast == first.for_shape(geo).geo, shape
 
 
 def test_a_new_shapes_executor_holds_its_shapes_fields_only(dynamic: object) -> None:
