@@ -364,6 +364,8 @@ def _shape_class(ex: ConvExecutor) -> type:
     """A subclass of ``ex``'s class whose class attributes are ``ex``'s fields (a function among them, such as ``new``,
     kept as it is, not bound as a method): the executors of ``ex``'s other shapes read what they share with it there."""
     fields = {k: staticmethod(v) if hasattr(type(v), "__get__") else v for k, v in ex.__dict__.items()}
+    # the buffers of ``ex``'s shape (each executor has its own, ``ShapeFields.record``): not kept alive by the class
+    fields.update(xp=None, _rows=None)
     return type(type(ex).__name__, (type(ex),), fields)
 
 
