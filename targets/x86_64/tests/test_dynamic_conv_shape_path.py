@@ -128,6 +128,7 @@ def test_a_new_shapes_executor_holds_its_shapes_fields_only(dynamic: object) -> 
         assert isinstance(ex, ConvExecutor) and type(ex) is not ConvExecutor
         assert ex.packed is first.packed and ex.pad is first.pad and ex.calls is first.calls
         assert "packed" not in vars(ex) and "pad" not in vars(ex) and len(vars(ex)) < len(vars(first))
+        assert type(ex).__dict__["xp"] is None  # the class holds no buffer of the first executor's shape
         if not _same_padded(conv):  # one kernel for every shape (a SAME walk's pads follow the size: issue 10)
             assert ex.kernel is first.kernel and ex.kernel_key is first.kernel_key
 
