@@ -394,9 +394,9 @@ class ShapeFields:
         # ``_set_shape``); a dynamic walk's is the first shape's when its border code covers this size
         reuse = dynamic and prepared is not None and (not depthwise or _same_walk(kgeo, prepared, ex.borders))
         self.kernel_key = key = prepared.kernel_key if reuse else kernel_key(kgeo, dynamic, ex.borders)
-        # the table's per-block template depends on the channels only (but a planar buffer's plane)
+        # the table's per-block template depends on the channels only (``table_spec``: a planar stem's too)
         planar = geo.planar
-        spec = getattr(prepared, "table_spec", None) if prepared is not None and not planar else None
+        spec = getattr(prepared, "table_spec", None) if prepared is not None else None
         self.table_spec = spec = spec or table_spec(kgeo, ex.offsets)
         table = work_table(kgeo, ex.offsets, key[1] if dynamic and depthwise else None, spec)
         table.flags.writeable = False  # shared by the primitives of this geometry
@@ -446,12 +446,10 @@ def _split(items: int, num_threads: int) -> list[tuple[int, int]]:
 
 
 def _same_walk(kgeo: ConvGeometry, prepared: ConvExecutor, borders: tuple | None) -> bool:
-    """A dynamic depthwise or pool walk of ``kgeo`` runs ``prepared``'s kernel (``kernel_key`` would give its key):
-    the same pads (the key's geometry is the dims-free one), ``prepared``'s key holding the walk's border code for
-    every size and that code covering this size's rows and border columns."""
-    pg = prepared.kernel_geo
-    return borders is not None and prepared.kernel_key[1] is borders and kgeo.pt == pg.pt and kgeo.pl == pg.pl \
-        and covers(borders, kgeo)
+    """A dynamic depthwise or pool walk of ``kgeo`` runs ``prepared``'s kernel (``kernel_key`` would give an equal
+    key, which holds no dim nor pad of the image's): ``prepared``'s key holds the walk's border code for every size,
+    and that code covers this size's rows and border columns."""
+    return borders is not None and prepared.kernel_key[1] is borders and covers(borders, kgeo)
 
 
 def new_shape_fields(ex: ConvExecutor, geo: ConvGeometry) -> ShapeFields:

@@ -129,18 +129,12 @@ def test_a_new_shapes_executor_holds_its_shapes_fields_only(dynamic: object) -> 
         assert ex.packed is first.packed and ex.pad is first.pad and ex.calls is first.calls
         assert "packed" not in vars(ex) and "pad" not in vars(ex) and len(vars(ex)) < len(vars(first))
         assert type(ex).__dict__["xp"] is None  # the class holds no buffer of the first executor's shape
-        if not _same_padded(conv):  # one kernel for every shape (a SAME walk's pads follow the size: issue 10)
-            assert ex.kernel is first.kernel and ex.kernel_key is first.kernel_key
-
-
-def _same_padded(conv: DynamicConv) -> bool:
-    return conv.plan.conv.auto_pad in ("same_upper", "same_lower")
+        assert ex.kernel is first.kernel and ex.kernel_key is first.kernel_key  # one kernel for every shape
 
 
 def test_new_shapes_match_onnxruntime_and_a_static_compile(dynamic: object) -> None:
     """Random new shapes and repeats: each output close to onnxruntime's; two of them byte-identical to a static
-    compile of that shape; no primitive builds a kernel for a new shape (but the SAME-padded walk, whose pads
-    follow the size)."""
+    compile of that shape; no primitive builds a kernel for a new shape (the SAME-padded walk included)."""
     sess = ort.InferenceSession(model(("n", "h", "w")).SerializeToString(), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(9)
     shapes = [(int(n), int(h), int(w)) for n, h, w in zip(rng.integers(1, 4, 10), rng.integers(17, 90, 10),
@@ -154,7 +148,7 @@ def test_new_shapes_match_onnxruntime_and_a_static_compile(dynamic: object) -> N
         y = dynamic({"x": x})["y"]  # type: ignore[operator]
         np.testing.assert_allclose(y, sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
         outs[shape] = (x, y)
-    assert all(c.compiles == compiles[id(c)] for c in _convs(dynamic) if not _same_padded(c))
+    assert all(c.compiles == compiles[id(c)] for c in _convs(dynamic))
     for shape in shapes[:2]:
         static = compile_model(model(shape).SerializeToString(), "x86_64_avx512", {"num_threads": 1})
         x, y = outs[shape]
