@@ -98,7 +98,8 @@ def test_a_pools_geometry_is_the_slow_paths_over_random_shapes(dynamic: object) 
     """A dynamic pool's geometry from its per-axis caches (``_pool_geometry_like``) is ``pool_geometry``'s, pads
     included (the average's divisor reads them), or the same typed error."""
     runs = [getattr(st.run, "__self__", st.run) for st in dynamic._steps]  # type: ignore[attr-defined]
-    pools = [(r.sg.body_ops, r._first) for r in runs if isinstance(r, DynamicPool) and isinstance(r._first, ConvExecutor)]
+    pools = [(r.sg.body_ops, r._first) for r in runs
+             if isinstance(r, DynamicPool) and isinstance(r._first, ConvExecutor)]
     assert pools
     rng = np.random.default_rng(6)
     for ops, first in pools:
