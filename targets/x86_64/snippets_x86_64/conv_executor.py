@@ -268,9 +268,9 @@ class ConvExecutor:
             skip = -dst % ALIGN
             y = np.ndarray(fast[4], _F32, buf, skip, fast[5])
             dst += skip
-            wei, bias, table, extra = self.fixed_args
-            words = [data_address(x), wei, dst, bias, dst if residual is None else data_address(residual), table,
-                     *extra]
+            wei, bias, extra = self.fixed_args
+            words = [data_address(x), wei, dst, bias, dst if residual is None else data_address(residual),
+                     self.table_address, *extra]
             if self.defer:  # the workers' chunks may still run when this returns (``NativePool.run_deferred``)
                 self.call.run_chunks(fast[6], words, (x, residual, buf))
             else:
