@@ -10,6 +10,7 @@ runs the items split over the threads of the native pool and returns the new NHW
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -20,7 +21,7 @@ import numpy as np
 from snippets_x86_64.aligned import ALIGN, empty_aligned, zeros_aligned
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
-    build_global_finish_kernel, choose_planar, copy_key, copy_table, finish_args, flat_pixels, kernel_key, \
+    build_global_finish_kernel, choose_planar, copy_key, covers, copy_table, finish_args, flat_pixels, kernel_key, \
     pack_channels, table_spec, with_dims, work_table
 from snippets_x86_64.native_pool import SplitCalls, native_pool, split_items
 from snippets_x86_64.row_copy import planar_copy
@@ -166,10 +167,10 @@ class ConvExecutor:
             self.finish_words = tuple(finish_args(kgeo, 0, 0))[2:]
             self._rows = self.new((geo.n, geo.out_h, geo.out_w, geo.m))
         if prepared is not None and prepared.packed is self.packed:  # (the addresses of what is shared: known)
-            wei, bias, _, extra = prepared.fixed_args
-            self.fixed_args = (wei, bias, fields.table_address, extra)
+            self.fixed_args = prepared.fixed_args
         else:
-            self.fixed_args = (data_address(self.packed), data_address(self.bias), fields.table_address,
+            #: the kernel's argument words that no shape changes (the table's address is the shape's, in ``record``)
+            self.fixed_args = (data_address(self.packed), data_address(self.bias),
                                [data_address(a) for a in self.channel_data])
         chunks = fields.chunks
         if prepared is not None and self.kernel is prepared.kernel and len(chunks) == len(prepared.chunks):
@@ -226,9 +227,13 @@ class ConvExecutor:
         """This convolution for the final geometry ``geo`` (its planar choice and output pitch made) whose
         ``ShapeFields`` are ``fields`` (None: looked up): the primitive's state (weights, kernels, dispatch calls,
         padded buffer) with the geometry's, which other primitives of that geometry share."""
-        # a copy of this executor with the shape's fields replaced: no per-field construction on a new shape's path
-        ex = ConvExecutor.__new__(ConvExecutor)
-        ex.__dict__.update(self.__dict__)
+        # an executor of the primitive's own class (``_shape_class``: this one's fields as class attributes) holding
+        # the shape's fields only: no per-field construction, no copy of the shared fields on a new shape's path,
+        # and a dict of a third the size for the collector to walk while the executor lives
+        cls = self.__dict__.get("_shape_class")
+        if cls is None:
+            cls = self._shape_class = _shape_class(self)
+        ex = object.__new__(cls)
         if divisor is not None:
             ex.w, ex.packed = divisor, self._keep(divisor.ravel())
         ex._set_shape(geo, self, fields)
@@ -263,9 +268,9 @@ class ConvExecutor:
             skip = -dst % ALIGN
             y = np.ndarray(fast[4], _F32, buf, skip, fast[5])
             dst += skip
-            wei, bias, table, extra = self.fixed_args
-            words = [data_address(x), wei, dst, bias, dst if residual is None else data_address(residual), table,
-                     *extra]
+            wei, bias, extra = self.fixed_args
+            words = [data_address(x), wei, dst, bias, dst if residual is None else data_address(residual),
+                     self.table_address, *extra]
             if self.defer:  # the workers' chunks may still run when this returns (``NativePool.run_deferred``)
                 self.call.run_chunks(fast[6], words, (x, residual, buf))
             else:
@@ -349,10 +354,19 @@ class ConvExecutor:
 
     def run_nhwc(self, src: np.ndarray, y: np.ndarray, res: np.ndarray | None = None) -> None:
         """The kernel on NHWC arrays: ``src`` (the padded input when there is padding), ``y`` written."""
-        wei, bias, table, extra = self.fixed_args
+        wei, bias, extra = self.fixed_args
         dst = data_address(y)  # (0.15 us; an ndarray's .ctypes costs ~1 us)
         self.call.run_chunks(self.chunks, [data_address(src), wei, dst, bias, dst if res is None else data_address(res),
-                                           table, *extra])
+                                           self.table_address, *extra])
+
+
+def _shape_class(ex: ConvExecutor) -> type:
+    """A subclass of ``ex``'s class whose class attributes are ``ex``'s fields (a function among them, such as ``new``,
+    kept as it is, not bound as a method): the executors of ``ex``'s other shapes read what they share with it there."""
+    fields = {k: staticmethod(v) if hasattr(type(v), "__get__") else v for k, v in ex.__dict__.items()}
+    # the buffers of ``ex``'s shape (each executor has its own, ``ShapeFields.record``): not kept alive by the class
+    fields.update(xp=None, _rows=None)
+    return type(type(ex).__name__, (type(ex),), fields)
 
 
 #: geometries whose ``ShapeFields`` the process keeps (the oldest dropped first): a few hundred image sizes of a
@@ -370,38 +384,44 @@ class ShapeFields:
     tables, and a size seen by another primitive (the blocks of a stage) makes none."""
 
     __slots__ = ("kernel_geo", "kernel_key", "table_spec", "table", "table_address", "unpadded", "out_shape",
-                 "work_ns", "chunks", "_copies", "_threads", "_geo", "record")
+                 "work_ns", "chunks", "_copies", "_threads", "geo", "record")
 
     def __init__(self, ex: ConvExecutor, geo: ConvGeometry, prepared: ConvExecutor | None, weight_bytes: int) -> None:
         self.kernel_geo = kgeo = flat_pixels(geo)
         dynamic, threads = ex.dynamic, ex.num_threads
+        depthwise = kgeo.depthwise
         # a dynamic dense kernel's key holds no dim of the image's: the first shape's (then not compared, see
-        # ``_set_shape``)
-        reuse = dynamic and not kgeo.depthwise and prepared is not None
+        # ``_set_shape``); a dynamic walk's is the first shape's when its border code covers this size
+        reuse = dynamic and prepared is not None and (not depthwise or _same_walk(kgeo, prepared, ex.borders))
         self.kernel_key = key = prepared.kernel_key if reuse else kernel_key(kgeo, dynamic, ex.borders)
-        # the table's per-block template depends on the channels only (but a planar buffer's plane)
-        spec = getattr(prepared, "table_spec", None) if prepared is not None and not kgeo.planar else None
-        self.table_spec = spec or table_spec(kgeo, ex.offsets)
-        table = work_table(kgeo, ex.offsets, key[1] if dynamic and kgeo.depthwise else None, self.table_spec)
+        # the table's per-block template depends on the channels only (``table_spec``: a planar stem's too)
+        planar = geo.planar
+        spec = getattr(prepared, "table_spec", None) if prepared is not None else None
+        self.table_spec = spec = spec or table_spec(kgeo, ex.offsets)
+        table = work_table(kgeo, ex.offsets, key[1] if dynamic and depthwise else None, spec)
         table.flags.writeable = False  # shared by the primitives of this geometry
         self.table, self.table_address = table, data_address(table)
-        self.unpadded = geo.hp == geo.h and geo.wp == geo.w and not geo.planar
-        self.out_shape = (geo.n, geo.m, 1, 1) if geo.global_pool is not None else (geo.n, geo.out_h, geo.out_w, geo.m)
+        self.unpadded = not planar and geo.hp == geo.h and geo.wp == geo.w
+        n, m = geo.n, geo.m
+        self.out_shape = out_shape = (n, m, 1, 1) if geo.global_pool is not None else (n, geo.out_h, geo.out_w, m)
         # split when each thread gets PARALLEL_MIN_NS of estimated work: a hand-over to a spinning worker costs
         # 1-2 us, so a depthwise conv of 15 us gains from a second thread, where the flops alone (half a dense
         # conv's rate) kept it on one
-        self.work_ns = estimated_ns(geo, weight_bytes)
-        self.chunks = split_items(len(table), max(1, min(threads, int(self.work_ns // PARALLEL_MIN_NS))))
+        self.work_ns = work_ns = estimated_ns(geo, weight_bytes)
+        self.chunks = chunks = _split(len(table), 1 if threads == 1 else
+                                      max(1, min(threads, int(work_ns // PARALLEL_MIN_NS))))
         self._copies: dict[int, tuple[np.ndarray, int, list[tuple[int, int]]]] = {}
-        self._threads, self._geo = threads, geo
+        #: the geometry these fields are of (the executor's ``geo``)
+        self._threads, self.geo = threads, geo
         #: what an executor of this geometry takes as it is (one ``dict.update`` on a new shape): ``kernel_geo``, the
         #: geometry the kernel walks (``geo``, or a pointwise conv's pixels re-cut into even rows); the table, its
         #: template, the output's shape, the work estimate and split; and the per-shape state a new executor starts
         #: from: ``xp``, its view of the shared padded buffer (``PaddedBuffer.take`` makes it on the shape's first
         #: run), no global pool finish (set after), ``reorders``, the layout changes (NCHW -> NHWC copies) its calls
         #: made, the reorders at this primitive's edges
-        self.record = {"kernel_geo": kgeo, "table_spec": self.table_spec, "table": table, "out_shape": self.out_shape,
-                       "work_ns": self.work_ns, "chunks": self.chunks, "xp": None, "finish": None, "_rows": None,
+        self.record = {"kernel_geo": kgeo, "table_spec": spec, "table": table, "table_address": self.table_address,
+                       "out_shape": out_shape,
+                       "work_ns": work_ns, "chunks": chunks, "xp": None, "finish": None, "_rows": None,
                        "reorders": 0}
 
     def copy(self, pitch: int) -> tuple[np.ndarray, int, list[tuple[int, int]]]:
@@ -409,13 +429,33 @@ class ShapeFields:
         (a memory-bound pass: both threads only when it is large)."""
         made = self._copies.get(pitch)
         if made is None:
-            geo = self._geo
+            geo = self.geo
             table = copy_table(geo, pitch)
             table.flags.writeable = False
             big = geo.n * geo.h * geo.w * geo.c >= 1 << 14
-            made = self._copies[pitch] = (table, data_address(table), split_items(geo.n * geo.h,
-                                                                                   self._threads if big else 1))
+            made = self._copies[pitch] = (table, data_address(table), _split(geo.n * geo.h,
+                                                                              self._threads if big else 1))
         return made
+
+
+@functools.lru_cache(maxsize=4096)
+def _split(items: int, num_threads: int) -> list[tuple[int, int]]:
+    """``split_items``, kept per (items, threads): a new shape's tables mostly have a row count seen before. The list
+    is shared: read only (``SplitCall.run_chunks`` compares it by identity)."""
+    return split_items(items, num_threads)
+
+
+def _same_walk(kgeo: ConvGeometry, prepared: ConvExecutor, borders: tuple | None) -> bool:
+    """A dynamic depthwise or pool walk of ``kgeo`` runs ``prepared``'s kernel (``kernel_key`` would give an equal
+    key, which holds no dim nor pad of the image's): ``prepared``'s key holds the walk's border code for every size,
+    and that code covers this size's rows and border columns."""
+    return borders is not None and prepared.kernel_key[1] is borders and covers(borders, kgeo)
+
+
+def new_shape_fields(ex: ConvExecutor, geo: ConvGeometry) -> ShapeFields:
+    """The ``ShapeFields`` of ``geo`` for ``ex``'s primitive made now, not looked up by the geometry (the caller keeps
+    them by its own key: ``ConvPlan.for_shape``'s signature and input shape)."""
+    return ShapeFields(ex, geo, ex, ex.packed.nbytes if geo.mode == "conv" else 0)
 
 
 def shape_fields(ex: ConvExecutor, geo: ConvGeometry, prepared: ConvExecutor | None) -> ShapeFields:
@@ -433,9 +473,9 @@ def shape_fields(ex: ConvExecutor, geo: ConvGeometry, prepared: ConvExecutor | N
     return fields
 
 
-#: (primitive signature, input shape) -> the final geometry and its ``ShapeFields``: a primitive meeting a shape that
-#: another of its signature met (the blocks of a stage) resolves no window and hashes no geometry
-_SHAPES: dict[tuple[int, tuple[int, ...]], tuple[ConvGeometry, ShapeFields]] = {}
+#: (primitive signature, input shape) -> the ``ShapeFields`` of its final geometry (``ShapeFields.geo``): a primitive
+#: meeting a shape that another of its signature met (the blocks of a stage) resolves no window and hashes no geometry
+_SHAPES: dict[tuple[int, tuple[int, ...]], ShapeFields] = {}
 #: primitive signatures (everything but the input shape that its geometry and ``ShapeFields`` depend on) -> small ints
 _SIGNATURES: dict[tuple, int] = {}
 
@@ -449,16 +489,16 @@ def signature(spec: tuple) -> int:
     return sig
 
 
-def shared_shape(key: tuple[int, tuple[int, ...]]) -> tuple[ConvGeometry, ShapeFields] | None:
-    """The geometry and ``ShapeFields`` a primitive of signature ``key[0]`` has for the input shape ``key[1]``, when
-    one was made (``keep_shape``)."""
+def shared_shape(key: tuple[int, tuple[int, ...]]) -> ShapeFields | None:
+    """The ``ShapeFields`` (its ``geo`` the final geometry) a primitive of signature ``key[0]`` has for the input shape
+    ``key[1]``, when one was made (``keep_shape``)."""
     return _SHAPES.get(key)
 
 
 def keep_shape(key: tuple[int, tuple[int, ...]], ex: ConvExecutor) -> None:
-    """Remember ``ex``'s geometry and ``ShapeFields`` for the primitives of ``key``'s signature and input shape."""
+    """Remember ``ex``'s ``ShapeFields`` for the primitives of ``key``'s signature and input shape."""
     with _SHAPE_FIELDS_LOCK:
-        _SHAPES[key] = (ex.geo, ex.fields)
+        _SHAPES[key] = ex.fields
         while len(_SHAPES) > SHAPE_FIELDS_ENTRIES:
             del _SHAPES[next(iter(_SHAPES))]
 

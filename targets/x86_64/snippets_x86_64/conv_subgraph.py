@@ -25,7 +25,7 @@ from snippets_x86_64.aligned import empty_aligned
 from snippets_x86_64.cache import ShapeCache
 from snippets_x86_64.conv import ConvGeometry, PostOp, global_epilogue, merge_borders, planar_fits, \
     pool_epilogue, with_dims
-from snippets_x86_64.conv_executor import ConvExecutor, keep_shape, shared_shape, signature
+from snippets_x86_64.conv_executor import ConvExecutor, keep_shape, new_shape_fields, shared_shape, signature
 from snippets_x86_64.global_pool import MODES as GLOBAL_MODES
 from snippets_x86_64.global_pool import GlobalPool
 from snippets_x86_64.pool import build_pool_executor, pool_geometry
@@ -33,6 +33,8 @@ from snippets_x86_64.pool import build_pool_executor, pool_geometry
 FALLBACK_REASON_KEY = "SnippetsFallbackReason"
 #: the body ops a conv primitive is built around (ConvolutionBackpropData: ONNX ConvTranspose)
 CONV_OPS = ("Convolution", "ConvolutionBackpropData")
+#: input sizes per spatial axis whose output size and pad a dynamic primitive keeps (``ConvPlan._axis``)
+AXIS_SIZES = 1024
 
 
 class ConvUnsupported(Exception):
@@ -148,20 +150,59 @@ class ConvPlan:
             key = (sig, x_shape)
             made = shared_shape(key)
             if made is not None:
-                return first.with_fields(*made)
-            ex = first.for_shape(self._epilogue_geometry(first, self.geometry(x_shape)))
+                return first.with_fields(made.geo, made)
+            geo = self.shape_geometry(first, x_shape)
+            # (``_SHAPES`` is the one cache of this signature's shapes: no second lookup by the geometry's hash)
+            ex = first.with_fields(geo, new_shape_fields(first, geo))
             keep_shape(key, ex)
             return ex
-        geo = self.geometry(x_shape)
         if isinstance(first, ConvThenPool):
-            conv = first.conv.for_shape(geo)
+            geo = self.shape_geometry(first.conv, x_shape)  # (its pool is not the conv's epilogue)
+            conv = first.conv.with_fields(geo, None)
             out = (geo.n, geo.m, geo.ho, geo.wo)
             if self.pool is not None:
                 pool = build_pool_executor(self.pool, out, first.conv.num_threads, prepared=first.pool)
             else:
                 pool = GlobalPool(out, self.global_pool, num_threads=first.conv.num_threads, prepared=first.pool)
             return ConvThenPool(conv, pool, first.reason)
-        return first.for_shape(self._epilogue_geometry(first, geo))
+        return first.for_shape(self._epilogue_geometry(first, self.geometry(x_shape)))
+
+    def shape_geometry(self, first: ConvExecutor, x_shape: tuple[int, ...]) -> ConvGeometry:
+        """The geometry ``first.for_shape`` makes for ``x_shape`` (the window resolved, ``first``'s epilogue, output
+        pitch and planar choice), as a few integer operations: what depends on the shape is N, H, W, the pads and the
+        output rows and columns (and a pool epilogue's pooled ones), each axis's from its size alone (``_axis``:
+        cached per size, so a new image whose H or W another image had resolves nothing); the rest is ``first``'s.
+        ``test_dynamic_cnn_shapes`` checks it against the slow path over many random shapes."""
+        n, c, h, w = x_shape
+        g = first.geo
+        if c != g.c:
+            return self.geometry(x_shape)  # (the typed error naming the channels)
+        ho, pt = self._axis(0, h)
+        wo, pl = self._axis(1, w)
+        pk = g.pool
+        if pk is None:
+            return with_dims(g, n=n, h=h, w=w, pt=pt, pl=pl, ho=ho, wo=wo)
+        # disjoint whole windows, no padding (``dynamic_pool_reason``)
+        return with_dims(g, n=n, h=h, w=w, pt=pt, pl=pl, ho=ho, wo=wo,
+                         pool=replace(pk, ho=max(0, (ho - pk.kh) // pk.sh + 1), wo=max(0, (wo - pk.kw) // pk.sw + 1)))
+
+    @functools.cached_property
+    def _axes(self) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]]:
+        """Per spatial axis: input size -> (output size, leading pad), the window's arithmetic (``_axis``)."""
+        return {}, {}
+
+    def _axis(self, i: int, size: int) -> tuple[int, int]:
+        """(output size, leading pad) of spatial axis ``i`` at input ``size``: the window's ``axis`` (as
+        ``geometry``'s ``resolve``), kept per size (a few hundred sizes at most: a bound keeps a stream of sizes from
+        growing it)."""
+        cache = self._axes[i]
+        got = cache.get(size)
+        if got is None:
+            out, pad, _ = self._window[0].axis(i, size)
+            if len(cache) >= AXIS_SIZES:
+                cache.clear()
+            got = cache[size] = (int(out), pad)  # type: ignore[arg-type]
+        return got
 
     @staticmethod
     def _epilogue_geometry(first: ConvExecutor, geo: ConvGeometry) -> ConvGeometry:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from snippets_core.ir.node import Node
-from snippets_x86_64.conv import ConvGeometry
+from snippets_x86_64.conv import ConvGeometry, with_dims
 from snippets_x86_64.conv_executor import ConvExecutor
 from snippets_x86_64.global_pool import MODES as GLOBAL_MODES
 from snippets_x86_64.global_pool import GlobalPool
@@ -34,6 +34,33 @@ def pool_geometry(node: Node, x_shape: tuple[int, ...]) -> tuple[ConvGeometry, t
     geo = ConvGeometry(n, c, h, w, c, c, kh, kw, *geo_w.strides, *geo_w.dilations, pt, pl, ho, wo,
                        mode=POOL_MODES[node.type_name])
     return geo, (pt, pl, pb, pr)
+
+
+#: input sizes per spatial axis whose output size and pads a dynamic pool keeps (``_pool_geometry_like``)
+AXIS_SIZES = 1024
+
+
+def _pool_geometry_like(node: Node, prepared: ConvExecutor, x_shape: tuple[int, ...],
+                        ) -> tuple[ConvGeometry, tuple[int, int, int, int]]:
+    """``pool_geometry(node, x_shape)`` for the pool ``prepared`` was made for at another shape (its channels): each
+    axis's output size and pads from its size alone, kept per size on ``prepared`` (a new image whose H or W another
+    had resolves nothing), the rest ``prepared``'s geometry (its output pitch is the one ``for_shape`` keeps)."""
+    axes = prepared.__dict__.get("_pool_axes")
+    if axes is None:
+        axes = prepared._pool_axes = ({}, {}, node._geometry(node.kernel))  # type: ignore[attr-defined]
+    n, _, h, w = x_shape
+    got = []
+    for i, size in enumerate((h, w)):
+        cache = axes[i]
+        dims = cache.get(size)
+        if dims is None:
+            out, pb, pe = axes[2].axis(i, size)
+            if len(cache) >= AXIS_SIZES:
+                cache.clear()
+            dims = cache[size] = (int(out), pb, pe)
+        got.append(dims)
+    (ho, pt, pb), (wo, pl, pr) = got
+    return with_dims(prepared.geo, n=n, h=h, w=w, pt=pt, pl=pl, ho=ho, wo=wo), (pt, pl, pb, pr)
 
 
 def reciprocal_counts(geo: ConvGeometry, pads: tuple[int, int, int, int], include_pad: bool) -> np.ndarray:
@@ -66,7 +93,10 @@ def build_pool_executor(node: Node, x_shape: tuple[int, ...], num_threads: int,
     if node.type_name == "LRN":
         return LRNExecutor(x_shape, node.size, node.alpha, node.beta, node.bias,  # type: ignore[attr-defined,arg-type]
                            num_threads=num_threads, prepared=prepared if isinstance(prepared, LRNExecutor) else None)
-    geo, pads = pool_geometry(node, x_shape)
+    if isinstance(prepared, ConvExecutor) and prepared.geo.c == x_shape[1]:
+        geo, pads = _pool_geometry_like(node, prepared, x_shape)
+    else:
+        geo, pads = pool_geometry(node, x_shape)
     if geo.mode == "avg":
         divisor = reciprocal_counts(geo, pads, bool(node.count_include_pad))  # type: ignore[attr-defined]
     else:
