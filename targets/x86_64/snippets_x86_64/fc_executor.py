@@ -25,6 +25,7 @@ from snippets_x86_64.brgemm_copy_b import MARK_PACKED_PASS, PANEL, packed_weight
 from snippets_x86_64.buffers import pooled_empty
 from snippets_core.runtime.placement import Placement, fallback_reason
 from snippets_x86_64.passes.brgemm_fc_blocking import DEFAULT_FC_M_BLOCK
+from snippets_x86_64 import shape_ahead
 from snippets_x86_64.runtime import POOL, TARGET_NAME, _address, _output_specs, fixed_subgraph
 
 
@@ -509,6 +510,17 @@ class RuntimeRowsFCExecutor:
             self._shapes.popitem(last=False)
         return entry
 
+    def prepare_ahead(self, shapes: tuple[tuple[int, ...], ...]) -> bool:
+        """Check input ``shapes`` and make the plan of their row count before their call (``shape_ahead``):
+        False when known already or not for this kernel (run-time broadcasting; a bad shape raises)."""
+        if shapes in self._shapes or len(shapes) != len(self.roles):
+            return False
+        entry = self._check([], shapes)
+        if entry is None or not entry[0] or entry[0] in self._plans:
+            return False
+        self.plan(entry[0])
+        return True
+
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
         arrays = list(args)
         if len(arrays) != len(self.roles):
@@ -523,6 +535,10 @@ class RuntimeRowsFCExecutor:
         entry = self._shapes.get(shapes, _MISSING)
         if entry is _MISSING:
             entry = self._check(arrays, shapes)
+            if entry is not None and entry[0]:  # a new shape: its plan, then those of the Subgraphs downstream
+                self._plans.get(entry[0]) or self.plan(entry[0])
+                if shape_ahead.ENABLED:
+                    shape_ahead.ahead(self, shapes)
         if entry is None:
             self.calls_per_shape += 1
             results = self.fallback(arrays, outs)

@@ -47,6 +47,7 @@ import numpy as np
 
 from snippets_core.errors import CodegenError, InputError, ShapeInferenceError, UnsupportedByTarget
 from snippets_core.runtime.placement import FALLBACK_KEY, REFERENCE, Placement, fallback_reason, subgraph_error
+from snippets_x86_64 import shape_ahead
 from snippets_x86_64.buffers import pooled, pooled_empty
 from snippets_x86_64.cache import KERNEL_CACHE, cache_dir_from, cache_key
 from snippets_x86_64.native_pool import THUNK_AFTER, Job, build_thunk, native_pool
@@ -789,12 +790,12 @@ def compile_subgraph(sg: Subgraph, config: CompileConfig, host: Any) -> Any:
         if packed_weight_body_inputs(sg.body) and MARK_PACKED_PASS not in config.disabled_passes:
             # a FullyConnected: only M is dynamic; its Brgemm reads the weight packed (once, here), one kernel
             # reads M from its runtime parameters (fc_executor.runtime_rows), a kernel per shape where it cannot
-            return fc_executor(sg, ShapeSpecializingExecutor(sg, config, host), config, host)
+            return shape_ahead.follow(sg, fc_executor(sg, ShapeSpecializingExecutor(sg, config, host), config, host))
         from snippets_core.lowered.symbolic import DynamicShapeError
 
         try:  # one kernel for every shape, its runtime parameters computed per shape
             kernel = _kernel_for(sg, config, host, None, symbolic=True)
-            return DynamicKernelExecutor(sg, config, host, kernel)
+            return shape_ahead.follow(sg, DynamicKernelExecutor(sg, config, host, kernel))
         # declared (or code that needs static shapes, or a gap that may hold for some shapes only): a kernel per
         # shape, said by describe()
         except (DynamicShapeError, ShapeInferenceError, UnsupportedByTarget) as exc:
@@ -924,6 +925,15 @@ class DynamicKernelExecutor:
                 self._executors.popitem(last=False)
             return executor
 
+    def prepare_ahead(self, shapes: tuple[tuple[int, ...], ...]) -> bool:
+        """Make the call state of input ``shapes`` before their call (``shape_ahead``): False when it is kept
+        already or the shapes would need a kernel of their own (made, if they come, by their call)."""
+        if shapes in self._executors or len(shapes) != len(self.input_types):
+            return False
+        self.configurator.configure(shapes)  # a DynamicShapeError (run-time broadcasting) leaves it to the call
+        self._prepare(shapes, ())
+        return True
+
     def __call__(self, args: Sequence[Any], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
         arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in args]
         if len(arrays) != len(self.input_types):
@@ -932,6 +942,8 @@ class DynamicKernelExecutor:
         executor = self._executors.get(shapes)
         if executor is None:
             executor = self._prepare(shapes, arrays)
+            if shape_ahead.ENABLED:  # the states of this shape's Subgraphs downstream, in one burst (shape_ahead.py)
+                shape_ahead.ahead(self, shapes)
         results = executor(arrays, outs)
         self.last_placement = executor.last_placement if executor is self._per_shape else self._on_target
         return results
