@@ -535,7 +535,7 @@ class RuntimeRowsFCExecutor:
         entry = self._shapes.get(shapes, _MISSING)
         if entry is _MISSING:
             entry = self._check(arrays, shapes)
-            if entry is not None and entry[0]:  # a new shape: its plan, then those of the Subgraphs downstream
+            if entry is not None and entry[0]:  # a new shape: its plan, then the other Subgraphs'
                 self._plans.get(entry[0]) or self.plan(entry[0])
                 if shape_ahead.ENABLED:
                     shape_ahead.ahead(self, shapes)

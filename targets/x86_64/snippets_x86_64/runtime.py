@@ -942,7 +942,7 @@ class DynamicKernelExecutor:
         executor = self._executors.get(shapes)
         if executor is None:
             executor = self._prepare(shapes, arrays)
-            if shape_ahead.ENABLED:  # the states of this shape's Subgraphs downstream, in one burst (shape_ahead.py)
+            if shape_ahead.ENABLED:  # the other Subgraphs' states of this shape, in one burst (shape_ahead.py)
                 shape_ahead.ahead(self, shapes)
         results = executor(arrays, outs)
         self.last_placement = executor.last_placement if executor is self._per_shape else self._on_target
