@@ -14,11 +14,19 @@ still uses it. No aliasing is possible while an array that uses the memory is al
 the call that got it. Buffers are sized in classes a quarter-octave apart (at most 19 % unused, untouched pages
 cost no memory) and picked best fit, up to twice the request; one not handed out in :data:`IDLE_TAKES` takes is
 released (the free buffers are looked at every IDLE_TAKES takes).
+
+Arrays of :data:`SMALL_PAGES_MIN_BYTES` or more made here (outputs from the pool or numpy) get small pages: numpy
+asks the kernel for transparent huge pages on every array of 4 MiB or more (``madvise(MADV_HUGEPAGE)``), and a huge
+page's first touch zeroes 2 MiB and may first compact memory for it, all in the calling thread's system time. On
+bench/dynamic.py's BERT layer that was the new-shape cost's tail: a shape larger than those before spent 10-125 ms
+more system time in its first call (p90 / worst of first minus second call 31 / 125 ms of CPU time, the same by the
+wall clock), while 4 KiB pages (more faults, each cheap) give 7 / 20 ms; the repeated calls ran within 1 %.
 """
 
 from __future__ import annotations
 
 import bisect
+import ctypes
 import math
 import sys
 import threading
@@ -31,6 +39,41 @@ import numpy as np
 #: 1 MiB on made MobileNet-v2's new shapes fault more (median 13 instead of 2 faults per first call, worst 1006
 #: instead of 54), each new size class being fresh memory where the heap had a freed block to split.
 POOL_MIN_BYTES = 32 << 20
+#: from this many bytes an array made here gets small pages (numpy asks for huge pages from 4 MiB on; see above)
+SMALL_PAGES_MIN_BYTES = 4 << 20
+#: Linux's madvise advice: no transparent huge pages in the range
+_MADV_NOHUGEPAGE = 15
+_PAGE = 4096
+
+
+def _libc_madvise() -> Any:
+    """libc's ``madvise`` (None where there is none: then arrays keep numpy's pages)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_MADVISE = _libc_madvise()
+
+
+def small_pages(a: np.ndarray) -> np.ndarray:
+    """``a`` (not touched yet) with its whole pages advised against transparent huge pages; returns it. A failed
+    advice (an old kernel without THP) leaves the pages as they were: only a cost, never a result, depends on it."""
+    if _MADVISE is not None:
+        addr = a.ctypes.data
+        start = -(-addr // _PAGE) * _PAGE
+        end = (addr + a.nbytes) // _PAGE * _PAGE
+        if end > start:
+            _MADVISE(start, end - start, _MADV_NOHUGEPAGE)
+    return a
+
+
 #: the data of an array from the pool starts on this boundary (one cache line, one zmm register)
 ALIGN = 64
 #: a free buffer not handed out in this many takes is released (a few calls of a model)
@@ -111,7 +154,7 @@ class BufferPool:
 
 def _aligned(nbytes: int) -> tuple[np.ndarray, int]:
     """An owning byte array with ``nbytes`` from a 64-byte boundary, and that boundary's offset in it."""
-    buf = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    buf = small_pages(np.empty(nbytes + ALIGN, dtype=np.uint8))
     return buf, -buf.ctypes.data % ALIGN
 
 
@@ -129,11 +172,12 @@ def pooled(nbytes: int) -> bool:
 
 def pooled_empty(shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
     """An uninitialized C-contiguous array: from :data:`BUFFERS` (64-byte aligned) from :data:`POOL_MIN_BYTES` on,
-    else numpy's ``np.empty``."""
+    else numpy's ``np.empty`` (with small pages from :data:`SMALL_PAGES_MIN_BYTES` on)."""
     dtype = np.dtype(dtype)
-    if not pooled(math.prod(shape) * dtype.itemsize):
-        return np.empty(shape, dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if not pooled(nbytes):
+        return np.empty(shape, dtype) if nbytes < SMALL_PAGES_MIN_BYTES else small_pages(np.empty(shape, dtype))
     return BUFFERS.empty(shape, dtype)
 
 
-__all__ = ["BUFFERS", "POOL_MIN_BYTES", "BufferPool", "pooled", "pooled_empty"]
+__all__ = ["BUFFERS", "POOL_MIN_BYTES", "SMALL_PAGES_MIN_BYTES", "BufferPool", "pooled", "pooled_empty", "small_pages"]

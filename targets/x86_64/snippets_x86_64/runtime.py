@@ -48,7 +48,7 @@ import numpy as np
 from snippets_core.errors import CodegenError, InputError, ShapeInferenceError, UnsupportedByTarget
 from snippets_core.runtime.placement import FALLBACK_KEY, REFERENCE, Placement, fallback_reason, subgraph_error
 from snippets_x86_64 import shape_ahead
-from snippets_x86_64.buffers import pooled, pooled_empty
+from snippets_x86_64.buffers import SMALL_PAGES_MIN_BYTES, pooled_empty
 from snippets_x86_64.cache import KERNEL_CACHE, cache_dir_from, cache_key
 from snippets_x86_64.native_pool import THUNK_AFTER, Job, build_thunk, native_pool
 
@@ -334,9 +334,10 @@ class KernelExecutor:
         self._in_fast = [(d, s, _c_strides(s, d.itemsize)) for d, s in self.input_specs]
         #: per data position, (weakref to the array of the last call, its address): see _addresses
         self._memo: list[tuple[weakref.ref, int] | None] = [None] * self._n_data
-        #: per output, how a call makes it: large ones from the buffers kept between calls (buffers.BUFFERS)
-        self._new_outputs = [(pooled_empty if pooled(d.itemsize * math.prod(s)) else np.empty, s, d)
-                             for d, s in self.output_specs]
+        #: per output, how a call makes it: large ones from the buffers kept between calls (buffers.BUFFERS) or
+        #: with small pages (buffers.small_pages), the others numpy's
+        self._new_outputs = [(pooled_empty if d.itemsize * math.prod(s) >= SMALL_PAGES_MIN_BYTES else np.empty,
+                              s, d) for d, s in self.output_specs]
 
     def _input(self, i: int, a: Any) -> np.ndarray:
         """The i-th input as a C-contiguous array of the kernel's type and shape (copies if needed)."""
