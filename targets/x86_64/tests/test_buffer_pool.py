@@ -3,6 +3,7 @@ alternating shapes keeps every output the caller holds intact, each equal to onn
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -179,3 +180,29 @@ def test_alternating_shapes_keep_held_outputs_intact(monkeypatch, make, shapes):
     for x, y, y_then in held:
         np.testing.assert_array_equal(y, y_then)
         np.testing.assert_allclose(y, sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def _vm_flags(addr: int) -> list[str]:
+    """The VmFlags of the mapping of this process that holds ``addr`` (from /proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= addr < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    raise AssertionError(f"no mapping holds {addr:#x}")
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"),
+                    reason="no transparent huge pages")
+def test_large_outputs_get_small_pages():
+    from snippets_x86_64.buffers import SMALL_PAGES_MIN_BYTES
+
+    big = pooled_empty((SMALL_PAGES_MIN_BYTES // 4 + 4096,), np.float32)
+    assert "nh" in _vm_flags(big.ctypes.data + big.nbytes // 2)
+    assert "hg" not in _vm_flags(big.ctypes.data + big.nbytes // 2)  # numpy's advice for huge pages undone
+    kept = pooled_empty((POOL_MIN_BYTES // 4,), np.float32)  # from the buffers kept between calls
+    assert "nh" in _vm_flags(kept.ctypes.data + kept.nbytes // 2)
