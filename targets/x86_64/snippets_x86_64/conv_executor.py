@@ -256,8 +256,8 @@ class ConvExecutor:
         The result is an NCHW view of a new NHWC array (strides carry the layout): a conv primitive that
         consumes it reads it with no reorder, another consumer sees an ordinary (strided) NCHW array. With
         ``out_pitch``, ``out`` is where it goes: an [N, Ho, Wo, M] slice of an NHWC array of ``out_pitch`` channels."""
-        fast = self._in_place
-        if fast is None or fast[0] is not self.geo:
+        fast = self._in_place  # (None on a new executor: ``ShapeFields.record`` resets it)
+        if fast is None:
             fast = self._in_place = in_place_path(self)
         # the common case (a primitive's NHWC output read in place by the next): ~2 us of Python less per call
         if fast[1] is not None and out is None and x.strides == fast[1] and x.dtype == _F32 and (
@@ -384,7 +384,7 @@ class ShapeFields:
     tables, and a size seen by another primitive (the blocks of a stage) makes none."""
 
     __slots__ = ("kernel_geo", "kernel_key", "table_spec", "table", "table_address", "unpadded", "out_shape",
-                 "work_ns", "chunks", "_copies", "_threads", "geo", "record")
+                 "work_ns", "chunks", "_copies", "_threads", "geo", "record", "_in_place")
 
     def __init__(self, ex: ConvExecutor, geo: ConvGeometry, prepared: ConvExecutor | None, weight_bytes: int) -> None:
         self.kernel_geo = kgeo = flat_pixels(geo)
@@ -422,7 +422,26 @@ class ShapeFields:
         self.record = {"kernel_geo": kgeo, "table_spec": spec, "table": table, "table_address": self.table_address,
                        "out_shape": out_shape,
                        "work_ns": work_ns, "chunks": chunks, "xp": None, "finish": None, "_rows": None,
-                       "reorders": 0}
+                       "reorders": 0, "_in_place": None}
+        #: ``in_place_path``'s tuple of this geometry without and with a residual (made on the first call asking)
+        self._in_place: list[tuple | None] = [None, None]
+
+    def in_place(self, residual: bool) -> tuple:
+        """``in_place_path`` for a primitive of this geometry that has no reason of its own to copy its input (pre-ops,
+        a Concat's input pitch, a test's ``alloc``): made once per geometry and residual, not per executor."""
+        made = self._in_place[residual]
+        if made is None:
+            g = self.geo
+            if not self.unpadded or g.mo != g.m or g.global_pool is not None:  # a copy, a Concat slice, a finish
+                made = (g, None)
+            else:
+                n, oh, ow, m = g.n, g.out_h, g.out_w, g.m
+                out_strides = (oh * ow * m * 4, 4, ow * m * 4, m * 4)
+                made = (g, (g.h * g.w * g.c * 4, 4, g.w * g.c * 4, g.c * 4), out_strides if residual else None,
+                        n * oh * ow * m * 4 + ALIGN, (n, m, oh, ow), out_strides,
+                        deferred_chunks(self.chunks, self.work_ns))
+            self._in_place[residual] = made
+        return made
 
     def copy(self, pitch: int) -> tuple[np.ndarray, int, list[tuple[int, int]]]:
         """The copy table of an input whose pixels are ``pitch`` channels apart, its address and the copy's chunks
@@ -567,14 +586,9 @@ def in_place_path(ex: ConvExecutor) -> tuple:
     buffer's bytes with the alignment slack, the output's NCHW shape and strides); the input strides are None when
     the primitive always needs its ``_run`` (a copy, a planar stem, a global pool finish, a Concat slice, a test's
     ``alloc``)."""
-    g = ex.geo
-    if not ex.unpadded or g.planar or ex.finish is not None or ex.alloc is not None or g.mo != g.m \
-            or ex.copy_pitch != g.c or g.global_pool is not None:
-        return (g, None)
-    n, oh, ow, m = g.n, g.out_h, g.out_w, g.m
-    out_strides = (oh * ow * m * 4, 4, ow * m * 4, m * 4)
-    return (g, (g.h * g.w * g.c * 4, 4, g.w * g.c * 4, g.c * 4), out_strides if ex.has_residual else None,
-            n * oh * ow * m * 4 + ALIGN, (n, m, oh, ow), out_strides, deferred_chunks(ex.chunks, ex.work_ns))
+    if ex.pre_ops or ex.alloc is not None or ex.copy_pitch != ex.geo.c:  # the primitive's own reasons
+        return (ex.geo, None)
+    return ex.fields.in_place(ex.has_residual)  # the geometry's: made once for the primitives that share it
 
 
 #: the caller's Python time between a deferred call's return and the next kernel's dispatch (ns): the caller's chunk

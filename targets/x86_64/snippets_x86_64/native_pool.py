@@ -430,7 +430,8 @@ class Job:
         words = [self.n] + [v & 0xFFFF_FFFF_FFFF_FFFF for c in chunks for v in (*c, 0)]
         self.words = (ctypes.c_uint64 * len(words))(*words)
         self.address = ctypes.addressof(self.words)
-        self.chunks = chunks
+        #: the chunks as made (None once ``SplitCall._set_chunks`` rewrote them in ``words``)
+        self.chunks: list[tuple[int, int, int, int, int]] | None = chunks
         #: per dispatch mode, (the pool, a thunk calling its dispatch on this job): a pool rebuilt after fork gets a
         #: new one; POST | RUN_OWN | WAIT for a call, POST | RUN_OWN for a deferred one (``NativePool.run_deferred``)
         self._thunks: dict[int, tuple[NativePool, JitFunction]] = {}
@@ -451,7 +452,11 @@ class Job:
 
     def run_inline(self) -> None:
         """Every chunk on the calling thread (a closed pool)."""
-        for harness, kernel, args, start, count in self.chunks:
+        chunks = self.chunks
+        if chunks is None:  # rewritten in place (``SplitCall._set_chunks``): the words hold them
+            words = self.words
+            chunks = [tuple(words[1 + 6 * i:6 + 6 * i]) for i in range(self.n)]
+        for harness, kernel, args, start, count in chunks:
             _HARNESS_TYPE(harness)(kernel, args, start, count)
 
 
@@ -512,11 +517,15 @@ class SplitCall:
             self._run(self._new_state(chunks), words)
 
     def _set_chunks(self, chunks: list[tuple[int, int]]) -> None:
-        """Rewrite the Job's chunks in place (the caller holds ``_busy``)."""
+        """Rewrite the Job's chunks in place (the caller holds ``_busy``): its words only, which the dispatch reads
+        (its ``chunks`` list, which only a closed pool's inline run reads, then comes from them: a new shape's call
+        makes no list of tuples)."""
         job = self._state[1]
+        words = job.words
         for i, (start, count) in enumerate(chunks):
-            job.words[1 + 6 * i + 3], job.words[1 + 6 * i + 4] = start, count
-        job.chunks = [(*c[:3], start, count) for c, (start, count) in zip(job.chunks, chunks)]
+            words[4 + 6 * i] = start
+            words[5 + 6 * i] = count
+        job.chunks = None
         self.chunks = chunks
 
     @property

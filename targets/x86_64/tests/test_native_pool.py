@@ -305,3 +305,15 @@ def test_a_deferred_call_finishes_at_the_next_use_of_the_pool() -> None:
         np.testing.assert_array_equal(first, _expected(n))
     finally:
         pool.close()
+
+
+def test_chunks_rewritten_in_place_run_inline_as_rewritten() -> None:
+    """``SplitCall._set_chunks`` (a dynamic primitive's new shape) rewrites the Job's words only; a closed pool's
+    inline run reads the chunks from them: the new ranges run, not the ones the Job was made with."""
+    call = np_mod.SplitCall(FILL, 64, [(0, 32), (32, 32)])  # FILL(0, block, start, count) fills the argument block
+    call._set_chunks([(0, 10), (10, 30)])
+    block, job = call._state
+    job.run_inline()
+    got = np.ctypeslib.as_array(block).astype(np.int64)
+    np.testing.assert_array_equal(got[:40], _expected(40))
+    assert not got[40:].any()
