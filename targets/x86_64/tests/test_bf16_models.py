@@ -384,7 +384,10 @@ def test_bf16_fc_rounds_once_by_default(x_shape: list[int], k: int, n: int, thre
     want = _round_bf16(exact)
     off = y != want
     assert off.sum() <= max(2, y.size // 1000), off.sum()
-    assert np.all(np.abs(y - want)[off] <= 2.0**-7 * np.abs(want)[off])
+    # an element that differs is one bf16 step off, plus what the f32 sum of k + 2 terms may err by (it matters where
+    # the terms cancel: an element near 0 made of terms near 1); the data depends on the tests run before (RNG)
+    f32_sum = (k + 2) * 2.0**-24 * (np.abs(x) @ np.abs(w) + np.abs(b) + np.abs(r))
+    assert np.all(np.abs(y - want)[off] <= (2.0**-7 * np.maximum(np.abs(want), np.abs(y)) + f32_sum)[off])
     chain = _round_bf16(_round_bf16(_round_bf16(x @ w) + b) + r)
     assert (chain != want).sum() > 10 * max(2, y.size // 1000)
 
