@@ -13,11 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from snippets_x86_64.buffers import BUFFERS, pooled
+from snippets_x86_64.buffers import ALIGN, BUFFERS, pooled
 from snippets_x86_64.runtime import _address as data_address
 
-#: the boundary: one cache line, one zmm register
-ALIGN = 64
 #: below this many bytes an array is numpy's own (aligning costs ~1.5 us a call, more than it saves on a small
 #: kernel; a model makes one output per primitive per call)
 MIN_BYTES = 16384

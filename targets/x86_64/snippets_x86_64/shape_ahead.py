@@ -6,8 +6,8 @@ warm, but ~140 us each when made one Subgraph at a time between the kernels, whi
 dynamic Subgraph that meets a new shape binds the model's symbolic dims (``batch``, ``seq``: the frontend's
 ``dim_param`` names, kept through shape inference as ``Shape.syms``) from its input shapes, evaluates the input
 shapes of every other dynamic Subgraph of the model (connected to it) from those symbols, and has each make its
-state for them at once (as ``cache.ShapeCache.ahead`` does for a CNN's primitives). A Subgraph whose input dims are not all known from
-the bound symbols is left to make its state on its own call, as before; a shape an executor refuses, or one that
+state for them at once (as ``cache.ShapeCache.ahead`` does for a CNN's primitives). A Subgraph whose input dims are not all
+known from the bound symbols is left to make its state on its own call, as before; a shape an executor refuses, or one that
 would need a kernel of its own, is left to that call too (it raises or compiles there, not here).
 """
 
@@ -25,6 +25,7 @@ ENABLED = True
 
 #: the executor of each dynamic Subgraph that can make a shape's state ahead (``prepare_ahead``), by node id
 _BY_NODE: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
 
 def follow(sg: Any, executor: Any) -> Any:
     """Register ``executor`` (of the Subgraph node ``sg``) to make new shapes' states ahead; returns it."""
@@ -78,8 +79,9 @@ def bind(dims: list[tuple[Any, ...]], shapes: tuple[tuple[int, ...], ...]) -> di
         if len(ds) != len(shape):
             continue
         for d, v in zip(ds, shape):
-            if type(d) is SymDim and len(d.terms) == 1 and d.terms[0][1] == 1 and len(d.terms[0][0]) == 1:
-                env.setdefault(d.terms[0][0][0], v)
+            name = d.name if type(d) is SymDim else None
+            if name is not None:
+                env.setdefault(name, v)
     return env
 
 
