@@ -22,6 +22,7 @@ that their operands do broadcast (``CompiledModel`` does, with an error naming b
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from snippets_core.errors import ShapeInferenceError
@@ -311,6 +312,23 @@ def broadcast_constraints(shapes: Iterable[Shape]) -> list[SymDim]:
     return list(seen.values())
 
 
+#: while :func:`assumed_broadcasts` records: the pairs of dims :func:`broadcast_dim` assumed to broadcast
+_ASSUMED: list[tuple[SymDim | int, SymDim | int]] | None = None
+
+
+@contextmanager
+def assumed_broadcasts() -> Iterator[list[tuple[SymDim | int, SymDim | int]]]:
+    """Record, while shape inference runs inside, every pair of dims that :func:`broadcast_dim` only assumed to
+    broadcast: a symbolic dim with a static dim > 1 (the symbol must be 1 or that size) and two different symbolic
+    dims (their broadcast atom). A caller that knows where each symbol is read at run time checks them there."""
+    global _ASSUMED
+    outer, _ASSUMED = _ASSUMED, []
+    try:
+        yield _ASSUMED
+    finally:
+        _ASSUMED = outer
+
+
 def sdim_str(d: SDim) -> str:
     return "?" if d is None else str(d)
 
@@ -448,6 +466,8 @@ def broadcast_dim(a: SDim, b: SDim) -> SDim:
     if isinstance(a, SymDim) or isinstance(b, SymDim):
         if a == b:
             return a
+        if _ASSUMED is not None:
+            _ASSUMED.append((a, b))  # type: ignore[arg-type]
         return a if isinstance(a, int) else b if isinstance(b, int) else sdim_broadcast(a, b)  # type: ignore[arg-type]
     if a != b:
         raise ShapeInferenceError(f"dims {a} and {b} do not broadcast")

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from snippets_core.errors import InputError
+from snippets_core.errors import InputError, SnippetsError
 from snippets_core.ir.model import Model
 from snippets_core.ir.node import Node
-from snippets_core.ir.shape import Shape, SymDim, broadcast_constraints, broadcast_operands
+from snippets_core.ir.shape import Shape, SymDim, assumed_broadcasts, broadcast_constraints, broadcast_operands
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,123 @@ def _origin(nodes: list[Node], atom: SymDim) -> str:
         if made and not isinstance(getattr(n, "body", None), Model):
             return f"{n.type_name} '{n.name}'"
     return f"the model ({atom})"
+
+
+# --- broadcasts of dims that no model input gives: checked at the step --------------------------------------------
+#: the name of a dim known only at run time, read from a step's input: the producing value and the axis
+_RUNTIME_DIM = "{value}[{axis}]"
+
+
+@dataclass(frozen=True)
+class _Pair:
+    """Two dims that a node broadcasts together, as the step's input dims give them."""
+
+    a: SymDim | int
+    b: SymDim | int
+    origin: str
+
+
+class StepBroadcastChecks:
+    """The broadcasts a step's node assumes about dims that only its input arrays give: a dim that shape inference
+    could not know (``?``: computed from data by a Reshape, Expand, NonZero, Range, ...) meeting another dim, or a
+    symbolic dim meeting a static one (the symbol must be 1 or that size). Made at compile time by running the
+    node's shape inference (its Subgraph body's, for a Subgraph) again with each unknown dim of its inputs named
+    after the value and axis it is read from (``Expand_0[1]``), recording what :func:`broadcast_dim` assumed.
+    ``check(arrays)`` binds those names (and the symbols the inputs carry) from the arrays' shapes and raises an
+    :class:`InputError` naming the op and both dims before the step runs, so no kernel sees such shapes. Falsy
+    when the node assumes nothing that a step must check (two different symbols meeting are broadcast atoms,
+    which :class:`BroadcastChecks` checks on the model's inputs)."""
+
+    def __init__(self, node: Node) -> None:
+        from snippets_core.ir.ops.subgraph import Subgraph
+
+        #: name -> (input, axis) where a call reads it
+        self.sources: dict[str, tuple[int, int]] = {}
+        self.where: dict[str, str] = {}  # name -> what it is, for the message
+        self.runtime: set[str] = set()  # the names of dims known only at run time
+        shapes: list[Shape] = []
+        for i, inp in enumerate(node.inputs):
+            shape = inp.shape
+            if shape.dims is None:
+                shapes.append(shape)
+                continue
+            src = inp.source
+            value = src.node.name if len(src.node.outputs) == 1 else f"{src.node.name}:{src.index}"
+            dims: list[SymDim | int] = []
+            for axis, d in enumerate(shape.sym_dims):
+                if d is None:
+                    name = _RUNTIME_DIM.format(value=value, axis=axis)
+                    self.where[name] = f"dim {axis} of {src.node.type_name} '{value}'"
+                    self.runtime.add(name)
+                    d = SymDim.of(name)
+                if isinstance(d, SymDim) and d.name is not None:
+                    self.sources.setdefault(d.name, (i, axis))
+                    self.where.setdefault(d.name, f"dim {axis} of '{value}'")
+                dims.append(d)
+            shapes.append(Shape(dims))
+        self.pairs: list[_Pair] = []
+        try:
+            if isinstance(node, Subgraph):
+                self._body_pairs(node, shapes)
+            else:
+                self._node_pairs(node, shapes)
+        except SnippetsError:  # inference that cannot take the named dims: the step's own checks stay the only ones
+            self.pairs = []
+
+    def _keep(self, pairs: list[tuple[SymDim | int, SymDim | int]], origin: str) -> None:
+        for a, b in pairs:
+            if isinstance(a, int) or isinstance(b, int) or (a.names | b.names) & self.runtime:
+                self.pairs.append(_Pair(a, b, origin))
+
+    def _node_pairs(self, node: Node, shapes: list[Shape]) -> None:
+        from snippets_core.ir.ops.io import Constant, Parameter
+
+        stand_ins = [Constant(i.source.node.value) if isinstance(i.source.node, Constant)  # type: ignore[attr-defined]
+                     else Parameter(i.element_type, s) for i, s in zip(node.inputs, shapes)]
+        with assumed_broadcasts() as pairs:
+            node.clone_with_new_inputs([s.outputs[0] for s in stand_ins])
+        self._keep(pairs, f"{node.type_name} '{node.name}'")
+
+    def _body_pairs(self, sg: Node, shapes: list[Shape]) -> None:
+        body = sg.body.clone()  # type: ignore[attr-defined]
+        for p, shape in zip(body.parameters, shapes):
+            p.shape = shape
+        for n in body.get_ordered_ops():
+            with assumed_broadcasts() as pairs:
+                n.revalidate()
+            self._keep(pairs, f"{n.type_name} '{n.name}' (in Subgraph '{sg.name}')")
+
+    def __bool__(self) -> bool:
+        return bool(self.pairs)
+
+    def check(self, arrays: Sequence[np.ndarray]) -> None:
+        env = {n: arrays[i].shape[axis] for n, (i, axis) in self.sources.items()}
+        for p in self.pairs:
+            a = p.a if isinstance(p.a, int) else p.a.evaluate(env)
+            b = p.b if isinstance(p.b, int) else p.b.evaluate(env)
+            if a is not None and b is not None and a != b and 1 not in (a, b):
+                raise InputError(f"{p.origin} broadcasts {self._dim(p.a, a)} with {self._dim(p.b, b)}: they must "
+                                 "be equal, or one of them 1")
+
+    def _dim(self, d: SymDim | int, value: int) -> str:
+        if isinstance(d, int):
+            return f"the static dim {d}"
+        if d.name is not None and d.name in self.where:
+            text = self.where[d.name]
+            return f"{text} = {value} (known only at run time)" if d.name in self.runtime else f"{d} = {value} ({text})"
+        return f"{d} = {value}"
+
+
+class CheckedStep:
+    """A step's executor behind its :class:`StepBroadcastChecks` (everything else, such as ``describe`` or
+    ``last_placement``, is the executor's)."""
+
+    def __init__(self, run: Any, checks: StepBroadcastChecks) -> None:
+        self._run, self._checks = run, checks
+
+    def __call__(self, args: list[np.ndarray], *outs: Any) -> Any:
+        self._checks.check(args)
+        return self._run(args, *outs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._run, name)

@@ -33,7 +33,7 @@ from snippets_core.ir.ops.io import Constant, Parameter, Result
 from snippets_core.ir.ops.subgraph import Subgraph
 from snippets_core.passes.widen_bf16_convolution import PRECISION_NOTE
 from snippets_core.ir.shape import Shape, SymDim
-from snippets_core.runtime.broadcast_checks import BroadcastChecks
+from snippets_core.runtime.broadcast_checks import BroadcastChecks, CheckedStep, StepBroadcastChecks
 from snippets_core.runtime.gc_pause import paused_gc
 from snippets_core.runtime.inputs import as_input_array, expect_output_arrays
 from snippets_core.runtime.layout_steps import compile_in_layout
@@ -207,6 +207,11 @@ class CompiledModel:
                 direct = tuple(result_of_slot.get(o) if readers.get(o) == 1 else None for o in st.outs)
                 if any(direct):
                     st.direct = direct
+        for st in steps:  # broadcasts of dims that only the step's input arrays give: checked before it runs
+            if st.where not in (FOLDED, "view") and any(_dynamic(i.shape) for i in st.node.inputs):
+                checks = StepBroadcastChecks(st.node)
+                if checks:
+                    st.run = CheckedStep(st.run, checks)
         self._steps = steps
         #: the call path's view of the steps: one flat tuple each (attribute lookups on a Step and its node cost
         #: about a microsecond per step, a few percent of a small model's call)
@@ -483,6 +488,10 @@ def _low_precision_reason(node: Node) -> str | None:
 
 def _desc(a: Any) -> str:
     return f"{getattr(a, 'dtype', type(a).__name__)}{list(getattr(a, 'shape', []))}"
+
+
+def _dynamic(shape: Shape) -> bool:
+    return shape.dims is not None and None in shape.dims
 
 
 def _accepts_outs(run: Callable[..., Any]) -> bool:
