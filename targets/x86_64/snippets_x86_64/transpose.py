@@ -18,7 +18,8 @@ the run length, and the tile kernel on nothing (pitches, column count and tail m
 the table); the plan (numpy index arithmetic) is made once per input shape. A dynamic Transpose builds its kernels
 when it is compiled (:func:`generic_plan`): the tile kernel, and the copy kernel of the run its shapes with dynamic
 dims > 1 have; dims of 1 only merge axes, so a longer run is that many runs of it, and a transposing perm whose dims
-of 1 leave a copy plan moves it as [1, run] tiles. Only a run of a dynamic length builds a kernel per length.
+of 1 leave a copy plan moves it as [1, run] tiles; a run of a dynamic length goes to the copy kernel that reads its
+vector counts and tail mask from ``params`` (:func:`build_any_copy_kernel`). No new shape builds a kernel.
 Every access stays inside the two arrays.
 
 2-byte elements (bf16, f16, int16): the copy kernel moves 32 words per vector (``vmovdqu16``, a 32-bit tail mask);
@@ -180,6 +181,85 @@ def build_copy_kernel(run: int, size: int = 4) -> JitFunction:
     return fn.finalize(None, HARNESS_ARGTYPES)
 
 
+#: the shape-agnostic copy kernel: args[3] -> [blocks of UNROLL vectors, vectors after them, tail mask, tail lanes]
+COPY_PARAMS = 4
+
+
+def copy_params(run: int, size: int) -> np.ndarray:
+    """The parameter block of :func:`build_any_copy_kernel` for runs of ``run`` elements of ``size`` bytes."""
+    full, tail = divmod(run, 64 // size)
+    return np.array([full // UNROLL, full % UNROLL, (1 << tail) - 1, tail], dtype=np.int64)
+
+
+def build_any_copy_kernel(size: int = 4) -> JitFunction:
+    """``copy(unused, args, start, count)`` for every run length: :func:`build_copy_kernel`'s loop with the run's
+    vector counts and tail mask read from ``args[3]`` (:func:`copy_params`), so a Transpose whose innermost kept run
+    has a dynamic length builds no kernel per length."""
+    fn = Function("transpose_copy_any", args=("unused", "args", "start", "count"))
+    move = fn.vmovups if size == 4 else fn.vmovdqu16
+    fn.mov(r8, qword[fn.arg("args") + ARG_PARAMS * 8])
+    fn.mov(r12, qword[r8])
+    fn.mov(r13, qword[r8 + 8])
+    if size == 4:
+        fn.kmovw(k1, word[r8 + 16])
+    else:
+        fn.kmovd(k1, dword[r8 + 16])
+    fn.mov(r8, qword[r8 + 24])  # from here on: the tail lanes (0: none)
+    fn.imul(r15, fn.arg("start"), COPY_ROW * 8)
+    fn.add(r15, qword[fn.arg("args") + ARG_TAB * 8])
+    fn.mov(r14, fn.arg("count"))
+    fn.test(r14, r14)
+    fn.jz(fn.exit)
+    fn.mov(r10, qword[fn.arg("args") + ARG_SRC * 8])
+    fn.mov(r11, qword[fn.arg("args") + ARG_DST * 8])
+    top, blocks, vectors, tail, nxt = (fn.new_label(n) for n in ("item", "blocks", "vectors", "tail", "next"))
+    fn.bind(top)
+    fn.mov(rbx, qword[r15])
+    fn.add(rbx, r10)
+    fn.mov(r9, qword[r15 + 8])
+    fn.add(r9, r11)
+    fn.mov(rax, r12)
+    fn.test(rax, rax)
+    fn.jz(vectors)
+    fn.bind(blocks)
+    for v in range(UNROLL):
+        move(ZMM[v], zword[rbx + v * 64])
+    for v in range(UNROLL):
+        move(zword[r9 + v * 64], ZMM[v])
+    fn.add(rbx, UNROLL * 64)
+    fn.add(r9, UNROLL * 64)
+    fn.dec(rax)
+    fn.jnz(blocks)
+    fn.bind(vectors)
+    fn.mov(rax, r13)
+    fn.test(rax, rax)
+    fn.jz(tail)
+    one = fn.new_label("vector")
+    fn.bind(one)
+    move(ZMM[0], zword[rbx])
+    move(zword[r9], ZMM[0])
+    fn.add(rbx, 64)
+    fn.add(r9, 64)
+    fn.dec(rax)
+    fn.jnz(one)
+    fn.bind(tail)
+    fn.test(r8, r8)
+    fn.jz(nxt)
+    move(ZMM[UNROLL].mask(k1).z, zword[rbx])  # the lanes past the run are neither read nor written
+    move(zword[r9].mask(k1), ZMM[UNROLL])
+    fn.bind(nxt)
+    fn.add(r15, COPY_ROW * 8)
+    fn.dec(r14)
+    fn.jnz(top)
+    return fn.finalize(None, HARNESS_ARGTYPES)
+
+
+def any_copy_kernel(size: int) -> JitFunction:
+    """The shape-agnostic copy kernel for ``size``-byte elements, from the process-wide function cache (taken at
+    compile time, as :func:`tile_kernel`)."""
+    return FUNCTION_CACHE.get("transpose_copy_any", (size,), lambda: build_any_copy_kernel(size), HARNESS_ARGTYPES)
+
+
 def _tile_rows(fn: Function, partial: bool, tail: bool, size: int = 4) -> None:
     """One 16 x 16 tile at [rbx] (row pitch r10) into [r9] (row pitch r11). ``partial``: only the strip's rows
     (r12's bits) are loaded and only their lanes stored (k2); ``tail``: only the tail columns (k1, r13 of them) are
@@ -304,11 +384,13 @@ class TransposeExecutor:
     def __init__(self, shape: Sequence[int], perm: Sequence[int], dtype: np.dtype, num_threads: int = 1,
                  alloc: Callable[[tuple[int, ...]], np.ndarray] | None = None,
                  min_bytes_per_thread: int = MIN_BYTES_PER_THREAD, tiles: JitFunction | None = None,
-                 copy: tuple[int, JitFunction] | None = None, copy_as_tiles: bool = False) -> None:
+                 copy: tuple[int, JitFunction] | None = None, copy_as_tiles: bool = False,
+                 copy_any: JitFunction | None = None) -> None:
         self.shape, self.perm, self.dtype = tuple(int(d) for d in shape), tuple(int(a) for a in perm), np.dtype(dtype)
         self.out_shape = tuple(self.shape[a] for a in self.perm)
         self.new = alloc or (lambda s: empty_aligned(s, self.dtype))
         self.copies = 0
+        self.params: np.ndarray | None = None  # the kernel's parameter block (args[3]), when it reads one
         self.empty = int(np.prod(self.shape, dtype=np.int64)) == 0
         if self.empty:
             return
@@ -326,6 +408,11 @@ class TransposeExecutor:
             parts = np.arange(0, plan.run, run, dtype=np.int64)
             self.table = np.stack([((plan.src[:, None] + parts) * size).reshape(-1),
                                    ((plan.dst[:, None] + parts) * size).reshape(-1)], axis=1)
+        elif plan.kind == "copy" and copy_any is not None:
+            # a run of a dynamic length: the shape-agnostic copy kernel, the run's counts in its parameter block
+            self.kernel = copy_any
+            self.params = copy_params(plan.run, size)
+            self.table = np.stack([plan.src * size, plan.dst * size], axis=1).astype(np.int64)
         elif plan.kind == "copy":
             self.kernel = FUNCTION_CACHE.get("transpose_copy", (plan.run, size),
                                              lambda: build_copy_kernel(plan.run, size), HARNESS_ARGTYPES)
@@ -345,7 +432,7 @@ class TransposeExecutor:
             self.table = np.ascontiguousarray(table.reshape(-1, TILE_ROW))
         # the table and the parameters live as long as the executor: one address lookup each, not one per call
         self.table_address = self.table.ctypes.data
-        self.params_address = self.params.ctypes.data if plan.kind == "transpose" else 0
+        self.params_address = self.params.ctypes.data if self.params is not None else 0
         items = len(self.table)
         nbytes = int(np.prod(self.shape, dtype=np.int64)) * size
         threads = max(1, min(num_threads, items, nbytes // max(1, min_bytes_per_thread)))
@@ -389,13 +476,14 @@ def compile_transpose_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.nd
     tiles: JitFunction | None = None
     copy: tuple[int, JitFunction] | None = None
     copy_as_tiles = False
+    copy_any: JitFunction | None = None
 
     def executor(shape: tuple[int, ...]) -> TransposeExecutor:
         why = transpose_supported(shape, order, dtype)
         if why is not None:
             raise UnsupportedByTarget(f"Transpose '{sg.name}' of shape {list(shape)}: {why}")
         return executors.setdefault(shape, TransposeExecutor(shape, order, dtype, threads, tiles=tiles, copy=copy,
-                                                                 copy_as_tiles=copy_as_tiles))
+                                                                 copy_as_tiles=copy_as_tiles, copy_any=copy_any))
 
     if x.shape.is_static:
         shape = x.shape.to_tuple()
@@ -407,14 +495,16 @@ def compile_transpose_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.nd
     elif np.dtype(dtype).itemsize not in ELEMENT_SIZES:
         sg.rt_info["SnippetsFallbackReason"] = transpose_supported((), (), dtype)
         return None
-    else:  # a dynamic shape: the kernels now, so a new shape makes only a table (a copy of a dynamic run length
-        size = np.dtype(dtype).itemsize  # builds the kernel of that length)
+    else:  # a dynamic shape: the kernels now, so a new shape makes only a table
+        size = np.dtype(dtype).itemsize
         tiles = tile_kernel(size)
         kind, generic = generic_plan(x.shape.dims, order) if x.shape.rank_is_static else ("", None)
         copy_as_tiles = kind == "transpose"
         if generic is not None:
             copy = (generic, FUNCTION_CACHE.get("transpose_copy", (generic, size),
                                                 lambda: build_copy_kernel(generic, size), HARNESS_ARGTYPES))
+        else:  # the innermost kept run has a dynamic length: the copy kernel that reads it from its parameters
+            copy_any = any_copy_kernel(size)
     sg.rt_info["SnippetsConvKernel"] = f"transpose {order} (JIT strided copies / 16x16 tiles)"
 
     def run(inputs: Sequence[np.ndarray], outs: Sequence[np.ndarray | None] | None = None) -> list[np.ndarray]:
@@ -424,7 +514,8 @@ def compile_transpose_subgraph(sg: Any, config: Any) -> Callable[[Sequence[np.nd
 
     def describe() -> str:
         plans = [ex.plan for ex in executors.values() if not ex.empty]
-        how = sorted({f"runs of {p.run} copied" if p.kind == "copy" else f"[{p.rows}, {p.cols}] blocks in 16x16 tiles"
+        how = sorted({f"runs of {p.run} copied" + (" (run length read at run time)" if copy_any is not None else "")
+                      if p.kind == "copy" else f"[{p.rows}, {p.cols}] blocks in 16x16 tiles"
                       for p in plans})
         return f"JIT transpose {order}, {len(executors)} shape(s): {'; '.join(how) or 'no call yet'}"
 

@@ -123,3 +123,55 @@ def test_copies_as_tiles_under_guard_pages(shape: tuple[int, ...], at: str) -> N
                                min_bytes_per_thread=0, tiles=tile_kernel(4), copy_as_tiles=True)
         assert ex.plan.kind == "transpose" and ex.plan.rows == 1
         np.testing.assert_array_equal(ex.run(src), np.transpose(x, (0, 2, 3, 1)))
+
+
+@pytest.mark.parametrize(("dims", "perm"), [(("B", 12, "S"), (1, 0, 2)), (("B", "S", 3, "D"), (2, 0, 1, 3)),
+                                            ((2, "H", "W"), (1, 0, 2)), (("N", 3, "S"), (0, 1, 2))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_a_transpose_whose_innermost_run_is_dynamic_builds_no_kernel_per_shape(dims, perm, dtype) -> None:  # type: ignore
+    """The innermost kept run has a dynamic length: the copy kernel that reads the run's vector counts and tail mask
+    from its parameter block, built at compile time. Random shapes (runs 0..150: every vector tail, 4 vectors per
+    unrolled block) against numpy, both arrays flush against a guard page, and no build after the compile."""
+    from snippets_x86_64.guarded import guarded_array
+
+    et = TensorProto.FLOAT if dtype == np.float32 else TensorProto.FLOAT16
+    g = helper.make_graph([helper.make_node("Transpose", ["x"], ["y"], perm=list(perm))], "t",
+                          [helper.make_tensor_value_info("x", et, list(dims))],
+                          [helper.make_tensor_value_info("y", et, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    cm = compile_model(model, "x86_64_avx512", {"num_threads": 2})
+    assert all(w == "x86_64_avx512" for _, _, w in cm.placement()), cm.describe()
+    built = _builds()
+    rng = np.random.default_rng(len(dims) * 10 + len(perm))
+    for k in range(30):
+        shape = [int(rng.integers(0, 150)) if k % 3 == 0 and j == len(dims) - 1 else int(rng.integers(1, 40))
+                 if isinstance(d, str) else d for j, d in enumerate(dims)]
+        x = rng.standard_normal(shape).astype(dtype)
+        src = guarded_array(tuple(shape), dtype, "end" if k % 2 else "start")
+        src[...] = x
+        np.testing.assert_array_equal(cm({"x": src})["y"], np.transpose(x, perm), err_msg=str(shape))
+    assert _builds() == built, "a new shape built a kernel"
+    if dims[-1] != 12 and perm[-1] == len(dims) - 1:
+        assert "run length read at run time" in cm.describe()
+
+
+@pytest.mark.parametrize("size", [4, 2])
+@pytest.mark.parametrize("at", ["end", "start"])
+def test_the_any_run_copy_kernel_stays_inside_both_arrays(size: int, at: str) -> None:
+    """Every run length 0..140 (UNROLL blocks, single vectors, each tail) for 1 and 2 threads, source and destination
+    flush against a PROT_NONE page."""
+    from snippets_x86_64.guarded import guarded_array
+    from snippets_x86_64.transpose import TransposeExecutor, any_copy_kernel
+
+    dtype = np.float32 if size == 4 else np.float16
+    kernel = any_copy_kernel(size)
+    for run in range(0, 141):
+        shape = (3, 2, run)
+        x = np.arange(np.prod(shape), dtype=np.float32).astype(dtype).reshape(shape)
+        src = guarded_array(shape, dtype, at)
+        src[...] = x
+        for threads in (1, 2):
+            ex = TransposeExecutor(shape, (1, 0, 2), dtype, threads, lambda s: guarded_array(s, dtype, at),
+                                   min_bytes_per_thread=0, copy_any=kernel)
+            assert ex.empty or ex.plan.kind != "copy" or ex.kernel is kernel
+            np.testing.assert_array_equal(ex.run(src), np.transpose(x, (1, 0, 2)), err_msg=f"run {run}")
