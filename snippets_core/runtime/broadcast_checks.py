@@ -152,7 +152,9 @@ class StepBroadcastChecks:
             shapes.append(Shape(dims))
         self.pairs: list[_Pair] = []
         try:
-            if isinstance(node, Subgraph):
+            if not self.runtime:  # every dim is known or symbolic already: inference as it is, nothing cloned
+                self._inferred_pairs(node)
+            elif isinstance(node, Subgraph):
                 self._body_pairs(node, shapes)
             else:
                 self._node_pairs(node, shapes)
@@ -163,6 +165,16 @@ class StepBroadcastChecks:
         for a, b in pairs:
             if isinstance(a, int) or isinstance(b, int) or (a.names | b.names) & self.runtime:
                 self.pairs.append(_Pair(a, b, origin))
+
+    def _inferred_pairs(self, node: Node) -> None:
+        from snippets_core.ir.ops.subgraph import Subgraph
+
+        # infer() returns what the outputs already hold (the model is inferred), so nothing changes here
+        for n in node.body.get_ordered_ops() if isinstance(node, Subgraph) else [node]:  # type: ignore[attr-defined]
+            with assumed_broadcasts() as pairs:
+                n.infer()
+            where = f" (in Subgraph '{node.name}')" if n is not node else ""
+            self._keep(pairs, f"{n.type_name} '{n.name}'{where}")
 
     def _node_pairs(self, node: Node, shapes: list[Shape]) -> None:
         from snippets_core.ir.ops.io import Constant, Parameter

@@ -50,6 +50,8 @@ from snippets_core.runtime.shape_steps import VIEW_OPS, fold, view_executor
 from snippets_core.runtime.targets import ResolvedTarget, resolve_target
 
 Executor = Callable[[list[np.ndarray]], Sequence[np.ndarray]]
+#: a Subgraph's executor and where it runs, or None (it runs on its reference, with the target's reason if any)
+SubgraphCompiler = Callable[[Subgraph], "tuple[Executor, str] | None"]
 
 
 @dataclass
@@ -110,7 +112,7 @@ class CompiledModel:
     """
 
     def __init__(self, model: Model, target: ResolvedTarget, config: CompileConfig,
-                 executors: Mapping[int, tuple[Executor, str]]) -> None:
+                 executors: Mapping[int, tuple[Executor, str]] | SubgraphCompiler) -> None:
         self.model = model
         self.target = target
         self.target_name = target.name
@@ -120,7 +122,11 @@ class CompiledModel:
         self._build_plan(executors)
 
     # --- plan -------------------------------------------------------------------------------------
-    def _build_plan(self, executors: Mapping[int, tuple[Executor, str]]) -> None:
+    def _build_plan(self, executors: Mapping[int, tuple[Executor, str]] | SubgraphCompiler) -> None:
+        """``executors``: the compiled Subgraphs by node id, or the function that compiles one. Given the function,
+        only the Subgraphs that run per call are compiled: not those folded per input shape or whose values no
+        step reads (a Cast of a causal mask computed once per shape would otherwise build a kernel never called)."""
+        lazy = None if isinstance(executors, Mapping) else executors
         order = self.model.get_ordered_ops()
         slot_of: dict[tuple[int, int], int] = {}
         n_slots = 0
@@ -157,8 +163,14 @@ class CompiledModel:
             if folder.take(n, args, outs, known):
                 steps.append(Step(n, (), outs, folder.executor(outs), FOLDED))
                 continue
-            if n.id in executors:
-                run, where = executors[n.id]
+            if lazy is not None and isinstance(n, Subgraph) and not all(a in known for a in args):
+                # compiled below if a live step: its placement changes no other node's plan (it is not a constant)
+                steps.append(Step(n, args, outs, _not_compiled, ""))
+                continue
+            compiled = lazy(n) if lazy is not None and isinstance(n, Subgraph) else (
+                None if lazy is not None else executors.get(n.id))  # type: ignore[union-attr]
+            if compiled is not None:
+                run, where = compiled
             else:
                 folded = fold(n, args, known)
                 if folded is not None:  # depends on no input: computed once, here
@@ -180,6 +192,12 @@ class CompiledModel:
                 if st.where == FOLDED:
                     st.args = folder.key_args()
         steps = _live_steps(steps, {s for _, s, _ in self._results})
+        for st in steps:
+            if st.run is _not_compiled:
+                compiled = lazy(st.node)  # type: ignore[misc, arg-type]
+                st.run, st.where = compiled if compiled is not None else (_reference_executor(st.node), REFERENCE)
+                st.reporter = st.run if isinstance(st.run, ReportsPlacement) else None
+                st.reason = st.node.rt_info.get(FALLBACK_KEY) if compiled is None else None
         folder.keep(o for st in steps if st.where == FOLDED for o in st.outs)
         self._shape_folder = folder
         # Free each slot after its last reader (results are read at the end, so they are never freed).
@@ -520,6 +538,11 @@ def _live_steps(steps: list[Step], results: set[int]) -> list[Step]:
     return live
 
 
+def _not_compiled(args: list[np.ndarray]) -> Sequence[np.ndarray]:
+    """The placeholder of a Subgraph step until the plan knows that the step runs (then it is compiled)."""
+    raise AssertionError("a Subgraph step left uncompiled")
+
+
 def _reference_executor(node: Node) -> Executor:
     def run(args: list[np.ndarray]) -> Sequence[np.ndarray]:
         return evaluate_node(node, args)
@@ -560,22 +583,24 @@ def _compile_model(model: Model | str | Path | bytes | Any, target: str | None,
     whole_model = getattr(tgt.obj, "compile_model", None)
     if whole_model is not None:  # a target that compiles the whole model at once (e.g. into one blob)
         return whole_model(m, cfg, tgt.host)
-    executors: dict[int, tuple[Executor, str]] = {}
-    for sg in (n for n in m.get_ordered_ops() if isinstance(n, Subgraph)):
+
+    def compile_one(sg: Subgraph) -> tuple[Executor, str] | None:
         try:
             ex = compile_in_layout(sg, lambda s: tgt.compile_subgraph(s, cfg))  # s: sg, or its NHWC twin
         except UnsupportedByTarget as exc:  # the one declared reason to run a Subgraph on its reference
             sg.rt_info[FALLBACK_KEY] = fallback_reason(exc)
-            continue
+            return None
         except Exception as exc:  # anything else is an error naming the Subgraph, never a silent fallback
             error = subgraph_error(exc, sg.name, tgt.name)
             if error is exc:
                 raise
             raise error from exc
-        if ex is not None:
-            sg.rt_info.pop(FALLBACK_KEY, None)
-            executors[sg.id] = (ex, tgt.name)
-    return CompiledModel(m, tgt, cfg, executors)
+        if ex is None:
+            return None
+        sg.rt_info.pop(FALLBACK_KEY, None)
+        return ex, tgt.name
+
+    return CompiledModel(m, tgt, cfg, compile_one)  # compiles the Subgraphs that run per call
 
 
 def known_pass_names(target: ResolvedTarget, config: CompileConfig) -> list[str]:

@@ -195,8 +195,12 @@ class ShapeFolder:
 
     def describe(self) -> str:
         ops = ", ".join(dict.fromkeys(n.type_name for n, _, _ in self.nodes))
+        # a folded Subgraph runs on its reference once per shape: the target never compiles it (CompiledModel)
+        sgs = [f"{n.name} ({', '.join(op.type_name for op in n.body_ops)})" for n, _, _ in self.nodes  # type: ignore
+               if hasattr(n, "body_ops")]
+        compiled = f"; Subgraph(s) computed here, not compiled: {', '.join(sgs)}" if sgs else ""
         return (f"shape-only ops folded per input shape ({', '.join(self.names) or 'static'}): {ops}; "
-                f"{self.computed} shape(s) computed, {len(self._cache)} cached")
+                f"{self.computed} shape(s) computed, {len(self._cache)} cached{compiled}")
 
 
 def _names_of(value: SymValue | None) -> frozenset[str] | None:

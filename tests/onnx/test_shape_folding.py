@@ -157,3 +157,24 @@ def _topological(nodes) -> list:  # type: ignore[no-untyped-def]
         out.append(n)
         done.update(n.output)
     return out
+
+
+@pytest.mark.parametrize("target", ["interpreter", sys.modules["snippets_onnx_targets"].X86])
+def test_a_folded_subgraph_is_not_compiled(target: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The dynamo GPT-2's tokenized Cast of its causal mask is computed once per shape on its reference: the target
+    compiles every other Subgraph and not that one, and describe() names it among the folded nodes."""
+    import snippets_core.runtime.compiled_model as cmod
+
+    compiled: list[str] = []
+    real = cmod.compile_in_layout
+    monkeypatch.setattr(cmod, "compile_in_layout", lambda sg, fn: compiled.append(sg.name) or real(sg, fn))
+    proto = tlm.gpt2_block("dynamo")
+    cm = compile_model(proto, target)
+    folded = [n.name for n, _, _ in cm._shape_folder.nodes if n.type_name == "Subgraph"]
+    assert folded and not set(folded) & set(compiled)
+    assert sorted(compiled) == sorted(sg.name for sg in cm.subgraphs if sg.name not in folded)
+    assert f"Subgraph(s) computed here, not compiled: {folded[0]} (Convert)" in cm.describe()
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = tlm.random_inputs(proto, 2, 9, seed=3)
+    np.testing.assert_allclose(cm(feeds)["hidden"], sess.run(None, feeds)[0], rtol=1e-4, atol=1e-4)
+
