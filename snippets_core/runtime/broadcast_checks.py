@@ -36,15 +36,9 @@ class BroadcastChecks:
     Falsy when the model has no broadcast atom whose operands its inputs give (then a call pays nothing)."""
 
     def __init__(self, model: Model, inputs: Sequence[str]) -> None:
-        shapes = {p.name: p.shape for p in model.parameters}
         #: plain symbol -> (position in the checked list, axis, input name) where a call reads it
-        self.sources: dict[str, tuple[int, int, str]] = {}
-        for k, name in enumerate(inputs):
-            shape = shapes.get(name)
-            for axis, sym in enumerate(shape.syms or () if shape is not None else ()):
-                if sym is not None and sym.name is not None and broadcast_operands(sym) is None:
-                    self.sources.setdefault(sym.name, (k, axis, name))
-        nodes = list(_nodes(model))
+        self.sources = input_sources(model, inputs)
+        nodes = list(model_nodes(model))
         self.checks: list[_Check] = []
         for atom in broadcast_constraints(o.shape for n in nodes for o in n.outputs):
             operands = broadcast_operands(atom)
@@ -73,13 +67,25 @@ class BroadcastChecks:
         return f"{c.origin} broadcasts {dims}: they must be equal, or one of them 1"
 
 
-def _nodes(model: Model) -> Iterator[Node]:
+def input_sources(model: Model, inputs: Sequence[str]) -> dict[str, tuple[int, int, str]]:
+    """Plain symbol -> (position of the input in ``inputs``, axis, input name) of the first input dim that is it."""
+    shapes = {p.name: p.shape for p in model.parameters}
+    sources: dict[str, tuple[int, int, str]] = {}
+    for k, name in enumerate(inputs):
+        shape = shapes.get(name)
+        for axis, sym in enumerate(shape.syms or () if shape is not None else ()):
+            if sym is not None and sym.name is not None and broadcast_operands(sym) is None:
+                sources.setdefault(sym.name, (k, axis, name))
+    return sources
+
+
+def model_nodes(model: Model) -> Iterator[Node]:
     """Every node of ``model`` and of the bodies of its Subgraphs (where a tokenized broadcast now is)."""
     for n in model.get_ordered_ops():
         yield n
         body = getattr(n, "body", None)
         if isinstance(body, Model):
-            yield from _nodes(body)
+            yield from model_nodes(body)
 
 
 def _uses(shape: Shape, name: str) -> bool:

@@ -47,6 +47,7 @@ from snippets_core.runtime.placement import (
 )
 from snippets_core.runtime.shape_fold import FOLDED, ShapeFolder, symbol_sources
 from snippets_core.runtime.shape_steps import VIEW_OPS, fold, view_executor
+from snippets_core.runtime.window_checks import WindowChecks
 from snippets_core.runtime.targets import ResolvedTarget, resolve_target
 
 Executor = Callable[[list[np.ndarray]], Sequence[np.ndarray]]
@@ -271,7 +272,14 @@ class CompiledModel:
             self._check_symbols(out)
         if self._broadcast_checks:
             self._broadcast_checks.check(out)
+        if self._window_checks:
+            self._window_checks.check(out)
         return out
+
+    @cached_property
+    def _window_checks(self) -> WindowChecks:
+        """Convolution and pooling windows must fit their symbolic inputs (see window_checks)."""
+        return WindowChecks(self.model, [spec.name for spec in self._inputs])
 
     @cached_property
     def _broadcast_checks(self) -> BroadcastChecks:
