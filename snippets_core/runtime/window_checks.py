@@ -23,6 +23,10 @@ from snippets_core.ir.shape import SymDim
 from snippets_core.runtime.broadcast_checks import input_sources, model_nodes
 
 
+#: symbol-value sets remembered as good (then forgotten at once: checking again costs microseconds)
+MAX_CHECKED = 1024
+
+
 @dataclass(frozen=True)
 class _Fit:
     """One spatial axis of one window op: its input size must be ``minimum`` at least."""
@@ -39,7 +43,7 @@ class WindowChecks:
 
     def __init__(self, model: Model, inputs: Sequence[str]) -> None:
         self.sources = input_sources(model, inputs)
-        self.fits: list[_Fit] = []
+        widest: dict[SymDim, _Fit] = {}  # per input size, the window that needs the most (a CNN repeats sizes)
         for n in model_nodes(model):
             if not isinstance(n, (Convolution, _Pool)) or not n.inputs or not n.inputs[0].shape.rank_is_static:
                 continue
@@ -47,18 +51,20 @@ class WindowChecks:
             geo = n._geometry(kernel)  # noqa: SLF001 - the op's own resolved attributes
             for i, size in enumerate(n.inputs[0].shape.sym_dims[2:]):
                 minimum = _smallest_input(geo, i)
-                if (isinstance(size, SymDim) and minimum > 0 and size.base_names <= self.sources.keys()):
-                    self.fits.append(_Fit(size, minimum, f"{n.type_name} '{n.name}'", i + 2))
+                if (isinstance(size, SymDim) and minimum > 0 and size.base_names <= self.sources.keys()
+                        and (size not in widest or widest[size].minimum < minimum)):
+                    widest[size] = _Fit(size, minimum, f"{n.type_name} '{n.name}'", i + 2)
+        self.fits = list(widest.values())
         self._axes = tuple((k, axis) for k, axis, _ in self.sources.values())
         self._names = tuple(self.sources)
-        self._checked: tuple[int, ...] | None = None  # the last symbol values found good
+        self._checked: set[tuple[int, ...]] = set()  # symbol values found good (bounded)
 
     def __bool__(self) -> bool:
         return bool(self.fits)
 
     def check(self, arrays: Sequence[tuple[int, np.ndarray]]) -> None:
         key = tuple(arrays[k][1].shape[axis] for k, axis in self._axes)
-        if key == self._checked:
+        if key in self._checked:
             return
         env = dict(zip(self._names, key))
         for f in self.fits:
@@ -71,7 +77,9 @@ class WindowChecks:
                                       for n in sorted(f.size.base_names))
                 raise InputError(f"{f.origin}: its input dim {f.axis} is {f.size} = {v} ({where}), smaller than its "
                                  f"window, which needs {f.minimum} at least with its pads")
-        self._checked = key
+        if len(self._checked) >= MAX_CHECKED:
+            self._checked.clear()
+        self._checked.add(key)
 
 
 def _smallest_input(geo: WindowGeometry, i: int) -> int:

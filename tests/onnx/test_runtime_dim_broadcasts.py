@@ -133,3 +133,21 @@ def test_steps_whose_dims_the_inputs_decide_are_not_wrapped() -> None:
     nodes = [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
     cm = compile_model(_model(nodes, [vi("x", F, ["B", "S", 8]), vi("b", F, [1, "S", 1])]), "reference")
     assert not any(type(st.run).__name__ == "CheckedStep" for st in cm._steps)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_dim_made_by_inference_meeting_another_symbol(target: str) -> None:
+    """A stride-2 MaxPool of ``H`` makes the floor atom ``floor(H/2)``; added to ``b [1, 3, T]`` it is
+    ``bcast(T,floor(H/2))``, checked on the call's inputs before any step: equal or 1 matches onnxruntime, else an
+    InputError naming the Add and both dims with the inputs they come from."""
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2], strides=[2]),
+             helper.make_node("Add", ["p", "b"], ["a"], name="add"), helper.make_node("Softmax", ["a"], ["y"], axis=-1)]
+    proto = _model(nodes, [vi("x", F, [1, 3, "H"]), vi("b", F, [1, 3, "T"])])
+    cm = compile_model(proto, target)
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for h, t in [(10, 5), (11, 1), (2, 7), (40, 20)]:
+        feeds = {"x": _rand(1, 3, h), "b": _rand(1, 3, t)}
+        np.testing.assert_allclose(cm(feeds)["y"], sess.run(None, feeds)[0], rtol=1e-5, atol=1e-5)
+    with pytest.raises(InputError, match=r"Add 'add' broadcasts T = 5 \(input 'b' dim 2\) with floor\(H/2\) = 3 "
+                                         r"\(H from input 'x' dim 2\)"):
+        cm({"x": _rand(1, 3, 7), "b": _rand(1, 3, 5)})
