@@ -45,11 +45,17 @@ class WindowChecks:
         self.sources = input_sources(model, inputs)
         widest: dict[SymDim, _Fit] = {}  # per input size, the window that needs the most (a CNN repeats sizes)
         for n in model_nodes(model):
-            if not isinstance(n, (Convolution, _Pool)) or not n.inputs or not n.inputs[0].shape.rank_is_static:
+            if not isinstance(n, (Convolution, _Pool)):
                 continue
-            kernel = getattr(n, "kernel", None) or n.inputs[1].shape.dims[2:]  # a pool's attribute, a conv's weight
+            xi, wi = getattr(n, "DATA", (0, 1))  # an integer convolution's data and weights are inputs DATA
+            x = n.inputs[xi].shape
+            # a pool's kernel is an attribute, a convolution's the weights' spatial dims
+            w = n.inputs[wi].shape.dims if len(n.inputs) > wi else None
+            kernel = n.kernel if isinstance(n, _Pool) else None if w is None else w[2:]
+            if not x.rank_is_static or kernel is None or None in kernel or x.rank != len(kernel) + 2:
+                continue
             geo = n._geometry(kernel)  # noqa: SLF001 - the op's own resolved attributes
-            for i, size in enumerate(n.inputs[0].shape.sym_dims[2:]):
+            for i, size in enumerate(x.sym_dims[2:]):
                 minimum = _smallest_input(geo, i)
                 if (isinstance(size, SymDim) and minimum > 0 and size.base_names <= self.sources.keys()
                         and (size not in widest or widest[size].minimum < minimum)):
