@@ -72,6 +72,8 @@ class Step:
     reporter: ReportsPlacement | None = None
     #: why a Subgraph compiled to run on its reference does (the target's declared reason)
     reason: str | None = None
+    #: broadcasts of dims only the step's input arrays give, checked before it runs (the plan wraps ``run``)
+    checks: StepBroadcastChecks | None = None
 
 
 @dataclass(frozen=True)
@@ -229,13 +231,12 @@ class CompiledModel:
         for st in steps:  # broadcasts of dims that only the step's input arrays give: checked before it runs
             if st.where not in (FOLDED, "view") and any(_dynamic(i.shape) for i in st.node.inputs):
                 checks = StepBroadcastChecks(st.node)
-                if checks:
-                    st.run = CheckedStep(st.run, checks)
+                st.checks = checks if checks else None
         self._steps = steps
         #: the call path's view of the steps: one flat tuple each (attribute lookups on a Step and its node cost
         #: about a microsecond per step, a few percent of a small model's call)
-        self._plan = [(st.run, st.args, st.outs, st.frees, st.node.name, st.node.type_name, st.where, st.reporter,
-                       st.reason, st.direct) for st in steps]
+        self._plan = [(CheckedStep(st.run, st.checks) if st.checks else st.run, st.args, st.outs, st.frees,
+                       st.node.name, st.node.type_name, st.where, st.reporter, st.reason, st.direct) for st in steps]
         self._output_name_set = frozenset(r[0] for r in self._results)
         self._result_specs = {
             r.name: (r.outputs[0].element_type.numpy, r.outputs[0].shape.to_tuple())
