@@ -78,12 +78,24 @@ def symbol_with_static() -> tuple[onnx.ModelProto, Feeds, str]:
     return proto, lambda s, t: {"x": _rand(2, s)}, "the static dim 5"
 
 
-MODELS = [expand_from_data, reshape_from_data, nonzero_indices, range_of_data, symbol_with_static]
+def unfused_op() -> tuple[onnx.ModelProto, Feeds, str]:
+    """``Equal(x [S, 4], Reshape(w, [-1, 4]))`` on int64: an op no Tokenizer fuses, checked as a step of its own."""
+    nodes = [helper.make_node("Reshape", ["w", "shp"], ["r"], name="reshape"),
+             helper.make_node("Equal", ["x", "r"], ["e"], name="add"), helper.make_node("Cast", ["e"], ["y"], to=F)]
+    proto = _model(nodes, [vi("x", I64, ["S", 4]), vi("w", I64, ["N"]), vi("shp", I64, [2])])
+    def feeds(s: int, t: int) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(s * 1000 + t)
+        return {"x": rng.integers(0, 2, (s, 4)), "w": rng.integers(0, 2, 4 * t), "shp": np.array([-1, 4], np.int64)}
+
+    return proto, feeds, "dim 0 of Reshape 'reshape'"
+
+
+MODELS = [expand_from_data, reshape_from_data, nonzero_indices, range_of_data, symbol_with_static, unfused_op]
 
 
 @pytest.mark.parametrize("make", MODELS, ids=lambda m: m.__name__)
 @pytest.mark.parametrize("target", TARGETS)
-def test_dims_known_only_at_run_time_broadcast_or_are_an_error(make, target: str) -> None:  # type: ignore[no-untyped-def]
+def test_dims_known_only_at_run_time_broadcast_or_are_an_error(make: Callable, target: str) -> None:
     proto, feeds, other_dim = make()
     cm = compile_model(proto, target)
     sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])

@@ -128,7 +128,8 @@ def test_copies_as_tiles_under_guard_pages(shape: tuple[int, ...], at: str) -> N
 @pytest.mark.parametrize(("dims", "perm"), [(("B", 12, "S"), (1, 0, 2)), (("B", "S", 3, "D"), (2, 0, 1, 3)),
                                             ((2, "H", "W"), (1, 0, 2)), (("N", 3, "S"), (0, 1, 2))])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_a_transpose_whose_innermost_run_is_dynamic_builds_no_kernel_per_shape(dims, perm, dtype) -> None:  # type: ignore
+def test_a_transpose_whose_innermost_run_is_dynamic_builds_no_kernel_per_shape(  # type: ignore[no-untyped-def]
+        dims, perm, dtype) -> None:
     """The innermost kept run has a dynamic length: the copy kernel that reads the run's vector counts and tail mask
     from its parameter block, built at compile time. Random shapes (runs 0..150: every vector tail, 4 vectors per
     unrolled block) against numpy, both arrays flush against a guard page, and no build after the compile."""
