@@ -130,17 +130,9 @@ def plan_transpose(shape: Sequence[int], perm: Sequence[int]) -> TransposePlan:
 ELEMENT_SIZES = (2, 4)
 
 
-def build_copy_kernel(run: int, size: int = 4) -> JitFunction:
-    """``copy(unused, args, start, count)``: each item copies ``run`` elements of ``size`` bytes (4 or 2) from src
-    + its source offset to dst + its destination offset (full vectors, then one masked vector)."""
-    fn = Function("transpose_copy", args=("unused", "args", "start", "count"))
-    lanes = 64 // size
-    full, tail = divmod(run, lanes)
-    move = fn.vmovups if size == 4 else fn.vmovdqu16
-    if tail and size == 4:
-        fn.kmovw(k1, word[fn.const_data(((1 << tail) - 1).to_bytes(2, "little"), 2)])
-    elif tail:
-        fn.kmovd(k1, dword[fn.const_data(((1 << tail) - 1).to_bytes(4, "little"), 4)])
+def _copy_items(fn: Function, size: int, run_body: Callable[[Any], None]) -> JitFunction:
+    """The item walk both copy kernels share: per table row from ``start``, rbx/r9 = src/dst + the row's offsets,
+    then ``run_body(move)`` copies the run (``move``: the element size's unaligned vector move)."""
     fn.imul(r15, fn.arg("start"), COPY_ROW * 8)
     fn.add(r15, qword[fn.arg("args") + ARG_TAB * 8])
     fn.mov(r14, fn.arg("count"))
@@ -154,31 +146,52 @@ def build_copy_kernel(run: int, size: int = 4) -> JitFunction:
     fn.add(rbx, r10)
     fn.mov(r9, qword[r15 + 8])
     fn.add(r9, r11)
-    loops, rest = divmod(full, UNROLL)
-    if loops > 1:
-        loop = fn.new_label("vectors")
-        fn.mov(fn.arg("unused"), loops)
-        fn.bind(loop)
-    if loops:
-        for v in range(UNROLL):
-            move(ZMM[v], zword[rbx + v * 64])
-        for v in range(UNROLL):
-            move(zword[r9 + v * 64], ZMM[v])
-        fn.add(rbx, UNROLL * 64)
-        fn.add(r9, UNROLL * 64)
-    if loops > 1:
-        fn.dec(fn.arg("unused"))
-        fn.jnz(loop)
-    for v in range(rest):
-        move(ZMM[v], zword[rbx + v * 64])
-        move(zword[r9 + v * 64], ZMM[v])
-    if tail:  # the lanes past the run are neither read nor written
-        move(ZMM[UNROLL].mask(k1).z, zword[rbx + rest * 64])
-        move(zword[r9 + rest * 64].mask(k1), ZMM[UNROLL])
+    run_body(fn.vmovups if size == 4 else fn.vmovdqu16)
     fn.add(r15, COPY_ROW * 8)
     fn.dec(r14)
     fn.jnz(top)
     return fn.finalize(None, HARNESS_ARGTYPES)
+
+
+def _unrolled_block(fn: Function, move: Any) -> None:
+    """UNROLL vectors from [rbx] to [r9], both pointers advanced past them."""
+    for v in range(UNROLL):
+        move(ZMM[v], zword[rbx + v * 64])
+    for v in range(UNROLL):
+        move(zword[r9 + v * 64], ZMM[v])
+    fn.add(rbx, UNROLL * 64)
+    fn.add(r9, UNROLL * 64)
+
+
+def build_copy_kernel(run: int, size: int = 4) -> JitFunction:
+    """``copy(unused, args, start, count)``: each item copies ``run`` elements of ``size`` bytes (4 or 2) from src
+    + its source offset to dst + its destination offset (full vectors, then one masked vector)."""
+    fn = Function("transpose_copy", args=("unused", "args", "start", "count"))
+    full, tail = divmod(run, 64 // size)
+    if tail and size == 4:
+        fn.kmovw(k1, word[fn.const_data(((1 << tail) - 1).to_bytes(2, "little"), 2)])
+    elif tail:
+        fn.kmovd(k1, dword[fn.const_data(((1 << tail) - 1).to_bytes(4, "little"), 4)])
+    loops, rest = divmod(full, UNROLL)
+
+    def body(move: Any) -> None:
+        if loops > 1:
+            loop = fn.new_label("vectors")
+            fn.mov(fn.arg("unused"), loops)
+            fn.bind(loop)
+        if loops:
+            _unrolled_block(fn, move)
+        if loops > 1:
+            fn.dec(fn.arg("unused"))
+            fn.jnz(loop)
+        for v in range(rest):
+            move(ZMM[v], zword[rbx + v * 64])
+            move(zword[r9 + v * 64], ZMM[v])
+        if tail:  # the lanes past the run are neither read nor written
+            move(ZMM[UNROLL].mask(k1).z, zword[rbx + rest * 64])
+            move(zword[r9 + rest * 64].mask(k1), ZMM[UNROLL])
+
+    return _copy_items(fn, size, body)
 
 
 #: the shape-agnostic copy kernel: args[3] -> [blocks of UNROLL vectors, vectors after them, tail mask, tail lanes]
@@ -196,7 +209,6 @@ def build_any_copy_kernel(size: int = 4) -> JitFunction:
     vector counts and tail mask read from ``args[3]`` (:func:`copy_params`), so a Transpose whose innermost kept run
     has a dynamic length builds no kernel per length."""
     fn = Function("transpose_copy_any", args=("unused", "args", "start", "count"))
-    move = fn.vmovups if size == 4 else fn.vmovdqu16
     fn.mov(r8, qword[fn.arg("args") + ARG_PARAMS * 8])
     fn.mov(r12, qword[r8])
     fn.mov(r13, qword[r8 + 8])
@@ -205,53 +217,35 @@ def build_any_copy_kernel(size: int = 4) -> JitFunction:
     else:
         fn.kmovd(k1, dword[r8 + 16])
     fn.mov(r8, qword[r8 + 24])  # from here on: the tail lanes (0: none)
-    fn.imul(r15, fn.arg("start"), COPY_ROW * 8)
-    fn.add(r15, qword[fn.arg("args") + ARG_TAB * 8])
-    fn.mov(r14, fn.arg("count"))
-    fn.test(r14, r14)
-    fn.jz(fn.exit)
-    fn.mov(r10, qword[fn.arg("args") + ARG_SRC * 8])
-    fn.mov(r11, qword[fn.arg("args") + ARG_DST * 8])
-    top, blocks, vectors, tail, nxt = (fn.new_label(n) for n in ("item", "blocks", "vectors", "tail", "next"))
-    fn.bind(top)
-    fn.mov(rbx, qword[r15])
-    fn.add(rbx, r10)
-    fn.mov(r9, qword[r15 + 8])
-    fn.add(r9, r11)
-    fn.mov(rax, r12)
-    fn.test(rax, rax)
-    fn.jz(vectors)
-    fn.bind(blocks)
-    for v in range(UNROLL):
-        move(ZMM[v], zword[rbx + v * 64])
-    for v in range(UNROLL):
-        move(zword[r9 + v * 64], ZMM[v])
-    fn.add(rbx, UNROLL * 64)
-    fn.add(r9, UNROLL * 64)
-    fn.dec(rax)
-    fn.jnz(blocks)
-    fn.bind(vectors)
-    fn.mov(rax, r13)
-    fn.test(rax, rax)
-    fn.jz(tail)
-    one = fn.new_label("vector")
-    fn.bind(one)
-    move(ZMM[0], zword[rbx])
-    move(zword[r9], ZMM[0])
-    fn.add(rbx, 64)
-    fn.add(r9, 64)
-    fn.dec(rax)
-    fn.jnz(one)
-    fn.bind(tail)
-    fn.test(r8, r8)
-    fn.jz(nxt)
-    move(ZMM[UNROLL].mask(k1).z, zword[rbx])  # the lanes past the run are neither read nor written
-    move(zword[r9].mask(k1), ZMM[UNROLL])
-    fn.bind(nxt)
-    fn.add(r15, COPY_ROW * 8)
-    fn.dec(r14)
-    fn.jnz(top)
-    return fn.finalize(None, HARNESS_ARGTYPES)
+
+    def body(move: Any) -> None:
+        blocks, vectors, one, tail, done = (fn.new_label(n) for n in ("blocks", "vectors", "vector", "tail", "done"))
+        fn.mov(rax, r12)
+        fn.test(rax, rax)
+        fn.jz(vectors)
+        fn.bind(blocks)
+        _unrolled_block(fn, move)
+        fn.dec(rax)
+        fn.jnz(blocks)
+        fn.bind(vectors)
+        fn.mov(rax, r13)
+        fn.test(rax, rax)
+        fn.jz(tail)
+        fn.bind(one)
+        move(ZMM[0], zword[rbx])
+        move(zword[r9], ZMM[0])
+        fn.add(rbx, 64)
+        fn.add(r9, 64)
+        fn.dec(rax)
+        fn.jnz(one)
+        fn.bind(tail)
+        fn.test(r8, r8)
+        fn.jz(done)
+        move(ZMM[UNROLL].mask(k1).z, zword[rbx])  # the lanes past the run are neither read nor written
+        move(zword[r9].mask(k1), ZMM[UNROLL])
+        fn.bind(done)
+
+    return _copy_items(fn, size, body)
 
 
 def any_copy_kernel(size: int) -> JitFunction:
