@@ -165,3 +165,24 @@ def test_a_dim_made_by_inference_meeting_another_symbol(target: str) -> None:
     with pytest.raises(InputError, match=r"Add 'add' broadcasts T = 5 \(input 'b' dim 2\) with floor\(H/2\) = 3 "
                                          r"\(H from input 'x' dim 2\)"):
         cm({"x": _rand(1, 3, 7), "b": _rand(1, 3, 5)})
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_input_of_unknown_rank_is_named_when_its_dims_do_not_broadcast(target: str) -> None:
+    """``Expand(1, Slice(Shape(z), st, en))`` with the slice bounds from data has an unknown rank: nothing is named at
+    compile time, and the Add's reference names both dims when they do not broadcast."""
+    nodes = [helper.make_node("Shape", ["z"], ["sh"]), helper.make_node("Slice", ["sh", "st", "en"], ["sl"]),
+             helper.make_node("Expand", ["c", "sl"], ["e"], name="expand"),
+             helper.make_node("Add", ["x", "e"], ["a"], name="add"), helper.make_node("Sigmoid", ["a"], ["y"])]
+    proto = _model(nodes, [vi("x", F, ["B", "S"]), vi("z", F, ["B", "T", 7]), vi("st", I64, [1]), vi("en", I64, [1])],
+                   (numpy_helper.from_array(np.ones(1, np.float32), "c"),))
+    cm = compile_model(proto, target)
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    def feeds(s: int, t: int) -> dict[str, np.ndarray]:
+        return {"x": _rand(2, s), "z": _rand(2, t, 7), "st": np.array([0], np.int64), "en": np.array([2], np.int64)}
+
+    for s, t in [(5, 5), (1, 6), (6, 1)]:
+        np.testing.assert_allclose(cm(feeds(s, t))["y"], sess.run(None, feeds(s, t))[0], rtol=1e-6, atol=1e-6)
+    with pytest.raises(InputError, match=r"Add 'add' broadcasts dim 1 of 'x' = 3 with dim 1 of 'expand' = 5: they"):
+        cm(feeds(3, 5))
