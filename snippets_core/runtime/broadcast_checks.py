@@ -157,6 +157,10 @@ class StepBroadcastChecks:
                 dims.append(d)
             shapes.append(Shape(dims))
         self.pairs: list[_Pair] = []
+        if self.runtime and not _may_meet(node):
+            # one dynamic input and inputs of static dims 1 where it has unknown ones (a conv's weights and bias):
+            # no broadcast to check, so no clone of the body to infer (a CNN of unnamed dims has dozens of such steps)
+            return
         try:
             if not self.runtime:  # every dim is known or symbolic already: inference as it is, nothing cloned
                 self._inferred_pairs(node)
@@ -175,12 +179,15 @@ class StepBroadcastChecks:
     def _inferred_pairs(self, node: Node) -> None:
         from snippets_core.ir.ops.subgraph import Subgraph
 
-        # infer() returns what the outputs already hold (the model is inferred), so nothing changes here
-        for n in node.body.get_ordered_ops() if isinstance(node, Subgraph) else [node]:  # type: ignore[attr-defined]
-            with assumed_broadcasts() as pairs:
-                n.infer()
-            where = f" (in Subgraph '{node.name}')" if n is not node else ""
-            self._keep(pairs, f"{n.type_name} '{n.name}'{where}")
+        # infer() returns what the outputs already hold (the model is inferred), so nothing changes here; a node of
+        # one input broadcasts nothing
+        with assumed_broadcasts() as pairs:
+            for n in node.body.get_ordered_ops() if isinstance(node, Subgraph) else [node]:  # type: ignore
+                if len(n.inputs) > 1:
+                    seen = len(pairs)
+                    n.infer()
+                    where = f" (in Subgraph '{node.name}')" if n is not node else ""
+                    self._keep(pairs[seen:], f"{n.type_name} '{n.name}'{where}")
 
     def _node_pairs(self, node: Node, shapes: list[Shape]) -> None:
         from snippets_core.ir.ops.io import Constant, Parameter
@@ -195,10 +202,11 @@ class StepBroadcastChecks:
         body = sg.body.clone()  # type: ignore[attr-defined]
         for p, shape in zip(body.parameters, shapes):
             p.shape = shape
-        for n in body.get_ordered_ops():
-            with assumed_broadcasts() as pairs:
+        with assumed_broadcasts() as pairs:
+            for n in body.get_ordered_ops():
+                seen = len(pairs)
                 n.revalidate()
-            self._keep(pairs, f"{n.type_name} '{n.name}' (in Subgraph '{sg.name}')")
+                self._keep(pairs[seen:], f"{n.type_name} '{n.name}' (in Subgraph '{sg.name}')")
 
     def __bool__(self) -> bool:
         return bool(self.pairs)
@@ -219,6 +227,18 @@ class StepBroadcastChecks:
             text = self.where[d.name]
             return f"{text} = {value} (known only at run time)" if d.name in self.runtime else f"{d} = {value} ({text})"
         return f"{d} = {value}"
+
+
+def _may_meet(node: Node) -> bool:
+    """Whether two dynamic inputs of ``node``, or a dynamic input's unknown dim and a static dim > 1 of another input
+    (right-aligned), may meet in a broadcast."""
+    dims = [i.shape.dims for i in node.inputs]
+    dynamic = [d for d in dims if d is None or None in d]
+    if len(dynamic) != 1:
+        return len(dynamic) > 1
+    (dyn,) = dynamic
+    unknown = {k - len(dyn) for k, d in enumerate(dyn) if d is None}  # counted from the innermost, as numpy aligns
+    return any(d is not None and d > 1 and k - len(s) in unknown for s in dims if s is not dyn for k, d in enumerate(s))
 
 
 class CheckedStep:
