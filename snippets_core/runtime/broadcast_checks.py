@@ -237,6 +237,8 @@ def _may_meet(node: Node) -> bool:
     if len(dynamic) != 1:
         return len(dynamic) > 1
     (dyn,) = dynamic
+    if dyn is None:  # a rank not known: nothing to name (the op's reference names what does not broadcast)
+        return False
     unknown = {k - len(dyn) for k, d in enumerate(dyn) if d is None}  # counted from the innermost, as numpy aligns
     return any(d is not None and d > 1 and k - len(s) in unknown for s in dims if s is not dyn for k, d in enumerate(s))
 
