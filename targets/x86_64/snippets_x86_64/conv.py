@@ -1542,23 +1542,26 @@ PRE_OP_INSTRUCTIONS = {"add": "vaddps", "subtract": "vsubps", "multiply": "vmulp
 _COPY_VEC_REGS = (r8, r10, r11, r13, rax, rcx, rdi, rbp)
 
 
-#: fields of a copy-table row (int64): the padded buffer's byte offset of an input row's first interior pixel, the
-#: input row's byte offset, its pixels
-COPY_ROW = 3
+#: the copy header's words (int64; ``copy_header``): the byte offset in the padded buffer of image 0's first interior
+#: row (its left border included), the buffer's row and the input's row in bytes, the pixels of a row, the rows of an
+#: image, the bytes between the end of an image's last interior row and the next image's first (its bottom and the
+#: next one's top border rows), the left and right border pixels of a row, the border's float32 bits
+COPY_HEADER = ("dst_first", "dst_row", "src_row", "pixels", "rows", "image_gap", "left", "right", "fill")
+(CH_DST_FIRST, CH_DST_ROW, CH_SRC_ROW, CH_PIXELS, CH_ROWS, CH_IMAGE_GAP, CH_LEFT, CH_RIGHT,
+ CH_FILL) = range(len(COPY_HEADER))
 
 
-def copy_table(geo: ConvGeometry, in_pitch: int = 0) -> np.ndarray:
-    """One row per (image, input row): where it goes, where it comes from and how long it is, so the copy kernel
-    depends on the channels alone (``copy_key``) and a new image size makes only a new table. ``in_pitch``: the
-    input's pixels are that many channels apart (0: ``geo.c``; see ``copy_key``)."""
+def copy_header(geo: ConvGeometry, in_pitch: int = 0) -> np.ndarray:
+    """The copy kernel's runtime geometry (``COPY_HEADER``): it works out each input row's source and destination from
+    the row's index, so a new image size makes these 9 words, not a table of a row per (image, input row), and the
+    kernel depends on the channels alone (``copy_key``). ``in_pitch``: the input's pixels are that many channels apart
+    (0: ``geo.c``; see ``copy_key``). The kernel writes each row's left and right border pixels too (the ``fill``:
+    0, or -inf for a maximum), so a new shape's ``PaddedBuffer.take`` rewrites only the top and bottom rows."""
     top, left = (0, 0) if geo.depthwise else (geo.pt, geo.pl)
-    hp, wp, cp4, h, row = geo.hp, geo.wp, geo.cp * 4, geo.h, geo.w * (in_pitch or geo.c) * 4
-    # an outer sum (a new shape's cost is the count of numpy operations): per row, per image
-    table = np.multiply.outer(np.arange(geo.n * h, dtype=np.int64), np.array([wp * cp4, row, 0], np.int64))
-    table += np.array([(top * wp + left) * cp4, 0, geo.w], np.int64)
-    if geo.n > 1 and hp != h:  # the padded images are (hp - h) rows apart more than the input's
-        table[:, 0] += (np.arange(geo.n * h, dtype=np.int64) // h) * ((hp - h) * wp * cp4)
-    return table
+    wp, cp4, h = geo.wp, geo.cp * 4, geo.h
+    fill = 0xFF800000 if geo.mode == "max" else 0  # float32 -inf: padding never wins a maximum
+    return np.array([top * wp * cp4, wp * cp4, geo.w * (in_pitch or geo.c) * 4, geo.w, h, (geo.hp - h) * wp * cp4,
+                     left, wp - geo.w - left, fill], np.int64)
 
 
 def copy_key(geo: ConvGeometry, in_pitch: int = 0) -> tuple[int, ...]:
@@ -1568,25 +1571,50 @@ def copy_key(geo: ConvGeometry, in_pitch: int = 0) -> tuple[int, ...]:
 
 
 def build_copy_kernel(channels: tuple[int, ...], ops: tuple[tuple[str, bool], ...]) -> JitFunction:
-    """``copy(unused, args, start, count)``: input rows ``start .. start+count`` of a contiguous NHWC input (of
-    ``channels`` = ``copy_key``: the input's channels and the buffer's per pixel) into the padded buffer, each
-    where its copy-table row says, through ``ops`` ((name in :data:`PRE_OP_INSTRUCTIONS`, whether it has a per-channel vector);
-    a vector-less ``maximum`` is Relu), vectorized over the channels. ``args`` = [src, dst, copy table, the
-    per-channel vectors (whole zmm, in ``ops`` order)]."""
+    """``copy(unused, args, start, count)``: input rows ``start .. start+count`` (of every image's, in order) of a
+    contiguous NHWC input (of ``channels`` = ``copy_key``: the input's channels and the buffer's per pixel) into the
+    padded buffer, through ``ops`` ((name in :data:`PRE_OP_INSTRUCTIONS`, whether it has a per-channel vector); a
+    vector-less ``maximum`` is Relu), vectorized over the channels, each row's left and right border pixels written
+    with the header's fill. Where a row goes and comes from is worked out from its index and the copy header
+    (``copy_header``): the first row's from a division by the rows of an image, the next ones by one row's step (and
+    the gap between images after an image's last). ``args`` = [src, dst, copy header, the per-channel vectors (whole
+    zmm, in ``ops`` order)]."""
     if sum(has for _, has in ops) > len(_COPY_VEC_REGS):
         raise AssertionError("more vector pre-ops than pointer registers: ConvExecutor copies with numpy then")
     c, cp, *wider = channels
     pitch = wider[0] if wider else c  # the input's channels per pixel
     fn = Function("conv_copy", args=("unused", "args", "start", "count"))
-    nvec = -(-c // VEC)
-    rem = c - (nvec - 1) * VEC
+    nvec, nvp = -(-c // VEC), -(-cp // VEC)
+    rem, rem_p = c - (nvec - 1) * VEC, cp - (nvp - 1) * VEC  # (a buffer's pixel may be narrower than a zmm)
     fn.mov(r12d, (1 << rem) - 1)
     fn.kmovw(k1, r12d)
-    fn.imul(r15, rdx, COPY_ROW * 8)
-    fn.add(r15, qword[rsi + 16])
+    fn.mov(r12d, (1 << rem_p) - 1)
+    fn.kmovw(k2, r12d)
     fn.mov(r14, rcx)
     fn.test(r14, r14)
     fn.jz(fn.exit)
+    fn.mov(r15, qword[rsi + 16])
+    # the first row's pointers: source start * src_row on; destination its image's (whole images, rows * dst_row +
+    # gap, skipped one at a time: a chunk starts once) plus its row's; rdx keeps the row in the image (no div here)
+    fn.mov(rbx, rdx)
+    fn.imul(rbx, qword[r15 + CH_SRC_ROW * 8])
+    fn.add(rbx, qword[rsi + ARG_SRC * 8])
+    fn.mov(r9, qword[rsi + 8])
+    fn.add(r9, qword[r15 + CH_DST_FIRST * 8])
+    fn.mov(r12, qword[r15 + CH_ROWS * 8])
+    fn.imul(r12, qword[r15 + CH_DST_ROW * 8])
+    fn.add(r12, qword[r15 + CH_IMAGE_GAP * 8])
+    images, first_row = fn.new_label("images"), fn.new_label("first_row")
+    fn.bind(images)
+    fn.cmp(rdx, qword[r15 + CH_ROWS * 8])
+    fn.jb(first_row)
+    fn.sub(rdx, qword[r15 + CH_ROWS * 8])
+    fn.add(r9, r12)
+    fn.jmp(images)
+    fn.bind(first_row)
+    fn.mov(r12, rdx)
+    fn.imul(r12, qword[r15 + CH_DST_ROW * 8])
+    fn.add(r9, r12)
     ptrs = []
     for i, (_, has) in enumerate(ops):
         if has:
@@ -1595,15 +1623,31 @@ def build_copy_kernel(channels: tuple[int, ...], ops: tuple[tuple[str, bool], ..
             ptrs.append(reg)
         else:
             ptrs.append(None)
-    zero, x = ZMM[31], ZMM[0]
+    zero, x, fill = ZMM[31], ZMM[0], ZMM[30]
     fn.vxorps(zero, zero, zero)
-    rows, pixels = fn.new_label("rows"), fn.new_label("pixels")
+    fn.vbroadcastss(fill, dword[r15 + CH_FILL * 8])
+
+    def border(field: int) -> None:
+        """The row's border pixels of header word ``field`` (left or right), ``fill`` in every lane, r9 past them."""
+        done, loop = fn.new_label("border_done"), fn.new_label("border")
+        fn.mov(rsi, qword[r15 + field * 8])
+        fn.test(rsi, rsi)
+        fn.jz(done)
+        fn.bind(loop)
+        for v in range(nvp):
+            dst = zword[r9 + v * 64]
+            fn.vmovups(dst.mask(k2) if v == nvp - 1 and rem_p != VEC else dst, fill)
+        fn.add(r9, cp * 4)
+        fn.dec(rsi)
+        fn.jnz(loop)
+        fn.bind(done)
+
+    rows, pixels, row_end, same_image = (fn.new_label(n) for n in ("rows", "pixels", "row_end", "same_image"))
     fn.bind(rows)
-    fn.mov(r9, qword[r15])
-    fn.add(r9, qword[rsi + 8])
-    fn.mov(rbx, qword[r15 + 8])
-    fn.add(rbx, qword[rsi + ARG_SRC * 8])
-    fn.mov(r12, qword[r15 + 16])
+    border(CH_LEFT)
+    fn.mov(r12, qword[r15 + CH_PIXELS * 8])
+    fn.test(r12, r12)
+    fn.jz(row_end)
     fn.bind(pixels)
     for v in range(nvec):
         last = v == nvec - 1 and rem != VEC
@@ -1618,7 +1662,14 @@ def build_copy_kernel(channels: tuple[int, ...], ops: tuple[tuple[str, bool], ..
     fn.add(r9, cp * 4)
     fn.dec(r12)
     fn.jnz(pixels)
-    fn.add(r15, COPY_ROW * 8)
+    fn.bind(row_end)
+    border(CH_RIGHT)  # r9: the next row's left border (its image's), or past this image's last row
+    fn.inc(rdx)
+    fn.cmp(rdx, qword[r15 + CH_ROWS * 8])
+    fn.jne(same_image)
+    fn.xor(rdx, rdx)
+    fn.add(r9, qword[r15 + CH_IMAGE_GAP * 8])
+    fn.bind(same_image)
     fn.dec(r14)
     fn.jnz(rows)
     return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64))

@@ -21,7 +21,7 @@ import numpy as np
 from snippets_x86_64.aligned import ALIGN, empty_aligned, zeros_aligned
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
-    build_global_finish_kernel, choose_planar, copy_key, covers, copy_table, finish_args, flat_pixels, kernel_key, \
+    build_global_finish_kernel, choose_planar, copy_header, copy_key, covers, finish_args, flat_pixels, kernel_key, \
     pack_channels, table_spec, with_dims, work_table
 from snippets_x86_64.native_pool import SplitCalls, native_pool, split_items
 from snippets_x86_64.row_copy import planar_copy
@@ -196,13 +196,13 @@ class ConvExecutor:
                                  if v is not None]
             spec = (copy_key(geo, self.copy_pitch), tuple((name, v is not None) for name, v in self.pre_op_spec))
             self.copy = FUNCTION_CACHE.get("conv_copy", spec, lambda: build_copy_kernel(*spec), HARNESS_ARGTYPES)
-        self.copy_table, table_address, copy_chunks = fields.copy(self.copy_pitch)
+        self.copy_header, header_address, copy_chunks = fields.copy(self.copy_pitch)
         if prepared is not None and prepared.copy is self.copy and len(copy_chunks) == len(prepared.copy_chunks):
             self.copy_call = prepared.copy_call
         else:
             self.copy_call = self.calls.get(self.copy, 3 + len(self.copy_vectors), copy_chunks)
         self.copy_chunks = copy_chunks
-        self.copy_words = [0, 0, table_address, *(data_address(v) for v in self.copy_vectors)]
+        self.copy_words = [0, 0, header_address, *(data_address(v) for v in self.copy_vectors)]
 
     def _keep(self, a: np.ndarray) -> np.ndarray:
         """``a`` in memory made once: aligned whatever its size (a depthwise panel is small); a freshly packed array
@@ -323,6 +323,8 @@ class ConvExecutor:
                 self._apply_pre_ops(xt, inner)
             else:
                 inner[...] = xt
+            if self.copy is not None:  # ``take`` left the sides to the copy kernel, which did not run
+                fill_sides(xp, g, -np.inf if g.mode == "max" else 0.0)
             src = xp
         res = None
         if self.has_residual:
@@ -384,7 +386,8 @@ class ShapeFields:
     tables, and a size seen by another primitive (the blocks of a stage) makes none."""
 
     __slots__ = ("kernel_geo", "kernel_key", "table_spec", "table", "table_address", "unpadded", "out_shape",
-                 "work_ns", "chunks", "_copies", "_threads", "geo", "record", "_in_place")
+                 "work_ns", "chunks", "_copy_pitch", "_copy", "_copies", "_threads", "geo", "record", "_plain",
+                 "_with_residual")
 
     def __init__(self, ex: ConvExecutor, geo: ConvGeometry, prepared: ConvExecutor | None, weight_bytes: int) -> None:
         self.kernel_geo = kgeo = flat_pixels(geo)
@@ -410,7 +413,11 @@ class ShapeFields:
         self.work_ns = work_ns = estimated_ns(geo, weight_bytes)
         self.chunks = chunks = _split(len(table), 1 if threads == 1 else
                                       max(1, min(threads, int(work_ns // PARALLEL_MIN_NS))))
-        self._copies: dict[int, tuple[np.ndarray, int, list[tuple[int, int]]]] = {}
+        # the copy of the one input pitch a geometry meets in practice (``copy``): slots, no dict per geometry (a new
+        # shape's tracked objects are what the collector's young collections walk)
+        self._copy_pitch: int | None = None
+        self._copy: tuple[np.ndarray, int, list[tuple[int, int]]] | None = None
+        self._copies: dict[int, tuple[np.ndarray, int, list[tuple[int, int]]]] | None = None
         #: the geometry these fields are of (the executor's ``geo``)
         self._threads, self.geo = threads, geo
         #: what an executor of this geometry takes as it is (one ``dict.update`` on a new shape): ``kernel_geo``, the
@@ -424,12 +431,13 @@ class ShapeFields:
                        "work_ns": work_ns, "chunks": chunks, "xp": None, "finish": None, "_rows": None,
                        "reorders": 0, "_in_place": None}
         #: ``in_place_path``'s tuple of this geometry without and with a residual (made on the first call asking)
-        self._in_place: list[tuple | None] = [None, None]
+        self._plain: tuple | None = None
+        self._with_residual: tuple | None = None
 
     def in_place(self, residual: bool) -> tuple:
         """``in_place_path`` for a primitive of this geometry that has no reason of its own to copy its input (pre-ops,
         a Concat's input pitch, a test's ``alloc``): made once per geometry and residual, not per executor."""
-        made = self._in_place[residual]
+        made = self._with_residual if residual else self._plain
         if made is None:
             g = self.geo
             if not self.unpadded or g.mo != g.m or g.global_pool is not None:  # a copy, a Concat slice, a finish
@@ -440,20 +448,31 @@ class ShapeFields:
                 made = (g, (g.h * g.w * g.c * 4, 4, g.w * g.c * 4, g.c * 4), out_strides if residual else None,
                         n * oh * ow * m * 4 + ALIGN, (n, m, oh, ow), out_strides,
                         deferred_chunks(self.chunks, self.work_ns))
-            self._in_place[residual] = made
+            if residual:
+                self._with_residual = made
+            else:
+                self._plain = made
         return made
 
     def copy(self, pitch: int) -> tuple[np.ndarray, int, list[tuple[int, int]]]:
-        """The copy table of an input whose pixels are ``pitch`` channels apart, its address and the copy's chunks
-        (a memory-bound pass: both threads only when it is large)."""
-        made = self._copies.get(pitch)
+        """The copy header (``copy_header``: the kernel works out each row from it) of an input whose pixels are
+        ``pitch`` channels apart, its address and the copy's chunks (a memory-bound pass: both threads only when it
+        is large). One pitch per geometry in practice: kept in two slots, a dict only for a second pitch."""
+        if self._copy_pitch == pitch:
+            return self._copy
+        made = self._copies.get(pitch) if self._copies is not None else None
         if made is None:
             geo = self.geo
-            table = copy_table(geo, pitch)
-            table.flags.writeable = False
+            header = copy_header(geo, pitch)
+            header.flags.writeable = False
             big = geo.n * geo.h * geo.w * geo.c >= 1 << 14
-            made = self._copies[pitch] = (table, data_address(table), _split(geo.n * geo.h,
-                                                                              self._threads if big else 1))
+            made = (header, data_address(header), _split(geo.n * geo.h, self._threads if big else 1))
+            if self._copy_pitch is None:
+                self._copy_pitch, self._copy = pitch, made
+            else:
+                if self._copies is None:
+                    self._copies = {}
+                self._copies[pitch] = made
         return made
 
 
@@ -556,15 +575,24 @@ class PaddedBuffer:
             fresh = False
         xp = st[:size].reshape(shape)
         if not fresh:  # the border only: the interior is what the copy writes
-            rows, cols = (xp.transpose(0, 2, 3, 1) if g.planar else xp), g.w
-            top, left = (0, 0) if g.depthwise else (g.pt, g.pl)
+            rows = xp.transpose(0, 2, 3, 1) if g.planar else xp
+            top = 0 if g.depthwise else g.pt
             rows[:, :top] = fill
             rows[:, top + g.h:] = fill
-            inner = rows[:, top:top + g.h]
-            inner[:, :, :left] = fill
-            inner[:, :, left + cols:] = fill
+            if ex.copy is None:  # (the copy kernel writes each row's left and right border at every call)
+                fill_sides(xp, g, fill)
         self.owner = ex
         return xp
+
+
+def fill_sides(xp: np.ndarray, g: ConvGeometry, fill: float) -> None:
+    """The left and right border pixels of the interior rows of the padded buffer ``xp`` (of geometry ``g``) set to
+    ``fill``: what the copy kernel writes at each call, for a copy made by numpy."""
+    rows = xp.transpose(0, 2, 3, 1) if g.planar else xp
+    top, left = (0, 0) if g.depthwise else (g.pt, g.pl)
+    inner = rows[:, top:top + g.h]
+    inner[:, :, :left] = fill
+    inner[:, :, left + g.w:] = fill
 
 
 def estimated_ns(geo: ConvGeometry, weight_bytes: int) -> float:

@@ -579,6 +579,34 @@ SHARED_BUFFER = [
 ]
 
 
+@pytest.mark.parametrize("pads", [(1, 1, 1, 1), (2, 0, 1, 3), (0, 2, 3, 1)])
+def test_copy_kernel_rows_and_borders_for_alternating_shapes(pads: tuple) -> None:
+    """The input copy works out each row's place from its index and the copy header (``copy_header``: no table per
+    shape) and writes each row's left and right border itself (``PaddedBuffer.take`` rewrites only the top and bottom
+    rows on a shape change): alternating shapes (N 1-3, both threads' chunks starting inside an image) on one shared
+    buffer, each with large values where the next shape's border lies, give the float64 oracle's numbers, and the
+    whole padded buffer holds the input inside and zeros around it (no row of another shape left in a border)."""
+    c, m, k = 32, 16, (3, 3)
+    rng = np.random.default_rng(sum(pads))
+    w = rng.standard_normal((m, c, *k)).astype(np.float32)
+    pt, pl, pb, pr = pads
+    first = None
+    for n, h, wd in [(1, 23, 19), (3, 11, 17), (2, 25, 21), (3, 11, 17), (1, 9, 30), (2, 25, 21), (1, 23, 19)]:
+        x = (rng.standard_normal((n, c, h, wd)) * 1000).astype(np.float32)
+        want = conv_f64(x, w, 1, (1, 1), (1, 1), pads)
+        geo = geometry(x, w, want, 1, (1, 1), (1, 1), pads)
+        if first is None:
+            first = ConvExecutor(geo, w, None, None, num_threads=2, dynamic=True)
+        ex = first.for_shape(geo)
+        assert ex.copy is not None and len(ex.copy_chunks) == (2 if n * h * wd * c >= 1 << 14 else 1)
+        nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)  # read by the JIT copy
+        np.testing.assert_allclose(ex.run(nhwc), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+        g = ex.geo
+        padded = np.zeros((n, g.hp, g.wp, g.cp), np.float32)
+        padded[:, pt:pt + h, pl:pl + wd, :c] = x.transpose(0, 2, 3, 1)
+        np.testing.assert_array_equal(first.pad.storage[:padded.size].reshape(padded.shape), padded)
+
+
 @pytest.mark.parametrize("case", SHARED_BUFFER, ids=[str(i) for i in range(len(SHARED_BUFFER))])
 @pytest.mark.parametrize("at", ["end", "start", None])
 def test_shapes_share_one_padded_buffer(case: tuple, at: str | None) -> None:
