@@ -1543,25 +1543,30 @@ _COPY_VEC_REGS = (r8, r10, r11, r13, rax, rcx, rdi, rbp)
 
 
 #: the copy header's words (int64; ``copy_header``): the byte offset in the padded buffer of image 0's first interior
-#: row (its left border included), the buffer's row and the input's row in bytes, the pixels of a row, the rows of an
-#: image, the bytes between the end of an image's last interior row and the next image's first (its bottom and the
-#: next one's top border rows), the left and right border pixels of a row, the border's float32 bits
-COPY_HEADER = ("dst_first", "dst_row", "src_row", "pixels", "rows", "image_gap", "left", "right", "fill")
-(CH_DST_FIRST, CH_DST_ROW, CH_SRC_ROW, CH_PIXELS, CH_ROWS, CH_IMAGE_GAP, CH_LEFT, CH_RIGHT,
- CH_FILL) = range(len(COPY_HEADER))
+#: row (its left border included; the bytes of an image's top border rows), the buffer's row and the input's row in
+#: bytes, the pixels of a row, the rows of an image, the bytes between the end of an image's last interior row and the
+#: next image's first (its bottom and the next one's top border rows), the left and right border pixels of a row, the
+#: border's float32 bits, the top and bottom border pixels of an image
+COPY_HEADER = ("dst_first", "dst_row", "src_row", "pixels", "rows", "image_gap", "left", "right", "fill", "top",
+               "bottom")
+(CH_DST_FIRST, CH_DST_ROW, CH_SRC_ROW, CH_PIXELS, CH_ROWS, CH_IMAGE_GAP, CH_LEFT, CH_RIGHT, CH_FILL, CH_TOP,
+ CH_BOTTOM) = range(len(COPY_HEADER))
 
 
 def copy_header(geo: ConvGeometry, in_pitch: int = 0) -> np.ndarray:
     """The copy kernel's runtime geometry (``COPY_HEADER``): it works out each input row's source and destination from
-    the row's index, so a new image size makes these 9 words, not a table of a row per (image, input row), and the
+    the row's index, so a new image size makes these 11 words, not a table of a row per (image, input row), and the
     kernel depends on the channels alone (``copy_key``). ``in_pitch``: the input's pixels are that many channels apart
-    (0: ``geo.c``; see ``copy_key``). The kernel writes each row's left and right border pixels too (the ``fill``:
-    0, or -inf for a maximum), so a new shape's ``PaddedBuffer.take`` rewrites only the top and bottom rows."""
+    (0: ``geo.c``; see ``copy_key``). The kernel writes the border too (each row's left and right pixels, an image's
+    top rows before its first row and bottom rows after its last, with the ``fill``: 0, or -inf for a maximum): a
+    buffer another shape used holds that shape's rows where this one has its border, and a new shape's
+    ``PaddedBuffer.take`` then writes nothing (a few rows of stores per call, in the stream the copy writes anyway,
+    where ``take`` wrote them cold, 13-20 us per primitive in ResNet-50's new-shape call)."""
     top, left = (0, 0) if geo.depthwise else (geo.pt, geo.pl)
     wp, cp4, h = geo.wp, geo.cp * 4, geo.h
     fill = 0xFF800000 if geo.mode == "max" else 0  # float32 -inf: padding never wins a maximum
     return np.array([top * wp * cp4, wp * cp4, geo.w * (in_pitch or geo.c) * 4, geo.w, h, (geo.hp - h) * wp * cp4,
-                     left, wp - geo.w - left, fill], np.int64)
+                     left, wp - geo.w - left, fill, top * wp, (geo.hp - h - top) * wp], np.int64)
 
 
 def copy_key(geo: ConvGeometry, in_pitch: int = 0) -> tuple[int, ...]:
@@ -1574,8 +1579,8 @@ def build_copy_kernel(channels: tuple[int, ...], ops: tuple[tuple[str, bool], ..
     """``copy(unused, args, start, count)``: input rows ``start .. start+count`` (of every image's, in order) of a
     contiguous NHWC input (of ``channels`` = ``copy_key``: the input's channels and the buffer's per pixel) into the
     padded buffer, through ``ops`` ((name in :data:`PRE_OP_INSTRUCTIONS`, whether it has a per-channel vector); a
-    vector-less ``maximum`` is Relu), vectorized over the channels, each row's left and right border pixels written
-    with the header's fill. Where a row goes and comes from is worked out from its index and the copy header
+    vector-less ``maximum`` is Relu), vectorized over the channels, the border pixels around them written with the
+    header's fill (each row's left and right ones, an image's top and bottom rows with its first and last row). Where a row goes and comes from is worked out from its index and the copy header
     (``copy_header``): the first row's from a division by the rows of an image, the next ones by one row's step (and
     the gap between images after an image's last). ``args`` = [src, dst, copy header, the per-channel vectors (whole
     zmm, in ``ops`` order)]."""
@@ -1627,23 +1632,30 @@ def build_copy_kernel(channels: tuple[int, ...], ops: tuple[tuple[str, bool], ..
     fn.vxorps(zero, zero, zero)
     fn.vbroadcastss(fill, dword[r15 + CH_FILL * 8])
 
-    def border(field: int) -> None:
-        """The row's border pixels of header word ``field`` (left or right), ``fill`` in every lane, r9 past them."""
+    def border(field: int, at: Any = r9) -> None:
+        """The border pixels of header word ``field``, ``fill`` in every lane, from ``at`` on (and past them)."""
         done, loop = fn.new_label("border_done"), fn.new_label("border")
-        fn.mov(rsi, qword[r15 + field * 8])
-        fn.test(rsi, rsi)
+        fn.mov(r12, qword[r15 + field * 8])
+        fn.test(r12, r12)
         fn.jz(done)
         fn.bind(loop)
         for v in range(nvp):
-            dst = zword[r9 + v * 64]
+            dst = zword[at + v * 64]
             fn.vmovups(dst.mask(k2) if v == nvp - 1 and rem_p != VEC else dst, fill)
-        fn.add(r9, cp * 4)
-        fn.dec(rsi)
+        fn.add(at, cp * 4)
+        fn.dec(r12)
         fn.jnz(loop)
         fn.bind(done)
 
-    rows, pixels, row_end, same_image = (fn.new_label(n) for n in ("rows", "pixels", "row_end", "same_image"))
+    rows, pixels, row_end, same_image, inside = (fn.new_label(n) for n in ("rows", "pixels", "row_end",
+                                                                          "same_image", "inside"))
     fn.bind(rows)
+    fn.test(rdx, rdx)
+    fn.jnz(inside)
+    fn.mov(rsi, r9)  # an image's first row: its top border rows, just before it
+    fn.sub(rsi, qword[r15 + CH_DST_FIRST * 8])
+    border(CH_TOP, rsi)
+    fn.bind(inside)
     border(CH_LEFT)
     fn.mov(r12, qword[r15 + CH_PIXELS * 8])
     fn.test(r12, r12)
@@ -1668,7 +1680,8 @@ def build_copy_kernel(channels: tuple[int, ...], ops: tuple[tuple[str, bool], ..
     fn.cmp(rdx, qword[r15 + CH_ROWS * 8])
     fn.jne(same_image)
     fn.xor(rdx, rdx)
-    fn.add(r9, qword[r15 + CH_IMAGE_GAP * 8])
+    border(CH_BOTTOM)  # an image's last row: its bottom border rows, then past the next image's top ones
+    fn.add(r9, qword[r15 + CH_DST_FIRST * 8])
     fn.bind(same_image)
     fn.dec(r14)
     fn.jnz(rows)

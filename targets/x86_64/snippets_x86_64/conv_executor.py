@@ -323,8 +323,8 @@ class ConvExecutor:
                 self._apply_pre_ops(xt, inner)
             else:
                 inner[...] = xt
-            if self.copy is not None:  # ``take`` left the sides to the copy kernel, which did not run
-                fill_sides(xp, g, -np.inf if g.mode == "max" else 0.0)
+            if self.copy is not None:  # ``take`` left the border to the copy kernel, which did not run
+                fill_border(xp, g, -np.inf if g.mode == "max" else 0.0)
             src = xp
         res = None
         if self.has_residual:
@@ -574,22 +574,19 @@ class PaddedBuffer:
         else:
             fresh = False
         xp = st[:size].reshape(shape)
-        if not fresh:  # the border only: the interior is what the copy writes
-            rows = xp.transpose(0, 2, 3, 1) if g.planar else xp
-            top = 0 if g.depthwise else g.pt
-            rows[:, :top] = fill
-            rows[:, top + g.h:] = fill
-            if ex.copy is None:  # (the copy kernel writes each row's left and right border at every call)
-                fill_sides(xp, g, fill)
+        if not fresh and ex.copy is None:  # (the copy kernel writes the border at every call: ``copy_header``)
+            fill_border(xp, g, fill)  # the border only: the interior is what the copy writes
         self.owner = ex
         return xp
 
 
-def fill_sides(xp: np.ndarray, g: ConvGeometry, fill: float) -> None:
-    """The left and right border pixels of the interior rows of the padded buffer ``xp`` (of geometry ``g``) set to
-    ``fill``: what the copy kernel writes at each call, for a copy made by numpy."""
+def fill_border(xp: np.ndarray, g: ConvGeometry, fill: float) -> None:
+    """The border of the padded buffer ``xp`` (of geometry ``g``) set to ``fill``, where another shape's rows may lie:
+    what the copy kernel writes at each call, for a copy made by numpy."""
     rows = xp.transpose(0, 2, 3, 1) if g.planar else xp
     top, left = (0, 0) if g.depthwise else (g.pt, g.pl)
+    rows[:, :top] = fill
+    rows[:, top + g.h:] = fill
     inner = rows[:, top:top + g.h]
     inner[:, :, :left] = fill
     inner[:, :, left + g.w:] = fill
