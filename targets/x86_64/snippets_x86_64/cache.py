@@ -356,14 +356,17 @@ class ShapeCache:
             ex = self.make(shape, None)
             self._first = ex
         else:
-            built = FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"]
+            stats = FUNCTION_CACHE.stats
+            built = stats["miss"] + stats["disk"]
             ex = self.make(shape, self._first)
-            self.compiles += FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"] - built
+            self.compiles += stats["miss"] + stats["disk"] - built
+        executors = self.executors
         with self._lock:
-            self.executors[shape] = ex
-            while len(self.executors) > SHAPE_CACHE:
-                if self.executors.popitem(last=False)[0] == self._last[0]:
-                    self._last = (None, None)
+            executors[shape] = ex
+            if len(executors) > SHAPE_CACHE:
+                while len(executors) > SHAPE_CACHE:
+                    if executors.popitem(last=False)[0] == self._last[0]:
+                        self._last = (None, None)
         return ex
 
     def output_shape(self, shape: tuple[int, ...], ex: Any) -> tuple[int, ...] | None:
@@ -406,9 +409,13 @@ class ShapeCache:
             for nxt in cache._consumers():
                 if out not in nxt.executors:
                     try:
-                        todo.append((nxt, out, nxt._made(out)))
+                        made = nxt._made(out)
                     except SnippetsError:  # a shape the primitive refuses: its own call will say so, if it comes
                         continue
+                    # its call comes next with this shape (the most recently used already): answered from ``_last``,
+                    # no lock, no reorder of the LRU
+                    nxt._last = (out, made)
+                    todo.append((nxt, out, made))
 
     #: what the executors run, for describe()
     kind = "a table per input shape"

@@ -236,8 +236,42 @@ class ConvExecutor:
         ex = object.__new__(cls)
         if divisor is not None:
             ex.w, ex.packed = divisor, self._keep(divisor.ravel())
-        ex._set_shape(geo, self, fields)
+            ex._set_shape(geo, self, fields)
+        elif fields is None or not ex._shape_like(self, geo, fields):
+            ex._set_shape(geo, self, fields)
         return ex
+
+    def _shape_like(self, first: ConvExecutor, geo: ConvGeometry, fields: ShapeFields) -> bool:
+        """``_set_shape`` for a new executor of ``first``'s shape class (its class attributes are ``first``'s fields)
+        in the common case of a dynamic primitive (``first``'s kernel, weights, dispatch call and copy kernel, no
+        global pool finish): only what differs from ``first``'s is stored in the instance (a smaller dict to make and
+        for the collector to walk). False, having stored nothing, when the case is another (``_set_shape`` then)."""
+        kgeo = fields.kernel_geo
+        copies = not (fields.unpadded and not self.pre_ops or geo.planar or self.numpy_copy)
+        if not self.dynamic or geo.global_pool is not None or kgeo.depthwise and fields.kernel_key != first.kernel_key \
+                or copies and (first.copy is None or first.copy_pitch != self.copy_pitch):
+            return False
+        d = self.__dict__
+        d.update(fields.record)  # the geometry's (shared, read-only) fields and the per-shape resets
+        d["fields"], d["geo"] = fields, geo
+        unpadded = fields.unpadded and not self.pre_ops
+        if unpadded != first.unpadded:
+            d["unpadded"] = unpadded
+        chunks = fields.chunks
+        if len(chunks) != len(first.chunks):
+            d["call"] = self.calls.get(self.kernel, ARG_POST + len(self.channel_data), chunks)
+        if not copies:
+            if first.copy is not None:
+                d["copy"] = None
+            return True
+        header, header_address, copy_chunks = fields.copy(self.copy_pitch)
+        if len(copy_chunks) != len(first.copy_chunks):
+            d["copy_call"] = self.calls.get(self.copy, 3 + len(self.copy_vectors), copy_chunks)
+        d["copy_header"], d["copy_chunks"] = header, copy_chunks
+        words = first.copy_words.copy()  # (the pre-op vectors' addresses: the same)
+        words[2] = header_address
+        d["copy_words"] = words
+        return True
 
     @property
     def result_shape(self) -> tuple[int, ...]:
