@@ -276,8 +276,7 @@ class ConvExecutor:
     @property
     def result_shape(self) -> tuple[int, ...]:
         """The shape of what ``run`` returns (NCHW: an [N, M, Ho, Wo] view, [N, M, 1, 1] with a global pool)."""
-        g = self.geo
-        return (g.n, g.m, 1, 1) if g.global_pool is not None else (g.n, g.m, g.out_h, g.out_w)
+        return self.fields.nchw  # (the geometry's tuple: a new shape's burst makes none)
 
     def _padded_buffer(self) -> np.ndarray:
         """A padded input buffer of this shape's own, with its border (a call from a second Python thread while
@@ -419,7 +418,7 @@ class ShapeFields:
     process for each geometry: ResNet-50's 53 convolutions have 20-odd geometries, so a new image size makes 20-odd
     tables, and a size seen by another primitive (the blocks of a stage) makes none."""
 
-    __slots__ = ("kernel_geo", "kernel_key", "table_spec", "table", "table_address", "unpadded", "out_shape",
+    __slots__ = ("kernel_geo", "kernel_key", "table_spec", "table", "table_address", "unpadded", "out_shape", "nchw",
                  "work_ns", "chunks", "_copy_pitch", "_copy", "_copies", "_threads", "geo", "record", "_plain",
                  "_with_residual")
 
@@ -441,6 +440,9 @@ class ShapeFields:
         self.unpadded = not planar and geo.hp == geo.h and geo.wp == geo.w
         n, m = geo.n, geo.m
         self.out_shape = out_shape = (n, m, 1, 1) if geo.global_pool is not None else (n, geo.out_h, geo.out_w, m)
+        #: the NCHW shape of what ``run`` returns (``result_shape``): one tuple for the in-place path's output and the
+        #: next primitive's input shape (``ShapeCache.ahead``'s key there), not one made by each
+        self.nchw = out_shape if geo.global_pool is not None else (n, m, geo.out_h, geo.out_w)
         # split when each thread gets PARALLEL_MIN_NS of estimated work: a hand-over to a spinning worker costs
         # 1-2 us, so a depthwise conv of 15 us gains from a second thread, where the flops alone (half a dense
         # conv's rate) kept it on one
@@ -480,7 +482,7 @@ class ShapeFields:
                 n, oh, ow, m = g.n, g.out_h, g.out_w, g.m
                 out_strides = (oh * ow * m * 4, 4, ow * m * 4, m * 4)
                 made = (g, (g.h * g.w * g.c * 4, 4, g.w * g.c * 4, g.c * 4), out_strides if residual else None,
-                        n * oh * ow * m * 4 + ALIGN, (n, m, oh, ow), out_strides,
+                        n * oh * ow * m * 4 + ALIGN, self.nchw, out_strides,
                         deferred_chunks(self.chunks, self.work_ns))
             if residual:
                 self._with_residual = made
@@ -545,9 +547,12 @@ def shape_fields(ex: ConvExecutor, geo: ConvGeometry, prepared: ConvExecutor | N
     return fields
 
 
-#: (primitive signature, input shape) -> the ``ShapeFields`` of its final geometry (``ShapeFields.geo``): a primitive
+#: primitive signature -> input shape -> the ``ShapeFields`` of its final geometry (``ShapeFields.geo``): a primitive
 #: meeting a shape that another of its signature met (the blocks of a stage) resolves no window and hashes no geometry
-_SHAPES: dict[tuple[int, tuple[int, ...]], ShapeFields] = {}
+#: (a dict per signature: the input shape, already made, is the key, no (signature, shape) tuple per entry)
+_SHAPES: dict[int, dict[tuple[int, ...], ShapeFields]] = {}
+#: entries in ``_SHAPES``' dicts
+_shapes_kept = 0
 #: primitive signatures (everything but the input shape that its geometry and ``ShapeFields`` depend on) -> small ints
 _SIGNATURES: dict[tuple, int] = {}
 
@@ -561,18 +566,29 @@ def signature(spec: tuple) -> int:
     return sig
 
 
-def shared_shape(key: tuple[int, tuple[int, ...]]) -> ShapeFields | None:
-    """The ``ShapeFields`` (its ``geo`` the final geometry) a primitive of signature ``key[0]`` has for the input shape
-    ``key[1]``, when one was made (``keep_shape``)."""
-    return _SHAPES.get(key)
+def shared_shape(sig: int, x_shape: tuple[int, ...]) -> ShapeFields | None:
+    """The ``ShapeFields`` (its ``geo`` the final geometry) a primitive of signature ``sig`` has for the input shape
+    ``x_shape``, when one was made (``keep_shape``)."""
+    shapes = _SHAPES.get(sig)
+    return None if shapes is None else shapes.get(x_shape)
 
 
-def keep_shape(key: tuple[int, tuple[int, ...]], ex: ConvExecutor) -> None:
-    """Remember ``ex``'s ``ShapeFields`` for the primitives of ``key``'s signature and input shape."""
+def keep_shape(sig: int, x_shape: tuple[int, ...], ex: ConvExecutor) -> None:
+    """Remember ``ex``'s ``ShapeFields`` for the primitives of signature ``sig`` and input shape ``x_shape`` (past
+    ``SHAPE_FIELDS_ENTRIES`` in all, every signature's oldest shape is dropped)."""
+    global _shapes_kept
     with _SHAPE_FIELDS_LOCK:
-        _SHAPES[key] = ex.fields
-        while len(_SHAPES) > SHAPE_FIELDS_ENTRIES:
-            del _SHAPES[next(iter(_SHAPES))]
+        shapes = _SHAPES.get(sig)
+        if shapes is None:
+            shapes = _SHAPES[sig] = {}
+        if x_shape not in shapes:
+            _shapes_kept += 1
+        shapes[x_shape] = ex.fields
+        if _shapes_kept > SHAPE_FIELDS_ENTRIES:
+            for kept in _SHAPES.values():
+                if kept:
+                    del kept[next(iter(kept))]
+                    _shapes_kept -= 1
 
 
 class PaddedBuffer:

@@ -35,6 +35,8 @@ FALLBACK_REASON_KEY = "SnippetsFallbackReason"
 CONV_OPS = ("Convolution", "ConvolutionBackpropData")
 #: input sizes per spatial axis whose output size and pad a dynamic primitive keeps (``ConvPlan._axis``)
 AXIS_SIZES = 1024
+#: ``ConvPlan._axis``' packing of (output size, leading pad) into one int: pads are below it
+AXIS_PACK = 1 << 20
 
 
 class ConvUnsupported(Exception):
@@ -147,14 +149,13 @@ class ConvPlan:
             sig = first.__dict__.get("shape_sig")
             if sig is None:
                 sig = first.shape_sig = self._signature(first)
-            key = (sig, x_shape)
-            made = shared_shape(key)
+            made = shared_shape(sig, x_shape)
             if made is not None:
                 return first.with_fields(made.geo, made)
             geo = self.shape_geometry(first, x_shape)
             # (``_SHAPES`` is the one cache of this signature's shapes: no second lookup by the geometry's hash)
             ex = first.with_fields(geo, new_shape_fields(first, geo))
-            keep_shape(key, ex)
+            keep_shape(sig, x_shape, ex)
             return ex
         if isinstance(first, ConvThenPool):
             geo = self.shape_geometry(first.conv, x_shape)  # (its pool is not the conv's epilogue)
@@ -187,22 +188,24 @@ class ConvPlan:
                          pool=replace(pk, ho=max(0, (ho - pk.kh) // pk.sh + 1), wo=max(0, (wo - pk.kw) // pk.sw + 1)))
 
     @functools.cached_property
-    def _axes(self) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]]:
-        """Per spatial axis: input size -> (output size, leading pad), the window's arithmetic (``_axis``)."""
+    def _axes(self) -> tuple[dict[int, int], dict[int, int]]:
+        """Per spatial axis: input size -> output size and leading pad in one int (``_axis``), the window's
+        arithmetic."""
         return {}, {}
 
     def _axis(self, i: int, size: int) -> tuple[int, int]:
         """(output size, leading pad) of spatial axis ``i`` at input ``size``: the window's ``axis`` (as
         ``geometry``'s ``resolve``), kept per size (a few hundred sizes at most: a bound keeps a stream of sizes from
-        growing it)."""
+        growing it) as ``out * AXIS_PACK + pad``: an int, not a tuple for the collector to count per new size."""
         cache = self._axes[i]
         got = cache.get(size)
         if got is None:
             out, pad, _ = self._window[0].axis(i, size)
             if len(cache) >= AXIS_SIZES:
                 cache.clear()
-            got = cache[size] = (int(out), pad)  # type: ignore[arg-type]
-        return got
+            assert 0 <= pad < AXIS_PACK, pad
+            got = cache[size] = int(out) * AXIS_PACK + pad  # type: ignore[operator]
+        return divmod(got, AXIS_PACK)
 
     @staticmethod
     def _epilogue_geometry(first: ConvExecutor, geo: ConvGeometry) -> ConvGeometry:
