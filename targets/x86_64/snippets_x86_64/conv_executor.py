@@ -260,6 +260,8 @@ class ConvExecutor:
         chunks = fields.chunks
         if len(chunks) != len(first.chunks):
             d["call"] = self.calls.get(self.kernel, ARG_POST + len(self.channel_data), chunks)
+        # ``in_place_path``'s fast call path, made here in the burst (warm) rather than at the shape's first call
+        d["_in_place"] = in_place_path(self)
         if not copies:
             if first.copy is not None:
                 d["copy"] = None

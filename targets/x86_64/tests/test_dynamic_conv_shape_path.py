@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from snippets_core.errors import SnippetsError
 from snippets_core.runtime.compiled_model import compile_model
 from snippets_x86_64.conv import flat_pixels, kernel_key
-from snippets_x86_64.conv_executor import ConvExecutor, new_shape_fields, shape_fields
+from snippets_x86_64.conv_executor import ConvExecutor, in_place_path, new_shape_fields, shape_fields
 from snippets_x86_64.conv_subgraph import DynamicConv, DynamicPool
 from snippets_x86_64.pool import POOL_MODES, _pool_geometry_like, pool_geometry
 
@@ -131,6 +131,35 @@ def test_a_new_shapes_executor_holds_its_shapes_fields_only(dynamic: object) -> 
         assert "packed" not in vars(ex) and "pad" not in vars(ex) and len(vars(ex)) < len(vars(first))
         assert type(ex).__dict__["xp"] is None  # the class holds no buffer of the first executor's shape
         assert ex.kernel is first.kernel and ex.kernel_key is first.kernel_key  # one kernel for every shape
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_new_shapes_lean_executor_is_set_shapes(threads: int) -> None:
+    """``ConvExecutor._shape_like`` (a new shape's executor storing only what differs from the first's) gives every
+    field the full ``_set_shape`` gives, over random shapes in turn (chunk counts that change with the size at two
+    threads: the dispatch calls; a padded input: the copy header and words; the in-place path made in the burst), so
+    no executor reads a previous shape's field from its class."""
+    cm = compile_model(model(("n", "h", "w")).SerializeToString(), "x86_64_avx512", {"num_threads": threads})
+    rng = np.random.default_rng(threads)
+    names = ("kernel", "kernel_key", "call", "copy", "copy_call", "copy_chunks", "copy_words", "chunks",
+             "table_address", "unpadded", "fixed_args", "planar_copy", "finish", "out_shape", "geo", "fields")
+    checked = 0
+    for n, h, w in zip(rng.integers(1, 4, 12), rng.integers(17, 90, 12), rng.integers(17, 90, 12)):
+        cm({"x": rng.standard_normal((int(n), 3, int(h), int(w))).astype(np.float32)})  # type: ignore[operator]
+        for conv in _convs(cm):
+            first = conv._first
+            for shape, ex in list(conv.executors.items())[-1:]:
+                if ex is first:
+                    continue
+                slow = object.__new__(type(ex))
+                slow._set_shape(ex.geo, first, ex.fields)
+                for name in names:
+                    assert getattr(ex, name, None) == getattr(slow, name, None), (conv.sg.name, shape, name)
+                assert ex._in_place == in_place_path(slow), (conv.sg.name, shape)
+                if ex.copy is not None:
+                    np.testing.assert_array_equal(ex.copy_header, slow.copy_header)
+                checked += 1
+    assert checked >= 30
 
 
 def test_new_shapes_match_onnxruntime_and_a_static_compile(dynamic: object) -> None:
