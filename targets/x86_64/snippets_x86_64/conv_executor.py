@@ -441,10 +441,11 @@ class ShapeFields:
         self.table, self.table_address = table, data_address(table)
         self.unpadded = not planar and geo.hp == geo.h and geo.wp == geo.w
         n, m = geo.n, geo.m
-        self.out_shape = out_shape = (n, m, 1, 1) if geo.global_pool is not None else (n, geo.out_h, geo.out_w, m)
         #: the NCHW shape of what ``run`` returns (``result_shape``): one tuple for the in-place path's output and the
         #: next primitive's input shape (``ShapeCache.ahead``'s key there), not one made by each
-        self.nchw = out_shape if geo.global_pool is not None else (n, m, geo.out_h, geo.out_w)
+        self.nchw = (n, m, 1, 1) if geo.global_pool is not None else (n, m, geo.out_h, geo.out_w)
+        #: the global pool finish's [N, M, 1, 1] output (None without one: ``run`` makes the NHWC output of ``geo``)
+        self.out_shape = out_shape = self.nchw if geo.global_pool is not None else None
         # split when each thread gets PARALLEL_MIN_NS of estimated work: a hand-over to a spinning worker costs
         # 1-2 us, so a depthwise conv of 15 us gains from a second thread, where the flops alone (half a dense
         # conv's rate) kept it on one
@@ -482,8 +483,8 @@ class ShapeFields:
                 made = (g, None)
             else:
                 n, oh, ow, m = g.n, g.out_h, g.out_w, g.m
-                out_strides = (oh * ow * m * 4, 4, ow * m * 4, m * 4)
-                made = (g, (g.h * g.w * g.c * 4, 4, g.w * g.c * 4, g.c * 4), out_strides if residual else None,
+                out_strides = nhwc_strides(oh, ow, m)
+                made = (g, nhwc_strides(g.h, g.w, g.c), out_strides if residual else None,
                         n * oh * ow * m * 4 + ALIGN, self.nchw, out_strides,
                         deferred_chunks(self.chunks, self.work_ns))
             if residual:
@@ -512,6 +513,22 @@ class ShapeFields:
                     self._copies = {}
                 self._copies[pitch] = made
         return made
+
+
+#: (H, W, C) packed in an int -> the NCHW strides of a contiguous NHWC array of those dims (``nhwc_strides``)
+_STRIDES: dict[int, tuple[int, int, int, int]] = {}
+
+
+def nhwc_strides(h: int, w: int, c: int) -> tuple[int, int, int, int]:
+    """The NCHW strides (bytes) of a contiguous [N, H, W, C] float32 array, one tuple per (H, W, C): a primitive's
+    output strides are its consumer's input strides (``in_place``' tuples), made once for both."""
+    key = (h << 42) | (w << 21) | c
+    got = _STRIDES.get(key)
+    if got is None:
+        if len(_STRIDES) >= SHAPE_FIELDS_ENTRIES:
+            _STRIDES.clear()
+        got = _STRIDES[key] = (h * w * c * 4, 4, w * c * 4, c * 4)
+    return got
 
 
 @functools.lru_cache(maxsize=4096)
