@@ -267,6 +267,7 @@ class ConvExecutor:
                 d["copy"] = None
             return True
         header, header_address, copy_chunks = fields.copy(self.copy_pitch)
+        d["xp"] = first.pad.view(self)  # (warm here; checked by ``take`` at the shape's first call)
         if len(copy_chunks) != len(first.copy_chunks):
             d["copy_call"] = self.calls.get(self.copy, 3 + len(self.copy_vectors), copy_chunks)
         d["copy_header"], d["copy_chunks"] = header, copy_chunks
@@ -422,7 +423,7 @@ class ShapeFields:
 
     __slots__ = ("kernel_geo", "kernel_key", "table_spec", "table", "table_address", "unpadded", "out_shape", "nchw",
                  "work_ns", "chunks", "_copy_pitch", "_copy", "_copies", "_threads", "geo", "record", "_plain",
-                 "_with_residual")
+                 "_with_residual", "_layout")
 
     def __init__(self, ex: ConvExecutor, geo: ConvGeometry, prepared: ConvExecutor | None, weight_bytes: int) -> None:
         self.kernel_geo = kgeo = flat_pixels(geo)
@@ -472,6 +473,19 @@ class ShapeFields:
         #: ``in_place_path``'s tuple of this geometry without and with a residual (made on the first call asking)
         self._plain: tuple | None = None
         self._with_residual: tuple | None = None
+        self._layout: tuple | None = None
+
+    def layout(self) -> tuple[tuple[int, ...], int, float]:
+        """The padded input buffer of this geometry for ``PaddedBuffer.take``: its shape, its size and the border's
+        value (made once per geometry: a take at a shape's first call reads one tuple, no geometry property)."""
+        made = self._layout
+        if made is None:
+            g = self.geo
+            hp, wp = g.hp, g.wp
+            fill = -np.inf if g.mode == "max" else 0.0
+            made = self._layout = ((g.n, g.c, hp, wp), g.n * g.c * hp * wp, fill) if g.planar else \
+                ((g.n, hp, wp, g.cp), g.n * hp * wp * g.cp, fill)
+        return made
 
     def in_place(self, residual: bool) -> tuple:
         """``in_place_path`` for a primitive of this geometry that has no reason of its own to copy its input (pre-ops,
@@ -625,10 +639,11 @@ class PaddedBuffer:
         self.lock = threading.Lock()
 
     def take(self, ex: ConvExecutor) -> np.ndarray:
-        g = ex.geo
-        shape = (g.n, g.c, g.hp, g.wp) if g.planar else (g.n, g.hp, g.wp, g.cp)
-        size = g.n * g.c * g.hp * g.wp if g.planar else g.n * g.hp * g.wp * g.cp
-        fill = -np.inf if g.mode == "max" else 0.0
+        xp = ex.xp
+        if xp is not None and ex.copy is not None and xp.base is self.storage:
+            self.owner = ex  # laid out in the burst (``view``); the copy kernel writes the border at every call
+            return xp
+        shape, size, fill = ex.fields.layout()
         st = self.storage
         if st is None or st.size < size or (self.alloc is not None and st.size != size):
             if self.alloc is not None:
@@ -644,9 +659,19 @@ class PaddedBuffer:
             fresh = False
         xp = st[:size].reshape(shape)
         if not fresh and ex.copy is None:  # (the copy kernel writes the border at every call: ``copy_header``)
-            fill_border(xp, g, fill)  # the border only: the interior is what the copy writes
+            fill_border(xp, ex.geo, fill)  # the border only: the interior is what the copy writes
         self.owner = ex
         return xp
+
+    def view(self, ex: ConvExecutor) -> np.ndarray:
+        """``ex``'s view of the storage (grown first when too small), made in a new shape's burst for an executor whose
+        copy kernel writes the border at every call: its first call's ``take`` then only checks that the storage is
+        still the one it views (a view made between kernels cost 8-10 us, cold)."""
+        shape, size, fill = ex.fields.layout()
+        st = self.storage
+        if st is None or st.size < size or (self.alloc is not None and st.size != size):
+            return self.take(ex)
+        return st[:size].reshape(shape)
 
 
 def fill_border(xp: np.ndarray, g: ConvGeometry, fill: float) -> None:
