@@ -23,6 +23,7 @@ them. Two measurements:
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -89,6 +90,8 @@ class TableClock:
         from snippets_x86_64.cache import ShapeCache
 
         self.seconds = 0.0
+        #: the same in the calling thread's CPU time (the makes run there), which the machine's load blurs less
+        self.cpu_seconds = 0.0
         for st in cm._steps:
             run = getattr(st.run, "__self__", st.run)
             if isinstance(run, ShapeCache):
@@ -96,11 +99,12 @@ class TableClock:
 
     def _timed(self, make: Any) -> Any:
         def timed(*args: Any) -> Any:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 return make(*args)
             finally:
                 self.seconds += time.perf_counter() - t0
+                self.cpu_seconds += time.thread_time() - c0
         return timed
 
 
@@ -139,15 +143,18 @@ def main(argv: list[str] | None = None) -> int:
         first_s = time.perf_counter() - t0
         shapes = [(int(rng.integers(n_lo, n_hi + 1)), int(rng.integers(hw_lo, hw_hi + 1)),
                    int(rng.integers(hw_lo, hw_hi + 1))) for _ in range(args.shapes)]
-        overheads, kernels, tables, cpu, second = [], [], [], [], []
+        overheads, kernels, tables, tables_cpu, cpu, second, collected = [], [], [], [], [], [], []
         clock = TableClock(cm)
+        tracked = len(gc.get_objects())
         with H.CollectorWatch() as watch:
             for shape in shapes:
                 inputs = feed(*shape)
-                b0, s0, f0 = built(cm), clock.seconds, watch.faults()
+                b0, s0, m0, f0 = built(cm), clock.seconds, clock.cpu_seconds, watch.faults()
+                p0 = len(watch.pauses)
                 c0, t0 = time.process_time(), time.perf_counter()
                 cm(inputs)
                 c1, t1, f1 = time.process_time(), time.perf_counter(), watch.faults()
+                collected.append(sum(t for _, t in watch.pauses[p0:]))  # the collector's pauses in the first call
                 cm(inputs)
                 c2, t2 = time.process_time(), time.perf_counter()
                 f2 = watch.faults()
@@ -155,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 c3, f3 = time.process_time(), watch.faults()
                 kernels.append(built(cm) - b0)
                 tables.append(clock.seconds - s0)
+                tables_cpu.append(clock.cpu_seconds - m0)
                 overheads.append((t1 - t0) - (t2 - t1))
                 cpu.append((c1 - c0) - (c2 - c1))
                 second.append((c2 - c1) - (c3 - c2))
@@ -169,6 +177,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{H.fmt_dist([1e3 * c for c in cpu])} ms; the second call's (second - third, CPU) "
               f"{H.fmt_dist([1e3 * c for c in second])} ms")
         print(f"  garbage collections in the sequence: {watch.summary()}; {watch.faults_summary()}")
+        # where a new shape's CPU overhead goes: the shape caches' makes, the collector's pauses in the first call
+        # (the tracked objects a new shape leaves, kept by the caches, are what brings them), and the rest (the
+        # kernels on caches the makes evicted, the first call's own Python: padded buffers, dispatch chunks)
+        left = (len(gc.get_objects()) - tracked) / len(shapes)
+        rest = [c - t - g for c, t, g in zip(cpu, tables_cpu, collected)]
+        print(f"  where the CPU overhead goes, per new shape (mean of {statistics.mean(cpu) * 1e3:.2f} ms): "
+              f"ShapeCache.make {1e3 * statistics.mean(tables_cpu):.2f} ms, the collector "
+              f"{1e3 * statistics.mean(collected):.2f} ms ({left:.0f} tracked objects left per shape), the rest "
+              f"{1e3 * statistics.mean(rest):.2f} ms (kernels on caches the makes evicted, the first call's Python)")
         rows = []
         for n, h, w in steady:
             st_path = H.save_onnx(with_dims(zm.proto, (n, h, w)), out_dir / f"{name}_{n}x{h}x{w}.onnx")
@@ -185,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = {"compile_ms": 1e3 * compile_s, "first_call_ms": 1e3 * first_s,
                          "new_shape_overhead_ms": [1e3 * o for o in overheads], "kernels_built": kernels,
                          "primitive_tables_ms": [1e3 * t for t in tables],
+                         "primitive_tables_cpu_ms": [1e3 * t for t in tables_cpu],
+                         "collector_first_call_ms": [1e3 * t for t in collected],
+                         "tracked_objects_per_shape": left,
                          "new_shape_cpu_overhead_ms": [1e3 * t for t in cpu],
                          "second_call_cpu_overhead_ms": [1e3 * t for t in second],
                          "page_faults_first_repeated": watch.call_faults,
