@@ -1580,10 +1580,10 @@ def build_copy_kernel(channels: tuple[int, ...], ops: tuple[tuple[str, bool], ..
     contiguous NHWC input (of ``channels`` = ``copy_key``: the input's channels and the buffer's per pixel) into the
     padded buffer, through ``ops`` ((name in :data:`PRE_OP_INSTRUCTIONS`, whether it has a per-channel vector); a
     vector-less ``maximum`` is Relu), vectorized over the channels, the border pixels around them written with the
-    header's fill (each row's left and right ones, an image's top and bottom rows with its first and last row). Where a row goes and comes from is worked out from its index and the copy header
-    (``copy_header``): the first row's from a division by the rows of an image, the next ones by one row's step (and
-    the gap between images after an image's last). ``args`` = [src, dst, copy header, the per-channel vectors (whole
-    zmm, in ``ops`` order)]."""
+    header's fill (each row's left and right ones, an image's top and bottom rows with its first and last row).
+    Where a row goes and comes from is worked out from its index and the copy header (``copy_header``): the first
+    row's by whole images and rows, the next ones by one row's step (and the gap between images after an image's
+    last). ``args`` = [src, dst, copy header, the per-channel vectors (whole zmm, in ``ops`` order)]."""
     if sum(has for _, has in ops) > len(_COPY_VEC_REGS):
         raise AssertionError("more vector pre-ops than pointer registers: ConvExecutor copies with numpy then")
     c, cp, *wider = channels

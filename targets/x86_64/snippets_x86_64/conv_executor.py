@@ -1,9 +1,9 @@
 """ConvExecutor: runs the JIT convolution (:mod:`snippets_x86_64.conv`) on NCHW arrays, on both cores.
 
-Made once per shape: the packed weight and bias, the work table and the padded NHWC input buffer (its border is
-written once; a call rewrites only the interior, and a concurrent call from another Python thread uses a buffer
-of its own). A call copies the input into the padded buffer (a reorder only when the input is not already NHWC),
-runs the items split over the threads of the native pool and returns the new NHWC output as an NCHW view
+Made once: the packed weight and bias; per shape the work table, and the padded NHWC input buffer is one per
+primitive, laid out for each shape (the JIT copy writes its interior and border at each call; a concurrent call
+from another Python thread uses a buffer of its own). A call copies the input into the padded buffer (a reorder
+only when the input is not already NHWC), runs the items split over the threads of the native pool and returns the new NHWC output as an NCHW view
 (see docs/conv.md: the layout travels in the strides; AssignLayouts makes every input NHWC, so ``reorders`` stays 0).
 """
 
@@ -129,7 +129,7 @@ class ConvExecutor:
 
     def _set_shape(self, geo: ConvGeometry, prepared: ConvExecutor | None, fields: ShapeFields | None = None) -> None:
         """The fields that depend on the input's N, H, W: the work table, the kernel when a shape needs another
-        one, the copy table, the thread split (a new shape makes only these: ``for_shape``). What depends on the
+        one, the copy header, the thread split (a new shape makes only these: ``for_shape``). What depends on the
         geometry alone (``ShapeFields``, ``fields`` when the caller found it) is made once per process for every
         primitive of that geometry; a new shape of a primitive pairs it with the primitive's own state (weights,
         kernels, dispatch calls): a few attribute stores, no table, no kernel lookup."""
@@ -216,8 +216,8 @@ class ConvExecutor:
 
     def for_shape(self, geo: ConvGeometry, divisor: np.ndarray | None = None) -> ConvExecutor:
         """This convolution for another input shape ``geo``: the packed weights and, for a dynamic one, the kernels
-        are this one's; only the work table, the copy table and the padded buffer are new (an average pool's
-        ``divisor``, its reciprocal window counts per output pixel, too)."""
+        are this one's; only the work table and the copy header are new, the padded buffer laid out again (an
+        average pool's ``divisor``, its reciprocal window counts per output pixel, too)."""
         if self.geo.out_pitch and not geo.out_pitch:  # a Concat's slice at every shape: the pitch is its channels
             geo = with_dims(geo, out_pitch=self.geo.out_pitch)
         return self.with_fields(choose_planar(geo) if self.plain_input else geo, None, divisor)
@@ -417,7 +417,7 @@ _SHAPE_FIELDS_LOCK = threading.Lock()
 class ShapeFields:
     """What a conv or pool executor needs for one geometry that depends on nothing of the primitive's own (weights,
     post-ops, buffers): the geometry the kernel walks, which kernel (``kernel_key``), the work table (read-only: the
-    primitives of this geometry share it), the thread split and, per input pitch, the copy table. Made once per
+    primitives of this geometry share it), the thread split and, per input pitch, the copy header. Made once per
     process for each geometry: ResNet-50's 53 convolutions have 20-odd geometries, so a new image size makes 20-odd
     tables, and a size seen by another primitive (the blocks of a stage) makes none."""
 

@@ -565,7 +565,7 @@ def _compile_channel_shuffle(sg: Subgraph, config: CompileConfig) -> Any:
 class DynamicConv(ShapeCache):
     """A conv primitive with a dynamic N, H or W: one shape-agnostic kernel (``kernel_key``: a dense convolution's
     row geometry comes from its work table; a depthwise walk's interior too, its kernel keyed on its border taps,
-    the same for most sizes) and weights packed once; a new input shape makes only its work table, copy table and
+    the same for most sizes) and weights packed once; a new input shape makes only its work table, copy header and
     padded buffer (numpy, cached per shape). The weights are held once, packed: the body's constants are released
     as a static conv's are. An empty batch runs the kernel on no rows; a residual whose run-time shape broadcasts to
     the output's (a dynamic dim of 1) is expanded first (the kernel reads the residual with the output's layout)."""
