@@ -3,8 +3,9 @@
 Made once: the packed weight and bias; per shape the work table, and the padded NHWC input buffer is one per
 primitive, laid out for each shape (the JIT copy writes its interior and border at each call; a concurrent call
 from another Python thread uses a buffer of its own). A call copies the input into the padded buffer (a reorder
-only when the input is not already NHWC), runs the items split over the threads of the native pool and returns the new NHWC output as an NCHW view
-(see docs/conv.md: the layout travels in the strides; AssignLayouts makes every input NHWC, so ``reorders`` stays 0).
+only when the input is not already NHWC), runs the items split over the threads of the native pool and returns
+the new NHWC output as an NCHW view (see docs/conv.md: the layout travels in the strides; AssignLayouts makes every
+input NHWC, so ``reorders`` stays 0).
 """
 
 from __future__ import annotations
