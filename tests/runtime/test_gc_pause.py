@@ -91,3 +91,31 @@ def test_a_full_collection_by_cpython_resets_the_count(monkeypatch):
     ran = _fake_gc(monkeypatch, 1500, 4, 40000)  # 1500 > 4000 / 4, but not a quarter of 40000
     assert collect_after_compile() == 1
     assert ran == [1] and gc_pause._old_size == 40000 and gc_pause._full_seen == 4
+
+
+def test_a_burst_of_kept_objects_goes_to_the_old_generation_at_once(monkeypatch):
+    """``collect_after_burst``: a burst of objects that stay alive (a dynamic model's executors for a new shape) is
+    collected young right away, so they sit in the old generation (no later generation-1 collection walks them with
+    ~10 shapes' others); a small burst, a disabled collector or a running compile is left alone."""
+    assert gc.isenabled()
+    gc.collect()
+    kept = [[i] for i in range(gc_pause.BURST_MIN_OBJECTS)]
+    before = _collections()
+    assert gc_pause.collect_after_burst(len(kept))
+    assert _collections()[1] == before[1] + 1 and _collections()[2] == before[2]
+    assert gc.get_count()[0] < 50
+    old = {id(o) for o in gc.get_objects(generation=2)}
+    assert all(id(o) in old for o in kept)
+    calls = []
+    monkeypatch.setattr(gc_pause.gc, "collect", lambda *a: calls.append(a))
+    assert not gc_pause.collect_after_burst(gc_pause.BURST_MIN_OBJECTS - 1)
+    monkeypatch.setattr(gc_pause, "_depth", 1)  # a compile running (it collects at its end)
+    assert not gc_pause.collect_after_burst(10 * gc_pause.BURST_MIN_OBJECTS)
+    monkeypatch.setattr(gc_pause, "_depth", 0)
+    gc.disable()
+    try:
+        assert not gc_pause.collect_after_burst(10 * gc_pause.BURST_MIN_OBJECTS)
+    finally:
+        gc.enable()
+    assert calls == []
+    assert gc_pause.collect_after_burst(gc_pause.BURST_MIN_OBJECTS) and calls == [(1,)]

@@ -21,6 +21,7 @@ import contextlib
 import contextvars
 import ctypes
 import functools
+import gc
 import hashlib
 import io
 import json
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from snippets_core.errors import ConfigError, SnippetsError
+from snippets_core.runtime.gc_pause import collect_after_burst
 from snippets_x86_64.kernel import Kernel, KernelInfo
 
 if TYPE_CHECKING:
@@ -344,10 +346,15 @@ class ShapeCache:
                     self.executors.move_to_end(shape)
             self._last = (shape, ex)
             return ex
+        young = gc.get_count()[0]
         ex = self._made(shape)
         self._last = (shape, ex)
         if self._node is not None:
             self.ahead(shape, ex)
+            # the burst's objects (kept by the caches) to the old generation now, not in a generation-1 collection of
+            # ~10 shapes' objects later (``gc_pause.collect_after_burst``)
+            now = gc.get_count()[0]
+            collect_after_burst(now - young if now >= young else now)
         return ex
 
     def _made(self, shape: tuple[int, ...]) -> Any:
