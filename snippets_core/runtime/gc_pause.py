@@ -88,7 +88,7 @@ def collect_after_compile() -> int:
 
 #: tracked objects a burst leaves below which :func:`collect_after_burst` leaves them to the collector's own schedule
 #: (a small model's new shape: a collection would cost more than walking them a few times)
-BURST_MIN_OBJECTS = 200
+BURST_MIN_OBJECTS = 100
 
 
 def collect_after_burst(made: int) -> bool:
