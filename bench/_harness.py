@@ -497,9 +497,12 @@ class CollectorWatch:
 
     def __init__(self) -> None:
         self.pauses: list[tuple[int, float]] = []  # (generation, seconds)
+        #: the pauses' total in the collecting thread's CPU time (a loaded machine's wall clock adds other processes')
+        self.cpu_seconds = 0.0
         #: per new shape, the page faults of its first call and of a repeated call (filled by the benchmark)
         self.call_faults: list[tuple[int, int]] = []
         self._start = 0.0
+        self._cpu_start = 0.0
 
     def __enter__(self) -> CollectorWatch:
         import gc
@@ -514,9 +517,10 @@ class CollectorWatch:
 
     def _callback(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            self._start = time.perf_counter()
+            self._start, self._cpu_start = time.perf_counter(), time.thread_time()
         else:
             self.pauses.append((info["generation"], time.perf_counter() - self._start))
+            self.cpu_seconds += time.thread_time() - self._cpu_start
 
     @staticmethod
     def faults() -> int:

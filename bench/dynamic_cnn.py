@@ -108,28 +108,6 @@ class TableClock:
         return timed
 
 
-class GcCpu:
-    """The calling thread's CPU time in the garbage collector's pauses while active (``gc.callbacks``): a loaded
-    machine's wall clock counts the time another process held the core too."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._start = 0.0
-
-    def __enter__(self) -> GcCpu:
-        gc.callbacks.append(self._callback)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        gc.callbacks.remove(self._callback)
-
-    def _callback(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._start = time.thread_time()
-        else:
-            self.seconds += time.thread_time() - self._start
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     H.add_common_args(ap)
@@ -168,16 +146,15 @@ def main(argv: list[str] | None = None) -> int:
         overheads, kernels, tables, tables_cpu, cpu, second, collected = [], [], [], [], [], [], []
         clock = TableClock(cm)
         tracked = len(gc.get_objects())
-        gc_cpu = GcCpu()
-        with H.CollectorWatch() as watch, gc_cpu:
+        with H.CollectorWatch() as watch:
             for shape in shapes:
                 inputs = feed(*shape)
                 b0, s0, m0, f0 = built(cm), clock.seconds, clock.cpu_seconds, watch.faults()
-                g0 = gc_cpu.seconds
+                g0 = watch.cpu_seconds
                 c0, t0 = time.process_time(), time.perf_counter()
                 cm(inputs)
                 c1, t1, f1 = time.process_time(), time.perf_counter(), watch.faults()
-                collected.append(gc_cpu.seconds - g0)  # the collector's pauses in the first call (CPU time)
+                collected.append(watch.cpu_seconds - g0)  # the collector's pauses in the first call (CPU time)
                 cm(inputs)
                 c2, t2 = time.process_time(), time.perf_counter()
                 f2 = watch.faults()
