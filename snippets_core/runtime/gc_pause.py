@@ -94,9 +94,9 @@ BURST_MIN_OBJECTS = 100
 def collect_after_burst(made: int) -> bool:
     """After a burst of ``made`` new tracked objects that stay alive (a dynamic model's executors for a new shape):
     collect the young generations, moving them to the old one (see the module docstring), when the collector is
-    enabled, no compile runs (it pauses the collector and collects at its end) and the burst made at least
-    ``BURST_MIN_OBJECTS``. Returns whether it collected."""
-    if made < BURST_MIN_OBJECTS or _depth or not gc.isenabled():
-        return False
+    enabled (and its first threshold is not 0), no compile runs (it pauses the collector and collects at its end)
+    and the burst made at least ``BURST_MIN_OBJECTS``. Returns whether it collected."""
+    if made < BURST_MIN_OBJECTS or _depth or not gc.isenabled() or gc.get_threshold()[0] == 0:
+        return False  # (a threshold of 0: the caller turned automatic collection off)
     gc.collect(1)
     return True

@@ -117,5 +117,11 @@ def test_a_burst_of_kept_objects_goes_to_the_old_generation_at_once(monkeypatch)
         assert not gc_pause.collect_after_burst(10 * gc_pause.BURST_MIN_OBJECTS)
     finally:
         gc.enable()
+    thresholds = gc.get_threshold()
+    gc.set_threshold(0)  # automatic collection turned off by the caller
+    try:
+        assert not gc_pause.collect_after_burst(10 * gc_pause.BURST_MIN_OBJECTS)
+    finally:
+        gc.set_threshold(*thresholds)
     assert calls == []
     assert gc_pause.collect_after_burst(gc_pause.BURST_MIN_OBJECTS) and calls == [(1,)]
