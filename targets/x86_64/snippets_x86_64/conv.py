@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import struct
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -78,10 +79,12 @@ VEC = 16
 MAX_NV = 4
 #: input channels unrolled per iteration of the reduction loop
 UNROLL = 4
-#: fields of a work-table row (int64): src, weights, dst, bias offsets in bytes, store mask, variant, then the
+#: fields of a work-table block row (int64): src, weights, dst, bias offsets in bytes, store mask, variant, then the
 #: row geometry a shape-agnostic kernel (``build_conv_kernel(..., dynamic=True)``) reads instead of immediates: the
 #: input bytes between kernel rows, the full pixel blocks of the row, their size, the tail block's size, the bytes
-#: between input channels (a planar buffer's plane), which right-border code a depthwise walk runs (``dw_borders``)
+#: between input channels (a planar buffer's plane), which right-border code a depthwise walk runs (``dw_borders``).
+#: A work table is compact: ``HEAD`` header rows, one row per channel block, then a walk's row variants; the kernel's
+#: harness (``emit_table_kernel``) adds each item's row and image offsets to the fields that move (src, weights, dst)
 ROW = 12
 RT_PITCH, RT_NFULL, RT_RFULL, RT_RTAIL, RT_CH, RT_RIGHT = range(6, 12)
 #: a dense conv with a pool epilogue (no right border code) reads there the input bytes between the conv rows of a
@@ -90,6 +93,13 @@ RT_ROW = RT_RIGHT
 #: a depthwise or pool walk (whose input is never planar: no channel pitch to read) reads there which left border
 #: code runs (``dw_borders``: a window whose pads change with the size, auto_pad SAME at stride 2, has two)
 RT_LEFT = RT_CH
+#: a work table's header: row 0 holds the images, the stored rows per image, the channel blocks, the bytes from this
+#: header to the next segment's (a ConvTranspose's phases: one segment each, in one table) and the address of a walk's
+#: row variants (one int64 per stored row, added to the block's variant; 0: none); row 1 what each field of a block
+#: row gains per stored row, row 2 per image, row 3 once (a walk's source corner). The items are (image, block, row),
+#: or (image, row, block) for a walk.
+HEAD = 4
+TB_N, TB_ROWS, TB_BLOCKS, TB_BYTES, TB_VARS = range(5)
 #: fixed args before the per-channel post-op arrays: src, weights, dst, bias, residual, table
 ARG_SRC, ARG_WEI, ARG_DST, ARG_BIAS, ARG_RES, ARG_TAB, ARG_POST = range(7)
 
@@ -494,142 +504,163 @@ def table_spec(geo: ConvGeometry, offsets: Sequence[int]) -> tuple:
 
 def work_table(geo: ConvGeometry, offsets: Sequence[int], borders: tuple | None = None, spec: tuple | None = None,
                ) -> np.ndarray:
-    """One row per (image, group, output-channel block, output row), output rows innermost (depthwise and
-    pools: per (image, output row, channel block)). A dynamic shape makes its table on its first call: each row is an
-    affine function of its block and its stored row, so the table is one broadcast sum (``_fill_table``) of the
-    blocks' rows (the template fields, cached on the channels, plus the row geometry) and each (image, stored row)'s
-    source and destination offsets: a new shape's cost is a handful of small numpy operations, whatever the blocks
-    and rows. ``spec``: ``table_spec(geo, offsets)`` when the caller kept it."""
+    """The compact work table (``HEAD`` + blocks rows of ``ROW`` int64): the header (the item counts, the moving
+    fields' steps per stored row and per image, a walk's source corner and the address of its row variants) and one
+    row per (group, output-channel block). The kernel's harness numbers the items (image, block, stored row), stored
+    rows innermost (depthwise and pools: (image, stored row, block)), as many as ``table_items``, and adds each one's
+    row and image offsets itself. The table is a few per-shape scalars (the counts, steps, the row geometry of each
+    block kind) laid out by one ``take`` with the blocks' fields, both cached on the channels (``_dense_layout``,
+    ``_walk_layout``): its cost does not grow with the image, the blocks or the batch. ``spec``:
+    ``table_spec(geo, offsets)`` when the caller kept it."""
     spec = spec or table_spec(geo, offsets)
-    n, out_h, wo, ch = geo.n, geo.out_h, geo.wo, geo.ch_bytes
+    n, out_h, wo = geo.n, geo.out_h, geo.wo
     row_dst = geo.out_w * geo.mo * 4
     if not geo.depthwise:
-        head, kinds, kind_of = _block_kinds(*spec)
+        const, index, pack, kinds = _dense_layout(*spec)
         # with a pool epilogue a stored row is a pooled row, which reads the conv rows of its windows (pool.sh conv
         # rows apart)
-        step = 1 if geo.pool is None else geo.pool.sh
-        wp, px = geo.wp, geo.px_bytes
+        pool = geo.pool
+        step = 1 if pool is None else pool.sh
+        hp, wp = geo.hp, geo.wp  # (properties: each read once)
+        px, ch = (4, hp * wp * 4) if geo.planar else (geo.c * 4, 4)
         # a row's units (pixels; pooled windows with a pool epilogue) in blocks: a dynamic kernel reads their counts
         units, conv_rows = wo, 0
-        if geo.pool is not None:
-            units, conv_rows = geo.pool.wo, geo.sh * wp * px
-            sizes = [pooled_per_block(nv, geo.pool) or 1 for nv in kinds]
+        if pool is not None:
+            units, conv_rows = pool.wo, geo.sh * wp * px
+            sizes = [pooled_per_block(nv, pool) or 1 for nv in kinds]
         elif geo.global_pool is not None:  # every block sums its pixels in one order (the widest block: ``_emit_row``)
             sizes = [_block_pixels((spec[3][0][1],), wo)[0]] * len(kinds)
         else:
             sizes = _block_pixels(kinds, wo)
-        r = sizes[0]
-        # one array of the fields' steps per stored row and per image, and of what every block adds to its template
-        # (the row geometry of its vector count: two counts at most, the second set per block)
-        steps = np.array(((step * geo.sh * wp * px, 0, row_dst) + (0,) * (ROW - 3),
-                          (geo.c * geo.hp * wp * 4, 0, out_h * row_dst) + (0,) * (ROW - 3),
-                          (0,) * RT_PITCH + (geo.dh * wp * px, units // r, r, units % r, ch, conv_rows)), np.int64)
-        blocks = head + steps[2]
-        if kind_of is not None:
-            blocks[:, RT_NFULL:RT_RTAIL + 1] = np.array([(units // r, r, units % r) for r in sizes], np.int64)[kind_of]
-        return _fill_table(blocks, np.multiply.outer(_arange(out_h), steps[0]), steps[1], n, False)
+        scalars = [n, out_h, step * geo.sh * wp * px, row_dst, geo.c * hp * wp * 4, out_h * row_dst, geo.dh * wp * px,
+                   ch, conv_rows]
+        for r in sizes:
+            scalars += (units // r, r, units % r)
+        return np.frombuffer(const + pack(*scalars), np.int64).take(index)
     # depthwise and pools read the unpadded input: (oh*sh - pt, -pl) may lie outside, never read
-    var_of_oh, variants = _walk_rows(geo.ho, geo.h, geo.sh, geo.pt, geo.kh, geo.dh, borders[0] if borders else None)
+    var_of_oh, variants, var_at = _walk_rows(geo.ho, geo.h, geo.sh, geo.pt, geo.kh, geo.dh,
+                                             borders[0] if borders else None)
     left = right = 0
     if borders is not None:  # indexes into the kernel's lists
         left, right = border_pattern(borders, geo)
     c4 = geo.cp * 4
     a, b = interior_columns(geo)  # a dynamic walk's interior columns: loops of the widest block, the rest by bits
     cols = b - a
-    head, loops = _dw_template(*spec, variants)
-    # the fields every block adds to its template: the source's corner, the kernel-row pitch, which border code runs,
-    # the interior's blocks (one loop block for all, else a divmod per block); and the fields' steps per stored row
-    # (a pool's reciprocal counts too) and per image
-    shared = [-(geo.pt * geo.w + geo.pl) * c4, 0, 0, 0, 0, 0, geo.dh * geo.w * c4, 0, 0, 0, 0, right]
-    shared[RT_LEFT] = left
-    if len(loops) == 1:
-        shared[RT_NFULL], shared[RT_RTAIL] = divmod(cols, loops[0])
-    steps = np.array((shared, (geo.sh * geo.w * c4, wo * 4 if geo.mode != "conv" else 0, row_dst) + (0,) * (ROW - 3),
-                      (geo.h * geo.w * c4, 0, out_h * row_dst) + (0,) * (ROW - 3)), np.int64)
-    blocks = head + steps[0]
-    if len(loops) > 1:
-        blocks[:, RT_NFULL], blocks[:, RT_RTAIL] = np.divmod(cols, blocks[:, RT_RFULL])
-    per_row = np.multiply.outer(_arange(out_h), steps[1])
-    if variants > 1:  # each stored row's row variant
-        per_row[:, 5] += var_of_oh
-    return _fill_table(blocks, per_row, steps[2], n, True)
+    const, index, pack, loops = _walk_layout(*spec, variants)
+    scalars = [n, out_h, var_at, geo.sh * geo.w * c4, wo * 4 if geo.mode != "conv" else 0, row_dst,
+               geo.h * geo.w * c4, out_h * row_dst, -(geo.pt * geo.w + geo.pl) * c4, geo.dh * geo.w * c4, left, right]
+    for loop in loops:  # the interior's blocks of each loop block
+        scalars += divmod(cols, loop)
+    table = np.frombuffer(const + pack(*scalars), np.int64).take(index).view(WorkTable)
+    table.rows = var_of_oh  # read by the kernel through the header's address
+    return table
 
 
-def _fill_table(blocks: np.ndarray, per_row: np.ndarray, image: np.ndarray, n: int, blocks_inner: bool,
-                ) -> np.ndarray:
-    """A work table of ``blocks`` (one row per channel block) for every (image, stored row): ``per_row`` holds what
-    each stored row of one image adds to a block's row (its source and destination offsets, ...), ``image`` what
-    each image adds on top (its rows' source ``image_src`` apart, its outputs ``out_h`` rows on). Blocks outside the
-    rows (a dense conv: each block walks the image) or inside (``blocks_inner``: depthwise and pools). One broadcast
-    add into the table (its only full-size operation); an empty batch has no rows."""
-    out_h, count = len(per_row), len(blocks)
-    if n != 1:
-        per_row = per_row + np.multiply.outer(_arange(n), image)[:, None, :]
-    if blocks_inner:  # (image, row, block): each row's fields repeated once per block, the blocks added as one line
-        # (a broadcast add whose inner loop is one 12-field row is slow: 9.5 against 5 us for 8 blocks of 112 rows;
-        # a walk has up to 60 blocks per row)
-        table = np.repeat(per_row.reshape(n * out_h, ROW), count, axis=0)
-        lines = table.reshape(n * out_h, count * ROW)
-        np.add(lines, blocks.reshape(1, count * ROW), out=lines)
-        return table
-    # (image, block, row): a dense conv's few rows of flattened pixels gain nothing from the repeat (measured)
-    per_row = per_row.reshape(n, 1, out_h, ROW)
-    return np.add(per_row, blocks[:, None, :]).reshape(-1, ROW)
+class WorkTable(np.ndarray):
+    """A walk's work table (``work_table``): an int64 array that keeps its row variants alive (the header holds their
+    address; the array is ``_walk_rows``' cached one, which the cache may drop while the table is in use)."""
+
+    rows: np.ndarray | None = None
 
 
-@functools.lru_cache(maxsize=64)
-def _arange(count: int) -> np.ndarray:
-    """``np.arange(count)`` as int64, read-only (a table's rows and images: the same few counts at every shape)."""
-    out = np.arange(count, dtype=np.int64)
-    out.flags.writeable = False
-    return out
+def table_items(table: np.ndarray) -> int:
+    """The work items of a compact table (``work_table``; every segment of a ConvTranspose's): what the thread split
+    divides."""
+    n, rows, blocks, size = table[0, :4].tolist()
+    if size >= table.nbytes:  # one segment
+        return n * rows * blocks
+    flat, items, at = table.reshape(-1), 0, 0
+    while at < len(flat):
+        n, rows, blocks, size = flat[at:at + 4].tolist()
+        items, at = items + n * rows * blocks, at + size // 8
+    return items
 
 
 @functools.lru_cache(maxsize=1024)
 def _walk_rows(ho: int, h: int, sh: int, pt: int, kh: int, dh: int, border_rows: tuple | None,
-               ) -> tuple[np.ndarray, int]:
-    """A walk's row variant per output row and the count of variants the kernel has: indexes into ``border_rows``
-    (``dw_borders``' row variants of the kernel) when given, else into this size's own (``row_variant_index``).
-    Cached on the ints it depends on (a pool and the depthwise convs of a stage share them)."""
+               ) -> tuple[np.ndarray, int, int]:
+    """A walk's row variant per output row, the count of variants the kernel has and the array's address: indexes
+    into ``border_rows`` (``dw_borders``' row variants of the kernel) when given, else into this size's own
+    (``row_variant_index``). Cached on the ints it depends on (a pool and the depthwise convs of a stage share
+    them); read-only."""
     variants, index = _row_variant_index(ho, h, sh, pt, kh, dh)
-    if border_rows is None:
-        return index, len(variants)
-    if border_rows[:len(variants)] == variants:  # the kernel numbers them as this size does (the usual case)
-        return index, len(border_rows)
-    remap = np.asarray([border_rows.index(v) for v in variants], np.int64)[index]
-    remap.flags.writeable = False
-    return remap, len(border_rows)
+    if border_rows is not None and border_rows[:len(variants)] != variants:  # the kernel numbers them otherwise
+        index = np.asarray([border_rows.index(v) for v in variants], np.int64)[index]
+        index.flags.writeable = False
+    return index, len(variants if border_rows is None else border_rows), index.__array_interface__["data"][0]
+
+
+#: the per-shape scalars of a dense table (``work_table``), in order, then ``DENSE_KIND`` per block kind: the images,
+#: stored rows, the source's and destination's steps per row and per image, the kernel-row pitch, the channel pitch
+#: (planar), a pool window's conv-row bytes
+DENSE_SCALARS = ("n", "rows", "row0", "row2", "img0", "img2", "pitch", "ch", "conv_rows")
+DENSE_KIND = ("nfull", "rfull", "rtail")
+#: a walk's: the row variants' address, its row steps (a pool's reciprocal counts too), the source's corner, which
+#: border code runs; per loop block, the interior's full blocks and the rest
+WALK_SCALARS = ("n", "rows", "vars", "row0", "row1", "row2", "img0", "img2", "corner", "pitch", "left", "right")
+WALK_KIND = ("nfull", "rtail")
+
+
+def _layout(fields: np.ndarray, kinds: list[int], header: tuple[tuple, ...], geometry: tuple,
+            scalars: tuple[str, ...], per_kind: tuple[str, ...]) -> tuple[bytes, np.ndarray, Callable[..., bytes],
+                                                                       tuple[int, ...]]:
+    """A table layout: (the constant int64s as bytes, the ``take`` index of every table cell into those constants
+    followed by the per-shape scalars, the scalars' packer, the distinct block kinds). ``fields``: each block's first
+    six fields; ``header``: ``HEAD`` rows of cells; ``geometry``: the other fields of a block row. A cell is an int (a
+    constant), a name of ``scalars``, a name of ``per_kind`` (the block's kind's) or ``"kind"`` (the kind itself)."""
+    distinct = tuple(dict.fromkeys(kinds))
+    names = list(scalars) + [(name, k) for k in range(len(distinct)) for name in per_kind]
+    const: list[int] = [0]
+    cells: list[Any] = []  # an int: a constant's place; a tuple: a scalar's
+
+    def cell(value: Any) -> None:
+        if isinstance(value, int):
+            const.append(value)
+            cells.append(len(const) - 1)
+        else:
+            cells.append((names.index(value),))
+
+    for line in header:
+        for value in line + (0,) * (ROW - len(line)):
+            cell(value)
+    for row, kind in zip(fields.tolist(), kinds):
+        k = distinct.index(kind)
+        for value in row:
+            cell(value)
+        for value in geometry:
+            cell(kind if value == "kind" else (value, k) if value in per_kind else value)
+    index = np.array([c if isinstance(c, int) else len(const) + c[0] for c in cells], np.intp).reshape(-1, ROW)
+    index.flags.writeable = False
+    return np.array(const, np.int64).tobytes(), index, struct.Struct(f"<{len(names)}q").pack, distinct
 
 
 @functools.lru_cache(maxsize=512)
-def _block_kinds(*spec: Any) -> tuple[np.ndarray, tuple[int, ...], np.ndarray | None]:
-    """A dense table's blocks (``_block_template(*spec)``): their first six fields, the rest 0 (read-only), their
-    distinct vector counts (two at most: the blocks are as even as the vectors allow) and each block's index into
-    those (None when all are one)."""
+def _dense_layout(*spec: Any) -> tuple[bytes, np.ndarray, Callable[..., bytes], tuple[int, ...]]:
+    """A dense table's ``_layout`` (``_block_template(*spec)``): the kinds are the blocks' vector counts (two at most:
+    the blocks are as even as the vectors allow), each with its own pixel blocks."""
     template = _block_template(*spec)
-    nvs = [int(v) for v in template[:, RT_RFULL]]
-    kinds = tuple(dict.fromkeys(nvs))
-    head = np.zeros_like(template)
-    head[:, :RT_PITCH] = template[:, :RT_PITCH]
-    head.flags.writeable = False
-    kind_of = None if len(kinds) == 1 else np.array([kinds.index(v) for v in nvs], np.intp)
-    return head, kinds, kind_of
+    count = len(template)
+    header = (("n", "rows", count, (HEAD + count) * ROW * 8), ("row0", 0, "row2"), ("img0", 0, "img2"), ())
+    geometry = ("pitch", "nfull", "rfull", "rtail", "ch", "conv_rows")
+    return _layout(template[:, :RT_PITCH], [int(v) for v in template[:, RT_RFULL]], header, geometry, DENSE_SCALARS,
+                   DENSE_KIND)
 
 
 @functools.lru_cache(maxsize=512)
-def _dw_template(*spec: Any) -> tuple[np.ndarray, tuple[int, ...]]:
-    """A depthwise or pool walk's blocks for a kernel of ``variants`` row variants (the last argument after
-    ``table_spec``'s): ``_block_template`` with each block's variant (its vector count's first) and its loop block
-    (the widest register block of its vector count, ``max_pixels_per_block``, in ``RT_RFULL``), read-only; and the
-    distinct loop blocks."""
+def _walk_layout(*spec: Any) -> tuple[bytes, np.ndarray, Callable[..., bytes], tuple[int, ...]]:
+    """A depthwise or pool walk's ``_layout`` for a kernel of ``variants`` row variants (the last argument after
+    ``table_spec``'s): ``_block_template`` with each block's variant (its vector count's first; the kernel adds the
+    row's); the kinds are the blocks' loop blocks (the widest register block of their vector count,
+    ``max_pixels_per_block``, in ``RT_RFULL``), each with its own interior counts."""
     *spec, variants = spec
     template = _block_template(*spec)
-    out = np.zeros_like(template)
-    out[:, :RT_PITCH] = template[:, :RT_PITCH]
-    out[:, 5] *= variants
-    out[:, RT_RFULL] = [max_pixels_per_block(int(nv)) for nv in template[:, RT_RFULL]]
-    out.flags.writeable = False
-    return out, tuple(dict.fromkeys(int(v) for v in out[:, RT_RFULL]))
+    fields = template[:, :RT_PITCH].copy()
+    fields[:, 5] *= variants
+    count = len(template)
+    header = (("n", "rows", count, (HEAD + count) * ROW * 8, "vars"), ("row0", "row1", "row2"), ("img0", 0, "img2"),
+              ("corner",))
+    return _layout(fields, [max_pixels_per_block(int(nv)) for nv in template[:, RT_RFULL]], header,
+                   ("pitch", "nfull", "kind", "rtail", "left", "right"), WALK_SCALARS, WALK_KIND)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -690,10 +721,7 @@ def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...], dynamic: 
     row_vars = list(borders[0]) if borders else geo.row_variants() if geo.depthwise else [(0, geo.kh)]
     variants = [(nv, rows) for nv in nvs for rows in row_vars]  # the table's variant indexes this list
 
-    def load() -> None:  # the residual row is at the output row's offset
-        fn.mov(r11, r9)
-        fn.add(r9, qword[rsi + ARG_DST * 8])
-        fn.add(r11, qword[rsi + ARG_RES * 8])
+    def load() -> None:  # (the residual row is at the output row's offset: r11, a moving field)
         fn.mov(r10, qword[r15 + 24])
         fn.kmovw(k1, word[r15 + 32])
 
@@ -709,42 +737,139 @@ def build_conv_kernel(geo: ConvGeometry, post_ops: tuple[PostOp, ...], dynamic: 
         else:
             _emit_row(fn, geo, nv, post_ops)
 
-    return emit_table_kernel(fn, ROW, ARG_TAB, load, 40, [functools.partial(variant, *v) for v in variants])
+    return emit_table_kernel(fn, ROW, ARG_TAB, load, 40, [functools.partial(variant, *v) for v in variants],
+                             walk=geo.depthwise)
 
 
 def emit_table_kernel(fn: Function, row: int, tab_arg: int, load: Callable[[], None], variant_at: int,
-                      variants: Sequence[Callable[[], None]]) -> JitFunction:
-    """The native pool's harness ``(unused, args, start, count)`` over a work table of ``row`` int64 fields per
-    item (the f32 and the int8 conv kernels): r15 walks the items from ``start`` (the table is ``args[tab_arg]``),
-    r14 counts them. Per item: rbx = args[ARG_SRC] + the row's field 0 (the input), r8 = args[ARG_WEI] + field 1
-    (the weights; both kernels' args start so), r9 = field 2 (the output offset: ``load`` adds the base and reads
-    the kernel's other fields), then the code of the variant the int64 at byte ``variant_at`` of the row names runs
-    (``variants[i]`` emits variant ``i``)."""
-    fn.imul(r15, rdx, row * 8)
-    fn.add(r15, qword[rsi + tab_arg * 8])
+                      variants: Sequence[Callable[[], None]], walk: bool = False,
+                      moving: Sequence[tuple[int, Any, int]] = ((0, rbx, ARG_SRC), (1, r8, ARG_WEI), (2, r9, ARG_DST),
+                                                                 (2, r11, ARG_RES)),
+                      ) -> JitFunction:
+    """The native pool's harness ``(unused, args, start, count)`` over a compact work table (``args[tab_arg]``, rows
+    of ``row`` int64 fields: the header of ``HEAD`` rows, the channel blocks, a walk's row variants; see ``ROW``) for
+    the f32 and the int8 conv kernels. The items are (image, block, stored row), rows innermost, or with ``walk``
+    (image, row, block): ``start`` is unravelled by two ``div``s, the counters and the (image, row) part of each
+    moving field kept in stack slots (the variant code uses nearly every GPR). Per item r15 points at its block's
+    row, and each ``(field, register, arg)`` of ``moving`` gets ``args[arg]`` + the block's field + the row's and the
+    image's steps of it + the header's constant; ``load`` reads the kernel's other per-block fields (``[r15 + 8 * field]``), then the code of
+    the variant the block's int64 at byte ``variant_at`` names (plus, with ``walk``, the row's variant) runs
+    (``variants[i]`` emits variant ``i``). A table of several segments (a ConvTranspose's phases, each a header and
+    its blocks, ``TB_BYTES`` apart) runs them in order: the items are numbered across the segments."""
+    slot = fn.stack_slot(8 * (6 + len(moving)))
+    s_hdr, s_row, s_blk, s_img, s_var, s_rvar = (slot + 8 * i for i in range(6))
+    offs = [slot + 8 * (6 + k) for k in range(len(moving))]
+    inner, outer = (s_blk, s_row) if walk else (s_row, s_blk)
+    inner_n, outer_n = (TB_BLOCKS, TB_ROWS) if walk else (TB_ROWS, TB_BLOCKS)
+    seek, found, fresh, top = (fn.new_label(x) for x in ("seek", "found", "fresh", "item"))
+    nxt, wrap, new_outer, new_img = (fn.new_label(x) for x in ("next", "wrap", "new_outer", "new_img"))
     fn.mov(r14, rcx)
     fn.test(r14, r14)
     fn.jz(fn.exit)
-    top, nxt = fn.new_label("item"), fn.new_label("next")
+    fn.mov(rax, qword[rsi + tab_arg * 8])
+    fn.mov(r8, rdx)
+    # the segment holding item ``start`` (r8): skip whole segments (an empty one too), then unravel the rest
+    fn.bind(seek)
+    fn.mov(r9, qword[rax + TB_N * 8])
+    fn.imul(r9, qword[rax + TB_ROWS * 8])
+    fn.imul(r9, qword[rax + TB_BLOCKS * 8])
+    fn.cmp(r8, r9)
+    fn.jb(found)
+    fn.sub(r8, r9)
+    fn.add(rax, qword[rax + TB_BYTES * 8])
+    fn.jmp(seek)
+    fn.bind(found)
+    fn.mov(s_hdr, rax)
+    fn.mov(r10, rax)
+    fn.mov(r9, qword[r10 + TB_ROWS * 8])
+    fn.imul(r9, qword[r10 + TB_BLOCKS * 8])
+    fn.mov(rax, r8)
+    fn.xor(rdx, rdx)
+    fn.div(r9)
+    fn.mov(s_img, rax)
+    fn.mov(rax, rdx)
+    fn.xor(rdx, rdx)
+    fn.div(qword[r10 + inner_n * 8])
+    fn.mov(outer, rax)
+    fn.mov(inner, rdx)
+    # a new (image, row) or block: each moving field's image and row part, a walk's row variant, the block's row
+    fn.bind(fresh)
+    fn.mov(rax, s_hdr)
+    fn.mov(rcx, s_row)
+    fn.mov(rdx, s_img)
+    for (field, reg, arg), off in zip(moving, offs):
+        fn.mov(reg, rcx)
+        fn.imul(reg, qword[rax + (row + field) * 8])
+        fn.mov(rdi, rdx)
+        fn.imul(rdi, qword[rax + (2 * row + field) * 8])
+        fn.add(reg, rdi)
+        fn.add(reg, qword[rax + (3 * row + field) * 8])
+        fn.add(reg, qword[rsi + arg * 8])
+        fn.mov(off, reg)
+    if walk:
+        fn.mov(rdi, qword[rax + TB_VARS * 8])
+        fn.mov(rdi, qword[rdi + rcx * 8])
+        fn.mov(s_rvar, rdi)
+    fn.imul(r15, s_blk, row * 8)
+    fn.add(r15, rax)
+    fn.add(r15, HEAD * row * 8)
     fn.bind(top)
-    fn.mov(rbx, qword[r15])
-    fn.add(rbx, qword[rsi + ARG_SRC * 8])
-    fn.mov(r8, qword[r15 + 8])
-    fn.add(r8, qword[rsi + ARG_WEI * 8])
-    fn.mov(r9, qword[r15 + 16])
+    for (field, reg, _), off in zip(moving, offs):
+        fn.mov(reg, off)
+        fn.add(reg, qword[r15 + field * 8])
+    var = qword[r15 + variant_at]
+    if walk:
+        fn.mov(rdi, s_rvar)
+        fn.add(rdi, var)
+        fn.mov(s_var, rdi)
+        var = qword[s_var]
     load()
     labels = [fn.new_label(f"variant{i}") for i in range(len(variants))]
     for i in range(1, len(variants)):
-        fn.cmp(qword[r15 + variant_at], i)
+        fn.cmp(var, i)
         fn.je(labels[i])
     for label, emit in zip(labels, variants):
         fn.bind(label)
         emit()
         fn.jmp(nxt)
     fn.bind(nxt)
-    fn.add(r15, row * 8)
     fn.dec(r14)
-    fn.jnz(top)
+    fn.jz(fn.exit)
+    # the next item: the inner counter on (a dense conv's next row: each moving field one row step on; a walk's next
+    # block: r15 one row on), else the outer one, the image, the segment
+    fn.mov(rax, s_hdr)
+    fn.mov(rcx, inner)
+    fn.inc(rcx)
+    fn.cmp(rcx, qword[rax + inner_n * 8])
+    fn.jae(wrap)
+    fn.mov(inner, rcx)
+    if walk:
+        fn.add(r15, row * 8)
+    else:
+        for (field, _, _), off in zip(moving, offs):
+            fn.mov(rdi, qword[rax + (row + field) * 8])
+            fn.add(off, rdi)
+    fn.jmp(top)
+    fn.bind(wrap)
+    fn.mov(qword[inner], 0)
+    fn.mov(rcx, outer)
+    fn.inc(rcx)
+    fn.cmp(rcx, qword[rax + outer_n * 8])
+    fn.jb(new_outer)
+    fn.mov(qword[outer], 0)
+    fn.mov(rcx, s_img)
+    fn.inc(rcx)
+    fn.cmp(rcx, qword[rax + TB_N * 8])
+    fn.jb(new_img)
+    fn.add(rax, qword[rax + TB_BYTES * 8])  # the next segment's first item (past any empty one)
+    fn.xor(r8, r8)
+    fn.jmp(seek)
+    fn.bind(new_img)
+    fn.mov(s_img, rcx)
+    fn.jmp(fresh)
+    fn.bind(new_outer)
+    fn.mov(outer, rcx)
+    fn.jmp(fresh)
     return fn.finalize(None, (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64))
 
 

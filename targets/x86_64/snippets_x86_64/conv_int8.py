@@ -42,8 +42,8 @@ from snippets_core.errors import InputError, UnsupportedByTarget
 from snippets_x86_64.asm import Function, bcst, dword, k1, k2, qword, r8, r9, r10, r11, r13, r15, rbp, rbx, rcx, \
     rdx, rsi, word, zword
 from snippets_x86_64.asm.registers import ZMM
-from snippets_x86_64.conv import POST_OP_KINDS, UNROLL, ConvDims, PostOp, _emit_post_ops, channel_blocks, \
-    emit_pixel_loop, emit_pixel_loop_dynamic, emit_table_kernel, emit_tap_walk
+from snippets_x86_64.conv import HEAD, POST_OP_KINDS, UNROLL, ConvDims, PostOp, _emit_post_ops, channel_blocks, \
+    emit_pixel_loop, emit_pixel_loop_dynamic, emit_table_kernel, emit_tap_walk, table_items
 from snippets_x86_64.emitters.base import Aux
 from snippets_x86_64.emitters.math import emit_divide_by, emit_sigmoid
 
@@ -316,30 +316,29 @@ def requant_params(y_scale: float, y_zero_point: int, output: str) -> np.ndarray
 
 
 def work_table(geo: Int8ConvShape, offsets: list[int]) -> np.ndarray:
-    """One row per (image, group, output-channel block, output row), output rows innermost (consecutive items
-    reuse one weight block from L1/L2)."""
-    rows = []
-    osz = OUT_SIZE[geo.output]
+    """The compact work table (``conv.work_table``'s layout, rows of ``ROW`` fields): the header (the images, output
+    rows and blocks; the steps of the moving fields src, dst and residual per output row and per image), then one row
+    per (group, output-channel block). The harness (``conv.emit_table_kernel``) runs its items (image, group, block,
+    output row), output rows innermost (consecutive items reuse one weight block from L1/L2)."""
+    osz, rsz = OUT_SIZE[geo.output], geo.res_size
     blocks = geo.blocks()
     rem = geo.mg - (geo.nvp - 1) * LANES
     pitch = geo.dh * geo.wp * geo.cp
     hq, wq, qt, ql = geo.out_frame or (geo.ho, geo.wo, 0, 0)
-    for n in range(geo.n):
-        for g in range(geo.group):
-            for b, (v0, nv) in enumerate(blocks):
-                mask = (1 << rem) - 1 if v0 + nv == geo.nvp else 0xFFFF
-                variant = 0 if nv == blocks[0][1] else 1
-                wei = offsets[g * len(blocks) + b]
-                vec = (g * geo.nvp + v0) * LANES * 4
-                # a dynamic kernel's row: full blocks of the most pixels, one tail block (``_emit_row``)
-                r = max_pixels(nv)
-                shape = (pitch, geo.wo // r, r, geo.wo % r)
-                for oh in range(geo.ho):
-                    src = (n * geo.hp + oh * geo.sh) * geo.wp * geo.cp + g * geo.cg4
-                    px = (n * geo.ho + oh) * geo.wo * geo.m + g * geo.mg + v0 * LANES
-                    dst = ((n * hq + oh + qt) * wq + ql) * geo.m + g * geo.mg + v0 * LANES
-                    rows.append((src, wei, dst * osz, vec, px * geo.res_size, mask, variant, *shape))
-    return np.asarray(rows, dtype=np.int64).reshape(-1, ROW)
+    count = geo.group * len(blocks)
+    rows = [(geo.n, geo.ho, count, (HEAD + count) * ROW * 8) + (0,) * (ROW - 4),
+            (geo.sh * geo.wp * geo.cp, 0, wq * geo.m * osz, 0, geo.wo * geo.m * rsz) + (0,) * (ROW - 5),
+            (geo.hp * geo.wp * geo.cp, 0, hq * wq * geo.m * osz, 0, geo.ho * geo.wo * geo.m * rsz) + (0,) * (ROW - 5),
+            (0,) * ROW]
+    for g in range(geo.group):
+        for b, (v0, nv) in enumerate(blocks):
+            chan = g * geo.mg + v0 * LANES
+            # a dynamic kernel's row: full blocks of the most pixels, one tail block (``_emit_row``)
+            r = max_pixels(nv)
+            rows.append((g * geo.cg4, offsets[g * len(blocks) + b], ((qt * wq + ql) * geo.m + chan) * osz,
+                         (g * geo.nvp + v0) * LANES * 4, chan * rsz, (1 << rem) - 1 if v0 + nv == geo.nvp else 0xFFFF,
+                         0 if nv == blocks[0][1] else 1, pitch, geo.wo // r, r, geo.wo % r))
+    return np.asarray(rows, dtype=np.int64)
 
 
 def build_int8_conv_kernel(geo: Int8ConvShape) -> JitFunction:
@@ -354,13 +353,14 @@ def build_int8_conv_kernel(geo: Int8ConvShape) -> JitFunction:
     nvs = [blocks[0][1]] + ([blocks[-1][1]] if blocks[-1][1] != blocks[0][1] else [])
 
     def load() -> None:
-        fn.add(r9, qword[rsi + ARG_DST * 8])
         fn.mov(r10, qword[r15 + 24])
-        fn.mov(r11, qword[r15 + 32])
-        fn.add(r11, qword[rsi + ARG_RES * 8])
         fn.kmovw(k1, word[r15 + 40])
 
-    return emit_table_kernel(fn, ROW, ARG_TAB, load, 48, [functools.partial(_emit_row, fn, geo, nv) for nv in nvs])
+    # the moving fields: the input, weight, output and residual rows (the residual's pixels may differ from the
+    # output's in size and in frame)
+    moving = ((0, rbx, ARG_SRC), (1, r8, ARG_WEI), (2, r9, ARG_DST), (4, r11, ARG_RES))
+    return emit_table_kernel(fn, ROW, ARG_TAB, load, 48, [functools.partial(_emit_row, fn, geo, nv) for nv in nvs],
+                             moving=moving)
 
 
 def _emit_row(fn: Function, geo: Int8ConvShape, nv: int) -> None:
@@ -549,7 +549,7 @@ class Int8ConvKernel:
         self.kernel = kernel_function(geo)
         # a small convolution runs on one thread: waking the other costs more than its half (~4 us a hand-off)
         threads = threads if estimated_ns(geo) >= MIN_NS_PER_THREAD * threads else 1
-        self.chunks = split_items(len(self.table), threads)
+        self.chunks = split_items(table_items(self.table), threads)
         #: the dispatch: one argument block and Job made once (~0.5 us a two-thread call, not ~4.5 us)
         self.call = SplitCall(self.kernel, ARG_CHAN + geo.channel_arrays, self.chunks)
         self._dummy = np.zeros(LANES, np.float32)

@@ -29,8 +29,8 @@ import numpy as np
 from snippets_x86_64.aligned import empty_aligned
 from snippets_core.errors import InputError
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, ShapeCache
-from snippets_x86_64.conv import ARG_POST, ROW, VEC, ConvGeometry, PostOp, build_conv_kernel, kernel_key, \
-    pack_channels, pack_weights, pixels_per_block
+from snippets_x86_64.conv import ARG_POST, HEAD, ROW, VEC, ConvGeometry, PostOp, build_conv_kernel, kernel_key, \
+    pack_channels, pack_weights, pixels_per_block, table_items
 from snippets_x86_64.conv_executor import MIN_FLOPS_PER_THREAD, split_items
 from snippets_x86_64.reorder import run_split
 
@@ -147,7 +147,7 @@ class ConvTransposeExecutor:
                 dynamic, post_ops = self.dynamic, self.post_ops
                 kernel = self.kernels[key] = FUNCTION_CACHE.get(
                     "conv", (key, post_ops), lambda g=key[0]: build_conv_kernel(g, post_ops, dynamic), HARNESS_ARGTYPES)
-            self.parts.append((kernel, table, split_items(len(table), threads)))
+            self.parts.append((kernel, table, split_items(table_items(table), threads)))
         self.geos = list(geos.values())
         #: no window reaches past the image (a kernel the size of the stride, no pads: UNet's 2x2): the phases read
         #: an NHWC input in place, no padded copy
@@ -172,9 +172,10 @@ class ConvTransposeExecutor:
         return out
 
     def _table(self, geo: ConvGeometry, rh: int, rw: int, offsets: list[int]) -> np.ndarray:
-        """The conv work table of phase (rh, rw): one row per (image, channel block, phase output row), the source
-        at the phase's first window in the padded input, the destination at output pixel ``(s q + r - pad)``, and
-        the row geometry a dynamic kernel reads (``conv.ROW``: the padded row's bytes, the row's pixel blocks)."""
+        """The compact conv work table (``conv.work_table``'s layout) of phase (rh, rw): its (image, channel block,
+        phase output row) items, the source at the phase's first window in the padded input, the destination at
+        output pixel ``(s q + r - pad)``, and the row geometry a dynamic kernel reads (``conv.ROW``: the padded row's
+        bytes, the row's pixel blocks). The phases of one kernel run as the segments of one table."""
         ax, ay = self.rows, self.cols
         n, m = geo.n, geo.m
         ho, wo = self.out_shape[2:]
@@ -182,20 +183,20 @@ class ConvTransposeExecutor:
         blocks = geo.blocks()
         col0 = ay.q0[rw] - (ay.taps[rw] - 1) + ay.before  # padded column of the first window
         out_col = ay.s * ay.q0[rw] + rw - ay.pad
-        q = np.arange(ax.q0[rh], ax.q1[rh] + 1, dtype=np.int64)
-        src_q = ((q - (ax.taps[rh] - 1) + ax.before) * geo.w + col0) * c4
-        dst_q = ((ax.s * q + rh - ax.pad) * wo + out_col) * m * 4
+        q0 = ax.q0[rh]
+        src0 = ((q0 - (ax.taps[rh] - 1) + ax.before) * geo.w + col0) * c4
+        dst0 = ((ax.s * q0 + rh - ax.pad) * wo + out_col) * m * 4
         rem = m - (geo.nvp - 1) * VEC
-        table = np.zeros((n, len(blocks), len(q), ROW), np.int64)
+        table = np.zeros((HEAD + len(blocks), ROW), np.int64)
+        table[0, :4] = (n, ax.q1[rh] + 1 - q0, len(blocks), table.size * 8)
+        table[1, :3] = (geo.w * c4, 0, ax.s * wo * m * 4)  # a phase row's steps: one padded row, s output rows
+        table[2, :3] = (geo.h * geo.w * c4, 0, ho * wo * m * 4)  # (row 3, once per segment: 0)
         for b, (v0, nv) in enumerate(blocks):
             r = pixels_per_block(nv, geo.wo)
-            table[:, b, :, 1:] = (offsets[b] * 4, v0 * VEC * 4, v0 * VEC * 4, (1 << rem) - 1 if v0 + nv == geo.nvp
-                                  else 0xFFFF, 0 if nv == blocks[0][1] else 1, geo.w * c4, geo.wo // r, r, geo.wo % r,
-                                  4, 0)
-        img = np.arange(n, dtype=np.int64)[:, None, None]
-        table[..., 0] = img * (geo.h * geo.w * c4) + src_q[None, None, :]
-        table[..., 2] += img * (ho * wo * m * 4) + dst_q[None, None, :]
-        return table.reshape(-1, ROW)
+            table[HEAD + b] = (src0, offsets[b] * 4, v0 * VEC * 4 + dst0, v0 * VEC * 4,
+                               (1 << rem) - 1 if v0 + nv == geo.nvp else 0xFFFF, 0 if nv == blocks[0][1] else 1,
+                               geo.w * c4, geo.wo // r, r, geo.wo % r, 4, 0)
+        return table
 
     def run(self, x: np.ndarray, residual: np.ndarray | None = None) -> np.ndarray:
         """``x`` [N, C, H, W] -> [N, M, Ho, Wo] (an NCHW view of a new NHWC array); ``residual`` has the output's

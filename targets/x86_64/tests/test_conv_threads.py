@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from snippets_x86_64.channel_shuffle import ChannelPermute, shuffle_permutation
-from snippets_x86_64.conv import ConvGeometry, PostOp
+from snippets_x86_64.conv import ConvGeometry, PostOp, table_items
 from snippets_x86_64.conv_executor import ConvExecutor, estimated_ns
 from snippets_x86_64.global_pool import GlobalPool
 from snippets_x86_64.guarded import guarded_array
@@ -67,7 +67,7 @@ def test_split_conv_matches_float64(case: tuple, threads: int, at: str) -> None:
                       alloc=guarded(at))
     # every case has work for two threads at PARALLEL_MIN_NS each (the zoo's shapes, which ran on one before)
     assert ex.work_ns >= 2 * PARALLEL_MIN_NS
-    check_chunks(ex.chunks, len(ex.table), min(threads, int(ex.work_ns // PARALLEL_MIN_NS)))
+    check_chunks(ex.chunks, table_items(ex.table), min(threads, int(ex.work_ns // PARALLEL_MIN_NS)))
     tol = 1e-4 * max(1.0, np.abs(want).max())
     xg, rg = guarded_nhwc(x, at), guarded_nhwc(res, at)
     for _ in range(3):  # the Job is made once; its thunk from the third call
@@ -96,7 +96,7 @@ def test_split_pool_matches_float64(case: tuple, threads: int) -> None:
     divisor = reciprocal_counts(geo, pads, False) if mode == "avg" else np.zeros(1, np.float32)
     ex = ConvExecutor(geo, divisor, None, None, num_threads=threads, alloc=guarded("end"))
     assert ex.work_ns >= 2 * PARALLEL_MIN_NS
-    check_chunks(ex.chunks, len(ex.table), min(threads, int(ex.work_ns // PARALLEL_MIN_NS)))
+    check_chunks(ex.chunks, table_items(ex.table), min(threads, int(ex.work_ns // PARALLEL_MIN_NS)))
     for _ in range(3):
         np.testing.assert_allclose(ex.run(guarded_nhwc(x, "end")), want, rtol=1e-5, atol=1e-5)
 
@@ -122,7 +122,7 @@ def test_split_global_pool_matches_float64(threads: int, mode: str) -> None:
     xg = guarded_nhwc(x, "end")
     ex = GlobalPool((n, c, h, w), "mean" if mode == "ReduceMean" else "max", None, threads,
                     lambda s: guarded_array(s, np.float32, "end"))
-    check_chunks(ex.chunks, len(ex.table), threads)
+    check_chunks(ex.chunks, table_items(ex.table), threads)
     want = (x.astype(np.float64).mean if mode == "ReduceMean" else x.astype(np.float64).max)(axis=(2, 3))
     for _ in range(3):
         np.testing.assert_allclose(ex.run(xg)[:, :, 0, 0], want, rtol=1e-5, atol=1e-5)

@@ -34,7 +34,7 @@ from snippets_x86_64.asm.registers import GP8, GP16, GP32, GP64, XMM, YMM, ZMM, 
 #: Every mnemonic the DSL emits. Grouped as the AVX-512 f32 kernels use them.
 MNEMONICS: tuple[str, ...] = (
     # general purpose
-    "mov", "movzx", "movsxd", "lea", "add", "sub", "imul", "and", "or", "xor", "neg", "not",
+    "mov", "movzx", "movsxd", "lea", "add", "sub", "imul", "div", "and", "or", "xor", "neg", "not",
     "shl", "shr", "sar", "cmp", "test", "inc", "dec", "push", "pop", "ret", "jmp", "call", "nop",
     "ja", "jae", "jb", "jbe", "je", "jne", "jg", "jge", "jl", "jle", "js", "jns", "jo", "jno", "jp", "jnp",
     "cmova", "cmovb", "cmove", "cmovne", "cmovg", "cmovge", "cmovl", "cmovle", "movsx",
