@@ -15,9 +15,11 @@ channels with one ``vbroadcastss`` of an input value and ``nv`` FMAs against the
   ``[KH][KW][Cg][nv*16]`` contiguous, zero-padded past the group's last channel, so the weight pointer only
   ever advances. Per-channel scale/shift that follow the convolution (bias, a folded BatchNormalization) are
   folded into the packed weight and bias at that time.
-* **Work items** come from a table of byte offsets (input row, weight block, output row, bias block, store mask,
-  variant), made per shape: the kernel itself knows only the row geometry. Items run in order (output rows
-  innermost, so consecutive items reuse one weight block from L2) and are split over threads in ranges.
+* **Work items** come from a compact table, made per shape: a header (item counts, each moving field's steps per
+  output row and per image) and one row per channel block (its input, weight, output and bias offsets, store mask,
+  variant and row geometry); the harness (``emit_table_kernel``) works out each item's row and image offsets. Items
+  run in order (output rows innermost, so consecutive items reuse one weight block from L2) and are split over
+  threads in ranges.
 * **Post-ops** (:class:`PostOp`): per-channel add/multiply by packed vectors, a residual add (NHWC, same shape
   as the output), Relu, Clamp, PRelu with a scalar slope (LeakyRelu), HSwish, applied to the accumulators.
 
@@ -572,6 +574,8 @@ def table_items(table: np.ndarray) -> int:
     flat, items, at = table.reshape(-1), 0, 0
     while at < len(flat):
         n, rows, blocks, size = flat[at:at + 4].tolist()
+        if size < (HEAD + blocks) * ROW * 8:  # not a compact table's header (the harness would walk off it too)
+            raise ValueError(f"not a compact work table: a segment of {size} bytes holds {blocks} blocks")
         items, at = items + n * rows * blocks, at + size // 8
     return items
 
