@@ -46,6 +46,8 @@ CASES = [
     ("sub", (rsp, 128), {}, "sub rsp, 0x80"),
     ("imul", (rax, rcx), {}, "imul rax, rcx"),
     ("imul", (r8, r9, 12), {}, "imul r8, r9, 0xc"),
+    ("div", (rcx,), {}, "div rcx"),
+    ("div", (qword[r10 + 8],), {}, "div qword ptr [r10+8]"),
     ("and", (rsp, -64), {}, "and rsp, 0xffffffffffffffc0"),
     ("or", (eax, 1), {}, "or eax, 1"),
     ("xor", (eax, eax), {}, "xor eax, eax"),
