@@ -756,13 +756,13 @@ def emit_table_kernel(fn: Function, row: int, tab_arg: int, load: Callable[[], N
     (image, row, block): ``start`` is unravelled by two ``div``s, the counters and the (image, row) part of each
     moving field kept in stack slots (the variant code uses nearly every GPR). Per item r15 points at its block's
     row, and each ``(field, register, arg)`` of ``moving`` gets ``args[arg]`` + the block's field + the row's and the
-    image's steps of it + the header's constant; ``load`` reads the kernel's other per-block fields (``[r15 + 8 * field]``), then the code of
-    the variant the block's int64 at byte ``variant_at`` names (plus, with ``walk``, the row's variant) runs
-    (``variants[i]`` emits variant ``i``). A table of several segments (a ConvTranspose's phases, each a header and
+    image's steps of it + the header's constant; ``load`` reads the kernel's other per-block fields (``[r15 + 8 *
+    field]``; it leaves rdi alone), then the code of the variant the block's int64 at byte ``variant_at`` names
+    (plus, with ``walk``, the row's variant) runs (``variants[i]`` emits variant ``i``). A table of several segments (a ConvTranspose's phases, each a header and
     its blocks, ``TB_BYTES`` apart) runs them in order: the items are numbered across the segments."""
-    slot = fn.stack_slot(8 * (6 + len(moving)))
-    s_hdr, s_row, s_blk, s_img, s_var, s_rvar = (slot + 8 * i for i in range(6))
-    offs = [slot + 8 * (6 + k) for k in range(len(moving))]
+    slot = fn.stack_slot(8 * (5 + len(moving)))
+    s_hdr, s_row, s_blk, s_img, s_rvar = (slot + 8 * i for i in range(5))
+    offs = [slot + 8 * (5 + k) for k in range(len(moving))]
     inner, outer = (s_blk, s_row) if walk else (s_row, s_blk)
     inner_n, outer_n = (TB_BLOCKS, TB_ROWS) if walk else (TB_ROWS, TB_BLOCKS)
     seek, found, fresh, top = (fn.new_label(x) for x in ("seek", "found", "fresh", "item"))
@@ -821,13 +821,12 @@ def emit_table_kernel(fn: Function, row: int, tab_arg: int, load: Callable[[], N
     for (field, reg, _), off in zip(moving, offs):
         fn.mov(reg, off)
         fn.add(reg, qword[r15 + field * 8])
+    load()
     var = qword[r15 + variant_at]
-    if walk:
+    if walk:  # (rdi: no ``load`` touches it)
         fn.mov(rdi, s_rvar)
         fn.add(rdi, var)
-        fn.mov(s_var, rdi)
-        var = qword[s_var]
-    load()
+        var = rdi
     labels = [fn.new_label(f"variant{i}") for i in range(len(variants))]
     for i in range(1, len(variants)):
         fn.cmp(var, i)
