@@ -123,6 +123,13 @@ class CompiledModel:
         self.subgraphs: list[Subgraph] = [n for n in model.get_ordered_ops() if isinstance(n, Subgraph)]
         self.last_run_stats = RunStats()  # (sets _stats, _stamps, _placed)
         self._build_plan(executors)
+        #: the call path's plan: entries (native run or None, its steps as (index, plan tuple), the slots freed after
+        #: a native run, its stamp placeholders); one step per entry until ``_freeze``
+        self._entries = [(None, ((k, p),), (), ()) for k, p in enumerate(self._plan)]
+        #: native runs by their first step (``_freeze``); calls before the freeze (the first decides what a step may
+        #: defer and warms what is made on first use)
+        self._native_runs: dict[int, Any] = {}
+        self._calls_before_freeze = 1
 
     # --- plan -------------------------------------------------------------------------------------
     def _build_plan(self, executors: Mapping[int, tuple[Executor, str]] | SubgraphCompiler) -> None:
@@ -246,6 +253,34 @@ class CompiledModel:
         declared = {p.name for p in self.model.parameters}
         self._input_names = [s.name for s in self._inputs if s.name in declared]
 
+    def _freeze(self) -> None:
+        """Ask the target for native runs of consecutive static steps (a target's ``native_steps``: one native call
+        runs their kernels in turn, their intermediate values in buffers planned once) and make them the call path's
+        entries; the other steps stay one per entry. Done once, on the second call."""
+        make = getattr(self.target.obj, "native_steps", None)
+        if make is None:
+            return
+        steps = [(run if reporter is None and where not in (FOLDED, "view", REFERENCE) else None, args, outs)
+                 for run, args, outs, _, _, _, where, reporter, _, _ in self._plan]
+        runs = make(steps, {slot for _, slot, _ in self._results}, self.config)
+        if not runs:
+            return
+        by_first = {r.steps[0]: r for r in runs}
+        entries, k = [], 0
+        while k < len(self._plan):
+            r = by_first.get(k)
+            if r is None:
+                entries.append((None, ((k, self._plan[k]),), (), ()))
+                k += 1
+                continue
+            inside = tuple((q, self._plan[q]) for q in r.steps)
+            frees = tuple(sorted({s for _, p in inside for s in p[3]}))
+            # the inner steps' stamps: filled from the run's own clock when last_run_stats is read
+            entries.append((r, inside, frees, [None] * (len(r.steps) - 1)))
+            k = r.steps[-1] + 1
+        self._native_runs = by_first
+        self._entries = entries
+
     # --- calling ----------------------------------------------------------------------------------
     @property
     def input_names(self) -> list[str]:
@@ -360,7 +395,7 @@ class CompiledModel:
         """Seconds per step of the last call, and where each ran. Built from the call's clock stamps when asked
         for: the call path pays one clock read per step and nothing else for it."""
         if self._stats is None:
-            stamps, placed = self._stamps, self._placed
+            stamps, placed = self._native_stamps(self._stamps), self._placed
             steps, fallbacks = [], {}
             for k, (_, _, _, _, name, op, where, reporter, reason, _) in enumerate(self._plan[:len(stamps) - 1]):
                 if reporter is not None:
@@ -373,6 +408,22 @@ class CompiledModel:
                 steps.append((name, op, where, stamps[k + 1] - stamps[k]))
             self._stats = RunStats(steps, fallbacks)
         return self._stats
+
+    def _native_stamps(self, stamps: list[float | None]) -> list[float]:
+        """``stamps`` with the placeholders of each native run's inner steps filled from the run's own clock (the
+        TSC before each kernel call): each step's kernel time, the run's Python around the calls in its first step."""
+        if None not in stamps:
+            return stamps  # type: ignore[return-value]
+        out = list(stamps)
+        for first, r in self._native_runs.items():
+            if first + 1 < len(out) and out[first + 1] is None:
+                secs = r.step_seconds()
+                last = first + len(secs)
+                t = out[last] - sum(secs[1:])  # type: ignore[operator]
+                for q in range(1, len(secs)):
+                    out[first + q] = t
+                    t += secs[q]
+        return out  # type: ignore[return-value]
 
     @last_run_stats.setter
     def last_run_stats(self, stats: RunStats) -> None:
@@ -394,19 +445,31 @@ class CompiledModel:
         clock = time.perf_counter
         placed: dict[int, Placement] = {}
         self._stats, self._stamps, self._placed = None, stamps, placed
+        if self._calls_before_freeze:
+            self._calls_before_freeze -= 1
+        elif self._calls_before_freeze == 0:
+            self._calls_before_freeze = -1
+            self._freeze()
         stamp(clock())
-        for k, (run, args, outs, frees, _, _, _, reporter, _, direct) in enumerate(self._plan):
-            if direct is not None and outputs is not None:
-                res = run([slots[a] for a in args], [outputs.get(n) if n else None for n in direct])
-            else:
-                res = run([slots[a] for a in args])
-            if reporter is not None:  # read right after the call: where this call ran
-                placed[k] = reporter.last_placement
-            for s, v in zip(outs, res):
-                slots[s] = v
-            for s in frees:
-                slots[s] = None
-            stamp(clock())
+        for native, steps, native_frees, holes in self._entries:
+            if native is not None and native(slots):  # the run's steps in one native call
+                for s in native_frees:
+                    slots[s] = None
+                stamps += holes
+                stamp(clock())
+                continue
+            for k, (run, args, outs, frees, _, _, _, reporter, _, direct) in steps:
+                if direct is not None and outputs is not None:
+                    res = run([slots[a] for a in args], [outputs.get(n) if n else None for n in direct])
+                else:
+                    res = run([slots[a] for a in args])
+                if reporter is not None:  # read right after the call: where this call ran
+                    placed[k] = reporter.last_placement
+                for s, v in zip(outs, res):
+                    slots[s] = v
+                for s in frees:
+                    slots[s] = None
+                stamp(clock())
         result: dict[str, np.ndarray] = {}
         for name, slot, et in self._results:
             v = np.asarray(slots[slot])

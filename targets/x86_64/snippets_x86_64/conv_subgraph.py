@@ -486,6 +486,8 @@ def compile_conv_subgraph(sg: Subgraph, config: CompileConfig) -> Any:
             run = into.bind(ex)
         else:
             WAITING_READERS.add(sg)
+            # what native_steps needs to run the step without this closure: the residual's input, the output's shape
+            run.residual, run.out_shape = residual, out_shape  # type: ignore[attr-defined]
 
         run.executor = ex  # type: ignore[attr-defined]
         if plan.pool is not None or plan.global_pool is not None:  # describe() shows whether the pool became the kernel's epilogue, and if not why

@@ -360,6 +360,118 @@ def build_dispatch() -> Function:
     return fn
 
 
+#: a call list's entry: (function, four integer arguments, whether a nonzero return means "a chunk is still running")
+ENTRY_WORDS = 6
+
+
+def build_call_list() -> Function:
+    """``run_calls(entries, start, stop, ticks) -> int``: call ``entries[k].fn(a0, a1, a2, a3)`` for k in
+    ``[start, stop)``, in turn, each a six-word entry (:data:`ENTRY_WORDS`: the function, its four arguments, a
+    check flag), storing the TSC before each call in ``ticks[k]`` and after the last in ``ticks[stop]``. An entry with
+    the check flag is a :func:`build_dispatch` call: its nonzero return (a chunk whose worker still runs it) stops the
+    list there and returns ``(k << 16) | busy``, for the caller to wait in Python and go on from ``k + 1``; 0 when
+    every call ran. One ctypes call runs a model's whole run of kernels: no Python between them."""
+    fn = Function("run_calls", args=("entries", "start", "stop", "ticks"))
+    top, done, next_entry = fn.new_label("top"), fn.new_label("done"), fn.new_label("next")
+    fn.mov(rbx, rdi)
+    fn.mov(r14, rsi)
+    fn.mov(r12, rdx)
+    fn.mov(r13, rcx)
+    fn.bind(top)
+    fn.cmp(r14, r12)
+    fn.jae(done)
+    _read_tsc(fn)
+    fn.mov(qword[r13 + r14 * 8], rax)
+    fn.lea(r15, r14 + r14 * 2)  # the entry: 48 bytes = (3 * k) * 16
+    fn.shl(r15, 4)
+    fn.add(r15, rbx)
+    fn.mov(rdi, qword[r15 + 8])
+    fn.mov(rsi, qword[r15 + 16])
+    fn.mov(rdx, qword[r15 + 24])
+    fn.mov(rcx, qword[r15 + 32])
+    fn.mov(r11, qword[r15])
+    fn.call(r11)
+    fn.cmp(qword[r15 + 40], 0)
+    fn.je(next_entry)
+    fn.test(rax, rax)
+    fn.jz(next_entry)
+    fn.shl(r14, 16)
+    fn.or_(rax, r14)
+    fn.jmp(fn.exit)
+    fn.bind(next_entry)
+    fn.inc(r14)
+    fn.jmp(top)
+    fn.bind(done)
+    _read_tsc(fn)
+    fn.mov(qword[r13 + r12 * 8], rax)
+    fn.xor(eax, eax)
+    return fn
+
+
+_RUN_CALLS: JitFunction | None = None
+
+
+def run_calls_function() -> JitFunction:
+    """The process's ``run_calls`` (:func:`build_call_list`), made on first use and never unmapped."""
+    global _RUN_CALLS
+    if _RUN_CALLS is None:
+        with _POOL_LOCK:
+            if _RUN_CALLS is None:
+                made = build_call_list().finalize(ctypes.c_int64, (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                                                   ctypes.c_void_p))
+                made.memory._finalizer.detach()
+                _RUN_CALLS = made
+    return _RUN_CALLS
+
+
+class CallList:
+    """Native calls run in turn by one ctypes call (:func:`build_call_list`): per entry a harness-style call of one
+    chunk on the caller, or the native pool's dispatch of a :class:`Job` (chunk 0 on the caller, the others on the
+    workers, joined before the next entry). The entries' argument blocks are the caller's (fixed addresses: the
+    caller rewrites their data words between runs). ``ticks`` holds the TSC before each entry and after the last,
+    for per-step times (``seconds``)."""
+
+    def __init__(self, entries: list[tuple[int, int, int, int, int]], jobs: list[Job | None], pool: NativePool) -> None:
+        self.n = len(entries)
+        self.pool = pool
+        #: per entry, the Job its dispatch runs (None: a plain call), for ``NativePool._finish`` on a busy return
+        self.jobs = jobs
+        words = [v & 0xFFFF_FFFF_FFFF_FFFF for e, job in zip(entries, jobs) for v in (*e, job is not None)]
+        self.words = (ctypes.c_uint64 * max(len(words), 1))(*words)
+        self.address = ctypes.addressof(self.words)
+        self.ticks = (ctypes.c_uint64 * (self.n + 1))()
+        self._ticks_address = ctypes.addressof(self.ticks)
+        self._run = run_calls_function().cfunc
+        if jobs and any(j is not None for j in jobs):
+            need = max(j.n for j in jobs if j is not None) - 1
+            if len(pool._blocks) < need:
+                pool._grow(need)
+
+    @staticmethod
+    def call(fn: int, a0: int = 0, a1: int = 0, a2: int = 0, a3: int = 0,
+             ) -> tuple[tuple[int, int, int, int, int], None]:
+        """An entry calling ``fn(a0, a1, a2, a3)`` on the caller."""
+        return (fn, a0, a1, a2, a3), None
+
+    @staticmethod
+    def dispatch(pool: NativePool, job: Job) -> tuple[tuple[int, int, int, int, int], Job]:
+        """An entry running ``job`` on ``pool`` (waiting for every chunk)."""
+        return (pool._dispatch.address, pool._table_addr, job.address, POST | RUN_OWN | WAIT, 0), job
+
+    def run(self) -> None:
+        """Every entry, in turn (the caller holds the pool's lock and has synced its pending call)."""
+        pool = self.pool
+        got = self._run(self.address, 0, self.n, self._ticks_address)
+        while got:
+            k, busy = got >> 16, got & 0xFFFF
+            pool._finish(self.jobs[k], busy)  # type: ignore[arg-type]
+            got = self._run(self.address, k + 1, self.n, self._ticks_address)
+
+    def seconds(self, k0: int, k1: int) -> float:
+        """Seconds from the start of entry ``k0`` to the start of entry ``k1`` (``n``: the end) in the last run."""
+        return (self.ticks[k1] - self.ticks[k0]) / (_ticks_per_us() * 1e6)
+
+
 def _build_tsc() -> JitFunction:
     fn = Function("tsc")
     _read_tsc(fn)

@@ -647,7 +647,7 @@ def generate_subgraph(
 
 
 #: target_options that only steer the runtime (not part of the kernel cache key)
-RUNTIME_OPTIONS = frozenset({"cache_dir", "parallel_min_bytes", "parallel_min_ns", "thread_pool"})
+RUNTIME_OPTIONS = frozenset({"cache_dir", "native_steps", "parallel_min_bytes", "parallel_min_ns", "thread_pool"})
 
 
 def _key_parts(config: CompileConfig, host: Any) -> list[Any]:

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pluggy
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from snippets_core.codegen.subgraph_codegen import GeneratedSubgraph
     from snippets_core.config import CompileConfig
     from snippets_core.ir.model import Model
@@ -159,6 +161,14 @@ class X86_64Target:
         from snippets_x86_64.runtime import compile_subgraph
 
         return compile_subgraph(sg, config, host)
+
+    def native_steps(self, steps: Sequence[tuple[Any, tuple[int, ...], tuple[int, ...]]], escaping: set[int],
+                     config: CompileConfig) -> list[Any]:
+        """The runs of a compiled model's consecutive static steps that run as one native call list, without Python
+        between the kernels (:mod:`snippets_x86_64.native_steps`); none with ``target_options.native_steps`` false."""
+        from snippets_x86_64.native_steps import native_steps, native_steps_option
+
+        return native_steps(steps, escaping) if native_steps_option(config) else []
 
     def generate_subgraph(self, sg: Subgraph, config: CompileConfig, host: Any) -> GeneratedSubgraph:
         """``sg`` through ``generate_subgraph`` with this target's machine, passes and precisions (the Kernel and

@@ -1,0 +1,328 @@
+"""A compiled model's runs of static kernel steps as one native call list: no Python between the kernels.
+
+A static step (a conv primitive of a fixed shape, a static Subgraph's :class:`KernelExecutor`) has the same kernels,
+argument words and thread split on every call; only its data addresses change, and inside a run of such steps not
+even those need to: the values that no step outside the run reads (nor the caller) live in buffers planned once, by
+liveness, the way OpenVINO's memory solver plans a CNN's intermediates (a buffer a step's last reader frees is the
+next step's output: warm in cache). :func:`native_steps` turns each maximal run of consecutive static steps into a
+:class:`NativeRun`: per call it checks the run's inputs against what it was frozen for (dtype, shape, strides), writes
+their addresses and those of fresh arrays for the values that leave the run into the argument words, and makes one
+ctypes call, :class:`~snippets_x86_64.native_pool.CallList`, that calls every kernel in turn (a step split over the
+threads through the native pool's dispatch, joined before the next). What leaves a run is always a new array: a
+later call never overwrites what a caller holds.
+
+A run that cannot go native on a call (another Python thread is in it, an input of another layout, the pool closed)
+says so (returns False) and the compiled model runs its steps one by one, as without it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from snippets_x86_64.aligned import ALIGN
+from snippets_x86_64.native_pool import CallList, Job, NativePool, native_pool
+from snippets_x86_64.runtime import KernelExecutor, _CallState, _c_strides, _fast_address
+
+#: an operand of a step: ("in", i) its i-th argument, ("out", j) its j-th output
+Operand = tuple[str, int]
+_F32 = np.dtype(np.float32)
+
+
+@dataclass
+class OutSpec:
+    """An output as the step hands it out: ``np.ndarray(shape, dtype, buf, skip, strides)`` over a buffer of
+    ``nbytes`` (the kernels write at the buffer's aligned address)."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    nbytes: int
+
+
+@dataclass
+class StepForm:
+    """A static step as native calls: what it takes (per argument: dtype, shape, strides), what it gives, and its
+    calls (entries of a :class:`CallList`), whose argument words at ``patches[operand]`` hold that operand's address."""
+
+    ins: list[tuple[np.dtype, tuple[int, ...], tuple[int, ...]]]
+    outs: list[OutSpec]
+    entries: list[tuple[tuple[int, int, int, int, int], Job | None]] = field(default_factory=list)
+    patches: dict[Operand, list[tuple[Any, int]]] = field(default_factory=dict)
+    #: what the argument words point at and that nothing else holds (private buffers, blocks, call states)
+    keep: list[Any] = field(default_factory=list)
+
+    def patch(self, operand: Operand, block: Any, index: int) -> None:
+        self.patches.setdefault(operand, []).append((block, index))
+
+
+def _nhwc_strides(n: int, c: int, h: int, w: int) -> tuple[int, ...]:
+    """The NCHW strides of a contiguous NHWC float32 array (the layout conv primitives pass between them)."""
+    return (h * w * c * 4, 4, w * c * 4, c * 4)
+
+
+def _buffer(nbytes: int) -> tuple[np.ndarray, int]:
+    buf = np.empty(nbytes + ALIGN, np.uint8)
+    addr = _fast_address(buf)
+    return buf, addr + (-addr % ALIGN)
+
+
+def _split_entries(form: StepForm, pool: NativePool, kernel: int, words: Sequence[int | Operand],
+                   chunks: Sequence[tuple[int, int]]) -> None:
+    """Entries of a harness kernel ``kernel(0, block, start, count)`` over ``chunks`` with an argument block of its own
+    (``words``: an address, or an operand patched per call)."""
+    block = (ctypes.c_uint64 * max(len(words), 1))()
+    for i, w in enumerate(words):
+        if isinstance(w, tuple):
+            form.patch(w, block, i)
+        else:
+            block[i] = w & 0xFFFF_FFFF_FFFF_FFFF
+    addr = ctypes.addressof(block)
+    form.keep.append(block)
+    if len(chunks) == 1:
+        form.entries.append(CallList.call(kernel, 0, addr, chunks[0][0], chunks[0][1]))
+    else:
+        job = Job([(kernel, 0, addr, s, c) for s, c in chunks], thunk_after=1 << 62)
+        form.keep.append(job)
+        form.entries.append(CallList.dispatch(pool, job))
+
+
+def conv_form(run: Any, pool: NativePool) -> StepForm | None:
+    """A static conv primitive's step (``compile_conv_subgraph``'s ``run``) as native calls, or None when it has a
+    reason to stay in Python (a planar stem's numpy copy, a Concat's slice, vector pre-ops numpy applies, a pool
+    kernel after the conv, a test's allocator)."""
+    from snippets_x86_64.conv_executor import ConvExecutor
+
+    ex = getattr(run, "executor", None)
+    out_shape = getattr(run, "out_shape", None)
+    if type(ex) is not ConvExecutor or out_shape is None or ex.dynamic or ex.alloc is not None:
+        return None
+    g = ex.geo
+    if g.planar or g.mo != g.m or ex.copy_pitch != g.c or ex.numpy_copy or (not ex.unpadded and ex.copy is None):
+        return None
+    residual = run.residual
+    n_args = 1 if residual is None else residual + 1
+    ins = [(_F32, (g.n, g.c, g.h, g.w), _nhwc_strides(g.n, g.c, g.h, g.w))] * n_args
+    # only the data input and the residual are read (a conv Subgraph has no other data inputs)
+    if residual is not None:
+        ins[residual] = (_F32, (g.n, g.m, g.out_h, g.out_w), _nhwc_strides(g.n, g.m, g.out_h, g.out_w))
+    if g.global_pool is not None:  # [N, M, 1, 1], contiguous: the body's [N, M] is the same memory
+        nbytes = 4 * g.n * g.m
+        out = OutSpec(_F32, tuple(out_shape), _c_strides(tuple(out_shape), 4), nbytes)
+    elif tuple(out_shape) == (g.n, g.m, g.out_h, g.out_w):
+        out = OutSpec(_F32, tuple(out_shape), _nhwc_strides(g.n, g.m, g.out_h, g.out_w),
+                      4 * g.n * g.out_h * g.out_w * g.m)
+    else:
+        return None
+    form = StepForm(ins, [out])
+    src: int | Operand = ("in", 0)
+    if not ex.unpadded:  # the JIT copy into a padded buffer of this run's own (its border written once, here)
+        xp = ex._padded_buffer()
+        form.keep.append(xp)
+        src = _fast_address(xp)
+        _split_entries(form, pool, ex.copy.address, [("in", 0), src, *ex.copy_words[2:]], ex.copy_chunks)
+    wei, bias, extra = ex.fixed_args
+    dst: int | Operand = ("out", 0)
+    if g.global_pool is not None:  # the kernel's row sums into a buffer of this run's own, the finish into the output
+        rows, dst = _buffer(4 * g.n * g.out_h * g.out_w * g.m)
+        form.keep.append(rows)
+    res: int | Operand = dst if residual is None else ("in", residual)
+    _split_entries(form, pool, ex.call.kernel.address, [src, wei, dst, bias, res, ex.table_address, *extra], ex.chunks)
+    if g.global_pool is not None:
+        _split_entries(form, pool, ex.finish.address, [dst, ("out", 0), *ex.finish_words], [(0, g.n)])
+    return form
+
+
+def kernel_form(run: Any, pool: NativePool) -> StepForm | None:
+    """A static Subgraph's :class:`KernelExecutor` as native calls: C-contiguous inputs and outputs of its specs, a
+    call state of this run's own (argument blocks, start indices, scratchpad)."""
+    if type(run) is not KernelExecutor or not run.native_threads:
+        return None
+    ins = [(d, s, _c_strides(s, d.itemsize)) for d, s in run.input_specs]
+    outs = [OutSpec(d, s, _c_strides(s, d.itemsize), d.itemsize * int(np.prod(s))) for d, s in run.output_specs]
+    form = StepForm(ins, outs)
+    state = _CallState(run.kernel, run.chunks, run.domain, run.params, thunk_after=1 << 62)
+    form.keep.append(state)
+    operands = [("in", i) for i in range(len(ins))] + [("out", j) for j in range(len(outs))]
+    for ca in state.args:
+        for p, op in enumerate(operands):
+            form.patch(op, ca, p)
+    if len(state.native) == 1:
+        harness, kernel, ca, idx, count = state.native[0]
+        form.entries.append(CallList.call(harness, kernel, ca, idx, count))
+    else:
+        form.entries.append(CallList.dispatch(pool, state.job))
+    return form
+
+
+#: the step kinds that have a native form, tried in turn
+FORMS: tuple[Callable[[Any, NativePool], StepForm | None], ...] = (conv_form, kernel_form)
+
+
+def step_form(run: Any, pool: NativePool) -> StepForm | None:
+    for make in FORMS:
+        form = make(run, pool)
+        if form is not None:
+            return form
+    return None
+
+
+class NativeRun:
+    """Consecutive static steps of a compiled model run as one :class:`CallList` (see the module docstring).
+    ``steps``: the plan's indices it covers; ``run(slots) -> bool`` runs them on the model's value slots (False: not
+    this call, run them one by one); ``step_seconds()``: each step's time in the last native run."""
+
+    def __init__(self, steps: Sequence[int], forms: Sequence[StepForm], args: Sequence[tuple[int, ...]],
+                 outs: Sequence[tuple[int, ...]], escaping: set[int], pool: NativePool) -> None:
+        self.steps = tuple(steps)
+        self.pool = pool
+        self._lock = threading.Lock()
+        made_at: dict[int, tuple[int, int]] = {}  # slot -> (position in the run, output index)
+        last_read: dict[int, int] = {}
+        for p, a in enumerate(args):
+            for s in a:
+                last_read[s] = p
+        #: (slot, dtype, shape, strides, patches) of the run's inputs, checked and written per call
+        inputs: dict[int, tuple[Any, ...]] = {}
+        #: (slot, nbytes, shape, dtype, strides, patches) of the values that leave the run: a new array per call
+        fresh: list[tuple[Any, ...]] = []
+        self._keep: list[Any] = []
+        free: list[tuple[int, np.ndarray, int]] = []  # (bytes, buffer, address): planned buffers no value holds
+        held: dict[int, tuple[int, np.ndarray, int]] = {}
+        entries: list[tuple[tuple[int, int, int, int, int], Job | None]] = []
+        self._first_entry: list[int] = []
+        for p, (form, a, o) in enumerate(zip(forms, args, outs)):
+            self._keep.append(form.keep)
+            for i, slot in enumerate(a):
+                patches = form.patches.get(("in", i), [])
+                if slot in made_at:  # a value made inside the run: its address is known now
+                    q, j = made_at[slot]
+                    spec = forms[q].outs[j]
+                    if (spec.dtype, spec.shape, spec.strides) != form.ins[i]:
+                        raise ValueError(f"step {steps[p]} reads slot {slot} in another layout than it is made")
+                    if slot in held:
+                        for block, index in patches:
+                            block[index] = held[slot][2]
+                    else:  # (a value leaving the run: written per call with the fresh array's address)
+                        next(f for f in fresh if f[0] == slot)[5].extend(patches)
+                else:
+                    dtype, shape, strides = form.ins[i]
+                    inputs.setdefault(slot, (slot, dtype, shape, strides, []))[4].extend(patches)
+            for j, slot in enumerate(o):
+                spec = form.outs[j]
+                patches = list(form.patches.get(("out", j), []))
+                made_at[slot] = (p, j)
+                if slot in escaping:
+                    fresh.append((slot, spec.nbytes + ALIGN, spec.shape, spec.dtype, spec.strides, patches))
+                    continue
+                fits = [b for b in free if b[0] >= spec.nbytes]
+                if fits:
+                    buf = min(fits, key=lambda b: b[0])
+                    free.remove(buf)
+                else:
+                    arr, addr = _buffer(spec.nbytes)
+                    buf = (spec.nbytes, arr, addr)
+                    self._keep.append(arr)
+                held[slot] = buf
+                for block, index in patches:
+                    block[index] = buf[2]
+            # after the step's outputs took theirs: the buffers whose values this step read last (or nobody reads)
+            for slot in {*a, *o}:
+                if slot in held and last_read.get(slot, p) <= p:
+                    free.insert(0, held.pop(slot))
+            self._first_entry.append(len(entries))
+            entries.extend(form.entries)
+        self._inputs = list(inputs.values())
+        self._fresh = fresh
+        self._fresh_slots = [f[0] for f in fresh]
+        self._calls = CallList([e for e, _ in entries], [j for _, j in entries], pool)
+        self._first_entry.append(len(entries))
+
+    def __call__(self, slots: list[Any]) -> bool:
+        if not self._lock.acquire(blocking=False):  # another Python thread runs it: that call's buffers are in use
+            return False
+        try:
+            for slot, dtype, shape, strides, patches in self._inputs:
+                a = slots[slot]
+                if type(a) is not np.ndarray or a.dtype is not dtype or a.shape != shape or a.strides != strides:
+                    return False
+                addr = _fast_address(a)
+                for block, index in patches:
+                    block[index] = addr
+            made = []
+            for _, nbytes, shape, dtype, strides, patches in self._fresh:
+                buf = np.empty(nbytes, np.uint8)
+                addr = _fast_address(buf)
+                skip = -addr % ALIGN
+                made.append(np.ndarray(shape, dtype, buf, skip, strides))
+                addr += skip
+                for block, index in patches:
+                    block[index] = addr
+            pool = native_pool()
+            if pool is not self.pool or pool.closed:  # a forked child's new pool, or interpreter exit
+                return False
+            with pool.lock:
+                if pool.pending is not None:  # a deferred call before the run may still write its input
+                    pool.sync()
+                self._calls.run()
+            for slot, y in zip(self._fresh_slots, made):
+                slots[slot] = y
+            return True
+        finally:
+            self._lock.release()
+
+    def step_seconds(self) -> list[float]:
+        """Each step's time in the last native run, from the TSC stamps taken before each call."""
+        first, calls = self._first_entry, self._calls
+        return [calls.seconds(first[p], first[p + 1]) for p in range(len(self.steps))]
+
+
+def native_steps_option(config: Any) -> bool:
+    """``target_options.native_steps`` (default true): run static steps as native call lists."""
+    from snippets_core.config import ConfigError
+
+    value = dict(config.target_options).get("native_steps", True)
+    if not isinstance(value, bool):
+        raise ConfigError(f"target_options.native_steps must be true or false, got {value!r}")
+    return value
+
+
+def native_steps(steps: Sequence[tuple[Any, tuple[int, ...], tuple[int, ...]]], escaping: set[int],
+                 ) -> list[NativeRun]:
+    """The runs of consecutive steps (``(executor, argument slots, output slots)`` in plan order, the executor None
+    for a step that must stay in Python) with a native form, as :class:`NativeRun`; ``escaping``: the slots something
+    reads besides the steps (the model's outputs). A run of one step is left to Python (nothing between kernels to save
+    there but the Python it already has)."""
+    pool = native_pool()
+    if pool.closed:
+        return []
+    forms = [step_form(run, pool) if run is not None else None for run, _, _ in steps]
+    readers: dict[int, list[int]] = {}
+    for k, (_, args, _) in enumerate(steps):
+        for slot in args:
+            readers.setdefault(slot, []).append(k)
+    runs: list[NativeRun] = []
+    k = 0
+    while k < len(steps):
+        if forms[k] is None:
+            k += 1
+            continue
+        stop = k
+        while stop < len(steps) and forms[stop] is not None:
+            stop += 1
+        if stop - k > 1:
+            inside = range(k, stop)
+            leaving = {o for q in inside for o in steps[q][2]
+                       if o in escaping or any(r >= stop for r in readers.get(o, ()))}
+            runs.append(NativeRun(list(inside), forms[k:stop], [steps[q][1] for q in inside],  # type: ignore[arg-type]
+                                  [steps[q][2] for q in inside], leaving, pool))
+        k = stop
+    return runs
+
+
+__all__ = ["NativeRun", "OutSpec", "StepForm", "native_steps", "step_form"]
