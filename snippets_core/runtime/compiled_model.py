@@ -548,6 +548,8 @@ class CompiledModel:
             lines.append(f"  [{where}] {op} x{c}")
         if self._shape_folder:
             lines.append(f"  [{FOLDED}] {self._shape_folder.describe()}")
+        for r in self._native_runs.values():  # (from the second call on: see _freeze)
+            lines.append(f"  [native] {r.describe()}")
         # why a heavy op was left to its reference kernel (e.g. a 3-D Convolution: TokenizeConvSnippets)
         for st in self._steps:
             why = st.node.rt_info.get("SnippetsConvRejectReason") or (

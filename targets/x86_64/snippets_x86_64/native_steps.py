@@ -276,6 +276,13 @@ class NativeRun:
         finally:
             self._lock.release()
 
+    def describe(self) -> str:
+        """One line for ``describe()``: the steps, native calls and planned buffers of this run."""
+        held = sum(a.nbytes for a in self._keep if isinstance(a, np.ndarray))
+        return (f"{len(self.steps)} steps ({self.steps[0]}..{self.steps[-1]}) as one native call list: "
+                f"{self._calls.n} kernel calls, {held / 2**20:.1f} MiB of planned buffers, "
+                f"{len(self._fresh)} value(s) leaving it")
+
     def step_seconds(self) -> list[float]:
         """Each step's time in the last native run, from the TSC stamps taken before each call."""
         first, calls = self._first_entry, self._calls

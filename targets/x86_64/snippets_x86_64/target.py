@@ -54,7 +54,7 @@ class X86_64Target:
     min_kernel_work_amount: ClassVar[int] = 256
     #: the target_options this target reads (any other name is a ConfigError listing these; docs/x86_64_math.md)
     target_options: ClassVar[frozenset[str]] = frozenset({
-        "cache_dir", "parallel_min_bytes", "parallel_min_ns", "thread_pool",  # the runtime
+        "cache_dir", "native_steps", "parallel_min_bytes", "parallel_min_ns", "thread_pool",  # the runtime
         "inference_precision", "bf16_intermediate",  # bf16
         "brgemm_m_block", "brgemm_n_block", "brgemm_k_block",  # Brgemm (MHA)
         "fc_m_block", "fc_split_n", "fc_runtime_m",  # FullyConnected
