@@ -92,34 +92,60 @@ def _split_entries(form: StepForm, pool: NativePool, kernel: int, words: Sequenc
         form.entries.append(CallList.dispatch(pool, job))
 
 
-def conv_form(run: Any, pool: NativePool) -> StepForm | None:
-    """A static conv primitive's step (``compile_conv_subgraph``'s ``run``) as native calls, or None when it has a
-    reason to stay in Python (a planar stem's numpy copy, a Concat's slice, vector pre-ops numpy applies, a pool
-    kernel after the conv, a test's allocator)."""
+def conv_form(run: Any, pool: NativePool, shapes: Sequence[tuple[int, ...] | None]) -> StepForm | None:
+    """A static conv primitive's step (``compile_conv_subgraph``'s ``run``) as native calls (``_conv_form``)."""
     from snippets_x86_64.conv_executor import ConvExecutor
 
     ex = getattr(run, "executor", None)
     out_shape = getattr(run, "out_shape", None)
-    if type(ex) is not ConvExecutor or out_shape is None or ex.dynamic or ex.alloc is not None:
+    if not isinstance(ex, ConvExecutor) or out_shape is None:
+        return None
+    return _conv_form(ex, run.residual, tuple(out_shape), pool)
+
+
+def dynamic_conv_form(run: Any, pool: NativePool, shapes: Sequence[tuple[int, ...] | None]) -> StepForm | None:
+    """A dynamic conv primitive (:class:`~snippets_x86_64.conv_subgraph.DynamicConv`) at input shape ``shapes[0]``: the
+    executor its shape cache made for that shape (a repeated shape's: None before its first call) as native calls."""
+    from snippets_x86_64.conv_executor import ConvExecutor
+    from snippets_x86_64.conv_subgraph import DynamicConv
+
+    if type(run) is not DynamicConv or run.into is not None or not shapes or not shapes[0] or shapes[0][0] == 0:
+        return None
+    ex = run.executors.get(tuple(shapes[0]))
+    if not isinstance(ex, ConvExecutor):  # (not made yet, or a conv then a pool kernel)
+        return None
+    out = ex.result_shape
+    return _conv_form(ex, run.plan.residual, out[:2] if run.flat else out, pool)
+
+
+def _conv_fits(ex: Any) -> bool:
+    """A conv executor whose call is its kernels alone: no planar stem (numpy copies its planes), no Concat slice, no
+    vector pre-ops that numpy applies, no test allocator."""
+    g = ex.geo
+    return ex.alloc is None and not g.planar and g.mo == g.m and ex.copy_pitch == g.c and not ex.numpy_copy and (
+        ex.unpadded or ex.copy is not None)
+
+
+def _conv_form(ex: Any, residual: int | None, out_shape: tuple[int, ...], pool: NativePool) -> StepForm | None:
+    """A conv executor's call as native calls, or None when it has a reason to stay in Python (a planar stem's numpy
+    copy, a Concat's slice, vector pre-ops numpy applies, a test's allocator)."""
+    if not _conv_fits(ex):
         return None
     g = ex.geo
-    if g.planar or g.mo != g.m or ex.copy_pitch != g.c or ex.numpy_copy or (not ex.unpadded and ex.copy is None):
-        return None
-    residual = run.residual
     n_args = 1 if residual is None else residual + 1
     ins = [(_F32, (g.n, g.c, g.h, g.w), _nhwc_strides(g.n, g.c, g.h, g.w))] * n_args
     # only the data input and the residual are read (a conv Subgraph has no other data inputs)
     if residual is not None:
         ins[residual] = (_F32, (g.n, g.m, g.out_h, g.out_w), _nhwc_strides(g.n, g.m, g.out_h, g.out_w))
     if g.global_pool is not None:  # [N, M, 1, 1], contiguous: the body's [N, M] is the same memory
-        nbytes = 4 * g.n * g.m
-        out = OutSpec(_F32, tuple(out_shape), _c_strides(tuple(out_shape), 4), nbytes)
-    elif tuple(out_shape) == (g.n, g.m, g.out_h, g.out_w):
-        out = OutSpec(_F32, tuple(out_shape), _nhwc_strides(g.n, g.m, g.out_h, g.out_w),
+        out = OutSpec(_F32, out_shape, _c_strides(out_shape, 4), 4 * g.n * g.m)
+    elif out_shape == (g.n, g.m, g.out_h, g.out_w):
+        out = OutSpec(_F32, out_shape, _nhwc_strides(g.n, g.m, g.out_h, g.out_w),
                       4 * g.n * g.out_h * g.out_w * g.m)
     else:
         return None
     form = StepForm(ins, [out])
+    form.keep.append(ex)  # its tables (a dynamic shape's may leave the shape caches while this run holds them)
     src: int | Operand = ("in", 0)
     if not ex.unpadded:  # the JIT copy into a padded buffer of this run's own (its border written once, here)
         xp = ex._padded_buffer()
@@ -132,13 +158,13 @@ def conv_form(run: Any, pool: NativePool) -> StepForm | None:
         rows, dst = _buffer(4 * g.n * g.out_h * g.out_w * g.m)
         form.keep.append(rows)
     res: int | Operand = dst if residual is None else ("in", residual)
-    _split_entries(form, pool, ex.call.kernel.address, [src, wei, dst, bias, res, ex.table_address, *extra], ex.chunks)
+    _split_entries(form, pool, ex.kernel.address, [src, wei, dst, bias, res, ex.table_address, *extra], ex.chunks)
     if g.global_pool is not None:
         _split_entries(form, pool, ex.finish.address, [dst, ("out", 0), *ex.finish_words], [(0, g.n)])
     return form
 
 
-def kernel_form(run: Any, pool: NativePool) -> StepForm | None:
+def kernel_form(run: Any, pool: NativePool, shapes: Sequence[tuple[int, ...] | None]) -> StepForm | None:
     """A static Subgraph's :class:`KernelExecutor` as native calls: C-contiguous inputs and outputs of its specs, a
     call state of this run's own (argument blocks, start indices, scratchpad)."""
     if type(run) is not KernelExecutor or not run.native_threads:
@@ -160,16 +186,40 @@ def kernel_form(run: Any, pool: NativePool) -> StepForm | None:
     return form
 
 
-#: the step kinds that have a native form, tried in turn
-FORMS: tuple[Callable[[Any, NativePool], StepForm | None], ...] = (conv_form, kernel_form)
+#: the step kinds that have a native form, tried in turn: each takes the step's executor, the pool and its input
+#: shapes (a dynamic step's form is of one shape)
+FORMS: tuple[Callable[[Any, NativePool, Sequence[tuple[int, ...] | None]], StepForm | None], ...] = (
+    conv_form, dynamic_conv_form, kernel_form)
 
 
-def step_form(run: Any, pool: NativePool) -> StepForm | None:
+def step_form(run: Any, pool: NativePool, shapes: Sequence[tuple[int, ...] | None]) -> StepForm | None:
+    """``run``'s native form at input ``shapes``, or None (the step runs in Python)."""
     for make in FORMS:
-        form = make(run, pool)
+        form = make(run, pool, shapes)
         if form is not None:
             return form
     return None
+
+
+def may_run_native(run: Any) -> bool:
+    """Whether a step's executor is of a kind with a native form at some shape (a model's runs are cut at the others;
+    a run is made per input shape, :class:`ShapeRuns`)."""
+    from snippets_x86_64.conv_subgraph import DynamicConv
+
+    from snippets_x86_64.conv_executor import ConvExecutor
+
+    if type(run) is DynamicConv:  # judged by the executor made at compile time (a stem's planar copy at every shape)
+        first = getattr(run, "_first", None)
+        return run.into is None and isinstance(first, ConvExecutor) and _conv_fits(first)
+    ex = getattr(run, "executor", None)
+    if isinstance(ex, ConvExecutor) and getattr(run, "out_shape", None) is not None:
+        return _conv_fits(ex)
+    return type(run) is KernelExecutor and run.native_threads
+
+
+class LayoutMismatch(Exception):
+    """Internal: a step of a run reads a value in another dtype, shape or layout than its producer in the run gives
+    it (the run is not made: its steps run in Python)."""
 
 
 class NativeRun:
@@ -204,7 +254,7 @@ class NativeRun:
                     q, j = made_at[slot]
                     spec = forms[q].outs[j]
                     if (spec.dtype, spec.shape, spec.strides) != form.ins[i]:
-                        raise ValueError(f"step {steps[p]} reads slot {slot} in another layout than it is made")
+                        raise LayoutMismatch(f"step {steps[p]} reads slot {slot} in another layout than it is made")
                     if slot in held:
                         for block, index in patches:
                             block[index] = held[slot][2]
@@ -277,16 +327,102 @@ class NativeRun:
             self._lock.release()
 
     def describe(self) -> str:
-        """One line for ``describe()``: the steps, native calls and planned buffers of this run."""
+        """The native calls, planned buffers and values leaving the run."""
         held = sum(a.nbytes for a in self._keep if isinstance(a, np.ndarray))
-        return (f"{len(self.steps)} steps ({self.steps[0]}..{self.steps[-1]}) as one native call list: "
-                f"{self._calls.n} kernel calls, {held / 2**20:.1f} MiB of planned buffers, "
-                f"{len(self._fresh)} value(s) leaving it")
+        return (f"{self._calls.n} kernel calls, {held / 2**20:.1f} MiB of planned buffers, {len(self._fresh)} "
+                f"value(s) leaving it")
 
     def step_seconds(self) -> list[float]:
         """Each step's time in the last native run, from the TSC stamps taken before each call."""
         first, calls = self._first_entry, self._calls
         return [calls.seconds(first[p], first[p + 1]) for p in range(len(self.steps))]
+
+
+#: input shapes a run keeps a native run for (the oldest dropped first): each holds its planned buffers
+SHAPES_PER_RUN = 8
+
+
+class ShapeRuns:
+    """A run of consecutive steps whose executors have native forms, as a :class:`NativeRun` per input shape: the
+    run's input shapes decide every step's (a dynamic conv's executor is its shape cache's for that shape). A static
+    run is made on its first call; a run with dynamic steps on the second call of a shape (a repeated shape: a new
+    shape's first call runs in Python, as before, and pays nothing for this). A shape some step has no native form for
+    (a residual that broadcasts, an empty batch) runs in Python, and so does a call that another thread's holds.
+    ``steps``: the plan's indices it covers; ``run(slots) -> bool`` (False: run them one by one)."""
+
+    def __init__(self, steps: Sequence[int], plan: Sequence[tuple[Any, tuple[int, ...], tuple[int, ...]]],
+                 leaving: set[int]) -> None:
+        from snippets_x86_64.conv_subgraph import DynamicConv
+
+        self.steps = tuple(steps)
+        self._plan = list(plan)
+        self._leaving = leaving
+        made = {o for _, _, outs in plan for o in outs}
+        #: the slots the run reads from outside (their shapes key its native runs)
+        self._in_slots = sorted({a for _, args, _ in plan for a in args if a not in made})
+        self._sightings = 1 if any(type(run) is DynamicConv for run, _, _ in plan) else 0
+        self._runs: dict[tuple, NativeRun | None] = {}
+        self._seen: dict[tuple, int] = {}
+        self._lock = threading.Lock()
+        self._last: NativeRun | None = None
+
+    def __call__(self, slots: list[Any]) -> bool:
+        try:
+            key = tuple([slots[s].shape for s in self._in_slots])
+        except AttributeError:  # (not an array: the steps say what is wrong)
+            return False
+        run = self._runs.get(key)
+        if run is None:
+            run = self._learn(key, slots)
+            if run is None:
+                return False
+        self._last = run
+        return run(slots)
+
+    def _learn(self, key: tuple, slots: list[Any]) -> NativeRun | None:
+        """The native run of the input shapes ``key`` when they are seen often enough (None: this call in Python)."""
+        if key in self._runs or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            seen = self._seen[key] = self._seen.get(key, 0) + 1
+            if seen <= self._sightings:
+                if len(self._seen) > 4 * SHAPES_PER_RUN:
+                    self._seen.clear()
+                return None
+            run = self._make(dict(zip(self._in_slots, key)))
+            if len(self._runs) >= SHAPES_PER_RUN:
+                del self._runs[next(iter(self._runs))]
+            self._runs[key] = run
+            return run
+        finally:
+            self._lock.release()
+
+    def _make(self, shapes: dict[int, tuple[int, ...]]) -> NativeRun | None:
+        pool = native_pool()
+        forms = []
+        for run, args, outs in self._plan:
+            form = step_form(run, pool, [shapes.get(a) for a in args])
+            if form is None:
+                return None
+            shapes.update((o, spec.shape) for o, spec in zip(outs, form.outs))
+            forms.append(form)
+        try:
+            return NativeRun(self.steps, forms, [p[1] for p in self._plan], [p[2] for p in self._plan], self._leaving,
+                             pool)
+        except LayoutMismatch:  # a step reads a value in another layout than its producer gives it: Python
+            return None
+
+    def describe(self) -> str:
+        """One line for ``describe()``: the steps it covers and its native runs."""
+        made = [r for r in self._runs.values() if r is not None]
+        what = made[-1].describe() if made else "no native run yet"
+        return (f"steps {self.steps[0]}..{self.steps[-1]} as one native call list per input shape "
+                f"({len(made)} shape(s)); {what}")
+
+    def step_seconds(self) -> list[float]:
+        """Each step's time in the last native run."""
+        assert self._last is not None
+        return self._last.step_seconds()
 
 
 def native_steps_option(config: Any) -> bool:
@@ -300,36 +436,34 @@ def native_steps_option(config: Any) -> bool:
 
 
 def native_steps(steps: Sequence[tuple[Any, tuple[int, ...], tuple[int, ...]]], escaping: set[int],
-                 ) -> list[NativeRun]:
+                 ) -> list[ShapeRuns]:
     """The runs of consecutive steps (``(executor, argument slots, output slots)`` in plan order, the executor None
-    for a step that must stay in Python) with a native form, as :class:`NativeRun`; ``escaping``: the slots something
-    reads besides the steps (the model's outputs). A run of one step is left to Python (nothing between kernels to save
-    there but the Python it already has)."""
-    pool = native_pool()
-    if pool.closed:
+    for a step that must stay in Python) whose executors have native forms (:func:`may_run_native`), as
+    :class:`ShapeRuns`; ``escaping``: the slots something reads besides the steps (the model's outputs). A run of one
+    step is left to Python (nothing between kernels to save there but the Python it already has)."""
+    if native_pool().closed:
         return []
-    forms = [step_form(run, pool) if run is not None else None for run, _, _ in steps]
+    able = [run is not None and may_run_native(run) for run, _, _ in steps]
     readers: dict[int, list[int]] = {}
     for k, (_, args, _) in enumerate(steps):
         for slot in args:
             readers.setdefault(slot, []).append(k)
-    runs: list[NativeRun] = []
+    runs: list[ShapeRuns] = []
     k = 0
     while k < len(steps):
-        if forms[k] is None:
+        if not able[k]:
             k += 1
             continue
         stop = k
-        while stop < len(steps) and forms[stop] is not None:
+        while stop < len(steps) and able[stop]:
             stop += 1
         if stop - k > 1:
             inside = range(k, stop)
             leaving = {o for q in inside for o in steps[q][2]
                        if o in escaping or any(r >= stop for r in readers.get(o, ()))}
-            runs.append(NativeRun(list(inside), forms[k:stop], [steps[q][1] for q in inside],  # type: ignore[arg-type]
-                                  [steps[q][2] for q in inside], leaving, pool))
+            runs.append(ShapeRuns(list(inside), [steps[q] for q in inside], leaving))
         k = stop
     return runs
 
 
-__all__ = ["NativeRun", "OutSpec", "StepForm", "native_steps", "step_form"]
+__all__ = ["NativeRun", "OutSpec", "ShapeRuns", "StepForm", "native_steps", "step_form"]

@@ -179,7 +179,7 @@ def test_a_run_refuses_an_input_of_another_layout() -> None:
     x = inputs(1)[0]
     cm({"input": x})
     cm({"input": x})
-    run = next(iter(cm._native_runs.values()))
+    run = next(iter(cm._native_runs.values()))._last
     slot = run._inputs[0][0]
     slots: list = [None] * cm._n_slots
     slots[slot] = np.zeros(run._inputs[0][2], np.float32)  # NCHW-contiguous, not the NHWC the run was frozen for
@@ -245,3 +245,27 @@ def test_call_list_waits_for_a_worker_still_running_its_chunk() -> None:
         pool.sync()
         calls.run()
     assert list(args)[1:] == [1, 2] and after[0] == 7
+
+
+def test_dynamic_shapes_get_a_native_run_from_their_second_call() -> None:
+    """N, H, W dynamic: a shape's first call runs in Python (nothing made for it), its second on a native run of that
+    shape; each shape's results match onnxruntime's, held across calls of other shapes."""
+    import onnx
+
+    proto = onnx.load_from_string(small_cnn(mid_output=False))
+    for vi in (*proto.graph.input, *proto.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        for axis in (0, 2, 3)[:len(dims) if len(dims) == 4 else 1]:
+            dims[axis].Clear()
+            dims[axis].dim_param = "NHW"[(0, 2, 3).index(axis)]
+    model = proto.SerializeToString()
+    cm = snippets_core.compile_model(model, "x86_64_avx512", {"num_threads": 2})
+    rng = np.random.default_rng(4)
+    shapes = [(1, 3, 32, 32), (2, 3, 24, 40), (1, 3, 32, 32), (2, 3, 24, 40), (1, 3, 32, 32)]
+    xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    held = [cm({"input": x}) for x in xs]
+    for x, got in zip(xs, held):
+        check(got, oracle(model, x))
+    runs = next(iter(cm._native_runs.values()))
+    assert len([r for r in runs._runs.values() if r is not None]) == 2  # both shapes, from their second call
+    assert "2 shape(s)" in cm.describe()
