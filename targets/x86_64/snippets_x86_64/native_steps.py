@@ -338,6 +338,15 @@ class NativeRun:
         return [calls.seconds(first[p], first[p + 1]) for p in range(len(self.steps))]
 
 
+def _layout(run: Any) -> tuple[str, str]:
+    """(the layout a native step reads its inputs in, the one it writes): "nhwc" for a conv primitive's maps (a global
+    pool's [N, M] output is "c"), "c" (C-contiguous) for a kernel's arrays."""
+    if type(run) is KernelExecutor:
+        return "c", "c"
+    ex = getattr(run, "_first", None) or run.executor
+    return "nhwc", "c" if ex.geo.global_pool is not None else "nhwc"
+
+
 #: input shapes a run keeps a native run for (the oldest dropped first): each holds its planned buffers
 SHAPES_PER_RUN = 8
 
@@ -444,6 +453,14 @@ def native_steps(steps: Sequence[tuple[Any, tuple[int, ...], tuple[int, ...]]], 
     if native_pool().closed:
         return []
     able = [run is not None and may_run_native(run) for run, _, _ in steps]
+    # a value passed between two steps of a run must be in the layout its reader takes (a conv primitive's NHWC output
+    # into an eltwise kernel's C-contiguous input needs the copy its Python call makes): such a reader stays in Python
+    made_by: dict[int, int] = {}
+    for k, (run, args, outs) in enumerate(steps):
+        if able[k] and any(a in made_by and able[made_by[a]] and _layout(steps[made_by[a]][0])[1] != _layout(run)[0]
+                           for a in args):
+            able[k] = False
+        made_by.update((o, k) for o in outs)
     readers: dict[int, list[int]] = {}
     for k, (_, args, _) in enumerate(steps):
         for slot in args:
