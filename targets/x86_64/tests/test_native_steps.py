@@ -19,6 +19,7 @@ import pytest
 
 import snippets_core
 from snippets_x86_64.asm import Function, qword, rax, rdi, rsi
+from snippets_x86_64.native_steps import CALLS_BEFORE_RUN
 from snippets_x86_64.native_pool import WAIT_SPIN_US, CallList, Job, _read_tsc, _ticks_per_us, native_pool
 
 pytestmark = pytest.mark.avx512
@@ -248,7 +249,7 @@ def test_call_list_waits_for_a_worker_still_running_its_chunk() -> None:
 
 
 def test_dynamic_shapes_get_a_native_run_from_their_second_call() -> None:
-    """N, H, W dynamic: a shape's first call runs in Python (nothing made for it), its second on a native run of that
+    """N, H, W dynamic: a shape's first calls run in Python (nothing made for it), the next on a native run of that
     shape; each shape's results match onnxruntime's, held across calls of other shapes."""
     import onnx
 
@@ -261,11 +262,16 @@ def test_dynamic_shapes_get_a_native_run_from_their_second_call() -> None:
     model = proto.SerializeToString()
     cm = snippets_core.compile_model(model, "x86_64_avx512", {"num_threads": 2})
     rng = np.random.default_rng(4)
-    shapes = [(1, 3, 32, 32), (2, 3, 24, 40), (1, 3, 32, 32), (2, 3, 24, 40), (1, 3, 32, 32)]
+    shapes = [(1, 3, 32, 32), (2, 3, 24, 40)] * (CALLS_BEFORE_RUN + 2)
     xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
     held = [cm({"input": x}) for x in xs]
     for x, got in zip(xs, held):
         check(got, oracle(model, x))
     runs = next(iter(cm._native_runs.values()))
-    assert len([r for r in runs._runs.values() if r is not None]) == 2  # both shapes, from their second call
+    assert len([r for r in runs._runs.values() if r is not None]) == 2  # both shapes, once they repeated
     assert "2 shape(s)" in cm.describe()
+    # a shape called no more than CALLS_BEFORE_RUN times gets nothing made for it
+    x = rng.standard_normal((1, 3, 20, 28)).astype(np.float32)
+    for _ in range(CALLS_BEFORE_RUN):
+        check(cm({"input": x}), oracle(model, x))
+    assert len([r for r in runs._runs.values() if r is not None]) == 2
