@@ -119,21 +119,23 @@ def dynamic_conv_form(run: Any, pool: NativePool, shapes: Sequence[tuple[int, ..
 
 
 def _conv_fits(ex: Any) -> bool:
-    """A conv executor whose call is its kernels alone: no planar stem (numpy copies its planes), no Concat slice, no
-    vector pre-ops that numpy applies, no test allocator."""
+    """A conv executor whose call can be its kernels alone: no Concat slice, no pre-ops that numpy applies, no test
+    allocator; a planar stem's planes copied by a JIT row copy (a dynamic one's would be a kernel per shape)."""
     g = ex.geo
-    return ex.alloc is None and not g.planar and g.mo == g.m and ex.copy_pitch == g.c and not ex.numpy_copy and (
+    if g.planar:
+        return ex.alloc is None and not ex.pre_ops and not ex.dynamic and g.mo == g.m
+    return ex.alloc is None and g.mo == g.m and ex.copy_pitch == g.c and not ex.numpy_copy and (
         ex.unpadded or ex.copy is not None)
 
 
 def _conv_form(ex: Any, residual: int | None, out_shape: tuple[int, ...], pool: NativePool) -> StepForm | None:
-    """A conv executor's call as native calls, or None when it has a reason to stay in Python (a planar stem's numpy
-    copy, a Concat's slice, vector pre-ops numpy applies, a test's allocator)."""
+    """A conv executor's call as native calls, or None when it has a reason to stay in Python (``_conv_fits``)."""
     if not _conv_fits(ex):
         return None
     g = ex.geo
     n_args = 1 if residual is None else residual + 1
-    ins = [(_F32, (g.n, g.c, g.h, g.w), _nhwc_strides(g.n, g.c, g.h, g.w))] * n_args
+    x_shape = (g.n, g.c, g.h, g.w)
+    ins = [(_F32, x_shape, _c_strides(x_shape, 4) if g.planar else _nhwc_strides(*x_shape))] * n_args
     # only the data input and the residual are read (a conv Subgraph has no other data inputs)
     if residual is not None:
         ins[residual] = (_F32, (g.n, g.m, g.out_h, g.out_w), _nhwc_strides(g.n, g.m, g.out_h, g.out_w))
@@ -147,7 +149,16 @@ def _conv_form(ex: Any, residual: int | None, out_shape: tuple[int, ...], pool: 
     form = StepForm(ins, [out])
     form.keep.append(ex)  # its tables (a dynamic shape's may leave the shape caches while this run holds them)
     src: int | Operand = ("in", 0)
-    if not ex.unpadded:  # the JIT copy into a padded buffer of this run's own (its border written once, here)
+    if g.planar:  # NCHW planes: the JIT row copy of each input row into the padded planes of this run's own buffer
+        from snippets_x86_64.row_copy import planar_copy
+
+        xp = ex._padded_buffer()
+        form.keep.append(xp)
+        src = _fast_address(xp)
+        rows = ex.planar_copy or planar_copy(g.n, g.c, g.h, g.w, g.hp, g.wp, g.pt, g.pl, ex.num_threads)
+        form.keep.append(rows)
+        _split_entries(form, pool, rows.kernel.address, [("in", 0), src, rows._table_address], rows.call.chunks)
+    elif not ex.unpadded:  # the JIT copy into a padded buffer of this run's own (its border written once, here)
         xp = ex._padded_buffer()
         form.keep.append(xp)
         src = _fast_address(xp)

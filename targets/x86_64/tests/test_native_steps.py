@@ -183,7 +183,9 @@ def test_a_run_refuses_an_input_of_another_layout() -> None:
     run = next(iter(cm._native_runs.values()))._last
     slot = run._inputs[0][0]
     slots: list = [None] * cm._n_slots
-    slots[slot] = np.zeros(run._inputs[0][2], np.float32)  # NCHW-contiguous, not the NHWC the run was frozen for
+    frozen = run._inputs[0]
+    slots[slot] = np.asfortranarray(np.zeros(frozen[2], np.float32))  # its shape, other strides
+    assert slots[slot].strides != frozen[3]
     assert run(slots) is False
 
 
