@@ -47,10 +47,11 @@ class OutSpec:
 
 @dataclass
 class StepForm:
-    """A static step as native calls: what it takes (per argument: dtype, shape, strides), what it gives, and its
-    calls (entries of a :class:`CallList`), whose argument words at ``patches[operand]`` hold that operand's address."""
+    """A static step as native calls: what it takes (per argument: dtype, shape, strides; None: not read), what it
+    gives, and its calls (entries of a :class:`CallList`), whose argument words at ``patches[operand]`` hold that
+    operand's address."""
 
-    ins: list[tuple[np.dtype, tuple[int, ...], tuple[int, ...]]]
+    ins: list[tuple[np.dtype, tuple[int, ...], tuple[int, ...]] | None]
     outs: list[OutSpec]
     entries: list[tuple[tuple[int, int, int, int, int], Job | None]] = field(default_factory=list)
     patches: dict[Operand, list[tuple[Any, int]]] = field(default_factory=dict)
@@ -135,8 +136,9 @@ def _conv_form(ex: Any, residual: int | None, out_shape: tuple[int, ...], pool: 
     g = ex.geo
     n_args = 1 if residual is None else residual + 1
     x_shape = (g.n, g.c, g.h, g.w)
-    ins = [(_F32, x_shape, _c_strides(x_shape, 4) if g.planar else _nhwc_strides(*x_shape))] * n_args
-    # only the data input and the residual are read (a conv Subgraph has no other data inputs)
+    # only the data input and the residual are read
+    ins: list[tuple[np.dtype, tuple[int, ...], tuple[int, ...]] | None] = [None] * n_args
+    ins[0] = (_F32, x_shape, _c_strides(x_shape, 4) if g.planar else _nhwc_strides(*x_shape))
     if residual is not None:
         ins[residual] = (_F32, (g.n, g.m, g.out_h, g.out_w), _nhwc_strides(g.n, g.m, g.out_h, g.out_w))
     if g.global_pool is not None:  # [N, M, 1, 1], contiguous: the body's [N, M] is the same memory
@@ -260,6 +262,8 @@ class NativeRun:
         for p, (form, a, o) in enumerate(zip(forms, args, outs)):
             self._keep.append(form.keep)
             for i, slot in enumerate(a):
+                if i >= len(form.ins) or form.ins[i] is None:  # an argument its calls do not read
+                    continue
                 patches = form.patches.get(("in", i), [])
                 if slot in made_at:  # a value made inside the run: its address is known now
                     q, j = made_at[slot]
@@ -370,8 +374,9 @@ class ShapeRuns:
     """A run of consecutive steps whose executors have native forms, as a :class:`NativeRun` per input shape: the
     run's input shapes decide every step's (a dynamic conv's executor is its shape cache's for that shape). A static
     run is made on its first call; a run with dynamic steps on a shape's call after :data:`CALLS_BEFORE_RUN` (a shape
-    that repeats: the first calls of a new shape run in Python, as before, and pay nothing for this). A shape some step has no native form for
-    (a residual that broadcasts, an empty batch) runs in Python, and so does a call that another thread's holds.
+    that repeats: the first calls of a new shape run in Python, as before, and pay nothing for this). A shape some
+    step has no native form for (a residual that broadcasts, an empty batch) runs in Python, and so does a call while
+    another thread's holds the run.
     ``steps``: the plan's indices it covers; ``run(slots) -> bool`` (False: run them one by one)."""
 
     def __init__(self, steps: Sequence[int], plan: Sequence[tuple[Any, tuple[int, ...], tuple[int, ...]]],

@@ -138,6 +138,9 @@ class X86_64Target:
         (with ``sg.rt_info["SnippetsFallbackReason"]``) when the target declares it does not generate something in
         it (UnsupportedByTarget), so it runs on its reference; any other error is raised.
         The executor is ``run(inputs, outs=None) -> outputs``; see :mod:`snippets_x86_64.runtime`."""
+        from snippets_x86_64.native_steps import native_steps_option
+
+        native_steps_option(config)  # a bad value is an error at compile time, not on the call that reads it
         primitive = any(sg.rt_info.get(k) for k in PRIMITIVE_KINDS)
         if sg.rt_info.get("SnippetsTranspose"):  # a standalone Transpose (TokenizeTransposeSnippets)
             from snippets_x86_64.cache import cache_dir_from, function_cache_dir
