@@ -363,7 +363,7 @@ def _layout(run: Any) -> tuple[str, str]:
 
 
 #: input shapes a run keeps a native run for (the oldest dropped first): each holds its planned buffers
-SHAPES_PER_RUN = 8
+SHAPES_PER_RUN = 4
 #: calls of a shape that run in Python before a run with dynamic steps is made for it: making one costs about two
 #: calls' savings (MobileNet-v2, 51 steps: 0.7 ms of blocks and forms, and its buffers' first touch, against ~0.3 ms
 #: saved a call), so a shape seen once or twice (a stream of new image sizes) is not charged for it
