@@ -199,10 +199,30 @@ def kernel_form(run: Any, pool: NativePool, shapes: Sequence[tuple[int, ...] | N
     return form
 
 
+def packed_weight_form(run: Any, pool: NativePool, shapes: Sequence[tuple[int, ...] | None]) -> StepForm | None:
+    """A FullyConnected's :class:`~snippets_x86_64.fc_executor.PackedWeightExecutor` over a static kernel: the kernel's
+    form with the packed weights' addresses written once (their arguments are not read from the model's slots)."""
+    from snippets_x86_64.fc_executor import PackedWeightExecutor
+
+    if type(run) is not PackedWeightExecutor or type(run.inner) is not KernelExecutor:
+        return None
+    form = kernel_form(run.inner, pool, shapes)
+    if form is None:
+        return None
+    for i, w in run._packed_items:
+        if form.ins[i] != (w.dtype, w.shape, w.strides):  # (the Python call would copy it: not this form)
+            return None
+        for block, index in form.patches.pop(("in", i), []):
+            block[index] = _fast_address(w)
+        form.ins[i] = None
+    form.keep.append(run)
+    return form
+
+
 #: the step kinds that have a native form, tried in turn: each takes the step's executor, the pool and its input
 #: shapes (a dynamic step's form is of one shape)
 FORMS: tuple[Callable[[Any, NativePool, Sequence[tuple[int, ...] | None]], StepForm | None], ...] = (
-    conv_form, dynamic_conv_form, kernel_form)
+    conv_form, dynamic_conv_form, kernel_form, packed_weight_form)
 
 
 def step_form(run: Any, pool: NativePool, shapes: Sequence[tuple[int, ...] | None]) -> StepForm | None:
@@ -227,6 +247,10 @@ def may_run_native(run: Any) -> bool:
     ex = getattr(run, "executor", None)
     if isinstance(ex, ConvExecutor) and getattr(run, "out_shape", None) is not None:
         return _conv_fits(ex)
+    from snippets_x86_64.fc_executor import PackedWeightExecutor
+
+    if type(run) is PackedWeightExecutor:
+        run = run.inner
     return type(run) is KernelExecutor and run.native_threads
 
 
@@ -356,7 +380,9 @@ class NativeRun:
 def _layout(run: Any) -> tuple[str, str]:
     """(the layout a native step reads its inputs in, the one it writes): "nhwc" for a conv primitive's maps (a global
     pool's [N, M] output is "c"), "c" (C-contiguous) for a kernel's arrays."""
-    if type(run) is KernelExecutor:
+    from snippets_x86_64.conv_subgraph import DynamicConv
+
+    if type(run) is not DynamicConv and getattr(run, "out_shape", None) is None:  # a kernel's (or a packed FC's)
         return "c", "c"
     ex = getattr(run, "_first", None) or run.executor
     return "nhwc", "c" if ex.geo.global_pool is not None else "nhwc"

@@ -275,3 +275,30 @@ def test_dynamic_shapes_get_a_native_run_from_their_second_call() -> None:
     for _ in range(CALLS_BEFORE_RUN):
         check(cm({"input": x}), oracle(model, x))
     assert len([r for r in runs._runs.values() if r is not None]) == 2
+
+
+def test_packed_weight_fcs_run_natively() -> None:
+    """A classifier head of two FullyConnected Subgraphs (their weights packed once) and a Softmax, at one thread: one
+    native run, results held across calls."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array((rng.standard_normal(s) / 8).astype(np.float32), n)
+             for n, s in (("w1", (64, 96)), ("b1", (96,)), ("w2", (96, 10)), ("b2", (10,)))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["o"]),
+             helper.make_node("Add", ["o", "b2"], ["ob"]), helper.make_node("Softmax", ["ob"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 10])], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    proto.ir_version = 8
+    model = proto.SerializeToString()
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    cm = snippets_core.compile_model(model, "x86_64_avx512", {"num_threads": 1})
+    xs = [rng.standard_normal((4, 64)).astype(np.float32) for _ in range(4)]
+    held = [cm({"x": x})["y"] for x in xs]
+    assert "[native]" in cm.describe(), cm.describe()
+    for x, got in zip(xs, held):
+        np.testing.assert_allclose(got, sess.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
