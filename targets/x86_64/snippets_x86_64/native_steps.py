@@ -27,7 +27,8 @@ import numpy as np
 
 from snippets_x86_64.aligned import ALIGN
 from snippets_x86_64.native_pool import CallList, Job, NativePool, native_pool
-from snippets_x86_64.runtime import KernelExecutor, _CallState, _c_strides, _fast_address
+from snippets_x86_64.runtime import KernelExecutor, _CallState, _c_strides
+from snippets_x86_64.runtime import _address as data_address
 
 #: an operand of a step: ("in", i) its i-th argument, ("out", j) its j-th output
 Operand = tuple[str, int]
@@ -69,7 +70,7 @@ def _nhwc_strides(n: int, c: int, h: int, w: int) -> tuple[int, ...]:
 
 def _buffer(nbytes: int) -> tuple[np.ndarray, int]:
     buf = np.empty(nbytes + ALIGN, np.uint8)
-    addr = _fast_address(buf)
+    addr = data_address(buf)
     return buf, addr + (-addr % ALIGN)
 
 
@@ -156,14 +157,14 @@ def _conv_form(ex: Any, residual: int | None, out_shape: tuple[int, ...], pool: 
 
         xp = ex._padded_buffer()
         form.keep.append(xp)
-        src = _fast_address(xp)
+        src = data_address(xp)
         rows = ex.planar_copy or planar_copy(g.n, g.c, g.h, g.w, g.hp, g.wp, g.pt, g.pl, ex.num_threads)
         form.keep.append(rows)
         _split_entries(form, pool, rows.kernel.address, [("in", 0), src, rows._table_address], rows.call.chunks)
     elif not ex.unpadded:  # the JIT copy into a padded buffer of this run's own (its border written once, here)
         xp = ex._padded_buffer()
         form.keep.append(xp)
-        src = _fast_address(xp)
+        src = data_address(xp)
         _split_entries(form, pool, ex.copy.address, [("in", 0), src, *ex.copy_words[2:]], ex.copy_chunks)
     wei, bias, extra = ex.fixed_args
     dst: int | Operand = ("out", 0)
@@ -213,7 +214,7 @@ def packed_weight_form(run: Any, pool: NativePool, shapes: Sequence[tuple[int, .
         if form.ins[i] != (w.dtype, w.shape, w.strides):  # (the Python call would copy it: not this form)
             return None
         for block, index in form.patches.pop(("in", i), []):
-            block[index] = _fast_address(w)
+            block[index] = data_address(w)
         form.ins[i] = None
     form.keep.append(run)
     return form
@@ -340,13 +341,13 @@ class NativeRun:
                 a = slots[slot]
                 if type(a) is not np.ndarray or a.dtype is not dtype or a.shape != shape or a.strides != strides:
                     return False
-                addr = _fast_address(a)
+                addr = data_address(a)
                 for block, index in patches:
                     block[index] = addr
             made = []
             for _, nbytes, shape, dtype, strides, patches in self._fresh:
                 buf = np.empty(nbytes, np.uint8)
-                addr = _fast_address(buf)
+                addr = data_address(buf)
                 skip = -addr % ALIGN
                 made.append(np.ndarray(shape, dtype, buf, skip, strides))
                 addr += skip
