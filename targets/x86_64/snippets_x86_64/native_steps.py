@@ -58,6 +58,9 @@ class StepForm:
     patches: dict[Operand, list[tuple[Any, int]]] = field(default_factory=dict)
     #: what the argument words point at and that nothing else holds (private buffers, blocks, call states)
     keep: list[Any] = field(default_factory=list)
+    #: where numpy copies argument 0 before the run's native calls (a dynamic stem's padded planes): the step must be
+    #: the first of its run (``starts_run``)
+    prologue: np.ndarray | None = None
 
     def patch(self, operand: Operand, block: Any, index: int) -> None:
         self.patches.setdefault(operand, []).append((block, index))
@@ -122,10 +125,10 @@ def dynamic_conv_form(run: Any, pool: NativePool, shapes: Sequence[tuple[int, ..
 
 def _conv_fits(ex: Any) -> bool:
     """A conv executor whose call can be its kernels alone: no Concat slice, no pre-ops that numpy applies, no test
-    allocator; a planar stem's planes copied by a JIT row copy (a dynamic one's would be a kernel per shape)."""
+    allocator."""
     g = ex.geo
     if g.planar:
-        return ex.alloc is None and not ex.pre_ops and not ex.dynamic and g.mo == g.m
+        return ex.alloc is None and not ex.pre_ops and g.mo == g.m
     return ex.alloc is None and g.mo == g.m and ex.copy_pitch == g.c and not ex.numpy_copy and (
         ex.unpadded or ex.copy is not None)
 
@@ -152,15 +155,18 @@ def _conv_form(ex: Any, residual: int | None, out_shape: tuple[int, ...], pool: 
     form = StepForm(ins, [out])
     form.keep.append(ex)  # its tables (a dynamic shape's may leave the shape caches while this run holds them)
     src: int | Operand = ("in", 0)
-    if g.planar:  # NCHW planes: the JIT row copy of each input row into the padded planes of this run's own buffer
+    if g.planar:  # NCHW planes copied into the padded planes of this run's own buffer
         from snippets_x86_64.row_copy import planar_copy
 
         xp = ex._padded_buffer()
         form.keep.append(xp)
         src = data_address(xp)
-        rows = ex.planar_copy or planar_copy(g.n, g.c, g.h, g.w, g.hp, g.wp, g.pt, g.pl, ex.num_threads)
-        form.keep.append(rows)
-        _split_entries(form, pool, rows.kernel.address, [("in", 0), src, rows._table_address], rows.call.chunks)
+        if ex.dynamic:  # numpy's copy before the run's calls (a JIT row copy would be a kernel per shape)
+            form.prologue = xp[:, :, g.pt:g.pt + g.h, g.pl:g.pl + g.w]
+        else:  # the JIT row copy of each input row
+            rows = ex.planar_copy or planar_copy(g.n, g.c, g.h, g.w, g.hp, g.wp, g.pt, g.pl, ex.num_threads)
+            form.keep.append(rows)
+            _split_entries(form, pool, rows.kernel.address, [("in", 0), src, rows._table_address], rows.call.chunks)
     elif not ex.unpadded:  # the JIT copy into a padded buffer of this run's own (its border written once, here)
         xp = ex._padded_buffer()
         form.keep.append(xp)
@@ -284,8 +290,14 @@ class NativeRun:
         held: dict[int, tuple[int, np.ndarray, int]] = {}
         entries: list[tuple[tuple[int, int, int, int, int], Job | None]] = []
         self._first_entry: list[int] = []
+        #: (slot, array) copied with numpy before the native calls (``StepForm.prologue``)
+        self._prologue: tuple[int, np.ndarray] | None = None
         for p, (form, a, o) in enumerate(zip(forms, args, outs)):
             self._keep.append(form.keep)
+            if form.prologue is not None:
+                if p != 0:
+                    raise LayoutMismatch(f"step {steps[p]} copies its input in Python: it must start its run")
+                self._prologue = (a[0], form.prologue)
             for i, slot in enumerate(a):
                 if i >= len(form.ins) or form.ins[i] is None:  # an argument its calls do not read
                     continue
@@ -356,6 +368,9 @@ class NativeRun:
             pool = native_pool()
             if pool is not self.pool or pool.closed:  # a forked child's new pool, or interpreter exit
                 return False
+            if self._prologue is not None:
+                slot, inner = self._prologue
+                inner[...] = slots[slot]
             with pool.lock:
                 if pool.pending is not None:  # a deferred call before the run may still write its input
                     pool.sync()
@@ -378,6 +393,14 @@ class NativeRun:
         return [calls.seconds(first[p], first[p + 1]) for p in range(len(self.steps))]
 
 
+def starts_run(run: Any) -> bool:
+    """A step whose native form copies its input in Python before the run's calls (a dynamic planar stem): it can
+    only be the first step of a run."""
+    from snippets_x86_64.conv_subgraph import DynamicConv
+
+    return type(run) is DynamicConv and run._first.geo.planar
+
+
 def _layout(run: Any) -> tuple[str, str]:
     """(the layout a native step reads its inputs in, the one it writes): "nhwc" for a conv primitive's maps (a global
     pool's [N, M] output is "c"), "c" (C-contiguous) for a kernel's arrays."""
@@ -386,7 +409,7 @@ def _layout(run: Any) -> tuple[str, str]:
     if type(run) is not DynamicConv and getattr(run, "out_shape", None) is None:  # a kernel's (or a packed FC's)
         return "c", "c"
     ex = getattr(run, "_first", None) or run.executor
-    return "nhwc", "c" if ex.geo.global_pool is not None else "nhwc"
+    return "c" if ex.geo.planar else "nhwc", "c" if ex.geo.global_pool is not None else "nhwc"
 
 
 #: input shapes a run keeps a native run for (the oldest dropped first): each holds its planned buffers
@@ -518,8 +541,8 @@ def native_steps(steps: Sequence[tuple[Any, tuple[int, ...], tuple[int, ...]]], 
         if not able[k]:
             k += 1
             continue
-        stop = k
-        while stop < len(steps) and able[stop]:
+        stop = k + 1
+        while stop < len(steps) and able[stop] and not starts_run(steps[stop][0]):
             stop += 1
         if stop - k > 1:
             inside = range(k, stop)
