@@ -470,7 +470,11 @@ class ShapeRuns:
                 return None
             run = self._make(dict(zip(self._in_slots, key)))
             if len(self._runs) >= SHAPES_PER_RUN:
-                del self._runs[next(iter(self._runs))]
+                # the oldest shape's run goes, and so does its count: it earns a run again by repeating, so more
+                # shapes than SHAPES_PER_RUN taking turns do not make a run (and touch its buffers) at every call
+                old = next(iter(self._runs))
+                del self._runs[old]
+                self._seen.pop(old, None)
             self._runs[key] = run
             return run
         finally:

@@ -277,6 +277,38 @@ def test_dynamic_shapes_get_a_native_run_from_their_second_call() -> None:
     assert len([r for r in runs._runs.values() if r is not None]) == 2
 
 
+def test_shapes_taking_turns_past_the_kept_runs_do_not_make_a_run_every_call(monkeypatch: pytest.MonkeyPatch,
+                                                                            ) -> None:
+    """More shapes than SHAPES_PER_RUN called in turn: a shape whose run was dropped runs in Python again until it
+    repeats CALLS_BEFORE_RUN more times, so at most one run is made per CALLS_BEFORE_RUN + 1 calls of a shape (not
+    one per call); every result matches onnxruntime's."""
+    import onnx
+
+    from snippets_x86_64 import native_steps
+
+    proto = onnx.load_from_string(small_cnn(mid_output=False))
+    for vi in (*proto.graph.input, *proto.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        for axis in (0, 2, 3)[:len(dims) if len(dims) == 4 else 1]:
+            dims[axis].Clear()
+            dims[axis].dim_param = "NHW"[(0, 2, 3).index(axis)]
+    model = proto.SerializeToString()
+    cm = snippets_core.compile_model(model, "x86_64_avx512", {"num_threads": 1})
+    made = []
+    real_make = native_steps.ShapeRuns._make
+    monkeypatch.setattr(native_steps.ShapeRuns, "_make", lambda self, shapes: made.append(1) or real_make(self, shapes))
+    rng = np.random.default_rng(5)
+    shapes = [(1, 3, 16 + 4 * k, 24) for k in range(native_steps.SHAPES_PER_RUN + 2)]
+    xs = {s: rng.standard_normal(s).astype(np.float32) for s in shapes}
+    want = {s: oracle(model, x) for s, x in xs.items()}
+    rounds = 4 * (CALLS_BEFORE_RUN + 1)
+    for _ in range(rounds):
+        for s in shapes:
+            check(cm({"input": xs[s]}), want[s])
+    calls = rounds * len(shapes)
+    assert 0 < len(made) <= calls // (CALLS_BEFORE_RUN + 1)
+
+
 def test_packed_weight_fcs_run_natively() -> None:
     """A classifier head of two FullyConnected Subgraphs (their weights packed once) and a Softmax, at one thread: one
     native run, results held across calls."""
