@@ -73,6 +73,19 @@ def small_cnn(mid_output: bool = True) -> bytes:
     return model.SerializeToString()
 
 
+def dynamic_small_cnn() -> bytes:
+    """``small_cnn`` without its middle output, N, H and W dynamic (named N, H, W)."""
+    import onnx
+
+    proto = onnx.load_from_string(small_cnn(mid_output=False))
+    for vi in (*proto.graph.input, *proto.graph.output):
+        dims = vi.type.tensor_type.shape.dim
+        for axis in (0, 2, 3)[:len(dims) if len(dims) == 4 else 1]:
+            dims[axis].Clear()
+            dims[axis].dim_param = "NHW"[(0, 2, 3).index(axis)]
+    return proto.SerializeToString()
+
+
 def oracle(model: bytes, x: np.ndarray) -> dict[str, np.ndarray]:
     import onnxruntime as ort
 
@@ -251,15 +264,7 @@ def test_call_list_waits_for_a_worker_still_running_its_chunk() -> None:
 def test_dynamic_shapes_get_a_native_run_from_their_second_call() -> None:
     """N, H, W dynamic: a shape's first calls run in Python (nothing made for it), the next on a native run of that
     shape; each shape's results match onnxruntime's, held across calls of other shapes."""
-    import onnx
-
-    proto = onnx.load_from_string(small_cnn(mid_output=False))
-    for vi in (*proto.graph.input, *proto.graph.output):
-        dims = vi.type.tensor_type.shape.dim
-        for axis in (0, 2, 3)[:len(dims) if len(dims) == 4 else 1]:
-            dims[axis].Clear()
-            dims[axis].dim_param = "NHW"[(0, 2, 3).index(axis)]
-    model = proto.SerializeToString()
+    model = dynamic_small_cnn()
     cm = snippets_core.compile_model(model, "x86_64_avx512", {"num_threads": 2})
     rng = np.random.default_rng(4)
     shapes = [(1, 3, 32, 32), (2, 3, 24, 40)] * (CALLS_BEFORE_RUN + 2)
@@ -282,17 +287,9 @@ def test_shapes_taking_turns_past_the_kept_runs_do_not_make_a_run_every_call(mon
     """More shapes than SHAPES_PER_RUN called in turn: a shape whose run was dropped runs in Python again until it
     repeats CALLS_BEFORE_RUN more times, so at most one run is made per CALLS_BEFORE_RUN + 1 calls of a shape (not
     one per call); every result matches onnxruntime's."""
-    import onnx
-
     from snippets_x86_64 import native_steps
 
-    proto = onnx.load_from_string(small_cnn(mid_output=False))
-    for vi in (*proto.graph.input, *proto.graph.output):
-        dims = vi.type.tensor_type.shape.dim
-        for axis in (0, 2, 3)[:len(dims) if len(dims) == 4 else 1]:
-            dims[axis].Clear()
-            dims[axis].dim_param = "NHW"[(0, 2, 3).index(axis)]
-    model = proto.SerializeToString()
+    model = dynamic_small_cnn()
     cm = snippets_core.compile_model(model, "x86_64_avx512", {"num_threads": 1})
     made = []
     real_make = native_steps.ShapeRuns._make
