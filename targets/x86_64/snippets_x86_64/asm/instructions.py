@@ -52,6 +52,7 @@ MNEMONICS: tuple[str, ...] = (
     "vfmadd132ps", "vfmadd213ps", "vfmadd231ps", "vfmsub132ps", "vfmsub213ps", "vfmsub231ps",
     "vfnmadd132ps", "vfnmadd213ps", "vfnmadd231ps", "vfnmsub132ps", "vfnmsub213ps", "vfnmsub231ps",
     "vscalefps", "vgetexpps", "vgetmantps", "vfixupimmps", "vreduceps", "vroundps", "vrndscaleps",
+    "vrangeps",  # min/max by magnitude with the sign chosen: |x| clamped in one instruction (Gelu)
     # logic
     "vandps", "vorps", "vxorps", "vandnps", "vpandd", "vpandnd", "vpord", "vpxord", "vpandq", "vporq", "vpxorq",
     "vpternlogd",
