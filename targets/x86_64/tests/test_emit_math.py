@@ -172,3 +172,15 @@ def test_gelu_erf_over_every_binade_against_float64():
     assert np.abs(got[~normal].astype(np.float64) - want[~normal]).max() <= 4 * 2.0**-149
     special = run_eltwise(M.emit_gelu_erf, np.array([-0.0, np.inf, -np.inf, np.nan, -np.nan], dtype=np.float32))
     assert special[0] == 0 and special[1] == np.inf and np.isnan(special[2:]).all()
+
+
+def test_exp_over_every_binade_and_special_inputs_without_a_fixup():
+    """exp's clamps keep a NaN (the input is their second operand) and map +-inf and huge arguments to the
+    bounds: checked over a geometric sweep of both signs up to FLT_MAX against numpy float64."""
+    x = np.concatenate([geo(1e-45, 3.4e38, 200_001, signed=True), [0.0, -0.0, np.inf, -np.inf, np.nan]])
+    x = x.astype(np.float32)
+    got = run_eltwise(M.emit_exp, x)
+    with np.errstate(over="ignore"):
+        want = np.exp(x.astype(np.float64))
+    assert ulp_errors(got, want).max() <= BOUNDS[("exp", "[-104, 89] + 1e4 pts near 0")][0]
+    assert np.isnan(got[-1]) and got[-2] == 0 and got[-3] == np.inf and got[-4] == 1 and got[-5] == 1

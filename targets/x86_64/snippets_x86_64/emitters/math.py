@@ -82,24 +82,38 @@ def horner2(a: Assembler, *chains: tuple[VecReg, VecReg, tuple[float, ...]]) -> 
 
 # --- exp and log ------------------------------------------------------------------------------------------
 
+# e**r = 1 + r + r**2 P(r) on |r| <= ln2/2 with a degree-4 P (a minimax fit of the relative error, f32
+# coefficients: 3.9e-9, 0.06 f32 ulp): one FMA less than Cephes' degree-5 P, for exp, sigmoid and tanh, whose
+# chains keep the FMA pipes busy
+EXP6_P = (0.0013814610429108143, 0.008368710055947304, 0.04166838899254799, 0.1666652113199234, 0.4999999403953552)
+
+
+def _exp_poly(a: Assembler, dst: VecReg, r: VecReg) -> None:
+    """``dst = e**r`` for |r| <= ln2/2 (``dst`` must not be ``r``): 1 + r (1 + r P(r)), six FMAs."""
+    horner(a, dst, r, EXP6_P)
+    a.vfmadd213ps(dst, r, f32(a, 1.0))
+    a.vfmadd213ps(dst, r, f32(a, 1.0))
+
 
 @kernel(vecs=2)
 def emit_exp(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
-    """``e**x``: n = round(x log2 e), r = x - n ln2 (two FMAs), e**r by a degree-7 polynomial, then
-    ``vscalefps`` multiplies by 2**n, over- and underflowing exactly. NaN and +-inf reach the result through n."""
+    """``e**x``: n = round(x log2 e), r = x - n ln2 (two FMAs), e**r by EXP6's degree-6 polynomial, then
+    ``vscalefps`` multiplies by 2**n, over- and underflowing exactly.
+
+    The clamps to [-104, 89] (beyond, exp is 0 or inf in f32: e**-104 rounds to 0, e**89 overflows) take the
+    constant from a register as their *first* operand, so a NaN input (the second) passes through to the result
+    with no ``vfixupimmps``; +-inf become the bounds, whose results are inf and 0. 13 operations on the FP pipes
+    (Softmax's exp is one of them per element) where Cephes' polynomial and a fixup took 15."""
     r, n = aux.vecs[:2]
-    # clamped so that r stays small; beyond these bounds exp is inf or 0 in f32 anyway
-    a.vmaxps(r, src, f32(a, -104.0))
-    a.vminps(r, r, f32(a, 89.0))
+    a.vbroadcastss(n, a.const_f32(-104.0))
+    a.vmaxps(r, n, src)
+    a.vbroadcastss(n, a.const_f32(89.0))
+    a.vminps(r, n, r)
     a.vmulps(n, r, f32(a, LOG2E))
     a.vrndscaleps(n, n, RND_NEAREST)
     a.vfnmadd231ps(r, n, f32(a, LN2_HI))
     a.vfnmadd231ps(r, n, f32(a, LN2_LO))
-    # the clamp lost NaN and inf: put them into n, where scalef(p, n) gives NaN, +inf, +0
-    a.vfixupimmps(n, src, i32(a, fixup_table(qnan=QNAN, snan=QNAN, pinf=PINF, ninf=NINF)), 0)
-    horner(a, dst, r, EXP_P)  # src is dead from here on: dst may be src
-    a.vfmadd213ps(dst, r, f32(a, 1.0))
-    a.vfmadd213ps(dst, r, f32(a, 1.0))
+    _exp_poly(a, dst, r)  # src is dead from here on: dst may be src
     a.vscalefps(dst, dst, n)
 
 
@@ -140,19 +154,6 @@ def emit_expm1(a: Assembler, dst: VecReg, src: VecReg, aux: Aux) -> None:
     emit_exp(a, dst, src, Aux(aux.vecs[:2]))
     a.vsubps(dst, dst, f32(a, 1.0))
     a.vmovaps(dst.mask(k), small)
-
-
-# e**r = 1 + r + r**2 P(r) on |r| <= ln2/2 with a degree-4 P (a minimax fit of the relative error, f32
-# coefficients: 3.9e-9, 0.06 f32 ulp): one FMA less than Cephes' degree-5 P, for sigmoid and tanh, whose
-# chains keep the FMA pipes busy
-EXP6_P = (0.0013814610429108143, 0.008368710055947304, 0.04166838899254799, 0.1666652113199234, 0.4999999403953552)
-
-
-def _exp_poly(a: Assembler, dst: VecReg, r: VecReg) -> None:
-    """``dst = e**r`` for |r| <= ln2/2 (``dst`` must not be ``r``): 1 + r (1 + r P(r)), six FMAs."""
-    horner(a, dst, r, EXP6_P)
-    a.vfmadd213ps(dst, r, f32(a, 1.0))
-    a.vfmadd213ps(dst, r, f32(a, 1.0))
 
 
 @kernel(vecs=3, masks=1)
