@@ -130,6 +130,7 @@ CASES = [
     ("vreduceps", (zmm0, zmm1, 0x13), {}, "vreduceps zmm0, zmm1, 0x13"),
     ("vroundps", (ymm0, ymm1, 9), {}, "vroundps ymm0, ymm1, 9"),
     ("vrndscaleps", (zmm0, zmm1, 1), {}, "vrndscaleps zmm0, zmm1, 1"),
+    ("vrangeps", (zmm0, zmm1, zmm2, 0x0A), {}, "vrangeps zmm0, zmm1, zmm2, 0xa"),
     ("vandps", (zmm0, zmm1, bcst(rsi)), {}, "vandps zmm0, zmm1, [rsi]{1to16}"),
     ("vorps", (zmm0, zmm1, zmm2), {}, "vorps zmm0, zmm1, zmm2"),
     ("vxorps", (xmm0, xmm0, xmm0), {}, "vxorps xmm0, xmm0, xmm0"),
