@@ -17,7 +17,12 @@ no branch or label, no general-purpose register written, memory addressed as ``[
   (a loop-carried value, an accumulator) nor where it ends (read after the loop): a liveness analysis over
   the whole kernel's control flow checks both, and the loop is left alone otherwise;
 * each memory displacement moved by its pointer's per-iteration increment (pointers the loop does not move,
-  such as a per-channel constant, keep theirs).
+  such as a per-channel constant, keep theirs);
+* an accumulator (a zmm register that one unmasked ``vaddps``/``vmaxps``/``vminps`` of the body reads and
+  writes and no other instruction of the body touches: a reduction's, such as a Softmax row's max and sum) a
+  second accumulator of its own, started before the loop (0 for a sum, a copy for max/min) and folded into the
+  first after it. The two chains of a row's reduction then run side by side (4 after the second pass); a sum
+  is added in another order, as any tree would (deterministic all the same).
 
 The loop then runs N // 2 times with doubled increments; an odd N runs the body once more after it. The
 unrolled loop qualifies again (with the first copy's renamed registers taken), which makes four iterations
@@ -41,7 +46,7 @@ from iced_x86 import (
 )
 from iced_x86 import RegisterExt as RX
 
-from snippets_x86_64.asm import GP64, Assembler
+from snippets_x86_64.asm import GP64, ZMM, Assembler
 
 #: times a loop is unrolled by two: 2 = four iterations per trip where registers allow (bench row a's kernel
 #: 10.0 -> 7.8 ms against two iterations: its chains also wait on memory)
@@ -278,8 +283,9 @@ def _second_copy(instr: Instruction, mapping: dict, shift: dict[int, int]) -> In
     return c
 
 
-def _plan(a: Assembler, loop: _Loop, kernel: _KernelFacts) -> dict | None:
-    """The register renaming for the second copy, or None when the loop does not qualify. The checks local to
+def _plan(a: Assembler, loop: _Loop, kernel: _KernelFacts) -> tuple[dict, dict] | None:
+    """The register renaming for the second copy and the body's accumulators (key -> mnemonic), or None when the
+    loop does not qualify. The checks local to
     the body come first: the kernel-wide liveness is computed only for a loop that passes them (a Brgemm's K
     loops carry their accumulators, so its kernel never needs it)."""
     ins = a._instructions
@@ -304,10 +310,12 @@ def _plan(a: Assembler, loop: _Loop, kernel: _KernelFacts) -> dict | None:
         touched |= r | w
         written |= w
         written |= r & cond
-    if exposed & written:
-        return None  # a loop-carried value (an accumulator): live[s] below would say so, at the kernel's cost
+    accs = _accumulators(ins[s:t], exposed & written, kernel.memo)
+    if accs is None:
+        return None  # a loop-carried value other than a reduction's accumulator: live[s] would say so, at a cost
     live = kernel.live()
-    written_mask = sum(map(_bit, written))
+    acc_mask = sum(_bit(k) for k in accs)
+    written_mask = sum(map(_bit, written)) & ~acc_mask
     if written_mask & live[s] or written_mask & live[loop.jnz + 1]:
         return None  # loop-carried or read after the loop
     # the second copy may take any register the body does not touch and that holds nothing live across the loop
@@ -330,7 +338,37 @@ def _plan(a: Assembler, loop: _Loop, kernel: _KernelFacts) -> dict | None:
             return None
         free[key[0]].remove(pool[0])
         mapping[key] = pool[0]
-    return mapping
+    return mapping, accs
+
+
+#: reductions whose accumulator may be split in two: the mnemonic folds the second into the first after the loop
+_REDUCTIONS = (Mnemonic.VADDPS, Mnemonic.VMAXPS, Mnemonic.VMINPS)
+
+
+def _accumulators(body: list[Instruction], carried: set, memo: _Memo) -> dict | None:
+    """key -> mnemonic for each loop-carried register of the body, when every one is a reduction's accumulator:
+    a zmm register that exactly one unmasked ``vaddps``/``vmaxps``/``vminps`` both reads (one of its two
+    sources) and writes, and that no other instruction of the body reads or writes; None otherwise."""
+    accs: dict = {}
+    for key in sorted(carried):
+        users = [instr for instr in body if key in memo.facts(instr).reads | memo.facts(instr).writes]
+        if len(users) != 1 or key[0] != "v":
+            return None
+        instr = users[0]
+        if (
+            instr.mnemonic not in _REDUCTIONS
+            or instr.op_mask != Register.NONE
+            or instr.op_count != 3
+            or instr.op0_kind != OpKind.REGISTER
+            or not RX.is_zmm(instr.op0_register)
+            or _key(instr.op0_register) != key
+        ):
+            return None
+        sources = [_key(instr.op_register(i)) if instr.op_kind(i) == OpKind.REGISTER else None for i in (1, 2)]
+        if sources.count(key) != 1:
+            return None
+        accs[key] = instr.mnemonic
+    return accs
 
 
 def _gp_imm(mnemonic: str, reg: int, value: int) -> Instruction:
@@ -353,21 +391,38 @@ def unroll_inner_loops(a: Assembler) -> int:
             if seen.get(label, 0) >= PASSES:
                 continue
             seen[label] = seen.get(label, 0) + 1
-            mapping = _plan(a, loop, kernel)
-            if mapping is not None:
-                _apply(a, loop, mapping)
+            plan = _plan(a, loop, kernel)
+            if plan is not None:
+                _apply(a, loop, *plan)
                 done += 1
                 break
         else:
             return done
 
 
-def _apply(a: Assembler, loop: _Loop, mapping: dict) -> None:
+def _vec_op(mnemonic: str, *regs: int) -> Instruction:
+    """A zmm instruction over register numbers, built by the DSL."""
+    tmp = Assembler()
+    getattr(tmp, mnemonic)(*(ZMM[r] for r in regs))
+    return tmp._instructions[0]
+
+
+_FOLD = {Mnemonic.VADDPS: "vaddps", Mnemonic.VMAXPS: "vmaxps", Mnemonic.VMINPS: "vminps"}
+
+
+def _apply(a: Assembler, loop: _Loop, mapping: dict, accs: dict) -> None:
     ins = a._instructions
     s, t = loop.body
     shift = _net_shifts(loop)
     # the new region replacing [mov .. jnz]: (instruction, old index it copies: for constants)
     region: list[tuple[Instruction, int | None]] = []
+    for key, mnemonic in accs.items():  # the second accumulators start as 0 (a sum) or the first (max, min)
+        two = mapping[key]
+        if mnemonic == Mnemonic.VADDPS:
+            region.append((_vec_op("vpxord", two, two, two), None))
+        else:
+            region.append((_vec_op("vmovaps", two, key[1]), None))
+    head = len(region)
     region.append((_gp_imm("mov", ins[loop.mov].op0_register, loop.count // 2), None))
     first = [(ins[i].copy(), i) for i in range(s, t)]
     second = [(_second_copy(ins[i], mapping, shift), i) for i in range(s, t)]
@@ -382,6 +437,8 @@ def _apply(a: Assembler, loop: _Loop, mapping: dict) -> None:
     if loop.count % 2:
         region += [(ins[i].copy(), i) for i in range(s, t)]
         region += [(ins[idx].copy(), None) for idx, _, _ in loop.adds]
+    for key, mnemonic in accs.items():
+        region.append((_vec_op(_FOLD[mnemonic], key[1], key[1], mapping[key]), None))
     old_len = loop.jnz + 1 - loop.mov
     delta = len(region) - old_len
 
@@ -392,7 +449,7 @@ def _apply(a: Assembler, loop: _Loop, mapping: dict) -> None:
     new_ins = ins[: loop.mov] + [x for x, _ in region] + ins[loop.jnz + 1 :]
     new_labels = {}
     for label, pos in a._labels.items():
-        new_labels[label] = loop.mov + 1 if label is body_label else moved(pos) if pos > loop.jnz else pos
+        new_labels[label] = loop.mov + head + 1 if label is body_label else moved(pos) if pos > loop.jnz else pos
     new_branches = {moved(i) if i > loop.jnz else i: lb for i, lb in a._branches.items() if i != loop.jnz}
     new_branches[loop.mov + jnz_pos] = body_label
     new_rips = {moved(i) if i > loop.jnz else i: lb for i, lb in a._rip_refs.items() if not loop.mov <= i <= loop.jnz}

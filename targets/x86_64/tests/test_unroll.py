@@ -1,7 +1,7 @@
 """Unrolling innermost loops by two (snippets_x86_64.unroll): hand-written loops run through the JIT against
 numpy (even and odd trip counts, invariant registers, a pointer that steps and resets), loops that must be
-left alone (an accumulator carried across iterations, a value read after the loop, a scalar register written
-in the body), and compiled fused chains with tails 1..40, unrolled and not, against numpy float64."""
+left alone (a value carried across iterations that is not a reduction's accumulator, a value read after the
+loop, a scalar register written in the body), reductions whose accumulator is split in two, and compiled fused chains with tails 1..40, unrolled and not, against numpy float64."""
 
 from __future__ import annotations
 
@@ -67,13 +67,46 @@ def test_unrolled_loop_matches_numpy(n, with_reset):
         assert "zmm" in text and "+0x40]" in text  # the second copy reads and writes one vector further
 
 
-def test_accumulator_carried_across_iterations_is_not_unrolled():
-    f = Function("sum", args=("x", "out", "unused"))
+def _reduction_loop(n: int, op: str) -> Function:
+    f = Function(op, args=("x", "out", "unused"))
+    x, out, _ = f.args
+    f.vbroadcastss(zmm1, f.const_f32({"vaddps": 0.0, "vmaxps": -1e30, "vminps": 1e30}[op]))
+    f.mov(rcx, n)
+    head = f.label("loop")
+    f.vmovups(zmm2, x + 0)
+    getattr(f, op)(zmm1, zmm2, zmm1)  # zmm1 is read before it is written in the body: loop-carried
+    f.add(x, 64)
+    f.dec(rcx)
+    f.jnz(head)
+    f.vmovups(out + 0, zmm1)
+    return f
+
+
+@pytest.mark.parametrize("n", range(1, 10))
+@pytest.mark.parametrize("op", ["vaddps", "vmaxps", "vminps"])
+def test_reduction_accumulator_is_split_and_folded_after_the_loop(n, op):
+    f = _reduction_loop(n, op)
+    assert unroll_inner_loops(f) == (n >= 2) + (n >= 4)
+    fn = f.finalize(None, ARGS)
+    x = np.random.default_rng(n).standard_normal(16 * n).astype(np.float32)
+    got = np.zeros(16, np.float32)
+    fn(x.ctypes.data, got.ctypes.data, 0)
+    rows = x.reshape(n, 16).astype(np.float64)
+    if op == "vaddps":
+        np.testing.assert_allclose(got, rows.sum(0), rtol=1e-6, atol=1e-6)
+    else:
+        want = rows.max(0) if op == "vmaxps" else rows.min(0)
+        np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
+def test_carried_register_that_is_not_a_reduction_is_not_unrolled():
+    f = Function("scan", args=("x", "out", "unused"))
     x, out, _ = f.args
     f.vxorps(zmm1, zmm1, zmm1)
     f.mov(rcx, 6)
     head = f.label("loop")
-    f.vaddps(zmm1, zmm1, x + 0)  # zmm1 is read before it is written in the body: loop-carried
+    f.vaddps(zmm1, zmm1, x + 0)
+    f.vmovups(x + 0, zmm1)  # the running sum is read in the body: a scan, not a reduction
     f.add(x, 64)
     f.dec(rcx)
     f.jnz(head)
@@ -81,9 +114,11 @@ def test_accumulator_carried_across_iterations_is_not_unrolled():
     assert unroll_inner_loops(f) == 0
     fn = f.finalize(None, ARGS)
     x = np.arange(16 * 6, dtype=np.float32)
+    want = np.cumsum(x.reshape(6, 16), axis=0)
     got = np.zeros(16, np.float32)
     fn(x.ctypes.data, got.ctypes.data, 0)
-    np.testing.assert_array_equal(got, x.reshape(6, 16).sum(0))
+    np.testing.assert_array_equal(got, want[-1])
+    np.testing.assert_array_equal(x.reshape(6, 16), want)
 
 
 def test_value_read_after_the_loop_is_not_unrolled():
