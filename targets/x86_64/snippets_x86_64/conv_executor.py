@@ -23,7 +23,7 @@ from snippets_x86_64.aligned import ALIGN, empty_aligned, zeros_aligned
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
     build_global_finish_kernel, choose_planar, copy_header, copy_key, covers, finish_args, flat_pixels, kernel_key, \
-    pack_channels, table_items, table_spec, with_dims, work_table
+    HEAD, pack_channels, table_spec, with_dims, work_table
 from snippets_x86_64.native_pool import SplitCalls, native_pool, split_items
 from snippets_x86_64.row_copy import planar_copy
 from snippets_x86_64.runtime import PARALLEL_MIN_NS
@@ -452,7 +452,8 @@ class ShapeFields:
         # 1-2 us, so a depthwise conv of 15 us gains from a second thread, where the flops alone (half a dense
         # conv's rate) kept it on one
         self.work_ns = work_ns = estimated_ns(geo, weight_bytes)
-        self.chunks = chunks = _split(table_items(table), 1 if threads == 1 else
+        # (the items ``table_items`` reads from the header, known here: images x stored rows x blocks rows)
+        self.chunks = chunks = _split(kgeo.n * kgeo.out_h * (len(table) - HEAD), 1 if threads == 1 else
                                       max(1, min(threads, int(work_ns // PARALLEL_MIN_NS))))
         # the copy of the one input pitch a geometry meets in practice (``copy``): slots, no dict per geometry (a new
         # shape's tracked objects are what the collector's young collections walk)

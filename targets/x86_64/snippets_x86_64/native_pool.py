@@ -633,10 +633,13 @@ class SplitCall:
         (its ``chunks`` list, which only a closed pool's inline run reads, then comes from them: a new shape's call
         makes no list of tuples)."""
         job = self._state[1]
-        words = job.words
-        for i, (start, count) in enumerate(chunks):
-            words[4 + 6 * i] = start
-            words[5 + 6 * i] = count
+        words = job.words  # 6 a chunk: harness, kernel, args, start, count, 0
+        if len(chunks) == 1:  # (one thread: one slice store)
+            words[4:6] = chunks[0]
+        else:
+            for i, (start, count) in enumerate(chunks):
+                words[4 + 6 * i] = start
+                words[5 + 6 * i] = count
         job.chunks = None
         self.chunks = chunks
 

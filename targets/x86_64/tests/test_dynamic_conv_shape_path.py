@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from snippets_core.errors import SnippetsError
 from snippets_core.runtime.compiled_model import compile_model
-from snippets_x86_64.conv import flat_pixels, kernel_key
+from snippets_x86_64.conv import flat_pixels, kernel_key, table_items
 from snippets_x86_64.conv_executor import ConvExecutor, in_place_path, new_shape_fields, shape_fields
 from snippets_x86_64.conv_subgraph import DynamicConv, DynamicPool
 from snippets_x86_64.pool import POOL_MODES, _pool_geometry_like, pool_geometry
@@ -92,6 +92,8 @@ def test_shape_geometry_is_the_slow_paths_over_random_shapes(dynamic: object) ->
             ref = shape_fields(first, geo, first)
             np.testing.assert_array_equal(fast.table, ref.table)
             assert fast.chunks == ref.chunks and fast.unpadded == ref.unpadded and fast.out_shape == ref.out_shape
+            # the split covers the items the table's header counts (``ShapeFields`` counts them from the geometry)
+            assert sum(c for _, c in fast.chunks) == table_items(fast.table), shape
 
 
 def test_a_pools_geometry_is_the_slow_paths_over_random_shapes(dynamic: object) -> None:

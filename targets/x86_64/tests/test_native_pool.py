@@ -317,3 +317,14 @@ def test_chunks_rewritten_in_place_run_inline_as_rewritten() -> None:
     got = np.ctypeslib.as_array(block).astype(np.int64)
     np.testing.assert_array_equal(got[:40], _expected(40))
     assert not got[40:].any()
+
+
+def test_one_chunk_rewritten_in_place_runs_as_rewritten() -> None:
+    """A one-thread primitive's new shape: ``_set_chunks`` stores its one (start, count) as a slice of the words."""
+    call = np_mod.SplitCall(FILL, 64, [(0, 64)])
+    call._set_chunks([(8, 20)])
+    block, job = call._state
+    job.run_inline()
+    got = np.ctypeslib.as_array(block).astype(np.int64)
+    np.testing.assert_array_equal(got[8:28], _expected(28)[8:])
+    assert not got[:8].any() and not got[28:].any()
