@@ -261,8 +261,9 @@ class ConvExecutor:
         chunks = fields.chunks
         if len(chunks) != len(first.chunks):
             d["call"] = self.calls.get(self.kernel, ARG_POST + len(self.channel_data), chunks)
-        # ``in_place_path``'s fast call path, made here in the burst (warm) rather than at the shape's first call
-        d["_in_place"] = in_place_path(self)
+        # ``in_place_path``'s fast call path, made here in the burst (warm) rather than at the shape's first call (its
+        # primitive's own reasons to copy the input, the same at every shape, asked once: ``_shape_class``)
+        d["_in_place"] = (geo, None) if self._copies_input else fields.in_place(self.has_residual)
         if not copies:
             if first.copy is not None:
                 d["copy"] = None
@@ -405,6 +406,8 @@ def _shape_class(ex: ConvExecutor) -> type:
     fields = {k: staticmethod(v) if hasattr(type(v), "__get__") else v for k, v in ex.__dict__.items()}
     # the buffers of ``ex``'s shape (each executor has its own, ``ShapeFields.record``): not kept alive by the class
     fields.update(xp=None, _rows=None)
+    # ``in_place_path``'s reasons of the primitive's own to copy its input (its channels are every shape's)
+    fields["_copies_input"] = bool(ex.pre_ops or ex.alloc is not None or ex.copy_pitch != ex.geo.c)
     return type(type(ex).__name__, (type(ex),), fields)
 
 
@@ -439,7 +442,7 @@ class ShapeFields:
         spec = getattr(prepared, "table_spec", None) if prepared is not None else None
         self.table_spec = spec = spec or table_spec(kgeo, ex.offsets)
         table = work_table(kgeo, ex.offsets, key[1] if dynamic and depthwise else None, spec)
-        table.flags.writeable = False  # shared by the primitives of this geometry
+        table.setflags(write=False)  # shared by the primitives of this geometry
         self.table, self.table_address = table, data_address(table)
         self.unpadded = not planar and geo.hp == geo.h and geo.wp == geo.w
         n, m = geo.n, geo.m

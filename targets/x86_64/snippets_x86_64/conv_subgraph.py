@@ -37,6 +37,8 @@ CONV_OPS = ("Convolution", "ConvolutionBackpropData")
 AXIS_SIZES = 1024
 #: ``ConvPlan._axis``' packing of (output size, leading pad) into one int: pads are below it
 AXIS_PACK = 1 << 20
+#: a window's (kernel, strides, dilations, pads, auto_pad, ceil_mode) -> its per-axis caches (``ConvPlan._axes``)
+_AXES: dict[tuple, tuple[dict[int, int], dict[int, int]]] = {}
 
 
 class ConvUnsupported(Exception):
@@ -190,8 +192,14 @@ class ConvPlan:
     @functools.cached_property
     def _axes(self) -> tuple[dict[int, int], dict[int, int]]:
         """Per spatial axis: input size -> output size and leading pad in one int (``_axis``), the window's
-        arithmetic."""
-        return {}, {}
+        arithmetic; shared by the primitives of one window (``_AXES``: a new image size resolves each axis once for
+        a model's 1x1 convolutions, not once per primitive)."""
+        w = self._window[0]
+        spec = (w.kernel, w.strides, w.dilations, w.pads_begin, w.pads_end, w.auto_pad, w.ceil_mode)
+        axes = _AXES.get(spec)
+        if axes is None:
+            axes = _AXES.setdefault(spec, ({}, {}))
+        return axes
 
     def _axis(self, i: int, size: int) -> tuple[int, int]:
         """(output size, leading pad) of spatial axis ``i`` at input ``size``: the window's ``axis`` (as

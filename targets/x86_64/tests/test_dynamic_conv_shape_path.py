@@ -96,6 +96,23 @@ def test_shape_geometry_is_the_slow_paths_over_random_shapes(dynamic: object) ->
             assert sum(c for _, c in fast.chunks) == table_items(fast.table), shape
 
 
+def test_primitives_of_one_window_share_its_axis_caches(dynamic: object) -> None:
+    """The two 1x1 convolutions into the Concat have one window: one per-axis cache (``ConvPlan._axes``), which
+    gives each its own slow path's output size and pads (``test_shape_geometry_is_the_slow_paths_over_random_shapes``
+    over shapes met in turn by both); windows that differ keep caches of their own."""
+    plans = [c.plan for c in _convs(dynamic)]
+    pointwise = [p for p in plans if p.w.shape[2:] == (1, 1) and p.global_pool is None]
+    assert len(pointwise) >= 2 and pointwise[0]._axes is pointwise[1]._axes
+    others = [p for p in plans if p.w.shape[2:] != (1, 1)]
+    assert all(p._axes is not pointwise[0]._axes for p in others)
+    rng = np.random.default_rng(8)
+    for _ in range(50):
+        shape = (1, 16, int(rng.integers(1, 91)), int(rng.integers(1, 91)))
+        for p in pointwise[:2]:
+            g = p.geometry((1, p.w.shape[1], *shape[2:]))
+            assert p._axis(0, shape[2]) == (g.ho, g.pt) and p._axis(1, shape[3]) == (g.wo, g.pl)
+
+
 def test_a_pools_geometry_is_the_slow_paths_over_random_shapes(dynamic: object) -> None:
     """A dynamic pool's geometry from its per-axis caches (``_pool_geometry_like``) is ``pool_geometry``'s, pads
     included (the average's divisor reads them), or the same typed error."""
