@@ -359,21 +359,22 @@ class ShapeCache:
 
     def _made(self, shape: tuple[int, ...]) -> Any:
         """A new executor for ``shape``, kept."""
-        if self._first is None:
-            ex = self.make(shape, None)
-            self._first = ex
+        first = self._first
+        if first is None:
+            ex = self._first = self.make(shape, None)
         else:
             stats = FUNCTION_CACHE.stats
             built = stats["miss"] + stats["disk"]
-            ex = self.make(shape, self._first)
-            self.compiles += stats["miss"] + stats["disk"] - built
+            ex = self.make(shape, first)
+            built = stats["miss"] + stats["disk"] - built
+            if built:  # (a new shape's burst: none, and no store)
+                self.compiles += built
         executors = self.executors
         with self._lock:
             executors[shape] = ex
-            if len(executors) > SHAPE_CACHE:
-                while len(executors) > SHAPE_CACHE:
-                    if executors.popitem(last=False)[0] == self._last[0]:
-                        self._last = (None, None)
+            while len(executors) > SHAPE_CACHE:
+                if executors.popitem(last=False)[0] == self._last[0]:
+                    self._last = (None, None)
         return ex
 
     def output_shape(self, shape: tuple[int, ...], ex: Any) -> tuple[int, ...] | None:
@@ -413,7 +414,7 @@ class ShapeCache:
             out = cache.output_shape(shape, ex)
             if out is None or 0 in out:  # (an empty tensor: some primitives hand it to their reference)
                 continue
-            for nxt in cache._consumers():
+            for nxt in cache._next if cache._next is not None else cache._consumers():
                 if out not in nxt.executors:
                     try:
                         made = nxt._made(out)
