@@ -515,36 +515,53 @@ def work_table(geo: ConvGeometry, offsets: Sequence[int], borders: tuple | None 
     ``_walk_layout``): its cost does not grow with the image, the blocks or the batch. ``spec``:
     ``table_spec(geo, offsets)`` when the caller kept it."""
     spec = spec or table_spec(geo, offsets)
+    if geo.depthwise:
+        table = walk_table(geo, borders, spec)
+        if table is None:
+            raise ValueError(f"the walk's border code does not cover an image of {geo.h}x{geo.w} (``covers``)")
+        return table
     n, out_h, wo = geo.n, geo.out_h, geo.wo
     row_dst = geo.out_w * geo.mo * 4
-    if not geo.depthwise:
-        const, index, pack, kinds = _dense_layout(*spec)
-        # with a pool epilogue a stored row is a pooled row, which reads the conv rows of its windows (pool.sh conv
-        # rows apart)
-        pool = geo.pool
-        step = 1 if pool is None else pool.sh
-        hp, wp = geo.hp, geo.wp  # (properties: each read once)
-        px, ch = (4, hp * wp * 4) if geo.planar else (geo.c * 4, 4)
-        # a row's units (pixels; pooled windows with a pool epilogue) in blocks: a dynamic kernel reads their counts
-        units, conv_rows = wo, 0
-        if pool is not None:
-            units, conv_rows = pool.wo, geo.sh * wp * px
-            sizes = [pooled_per_block(nv, pool) or 1 for nv in kinds]
-        elif geo.global_pool is not None:  # every block sums its pixels in one order (the widest block: ``_emit_row``)
-            sizes = [_block_pixels((spec[3][0][1],), wo)[0]] * len(kinds)
-        else:
-            sizes = _block_pixels(kinds, wo)
-        scalars = [n, out_h, step * geo.sh * wp * px, row_dst, geo.c * hp * wp * 4, out_h * row_dst, geo.dh * wp * px,
-                   ch, conv_rows]
-        for r in sizes:
-            scalars += (units // r, r, units % r)
-        return np.frombuffer(const + pack(*scalars), np.int64).take(index)
+    const, index, pack, kinds = _dense_layout(*spec)
+    # with a pool epilogue a stored row is a pooled row, which reads the conv rows of its windows (pool.sh conv
+    # rows apart)
+    pool = geo.pool
+    step = 1 if pool is None else pool.sh
+    hp, wp = geo.hp, geo.wp  # (properties: each read once)
+    px, ch = (4, hp * wp * 4) if geo.planar else (geo.c * 4, 4)
+    # a row's units (pixels; pooled windows with a pool epilogue) in blocks: a dynamic kernel reads their counts
+    units, conv_rows = wo, 0
+    if pool is not None:
+        units, conv_rows = pool.wo, geo.sh * wp * px
+        sizes = [pooled_per_block(nv, pool) or 1 for nv in kinds]
+    elif geo.global_pool is not None:  # every block sums its pixels in one order (the widest block: ``_emit_row``)
+        sizes = [_block_pixels((spec[3][0][1],), wo)[0]] * len(kinds)
+    else:
+        sizes = _block_pixels(kinds, wo)
+    scalars = [n, out_h, step * geo.sh * wp * px, row_dst, geo.c * hp * wp * 4, out_h * row_dst, geo.dh * wp * px,
+               ch, conv_rows]
+    for r in sizes:
+        scalars += (units // r, r, units % r)
+    return np.frombuffer(const + pack(*scalars), np.int64).take(index)
+
+
+def walk_table(geo: ConvGeometry, borders: tuple | None, spec: tuple) -> WorkTable | None:
+    """``work_table`` of a depthwise or pool walk whose kernel has the border code ``borders`` (None: this size's
+    own), or None when that code does not cover this size (``covers``: a row variant or border pattern it lacks),
+    found by the same lookups that index the table's variants and patterns (a new shape asks no ``covers`` first)."""
     # depthwise and pools read the unpadded input: (oh*sh - pt, -pl) may lie outside, never read
-    var_of_oh, variants, var_at = _walk_rows(geo.ho, geo.h, geo.sh, geo.pt, geo.kh, geo.dh,
-                                             borders[0] if borders else None)
+    rows = _walk_rows(geo.ho, geo.h, geo.sh, geo.pt, geo.kh, geo.dh, borders[0] if borders else None)
+    if rows is None:
+        return None
+    var_of_oh, variants, var_at = rows
     left = right = 0
     if borders is not None:  # indexes into the kernel's lists
-        left, right = border_pattern(borders, geo)
+        pattern = border_pattern(borders, geo)
+        if pattern is None:
+            return None
+        left, right = pattern
+    n, out_h, wo = geo.n, geo.out_h, geo.wo
+    row_dst = geo.out_w * geo.mo * 4
     c4 = geo.cp * 4
     a, b = interior_columns(geo)  # a dynamic walk's interior columns: loops of the widest block, the rest by bits
     cols = b - a
@@ -582,13 +599,15 @@ def table_items(table: np.ndarray) -> int:
 
 @functools.lru_cache(maxsize=1024)
 def _walk_rows(ho: int, h: int, sh: int, pt: int, kh: int, dh: int, border_rows: tuple | None,
-               ) -> tuple[np.ndarray, int, int]:
+               ) -> tuple[np.ndarray, int, int] | None:
     """A walk's row variant per output row, the count of variants the kernel has and the array's address: indexes
     into ``border_rows`` (``dw_borders``' row variants of the kernel) when given, else into this size's own
     (``row_variant_index``). Cached on the ints it depends on (a pool and the depthwise convs of a stage share
     them); read-only."""
     variants, index = _row_variant_index(ho, h, sh, pt, kh, dh)
     if border_rows is not None and border_rows[:len(variants)] != variants:  # the kernel numbers them otherwise
+        if not all(v in border_rows for v in variants):
+            return None  # a row variant the kernel has no code for
         index = np.asarray([border_rows.index(v) for v in variants], np.int64)[index]
         index.flags.writeable = False
     return index, len(variants if border_rows is None else border_rows), index.__array_interface__["data"][0]
@@ -1061,13 +1080,18 @@ def merge_borders(geometries: list[ConvGeometry]) -> tuple:
     return tuple(tuple(part) for part in parts)  # type: ignore[return-value]
 
 
-def border_pattern(borders: tuple, geo: ConvGeometry) -> tuple[int, int]:
+def border_pattern(borders: tuple, geo: ConvGeometry) -> tuple[int, int] | None:
     """The indexes of ``geo``'s column patterns among ``borders``'s (the table's ``RT_LEFT``, ``RT_RIGHT``): its
     left and right border patterns, or (0, past the right ones) its whole-row pattern (an image with no interior
-    column)."""
+    column); None when ``borders`` lacks one (``covers``)."""
     left, right, whole = _col_borders(geo.wo, geo.w, geo.sw, geo.pl, geo.kw, geo.dw)
     if right:
-        return borders[1].index(left[0]), borders[2].index(right[0])
+        lefts, rights = borders[1], borders[2]
+        if left[0] not in lefts or right[0] not in rights:
+            return None
+        return lefts.index(left[0]), rights.index(right[0])
+    if whole[0] not in borders[3]:
+        return None
     return 0, len(borders[2]) + borders[3].index(whole[0])
 
 

@@ -22,8 +22,8 @@ import numpy as np
 from snippets_x86_64.aligned import ALIGN, empty_aligned, zeros_aligned
 from snippets_x86_64.cache import FUNCTION_CACHE, HARNESS_ARGTYPES, cached_pack_weights
 from snippets_x86_64.conv import ARG_POST, VEC, ConvGeometry, PostOp, build_conv_kernel, build_copy_kernel, \
-    build_global_finish_kernel, choose_planar, copy_header, copy_key, covers, finish_args, flat_pixels, kernel_key, \
-    HEAD, pack_channels, table_spec, with_dims, work_table
+    build_global_finish_kernel, choose_planar, copy_header, copy_key, finish_args, flat_pixels, kernel_key, HEAD, \
+    pack_channels, table_spec, walk_table, with_dims, work_table
 from snippets_x86_64.native_pool import SplitCalls, native_pool, split_items
 from snippets_x86_64.row_copy import planar_copy
 from snippets_x86_64.runtime import PARALLEL_MIN_NS
@@ -433,15 +433,27 @@ class ShapeFields:
         self.kernel_geo = kgeo = flat_pixels(geo)
         dynamic, threads = ex.dynamic, ex.num_threads
         depthwise = kgeo.depthwise
-        # a dynamic dense kernel's key holds no dim of the image's: the first shape's (then not compared, see
-        # ``_set_shape``); a dynamic walk's is the first shape's when its border code covers this size
-        reuse = dynamic and prepared is not None and (not depthwise or _same_walk(kgeo, prepared, ex.borders))
-        self.kernel_key = key = prepared.kernel_key if reuse else kernel_key(kgeo, dynamic, ex.borders)
         # the table's per-block template depends on the channels only (``table_spec``: a planar stem's too)
         planar = geo.planar
         spec = getattr(prepared, "table_spec", None) if prepared is not None else None
         self.table_spec = spec = spec or table_spec(kgeo, ex.offsets)
-        table = work_table(kgeo, ex.offsets, key[1] if dynamic and depthwise else None, spec)
+        # a dynamic dense kernel's key holds no dim of the image's: the first shape's (then not compared, see
+        # ``_set_shape``); a dynamic walk's is the first shape's when its border code covers this size, which the
+        # walk's table finds as it indexes that code's row variants and border patterns (``walk_table``: None when
+        # it does not cover it)
+        table = None
+        if dynamic and prepared is not None:
+            key = prepared.kernel_key
+            if depthwise:
+                borders = ex.borders
+                table = walk_table(kgeo, borders, spec) if borders is not None and key[1] is borders else None
+                if table is None:
+                    key = kernel_key(kgeo, True, borders)
+        else:
+            key = kernel_key(kgeo, dynamic, ex.borders)
+        self.kernel_key = key
+        if table is None:
+            table = work_table(kgeo, ex.offsets, key[1] if dynamic and depthwise else None, spec)
         table.setflags(write=False)  # shared by the primitives of this geometry
         self.table, self.table_address = table, data_address(table)
         self.unpadded = not planar and geo.hp == geo.h and geo.wp == geo.w
@@ -555,13 +567,6 @@ def _split(items: int, num_threads: int) -> list[tuple[int, int]]:
     """``split_items``, kept per (items, threads): a new shape's tables mostly have a row count seen before. The list
     is shared: read only (``SplitCall.run_chunks`` compares it by identity)."""
     return split_items(items, num_threads)
-
-
-def _same_walk(kgeo: ConvGeometry, prepared: ConvExecutor, borders: tuple | None) -> bool:
-    """A dynamic depthwise or pool walk of ``kgeo`` runs ``prepared``'s kernel (``kernel_key`` would give an equal
-    key, which holds no dim nor pad of the image's): ``prepared``'s key holds the walk's border code for every size,
-    and that code covers this size's rows and border columns."""
-    return borders is not None and prepared.kernel_key[1] is borders and covers(borders, kgeo)
 
 
 def new_shape_fields(ex: ConvExecutor, geo: ConvGeometry) -> ShapeFields:

@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from snippets_core.runtime.compiled_model import compile_model
-from snippets_x86_64.conv import ConvGeometry, covers, merge_borders
+from snippets_x86_64.conv import ConvGeometry, covers, merge_borders, table_spec, walk_table, work_table
 from snippets_x86_64.conv_executor import ConvExecutor
 from snippets_x86_64.conv_subgraph import border_sizes, sampled_borders
 from snippets_x86_64.pool import reciprocal_counts
@@ -239,3 +239,27 @@ def test_auto_pad_same_model_builds_no_kernel_for_new_sizes() -> None:
         want = sess.run(None, {"x": x})[0]
         np.testing.assert_allclose(cm({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
     assert FUNCTION_CACHE.stats["miss"] + FUNCTION_CACHE.stats["disk"] == before
+
+
+@pytest.mark.parametrize("k,s,p,d", DW)
+def test_a_walk_table_finds_what_its_border_code_covers(k: int, s: int, p: int, d: int) -> None:
+    """``walk_table`` (a new shape's table made against the first executor's border code, no ``covers`` first): None
+    exactly where ``covers`` says the code lacks a row variant or border pattern of the size (code merged from a few
+    sizes only, every size from 1 to 40 asked), else the table ``work_table`` makes with that code."""
+    geometry = _walk(16, k, s, d, p)
+    some = [geometry((1, 16, h, w)) for h, w in ((12, 13), (20, 9), (9, 31))]
+    borders = merge_borders([g for g in some if g.ho > 0 and g.wo > 0])
+    missed = 0
+    for h, wd in SIZES:
+        geo = geometry((1, 16, h, wd))
+        if geo.ho < 1 or geo.wo < 1:
+            continue
+        spec = table_spec(geo, [0])
+        got = walk_table(geo, borders, spec)
+        assert (got is not None) == covers(borders, geo), (h, wd)
+        if got is None:
+            missed += 1
+            continue
+        np.testing.assert_array_equal(got, work_table(geo, [0], borders, spec))
+        assert (got.rows == work_table(geo, [0], borders, spec).rows).all()
+    assert missed or not p  # (padded: the tiny sizes' code, which the few sizes did not need)
