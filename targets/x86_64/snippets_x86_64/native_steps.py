@@ -66,11 +66,6 @@ class StepForm:
         self.patches.setdefault(operand, []).append((block, index))
 
 
-def _nhwc_strides(n: int, c: int, h: int, w: int) -> tuple[int, ...]:
-    """The NCHW strides of a contiguous NHWC float32 array (the layout conv primitives pass between them)."""
-    return (h * w * c * 4, 4, w * c * 4, c * 4)
-
-
 def _buffer(nbytes: int) -> tuple[np.ndarray, int]:
     buf = np.empty(nbytes + ALIGN, np.uint8)
     addr = data_address(buf)
@@ -135,6 +130,8 @@ def _conv_fits(ex: Any) -> bool:
 
 def _conv_form(ex: Any, residual: int | None, out_shape: tuple[int, ...], pool: NativePool) -> StepForm | None:
     """A conv executor's call as native calls, or None when it has a reason to stay in Python (``_conv_fits``)."""
+    from snippets_x86_64.conv_executor import nhwc_strides  # (the NHWC layout conv primitives pass between them)
+
     if not _conv_fits(ex):
         return None
     g = ex.geo
@@ -142,13 +139,13 @@ def _conv_form(ex: Any, residual: int | None, out_shape: tuple[int, ...], pool: 
     x_shape = (g.n, g.c, g.h, g.w)
     # only the data input and the residual are read
     ins: list[tuple[np.dtype, tuple[int, ...], tuple[int, ...]] | None] = [None] * n_args
-    ins[0] = (_F32, x_shape, _c_strides(x_shape, 4) if g.planar else _nhwc_strides(*x_shape))
+    ins[0] = (_F32, x_shape, _c_strides(x_shape, 4) if g.planar else nhwc_strides(g.h, g.w, g.c))
     if residual is not None:
-        ins[residual] = (_F32, (g.n, g.m, g.out_h, g.out_w), _nhwc_strides(g.n, g.m, g.out_h, g.out_w))
+        ins[residual] = (_F32, (g.n, g.m, g.out_h, g.out_w), nhwc_strides(g.out_h, g.out_w, g.m))
     if g.global_pool is not None:  # [N, M, 1, 1], contiguous: the body's [N, M] is the same memory
         out = OutSpec(_F32, out_shape, _c_strides(out_shape, 4), 4 * g.n * g.m)
     elif out_shape == (g.n, g.m, g.out_h, g.out_w):
-        out = OutSpec(_F32, out_shape, _nhwc_strides(g.n, g.m, g.out_h, g.out_w),
+        out = OutSpec(_F32, out_shape, nhwc_strides(g.out_h, g.out_w, g.m),
                       4 * g.n * g.out_h * g.out_w * g.m)
     else:
         return None
